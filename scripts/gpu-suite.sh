@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# The GPU suite: run each test program natively and through Remora on a GPU
+# host, and compare their stdout (lines starting with "time_" dropped).
+#
+# usage: scripts/gpu-suite.sh [--only NAME]... [--no-build] [--port N]
+#                             [--timeout SECONDS] [--list]
+#
+# Builds into build-gpu, starts build-gpu/backend/remorad on 127.0.0.1:PORT
+# (real driver), runs every program twice, prints a table and writes the
+# table, every program's stdout/stderr and the daemon's log under $OUT
+# (default gpu-suite-out/). Exits 1 if any program fails or differs.
+set -euo pipefail
+
+# name | program under build-gpu/ and its arguments (no spaces inside one).
+# Edit here: the driver-API programs and their images come from
+# tests/programs/meson.build, the runtime programs from tests/rtprograms/.
+PROGRAMS=(
+	"drv_query|tests/programs/drv_query"
+	"drv_vecadd_ptx|tests/programs/drv_vecadd tests/programs/kernels.ptx"
+	"drv_vecadd_cubin|tests/programs/drv_vecadd tests/programs/kernels.cubin"
+	"drv_vecadd_fatbin|tests/programs/drv_vecadd tests/programs/kernels.fatbin"
+	"drv_reduce|tests/programs/drv_reduce"
+	"drv_streams|tests/programs/drv_streams"
+	"drv_memcpy|tests/programs/drv_memcpy tests/programs/kernels.fatbin 1024"
+	"drv_spin|tests/programs/drv_spin"
+	"rt_vecadd|tests/rtprograms/rt_vecadd"
+	"rt_matmul|tests/rtprograms/rt_matmul"
+	"rt_reduce|tests/rtprograms/rt_reduce"
+	"rt_streams|tests/rtprograms/rt_streams"
+	"rt_twofiles|tests/rtprograms/rt_twofiles"
+	"rt_oldarch|tests/rtprograms/rt_oldarch"
+	"rt_shared|tests/rtprograms/rt_shared"
+	"rt_cublas|tests/rtprograms/rt_cublas"
+	"rt_spin|tests/rtprograms/rt_spin 100000000"
+	"rt_empty|tests/rtprograms/rt_empty 20000"
+)
+
+BUILD=build-gpu
+PORT=${REMORA_SUITE_PORT:-47311}
+TIMEOUT_S=300
+DO_BUILD=1
+ONLY=()
+
+die() { echo "gpu-suite: $*" >&2; exit 2; }
+
+while (($#)); do
+	case $1 in
+	--only) (($# >= 2)) || die "--only needs a name"; ONLY+=("$2"); shift 2 ;;
+	--port) (($# >= 2)) || die "--port needs a number"; PORT=$2; shift 2 ;;
+	--timeout) (($# >= 2)) || die "--timeout needs seconds"; TIMEOUT_S=$2; shift 2 ;;
+	--no-build) DO_BUILD=0; shift ;;
+	--list) for p in "${PROGRAMS[@]}"; do echo "${p%%|*}"; done; exit 0 ;;
+	-h | --help) sed -n '2,11s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	*) die "unknown argument '$1' (try --help)" ;;
+	esac
+done
+
+cd "$(dirname "$0")/.."
+OUTDIR=${OUT:-gpu-suite-out}
+mkdir -p "$OUTDIR"
+OUTDIR=$(cd "$OUTDIR" && pwd)
+
+selected=()
+for p in "${PROGRAMS[@]}"; do
+	name=${p%%|*}
+	if ((${#ONLY[@]} == 0)) || [[ " ${ONLY[*]} " == *" $name "* ]]; then
+		selected+=("$p")
+	fi
+done
+((${#selected[@]})) || die "no program named ${ONLY[*]} (see --list)"
+
+if ((DO_BUILD)); then
+	[[ -d $BUILD ]] || meson setup "$BUILD" -Dbuildtype=release
+	ninja -C "$BUILD"
+fi
+
+# ---- the daemon ----
+DAEMON_PID=
+stop_daemon() {
+	if [[ -n $DAEMON_PID ]] && kill -0 "$DAEMON_PID" 2>/dev/null; then
+		kill "$DAEMON_PID" 2>/dev/null || true
+		for _ in $(seq 50); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.1; done
+		kill -9 "$DAEMON_PID" 2>/dev/null || true
+		wait "$DAEMON_PID" 2>/dev/null || true
+	fi
+	DAEMON_PID=
+}
+trap stop_daemon EXIT
+trap 'exit 130' INT TERM
+
+# True when something listens on 127.0.0.1:$PORT (read from /proc: no probe
+# connection for the daemon to log, and no ss/netstat needed).
+port_listening() {
+	local hex
+	hex=$(printf '0100007F:%04X' "$PORT")
+	awk -v a="$hex" '$2 == a && $4 == "0A" { f = 1 } END { exit !f }' /proc/net/tcp
+}
+
+start_daemon() {
+	local log=$OUTDIR/remorad.log
+	echo "=== remorad start $(date -Is)" >>"$log"
+	"$BUILD/backend/remorad" --listen "127.0.0.1:$PORT" >>"$log" 2>&1 &
+	DAEMON_PID=$!
+	for _ in $(seq 100); do
+		port_listening && return 0
+		kill -0 "$DAEMON_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	tail -n 20 "$log" >&2
+	die "remorad did not come up on 127.0.0.1:$PORT (log: $log)"
+}
+
+port_listening && die "127.0.0.1:$PORT is already in use (use --port)"
+[[ -x $BUILD/backend/remorad ]] || die "$BUILD/backend/remorad is missing"
+[[ -x $BUILD/cli/remora ]] || die "$BUILD/cli/remora is missing"
+: >"$OUTDIR/remorad.log"
+start_daemon
+{ nvidia-smi -L 2>/dev/null || true; } >"$OUTDIR/gpu.txt"
+
+# ---- running ----
+# run_one KIND NAME CMD...: runs CMD under timeout, stdout/stderr to
+# $OUTDIR/NAME.KIND.{out,err}; sets RC and WALL.
+run_one() {
+	local kind=$1 name=$2 t0 t1
+	shift 2
+	t0=$(date +%s.%N)
+	RC=0
+	timeout -k 10 "$TIMEOUT_S" "$@" >"$OUTDIR/$name.$kind.out" 2>"$OUTDIR/$name.$kind.err" || RC=$?
+	t1=$(date +%s.%N)
+	WALL=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+	if ((RC == 124 || RC == 137)); then
+		echo "gpu-suite: $name ($kind) timed out after ${TIMEOUT_S}s" >>"$OUTDIR/$name.$kind.err"
+	fi
+}
+
+# The time_ lines of a file as "key=value,..." with the prefix dropped.
+time_figures() {
+	local f
+	f=$(grep '^time_' "$1" | sed 's/^time_//' | paste -sd, - || true)
+	echo "${f:--}"
+}
+
+TABLE=$OUTDIR/table.txt
+row() { printf '%-18s %6s %6s %-5s %8s %8s  %-32s %s\n' "$@"; }
+row program native remote same nat_s rem_s native_time remote_time | tee "$TABLE"
+
+failed=0
+for p in "${selected[@]}"; do
+	name=${p%%|*}
+	read -r -a cmd <<<"${p#*|}"
+	exe=$BUILD/${cmd[0]}
+	args=("${cmd[@]:1}")
+	for i in "${!args[@]}"; do
+		# An argument naming a file in the build tree is passed as that path.
+		if [[ -e $BUILD/${args[i]} ]]; then
+			args[i]=$BUILD/${args[i]}
+		fi
+	done
+	if [[ ! -x $exe ]]; then
+		row "$name" missing missing no - - - - | tee -a "$TABLE"
+		failed=1
+		continue
+	fi
+
+	run_one native "$name" "$exe" "${args[@]}"
+	nrc=$RC nwall=$WALL
+	if ! kill -0 "$DAEMON_PID" 2>/dev/null; then
+		echo "gpu-suite: remorad died before $name; restarting it" | tee -a "$OUTDIR/remorad.log" "$TABLE" >&2
+		failed=1
+		wait "$DAEMON_PID" 2>/dev/null || true
+		start_daemon
+	fi
+	run_one remote "$name" "$BUILD/cli/remora" run --server "127.0.0.1:$PORT" -- "$exe" "${args[@]}"
+	rrc=$RC rwall=$WALL
+
+	same=yes
+	if ! diff <(grep -v '^time_' "$OUTDIR/$name.native.out" || true) \
+		<(grep -v '^time_' "$OUTDIR/$name.remote.out" || true) >"$OUTDIR/$name.diff"; then
+		same=no
+	else
+		rm -f "$OUTDIR/$name.diff"
+	fi
+	if ((nrc != 0 || rrc != 0)) || [[ $same != yes ]]; then
+		failed=1
+	fi
+	row "$name" "$nrc" "$rrc" "$same" "$nwall" "$rwall" \
+		"$(time_figures "$OUTDIR/$name.native.out")" \
+		"$(time_figures "$OUTDIR/$name.remote.out")" | tee -a "$TABLE"
+done
+
+if ((failed)); then
+	echo "gpu-suite: FAIL (outputs in $OUTDIR)" | tee -a "$TABLE"
+	exit 1
+fi
+echo "gpu-suite: PASS (outputs in $OUTDIR)" | tee -a "$TABLE"
