@@ -1,0 +1,512 @@
+/* export_tables.c - cuGetExportTable: the private tables cudart and cuBLASLt need from libcuda.
+ *
+ * Each table is a static array handed out by address: element 0 is the table's size in bytes
+ * (context-local storage has no size), then function pointers. Slots nobody has been seen to call
+ * log once and return CUDA_ERROR_NOT_SUPPORTED. What each UUID is for, and which slots cudart 13
+ * calls, is measured in shared/notes/cudart13.md. */
+#include "export_tables.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "integrity.h"
+
+/* A table element: a function pointer, or element 0's size in bytes. */
+typedef void (*rm_slot)(void);
+#define SLOT(fn) ((rm_slot)(fn))
+#define TABLE_SIZE(t) ((rm_slot)(uintptr_t)sizeof(t))
+
+/* One logging stub per slot whose contract is unknown. */
+#define UNKNOWN_SLOT(table, n)                                                                  \
+    static CUresult table##_slot##n(void)                                                       \
+    {                                                                                           \
+        static int logged;                                                                      \
+        if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED))                                 \
+            rm_log(RM_LOG_WARN, "export table %s: unknown slot %d called, refused", #table, n); \
+        return CUDA_ERROR_NOT_SUPPORTED;                                                        \
+    }
+
+/* ---- 6bd5fb6c CUDART_INTERFACE ---- */
+
+struct fatbin_wrapper {         /* __fatBinC_Wrapper_t, magic 0x466243b1 */
+    uint32_t magic, version;
+    const void *data;
+    const void *filename;
+};
+#define FATBIN_WRAPPER_MAGIC 0x466243b1u
+
+/* [1] (CUmodule *out, const fatbin_wrapper *w): loads the module inside a fatbin wrapper. */
+static CUresult cudart_module_from_wrapper(CUmodule *out, const struct fatbin_wrapper *w)
+{
+    if (!out || !w || w->magic != FATBIN_WRAPPER_MAGIC)
+        return CUDA_ERROR_INVALID_VALUE;
+    return cuModuleLoadData(out, w->data);
+}
+
+/* [2] (CUcontext *out, CUdevice dev): the device's primary context (retained). */
+static CUresult cudart_primary_context(CUcontext *out, CUdevice dev)
+{
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    return cuDevicePrimaryCtxRetain(out, dev);
+}
+
+/* [6] (CUmodule *out, wrapper, a, b, flags): [1] with options; only the option-less form. */
+static CUresult cudart_module_from_wrapper_ext(CUmodule *out, const struct fatbin_wrapper *w,
+                                               void *a, void *b, unsigned flags)
+{
+    if (a || b || flags)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    return cudart_module_from_wrapper(out, w);
+}
+
+/* [7] (uintptr_t): returns nothing; no effect seen. */
+static void cudart_slot7(uintptr_t arg)
+{
+    rm_log(RM_LOG_DEBUG, "CUDART_INTERFACE[7](%#lx) ignored", (unsigned long)arg);
+}
+
+/* [8] (const void *fatbin, CUmodule *out, a, b, flags): [6] on a bare fatbin. */
+static CUresult cudart_module_from_fatbin_ext(const void *fatbin, CUmodule *out, void *a, void *b,
+                                              unsigned flags)
+{
+    if (!out || !fatbin)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (a || b || flags)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    return cuModuleLoadData(out, fatbin);
+}
+
+/* [12] (): loads the PTX compiler, nvvm, tileir in the real driver; the GPU host does that. */
+static CUresult cudart_load_compilers(void)
+{
+    return CUDA_SUCCESS;
+}
+
+UNKNOWN_SLOT(cudart_interface, 3)
+UNKNOWN_SLOT(cudart_interface, 4)
+UNKNOWN_SLOT(cudart_interface, 5)
+UNKNOWN_SLOT(cudart_interface, 9)
+UNKNOWN_SLOT(cudart_interface, 10)
+UNKNOWN_SLOT(cudart_interface, 11)
+
+static const rm_slot cudart_interface[13] = {
+    TABLE_SIZE(cudart_interface),
+    SLOT(cudart_module_from_wrapper),
+    SLOT(cudart_primary_context),
+    SLOT(cudart_interface_slot3),
+    SLOT(cudart_interface_slot4),
+    SLOT(cudart_interface_slot5),
+    SLOT(cudart_module_from_wrapper_ext),
+    SLOT(cudart_slot7),
+    SLOT(cudart_module_from_fatbin_ext),
+    SLOT(cudart_interface_slot9),
+    SLOT(cudart_interface_slot10),
+    SLOT(cudart_interface_slot11),
+    SLOT(cudart_load_compilers),
+};
+
+/* ---- a094798c runtime callback hooks ---- */
+
+/* Per-callback-id "enabled" flags, one uint32_t per CUPTI runtime cbid (cuBLASLt reads cbid 406 at
+ * byte 0x658); all zero: no tool subscribed. The size handed out counts entries. */
+#define HOOKS_RUNTIME_ENTRIES 0x400   /* cudart 13 needs >= 0x210 */
+#define HOOKS_SMALL_ENTRIES 0xe
+static uint32_t hooks_runtime_flags[HOOKS_RUNTIME_ENTRIES];
+static uint32_t hooks_small_flags[HOOKS_SMALL_ENTRIES];
+
+/* [2] (void **buf, size_t *entries): the process-wide runtime-API flag array. */
+static void hooks_runtime_buffer(void **buf, size_t *entries)
+{
+    *buf = hooks_runtime_flags;
+    *entries = HOOKS_RUNTIME_ENTRIES;
+}
+
+/* [6] (void **buf, size_t *entries): a second, 0xe-entry flag array. */
+static void hooks_small_buffer(void **buf, size_t *entries)
+{
+    *buf = hooks_small_flags;
+    *entries = HOOKS_SMALL_ENTRIES;
+}
+
+UNKNOWN_SLOT(callback_hooks, 1)
+UNKNOWN_SLOT(callback_hooks, 3)
+UNKNOWN_SLOT(callback_hooks, 4)
+UNKNOWN_SLOT(callback_hooks, 5)
+
+static const rm_slot callback_hooks[7] = {
+    TABLE_SIZE(callback_hooks),
+    SLOT(callback_hooks_slot1),
+    SLOT(hooks_runtime_buffer),
+    SLOT(callback_hooks_slot3),
+    SLOT(callback_hooks_slot4),
+    SLOT(callback_hooks_slot5),
+    SLOT(hooks_small_buffer),
+};
+
+/* ---- 42d85a81 tools TLS ---- */
+
+/* [2] (CUcontext *out): the calling thread's current context; cuBLASLt passes it to 21318c60[4]. */
+static CUresult tools_current_context(CUcontext *out)
+{
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    return cuCtxGetCurrent(out);
+}
+
+UNKNOWN_SLOT(tools_tls, 1)
+
+static const rm_slot tools_tls[3] = {
+    TABLE_SIZE(tools_tls),
+    SLOT(tools_tls_slot1),
+    SLOT(tools_current_context),
+};
+
+/* ---- c693336e context-local storage ---- */
+
+typedef void (*cls_dtor)(CUcontext ctx, void *key, void *value);
+
+struct cls_entry {
+    CUcontext ctx;
+    void *key;
+    void *value;
+    cls_dtor dtor;
+};
+
+static struct {
+    pthread_mutex_t lock;
+    struct cls_entry *v;
+    size_t n, cap;
+} cls = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static CUresult cls_resolve(CUcontext *ctx)
+{
+    if (*ctx)
+        return CUDA_SUCCESS;
+    CUresult r = cuCtxGetCurrent(ctx);
+    if (r == CUDA_SUCCESS && !*ctx)
+        r = CUDA_ERROR_INVALID_CONTEXT;
+    return r;
+}
+
+/* Call with cls.lock held; keeps registration order. */
+static void cls_remove(size_t i)
+{
+    memmove(&cls.v[i], &cls.v[i + 1], (cls.n - i - 1) * sizeof cls.v[0]);
+    cls.n--;
+}
+
+/* Call with cls.lock held. */
+static struct cls_entry *cls_find(CUcontext ctx, void *key)
+{
+    for (size_t i = 0; i < cls.n; i++)
+        if (cls.v[i].ctx == ctx && cls.v[i].key == key)
+            return &cls.v[i];
+    return NULL;
+}
+
+/* [0] (ctx or NULL for current, key, value, dtor): adds key; INVALID_HANDLE if it exists.
+ * dtor(ctx, key, value) runs when the context goes away, not on delete. */
+static CUresult cls_put(CUcontext ctx, void *key, void *value, cls_dtor dtor)
+{
+    CUresult r = cls_resolve(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&cls.lock);
+    if (cls_find(ctx, key)) {
+        r = CUDA_ERROR_INVALID_HANDLE;
+    } else if (cls.n == cls.cap) {
+        size_t cap = cls.cap ? 2 * cls.cap : 8;
+        struct cls_entry *v = realloc(cls.v, cap * sizeof *v);
+        if (v) {
+            cls.v = v;
+            cls.cap = cap;
+        } else {
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    if (r == CUDA_SUCCESS)
+        cls.v[cls.n++] = (struct cls_entry){ ctx, key, value, dtor };
+    pthread_mutex_unlock(&cls.lock);
+    return r;
+}
+
+/* [1] (ctx or NULL, key): forgets key without running its dtor; INVALID_HANDLE if absent. */
+static CUresult cls_delete(CUcontext ctx, void *key)
+{
+    CUresult r = cls_resolve(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&cls.lock);
+    struct cls_entry *e = cls_find(ctx, key);
+    if (e)
+        cls_remove((size_t)(e - cls.v));
+    else
+        r = CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_unlock(&cls.lock);
+    return r;
+}
+
+/* [2] (void **value, ctx or NULL, key): the value; INVALID_HANDLE, *value untouched, if absent.
+ * Called at the start of every runtime API call. */
+static CUresult cls_get(void **value, CUcontext ctx, void *key)
+{
+    CUresult r = cls_resolve(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&cls.lock);
+    struct cls_entry *e = cls_find(ctx, key);
+    if (e)
+        *value = e->value;
+    else
+        r = CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_unlock(&cls.lock);
+    return r;
+}
+
+static const rm_slot ctx_local_storage[3] = {
+    SLOT(cls_put),
+    SLOT(cls_delete),
+    SLOT(cls_get),
+};
+
+void rm_ctx_local_storage_release(CUcontext ctx)
+{
+    /* Newest entry first, each dtor run outside the lock: a dtor may call back into the table. */
+    for (int found = 1; found;) {
+        struct cls_entry gone = { 0 };
+        found = 0;
+        pthread_mutex_lock(&cls.lock);
+        for (size_t i = cls.n; i-- > 0 && !found;) {
+            if (cls.v[i].ctx == ctx) {
+                gone = cls.v[i];
+                cls_remove(i);
+                found = 1;
+            }
+        }
+        pthread_mutex_unlock(&cls.lock);
+        if (found && gone.dtor)
+            gone.dtor(ctx, gone.key, gone.value);
+    }
+}
+
+/* ---- 263e8860 context checks ---- */
+
+/* [2] (ctx, unsigned *flags, void **extra): flags that the real driver never seems to set. */
+static CUresult ctx_check(CUcontext ctx, unsigned *flags, void **extra)
+{
+    (void)ctx;
+    (void)extra;
+    if (flags)
+        *flags = 0;
+    return CUDA_SUCCESS;
+}
+
+/* [3] (...) -> 0: called once at startup. */
+static unsigned ctx_check_startup(void)
+{
+    return 0;
+}
+
+UNKNOWN_SLOT(ctx_checks, 1)
+UNKNOWN_SLOT(ctx_checks, 4)
+UNKNOWN_SLOT(ctx_checks, 5)
+UNKNOWN_SLOT(ctx_checks, 6)
+UNKNOWN_SLOT(ctx_checks, 7)
+UNKNOWN_SLOT(ctx_checks, 8)
+UNKNOWN_SLOT(ctx_checks, 9)
+UNKNOWN_SLOT(ctx_checks, 10)
+UNKNOWN_SLOT(ctx_checks, 11)
+UNKNOWN_SLOT(ctx_checks, 12)
+UNKNOWN_SLOT(ctx_checks, 13)
+UNKNOWN_SLOT(ctx_checks, 14)
+
+static const rm_slot ctx_checks[15] = {
+    TABLE_SIZE(ctx_checks),
+    SLOT(ctx_checks_slot1), SLOT(ctx_check), SLOT(ctx_check_startup),
+    SLOT(ctx_checks_slot4), SLOT(ctx_checks_slot5), SLOT(ctx_checks_slot6),
+    SLOT(ctx_checks_slot7), SLOT(ctx_checks_slot8), SLOT(ctx_checks_slot9),
+    SLOT(ctx_checks_slot10), SLOT(ctx_checks_slot11), SLOT(ctx_checks_slot12),
+    SLOT(ctx_checks_slot13), SLOT(ctx_checks_slot14),
+};
+
+/* ---- d4082055 integrity check ---- */
+
+static CUresult integrity_check(unsigned version, unsigned long long unix_seconds,
+                                unsigned char answer[16]);
+UNKNOWN_SLOT(integrity, 2)
+
+static const rm_slot integrity_table[3] = {
+    TABLE_SIZE(integrity_table),
+    SLOT(integrity_check),
+    SLOT(integrity_slot2),
+};
+
+static CUresult integrity_device(CUdevice ordinal, struct rm_integrity_device *d)
+{
+    CUdevice dev;
+    CUuuid uuid;
+    CUresult r = cuDeviceGet(&dev, ordinal);
+    if (r == CUDA_SUCCESS)
+        r = cuDeviceGetUuid_v2(&uuid, dev);
+    if (r == CUDA_SUCCESS)
+        r = cuDeviceGetAttribute(&d->pci_domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, dev);
+    if (r == CUDA_SUCCESS)
+        r = cuDeviceGetAttribute(&d->pci_bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, dev);
+    if (r == CUDA_SUCCESS)
+        r = cuDeviceGetAttribute(&d->pci_device, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, dev);
+    if (r == CUDA_SUCCESS)
+        memcpy(d->uuid, uuid.bytes, sizeof d->uuid);
+    return r;
+}
+
+/* [1] (version, time(), 16-byte answer): the HMAC that cudart recomputes and compares; a wrong
+ * answer makes every later runtime call fail with cudaErrorSoftwareValidityNotEstablished. */
+static CUresult integrity_check(unsigned version, unsigned long long unix_seconds,
+                                unsigned char answer[16])
+{
+    struct rm_integrity_input in = {
+        .check_version = version,
+        .unix_seconds = unix_seconds,
+        .pid = (uint32_t)getpid(),
+        .thread = (uint32_t)(uintptr_t)pthread_self(),
+        .cudart_table = (uintptr_t)cudart_interface,
+        .integrity_table = (uintptr_t)integrity_table,
+        .check_fn = (uintptr_t)integrity_table[1],
+    };
+    struct rm_integrity_device *devs = NULL;
+    int driver = 0, count = 0;
+
+    if (!answer)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = cuDriverGetVersion(&driver);
+    if (r == CUDA_SUCCESS)
+        r = cuDeviceGetCount(&count);
+    if (r == CUDA_SUCCESS && count > 0 && !(devs = calloc((size_t)count, sizeof *devs)))
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    for (int i = 0; r == CUDA_SUCCESS && i < count; i++)
+        r = integrity_device(i, &devs[i]);
+    if (r == CUDA_SUCCESS) {
+        in.driver_version = (uint32_t)driver;
+        in.devices = devs;
+        in.device_count = (size_t)count;
+        rm_integrity_answer(&in, answer);
+    } else {
+        rm_log(RM_LOG_ERROR, "integrity check %u: device query failed (%d)", version, (int)r);
+    }
+    free(devs);
+    return r;
+}
+
+/* ---- 21318c60 cuBLASLt ---- */
+
+/* [4] (CUcontext ctx, unsigned long long *id): the context's unique id, cuBLASLt's key for its
+ * per-context state; without it cublasSgemm fails with CUBLAS_STATUS_NOT_SUPPORTED. */
+static CUresult cublaslt_context_id(CUcontext ctx, unsigned long long *id)
+{
+    if (!id)
+        return CUDA_ERROR_INVALID_VALUE;
+    return cuCtxGetId(ctx, id);
+}
+
+/* Every other slot: one shared stub, so it logs the caller's address rather than a slot number. */
+static CUresult cublaslt_unknown_slot(void)
+{
+    static int logged;
+    if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED))
+        rm_log(RM_LOG_WARN, "export table cublaslt: unknown slot called from %p, refused",
+               __builtin_return_address(0));
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+#define CUBLASLT_SLOTS 93
+static rm_slot cublaslt[CUBLASLT_SLOTS];   /* filled once by export_tables_init */
+
+/* ---- lookup ---- */
+
+struct known_table {
+    unsigned char id[16];
+    const rm_slot *table;     /* NULL: refused on purpose */
+    const char *name;
+};
+
+#define UUID(...) { __VA_ARGS__ }
+static const struct known_table known_tables[] = {
+    { UUID(0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a, 0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9),
+      cudart_interface, "CUDART_INTERFACE" },
+    { UUID(0xa0, 0x94, 0x79, 0x8c, 0x2e, 0x74, 0x2e, 0x74, 0x93, 0xf2, 0x08, 0x00, 0x20, 0x0c, 0x0a, 0x66),
+      callback_hooks, "runtime callback hooks" },
+    { UUID(0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a, 0xec, 0xdc),
+      tools_tls, "tools TLS" },
+    { UUID(0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93),
+      ctx_local_storage, "context-local storage" },
+    { UUID(0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e),
+      ctx_checks, "context checks" },
+    { UUID(0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2),
+      integrity_table, "integrity check" },
+    { UUID(0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2),
+      cublaslt, "cuBLASLt" },
+    { UUID(0xf8, 0xcf, 0xf9, 0x51, 0x21, 0x46, 0x8b, 0x4e, 0xb9, 0xe2, 0xfb, 0x46, 0x9e, 0x7c, 0x0d, 0xd9),
+      NULL, "f8cff951 (optional)" },
+};
+
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+static void export_tables_init(void)
+{
+    cublaslt[0] = TABLE_SIZE(cublaslt);
+    for (int i = 1; i < CUBLASLT_SLOTS; i++)
+        cublaslt[i] = SLOT(cublaslt_unknown_slot);
+    cublaslt[4] = SLOT(cublaslt_context_id);
+}
+
+/* Unknown UUIDs are logged once each; a few distinct ones are remembered. */
+static void log_unknown_once(const CUuuid *id)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static CUuuid seen[16];
+    static size_t nseen;
+    int fresh = 1;
+
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < nseen && fresh; i++)
+        fresh = memcmp(&seen[i], id, sizeof *id) != 0;
+    if (fresh && nseen < sizeof seen / sizeof seen[0])
+        seen[nseen++] = *id;
+    pthread_mutex_unlock(&lock);
+    if (fresh) {
+        const unsigned char *b = (const unsigned char *)id->bytes;
+        rm_log(RM_LOG_WARN, "cuGetExportTable: unknown table "
+               "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x refused",
+               b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+               b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+    }
+}
+
+CUresult rm_export_table_get(const void **table, const CUuuid *id)
+{
+    if (!table || !id)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_once(&tables_once, export_tables_init);
+    for (size_t i = 0; i < sizeof known_tables / sizeof known_tables[0]; i++) {
+        const struct known_table *k = &known_tables[i];
+        if (memcmp(k->id, id->bytes, sizeof k->id) != 0)
+            continue;
+        rm_log(RM_LOG_DEBUG, "cuGetExportTable: %s%s", k->name, k->table ? "" : " refused");
+        *table = (const void *)k->table;
+        return k->table ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
+    }
+    log_unknown_once(id);
+    *table = NULL;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((visibility("default")))
+CUresult CUDAAPI cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
+{
+    return rm_export_table_get(ppExportTable, pExportTableId);
+}
