@@ -14,7 +14,9 @@
 
 /* Stops cuda.h from renaming cuGetProcAddress to cuGetProcAddress_v2 and declares the old
  * four-argument cuGetProcAddress, so both exports are checked against their prototypes. */
+#ifndef __CUDA_API_VERSION_INTERNAL
 #define __CUDA_API_VERSION_INTERNAL 1
+#endif
 
 #include "procaddr.h"
 

@@ -1,0 +1,45 @@
+/* How the daemon serves one request: handlers, their input and their reply. */
+#ifndef REMORA_DISPATCH_H
+#define REMORA_DISPATCH_H
+
+#include <cuda.h>
+#include <protobuf-c/protobuf-c.h>
+
+#include "api_ops.h"
+#include "daemon_handlers.h"
+#include "driver_table.h"
+#include "session.h"
+#include "wire.h"
+
+struct rm_request {
+	struct rm_frame frame;
+	uint8_t *msg;          /* frame.msg_len bytes */
+	uint64_t bulk_left;    /* bulk bytes not read yet; the server skips what a handler leaves */
+	int replied;
+	int fatal;             /* set when the connection must close */
+};
+
+/* A handler reads its message (and bulk, if any), calls the driver and
+ * finishes the request exactly once: rm_request_finish or rm_request_reply_bulk. */
+typedef void (*rm_op_handler)(struct rm_session *s, struct rm_request *rq);
+
+extern const rm_op_handler rm_op_handlers[RM_OP_LIMIT];
+
+/* Unpacks the request's message; on failure marks the request fatal (protocol error). */
+ProtobufCMessage *rm_request_unpack(struct rm_request *rq, const ProtobufCMessageDescriptor *desc);
+
+/* Ends a request with result r and reply message rep (NULL for none). For an
+ * async request nothing is sent; a failure is kept for the next syncpoint. */
+void rm_request_finish(struct rm_session *s, struct rm_request *rq, CUresult r, const ProtobufCMessage *rep);
+
+/* Sends a successful reply whose bulk (bulk_len bytes) the handler then sends with rm_request_send_bulk. */
+int rm_request_reply_bulk(struct rm_session *s, struct rm_request *rq, uint64_t bulk_len);
+int rm_request_send_bulk(struct rm_session *s, const void *buf, size_t len);
+
+/* Reads the next len bytes of the request's bulk. */
+int rm_request_read_bulk(struct rm_session *s, struct rm_request *rq, void *buf, size_t len);
+
+/* What a generated handler returns when the loaded driver lacks the function. */
+CUresult rm_unsupported_by_driver(const char *name);
+
+#endif

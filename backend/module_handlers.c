@@ -1,0 +1,93 @@
+/* Modules and launches. Images arrive whole and the driver picks their code. */
+#include "dispatch.h"
+
+#include <stdlib.h>
+
+#include "api.pb-c.h"
+#include "log.h"
+#include "remora.pb-c.h"
+
+void rm_handle_cuModuleLoadData(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__ModuleLoad *req = (void *)rm_request_unpack(rq, &remora__module_load__descriptor);
+	if (!req)
+		return;
+	Remora__ModuleLoadReply rep = REMORA__MODULE_LOAD_REPLY__INIT;
+	uint64_t n = rq->frame.bulk_len;
+	CUresult r = s->cur ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+	uint8_t *image = NULL;
+	if (r == CUDA_SUCCESS && (n == 0 || n > RM_MAX_IMAGE_LEN))
+		r = CUDA_ERROR_INVALID_IMAGE;
+	if (r == CUDA_SUCCESS && !(image = malloc(n + 1)))
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	if (r == CUDA_SUCCESS) {
+		if (rm_request_read_bulk(s, rq, image, n))
+			goto out;
+		image[n] = 0; /* PTX must end in NUL whatever the client sent */
+		CUmodule mod = NULL;
+		r = rm_drv.cuModuleLoadData(&mod, image);
+		if (r == CUDA_SUCCESS)
+			rm_session_own(s, RM_H_MODULE, mod, 0);
+		rep.module = (uint64_t)(uintptr_t)mod;
+	}
+	rm_request_finish(s, rq, r, &rep.base);
+out:
+	free(image);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+void rm_handle_cuModuleUnload(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__CuModuleUnloadReq *req = (void *)rm_request_unpack(rq, &remora__cu_module_unload__req__descriptor);
+	if (!req)
+		return;
+	void *mod;
+	CUresult r = rm_session_use(s, RM_H_MODULE, req->hmod, &mod);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv.cuModuleUnload(mod);
+	if (r == CUDA_SUCCESS)
+		rm_session_disown(s, RM_H_MODULE, mod);
+	rm_request_finish(s, rq, r, NULL);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+void rm_handle_cuModuleGetGlobal_v2(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__CuModuleGetGlobalV2Req *req = (void *)rm_request_unpack(rq, &remora__cu_module_get_global_v2__req__descriptor);
+	if (!req)
+		return;
+	Remora__CuModuleGetGlobalV2Rep rep = REMORA__CU_MODULE_GET_GLOBAL_V2__REP__INIT;
+	void *mod;
+	CUdeviceptr p = 0;
+	size_t bytes = 0;
+	CUresult r = rm_session_use(s, RM_H_MODULE, req->hmod, &mod);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv.cuModuleGetGlobal_v2(&p, &bytes, mod, req->name);
+	if (r == CUDA_SUCCESS && !rm_session_find(s, RM_H_GLOBAL, p))
+		rm_session_own_memory(s, RM_H_GLOBAL, p, bytes, req->hmod);
+	rep.dptr = p;
+	rep.bytes = bytes;
+	rm_request_finish(s, rq, r, &rep.base);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+void rm_handle_cuLaunchKernel(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__LaunchKernel *req = (void *)rm_request_unpack(rq, &remora__launch_kernel__descriptor);
+	if (!req)
+		return;
+	void *func;
+	CUstream stream;
+	CUresult r = rm_session_use(s, RM_H_FUNCTION, req->func, &func);
+	if (r == CUDA_SUCCESS)
+		r = rm_session_stream(s, req->stream, rq->frame.flags, &stream);
+	if (r == CUDA_SUCCESS) {
+		size_t size = req->params.len;
+		void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, req->params.data, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+				 CU_LAUNCH_PARAM_END};
+		r = rm_drv.cuLaunchKernel(func, req->grid_x, req->grid_y, req->grid_z, req->block_x, req->block_y,
+					  req->block_z, req->shared_mem, stream, NULL, size ? extra : NULL);
+	}
+	rm_request_finish(s, rq, r, NULL);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}

@@ -1,0 +1,96 @@
+/* Finishing requests: replies, async errors, bulk. */
+#include "dispatch.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "log.h"
+
+ProtobufCMessage *rm_request_unpack(struct rm_request *rq, const ProtobufCMessageDescriptor *desc)
+{
+	ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, rq->frame.msg_len, rq->msg);
+	if (!m) {
+		rm_log(RM_LOG_WARN, "malformed %s message", desc->name);
+		rq->fatal = 1;
+	}
+	return m;
+}
+
+static int send_reply(struct rm_session *s, struct rm_request *rq, CUresult r, const ProtobufCMessage *rep,
+		      uint64_t bulk_len)
+{
+	uint8_t small[1024];
+	size_t len = rep ? protobuf_c_message_get_packed_size(rep) : 0;
+	uint8_t *buf = len <= sizeof(small) ? small : malloc(len);
+	if (!buf)
+		return -ENOMEM;
+	if (rep)
+		protobuf_c_message_pack(rep, buf);
+	struct rm_frame f = {
+		.magic = RM_WIRE_MAGIC,
+		.op = rq->frame.op,
+		.seq = rq->frame.seq,
+		.msg_len = (uint32_t)len,
+		.flags = RM_F_REPLY,
+		.bulk_len = bulk_len,
+		.result = (int32_t)r,
+	};
+	if (rq->frame.op < RM_OP_LIMIT && (rm_op_flags[rq->frame.op] & RM_OPF_SYNCPOINT)) {
+		f.async_result = (int32_t)s->async_error;
+		s->async_error = CUDA_SUCCESS;
+	}
+	int err = rm_link_send(&s->link, &f, buf, NULL, 0);
+	if (buf != small)
+		free(buf);
+	rq->replied = 1;
+	return err;
+}
+
+void rm_request_finish(struct rm_session *s, struct rm_request *rq, CUresult r, const ProtobufCMessage *rep)
+{
+	if (rq->frame.flags & RM_F_ASYNC) {
+		if (r != CUDA_SUCCESS) {
+			rm_log(RM_LOG_DEBUG, "session %llu: async %s failed with %d", (unsigned long long)s->id,
+			       rq->frame.op < RM_OP_LIMIT ? rm_op_names[rq->frame.op] : "?", r);
+			if (s->async_error == CUDA_SUCCESS)
+				s->async_error = r;
+		}
+		rq->replied = 1;
+		return;
+	}
+	if (send_reply(s, rq, r, rep, 0))
+		rq->fatal = 1;
+}
+
+int rm_request_reply_bulk(struct rm_session *s, struct rm_request *rq, uint64_t bulk_len)
+{
+	int err = send_reply(s, rq, CUDA_SUCCESS, NULL, bulk_len);
+	if (err)
+		rq->fatal = 1;
+	return err;
+}
+
+int rm_request_send_bulk(struct rm_session *s, const void *buf, size_t len)
+{
+	struct iovec v = {(void *)buf, len};
+	return s->link.tp->sendv(s->link.conn, &v, 1);
+}
+
+int rm_request_read_bulk(struct rm_session *s, struct rm_request *rq, void *buf, size_t len)
+{
+	if (len > rq->bulk_left)
+		return -EPROTO;
+	int err = rm_link_read(&s->link, buf, len);
+	if (err) {
+		rq->fatal = 1;
+		return err;
+	}
+	rq->bulk_left -= len;
+	return 0;
+}
+
+CUresult rm_unsupported_by_driver(const char *name)
+{
+	rm_log(RM_LOG_WARN, "the loaded driver lacks %s", name);
+	return CUDA_ERROR_NOT_SUPPORTED;
+}

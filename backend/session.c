@@ -1,0 +1,353 @@
+/* Session state: an open-addressing table of owned handles, a sorted list of
+ * owned memory for range checks, and the client's per-context default streams. */
+#include "session.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver_table.h"
+#include "log.h"
+
+#define STAGING_SIZE (8u << 20)
+#define TOMBSTONE UINT32_MAX
+
+static uint64_t next_session_id = 1;
+static pthread_mutex_t id_lock = PTHREAD_MUTEX_INITIALIZER;
+
+struct rm_session *rm_session_new(const struct rm_transport *tp, struct rm_conn *conn)
+{
+	struct rm_session *s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	if (rm_link_init(&s->link, tp, conn)) {
+		free(s);
+		return NULL;
+	}
+	pthread_mutex_lock(&id_lock);
+	s->id = next_session_id++;
+	pthread_mutex_unlock(&id_lock);
+	snprintf(s->peer, sizeof(s->peer), "%s", tp->peer(conn));
+	return s;
+}
+
+static size_t slot_of(uint32_t kind, uint64_t v, size_t cap)
+{
+	uint64_t h = (v ^ ((uint64_t)kind << 56)) * 0x9E3779B97F4A7C15ull;
+	return (size_t)(h >> 20) & (cap - 1);
+}
+
+static struct rm_handle *find_slot(struct rm_session *s, uint32_t kind, uint64_t v)
+{
+	if (!s->handles_cap)
+		return NULL;
+	for (size_t i = slot_of(kind, v, s->handles_cap), n = 0; n < s->handles_cap;
+	     i = (i + 1) & (s->handles_cap - 1), n++) {
+		struct rm_handle *h = &s->handles[i];
+		if (!h->kind)
+			return NULL;
+		if (h->kind == kind && h->value == v)
+			return h;
+	}
+	return NULL;
+}
+
+const struct rm_handle *rm_session_find(struct rm_session *s, enum rm_handle_kind kind, uint64_t v)
+{
+	return find_slot(s, kind, v);
+}
+
+static int grow(struct rm_session *s)
+{
+	size_t cap = s->handles_cap ? s->handles_cap * 2 : 64;
+	struct rm_handle *old = s->handles, *t = calloc(cap, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	size_t oldcap = s->handles_cap;
+	s->handles = t;
+	s->handles_cap = cap;
+	s->handles_used = 0;
+	for (size_t i = 0; i < oldcap; i++)
+		if (old[i].kind && old[i].kind != TOMBSTONE) {
+			size_t j = slot_of(old[i].kind, old[i].value, cap);
+			while (t[j].kind)
+				j = (j + 1) & (cap - 1);
+			t[j] = old[i];
+			s->handles_used++;
+		}
+	free(old);
+	return 0;
+}
+
+static void range_insert(struct rm_session *s, const struct rm_handle *h)
+{
+	if (s->nranges == s->ranges_cap) {
+		size_t cap = s->ranges_cap ? s->ranges_cap * 2 : 64;
+		struct rm_handle *r = realloc(s->ranges, cap * sizeof(*r));
+		if (!r)
+			return;
+		s->ranges = r;
+		s->ranges_cap = cap;
+	}
+	size_t i = s->nranges;
+	while (i > 0 && s->ranges[i - 1].value > h->value) {
+		s->ranges[i] = s->ranges[i - 1];
+		i--;
+	}
+	s->ranges[i] = *h;
+	s->nranges++;
+}
+
+static void range_remove(struct rm_session *s, uint64_t base)
+{
+	for (size_t i = 0; i < s->nranges; i++)
+		if (s->ranges[i].value == base) {
+			memmove(&s->ranges[i], &s->ranges[i + 1], (s->nranges - i - 1) * sizeof(*s->ranges));
+			s->nranges--;
+			return;
+		}
+}
+
+void rm_session_own_memory(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, uint64_t size,
+			   uint64_t parent)
+{
+	if ((s->handles_used + 1) * 4 > s->handles_cap * 3 && grow(s)) {
+		rm_log(RM_LOG_ERROR, "session %llu: out of memory recording a handle", (unsigned long long)s->id);
+		return;
+	}
+	struct rm_handle h = {.value = v, .size = size, .parent = parent, .kind = kind};
+	size_t i = slot_of(kind, v, s->handles_cap);
+	while (s->handles[i].kind && s->handles[i].kind != TOMBSTONE)
+		i = (i + 1) & (s->handles_cap - 1);
+	if (!s->handles[i].kind)
+		s->handles_used++;
+	s->handles[i] = h;
+	s->handles_live++;
+	if (kind == RM_H_MEMORY || kind == RM_H_GLOBAL)
+		range_insert(s, &h);
+	if (kind == RM_H_MEMORY)
+		s->mem_bytes += size;
+}
+
+void rm_session_own(struct rm_session *s, enum rm_handle_kind kind, const void *h, uint64_t parent)
+{
+	rm_session_own_memory(s, kind, (uint64_t)(uintptr_t)h, 0, parent);
+}
+
+void rm_session_disown_value(struct rm_session *s, enum rm_handle_kind kind, uint64_t v)
+{
+	struct rm_handle *h = find_slot(s, kind, v);
+	if (!h)
+		return;
+	if (kind == RM_H_MEMORY || kind == RM_H_GLOBAL)
+		range_remove(s, v);
+	if (kind == RM_H_MEMORY)
+		s->mem_bytes -= h->size;
+	h->kind = TOMBSTONE;
+	s->handles_live--;
+	if (kind == RM_H_MODULE || kind == RM_H_LIBRARY)
+		for (size_t i = 0; i < s->handles_cap; i++) {
+			struct rm_handle *c = &s->handles[i];
+			if (c->kind && c->kind != TOMBSTONE && c->parent == v)
+				rm_session_disown_value(s, c->kind, c->value);
+		}
+}
+
+void rm_session_disown(struct rm_session *s, enum rm_handle_kind kind, const void *h)
+{
+	rm_session_disown_value(s, kind, (uint64_t)(uintptr_t)h);
+}
+
+CUresult rm_session_use(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, void **out)
+{
+	if (kind == RM_H_CONTEXT) {
+		for (int i = 0; i < s->nctx; i++)
+			if ((uint64_t)(uintptr_t)s->ctxs[i].ctx == v) {
+				*out = s->ctxs[i].ctx;
+				return CUDA_SUCCESS;
+			}
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
+	/* A CUkernel is accepted wherever a CUfunction is. */
+	if (find_slot(s, kind, v) || (kind == RM_H_FUNCTION && find_slot(s, RM_H_KERNEL, v))) {
+		*out = (void *)(uintptr_t)v;
+		return CUDA_SUCCESS;
+	}
+	rm_log(RM_LOG_WARN, "session %llu (%s): refused handle 0x%llx of kind %d it does not own",
+	       (unsigned long long)s->id, s->name, (unsigned long long)v, kind);
+	return CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult rm_session_stream(struct rm_session *s, uint64_t v, uint32_t frame_flags, CUstream *out)
+{
+	(void)frame_flags;
+	if (v == 0 || v == (uint64_t)(uintptr_t)CU_STREAM_LEGACY || v == (uint64_t)(uintptr_t)CU_STREAM_PER_THREAD) {
+		if (!s->cur)
+			return CUDA_ERROR_INVALID_CONTEXT;
+		*out = s->cur->default_stream;
+		return CUDA_SUCCESS;
+	}
+	return rm_session_use(s, RM_H_STREAM, v, (void **)out);
+}
+
+CUresult rm_session_check_range(struct rm_session *s, uint64_t ptr, uint64_t len)
+{
+	size_t lo = 0, hi = s->nranges;
+	while (lo < hi) { /* the last range with base <= ptr */
+		size_t mid = (lo + hi) / 2;
+		if (s->ranges[mid].value <= ptr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo > 0) {
+		const struct rm_handle *r = &s->ranges[lo - 1];
+		if (ptr - r->value <= r->size && len <= r->size - (ptr - r->value))
+			return CUDA_SUCCESS;
+	}
+	rm_log(RM_LOG_WARN, "session %llu (%s): refused device range 0x%llx+%llu it does not own",
+	       (unsigned long long)s->id, s->name, (unsigned long long)ptr, (unsigned long long)len);
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult rm_session_device(struct rm_session *s, int ordinal, CUdevice *out)
+{
+	(void)s;
+	int count = 0;
+	CUresult r = rm_drv.cuDeviceGetCount(&count);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (ordinal < 0 || ordinal >= count)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*out = ordinal;
+	return CUDA_SUCCESS;
+}
+
+CUresult rm_session_add_ctx(struct rm_session *s, CUcontext ctx, CUdevice dev)
+{
+	for (int i = 0; i < s->nctx; i++)
+		if (s->ctxs[i].ctx == ctx)
+			return CUDA_SUCCESS;
+	if (s->nctx == RM_SESSION_MAX_CTX)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	CUcontext prev = s->thread_ctx;
+	CUresult r = rm_drv.cuCtxSetCurrent(ctx);
+	CUstream stream = NULL;
+	if (r == CUDA_SUCCESS)
+		r = rm_drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+	rm_drv.cuCtxSetCurrent(prev);
+	if (r != CUDA_SUCCESS)
+		return r;
+	s->ctxs[s->nctx++] = (struct rm_session_ctx){.ctx = ctx, .dev = dev, .default_stream = stream};
+	return CUDA_SUCCESS;
+}
+
+CUresult rm_session_enter(struct rm_session *s, uint64_t ctx)
+{
+	struct rm_session_ctx *c = NULL;
+	for (int i = 0; i < s->nctx && !c; i++)
+		if ((uint64_t)(uintptr_t)s->ctxs[i].ctx == ctx)
+			c = &s->ctxs[i];
+	if (ctx && !c)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	s->cur = c;
+	CUcontext want = c ? c->ctx : NULL;
+	if (want != s->thread_ctx) {
+		CUresult r = rm_drv.cuCtxSetCurrent(want);
+		if (r != CUDA_SUCCESS)
+			return r;
+		s->thread_ctx = want;
+	}
+	return CUDA_SUCCESS;
+}
+
+CUresult rm_session_synchronize(struct rm_session *s)
+{
+	if (!s->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	CUresult first = rm_drv.cuStreamSynchronize(s->cur->default_stream);
+	for (size_t i = 0; i < s->handles_cap; i++) {
+		const struct rm_handle *h = &s->handles[i];
+		if (h->kind == RM_H_STREAM) {
+			CUresult r = rm_drv.cuStreamSynchronize((CUstream)(uintptr_t)h->value);
+			if (first == CUDA_SUCCESS)
+				first = r;
+		}
+	}
+	return first;
+}
+
+CUresult rm_session_staging(struct rm_session *s, int i, void **buf)
+{
+	if (!s->staging[i]) {
+		CUresult r = rm_drv.cuMemAllocHost_v2(&s->staging[i], STAGING_SIZE);
+		if (r == CUDA_SUCCESS)
+			r = rm_drv.cuEventCreate(&s->staging_done[i], CU_EVENT_DISABLE_TIMING);
+		if (r != CUDA_SUCCESS)
+			return r;
+		s->staging_size = STAGING_SIZE;
+	}
+	CUresult r = rm_drv.cuEventSynchronize(s->staging_done[i]);
+	*buf = s->staging[i];
+	return r;
+}
+
+/* Releases what the client holds, in an order the driver accepts: work
+ * drained first, then events, streams, modules and memory. */
+size_t rm_session_release_all(struct rm_session *s)
+{
+	static const uint32_t order[] = {RM_H_EVENT, RM_H_STREAM, RM_H_MODULE, RM_H_LIBRARY, RM_H_MEMORY};
+	size_t freed = 0;
+	CUcontext prev = s->thread_ctx;
+	if (s->nctx)
+		rm_drv.cuCtxSetCurrent(s->ctxs[0].ctx);
+	for (int i = 0; i < s->nctx; i++)
+		rm_drv.cuStreamSynchronize(s->ctxs[i].default_stream);
+	for (size_t i = 0; i < s->handles_cap; i++)
+		if (s->handles[i].kind == RM_H_STREAM)
+			rm_drv.cuStreamSynchronize((CUstream)(uintptr_t)s->handles[i].value);
+	for (size_t k = 0; k < sizeof(order) / sizeof(order[0]); k++)
+		for (size_t i = 0; i < s->handles_cap; i++) {
+			struct rm_handle *h = &s->handles[i];
+			if (h->kind != order[k])
+				continue;
+			void *p = (void *)(uintptr_t)h->value;
+			switch (h->kind) {
+			case RM_H_EVENT: rm_drv.cuEventDestroy_v2(p); break;
+			case RM_H_STREAM: rm_drv.cuStreamDestroy_v2(p); break;
+			case RM_H_MODULE: rm_drv.cuModuleUnload(p); break;
+			case RM_H_LIBRARY: if (rm_drv.cuLibraryUnload) rm_drv.cuLibraryUnload(p); break;
+			case RM_H_MEMORY: rm_drv.cuMemFree_v2(h->value); break;
+			}
+			freed++;
+		}
+	free(s->handles);
+	s->handles = NULL;
+	s->handles_cap = s->handles_used = s->handles_live = 0;
+	s->nranges = 0;
+	s->mem_bytes = 0;
+	rm_drv.cuCtxSetCurrent(prev);
+	return freed;
+}
+
+void rm_session_destroy(struct rm_session *s)
+{
+	size_t bytes = s->mem_bytes;
+	size_t freed = rm_session_release_all(s);
+	if (s->nctx)
+		rm_drv.cuCtxSetCurrent(s->ctxs[0].ctx);
+	for (int i = 0; i < RM_STAGING_BUFS; i++)
+		if (s->staging[i]) {
+			rm_drv.cuEventDestroy_v2(s->staging_done[i]);
+			rm_drv.cuMemFreeHost(s->staging[i]);
+		}
+	for (int i = 0; i < s->nctx; i++)
+		rm_drv.cuStreamDestroy_v2(s->ctxs[i].default_stream);
+	rm_drv.cuCtxSetCurrent(NULL);
+	rm_log(RM_LOG_INFO, "session %llu (%s, %s) closed: released %zu handles, %zu bytes of device memory",
+	       (unsigned long long)s->id, s->name, s->peer, freed, bytes);
+	rm_link_close(&s->link);
+	free(s->ranges);
+	free(s);
+}

@@ -1,0 +1,103 @@
+/* A client's session on the daemon: what it owns, and the checks that keep it to that. */
+#ifndef REMORA_SESSION_H
+#define REMORA_SESSION_H
+
+#include <cuda.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "link.h"
+
+enum rm_handle_kind {
+	RM_H_CONTEXT = 1,
+	RM_H_STREAM,
+	RM_H_EVENT,
+	RM_H_MODULE,
+	RM_H_FUNCTION,
+	RM_H_LIBRARY,
+	RM_H_KERNEL,
+	RM_H_MEMORY,  /* a device allocation: value is its base, size its length */
+	RM_H_GLOBAL,  /* a module's global: usable memory the client cannot free */
+};
+
+struct rm_handle {
+	uint64_t value;
+	uint64_t size;
+	uint64_t parent; /* the module of a function or global, else 0 */
+	uint32_t kind;
+};
+
+/* Per-context state of a session. */
+struct rm_session_ctx {
+	CUcontext ctx;
+	CUdevice dev;
+	CUstream default_stream; /* the client's NULL stream: a stream of its own */
+};
+
+#define RM_SESSION_MAX_CTX 16
+#define RM_STAGING_BUFS 2
+
+struct rm_session {
+	uint64_t id;
+	struct rm_link link;
+	char peer[64];
+	char name[64];
+	uint32_t pid;
+
+	struct rm_handle *handles; /* open-addressing table keyed by (kind, value) */
+	size_t handles_cap, handles_used, handles_live;
+	struct rm_handle *ranges; /* owned device memory, sorted by base, for range checks */
+	size_t nranges, ranges_cap;
+	uint64_t mem_bytes;
+
+	struct rm_session_ctx ctxs[RM_SESSION_MAX_CTX];
+	int nctx;
+	struct rm_session_ctx *cur; /* the context the current request names */
+	CUcontext thread_ctx;       /* the context current on this session's thread */
+
+	CUresult async_error; /* first error of an async call not reported yet */
+
+	void *staging[RM_STAGING_BUFS]; /* pinned buffers for copies, with an event each */
+	CUevent staging_done[RM_STAGING_BUFS];
+	size_t staging_size;
+	int staging_next;
+};
+
+struct rm_session *rm_session_new(const struct rm_transport *tp, struct rm_conn *conn);
+/* Frees everything the client owns; returns how many handles that was. */
+size_t rm_session_release_all(struct rm_session *s);
+/* Frees everything the client still owns, then the session. */
+void rm_session_destroy(struct rm_session *s);
+
+/* Makes the context a request names current on this thread; 0 means none. */
+CUresult rm_session_enter(struct rm_session *s, uint64_t ctx);
+
+/* Gives the real handle of wire value v, if the client owns one of that kind. */
+CUresult rm_session_use(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, void **out);
+/* Maps a stream value: 0, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD become the client's own default stream. */
+CUresult rm_session_stream(struct rm_session *s, uint64_t v, uint32_t frame_flags, CUstream *out);
+/* Checks that [ptr, ptr+len) lies inside one piece of memory the client owns. */
+CUresult rm_session_check_range(struct rm_session *s, uint64_t ptr, uint64_t len);
+/* Checks a device ordinal. */
+CUresult rm_session_device(struct rm_session *s, int ordinal, CUdevice *out);
+
+/* Records that the client now owns h (size: bytes of memory; parent: owning module). */
+void rm_session_own(struct rm_session *s, enum rm_handle_kind kind, const void *h, uint64_t parent);
+void rm_session_own_memory(struct rm_session *s, enum rm_handle_kind kind, uint64_t base, uint64_t size,
+			   uint64_t parent);
+/* Forgets h, and what h is the parent of. */
+void rm_session_disown(struct rm_session *s, enum rm_handle_kind kind, const void *h);
+void rm_session_disown_value(struct rm_session *s, enum rm_handle_kind kind, uint64_t v);
+/* Looks up an owned handle's record, or NULL. */
+const struct rm_handle *rm_session_find(struct rm_session *s, enum rm_handle_kind kind, uint64_t v);
+
+/* Registers a context the client retained, creating its default stream. */
+CUresult rm_session_add_ctx(struct rm_session *s, CUcontext ctx, CUdevice dev);
+
+/* Waits for every stream of the client in the current context. */
+CUresult rm_session_synchronize(struct rm_session *s);
+
+/* Pinned staging buffer i, waiting until the copy that used it last is done. */
+CUresult rm_session_staging(struct rm_session *s, int i, void **buf);
+
+#endif

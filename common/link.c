@@ -1,0 +1,100 @@
+#include "link.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LINK_RBUF (256u << 10)
+
+int rm_link_init(struct rm_link *l, const struct rm_transport *tp, struct rm_conn *conn)
+{
+	memset(l, 0, sizeof(*l));
+	l->rbuf = malloc(LINK_RBUF);
+	if (!l->rbuf)
+		return -ENOMEM;
+	l->tp = tp;
+	l->conn = conn;
+	l->rcap = LINK_RBUF;
+	return 0;
+}
+
+void rm_link_close(struct rm_link *l)
+{
+	if (l->conn)
+		l->tp->close(l->conn);
+	free(l->rbuf);
+	memset(l, 0, sizeof(*l));
+}
+
+int rm_link_read(struct rm_link *l, void *buf, size_t len)
+{
+	uint8_t *out = buf;
+	size_t have = l->rlen - l->rpos;
+	size_t take = have < len ? have : len;
+	memcpy(out, l->rbuf + l->rpos, take);
+	l->rpos += take;
+	out += take;
+	len -= take;
+	while (len > 0) {
+		ssize_t n;
+		if (len >= l->rcap / 2) { /* large: no copy through the buffer */
+			n = l->tp->recv_some(l->conn, out, len);
+			if (n < 0)
+				return (int)n;
+			out += n;
+			len -= (size_t)n;
+			continue;
+		}
+		n = l->tp->recv_some(l->conn, l->rbuf, l->rcap);
+		if (n < 0)
+			return (int)n;
+		l->rpos = 0;
+		l->rlen = (size_t)n;
+		take = l->rlen < len ? l->rlen : len;
+		memcpy(out, l->rbuf, take);
+		l->rpos = take;
+		out += take;
+		len -= take;
+	}
+	return 0;
+}
+
+int rm_link_skip(struct rm_link *l, uint64_t len)
+{
+	uint8_t scratch[4096];
+	while (len > 0) {
+		size_t n = len < sizeof(scratch) ? (size_t)len : sizeof(scratch);
+		int err = rm_link_read(l, scratch, n);
+		if (err)
+			return err;
+		len -= n;
+	}
+	return 0;
+}
+
+int rm_link_read_frame(struct rm_link *l, struct rm_frame *f)
+{
+	uint8_t hdr[RM_FRAME_LEN];
+	int err = rm_link_read(l, hdr, sizeof(hdr));
+	if (err)
+		return err;
+	return rm_frame_decode(hdr, f);
+}
+
+int rm_link_send(struct rm_link *l, const struct rm_frame *f, const void *msg,
+		 const struct iovec *bulk, int nbulk)
+{
+	uint8_t hdr[RM_FRAME_LEN];
+	struct iovec iov[8];
+	int n = 0;
+	if (nbulk > 6)
+		return -EINVAL;
+	rm_frame_encode(f, hdr);
+	iov[n++] = (struct iovec){hdr, sizeof(hdr)};
+	if (f->msg_len)
+		iov[n++] = (struct iovec){(void *)msg, f->msg_len};
+	for (int i = 0; i < nbulk; i++)
+		if (bulk[i].iov_len)
+			iov[n++] = bulk[i];
+	return l->tp->sendv(l->conn, iov, n);
+}

@@ -1,0 +1,32 @@
+/* A link: one transport connection with a read buffer, speaking frames (common/wire.h). */
+#ifndef REMORA_LINK_H
+#define REMORA_LINK_H
+
+#include "transport.h"
+#include "wire.h"
+
+#include <stdint.h>
+
+struct rm_link {
+	const struct rm_transport *tp;
+	struct rm_conn *conn;
+	uint8_t *rbuf;
+	size_t rpos, rlen, rcap;
+};
+
+int rm_link_init(struct rm_link *l, const struct rm_transport *tp, struct rm_conn *conn);
+/* Closes the connection and frees the buffer. */
+void rm_link_close(struct rm_link *l);
+
+/* Reads exactly len bytes (from the buffer first, large reads straight into buf). */
+int rm_link_read(struct rm_link *l, void *buf, size_t len);
+/* Reads and discards len bytes. */
+int rm_link_skip(struct rm_link *l, uint64_t len);
+/* Reads and checks one frame header. -EPROTO for a malformed one. */
+int rm_link_read_frame(struct rm_link *l, struct rm_frame *f);
+
+/* Sends a frame: header, msg (f->msg_len bytes) and the bulk iovecs (f->bulk_len bytes in all). */
+int rm_link_send(struct rm_link *l, const struct rm_frame *f, const void *msg,
+		 const struct iovec *bulk, int nbulk);
+
+#endif

@@ -1,0 +1,49 @@
+/* Remora wire framing: what travels on every transport (docs/protocol.md). */
+#ifndef REMORA_WIRE_H
+#define REMORA_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define RM_WIRE_MAGIC 0x524d5231u /* "RMR1" */
+#define RM_PROTOCOL_VERSION 1u
+
+/* Bounds checked before anything is allocated. */
+#define RM_MAX_MSG_LEN (1u << 20)          /* protobuf part of one frame */
+#define RM_MAX_BULK_LEN (1ull << 40)       /* bulk part; each op bounds it further */
+#define RM_MAX_IMAGE_LEN (1ull << 30)      /* a module image */
+#define RM_MAX_OUT_BUF (1u << 16)          /* an out[LEN] buffer of a generated call */
+
+/* Frame flags. */
+enum {
+	RM_F_REPLY = 1u << 0,      /* daemon to client */
+	RM_F_ASYNC = 1u << 1,      /* request that expects no reply */
+	RM_F_PER_THREAD = 1u << 2, /* the call came through a _ptds/_ptsz entry point */
+};
+
+/* Reserved opcodes below the generated ones (proto/api.spec starts at 1). */
+enum {
+	RM_OP_HELLO = 0,
+};
+
+/* Every frame: this header, then msg_len bytes of protobuf, then bulk_len raw bytes.
+ * All fields little-endian. A reply carries the request's seq and opcode. */
+struct rm_frame {
+	uint32_t magic;
+	uint32_t op;
+	uint64_t seq;
+	uint32_t msg_len;
+	uint32_t flags;
+	uint64_t bulk_len;
+	uint64_t ctx;         /* request: the client's current context (0: none) */
+	int32_t result;       /* reply: the call's CUresult */
+	int32_t async_result; /* reply: first error of earlier async calls, then cleared */
+};
+
+#define RM_FRAME_LEN 48
+
+void rm_frame_encode(const struct rm_frame *f, uint8_t out[RM_FRAME_LEN]);
+/* Decodes and checks magic and the protobuf bound; returns 0 or -EPROTO. */
+int rm_frame_decode(const uint8_t in[RM_FRAME_LEN], struct rm_frame *f);
+
+#endif

@@ -1,0 +1,59 @@
+/* The client library's internal interface: calls to the daemon, and state shared by its files. */
+#ifndef REMORA_CLIENT_H
+#define REMORA_CLIENT_H
+
+#include <cuda.h>
+#include <cudaProfiler.h>
+#include <protobuf-c/protobuf-c.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "api_ops.h"
+#include "log.h"
+#include "wire.h"
+
+#define RM_EXPORT __attribute__((visibility("default")))
+
+/* One call to the daemon. */
+struct rm_rpc_call {
+	uint32_t op;
+	const ProtobufCMessage *req;
+	const struct iovec *bulk_out; /* sent after the message, straight from the caller's memory */
+	int nbulk_out;
+	void *bulk_in;                /* the reply's bulk is read straight into this */
+	size_t bulk_in_len;           /* and must be exactly this long */
+	const ProtobufCMessageDescriptor *rep_desc;
+	ProtobufCMessage *rep;        /* out: unpacked reply, free with rm_rpc_free */
+};
+
+/* Sends the call; unless its op is async, waits for the reply. Returns the
+ * call's CUresult, an earlier async call's error at a synchronizing call, or
+ * CUDA_ERROR_DEVICE_UNAVAILABLE once the connection is lost. */
+CUresult rm_rpc(struct rm_rpc_call *c);
+/* rm_rpc without bulk data. */
+CUresult rm_rpc_simple(uint32_t op, const ProtobufCMessage *req,
+		       const ProtobufCMessageDescriptor *rep_desc, ProtobufCMessage **rep);
+void rm_rpc_free(ProtobufCMessage *rep);
+
+/* Connects and greets the daemon once per process; later calls give the first outcome. */
+CUresult rm_connect_once(void);
+/* The GPU host's driver version, known after rm_connect_once. */
+int rm_remote_driver_version(void);
+
+/* What every unsupported entry point returns, logging its name once. */
+CUresult rm_unsupported(const char *name);
+
+/* Brackets a call made through a _ptds/_ptsz entry point. */
+void rm_per_thread_enter(void);
+void rm_per_thread_leave(void);
+int rm_per_thread_active(void);
+
+/* The calling thread's current context (0 when none). */
+CUcontext rm_ctx_current(void);
+/* Remembers ctx as a context of device dev, handed out by the daemon. */
+void rm_ctx_known(CUcontext ctx, CUdevice dev);
+
+/* Library-wide set-up: logging. Idempotent. */
+void rm_client_init(void);
+
+#endif

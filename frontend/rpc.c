@@ -1,0 +1,339 @@
+/* Calls to the daemon: one connection per process, async calls batched. */
+#include "client.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "link.h"
+#include "remora.pb-c.h"
+
+#define DEFAULT_SERVER "127.0.0.1:7700"
+#define CONNECT_TIMEOUT_MS 5000
+#define BATCH_CAP (1u << 20)
+#define BATCH_FLUSH_AT (64u << 10)  /* flush async calls once this much is queued */
+#define BATCH_INLINE_BULK (16u << 10) /* async bulk up to this size is copied into the batch */
+#define FLUSH_DELAY_NS 50000          /* async calls wait at most this long for company */
+
+static pthread_mutex_t rpc_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t batch_cond = PTHREAD_COND_INITIALIZER;
+static pthread_once_t connect_once = PTHREAD_ONCE_INIT;
+static struct rm_link conn_link;
+static int connected;
+static CUresult connect_result = CUDA_ERROR_NOT_INITIALIZED;
+static int driver_version;
+static uint64_t next_seq = 1;
+static uint8_t *batch;
+static size_t batch_len;
+static __thread int per_thread_depth;
+
+static void client_init_once(void)
+{
+	rm_log_init("remora", RM_LOG_ERROR);
+}
+
+void rm_client_init(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, client_init_once);
+}
+
+void rm_per_thread_enter(void) { per_thread_depth++; }
+void rm_per_thread_leave(void) { per_thread_depth--; }
+int rm_per_thread_active(void) { return per_thread_depth > 0; }
+
+int rm_remote_driver_version(void) { return driver_version; }
+
+CUresult rm_unsupported(const char *name)
+{
+	/* One line per name: a small set of names seen, guarded by a lock. */
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static const char *seen[256];
+	static int nseen;
+	rm_client_init();
+	pthread_mutex_lock(&lock);
+	int known = 0;
+	for (int i = 0; i < nseen && !known; i++)
+		known = seen[i] == name;
+	if (!known && nseen < 256)
+		seen[nseen++] = name;
+	pthread_mutex_unlock(&lock);
+	if (!known)
+		rm_log(RM_LOG_WARN, "%s is not supported by Remora: returning CUDA_ERROR_NOT_SUPPORTED", name);
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* Drops the connection after a transport error; every later call fails fast. */
+static CUresult lost(const char *what, int err)
+{
+	if (connected) {
+		fprintf(stderr, "remora: connection to the GPU server lost (%s: %s)\n", what, strerror(-err));
+		conn_link.tp->shutdown(conn_link.conn);
+	}
+	connected = 0;
+	connect_result = CUDA_ERROR_DEVICE_UNAVAILABLE;
+	return CUDA_ERROR_DEVICE_UNAVAILABLE;
+}
+
+static int flush_locked(const struct iovec *extra, int nextra)
+{
+	struct iovec iov[8];
+	int n = 0;
+	if (batch_len)
+		iov[n++] = (struct iovec){batch, batch_len};
+	for (int i = 0; i < nextra && n < 8; i++)
+		if (extra[i].iov_len)
+			iov[n++] = extra[i];
+	if (!n)
+		return 0;
+	batch_len = 0;
+	return conn_link.tp->sendv(conn_link.conn, iov, n);
+}
+
+static void *flusher_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&rpc_lock);
+	for (;;) {
+		while (connected && !batch_len)
+			pthread_cond_wait(&batch_cond, &rpc_lock);
+		if (!connected)
+			break;
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += FLUSH_DELAY_NS;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&batch_cond, &rpc_lock, &ts);
+		if (connected && batch_len) {
+			int err = flush_locked(NULL, 0);
+			if (err)
+				lost("send", err);
+		}
+	}
+	pthread_mutex_unlock(&rpc_lock);
+	return NULL;
+}
+
+/* Appends a frame with its message (and, when it fits, its bulk) to the batch. */
+static int append_locked(const struct rm_frame *f, const ProtobufCMessage *req, const struct iovec *bulk,
+			 int nbulk, int inline_bulk)
+{
+	size_t need = RM_FRAME_LEN + f->msg_len + (inline_bulk ? f->bulk_len : 0);
+	if (batch_len + need > BATCH_CAP) {
+		int err = flush_locked(NULL, 0);
+		if (err)
+			return err;
+	}
+	if (need > BATCH_CAP)
+		return -EMSGSIZE;
+	rm_frame_encode(f, batch + batch_len);
+	batch_len += RM_FRAME_LEN;
+	if (req)
+		batch_len += protobuf_c_message_pack(req, batch + batch_len);
+	if (inline_bulk)
+		for (int i = 0; i < nbulk; i++) {
+			memcpy(batch + batch_len, bulk[i].iov_base, bulk[i].iov_len);
+			batch_len += bulk[i].iov_len;
+		}
+	return 0;
+}
+
+static CUresult do_connect(void)
+{
+	const char *server = getenv("REMORA_SERVER");
+	if (!server || !*server)
+		server = DEFAULT_SERVER;
+	const char *addr;
+	const struct rm_transport *tp = rm_transport_for(server, &addr);
+	if (!tp) {
+		fprintf(stderr, "remora: REMORA_SERVER=%s names an unknown transport\n", server);
+		return CUDA_ERROR_NO_DEVICE;
+	}
+	struct rm_conn *conn;
+	int err = tp->dial(addr, CONNECT_TIMEOUT_MS, &conn);
+	if (err) {
+		fprintf(stderr, "remora: cannot reach the GPU server at %s (%s); start remorad there or set REMORA_SERVER=host:port\n",
+			server, strerror(-err));
+		return CUDA_ERROR_NO_DEVICE;
+	}
+	if (rm_link_init(&conn_link, tp, conn)) {
+		tp->close(conn);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	batch = malloc(BATCH_CAP);
+	if (!batch) {
+		rm_link_close(&conn_link);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+
+	char name[64] = "?";
+	FILE *f = fopen("/proc/self/comm", "r");
+	if (f) {
+		if (fgets(name, sizeof(name), f))
+			name[strcspn(name, "\n")] = 0;
+		fclose(f);
+	}
+	const char *token = getenv("REMORA_TOKEN");
+	Remora__Hello hello = REMORA__HELLO__INIT;
+	hello.protocol_version = RM_PROTOCOL_VERSION;
+	hello.cuda_version = CUDA_VERSION;
+	hello.client_name = name;
+	hello.pid = (uint32_t)getpid();
+	if (token) {
+		hello.credential.data = (uint8_t *)token;
+		hello.credential.len = strlen(token);
+	}
+	connected = 1;
+	Remora__HelloReply *rep = NULL;
+	CUresult r = rm_rpc_simple(RM_OP_HELLO, &hello.base, &remora__hello_reply__descriptor, (ProtobufCMessage **)&rep);
+	if (r != CUDA_SUCCESS) {
+		fprintf(stderr, "remora: the GPU server at %s refused this client: %s\n", server,
+			rep && rep->error && *rep->error ? rep->error : "handshake failed");
+		rm_rpc_free(rep ? &rep->base : NULL);
+		connected = 0;
+		return r == CUDA_ERROR_DEVICE_UNAVAILABLE ? CUDA_ERROR_NO_DEVICE : r;
+	}
+	driver_version = rep->driver_version;
+	rm_log(RM_LOG_INFO, "connected to %s, session %llu, driver %d", server,
+	       (unsigned long long)rep->session_id, driver_version);
+	rm_rpc_free(&rep->base);
+	pthread_t t;
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &attr, flusher_main, NULL))
+		rm_log(RM_LOG_WARN, "no flusher thread: async calls go out at the next synchronizing call");
+	pthread_attr_destroy(&attr);
+	return CUDA_SUCCESS;
+}
+
+static void connect_body(void)
+{
+	rm_client_init();
+	connect_result = do_connect();
+}
+
+CUresult rm_connect_once(void)
+{
+	pthread_once(&connect_once, connect_body);
+	return connect_result;
+}
+
+CUresult rm_rpc(struct rm_rpc_call *c)
+{
+	if (c->op != RM_OP_HELLO) {
+		CUresult r = rm_connect_once();
+		if (r != CUDA_SUCCESS)
+			return r;
+	}
+	uint64_t bulk_len = 0;
+	for (int i = 0; i < c->nbulk_out; i++)
+		bulk_len += c->bulk_out[i].iov_len;
+	uint32_t flags = c->op < RM_OP_LIMIT ? rm_op_flags[c->op] & RM_OPF_ASYNC : 0;
+	struct rm_frame f = {
+		.magic = RM_WIRE_MAGIC,
+		.op = c->op,
+		.msg_len = c->req ? (uint32_t)protobuf_c_message_get_packed_size(c->req) : 0,
+		.flags = flags | (rm_per_thread_active() ? RM_F_PER_THREAD : 0),
+		.bulk_len = bulk_len,
+		.ctx = (uint64_t)(uintptr_t)rm_ctx_current(),
+	};
+	c->rep = NULL;
+	if (f.msg_len > RM_MAX_MSG_LEN)
+		return CUDA_ERROR_INVALID_VALUE;
+
+	pthread_mutex_lock(&rpc_lock);
+	CUresult result;
+	if (!connected) {
+		result = CUDA_ERROR_DEVICE_UNAVAILABLE;
+		goto out;
+	}
+	f.seq = next_seq++;
+	int inline_bulk = bulk_len <= BATCH_INLINE_BULK;
+	int err = append_locked(&f, c->req, c->bulk_out, c->nbulk_out, inline_bulk);
+	if (!err && (!(flags & RM_F_ASYNC) || !inline_bulk || batch_len >= BATCH_FLUSH_AT))
+		err = flush_locked(inline_bulk ? NULL : c->bulk_out, inline_bulk ? 0 : c->nbulk_out);
+	if (err) {
+		result = lost("send", err);
+		goto out;
+	}
+	if (flags & RM_F_ASYNC) {
+		if (batch_len)
+			pthread_cond_signal(&batch_cond);
+		result = CUDA_SUCCESS;
+		goto out;
+	}
+
+	struct rm_frame rf;
+	err = rm_link_read_frame(&conn_link, &rf);
+	if (err) {
+		result = lost("receive", err);
+		goto out;
+	}
+	if (!(rf.flags & RM_F_REPLY) || rf.seq != f.seq || rf.op != f.op) {
+		result = lost("reply out of order", -EPROTO);
+		goto out;
+	}
+	uint8_t small[512];
+	uint8_t *msg = rf.msg_len <= sizeof(small) ? small : malloc(rf.msg_len);
+	if (!msg || (err = rm_link_read(&conn_link, msg, rf.msg_len))) {
+		if (msg != small)
+			free(msg);
+		result = lost("receive", err ? err : -ENOMEM);
+		goto out;
+	}
+	if (rf.bulk_len) {
+		if (rf.bulk_len != c->bulk_in_len || !c->bulk_in)
+			err = -EPROTO;
+		else
+			err = rm_link_read(&conn_link, c->bulk_in, c->bulk_in_len);
+		if (err) {
+			if (msg != small)
+				free(msg);
+			result = lost("receive bulk", err);
+			goto out;
+		}
+	}
+	if (c->rep_desc) {
+		c->rep = protobuf_c_message_unpack(c->rep_desc, NULL, rf.msg_len, msg);
+		if (!c->rep) {
+			if (msg != small)
+				free(msg);
+			result = lost("malformed reply", -EPROTO);
+			goto out;
+		}
+	}
+	if (msg != small)
+		free(msg);
+	result = (CUresult)rf.result;
+	if (result == CUDA_SUCCESS && rf.async_result)
+		result = (CUresult)rf.async_result;
+out:
+	pthread_mutex_unlock(&rpc_lock);
+	return result;
+}
+
+CUresult rm_rpc_simple(uint32_t op, const ProtobufCMessage *req,
+		       const ProtobufCMessageDescriptor *rep_desc, ProtobufCMessage **rep)
+{
+	struct rm_rpc_call c = {.op = op, .req = req, .rep_desc = rep_desc};
+	CUresult r = rm_rpc(&c);
+	if (rep)
+		*rep = c.rep;
+	else
+		rm_rpc_free(c.rep);
+	return r;
+}
+
+void rm_rpc_free(ProtobufCMessage *rep)
+{
+	if (rep)
+		protobuf_c_message_free_unpacked(rep, NULL);
+}

@@ -1,0 +1,276 @@
+/* TCP transport: one stream socket per connection, Nagle off. */
+#include "transport.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+struct rm_conn {
+	int fd;
+	char peer[64];
+};
+
+struct rm_listener {
+	int fd;
+};
+
+/* Splits host:port ([v6]:port too) into its parts. */
+static int split_addr(const char *addr, char *host, size_t hostlen, char *port, size_t portlen)
+{
+	const char *colon = strrchr(addr, ':');
+	if (!colon || !colon[1])
+		return -EINVAL;
+	const char *h = addr;
+	size_t n = (size_t)(colon - addr);
+	if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
+		h++;
+		n -= 2;
+	}
+	if (n >= hostlen || strlen(colon + 1) >= portlen)
+		return -EINVAL;
+	memcpy(host, h, n);
+	host[n] = 0;
+	strcpy(port, colon + 1);
+	return 0;
+}
+
+static int resolve(const char *addr, int passive, struct addrinfo **res)
+{
+	char host[256], port[16];
+	int err = split_addr(addr, host, sizeof(host), port, sizeof(port));
+	if (err)
+		return err;
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				 .ai_flags = passive ? AI_PASSIVE : 0};
+	if (getaddrinfo(host[0] ? host : NULL, port, &hints, res))
+		return -EHOSTUNREACH;
+	return 0;
+}
+
+static void tune(int fd)
+{
+	int one = 1, buf = 4 << 20;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+}
+
+static struct rm_conn *conn_new(int fd)
+{
+	struct rm_conn *c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	c->fd = fd;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char host[48] = "?", port[8] = "?";
+	if (!getpeername(fd, (struct sockaddr *)&ss, &sl))
+		getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
+			    NI_NUMERICHOST | NI_NUMERICSERV);
+	snprintf(c->peer, sizeof(c->peer), "%s:%s", host, port);
+	return c;
+}
+
+/* Connects with a deadline: non-blocking connect, then poll. */
+static int connect_one(const struct addrinfo *ai, int timeout_ms)
+{
+	int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+	if (fd < 0)
+		return -errno;
+	int err = 0;
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+		if (errno != EINPROGRESS) {
+			err = -errno;
+		} else {
+			struct pollfd p = {.fd = fd, .events = POLLOUT};
+			int n = poll(&p, 1, timeout_ms);
+			socklen_t len = sizeof(err);
+			if (n == 0)
+				err = -ETIMEDOUT;
+			else if (n < 0)
+				err = -errno;
+			else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+				err = -errno;
+			else
+				err = -err;
+		}
+	}
+	if (err) {
+		close(fd);
+		return err;
+	}
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+	tune(fd);
+	return fd;
+}
+
+static int tcp_dial(const char *addr, int timeout_ms, struct rm_conn **out)
+{
+	struct addrinfo *res;
+	int err = resolve(addr, 0, &res);
+	if (err)
+		return err;
+	int fd = -ECONNREFUSED;
+	for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next)
+		fd = connect_one(ai, timeout_ms);
+	freeaddrinfo(res);
+	if (fd < 0)
+		return fd;
+	*out = conn_new(fd);
+	if (!*out) {
+		close(fd);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static int tcp_listen(const char *addr, struct rm_listener **out)
+{
+	struct addrinfo *res;
+	int err = resolve(addr, 1, &res);
+	if (err)
+		return err;
+	int fd = -1;
+	err = -EADDRNOTAVAIL;
+	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+		if (fd < 0)
+			continue;
+		int one = 1;
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0)
+			break;
+		err = -errno;
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(res);
+	if (fd < 0)
+		return err;
+	struct rm_listener *l = calloc(1, sizeof(*l));
+	if (!l) {
+		close(fd);
+		return -ENOMEM;
+	}
+	l->fd = fd;
+	*out = l;
+	return 0;
+}
+
+static int tcp_listener_addr(struct rm_listener *l, char *buf, size_t len)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char host[48], port[8];
+	if (getsockname(l->fd, (struct sockaddr *)&ss, &sl) < 0)
+		return -errno;
+	if (getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
+			NI_NUMERICHOST | NI_NUMERICSERV))
+		return -EINVAL;
+	snprintf(buf, len, strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, port);
+	return 0;
+}
+
+static int tcp_accept(struct rm_listener *l, struct rm_conn **out)
+{
+	int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	tune(fd);
+	*out = conn_new(fd);
+	if (!*out) {
+		close(fd);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static void tcp_listener_close(struct rm_listener *l)
+{
+	close(l->fd);
+	free(l);
+}
+
+static int tcp_sendv(struct rm_conn *c, const struct iovec *iov_in, int iovcnt)
+{
+	struct iovec iov[64];
+	while (iovcnt > 0) {
+		int n = iovcnt < 64 ? iovcnt : 64;
+		memcpy(iov, iov_in, (size_t)n * sizeof(*iov));
+		struct iovec *v = iov;
+		int left = n;
+		while (left > 0) {
+			struct msghdr mh = {.msg_iov = v, .msg_iovlen = (size_t)left};
+			ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+			if (w < 0) {
+				if (errno == EINTR)
+					continue;
+				return -errno;
+			}
+			while (left > 0 && (size_t)w >= v->iov_len) {
+				w -= (ssize_t)v->iov_len;
+				v++;
+				left--;
+			}
+			if (left > 0) {
+				v->iov_base = (char *)v->iov_base + w;
+				v->iov_len -= (size_t)w;
+			}
+		}
+		iov_in += n;
+		iovcnt -= n;
+	}
+	return 0;
+}
+
+static ssize_t tcp_recv_some(struct rm_conn *c, void *buf, size_t len)
+{
+	for (;;) {
+		ssize_t r = recv(c->fd, buf, len, 0);
+		if (r > 0)
+			return r;
+		if (r == 0)
+			return -ECONNRESET;
+		if (errno != EINTR)
+			return -errno;
+	}
+}
+
+static void tcp_shutdown(struct rm_conn *c)
+{
+	shutdown(c->fd, SHUT_RDWR);
+}
+
+static const char *tcp_peer(struct rm_conn *c)
+{
+	return c->peer;
+}
+
+static void tcp_close(struct rm_conn *c)
+{
+	close(c->fd);
+	free(c);
+}
+
+const struct rm_transport rm_transport_tcp = {
+	.scheme = "tcp",
+	.dial = tcp_dial,
+	.listen = tcp_listen,
+	.listener_addr = tcp_listener_addr,
+	.accept = tcp_accept,
+	.listener_close = tcp_listener_close,
+	.sendv = tcp_sendv,
+	.recv_some = tcp_recv_some,
+	.shutdown = tcp_shutdown,
+	.peer = tcp_peer,
+	.close = tcp_close,
+};

@@ -1,0 +1,24 @@
+#include "transport.h"
+
+#include <string.h>
+
+static const struct rm_transport *const transports[] = {
+	&rm_transport_tcp,
+};
+
+const struct rm_transport *rm_transport_for(const char *url, const char **addr)
+{
+	const char *sep = strstr(url, "://");
+	if (!sep) {
+		*addr = url;
+		return &rm_transport_tcp;
+	}
+	for (size_t i = 0; i < sizeof(transports) / sizeof(transports[0]); i++) {
+		size_t n = strlen(transports[i]->scheme);
+		if ((size_t)(sep - url) == n && !strncmp(url, transports[i]->scheme, n)) {
+			*addr = sep + 3;
+			return transports[i];
+		}
+	}
+	return NULL;
+}

@@ -1,0 +1,50 @@
+/* Transports: how frames move between the client library and remorad.
+ *
+ * A transport is an ops table. Every op returns 0 (or a byte count) on success
+ * and -errno on failure; none keeps a pointer to a caller's buffer after it
+ * returns. A connection is used by one thread at a time (callers serialise).
+ */
+#ifndef REMORA_TRANSPORT_H
+#define REMORA_TRANSPORT_H
+
+#include <stddef.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+struct rm_conn;
+struct rm_listener;
+
+struct rm_transport {
+	const char *scheme; /* the address prefix, e.g. "tcp" in tcp://host:port */
+
+	/* Connects to addr (host:port). Blocks until connected, refused, or timeout_ms passed. */
+	int (*dial)(const char *addr, int timeout_ms, struct rm_conn **out);
+
+	/* Binds and listens on addr (host:port; port 0 picks one). */
+	int (*listen)(const char *addr, struct rm_listener **out);
+	/* Writes the bound address as host:port into buf. */
+	int (*listener_addr)(struct rm_listener *l, char *buf, size_t len);
+	/* Blocks until a client connects. -EINTR/-ECONNABORTED are transient. */
+	int (*accept)(struct rm_listener *l, struct rm_conn **out);
+	void (*listener_close)(struct rm_listener *l);
+
+	/* Writes every byte of iov. Blocks until all is handed to the transport;
+	 * the buffers are the caller's again when it returns. */
+	int (*sendv)(struct rm_conn *c, const struct iovec *iov, int iovcnt);
+	/* Reads at least 1 and at most len bytes. Blocks until some arrive.
+	 * Returns the count, or -ECONNRESET once the peer has closed. */
+	ssize_t (*recv_some)(struct rm_conn *c, void *buf, size_t len);
+	/* Unblocks any thread inside recv_some/sendv of c; they return an error. */
+	void (*shutdown)(struct rm_conn *c);
+	/* Describes the peer for log lines. */
+	const char *(*peer)(struct rm_conn *c);
+	void (*close)(struct rm_conn *c);
+};
+
+extern const struct rm_transport rm_transport_tcp;
+
+/* Picks the transport for url ("tcp://host:port" or plain "host:port") and
+ * points *addr at the part after the scheme. NULL for an unknown scheme. */
+const struct rm_transport *rm_transport_for(const char *url, const char **addr);
+
+#endif
