@@ -1,0 +1,220 @@
+/* The built-in kernel catalogue: CPU versions of tests/programs/kernels.cu,
+ * found by the kernels' (extern "C") names.
+ *
+ * A body runs the whole grid at once.  The element-wise kernels are
+ * grid-stride loops on the GPU, so any launch covers all n elements; the
+ * reduction is computed as its mathematical result.  Every body first checks
+ * that the memory it would touch lies inside allocations, and reports
+ * CUDA_ERROR_ILLEGAL_ADDRESS otherwise, as a faulting GPU kernel would.
+ *
+ * Parameters are packed as a GPU kernel's are: each at the next offset
+ * aligned to its own size.
+ */
+#include "testdriver.h"
+
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+struct arg_reader { const unsigned char *args; size_t offset; };
+
+static void next_arg(struct arg_reader *r, void *out, size_t size)
+{
+	r->offset = (r->offset + size - 1) / size * size;
+	memcpy(out, r->args + r->offset, size);
+	r->offset += size;
+}
+
+static bool span_ok(const void *p, long long count, size_t element)
+{
+	return count <= 0 || td_device_range_ok(p, (size_t)count * element);
+}
+
+static CUresult run_vec_add(const struct td_launch_shape *shape, const unsigned char *args)
+{
+	(void)shape;
+	struct arg_reader r = { args, 0 };
+	const float *a, *b;
+	float *c;
+	int n;
+	next_arg(&r, &a, sizeof a), next_arg(&r, &b, sizeof b), next_arg(&r, &c, sizeof c), next_arg(&r, &n, sizeof n);
+	if (!span_ok(a, n, 4) || !span_ok(b, n, 4) || !span_ok(c, n, 4))
+		return CUDA_ERROR_ILLEGAL_ADDRESS;
+	for (int i = 0; i < n; i++)
+		c[i] = a[i] + b[i];
+	return CUDA_SUCCESS;
+}
+
+static CUresult run_scale_array(const struct td_launch_shape *shape, const unsigned char *args)
+{
+	(void)shape;
+	struct arg_reader r = { args, 0 };
+	float *x, s;
+	int n;
+	next_arg(&r, &x, sizeof x), next_arg(&r, &s, sizeof s), next_arg(&r, &n, sizeof n);
+	if (!span_ok(x, n, 4))
+		return CUDA_ERROR_ILLEGAL_ADDRESS;
+	for (int i = 0; i < n; i++)
+		x[i] *= s;
+	return CUDA_SUCCESS;
+}
+
+static CUresult run_fill_u32(const struct td_launch_shape *shape, const unsigned char *args)
+{
+	(void)shape;
+	struct arg_reader r = { args, 0 };
+	unsigned *x, v;
+	int n;
+	next_arg(&r, &x, sizeof x), next_arg(&r, &v, sizeof v), next_arg(&r, &n, sizeof n);
+	if (!span_ok(x, n, 4))
+		return CUDA_ERROR_ILLEGAL_ADDRESS;
+	for (int i = 0; i < n; i++)
+		x[i] = v;
+	return CUDA_SUCCESS;
+}
+
+static CUresult run_reduce_sum(const struct td_launch_shape *shape, const unsigned char *args)
+{
+	(void)shape;
+	struct arg_reader r = { args, 0 };
+	const int *in;
+	unsigned long long *out, sum = 0;
+	int n;
+	next_arg(&r, &in, sizeof in), next_arg(&r, &out, sizeof out), next_arg(&r, &n, sizeof n);
+	if (!span_ok(in, n, 4) || !span_ok(out, 1, sizeof *out))
+		return CUDA_ERROR_ILLEGAL_ADDRESS;
+	for (int i = 0; i < n; i++)
+		sum += (unsigned long long)(long long)in[i];
+	*out += sum;
+	return CUDA_SUCCESS;
+}
+
+/* Same fmaf chain per element as the tiled GPU kernel: ascending k from 0. */
+static CUresult run_matmul_tiled(const struct td_launch_shape *shape, const unsigned char *args)
+{
+	(void)shape;
+	struct arg_reader r = { args, 0 };
+	const float *A, *B;
+	float *C;
+	int n;
+	next_arg(&r, &A, sizeof A), next_arg(&r, &B, sizeof B), next_arg(&r, &C, sizeof C), next_arg(&r, &n, sizeof n);
+	long long elements = (long long)n * n;
+	if (n > 0 && (!span_ok(A, elements, 4) || !span_ok(B, elements, 4) || !span_ok(C, elements, 4)))
+		return CUDA_ERROR_ILLEGAL_ADDRESS;
+	for (int row = 0; row < n; row++) {
+		for (int col = 0; col < n; col++) {
+			float acc = 0.0f;
+			for (int k = 0; k < n; k++)
+				acc = fmaf(A[(size_t)row * n + k], B[(size_t)k * n + col], acc);
+			C[(size_t)row * n + col] = acc;
+		}
+	}
+	return CUDA_SUCCESS;
+}
+
+static CUresult run_spin_fma(const struct td_launch_shape *shape, const unsigned char *args)
+{
+	(void)shape;
+	struct arg_reader r = { args, 0 };
+	float *out;
+	long long iters;
+	next_arg(&r, &out, sizeof out), next_arg(&r, &iters, sizeof iters);
+	if (!span_ok(out, 1, sizeof *out))
+		return CUDA_ERROR_ILLEGAL_ADDRESS;
+	float x = 1.0f;
+	for (long long i = 0; i < iters; i++) {
+		x = fmaf(x, 0.999999f, 1e-7f);
+		x = fmaf(x, 0.999999f, 1e-7f);
+		x = fmaf(x, 0.999999f, 1e-7f);
+		x = fmaf(x, 0.999999f, 1e-7f);
+	}
+	out[0] = x;
+	return CUDA_SUCCESS;
+}
+
+static CUresult run_sleep_ns(const struct td_launch_shape *shape, const unsigned char *args)
+{
+	(void)shape;
+	struct arg_reader r = { args, 0 };
+	unsigned long long ns;
+	next_arg(&r, &ns, sizeof ns);
+	struct timespec left = { (time_t)(ns / 1000000000u), (long)(ns % 1000000000u) };
+	while (nanosleep(&left, &left) != 0)
+		;
+	return CUDA_SUCCESS;
+}
+
+static CUresult run_empty_kernel(const struct td_launch_shape *shape, const unsigned char *args)
+{
+	(void)shape, (void)args;
+	return CUDA_SUCCESS;
+}
+
+static CUresult run_fault_kernel(const struct td_launch_shape *shape, const unsigned char *args)
+{
+	(void)shape;
+	struct arg_reader r = { args, 0 };
+	int *p;
+	next_arg(&r, &p, sizeof p);
+	if (!span_ok(p, 1, sizeof *p))
+		return CUDA_ERROR_ILLEGAL_ADDRESS;
+	*p = 1;
+	return CUDA_SUCCESS;
+}
+
+#define P 8 /* a pointer parameter */
+static const struct td_kernel catalogue[] = {
+	{ "vecAdd", 4, { P, P, P, 4 }, 0, 16, run_vec_add },
+	{ "scaleArray", 3, { P, 4, 4 }, 0, 10, run_scale_array },
+	{ "fillU32", 3, { P, 4, 4 }, 0, 10, run_fill_u32 },
+	{ "reduceSum", 3, { P, P, 4 }, 8192, 18, run_reduce_sum },
+	{ "matmulTiled", 4, { P, P, P, 4 }, 2048, 32, run_matmul_tiled },
+	{ "spinFma", 2, { P, 8 }, 0, 12, run_spin_fma },
+	{ "sleepNs", 1, { 8 }, 0, 10, run_sleep_ns },
+	{ "emptyKernel", 0, { 0 }, 0, 4, run_empty_kernel },
+	{ "faultKernel", 1, { P }, 0, 8, run_fault_kernel },
+};
+#undef P
+
+static const unsigned kernels_magic = 0x52454d4fu;
+static const struct td_global globals[] = {
+	{ "kernelsMagic", sizeof kernels_magic, &kernels_magic },
+};
+
+const struct td_kernel *td_kernel_at(size_t index)
+{
+	return index < sizeof catalogue / sizeof catalogue[0] ? &catalogue[index] : NULL;
+}
+
+const struct td_kernel *td_find_kernel(const char *name)
+{
+	for (const struct td_kernel *k = catalogue; k < catalogue + sizeof catalogue / sizeof catalogue[0]; k++)
+		if (strcmp(k->name, name) == 0)
+			return k;
+	return NULL;
+}
+
+const struct td_global *td_global_at(size_t index)
+{
+	return index < sizeof globals / sizeof globals[0] ? &globals[index] : NULL;
+}
+
+size_t td_param_offset(const struct td_kernel *k, unsigned index)
+{
+	size_t offset = 0;
+	for (unsigned i = 0; i <= index && i < k->param_count; i++) {
+		size_t size = k->param_size[i];
+		offset = (offset + size - 1) / size * size;
+		if (i < index)
+			offset += size;
+	}
+	return offset;
+}
+
+size_t td_args_size(const struct td_kernel *k)
+{
+	if (k->param_count == 0)
+		return 0;
+	unsigned last = k->param_count - 1;
+	return td_param_offset(k, last) + k->param_size[last];
+}

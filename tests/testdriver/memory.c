@@ -1,0 +1,279 @@
+/* Memory: device memory is host memory from aligned allocations, tracked in
+ * one table so that pointers can be checked and the device total enforced. */
+#include "testdriver.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct td_alloc *allocs;       /* guarded by td_lock */
+static size_t alloc_count, alloc_capacity;
+static size_t device_used[TD_MAX_DEVICES];
+static uint64_t next_buffer_id = 1;
+
+static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+static size_t page_size(void)
+{
+	long size = sysconf(_SC_PAGESIZE);
+	return size > 0 ? (size_t)size : 4096;
+}
+
+/* Caller holds td_lock. */
+static struct td_alloc *find_locked(uintptr_t addr, size_t bytes)
+{
+	for (size_t i = 0; i < alloc_count; i++) {
+		struct td_alloc *a = &allocs[i];
+		if (addr >= a->base && addr - a->base < a->size && bytes <= a->size - (addr - a->base))
+			return a;
+	}
+	return NULL;
+}
+
+bool td_find_alloc(uintptr_t addr, size_t bytes, struct td_alloc *out)
+{
+	pthread_mutex_lock(&td_lock);
+	struct td_alloc *a = find_locked(addr, bytes ? bytes : 1);
+	if (a && out)
+		*out = *a;
+	pthread_mutex_unlock(&td_lock);
+	return a != NULL;
+}
+
+bool td_device_range_ok(const void *addr, size_t bytes)
+{
+	return td_find_alloc((uintptr_t)addr, bytes, NULL);
+}
+
+static CUresult track(void *base, size_t size, enum td_alloc_kind kind, struct td_context *ctx, int device)
+{
+	pthread_mutex_lock(&td_lock);
+	if (alloc_count == alloc_capacity) {
+		size_t capacity = alloc_capacity ? alloc_capacity * 2 : 64;
+		struct td_alloc *grown = realloc(allocs, capacity * sizeof *grown);
+		if (!grown) {
+			pthread_mutex_unlock(&td_lock);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		allocs = grown;
+		alloc_capacity = capacity;
+	}
+	allocs[alloc_count++] = (struct td_alloc){
+		.base = (uintptr_t)base, .size = size, .kind = kind, .ctx = ctx,
+		.device = device, .buffer_id = next_buffer_id++,
+	};
+	pthread_mutex_unlock(&td_lock);
+	return CUDA_SUCCESS;
+}
+
+/* Removes the entry at index; caller holds td_lock and frees the memory. */
+static void untrack_locked(size_t index)
+{
+	if (allocs[index].kind == TD_ALLOC_DEVICE)
+		device_used[allocs[index].device] -= allocs[index].size;
+	allocs[index] = allocs[--alloc_count];
+}
+
+CUresult td_device_alloc(struct td_context *ctx, int device, size_t bytes, CUdeviceptr *out)
+{
+	size_t size = round_up(bytes, TD_DEVICE_ALIGN);
+	pthread_mutex_lock(&td_lock);
+	bool fits = size <= td_device_total_mem(device) - device_used[device];
+	if (fits)
+		device_used[device] += size;   /* reserved now, so concurrent allocations cannot overshoot */
+	pthread_mutex_unlock(&td_lock);
+	if (!fits)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	void *memory = aligned_alloc(TD_DEVICE_ALIGN, size);
+	CUresult rc = memory ? track(memory, size, TD_ALLOC_DEVICE, ctx, device) : CUDA_ERROR_OUT_OF_MEMORY;
+	if (rc != CUDA_SUCCESS) {
+		pthread_mutex_lock(&td_lock);
+		device_used[device] -= size;
+		pthread_mutex_unlock(&td_lock);
+		free(memory);
+		return rc;
+	}
+	*out = (CUdeviceptr)(uintptr_t)memory;
+	return CUDA_SUCCESS;
+}
+
+void td_free_device_range(uintptr_t base)
+{
+	void *memory = NULL;
+	pthread_mutex_lock(&td_lock);
+	for (size_t i = 0; i < alloc_count; i++) {
+		if (allocs[i].base == base) {
+			memory = (void *)base;
+			untrack_locked(i);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&td_lock);
+	free(memory);
+}
+
+void td_free_context_allocs(struct td_context *ctx)
+{
+	pthread_mutex_lock(&td_lock);
+	for (size_t i = 0; i < alloc_count;) {
+		if (allocs[i].ctx == ctx) {
+			free((void *)allocs[i].base);
+			untrack_locked(i);
+		} else {
+			i++;
+		}
+	}
+	pthread_mutex_unlock(&td_lock);
+}
+
+/* ---- allocation entry points ---- */
+
+TD_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
+{
+	struct td_context *ctx;
+	CUresult rc = td_require_context(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!dptr || bytes == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	return td_device_alloc(ctx, ctx->device, bytes, dptr);
+}
+
+TD_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+	struct td_context *ctx;
+	CUresult rc = td_require_context(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!dptr)
+		return CUDA_SUCCESS;
+	struct td_alloc a;
+	if (!td_find_alloc(dptr, 1, &a) || a.base != dptr || a.kind != TD_ALLOC_DEVICE || !a.ctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* Like cudaFree: no queued work may still use it. */
+	td_context_synchronize(a.ctx);
+	td_free_device_range(a.base);
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
+{
+	struct td_context *ctx;
+	CUresult rc = td_require_context(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!free_bytes || !total_bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	size_t total = td_device_total_mem(ctx->device);
+	pthread_mutex_lock(&td_lock);
+	*free_bytes = total - device_used[ctx->device];
+	pthread_mutex_unlock(&td_lock);
+	*total_bytes = total;
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+	struct td_context *ctx;
+	CUresult rc = td_require_context(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	struct td_alloc a;
+	if (!td_find_alloc(dptr, 1, &a) || a.kind != TD_ALLOC_DEVICE)
+		return CUDA_ERROR_NOT_FOUND;
+	if (pbase)
+		*pbase = a.base;
+	if (psize)
+		*psize = a.size;
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytes, unsigned int flags)
+{
+	(void)flags;
+	struct td_context *ctx;
+	CUresult rc = td_require_context(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!pp || bytes == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	size_t page = page_size(), size = round_up(bytes, page);
+	void *memory = aligned_alloc(page, size);
+	if (!memory)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	rc = track(memory, size, TD_ALLOC_HOST, ctx, ctx->device);
+	if (rc != CUDA_SUCCESS) {
+		free(memory);
+		return rc;
+	}
+	*pp = memory;
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytes)
+{
+	return cuMemHostAlloc(pp, bytes, 0);
+}
+
+TD_EXPORT CUresult cuMemFreeHost(void *p)
+{
+	struct td_context *ctx;
+	CUresult rc = td_require_context(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	struct td_alloc a;
+	if (!p || !td_find_alloc((uintptr_t)p, 1, &a) || a.base != (uintptr_t)p || a.kind != TD_ALLOC_HOST)
+		return CUDA_ERROR_INVALID_VALUE;
+	td_context_synchronize(ctx);
+	td_free_device_range(a.base);
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+	if (!td_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	struct td_alloc a;
+	if (!data)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!td_find_alloc(ptr, 1, &a))
+		return CUDA_ERROR_INVALID_VALUE;
+	bool host = a.kind == TD_ALLOC_HOST;
+	switch (attribute) {
+	case CU_POINTER_ATTRIBUTE_CONTEXT:
+		*(CUcontext *)data = (CUcontext)a.ctx;
+		break;
+	case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+		*(unsigned *)data = host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+		break;
+	case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+		*(CUdeviceptr *)data = ptr;
+		break;
+	case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+		if (!host)
+			return CUDA_ERROR_INVALID_VALUE;
+		*(void **)data = (void *)(uintptr_t)ptr;
+		break;
+	case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+		*(unsigned long long *)data = a.buffer_id;
+		break;
+	case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+		*(int *)data = 0;
+		break;
+	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+		*(int *)data = a.device;
+		break;
+	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+		*(CUdeviceptr *)data = a.base;
+		break;
+	case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+		*(size_t *)data = a.size;
+		break;
+	case CU_POINTER_ATTRIBUTE_MAPPED:
+		*(int *)data = 1;
+		break;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	return CUDA_SUCCESS;
+}

@@ -1,0 +1,190 @@
+/* Remora test driver: a CPU implementation of part of the CUDA driver API.
+ *
+ * A test double for CI machines without a GPU: remorad loads it with
+ * --driver, or a program finds it as libcuda.so.1.  Never installed.
+ *
+ * Objects handed out as CUcontext, CUstream, CUevent, CUmodule, CUlibrary,
+ * CUfunction and CUkernel are the structs below; each starts with a magic
+ * word so that a stale or foreign handle is refused instead of followed.
+ * CUfunction and CUkernel are the same object, since cudart passes a CUkernel
+ * wherever a CUfunction is expected.
+ *
+ * Locking: td_lock guards the device table, the allocation table and the
+ * context lists.  Each stream has its own lock for its queue and counters.
+ * Never take td_lock while holding a stream lock.
+ */
+#ifndef REMORA_TESTDRIVER_H
+#define REMORA_TESTDRIVER_H
+
+#include <cuda.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TD_EXPORT __attribute__((visibility("default")))
+
+#define TD_DRIVER_VERSION 13000
+#define TD_MAX_DEVICES 16
+#define TD_DEVICE_ALIGN 256
+#define TD_MAX_KERNEL_PARAMS 8
+#define TD_MAX_ARG_BYTES 256
+
+enum td_magic {
+	TD_MAGIC_CONTEXT = 0x43545854, /* "CTXT" */
+	TD_MAGIC_STREAM = 0x5354524d,  /* "STRM" */
+	TD_MAGIC_EVENT = 0x45564e54,   /* "EVNT" */
+	TD_MAGIC_MODULE = 0x4d4f444c,  /* "MODL" */
+	TD_MAGIC_FUNCTION = 0x46554e43 /* "FUNC" */
+};
+
+extern pthread_mutex_t td_lock;
+
+/* ---- devices (device.c) ---- */
+int td_device_count(void);
+bool td_initialized(void);
+size_t td_device_total_mem(int ordinal);
+
+/* ---- contexts (context.c) ---- */
+struct td_stream;
+
+struct td_context {
+	uint32_t magic;
+	int device;
+	unsigned flags;
+	bool primary;
+	int primary_refs;            /* primary context: cuDevicePrimaryCtxRetain count */
+	bool active;                 /* false once destroyed or primary refcount reached 0 */
+	CUresult sticky_error;       /* set by a faulting kernel, never cleared */
+	size_t limits[CU_LIMIT_MAX];
+	struct td_stream *legacy_stream;  /* created on first use */
+	struct td_stream *streams;   /* every stream of this context, linked by next_in_context */
+	struct td_context *next;     /* created-context list */
+};
+
+/* The calling thread's current context, or NULL. */
+struct td_context *td_current_context(void);
+/* The current context, checked: INVALID_CONTEXT if none, its sticky error if broken. */
+CUresult td_require_context(struct td_context **ctx);
+bool td_context_valid(const struct td_context *ctx);
+/* Waits for every stream of ctx; returns the sticky error, if any. */
+CUresult td_context_synchronize(struct td_context *ctx);
+
+/* ---- memory (memory.c) ---- */
+enum td_alloc_kind { TD_ALLOC_DEVICE, TD_ALLOC_HOST };
+
+struct td_alloc {
+	uintptr_t base;
+	size_t size;
+	enum td_alloc_kind kind;
+	struct td_context *ctx;      /* NULL for a library's globals */
+	int device;
+	uint64_t buffer_id;
+};
+
+/* Finds the allocation holding [addr, addr + bytes); copies it to *out. */
+bool td_find_alloc(uintptr_t addr, size_t bytes, struct td_alloc *out);
+/* True if [addr, addr + bytes) lies inside one allocation a kernel may touch. */
+bool td_device_range_ok(const void *addr, size_t bytes);
+CUresult td_device_alloc(struct td_context *ctx, int device, size_t bytes, CUdeviceptr *out);
+void td_free_context_allocs(struct td_context *ctx);
+void td_free_device_range(uintptr_t base);
+
+/* ---- streams and events (stream.c) ---- */
+enum td_op_kind {
+	TD_OP_COPY,        /* memmove(dst, src, bytes) */
+	TD_OP_SET,         /* fill with an element of 1, 2 or 4 bytes */
+	TD_OP_KERNEL,
+	TD_OP_RECORD,      /* timestamp an event */
+	TD_OP_WAIT         /* wait until another stream reaches a ticket */
+};
+
+struct td_kernel;
+struct td_event;
+
+struct td_launch_shape {
+	unsigned grid[3];
+	unsigned block[3];
+	unsigned shared_bytes;
+};
+
+struct td_op {
+	enum td_op_kind kind;
+	union {
+		struct { void *dst; const void *src; size_t bytes; } copy;
+		struct { void *dst; uint32_t value; unsigned width; size_t count; } set;
+		struct { const struct td_kernel *kernel; struct td_launch_shape shape;
+			 unsigned char args[TD_MAX_ARG_BYTES]; } launch;
+		struct { struct td_event *event; uint64_t record_id; } record;
+		struct { struct td_stream *stream; uint64_t ticket; } wait;
+	} u;
+	struct td_op *next;
+};
+
+struct td_stream {
+	uint32_t magic;
+	struct td_context *ctx;
+	unsigned flags;
+	int priority;
+	bool legacy;                 /* the context's NULL stream */
+	pthread_t owner_thread;      /* per-thread default stream: its thread */
+	bool per_thread;
+	pthread_mutex_t lock;
+	pthread_cond_t changed;      /* signalled on enqueue, completion and shutdown */
+	struct td_op *head, *tail;
+	uint64_t enqueued;           /* tickets handed out: op n has ticket n */
+	uint64_t completed;          /* tickets finished, in order */
+	bool stopping;
+	int refs;
+	pthread_t worker;
+	struct td_stream *next_in_context;
+};
+
+/* Resolves a CUstream (NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD or a
+ * handle) to a stream of the current context. */
+CUresult td_resolve_stream(CUstream handle, struct td_stream **out);
+/* Appends op (malloc'd; the stream frees it); returns its ticket. */
+uint64_t td_enqueue(struct td_stream *s, struct td_op *op);
+void td_wait_ticket(struct td_stream *s, uint64_t ticket);
+void td_stream_synchronize(struct td_stream *s);
+void td_stream_unref(struct td_stream *s);
+void td_destroy_context_streams(struct td_context *ctx);
+struct td_op *td_op_new(enum td_op_kind kind);
+
+/* ---- kernels (kernels.c, launch.c) ---- */
+struct td_kernel {
+	const char *name;
+	unsigned param_count;
+	unsigned param_size[TD_MAX_KERNEL_PARAMS];
+	unsigned static_shared_bytes;
+	unsigned registers;
+	/* Runs the whole grid; CUDA_ERROR_ILLEGAL_ADDRESS if it would touch
+	 * memory outside every allocation. */
+	CUresult (*run)(const struct td_launch_shape *shape, const unsigned char *args);
+};
+
+const struct td_kernel *td_find_kernel(const char *name);
+const struct td_kernel *td_kernel_at(size_t index);
+size_t td_param_offset(const struct td_kernel *k, unsigned index);
+size_t td_args_size(const struct td_kernel *k);
+
+struct td_global {
+	const char *name;
+	size_t size;
+	const void *initial;
+};
+const struct td_global *td_global_at(size_t index);
+
+/* ---- modules (module.c) ---- */
+struct td_module;
+
+struct td_function {
+	uint32_t magic;
+	const struct td_kernel *kernel;
+	struct td_module *module;
+	int max_dynamic_shared;
+	int preferred_carveout;
+	CUfunc_cache cache_config;
+};
+
+#endif
