@@ -91,3 +91,69 @@ void rm_handle_cuLaunchKernel(struct rm_session *s, struct rm_request *rq)
 	rm_request_finish(s, rq, r, NULL);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
+
+void rm_handle_cuLibraryLoadData(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__ModuleLoad *req = (void *)rm_request_unpack(rq, &remora__module_load__descriptor);
+	if (!req)
+		return;
+	Remora__ModuleLoadReply rep = REMORA__MODULE_LOAD_REPLY__INIT;
+	uint64_t n = rq->frame.bulk_len;
+	CUresult r = CUDA_SUCCESS;
+	uint8_t *image = NULL;
+	if (n == 0 || n > RM_MAX_IMAGE_LEN)
+		r = CUDA_ERROR_INVALID_IMAGE;
+	if (r == CUDA_SUCCESS && !(image = malloc(n + 1)))
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	if (r == CUDA_SUCCESS) {
+		if (rm_request_read_bulk(s, rq, image, n))
+			goto out;
+		image[n] = 0;
+		CUlibrary lib = NULL;
+		r = rm_drv.cuLibraryLoadData ? rm_drv.cuLibraryLoadData(&lib, image, NULL, NULL, 0, NULL, NULL, 0)
+					     : rm_unsupported_by_driver("cuLibraryLoadData");
+		if (r == CUDA_SUCCESS)
+			rm_session_own(s, RM_H_LIBRARY, lib, 0);
+		rep.module = (uint64_t)(uintptr_t)lib;
+	}
+	rm_request_finish(s, rq, r, &rep.base);
+out:
+	free(image);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+void rm_handle_cuLibraryGetGlobal(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__CuLibraryGetGlobalReq *req = (void *)rm_request_unpack(rq, &remora__cu_library_get_global__req__descriptor);
+	if (!req)
+		return;
+	Remora__CuLibraryGetGlobalRep rep = REMORA__CU_LIBRARY_GET_GLOBAL__REP__INIT;
+	void *lib;
+	CUdeviceptr p = 0;
+	size_t bytes = 0;
+	CUresult r = rm_session_use(s, RM_H_LIBRARY, req->library, &lib);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv.cuLibraryGetGlobal(&p, &bytes, lib, req->name);
+	if (r == CUDA_SUCCESS && !rm_session_find(s, RM_H_GLOBAL, p))
+		rm_session_own_memory(s, RM_H_GLOBAL, p, bytes, req->library);
+	rep.dptr = p;
+	rep.bytes = bytes;
+	rm_request_finish(s, rq, r, &rep.base);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+void rm_handle_cuFuncGetName(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__FuncGetName *req = (void *)rm_request_unpack(rq, &remora__func_get_name__descriptor);
+	if (!req)
+		return;
+	Remora__FuncGetNameReply rep = REMORA__FUNC_GET_NAME_REPLY__INIT;
+	void *func;
+	const char *name = NULL;
+	CUresult r = rm_session_use(s, RM_H_FUNCTION, req->func, &func);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv.cuFuncGetName ? rm_drv.cuFuncGetName(&name, func) : rm_unsupported_by_driver("cuFuncGetName");
+	rep.name = (char *)(name ? name : "");
+	rm_request_finish(s, rq, r, &rep.base);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}

@@ -146,12 +146,11 @@ void rm_session_disown_value(struct rm_session *s, enum rm_handle_kind kind, uin
 		s->mem_bytes -= h->size;
 	h->kind = TOMBSTONE;
 	s->handles_live--;
-	if (kind == RM_H_MODULE || kind == RM_H_LIBRARY)
-		for (size_t i = 0; i < s->handles_cap; i++) {
-			struct rm_handle *c = &s->handles[i];
-			if (c->kind && c->kind != TOMBSTONE && c->parent == v)
-				rm_session_disown_value(s, c->kind, c->value);
-		}
+	for (size_t i = 0; i < s->handles_cap; i++) {
+		struct rm_handle *c = &s->handles[i];
+		if (c->kind && c->kind != TOMBSTONE && c->parent == v)
+			rm_session_disown_value(s, c->kind, c->value);
+	}
 }
 
 void rm_session_disown(struct rm_session *s, enum rm_handle_kind kind, const void *h)
@@ -169,11 +168,13 @@ CUresult rm_session_use(struct rm_session *s, enum rm_handle_kind kind, uint64_t
 			}
 		return CUDA_ERROR_INVALID_CONTEXT;
 	}
-	/* A CUkernel is accepted wherever a CUfunction is. */
-	if (find_slot(s, kind, v) || (kind == RM_H_FUNCTION && find_slot(s, RM_H_KERNEL, v))) {
+	if (find_slot(s, kind, v)) {
 		*out = (void *)(uintptr_t)v;
 		return CUDA_SUCCESS;
 	}
+	/* A CUkernel is accepted wherever a CUfunction is: it stands for its function in the current context. */
+	if (kind == RM_H_FUNCTION && find_slot(s, RM_H_KERNEL, v))
+		return rm_drv.cuKernelGetFunction((CUfunction *)out, (CUkernel)(uintptr_t)v);
 	rm_log(RM_LOG_WARN, "session %llu (%s): refused handle 0x%llx of kind %d it does not own",
 	       (unsigned long long)s->id, s->name, (unsigned long long)v, kind);
 	return CUDA_ERROR_INVALID_HANDLE;
@@ -316,7 +317,7 @@ size_t rm_session_release_all(struct rm_session *s)
 			switch (h->kind) {
 			case RM_H_EVENT: rm_drv.cuEventDestroy_v2(p); break;
 			case RM_H_STREAM: rm_drv.cuStreamDestroy_v2(p); break;
-			case RM_H_MODULE: rm_drv.cuModuleUnload(p); break;
+			case RM_H_MODULE: if (!h->parent) rm_drv.cuModuleUnload(p); break; /* else a library's own */
 			case RM_H_LIBRARY: if (rm_drv.cuLibraryUnload) rm_drv.cuLibraryUnload(p); break;
 			case RM_H_MEMORY: rm_drv.cuMemFree_v2(h->value); break;
 			}

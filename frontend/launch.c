@@ -144,3 +144,50 @@ RM_EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, u
 	free(heap);
 	return r;
 }
+
+/* Function names are kept for the program's lifetime, as the driver keeps them. */
+struct name_entry {
+	CUfunction func;
+	char *name;
+	struct name_entry *next;
+};
+
+static struct name_entry *names;
+
+RM_EXPORT CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
+{
+	if (!name || !hfunc)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&layout_lock);
+	for (struct name_entry *e = names; e; e = e->next)
+		if (e->func == hfunc) {
+			*name = e->name;
+			pthread_mutex_unlock(&layout_lock);
+			return CUDA_SUCCESS;
+		}
+	pthread_mutex_unlock(&layout_lock);
+	Remora__FuncGetName req = REMORA__FUNC_GET_NAME__INIT;
+	req.func = (uint64_t)(uintptr_t)hfunc;
+	Remora__FuncGetNameReply *rep = NULL;
+	CUresult r = rm_rpc_simple(RM_OP_cuFuncGetName, &req.base, &remora__func_get_name_reply__descriptor,
+				   (ProtobufCMessage **)&rep);
+	if (r == CUDA_SUCCESS && rep) {
+		struct name_entry *e = malloc(sizeof(*e));
+		char *copy = strdup(rep->name);
+		if (!e || !copy) {
+			free(e);
+			free(copy);
+			r = CUDA_ERROR_OUT_OF_MEMORY;
+		} else {
+			e->func = hfunc;
+			e->name = copy;
+			pthread_mutex_lock(&layout_lock);
+			e->next = names;
+			names = e;
+			pthread_mutex_unlock(&layout_lock);
+			*name = copy;
+		}
+	}
+	rm_rpc_free(rep ? &rep->base : NULL);
+	return r;
+}

@@ -3,6 +3,8 @@
 #include "client.h"
 
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "remora.pb-c.h"
@@ -76,9 +78,9 @@ static enum image_kind image_extent(const void *image, const void **start, size_
 	return IMAGE_PTX;
 }
 
-static CUresult load_image(CUmodule *module, const void *image)
+static CUresult load_image(uint32_t op, void **handle, const void *image)
 {
-	if (!module || !image)
+	if (!handle || !image)
 		return CUDA_ERROR_INVALID_VALUE;
 	const void *start;
 	size_t len;
@@ -87,23 +89,23 @@ static CUresult load_image(CUmodule *module, const void *image)
 	if (len > RM_MAX_IMAGE_LEN)
 		return CUDA_ERROR_INVALID_IMAGE;
 	struct iovec data = {(void *)start, len};
-	struct rm_rpc_call c = {.op = RM_OP_cuModuleLoadData, .req = &req.base, .bulk_out = &data, .nbulk_out = 1,
+	struct rm_rpc_call c = {.op = op, .req = &req.base, .bulk_out = &data, .nbulk_out = 1,
 				.rep_desc = &remora__module_load_reply__descriptor};
 	CUresult r = rm_rpc(&c);
 	if (r == CUDA_SUCCESS && c.rep)
-		*module = (CUmodule)(uintptr_t)((Remora__ModuleLoadReply *)c.rep)->module;
+		*handle = (void *)(uintptr_t)((Remora__ModuleLoadReply *)c.rep)->module;
 	rm_rpc_free(c.rep);
 	return r;
 }
 
 RM_EXPORT CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
 {
-	return load_image(module, image);
+	return load_image(RM_OP_cuModuleLoadData, (void **)module, image);
 }
 
 RM_EXPORT CUresult CUDAAPI cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
 {
-	return load_image(module, fatCubin);
+	return load_image(RM_OP_cuModuleLoadData, (void **)module, fatCubin);
 }
 
 /* JIT options are not forwarded: the GPU host's driver uses its defaults. Log
@@ -117,5 +119,64 @@ RM_EXPORT CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *module, const void *imag
 		if (options[i] == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES || options[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
 			optionValues[i] = (void *)(uintptr_t)0;
 	}
-	return load_image(module, image);
+	return load_image(RM_OP_cuModuleLoadData, (void **)module, image);
+}
+
+/* Library options (e.g. CU_LIBRARY_BINARY_IS_PRESERVED) and JIT options are
+ * not forwarded; the image travels whole, so nothing depends on the program
+ * keeping it. */
+RM_EXPORT CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
+					      void **jitOptionsValues, unsigned int numJitOptions,
+					      CUlibraryOption *libraryOptions, void **libraryOptionValues,
+					      unsigned int numLibraryOptions)
+{
+	(void)jitOptions, (void)jitOptionsValues, (void)numJitOptions;
+	(void)libraryOptions, (void)libraryOptionValues, (void)numLibraryOptions;
+	return load_image(RM_OP_cuLibraryLoadData, (void **)library, code);
+}
+
+RM_EXPORT CUresult CUDAAPI cuModuleLoad(CUmodule *module, const char *fname)
+{
+	if (!module || !fname)
+		return CUDA_ERROR_INVALID_VALUE;
+	FILE *f = fopen(fname, "rb");
+	if (!f)
+		return CUDA_ERROR_FILE_NOT_FOUND;
+	uint8_t *image = NULL;
+	size_t len = 0, cap = 0;
+	CUresult r = CUDA_SUCCESS;
+	for (;;) {
+		if (len + 65536 + 1 > cap) {
+			cap = cap ? cap * 2 : 1 << 20;
+			uint8_t *p = cap <= RM_MAX_IMAGE_LEN ? realloc(image, cap) : NULL;
+			if (!p) {
+				r = CUDA_ERROR_INVALID_IMAGE;
+				break;
+			}
+			image = p;
+		}
+		size_t n = fread(image + len, 1, cap - len - 1, f);
+		len += n;
+		if (n == 0)
+			break;
+	}
+	fclose(f);
+	if (r == CUDA_SUCCESS && len < 4)
+		r = CUDA_ERROR_INVALID_IMAGE;
+	if (r == CUDA_SUCCESS) {
+		image[len] = 0;
+		r = load_image(RM_OP_cuModuleLoadData, (void **)module, image);
+	}
+	free(image);
+	return r;
+}
+
+/* The program's environment decides, as it would with a local driver. */
+RM_EXPORT CUresult CUDAAPI cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
+{
+	if (!mode)
+		return CUDA_ERROR_INVALID_VALUE;
+	const char *env = getenv("CUDA_MODULE_LOADING");
+	*mode = env && !strcmp(env, "EAGER") ? CU_MODULE_EAGER_LOADING : CU_MODULE_LAZY_LOADING;
+	return CUDA_SUCCESS;
 }

@@ -411,7 +411,9 @@ def gen_daemon_handler(fn, entry, fields):
             elif f.kind == "handle":
                 o.append(f"\trep.{f.field} = (uint64_t)(uintptr_t){v};")
                 if f.new:
-                    o.append(f"\tif (r == CUDA_SUCCESS)\n\t\trm_session_own(s, {HANDLE_KINDS[p.base]}, {v}, 0);")
+                    parents = [g for g in fields if g.dir == "in" and g.kind == "handle"]
+                    parent = f"req->{parents[0].field}" if parents else "0"
+                    o.append(f"\tif (r == CUDA_SUCCESS)\n\t\trm_session_own(s, {HANDLE_KINDS[p.base]}, {v}, {parent});")
             else:
                 o.append(f"\trep.{f.field} = {v};")
         if f.delete and r_ok_del(f):
