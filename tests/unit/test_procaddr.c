@@ -32,22 +32,6 @@ static int failures;
         }                                                     \
     } while (0)
 
-/* The library's logger is not linked here; RM_TEST_VERBOSE=1 shows what procaddr.c logs. */
-void rm_log(int level, const char *fmt, ...)
-{
-    static int verbose = -1;
-    va_list ap;
-
-    if (verbose < 0)
-        verbose = getenv("RM_TEST_VERBOSE") != NULL;
-    if (!verbose)
-        return;
-    fprintf(stderr, "[log %d] ", level);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
 
 static char **exports;
 static size_t nexports;

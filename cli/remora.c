@@ -1,0 +1,130 @@
+/* remora: the user's command. Subcommands are a table driving both dispatch and usage. */
+#include <errno.h>
+#include <limits.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct subcommand {
+	const char *name;
+	const char *args;
+	const char *summary;
+	int (*run)(int argc, char **argv);
+};
+
+static int cmd_run(int argc, char **argv);
+static int cmd_help(int argc, char **argv);
+
+static const struct subcommand subcommands[] = {
+	{"run", "[--server HOST:PORT] [--token TOKEN] -- PROGRAM [ARGS...]",
+	 "run an unmodified CUDA program on a remote GPU", cmd_run},
+	{"help", "", "show this text", cmd_help},
+};
+
+#define NSUB (sizeof(subcommands) / sizeof(subcommands[0]))
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: remora COMMAND [ARGS]\n\n");
+	for (size_t i = 0; i < NSUB; i++)
+		fprintf(f, "  remora %s %s\n      %s\n", subcommands[i].name, subcommands[i].args, subcommands[i].summary);
+	fprintf(f, "\nThe server is REMORA_SERVER (host:port, default 127.0.0.1:7700) unless --server names one.\n");
+}
+
+static int cmd_help(int argc, char **argv)
+{
+	(void)argc, (void)argv;
+	usage(stdout);
+	return 0;
+}
+
+/* Finds the folder holding the client library's libcuda.so.1: REMORA_CLIENT_LIB,
+ * else beside this program in the build tree (../frontend) or an install (../lib/remora). */
+static int client_lib_dir(char *out, size_t len)
+{
+	const char *env = getenv("REMORA_CLIENT_LIB");
+	if (env && *env) {
+		snprintf(out, len, "%s", env);
+		return 0;
+	}
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n < 0)
+		return -errno;
+	self[n] = 0;
+	const char *dir = dirname(self);
+	static const char *candidates[] = {"../frontend", "../lib/remora"};
+	for (size_t i = 0; i < 2; i++) {
+		char probe[PATH_MAX + 64];
+		snprintf(probe, sizeof(probe), "%s/%s/libcuda.so.1", dir, candidates[i]);
+		if (access(probe, R_OK) == 0) {
+			char resolved[PATH_MAX];
+			snprintf(probe, sizeof(probe), "%s/%s", dir, candidates[i]);
+			if (!realpath(probe, resolved))
+				return -errno;
+			snprintf(out, len, "%s", resolved);
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+	const char *server = NULL, *token = NULL;
+	int i = 1;
+	for (; i < argc; i++) {
+		if (!strcmp(argv[i], "--")) {
+			i++;
+			break;
+		} else if (!strcmp(argv[i], "--server") && i + 1 < argc) {
+			server = argv[++i];
+		} else if (!strcmp(argv[i], "--token") && i + 1 < argc) {
+			token = argv[++i];
+		} else if (argv[i][0] == '-') {
+			fprintf(stderr, "remora run: unknown option %s\n", argv[i]);
+			return 2;
+		} else {
+			break;
+		}
+	}
+	if (i >= argc) {
+		fprintf(stderr, "remora run: no program given\nusage: remora run %s\n", subcommands[0].args);
+		return 2;
+	}
+	char dir[PATH_MAX];
+	if (client_lib_dir(dir, sizeof(dir))) {
+		fprintf(stderr, "remora run: cannot find the client library libcuda.so.1; set REMORA_CLIENT_LIB\n");
+		return 1;
+	}
+	const char *old = getenv("LD_LIBRARY_PATH");
+	char *path = malloc(strlen(dir) + (old ? strlen(old) : 0) + 2);
+	if (!path)
+		return 1;
+	sprintf(path, old && *old ? "%s:%s" : "%s", dir, old);
+	setenv("LD_LIBRARY_PATH", path, 1);
+	free(path);
+	if (server)
+		setenv("REMORA_SERVER", server, 1);
+	if (token)
+		setenv("REMORA_TOKEN", token, 1);
+	execvp(argv[i], &argv[i]);
+	fprintf(stderr, "remora run: cannot run %s: %s\n", argv[i], strerror(errno));
+	return 127;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	for (size_t i = 0; i < NSUB; i++)
+		if (!strcmp(argv[1], subcommands[i].name))
+			return subcommands[i].run(argc - 1, argv + 1);
+	fprintf(stderr, "remora: unknown command %s\n", argv[1]);
+	usage(stderr);
+	return 2;
+}
