@@ -71,24 +71,78 @@ void rm_handle_cuModuleGetGlobal_v2(struct rm_session *s, struct rm_request *rq)
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-void rm_handle_cuLaunchKernel(struct rm_session *s, struct rm_request *rq)
+/* Turns a launch message into a driver launch configuration; attrs must outlive cfg. */
+static CUresult launch_config(struct rm_session *s, struct rm_request *rq, const Remora__LaunchKernel *req,
+			      CUlaunchConfig *cfg, void **func)
+{
+	CUresult r = rm_session_use(s, RM_H_FUNCTION, req->func, func);
+	if (r == CUDA_SUCCESS)
+		r = rm_session_stream(s, req->stream, rq->frame.flags, &cfg->hStream);
+	if (r == CUDA_SUCCESS && req->attrs.len % sizeof(CUlaunchAttribute))
+		r = CUDA_ERROR_INVALID_VALUE;
+	cfg->gridDimX = req->grid_x;
+	cfg->gridDimY = req->grid_y;
+	cfg->gridDimZ = req->grid_z;
+	cfg->blockDimX = req->block_x;
+	cfg->blockDimY = req->block_y;
+	cfg->blockDimZ = req->block_z;
+	cfg->sharedMemBytes = req->shared_mem;
+	cfg->attrs = (CUlaunchAttribute *)req->attrs.data;
+	cfg->numAttrs = (unsigned int)(req->attrs.len / sizeof(CUlaunchAttribute));
+	for (unsigned int i = 0; r == CUDA_SUCCESS && i < cfg->numAttrs; i++)
+		if (cfg->attrs[i].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT ||
+		    cfg->attrs[i].id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT)
+			r = CUDA_ERROR_NOT_SUPPORTED; /* they carry event handles of the client */
+	return r;
+}
+
+static void launch(struct rm_session *s, struct rm_request *rq, int ex)
 {
 	Remora__LaunchKernel *req = (void *)rm_request_unpack(rq, &remora__launch_kernel__descriptor);
 	if (!req)
 		return;
 	void *func;
-	CUstream stream;
-	CUresult r = rm_session_use(s, RM_H_FUNCTION, req->func, &func);
-	if (r == CUDA_SUCCESS)
-		r = rm_session_stream(s, req->stream, rq->frame.flags, &stream);
+	CUlaunchConfig cfg;
+	CUresult r = launch_config(s, rq, req, &cfg, &func);
 	if (r == CUDA_SUCCESS) {
 		size_t size = req->params.len;
 		void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, req->params.data, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
 				 CU_LAUNCH_PARAM_END};
-		r = rm_drv.cuLaunchKernel(func, req->grid_x, req->grid_y, req->grid_z, req->block_x, req->block_y,
-					  req->block_z, req->shared_mem, stream, NULL, size ? extra : NULL);
+		if (ex)
+			r = rm_drv.cuLaunchKernelEx ? rm_drv.cuLaunchKernelEx(&cfg, func, NULL, size ? extra : NULL)
+						    : rm_unsupported_by_driver("cuLaunchKernelEx");
+		else
+			r = rm_drv.cuLaunchKernel(func, cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX,
+						  cfg.blockDimY, cfg.blockDimZ, cfg.sharedMemBytes, cfg.hStream, NULL,
+						  size ? extra : NULL);
 	}
 	rm_request_finish(s, rq, r, NULL);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+void rm_handle_cuLaunchKernel(struct rm_session *s, struct rm_request *rq)
+{
+	launch(s, rq, 0);
+}
+
+void rm_handle_cuLaunchKernelEx(struct rm_session *s, struct rm_request *rq)
+{
+	launch(s, rq, 1);
+}
+
+void rm_handle_cuOccupancyMaxActiveClusters(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__LaunchKernel *req = (void *)rm_request_unpack(rq, &remora__launch_kernel__descriptor);
+	if (!req)
+		return;
+	Remora__OccupancyClustersReply rep = REMORA__OCCUPANCY_CLUSTERS_REPLY__INIT;
+	void *func;
+	CUlaunchConfig cfg;
+	CUresult r = launch_config(s, rq, req, &cfg, &func);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv.cuOccupancyMaxActiveClusters ? rm_drv.cuOccupancyMaxActiveClusters(&rep.clusters, func, &cfg)
+							: rm_unsupported_by_driver("cuOccupancyMaxActiveClusters");
+	rm_request_finish(s, rq, r, &rep.base);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 

@@ -94,26 +94,40 @@ static CUresult parse_extra(void **extra, const void **buf, size_t *size)
 	return *buf || !*size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-RM_EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
-					   unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
-					   unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
-					   void **kernelParams, void **extra)
+/* Fills the launch message shared by cuLaunchKernel, cuLaunchKernelEx and the cluster query. */
+static void describe_launch(Remora__LaunchKernel *req, CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+			    unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared, CUstream stream)
+{
+	req->func = (uint64_t)(uintptr_t)f;
+	req->grid_x = gx;
+	req->grid_y = gy;
+	req->grid_z = gz;
+	req->block_x = bx;
+	req->block_y = by;
+	req->block_z = bz;
+	req->shared_mem = shared;
+	req->stream = (uint64_t)(uintptr_t)stream;
+}
+
+/* Launch attributes travel as the array the program gave; those naming an
+ * event would need translating and are refused. */
+static CUresult describe_attrs(Remora__LaunchKernel *req, const CUlaunchAttribute *attrs, unsigned int n)
+{
+	for (unsigned int i = 0; i < n; i++)
+		if (attrs[i].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT ||
+		    attrs[i].id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT)
+			return rm_unsupported("cuLaunchKernelEx with an event attribute");
+	req->attrs.data = (uint8_t *)attrs;
+	req->attrs.len = (size_t)n * sizeof(*attrs);
+	return CUDA_SUCCESS;
+}
+
+static CUresult launch(uint32_t op, Remora__LaunchKernel *req, CUfunction f, void **kernelParams, void **extra)
 {
 	if (!f)
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (kernelParams && extra)
 		return CUDA_ERROR_INVALID_VALUE;
-	Remora__LaunchKernel req = REMORA__LAUNCH_KERNEL__INIT;
-	req.func = (uint64_t)(uintptr_t)f;
-	req.grid_x = gridDimX;
-	req.grid_y = gridDimY;
-	req.grid_z = gridDimZ;
-	req.block_x = blockDimX;
-	req.block_y = blockDimY;
-	req.block_z = blockDimZ;
-	req.shared_mem = sharedMemBytes;
-	req.stream = (uint64_t)(uintptr_t)hStream;
-
 	uint8_t packed[4096];
 	uint8_t *heap = NULL;
 	CUresult r;
@@ -122,8 +136,8 @@ RM_EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, u
 		size_t size;
 		if ((r = parse_extra(extra, &buf, &size)) != CUDA_SUCCESS)
 			return r;
-		req.params.data = (uint8_t *)buf;
-		req.params.len = size;
+		req->params.data = (uint8_t *)buf;
+		req->params.len = size;
 	} else {
 		const struct param_layout *l;
 		if ((r = layout_of(f, &l)) != CUDA_SUCCESS)
@@ -137,11 +151,51 @@ RM_EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, u
 			memset(packed, 0, l->size);
 		for (size_t i = 0; i < l->count; i++)
 			memcpy(dst + l->offset[i], kernelParams[i], l->len[i]);
-		req.params.data = dst;
-		req.params.len = l->size;
+		req->params.data = dst;
+		req->params.len = l->size;
 	}
-	r = rm_rpc_simple(RM_OP_cuLaunchKernel, &req.base, NULL, NULL);
+	r = rm_rpc_simple(op, &req->base, NULL, NULL);
 	free(heap);
+	return r;
+}
+
+RM_EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+					   unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+					   unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+					   void **kernelParams, void **extra)
+{
+	Remora__LaunchKernel req = REMORA__LAUNCH_KERNEL__INIT;
+	describe_launch(&req, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream);
+	return launch(RM_OP_cuLaunchKernel, &req, f, kernelParams, extra);
+}
+
+RM_EXPORT CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+					     void **extra)
+{
+	if (!config)
+		return CUDA_ERROR_INVALID_VALUE;
+	Remora__LaunchKernel req = REMORA__LAUNCH_KERNEL__INIT;
+	describe_launch(&req, f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+			config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream);
+	CUresult r = describe_attrs(&req, config->attrs, config->numAttrs);
+	return r == CUDA_SUCCESS ? launch(RM_OP_cuLaunchKernelEx, &req, f, kernelParams, extra) : r;
+}
+
+RM_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config)
+{
+	if (!numClusters || !config)
+		return CUDA_ERROR_INVALID_VALUE;
+	Remora__LaunchKernel req = REMORA__LAUNCH_KERNEL__INIT;
+	describe_launch(&req, func, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+			config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream);
+	CUresult r = describe_attrs(&req, config->attrs, config->numAttrs);
+	Remora__OccupancyClustersReply *rep = NULL;
+	if (r == CUDA_SUCCESS)
+		r = rm_rpc_simple(RM_OP_cuOccupancyMaxActiveClusters, &req.base, &remora__occupancy_clusters_reply__descriptor,
+				  (ProtobufCMessage **)&rep);
+	if (r == CUDA_SUCCESS && rep)
+		*numClusters = rep->clusters;
+	rm_rpc_free(rep ? &rep->base : NULL);
 	return r;
 }
 

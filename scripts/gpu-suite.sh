@@ -36,7 +36,7 @@ PROGRAMS=(
 	"rt_empty|tests/rtprograms/rt_empty 20000"
 )
 
-BUILD=build-gpu
+BUILD=${REMORA_SUITE_BUILD:-build-gpu}
 PORT=${REMORA_SUITE_PORT:-47311}
 TIMEOUT_S=300
 DO_BUILD=1
