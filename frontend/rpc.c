@@ -317,6 +317,8 @@ CUresult rm_rpc(struct rm_rpc_call *c)
 		result = (CUresult)rf.async_result;
 out:
 	pthread_mutex_unlock(&rpc_lock);
+	if (result != CUDA_SUCCESS || getenv("RM_TRACE"))
+		rm_log(RM_LOG_DEBUG, "%s returned %d", c->op < RM_OP_LIMIT ? rm_op_names[c->op] : "?", result);
 	return result;
 }
 

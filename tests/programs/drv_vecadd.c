@@ -6,6 +6,7 @@
  * as cudart does), or all (the default: data, dataex, file and library).
  * Each launch runs once with kernelParams and once with `extra`; the
  * __device__ variable kernelsMagic is read back too. */
+#include <stddef.h>
 #include "drv_common.h"
 
 #define N 1000003
@@ -43,7 +44,7 @@ static uint64_t run_vec_add(CUfunction f, CUdeviceptr a, CUdeviceptr b, CUdevice
 	EXPECT(memcmp(host_c, expected, sizeof host_c) == 0, "%s: vecAdd with kernelParams differs", mode);
 
 	struct vec_add_args args = { a, b, c, n };
-	size_t args_size = sizeof args;
+	size_t args_size = offsetof(struct vec_add_args, n) + sizeof(args.n); /* the parameters end at n, before padding */
 	void *extra[] = { CU_LAUNCH_PARAM_BUFFER_POINTER, &args, CU_LAUNCH_PARAM_BUFFER_SIZE, &args_size,
 			  CU_LAUNCH_PARAM_END };
 	CHECK(cuMemsetD32(c, 0, N));

@@ -1,0 +1,19 @@
+#!/bin/sh
+# Installs what building and testing Remora needs on Debian 12 / Ubuntu 24.04.
+# The CUDA toolkit (nvcc, cuda.h, the stub libcuda) is expected at /usr/local/cuda
+# or wherever -Dtoolkit_dir points; it is not in Debian's archive.
+set -eu
+need=""
+for p in meson ninja-build pkg-config gcc python3 protobuf-c-compiler libprotobuf-c-dev binutils; do
+	dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
+done
+if [ -n "$need" ]; then
+	echo "setup: installing$need"
+	if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need >/dev/null
+fi
+if [ ! -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda.h" ]; then
+	echo "setup: the CUDA toolkit is missing (no ${CUDA_HOME:-/usr/local/cuda}/include/cuda.h); install it, or set CUDA_HOME" >&2
+	exit 1
+fi

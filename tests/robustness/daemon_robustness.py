@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""remorad under abuse: a client killed mid-work leaves nothing behind; garbage and a
+truncated frame close only their own connection, with a logged reason, while another
+client keeps working.
+
+usage: daemon_robustness.py REMORAD DRIVER REMORA PROBE
+"""
+import os
+import random
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+MAGIC = 0x524D5231
+FRAME = struct.Struct("<IIQIIQQii")  # common/wire.h: 48 bytes
+
+remorad, driver, remora, probe = sys.argv[1:5]
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def client(server, *args, **kw):
+    return subprocess.Popen([remora, "run", "--server", server, "--", probe, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def free_bytes(server):
+    p = client(server, "free")
+    out, err = p.communicate(timeout=30)
+    if p.returncode != 0:
+        raise RuntimeError(f"probe free failed: {err}")
+    return int(out)
+
+
+def closed_by_daemon(sock, timeout=5.0):
+    """True once the daemon has closed the connection (EOF or reset)."""
+    sock.settimeout(timeout)
+    try:
+        while True:
+            data = sock.recv(4096)
+            if not data:
+                return True
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def main():
+    tmp = tempfile.mkdtemp()
+    ready = os.path.join(tmp, "addr")
+    log_path = os.path.join(tmp, "remorad.log")
+    log = open(log_path, "w")
+    d = subprocess.Popen([remorad, "--listen", "tcp://127.0.0.1:0", "--driver", driver, "--ready-file", ready],
+                         stderr=log, env=dict(os.environ, REMORA_LOG="info"))
+    try:
+        for _ in range(200):
+            if os.path.exists(ready) and open(ready).read().strip():
+                break
+            time.sleep(0.05)
+        server = open(ready).read().strip()
+        host, port = server.rsplit(":", 1)
+
+        # 1. A client killed while holding memory and a stream leaves nothing behind.
+        before = free_bytes(server)
+        holder = client(server, "hold", "256")
+        check(holder.stdout.readline().strip() == "ready", "holder allocated 256 MiB")
+        during = free_bytes(server)
+        check(before - during >= 256 << 20, f"its memory is in use ({before - during} bytes)")
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        after = during
+        for _ in range(100):
+            after = free_bytes(server)
+            if after == before:
+                break
+            time.sleep(0.05)
+        check(after == before, f"after SIGKILL all of it is free again ({before} -> {after})")
+
+        # 2. Garbage and a truncated frame close their own connections only.
+        worker = client(server, "work", "2")
+        time.sleep(0.2)
+        g = socket.create_connection((host, int(port)))
+        g.sendall(bytes(random.getrandbits(8) for _ in range(256)))
+        check(closed_by_daemon(g), "garbage: the daemon closed that connection")
+        t = socket.create_connection((host, int(port)))
+        t.sendall(FRAME.pack(MAGIC, 0, 1, 100, 0, 0, 0, 0, 0) + b"\x08\x01")  # says 100 bytes, sends 2
+        t.shutdown(socket.SHUT_WR)
+        check(closed_by_daemon(t), "truncated frame: the daemon closed that connection")
+        o = socket.create_connection((host, int(port)))
+        o.sendall(FRAME.pack(MAGIC, 0, 1, 1 << 30, 0, 0, 0, 0, 0))  # over the message bound
+        check(closed_by_daemon(o), "oversized length: closed before allocating")
+        out, err = worker.communicate(timeout=60)
+        check(worker.returncode == 0 and out.strip() == "ok", f"the other client kept working ({err.strip()})")
+        check(free_bytes(server) == before, "and nothing leaked")
+        check(d.poll() is None, "remorad is still running")
+    finally:
+        d.terminate()
+        d.wait()
+        log.close()
+    text = open(log_path).read()
+    check("no valid hello" in text, "the log gives a reason for each closed connection")
+    check("released" in text and "268435456 bytes" in text, "the log records the killed client's memory released")
+    if failures:
+        print("--- remorad log\n" + text, file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

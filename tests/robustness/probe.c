@@ -1,0 +1,77 @@
+/* A driver-API client for the robustness tests.
+ *   probe free        prints the device's free memory in bytes
+ *   probe hold MIB    allocates and fills MIB MiB, prints "ready", then waits to be killed
+ *   probe work SECS   allocates, copies and checks in a loop for SECS seconds, prints "ok" */
+#include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHECK(call)                                                                   \
+	do {                                                                          \
+		CUresult r_ = (call);                                                 \
+		if (r_ != CUDA_SUCCESS) {                                             \
+			fprintf(stderr, "probe: %s failed: %d\n", #call, (int)r_);    \
+			exit(1);                                                      \
+		}                                                                     \
+	} while (0)
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		return 2;
+	CUcontext ctx;
+	CHECK(cuInit(0));
+	CHECK(cuDevicePrimaryCtxRetain(&ctx, 0));
+	CHECK(cuCtxSetCurrent(ctx));
+	if (!strcmp(argv[1], "free")) {
+		size_t free_b, total_b;
+		CHECK(cuMemGetInfo(&free_b, &total_b));
+		printf("%zu\n", free_b);
+		return 0;
+	}
+	if (!strcmp(argv[1], "hold") && argc > 2) {
+		size_t bytes = (size_t)atoi(argv[2]) << 20;
+		CUdeviceptr p;
+		CUstream s;
+		CHECK(cuMemAlloc(&p, bytes));
+		CHECK(cuStreamCreate(&s, 0));
+		CHECK(cuMemsetD8Async(p, 0x5a, bytes, s));
+		CHECK(cuStreamSynchronize(s));
+		printf("ready\n");
+		fflush(stdout);
+		for (;;)
+			pause();
+	}
+	if (!strcmp(argv[1], "work") && argc > 2) {
+		double end = now() + atof(argv[2]);
+		unsigned char in[65536], out[65536];
+		int rounds = 0;
+		while (now() < end || rounds < 10) {
+			CUdeviceptr p;
+			for (size_t i = 0; i < sizeof(in); i++)
+				in[i] = (unsigned char)(i * 7 + (size_t)rounds);
+			CHECK(cuMemAlloc(&p, sizeof(in)));
+			CHECK(cuMemcpyHtoD(p, in, sizeof(in)));
+			CHECK(cuMemcpyDtoH(out, p, sizeof(out)));
+			CHECK(cuMemFree(p));
+			if (memcmp(in, out, sizeof(in))) {
+				fprintf(stderr, "probe: round %d read back different data\n", rounds);
+				return 1;
+			}
+			rounds++;
+		}
+		printf("ok\n");
+		return 0;
+	}
+	return 2;
+}
