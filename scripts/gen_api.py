@@ -187,6 +187,7 @@ class Field:
         else:
             raise Unmappable(f"{fn.name}: parameter {p.name} ({p.ctype}) needs a hand-written call")
         self.field = p.name.lower()  # protobuf-c lowercases field names
+        self.optional = ann == "opt"  # an output the caller may pass as NULL
         self.new = ann == "new"
         self.delete = ann == "del"
 
@@ -283,7 +284,8 @@ def gen_client_stub(fn, entry, fields):
     for f in fields:
         p = f.p
         if f.dir == "out":
-            checks.append(f"!{p.name}")
+            if not f.optional:
+                checks.append(f"!{p.name}")
             if f.kind == "buf":
                 o.append(f"\treq.{f.field}_len = (uint64_t)({f.len_expr});")
             continue
@@ -323,9 +325,9 @@ def gen_client_stub(fn, entry, fields):
             limit = f"sizeof(*{p.name})" if f.kind == "struct" else f"(size_t)({f.len_expr}) * sizeof(*{p.name})"
             o.append(f"\t\tmemcpy({p.name}, rep->{f.field}.data, rep->{f.field}.len < {limit} ? rep->{f.field}.len : {limit});")
         elif f.kind == "handle":
-            o.append(f"\t\t*{p.name} = ({p.base})(uintptr_t)rep->{f.field};")
+            o.append(f"\t\t{'if (' + p.name + ') ' if f.optional else ''}*{p.name} = ({p.base})(uintptr_t)rep->{f.field};")
         else:
-            o.append(f"\t\t*{p.name} = ({p.base})rep->{f.field};")
+            o.append(f"\t\t{'if (' + p.name + ') ' if f.optional else ''}*{p.name} = ({p.base})rep->{f.field};")
     o.append("\t}")
     o.append("\trm_rpc_free(rep ? &rep->base : NULL);")
     o.append("\treturn r;")
