@@ -20,15 +20,16 @@ server=$(cat "$dir/addr")
 
 # Runs N copies at once; prints their mean time_ms.
 run_n() {
-	local mode=$1 n=$2 i
+	local mode=$1 n=$2 i pids=()
 	for ((i = 0; i < n; i++)); do
 		if [ "$mode" = native ]; then
 			"$prog" "$iters" >"$dir/$mode.$n.$i" 2>&1 &
 		else
 			"$build/cli/remora" run --server "$server" -- "$prog" "$iters" >"$dir/$mode.$n.$i" 2>&1 &
 		fi
+		pids+=($!)
 	done
-	wait $(jobs -p | grep -v "^$pid$") 2>/dev/null || true
+	wait "${pids[@]}" 2>/dev/null || true
 	cat "$dir/$mode.$n".* | sed -n 's/^time_ms=//p' | awk '{s += $1; n++} END {if (n) printf "%.1f %d\n", s / n, n; else print "nan 0"}'
 }
 
