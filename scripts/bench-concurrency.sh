@@ -15,7 +15,10 @@ dir=$(mktemp -d)
 "$build/backend/remorad" --listen tcp://127.0.0.1:0 --ready-file "$dir/addr" 2>"$dir/remorad.log" &
 pid=$!
 trap 'kill $pid 2>/dev/null; rm -rf "$dir"' EXIT
-while [ ! -s "$dir/addr" ]; do sleep 0.05; done
+while [ ! -s "$dir/addr" ]; do
+	kill -0 $pid 2>/dev/null || { cat "$dir/remorad.log" >&2; exit 1; }
+	sleep 0.05
+done
 server=$(cat "$dir/addr")
 
 # Runs N copies at once; prints their mean time_ms.
