@@ -413,15 +413,13 @@ static CUresult cublaslt_context_id(CUcontext ctx, unsigned long long *id)
     return cuCtxGetId(ctx, id);
 }
 
-/* Every other slot: one shared stub, so it logs the caller's address rather than a slot number. */
-static CUresult cublaslt_unknown_slot(void)
-{
-    static int logged;
-    if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED))
-        rm_log(RM_LOG_WARN, "export table cublaslt: unknown slot called from %p, refused",
-               __builtin_return_address(0));
-    return CUDA_ERROR_NOT_SUPPORTED;
-}
+/* Every other slot: a logging stub of its own, so the log names the slot. */
+#define CUBLASLT_UNKNOWN(n) UNKNOWN_SLOT(cublaslt, n)
+#define DIGITS(M, t) M(t##0) M(t##1) M(t##2) M(t##3) M(t##4) M(t##5) M(t##6) M(t##7) M(t##8) M(t##9)
+#define CUBLASLT_SLOT_LIST(M) \
+    M(1) M(2) M(3) M(5) M(6) M(7) M(8) M(9) DIGITS(M, 1) DIGITS(M, 2) DIGITS(M, 3) DIGITS(M, 4) \
+    DIGITS(M, 5) DIGITS(M, 6) DIGITS(M, 7) DIGITS(M, 8) M(90) M(91) M(92)
+CUBLASLT_SLOT_LIST(CUBLASLT_UNKNOWN)
 
 #define CUBLASLT_SLOTS 93
 static rm_slot cublaslt[CUBLASLT_SLOTS];   /* filled once by export_tables_init */
@@ -459,8 +457,8 @@ static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 static void export_tables_init(void)
 {
     cublaslt[0] = TABLE_SIZE(cublaslt);
-    for (int i = 1; i < CUBLASLT_SLOTS; i++)
-        cublaslt[i] = SLOT(cublaslt_unknown_slot);
+#define CUBLASLT_FILL(n) cublaslt[n] = SLOT(cublaslt_slot##n);
+    CUBLASLT_SLOT_LIST(CUBLASLT_FILL)
     cublaslt[4] = SLOT(cublaslt_context_id);
 }
 
