@@ -7,14 +7,16 @@
 #include "log.h"
 #include "remora.pb-c.h"
 
-void rm_handle_cuModuleLoadData(struct rm_session *s, struct rm_request *rq)
+/* Reads an image sent as bulk and loads it as a module or a library owned by the session. */
+static void load_image(struct rm_session *s, struct rm_request *rq, enum rm_handle_kind kind)
 {
 	Remora__ModuleLoad *req = (void *)rm_request_unpack(rq, &remora__module_load__descriptor);
 	if (!req)
 		return;
 	Remora__ModuleLoadReply rep = REMORA__MODULE_LOAD_REPLY__INIT;
 	uint64_t n = rq->frame.bulk_len;
-	CUresult r = s->cur ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+	/* A module belongs to the current context; a library to none. */
+	CUresult r = s->cur || kind == RM_H_LIBRARY ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 	uint8_t *image = NULL;
 	if (r == CUDA_SUCCESS && (n == 0 || n > RM_MAX_IMAGE_LEN))
 		r = CUDA_ERROR_INVALID_IMAGE;
@@ -24,16 +26,26 @@ void rm_handle_cuModuleLoadData(struct rm_session *s, struct rm_request *rq)
 		if (rm_request_read_bulk(s, rq, image, n))
 			goto out;
 		image[n] = 0; /* PTX must end in NUL whatever the client sent */
-		CUmodule mod = NULL;
-		r = rm_drv.cuModuleLoadData(&mod, image);
+		void *h = NULL;
+		if (kind == RM_H_MODULE)
+			r = rm_drv.cuModuleLoadData((CUmodule *)&h, image);
+		else if (rm_drv.cuLibraryLoadData)
+			r = rm_drv.cuLibraryLoadData((CUlibrary *)&h, image, NULL, NULL, 0, NULL, NULL, 0);
+		else
+			r = rm_unsupported_by_driver("cuLibraryLoadData");
 		if (r == CUDA_SUCCESS)
-			rm_session_own(s, RM_H_MODULE, mod, 0);
-		rep.module = (uint64_t)(uintptr_t)mod;
+			rm_session_own(s, kind, h, 0);
+		rep.module = (uint64_t)(uintptr_t)h;
 	}
 	rm_request_finish(s, rq, r, &rep.base);
 out:
 	free(image);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+void rm_handle_cuModuleLoadData(struct rm_session *s, struct rm_request *rq)
+{
+	load_image(s, rq, RM_H_MODULE);
 }
 
 void rm_handle_cuModuleUnload(struct rm_session *s, struct rm_request *rq)
@@ -148,32 +160,7 @@ void rm_handle_cuOccupancyMaxActiveClusters(struct rm_session *s, struct rm_requ
 
 void rm_handle_cuLibraryLoadData(struct rm_session *s, struct rm_request *rq)
 {
-	Remora__ModuleLoad *req = (void *)rm_request_unpack(rq, &remora__module_load__descriptor);
-	if (!req)
-		return;
-	Remora__ModuleLoadReply rep = REMORA__MODULE_LOAD_REPLY__INIT;
-	uint64_t n = rq->frame.bulk_len;
-	CUresult r = CUDA_SUCCESS;
-	uint8_t *image = NULL;
-	if (n == 0 || n > RM_MAX_IMAGE_LEN)
-		r = CUDA_ERROR_INVALID_IMAGE;
-	if (r == CUDA_SUCCESS && !(image = malloc(n + 1)))
-		r = CUDA_ERROR_OUT_OF_MEMORY;
-	if (r == CUDA_SUCCESS) {
-		if (rm_request_read_bulk(s, rq, image, n))
-			goto out;
-		image[n] = 0;
-		CUlibrary lib = NULL;
-		r = rm_drv.cuLibraryLoadData ? rm_drv.cuLibraryLoadData(&lib, image, NULL, NULL, 0, NULL, NULL, 0)
-					     : rm_unsupported_by_driver("cuLibraryLoadData");
-		if (r == CUDA_SUCCESS)
-			rm_session_own(s, RM_H_LIBRARY, lib, 0);
-		rep.module = (uint64_t)(uintptr_t)lib;
-	}
-	rm_request_finish(s, rq, r, &rep.base);
-out:
-	free(image);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	load_image(s, rq, RM_H_LIBRARY);
 }
 
 void rm_handle_cuLibraryGetGlobal(struct rm_session *s, struct rm_request *rq)
