@@ -76,6 +76,7 @@ static CUresult lost(const char *what, int err)
 	}
 	connected = 0;
 	connect_result = CUDA_ERROR_DEVICE_UNAVAILABLE;
+	pthread_cond_broadcast(&batch_cond); /* lets the flusher see it and end */
 	return CUDA_ERROR_DEVICE_UNAVAILABLE;
 }
 
