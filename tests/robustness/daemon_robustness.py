@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """remorad under abuse: a client killed mid-work leaves nothing behind; garbage and a
 truncated frame close only their own connection, with a logged reason, while another
-client keeps working.
+client keeps working; a client with no server gets a clear message and an error.
 
 usage: daemon_robustness.py REMORAD DRIVER REMORA PROBE
 """
@@ -107,6 +107,11 @@ def main():
         d.terminate()
         d.wait()
         log.close()
+    # 3. No server: a clear message and a CUDA error, not a hang.
+    p = subprocess.run([remora, "run", "--server", "127.0.0.1:1", "--", probe, "free"],
+                       capture_output=True, text=True, timeout=30)
+    check(p.returncode != 0 and "cannot reach the GPU server" in p.stderr,
+          "an unreachable server gives a clear message and an error")
     text = open(log_path).read()
     check("no valid hello" in text, "the log gives a reason for each closed connection")
     check("released" in text and "268435456 bytes" in text, "the log records the killed client's memory released")
