@@ -402,7 +402,11 @@ static CUresult integrity_check(unsigned version, unsigned long long unix_second
     return r;
 }
 
-/* ---- 21318c60 cuBLASLt ---- */
+/* ---- 21318c60 tools context: cuBLAS and cuBLASLt ----
+ * NVIDIA's own name for this UUID is CU_ETID_ToolsContext. Of its 92 slots, libcublas.so.13 and
+ * libcublasLt.so.13 call three: [4] from cuBLASLt's kernel registry, [51] then [39] from the
+ * workspace pool both libraries link in, which hands each stream a chunk of workspace and gives a
+ * chunk to another stream only once the chunk's event has completed. */
 
 /* [4] (CUcontext ctx, unsigned long long *id): the context's unique id, cuBLASLt's key for its
  * per-context state; without it cublasSgemm fails with CUBLAS_STATUS_NOT_SUPPORTED. */
@@ -413,12 +417,44 @@ static CUresult cublaslt_context_id(CUcontext ctx, unsigned long long *id)
     return cuCtxGetId(ctx, id);
 }
 
+/* [51] (CUcontext ctx, CUstream stream, void **out, int per_thread): the driver's own object for a
+ * public stream handle in ctx, NULL and the special handles resolved; the pool passes per_thread =
+ * (stream == CU_STREAM_PER_THREAD). Callers treat *out as opaque and only pass it to [39], so ours
+ * is the public handle itself, NULL replaced by the special handle it stands for. */
+static CUresult tools_ctx_stream(CUcontext ctx, CUstream stream, void **out, int per_thread)
+{
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!stream)
+        stream = per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+    *out = (void *)stream;
+    return CUDA_SUCCESS;
+}
+
+/* [39] (CUcontext ctx, void *stream, unsigned long long *id): a 64-bit identity of a stream from
+ * [51]. The pool only compares ids, to give a stream back the chunk it used last, so distinct
+ * streams must get distinct ids. Ours is the handle's value: the daemon's own handle, unique among
+ * live streams, or 1 and 2 for the special streams, which no real handle can be. The driver's ids
+ * are never reused; a handle can be, once its stream is destroyed. */
+static CUresult tools_ctx_stream_id(CUcontext ctx, void *stream, unsigned long long *id)
+{
+    (void)ctx;
+    if (!stream || !id)
+        return CUDA_ERROR_INVALID_VALUE;
+    *id = (unsigned long long)(uintptr_t)stream;
+    return CUDA_SUCCESS;
+}
+
 /* Every other slot: a logging stub of its own, so the log names the slot. */
 #define CUBLASLT_UNKNOWN(n) UNKNOWN_SLOT(cublaslt, n)
 #define DIGITS(M, t) M(t##0) M(t##1) M(t##2) M(t##3) M(t##4) M(t##5) M(t##6) M(t##7) M(t##8) M(t##9)
 #define CUBLASLT_SLOT_LIST(M) \
-    M(1) M(2) M(3) M(5) M(6) M(7) M(8) M(9) DIGITS(M, 1) DIGITS(M, 2) DIGITS(M, 3) DIGITS(M, 4) \
-    DIGITS(M, 5) DIGITS(M, 6) DIGITS(M, 7) DIGITS(M, 8) M(90) M(91) M(92)
+    M(1) M(2) M(3) M(5) M(6) M(7) M(8) M(9) DIGITS(M, 1) DIGITS(M, 2) \
+    M(30) M(31) M(32) M(33) M(34) M(35) M(36) M(37) M(38) DIGITS(M, 4) \
+    M(50) M(52) M(53) M(54) M(55) M(56) M(57) M(58) M(59) \
+    DIGITS(M, 6) DIGITS(M, 7) DIGITS(M, 8) M(90) M(91) M(92)
 CUBLASLT_SLOT_LIST(CUBLASLT_UNKNOWN)
 
 #define CUBLASLT_SLOTS 93
@@ -460,6 +496,8 @@ static void export_tables_init(void)
 #define CUBLASLT_FILL(n) cublaslt[n] = SLOT(cublaslt_slot##n);
     CUBLASLT_SLOT_LIST(CUBLASLT_FILL)
     cublaslt[4] = SLOT(cublaslt_context_id);
+    cublaslt[39] = SLOT(tools_ctx_stream_id);
+    cublaslt[51] = SLOT(tools_ctx_stream);
 }
 
 /* Unknown UUIDs are logged once each; a few distinct ones are remembered. */
