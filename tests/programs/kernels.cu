@@ -1,20 +1,107 @@
-// The module the driver-API test programs load: every kernel of the shared catalogue
-// (tests/rtprograms/catalogue.cuh, which the CPU test driver mirrors by name), plus
-// a global and a faulting kernel of their own.
-#define RT_WANT_vecAdd
-#define RT_WANT_scaleArray
-#define RT_WANT_fillU32
-#define RT_WANT_reduceSum
-#define RT_WANT_matmulTiled
-#define RT_WANT_spinFma
-#define RT_WANT_sleepNs
-#define RT_WANT_emptyKernel
-#include "../rtprograms/catalogue.cuh"
+// Kernel catalogue shared by the driver-API test programs.
+//
+// Every kernel is extern "C" so the driver finds it by its plain name, and the
+// test driver (tests/testdriver/kernels.c) carries a CPU version under the same
+// name.  Element-wise kernels are grid-stride loops: any launch shape covers
+// all n elements, which is what the CPU versions compute.
 
 extern "C" {
 
 // Read back with cuModuleGetGlobal by drv_vecadd: "REMO".
 __device__ unsigned int kernelsMagic = 0x52454d4fu;
+
+__global__ void vecAdd(const float *a, const float *b, float *c, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        c[i] = a[i] + b[i];
+}
+
+__global__ void scaleArray(float *x, float s, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        x[i] *= s;
+}
+
+__global__ void fillU32(unsigned *x, unsigned v, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        x[i] = v;
+}
+
+// Block reduction in shared memory; works for any blockDim.x <= 1024.
+__global__ void reduceSum(const int *in, unsigned long long *out, int n)
+{
+    __shared__ unsigned long long partial[1024];
+    unsigned tid = threadIdx.x;
+    unsigned long long sum = 0;
+    for (int i = blockIdx.x * blockDim.x + tid; i < n; i += gridDim.x * blockDim.x)
+        sum += (unsigned long long)(long long)in[i];
+    partial[tid] = sum;
+    __syncthreads();
+    unsigned span = 1;
+    while (span < blockDim.x)
+        span <<= 1;
+    for (unsigned s = span / 2; s > 0; s >>= 1) {
+        if (tid < s && tid + s < blockDim.x)
+            partial[tid] += partial[tid + s];
+        __syncthreads();
+    }
+    if (tid == 0)
+        atomicAdd(out, partial[0]);
+}
+
+// C = A * B, n x n row-major, 16x16 tiles (launch with 16x16 blocks covering
+// n x n).  Each element is one fmaf chain in ascending k, starting from 0.
+#define TILE 16
+__global__ void matmulTiled(const float *A, const float *B, float *C, int n)
+{
+    __shared__ float tileA[TILE][TILE];
+    __shared__ float tileB[TILE][TILE];
+    int row = blockIdx.y * TILE + threadIdx.y;
+    int col = blockIdx.x * TILE + threadIdx.x;
+    float acc = 0.0f;
+    for (int t = 0; t < n; t += TILE) {
+        int ka = t + threadIdx.x, kb = t + threadIdx.y;
+        tileA[threadIdx.y][threadIdx.x] = (row < n && ka < n) ? A[row * n + ka] : 0.0f;
+        tileB[threadIdx.y][threadIdx.x] = (kb < n && col < n) ? B[kb * n + col] : 0.0f;
+        __syncthreads();
+        int kmax = n - t < TILE ? n - t : TILE;
+        for (int k = 0; k < kmax; k++)
+            acc = fmaf(tileA[threadIdx.y][k], tileB[k][threadIdx.x], acc);
+        __syncthreads();
+    }
+    if (row < n && col < n)
+        C[row * n + col] = acc;
+}
+
+// One dependent chain of 4 FMAs per iteration from x = 1; launch 1x1.
+__global__ void spinFma(float *out, long long iters)
+{
+    float x = 1.0f;
+    for (long long i = 0; i < iters; i++) {
+        x = fmaf(x, 0.999999f, 1e-7f);
+        x = fmaf(x, 0.999999f, 1e-7f);
+        x = fmaf(x, 0.999999f, 1e-7f);
+        x = fmaf(x, 0.999999f, 1e-7f);
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        out[0] = x;
+}
+
+// Busy for at least ns nanoseconds of the GPU's global timer.
+__global__ void sleepNs(unsigned long long ns)
+{
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        __nanosleep(1000);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
+}
+
+__global__ void emptyKernel(void)
+{
+}
 
 // Launched with a bad pointer to raise an illegal-address error.
 __global__ void faultKernel(int *p)

@@ -7,7 +7,7 @@
 //
 // Element-wise kernels are grid-stride loops, so any launch shape covers all
 // n elements, as the CPU versions do. The same names and arithmetic are in
-// the driver-API programs' module (tests/programs/kernels.cu includes this file) and the test driver.
+// tests/programs/kernels.cu (driver-API programs) and the test driver.
 //
 // A translation unit defines RT_WANT_<name> for each kernel it needs before
 // including this header, so two .cu files of one binary never both define
