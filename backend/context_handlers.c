@@ -6,23 +6,8 @@
 #include <stdlib.h>
 
 #include "api.pb-c.h"
+#include "gpus.h"
 #include "log.h"
-
-static pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
-static CUcontext primary[64];
-
-static CUresult shared_primary(CUdevice dev, CUcontext *out)
-{
-	if (dev < 0 || dev >= 64)
-		return CUDA_ERROR_INVALID_DEVICE;
-	CUresult r = CUDA_SUCCESS;
-	pthread_mutex_lock(&primary_lock);
-	if (!primary[dev])
-		r = rm_drv.cuDevicePrimaryCtxRetain(&primary[dev], dev);
-	*out = primary[dev];
-	pthread_mutex_unlock(&primary_lock);
-	return r;
-}
 
 void rm_handle_cuDevicePrimaryCtxRetain(struct rm_session *s, struct rm_request *rq)
 {
@@ -34,9 +19,7 @@ void rm_handle_cuDevicePrimaryCtxRetain(struct rm_session *s, struct rm_request 
 	CUcontext ctx = NULL;
 	CUresult r = rm_session_device(s, req->dev, &dev);
 	if (r == CUDA_SUCCESS)
-		r = shared_primary(dev, &ctx);
-	if (r == CUDA_SUCCESS)
-		r = rm_session_add_ctx(s, ctx, dev);
+		r = rm_session_add_ctx(s, dev, &ctx);
 	rep.pctx = (uint64_t)(uintptr_t)ctx;
 	rm_request_finish(s, rq, r, &rep.base);
 	protobuf_c_message_free_unpacked(&req->base, NULL);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "gpus.h"
 #include "log.h"
 
 ProtobufCMessage *rm_request_unpack(struct rm_request *rq, const ProtobufCMessageDescriptor *desc)
@@ -48,6 +49,8 @@ static int send_reply(struct rm_session *s, struct rm_request *rq, CUresult r, c
 
 void rm_request_finish(struct rm_session *s, struct rm_request *rq, CUresult r, const ProtobufCMessage *rep)
 {
+	if (r != CUDA_SUCCESS && s->cur)
+		rm_gpu_note_result(s->cur->dev, r);
 	if (rq->frame.flags & RM_F_ASYNC) {
 		if (r != CUDA_SUCCESS) {
 			rm_log(RM_LOG_DEBUG, "session %llu: async %s failed with %d", (unsigned long long)s->id,

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "driver_table.h"
+#include "gpus.h"
 #include "log.h"
 
 #define STAGING_SIZE (8u << 20)
@@ -225,22 +226,31 @@ CUresult rm_session_device(struct rm_session *s, int ordinal, CUdevice *out)
 	return CUDA_SUCCESS;
 }
 
-CUresult rm_session_add_ctx(struct rm_session *s, CUcontext ctx, CUdevice dev)
+CUresult rm_session_add_ctx(struct rm_session *s, CUdevice dev, CUcontext *out)
 {
 	for (int i = 0; i < s->nctx; i++)
-		if (s->ctxs[i].ctx == ctx)
+		if (s->ctxs[i].dev == dev) {
+			*out = s->ctxs[i].ctx;
 			return CUDA_SUCCESS;
+		}
 	if (s->nctx == RM_SESSION_MAX_CTX)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	CUcontext ctx;
+	CUresult r = rm_gpu_acquire(dev, &ctx);
+	if (r != CUDA_SUCCESS)
+		return r;
 	CUcontext prev = s->thread_ctx;
-	CUresult r = rm_drv.cuCtxSetCurrent(ctx);
+	r = rm_drv.cuCtxSetCurrent(ctx);
 	CUstream stream = NULL;
 	if (r == CUDA_SUCCESS)
 		r = rm_drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
 	rm_drv.cuCtxSetCurrent(prev);
-	if (r != CUDA_SUCCESS)
+	if (r != CUDA_SUCCESS) {
+		rm_gpu_release(dev);
 		return r;
+	}
 	s->ctxs[s->nctx++] = (struct rm_session_ctx){.ctx = ctx, .dev = dev, .default_stream = stream};
+	*out = ctx;
 	return CUDA_SUCCESS;
 }
 
@@ -343,8 +353,10 @@ void rm_session_destroy(struct rm_session *s)
 			rm_drv.cuEventDestroy_v2(s->staging_done[i]);
 			rm_drv.cuMemFreeHost(s->staging[i]);
 		}
-	for (int i = 0; i < s->nctx; i++)
+	for (int i = 0; i < s->nctx; i++) {
 		rm_drv.cuStreamDestroy_v2(s->ctxs[i].default_stream);
+		rm_gpu_release(s->ctxs[i].dev);
+	}
 	rm_drv.cuCtxSetCurrent(NULL);
 	rm_log(RM_LOG_INFO, "session %llu (%s, %s) closed: released %zu handles, %zu bytes of device memory",
 	       (unsigned long long)s->id, s->name, s->peer, freed, bytes);

@@ -91,8 +91,8 @@ void rm_session_disown_value(struct rm_session *s, enum rm_handle_kind kind, uin
 /* Looks up an owned handle's record, or NULL. */
 const struct rm_handle *rm_session_find(struct rm_session *s, enum rm_handle_kind kind, uint64_t v);
 
-/* Registers a context the client retained, creating its default stream. */
-CUresult rm_session_add_ctx(struct rm_session *s, CUcontext ctx, CUdevice dev);
+/* Gives the session dev's shared context (once per device), creating the client's default stream in it. */
+CUresult rm_session_add_ctx(struct rm_session *s, CUdevice dev, CUcontext *out);
 
 /* Waits for every stream of the client in the current context. */
 CUresult rm_session_synchronize(struct rm_session *s);

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """remorad under abuse: a client killed mid-work leaves nothing behind; garbage and a
 truncated frame close only their own connection, with a logged reason, while another
-client keeps working; a client with no server gets a clear message and an error.
+client keeps working; a client's GPU fault does not outlive it; a client with no
+server gets a clear message and an error.
 
-usage: daemon_robustness.py REMORAD DRIVER REMORA PROBE
+usage: daemon_robustness.py REMORAD DRIVER REMORA PROBE IMAGE
 """
 import os
 import random
@@ -18,7 +19,7 @@ import time
 MAGIC = 0x524D5231
 FRAME = struct.Struct("<IIQIIQQii")  # common/wire.h: 48 bytes
 
-remorad, driver, remora, probe = sys.argv[1:5]
+remorad, driver, remora, probe, image = sys.argv[1:6]
 failures = []
 
 
@@ -103,11 +104,20 @@ def main():
         check(worker.returncode == 0 and out.strip() == "ok", f"the other client kept working ({err.strip()})")
         check(free_bytes(server) == before, "and nothing leaked")
         check(d.poll() is None, "remorad is still running")
+
+        # 3. A client's GPU fault breaks the shared context; once its clients have
+        #    left, the daemon resets it and serves new clients.
+        p = client(server, "fault", image)
+        out, err = p.communicate(timeout=60)
+        check(out.strip() == "CUDA_ERROR_ILLEGAL_ADDRESS", f"a faulting kernel reports its fault ({out.strip()} {err.strip()})")
+        p = client(server, "work", "0.2")
+        out, err = p.communicate(timeout=60)
+        check(p.returncode == 0 and out.strip() == "ok", f"the next client works on a fresh context ({err.strip()})")
     finally:
         d.terminate()
         d.wait()
         log.close()
-    # 3. No server: a clear message and a CUDA error, not a hang.
+    # 4. No server: a clear message and a CUDA error, not a hang.
     p = subprocess.run([remora, "run", "--server", "127.0.0.1:1", "--", probe, "free"],
                        capture_output=True, text=True, timeout=30)
     check(p.returncode != 0 and "cannot reach the GPU server" in p.stderr,

@@ -1,7 +1,8 @@
 /* A driver-API client for the robustness tests.
  *   probe free        prints the device's free memory in bytes
  *   probe hold MIB    allocates and fills MIB MiB, prints "ready", then waits to be killed
- *   probe work SECS   allocates, copies and checks in a loop for SECS seconds, prints "ok" */
+ *   probe work SECS   allocates, copies and checks in a loop for SECS seconds, prints "ok"
+ *   probe fault IMAGE launches faultKernel from IMAGE on a bad pointer; prints the error's name */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +72,19 @@ int main(int argc, char **argv)
 			rounds++;
 		}
 		printf("ok\n");
+		return 0;
+	}
+	if (!strcmp(argv[1], "fault") && argc > 2) {
+		CUmodule mod;
+		CUfunction f;
+		CUdeviceptr bad = 16;
+		void *params[] = {&bad};
+		const char *name = "?";
+		CHECK(cuModuleLoad(&mod, argv[2]));
+		CHECK(cuModuleGetFunction(&f, mod, "faultKernel"));
+		CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
+		cuGetErrorName(cuCtxSynchronize(), &name);
+		printf("%s\n", name);
 		return 0;
 	}
 	return 2;

@@ -397,10 +397,10 @@ TD_EXPORT CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest)
 
 TD_EXPORT CUresult cuStreamDestroy_v2(CUstream handle)
 {
-	struct td_stream *s;
+	struct td_stream *s = NULL;
 	CUresult rc = td_resolve_stream(handle, &s);
-	if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_ILLEGAL_ADDRESS)
-		return rc;
+	if ((rc != CUDA_SUCCESS && rc != CUDA_ERROR_ILLEGAL_ADDRESS) || !s)
+		return rc; /* a broken context may refuse before the stream is found */
 	if (!handle || handle == CU_STREAM_LEGACY || handle == CU_STREAM_PER_THREAD)
 		return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&td_lock);

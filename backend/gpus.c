@@ -1,0 +1,83 @@
+#include "gpus.h"
+
+#include <pthread.h>
+
+#include "driver_table.h"
+#include "log.h"
+
+#define MAX_GPUS 64
+
+static struct gpu {
+	CUcontext ctx;
+	int users;
+	int broken;
+} gpus[MAX_GPUS];
+static pthread_mutex_t gpus_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Errors after which CUDA leaves a context unusable. */
+static int is_sticky(CUresult r)
+{
+	switch (r) {
+	case CUDA_ERROR_ILLEGAL_ADDRESS:
+	case CUDA_ERROR_HARDWARE_STACK_ERROR:
+	case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+	case CUDA_ERROR_MISALIGNED_ADDRESS:
+	case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+	case CUDA_ERROR_INVALID_PC:
+	case CUDA_ERROR_LAUNCH_FAILED:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+CUresult rm_gpu_acquire(CUdevice dev, CUcontext *out)
+{
+	if (dev < 0 || dev >= MAX_GPUS)
+		return CUDA_ERROR_INVALID_DEVICE;
+	CUresult r = CUDA_SUCCESS;
+	struct gpu *g = &gpus[dev];
+	pthread_mutex_lock(&gpus_lock);
+	if (g->ctx && g->broken) {
+		if (g->users) {
+			rm_log(RM_LOG_WARN, "GPU %d: its shared context faulted; new clients wait until its %d client(s) leave",
+			       dev, g->users);
+			r = CUDA_ERROR_DEVICE_UNAVAILABLE;
+		} else {
+			rm_log(RM_LOG_WARN, "GPU %d: resetting the shared context a fault broke", dev);
+			rm_drv.cuDevicePrimaryCtxRelease_v2(dev);
+			rm_drv.cuDevicePrimaryCtxReset_v2(dev);
+			g->ctx = NULL;
+			g->broken = 0;
+		}
+	}
+	if (r == CUDA_SUCCESS && !g->ctx)
+		r = rm_drv.cuDevicePrimaryCtxRetain(&g->ctx, dev);
+	if (r == CUDA_SUCCESS) {
+		g->users++;
+		*out = g->ctx;
+	}
+	pthread_mutex_unlock(&gpus_lock);
+	return r;
+}
+
+void rm_gpu_release(CUdevice dev)
+{
+	if (dev < 0 || dev >= MAX_GPUS)
+		return;
+	pthread_mutex_lock(&gpus_lock);
+	if (gpus[dev].users > 0)
+		gpus[dev].users--;
+	pthread_mutex_unlock(&gpus_lock);
+}
+
+void rm_gpu_note_result(CUdevice dev, CUresult r)
+{
+	if (!is_sticky(r) || dev < 0 || dev >= MAX_GPUS)
+		return;
+	pthread_mutex_lock(&gpus_lock);
+	if (!gpus[dev].broken)
+		rm_log(RM_LOG_WARN, "GPU %d: a client's fault (error %d) broke the shared context", dev, r);
+	gpus[dev].broken = 1;
+	pthread_mutex_unlock(&gpus_lock);
+}

@@ -1,0 +1,17 @@
+/* The GPUs of this host: one shared primary context each, counted users, and
+ * recovery once a fault has broken a context. */
+#ifndef REMORA_GPUS_H
+#define REMORA_GPUS_H
+
+#include <cuda.h>
+
+/* The shared context of dev for a new user. A context broken by a fault is
+ * reset first once no session uses it; while sessions still do, new ones get
+ * CUDA_ERROR_DEVICE_UNAVAILABLE. */
+CUresult rm_gpu_acquire(CUdevice dev, CUcontext *out);
+/* A session stops using dev's context. */
+void rm_gpu_release(CUdevice dev);
+/* Notes result r of a call in dev's context: a sticky error marks the context broken. */
+void rm_gpu_note_result(CUdevice dev, CUresult r);
+
+#endif
