@@ -1,6 +1,7 @@
 #include "gpus.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 
 #include "driver_table.h"
 #include "log.h"
@@ -51,8 +52,16 @@ CUresult rm_gpu_acquire(CUdevice dev, CUcontext *out)
 			g->broken = 0;
 		}
 	}
-	if (r == CUDA_SUCCESS && !g->ctx)
+	if (r == CUDA_SUCCESS && !g->ctx) {
 		r = rm_drv.cuDevicePrimaryCtxRetain(&g->ctx, dev);
+		if (is_sticky(r)) {
+			/* NVIDIA's driver keeps such errors for the life of the process: only a new
+			 * process gets a working GPU, so leave that to the supervisor. */
+			rm_log(RM_LOG_ERROR, "GPU %d: the driver cannot recover from the fault in this process "
+			       "(error %d); exiting so that remorad is restarted", dev, r);
+			exit(75);
+		}
+	}
 	if (r == CUDA_SUCCESS) {
 		g->users++;
 		*out = g->ctx;
