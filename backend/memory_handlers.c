@@ -186,3 +186,24 @@ void rm_handle_cuMemcpyDtoHAsync_v2(struct rm_session *s, struct rm_request *rq)
 {
 	copy_out(s, rq);
 }
+
+/* Only memory the client owns is described; any other pointer is refused as
+ * one CUDA does not know. */
+void rm_handle_cuPointerGetAttribute(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__PointerAttribute *req = (void *)rm_request_unpack(rq, &remora__pointer_attribute__descriptor);
+	if (!req)
+		return;
+	Remora__PointerAttributeReply rep = REMORA__POINTER_ATTRIBUTE_REPLY__INIT;
+	uint8_t data[64] = {0};
+	CUresult r = rm_session_check_range(s, req->ptr, 1);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv.cuPointerGetAttribute ? rm_drv.cuPointerGetAttribute(data, (CUpointer_attribute)req->attribute, req->ptr)
+						 : rm_unsupported_by_driver("cuPointerGetAttribute");
+	if (r == CUDA_SUCCESS) {
+		rep.data.data = data;
+		rep.data.len = 16; /* the largest attribute, P2P tokens; the client takes its attribute's size */
+	}
+	rm_request_finish(s, rq, r, &rep.base);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}

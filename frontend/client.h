@@ -53,6 +53,9 @@ CUcontext rm_ctx_current(void);
 /* Remembers ctx as a context of device dev, handed out by the daemon. */
 void rm_ctx_known(CUcontext ctx, CUdevice dev);
 
+/* Finds the host allocation or registration holding p (any out may be NULL); 1 if there is one. */
+int rm_host_alloc_find(const void *p, void **base, size_t *size, unsigned int *flags);
+
 /* Library-wide set-up: logging. Idempotent. */
 void rm_client_init(void);
 

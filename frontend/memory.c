@@ -68,6 +68,7 @@ struct host_alloc {
 	void *p;
 	size_t size;
 	unsigned int flags;
+	int registered; /* the program's own memory, given by cuMemHostRegister */
 	struct host_alloc *next;
 };
 
@@ -89,6 +90,7 @@ RM_EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned i
 	a->p = p;
 	a->size = bytesize;
 	a->flags = Flags;
+	a->registered = 0;
 	pthread_mutex_lock(&host_lock);
 	a->next = host_allocs;
 	host_allocs = a;
@@ -102,16 +104,23 @@ RM_EXPORT CUresult CUDAAPI cuMemAllocHost_v2(void **pp, size_t bytesize)
 	return cuMemHostAlloc(pp, bytesize, 0);
 }
 
-RM_EXPORT CUresult CUDAAPI cuMemFreeHost(void *p)
+/* Unlinks the allocation starting at p of the given origin, or returns NULL. */
+static struct host_alloc *take_host_alloc(void *p, int registered)
 {
 	pthread_mutex_lock(&host_lock);
 	struct host_alloc **link = &host_allocs;
-	while (*link && (*link)->p != p)
+	while (*link && ((*link)->p != p || (*link)->registered != registered))
 		link = &(*link)->next;
 	struct host_alloc *a = *link;
 	if (a)
 		*link = a->next;
 	pthread_mutex_unlock(&host_lock);
+	return a;
+}
+
+RM_EXPORT CUresult CUDAAPI cuMemFreeHost(void *p)
+{
+	struct host_alloc *a = take_host_alloc(p, 0);
 	if (!a)
 		return CUDA_ERROR_INVALID_VALUE;
 	munlock(a->p, a->size);
@@ -120,18 +129,62 @@ RM_EXPORT CUresult CUDAAPI cuMemFreeHost(void *p)
 	return CUDA_SUCCESS;
 }
 
+/* Copies from and to registered memory already go straight from the program's
+ * buffer; registering locks it where the limits allow and records it. */
+RM_EXPORT CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+	if (!p || !bytesize)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (rm_host_alloc_find(p, NULL, NULL, NULL))
+		return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+	struct host_alloc *a = malloc(sizeof(*a));
+	if (!a)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	mlock(p, bytesize);
+	*a = (struct host_alloc){.p = p, .size = bytesize, .flags = Flags, .registered = 1};
+	pthread_mutex_lock(&host_lock);
+	a->next = host_allocs;
+	host_allocs = a;
+	pthread_mutex_unlock(&host_lock);
+	return CUDA_SUCCESS;
+}
+
+RM_EXPORT CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
+{
+	return cuMemHostRegister_v2(p, bytesize, Flags);
+}
+
+RM_EXPORT CUresult CUDAAPI cuMemHostUnregister(void *p)
+{
+	struct host_alloc *a = take_host_alloc(p, 1);
+	if (!a)
+		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+	munlock(a->p, a->size);
+	free(a);
+	return CUDA_SUCCESS;
+}
+
+int rm_host_alloc_find(const void *p, void **base, size_t *size, unsigned int *flags)
+{
+	int found = 0;
+	pthread_mutex_lock(&host_lock);
+	for (struct host_alloc *a = host_allocs; a && !found; a = a->next)
+		if ((const char *)p >= (char *)a->p && (const char *)p < (char *)a->p + a->size) {
+			if (base)
+				*base = a->p;
+			if (size)
+				*size = a->size;
+			if (flags)
+				*flags = a->flags;
+			found = 1;
+		}
+	pthread_mutex_unlock(&host_lock);
+	return found;
+}
+
 RM_EXPORT CUresult CUDAAPI cuMemHostGetFlags(unsigned int *pFlags, void *p)
 {
 	if (!pFlags)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult r = CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&host_lock);
-	for (struct host_alloc *a = host_allocs; a; a = a->next)
-		if ((char *)p >= (char *)a->p && (char *)p < (char *)a->p + a->size) {
-			*pFlags = a->flags;
-			r = CUDA_SUCCESS;
-			break;
-		}
-	pthread_mutex_unlock(&host_lock);
-	return r;
+	return rm_host_alloc_find(p, NULL, NULL, pFlags) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }

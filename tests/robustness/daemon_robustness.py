@@ -105,6 +105,10 @@ def main():
         check(free_bytes(server) == before, "and nothing leaked")
         check(d.poll() is None, "remorad is still running")
 
+        p = client(server, "pointers")
+        out, err = p.communicate(timeout=60)
+        check(p.returncode == 0 and out.strip() == "ok", f"pointer attributes and registered memory ({err.strip()})")
+
         # 3. A client's GPU fault breaks the shared context; once its clients have
         #    left, the daemon resets it and serves new clients.
         p = client(server, "fault", image)

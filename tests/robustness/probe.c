@@ -2,7 +2,8 @@
  *   probe free        prints the device's free memory in bytes
  *   probe hold MIB    allocates and fills MIB MiB, prints "ready", then waits to be killed
  *   probe work SECS   allocates, copies and checks in a loop for SECS seconds, prints "ok"
- *   probe fault IMAGE launches faultKernel from IMAGE on a bad pointer; prints the error's name */
+ *   probe fault IMAGE launches faultKernel from IMAGE on a bad pointer; prints the error's name
+ *   probe pointers    checks pointer attributes of device, pinned and registered memory; prints "ok" */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +72,42 @@ int main(int argc, char **argv)
 			}
 			rounds++;
 		}
+		printf("ok\n");
+		return 0;
+	}
+	if (!strcmp(argv[1], "pointers")) {
+		CUdeviceptr d;
+		unsigned int type = 0, flags = 0;
+		size_t range = 0;
+		void *pinned, *reg = aligned_alloc(4096, 1 << 16);
+		CHECK(cuMemAlloc(&d, 3 << 20));
+		CHECK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, d + 4096));
+		CHECK(cuPointerGetAttribute(&range, CU_POINTER_ATTRIBUTE_RANGE_SIZE, d + 4096));
+		if (type != CU_MEMORYTYPE_DEVICE || range != 3 << 20) {
+			fprintf(stderr, "probe: device pointer: type %u range %zu\n", type, range);
+			return 1;
+		}
+		CHECK(cuMemHostAlloc(&pinned, 1 << 20, CU_MEMHOSTALLOC_PORTABLE));
+		CHECK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)pinned));
+		CHECK(cuMemHostGetFlags(&flags, pinned));
+		if (type != CU_MEMORYTYPE_HOST || flags != CU_MEMHOSTALLOC_PORTABLE || ((uintptr_t)pinned & 4095)) {
+			fprintf(stderr, "probe: pinned memory: type %u flags %u at %p\n", type, flags, pinned);
+			return 1;
+		}
+		CHECK(cuMemHostRegister(reg, 1 << 16, 0));
+		CHECK(cuMemcpyHtoD(d, reg, 1 << 16));
+		if (cuMemHostRegister(reg, 1 << 16, 0) != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) {
+			fprintf(stderr, "probe: registered the same memory twice\n");
+			return 1;
+		}
+		CHECK(cuMemHostUnregister(reg));
+		if (cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, 0x1000) == CUDA_SUCCESS) {
+			fprintf(stderr, "probe: a pointer nobody allocated has attributes\n");
+			return 1;
+		}
+		CHECK(cuMemFreeHost(pinned));
+		CHECK(cuMemFree(d));
+		free(reg);
 		printf("ok\n");
 		return 0;
 	}
