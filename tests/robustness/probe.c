@@ -90,7 +90,7 @@ int main(int argc, char **argv)
 		CHECK(cuMemHostAlloc(&pinned, 1 << 20, CU_MEMHOSTALLOC_PORTABLE));
 		CHECK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)pinned));
 		CHECK(cuMemHostGetFlags(&flags, pinned));
-		if (type != CU_MEMORYTYPE_HOST || flags != CU_MEMHOSTALLOC_PORTABLE || ((uintptr_t)pinned & 4095)) {
+		if (type != CU_MEMORYTYPE_HOST || !(flags & CU_MEMHOSTALLOC_PORTABLE) || ((uintptr_t)pinned & 4095)) {
 			fprintf(stderr, "probe: pinned memory: type %u flags %u at %p\n", type, flags, pinned);
 			return 1;
 		}
