@@ -30,10 +30,12 @@ static uint64_t next_seq = 1;
 static uint8_t *batch;
 static size_t batch_len;
 static __thread int per_thread_depth;
+static int trace_calls; /* REMORA_TRACE set: log every call's result at debug level */
 
 static void client_init_once(void)
 {
 	rm_log_init("remora", RM_LOG_ERROR);
+	trace_calls = getenv("REMORA_TRACE") != NULL;
 }
 
 void rm_client_init(void)
@@ -318,7 +320,7 @@ CUresult rm_rpc(struct rm_rpc_call *c)
 		result = (CUresult)rf.async_result;
 out:
 	pthread_mutex_unlock(&rpc_lock);
-	if (result != CUDA_SUCCESS || getenv("RM_TRACE"))
+	if (result != CUDA_SUCCESS || trace_calls)
 		rm_log(RM_LOG_DEBUG, "%s returned %d", c->op < RM_OP_LIMIT ? rm_op_names[c->op] : "?", result);
 	return result;
 }
