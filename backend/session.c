@@ -147,6 +147,9 @@ void rm_session_disown_value(struct rm_session *s, enum rm_handle_kind kind, uin
 		s->mem_bytes -= h->size;
 	h->kind = TOMBSTONE;
 	s->handles_live--;
+	/* Only modules, libraries and kernels have dependents (functions, globals, kernels). */
+	if (kind != RM_H_MODULE && kind != RM_H_LIBRARY && kind != RM_H_KERNEL)
+		return;
 	for (size_t i = 0; i < s->handles_cap; i++) {
 		struct rm_handle *c = &s->handles[i];
 		if (c->kind && c->kind != TOMBSTONE && c->parent == v)
@@ -213,14 +216,20 @@ CUresult rm_session_check_range(struct rm_session *s, uint64_t ptr, uint64_t len
 	return CUDA_ERROR_INVALID_VALUE;
 }
 
+static int device_count;
+
+static void count_devices(void)
+{
+	if (rm_drv.cuDeviceGetCount(&device_count) != CUDA_SUCCESS)
+		device_count = 0;
+}
+
 CUresult rm_session_device(struct rm_session *s, int ordinal, CUdevice *out)
 {
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	(void)s;
-	int count = 0;
-	CUresult r = rm_drv.cuDeviceGetCount(&count);
-	if (r != CUDA_SUCCESS)
-		return r;
-	if (ordinal < 0 || ordinal >= count)
+	pthread_once(&once, count_devices); /* the host's GPUs do not change while remorad runs */
+	if (ordinal < 0 || ordinal >= device_count)
 		return CUDA_ERROR_INVALID_DEVICE;
 	*out = ordinal;
 	return CUDA_SUCCESS;
