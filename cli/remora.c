@@ -16,10 +16,13 @@ struct subcommand {
 
 static int cmd_run(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
+int cmd_bench(int argc, char **argv); /* bench.c */
 
 static const struct subcommand subcommands[] = {
 	{"run", "[--server HOST:PORT] [--token TOKEN] -- PROGRAM [ARGS...]",
 	 "run an unmodified CUDA program on a remote GPU", cmd_run},
+	{"bench", "[--json] [--quick] [--only SECTIONS] [--driver PATH] [--native-lib DIR] ... (--help)",
+	 "on a GPU host: measure natively and through a private remorad, side by side", cmd_bench},
 	{"help", "", "show this text", cmd_help},
 };
 

@@ -1,0 +1,57 @@
+/* The figures of one `remora bench` run: sections with their status, rows of
+ * native and remote figures with a ratio and an optional target, and facts
+ * about the run; printed as a table or as one JSON document. */
+#ifndef REMORA_BENCH_RESULTS_H
+#define REMORA_BENCH_RESULTS_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+enum bench_goal { BENCH_NO_TARGET, BENCH_AT_MOST, BENCH_AT_LEAST };
+
+struct bench_row {
+	const char *section;
+	char metric[80];
+	const char *unit;
+	double native, remote; /* NAN when not measured */
+	double ratio;          /* NAN when there is none */
+	const char *ratio_of;  /* what the ratio divides, e.g. "remote/native" */
+	enum bench_goal goal;  /* the target applies to the ratio */
+	double limit;
+};
+
+struct bench_section {
+	const char *name;
+	const char *status; /* "ok", "failed", "skipped" or "not selected" */
+	char reason[320];
+};
+
+struct bench_fact {
+	const char *key;
+	char value[192];
+	bool is_number;
+};
+
+struct bench_results {
+	struct bench_row *rows;
+	int nrows, cap_rows;
+	struct bench_section sections[16];
+	int nsections;
+	struct bench_fact facts[24];
+	int nfacts;
+};
+
+/* Adds a row with ratio remote/native and no target; the caller changes those
+ * through the pointer, valid until the next row is added.  NULL when out of memory. */
+struct bench_row *bench_add_row(struct bench_results *r, const char *section, const char *unit, double native,
+				double remote, const char *metric_fmt, ...) __attribute__((format(printf, 6, 7)));
+void bench_set_section(struct bench_results *r, const char *name, const char *status, const char *reason);
+void bench_add_fact(struct bench_results *r, const char *key, bool is_number, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* 1 met, 0 missed, -1 no target or nothing to judge. */
+int bench_row_met(const struct bench_row *row);
+void bench_print_table(const struct bench_results *r, FILE *f);
+void bench_print_json(const struct bench_results *r, FILE *f);
+void bench_results_free(struct bench_results *r);
+
+#endif

@@ -1,0 +1,323 @@
+/* bench_worker IMAGE SECTION [ARGS]: one section of `remora bench`, measured
+ * through whatever libcuda.so.1 the loader finds (the real driver natively,
+ * Remora's client library remotely).  Driver API only, so it also runs
+ * directly on the CPU test driver.
+ *
+ * Prints key=value lines on stdout, one figure each; diagnostics on stderr.
+ * Every CUDA call is checked; any failure or wrong data exits 1.
+ *
+ *   info                          gpu_name, driver_version, device_count
+ *   launch ASYNC_N SYNC_N         empty kernel: N async launches then one sync;
+ *                                 N times launch + cuCtxSynchronize (µs each)
+ *   memcpy MAX_BYTES              H2D and D2H, pageable and pinned, 4 KiB .. MAX
+ *                                 in powers of 4 (µs per copy, GB/s)
+ *   memset MAX_BYTES              cuMemsetD32 of 4 KiB .. MAX in powers of 16
+ *   event N                       cuEventRecord + cuEventSynchronize (µs each)
+ *   spin ITERS                    the concurrency client: set up, write one byte
+ *                                 to fd 3, wait for EOF on fd 4, then time one
+ *                                 <<<1,1>>> spinFma with events (ms)
+ */
+#include <cuda.h>
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define READY_FD 3
+#define GO_FD 4
+
+#define CHECK(call)                                                                              \
+	do {                                                                                     \
+		CUresult check_rc_ = (call);                                                     \
+		if (check_rc_ != CUDA_SUCCESS) {                                                 \
+			const char *check_name_ = NULL;                                          \
+			cuGetErrorName(check_rc_, &check_name_);                                 \
+			fprintf(stderr, "bench_worker: %s failed: %s (%d)\n", #call,             \
+				check_name_ ? check_name_ : "unknown CUresult", (int)check_rc_);  \
+			exit(1);                                                                 \
+		}                                                                                \
+	} while (0)
+
+static void die(const char *what)
+{
+	fprintf(stderr, "bench_worker: %s\n", what);
+	exit(1);
+}
+
+static double now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static long long parse_count(const char *s)
+{
+	char *end;
+	long long v = strtoll(s, &end, 10);
+	if (*end || v <= 0)
+		die("counts must be positive integers");
+	return v;
+}
+
+static CUmodule load_image(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		fprintf(stderr, "bench_worker: %s: %s\n", path, strerror(errno));
+		exit(1);
+	}
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *image = n > 0 ? malloc((size_t)n + 1) : NULL;
+	if (!image || fread(image, 1, (size_t)n, f) != (size_t)n)
+		die("cannot read the kernel image");
+	image[n] = 0;
+	fclose(f);
+	CUmodule module;
+	CHECK(cuModuleLoadData(&module, image));
+	free(image);
+	return module;
+}
+
+/* The primary context of device 0, made current, as cudart would. */
+static void open_device(void)
+{
+	CUdevice dev;
+	CUcontext ctx;
+	CHECK(cuInit(0));
+	CHECK(cuDeviceGet(&dev, 0));
+	CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+	CHECK(cuCtxSetCurrent(ctx));
+}
+
+static void run_info(void)
+{
+	char name[256];
+	int version, count;
+	CUdevice dev;
+	CHECK(cuInit(0));
+	CHECK(cuDriverGetVersion(&version));
+	CHECK(cuDeviceGetCount(&count));
+	CHECK(cuDeviceGet(&dev, 0));
+	CHECK(cuDeviceGetName(name, sizeof name, dev));
+	printf("gpu_name=%s\ndriver_version=%d\ndevice_count=%d\n", name, version, count);
+}
+
+static void run_launch(CUmodule module, long long async_n, long long sync_n)
+{
+	CUfunction empty;
+	CHECK(cuModuleGetFunction(&empty, module, "emptyKernel"));
+	for (int i = 0; i < 100; i++) /* warm-up: module, launch path, connection */
+		CHECK(cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
+	CHECK(cuCtxSynchronize());
+
+	double t = now_us();
+	for (long long i = 0; i < async_n; i++)
+		CHECK(cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
+	double issued = now_us();
+	CHECK(cuCtxSynchronize());
+	double done = now_us();
+	printf("async_launch_us=%.4f\n", (issued - t) / (double)async_n);
+	printf("async_launch_drain_us=%.4f\n", (done - t) / (double)async_n);
+
+	t = now_us();
+	for (long long i = 0; i < sync_n; i++) {
+		CHECK(cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
+		CHECK(cuCtxSynchronize());
+	}
+	printf("launch_sync_us=%.4f\n", (now_us() - t) / (double)sync_n);
+}
+
+/* Enough repetitions of one copy to be stable: about 1 GiB moved, 3 .. 1000 times. */
+static int copy_reps(size_t bytes)
+{
+	size_t reps = ((size_t)1 << 30) / bytes;
+	return reps < 3 ? 3 : reps > 1000 ? 1000 : (int)reps;
+}
+
+static void fill_pattern(uint32_t *p, size_t bytes, uint32_t seed)
+{
+	for (size_t i = 0; i < bytes / 4; i++)
+		p[i] = (uint32_t)i * 2654435761u ^ seed;
+}
+
+/* Times H2D from src then D2H into dst, checks dst == src, prints both. */
+static void time_copies(const char *kind, CUdeviceptr dev, unsigned char *src, unsigned char *dst, size_t bytes)
+{
+	int reps = copy_reps(bytes);
+	fill_pattern((uint32_t *)src, bytes, (uint32_t)bytes);
+	memset(dst, 0, bytes);
+	CHECK(cuMemcpyHtoD(dev, src, bytes)); /* warm-up, and the pages of both buffers touched */
+	CHECK(cuMemcpyDtoH(dst, dev, bytes));
+	if (memcmp(src, dst, bytes) != 0)
+		die("memcpy: data read back differs from data written");
+
+	double t = now_us();
+	for (int i = 0; i < reps; i++)
+		CHECK(cuMemcpyHtoD(dev, src, bytes));
+	double h2d = (now_us() - t) / reps;
+	t = now_us();
+	for (int i = 0; i < reps; i++)
+		CHECK(cuMemcpyDtoH(dst, dev, bytes));
+	double d2h = (now_us() - t) / reps;
+	if (memcmp(src, dst, bytes) != 0)
+		die("memcpy: data read back differs from data written");
+	printf("memcpy.h2d.%s.%zu.us=%.4f\nmemcpy.h2d.%s.%zu.gbps=%.4f\n", kind, bytes, h2d, kind, bytes, bytes / h2d / 1e3);
+	printf("memcpy.d2h.%s.%zu.us=%.4f\nmemcpy.d2h.%s.%zu.gbps=%.4f\n", kind, bytes, d2h, kind, bytes, bytes / d2h / 1e3);
+}
+
+static void run_memcpy(size_t max_bytes)
+{
+	CUdeviceptr dev;
+	void *pin_src, *pin_dst;
+	unsigned char *src = malloc(max_bytes), *dst = malloc(max_bytes);
+	if (!src || !dst)
+		die("out of host memory");
+	CHECK(cuMemAlloc(&dev, max_bytes));
+	CHECK(cuMemAllocHost(&pin_src, max_bytes));
+	CHECK(cuMemAllocHost(&pin_dst, max_bytes));
+	for (size_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
+		time_copies("pageable", dev, src, dst, bytes);
+		time_copies("pinned", dev, pin_src, pin_dst, bytes);
+		fflush(stdout);
+	}
+	CHECK(cuMemFreeHost(pin_dst));
+	CHECK(cuMemFreeHost(pin_src));
+	CHECK(cuMemFree(dev));
+	free(dst);
+	free(src);
+}
+
+static void run_memset(size_t max_bytes)
+{
+	CUdeviceptr dev;
+	uint32_t tail[4];
+	CHECK(cuMemAlloc(&dev, max_bytes));
+	for (size_t bytes = 4096; bytes <= max_bytes; bytes *= 16) {
+		int reps = copy_reps(bytes);
+		size_t words = bytes / 4;
+		CHECK(cuMemsetD32(dev, 1, words)); /* warm-up */
+		CHECK(cuCtxSynchronize());
+		double t = now_us();
+		for (int i = 0; i < reps; i++)
+			CHECK(cuMemsetD32(dev, 0xc0ffee00u + (unsigned)i, words));
+		CHECK(cuCtxSynchronize());
+		double us = (now_us() - t) / reps;
+		CHECK(cuMemcpyDtoH(tail, dev + bytes - sizeof tail, sizeof tail));
+		for (int i = 0; i < 4; i++)
+			if (tail[i] != 0xc0ffee00u + (unsigned)(reps - 1))
+				die("memset: the last value set is not what the device holds");
+		printf("memset.%zu.us=%.4f\nmemset.%zu.gbps=%.4f\n", bytes, us, bytes, bytes / us / 1e3);
+	}
+	CHECK(cuMemFree(dev));
+}
+
+static void run_event(long long n)
+{
+	CUevent ev;
+	CHECK(cuEventCreate(&ev, CU_EVENT_DEFAULT));
+	for (int i = 0; i < 100; i++) {
+		CHECK(cuEventRecord(ev, NULL));
+		CHECK(cuEventSynchronize(ev));
+	}
+	double t = now_us();
+	for (long long i = 0; i < n; i++) {
+		CHECK(cuEventRecord(ev, NULL));
+		CHECK(cuEventSynchronize(ev));
+	}
+	printf("event_record_sync_us=%.4f\n", (now_us() - t) / (double)n);
+	CHECK(cuEventDestroy(ev));
+}
+
+/* The host's own fmaf chain, stopped once x no longer moves (it then stays put). */
+static float host_spin(long long iters)
+{
+	float x = 1.0f;
+	for (long long i = 0; i < iters; i++) {
+		float prev = x;
+		x = fmaf(x, 0.999999f, 1e-7f);
+		x = fmaf(x, 0.999999f, 1e-7f);
+		x = fmaf(x, 0.999999f, 1e-7f);
+		x = fmaf(x, 0.999999f, 1e-7f);
+		if (x == prev)
+			break;
+	}
+	return x;
+}
+
+static void run_spin(CUmodule module, long long iters)
+{
+	CUfunction spin, empty;
+	CUdeviceptr out;
+	CUevent start, stop;
+	CHECK(cuModuleGetFunction(&spin, module, "spinFma"));
+	CHECK(cuModuleGetFunction(&empty, module, "emptyKernel"));
+	CHECK(cuMemAlloc(&out, sizeof(float)));
+	CHECK(cuEventCreate(&start, CU_EVENT_DEFAULT));
+	CHECK(cuEventCreate(&stop, CU_EVENT_DEFAULT));
+	CHECK(cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
+	CHECK(cuCtxSynchronize());
+
+	char byte = 'r', sink;
+	if (write(READY_FD, &byte, 1) != 1)
+		die("spin: cannot signal ready on fd 3");
+	close(READY_FD);
+	while (read(GO_FD, &sink, 1) > 0) /* the driver closes its end to start everyone */
+		;
+	void *params[] = { &out, &iters };
+	CHECK(cuEventRecord(start, NULL));
+	CHECK(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
+	CHECK(cuEventRecord(stop, NULL));
+	CHECK(cuEventSynchronize(stop));
+	float ms, result;
+	CHECK(cuEventElapsedTime(&ms, start, stop));
+	CHECK(cuMemcpyDtoH(&result, out, sizeof result));
+	float expected = host_spin(iters);
+	if (memcmp(&result, &expected, sizeof result) != 0) {
+		fprintf(stderr, "bench_worker: spinFma gave %a, the host's chain %a\n", result, expected);
+		exit(1);
+	}
+	printf("spin_ms=%.4f\n", ms);
+	CHECK(cuEventDestroy(stop));
+	CHECK(cuEventDestroy(start));
+	CHECK(cuMemFree(out));
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3) {
+		fprintf(stderr, "usage: bench_worker IMAGE info|launch|memcpy|memset|event|spin [ARGS]\n");
+		return 2;
+	}
+	const char *section = argv[2];
+	if (!strcmp(section, "info")) {
+		run_info();
+		return 0;
+	}
+	open_device();
+	CUmodule module = load_image(argv[1]);
+	if (!strcmp(section, "launch") && argc == 5)
+		run_launch(module, parse_count(argv[3]), parse_count(argv[4]));
+	else if (!strcmp(section, "memcpy") && argc == 4)
+		run_memcpy((size_t)parse_count(argv[3]));
+	else if (!strcmp(section, "memset") && argc == 4)
+		run_memset((size_t)parse_count(argv[3]));
+	else if (!strcmp(section, "event") && argc == 4)
+		run_event(parse_count(argv[3]));
+	else if (!strcmp(section, "spin") && argc == 4)
+		run_spin(module, parse_count(argv[3]));
+	else {
+		fprintf(stderr, "bench_worker: unknown section or wrong arguments: %s\n", section);
+		return 2;
+	}
+	CHECK(cuModuleUnload(module));
+	CHECK(cuCtxSetCurrent(NULL));
+	CHECK(cuDevicePrimaryCtxRelease(0));
+	return 0;
+}

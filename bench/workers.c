@@ -1,0 +1,297 @@
+/* Worker processes and the private remorad of `remora bench`. */
+#include "workers.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define READY_FD 3
+#define GO_FD 4
+#define DAEMON_START_TIMEOUT_S 30
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+const char *bench_output_get(const struct bench_output *out, const char *key)
+{
+	for (int i = 0; i < out->count; i++)
+		if (!strcmp(out->kv[i].key, key))
+			return out->kv[i].value;
+	return NULL;
+}
+
+bool bench_output_number(const struct bench_output *out, const char *key, double *value)
+{
+	const char *s = bench_output_get(out, key);
+	char *end;
+	if (!s || !*s)
+		return false;
+	*value = strtod(s, &end);
+	return *end == 0;
+}
+
+void bench_output_free(struct bench_output *out)
+{
+	free(out->kv);
+	out->kv = NULL;
+	out->count = 0;
+}
+
+/* Reads a worker's stdout file: every line KEY=VALUE. */
+static void parse_output(const char *path, struct bench_output *out)
+{
+	FILE *f = fopen(path, "re");
+	char line[512];
+	int cap = 0;
+	if (!f)
+		return;
+	while (fgets(line, sizeof line, f)) {
+		line[strcspn(line, "\r\n")] = 0;
+		char *eq = strchr(line, '=');
+		if (!eq || eq == line)
+			continue;
+		if (out->count == cap) {
+			cap = cap ? cap * 2 : 32;
+			struct bench_kv *kv = realloc(out->kv, (size_t)cap * sizeof *kv);
+			if (!kv)
+				break;
+			out->kv = kv;
+		}
+		*eq = 0;
+		struct bench_kv *kv = &out->kv[out->count++];
+		snprintf(kv->key, sizeof kv->key, "%.*s", (int)sizeof kv->key - 1, line);
+		snprintf(kv->value, sizeof kv->value, "%.*s", (int)sizeof kv->value - 1, eq + 1);
+	}
+	fclose(f);
+}
+
+/* The last non-empty line of a file, as the reason a worker failed. */
+static void last_line(const char *path, char *out, size_t len)
+{
+	FILE *f = fopen(path, "re");
+	char line[512];
+	if (!f)
+		return;
+	while (fgets(line, sizeof line, f)) {
+		line[strcspn(line, "\r\n")] = 0;
+		if (line[0])
+			snprintf(out, len, "%.*s", (int)len - 1, line);
+	}
+	fclose(f);
+}
+
+/* In the child: fds, environment, exec.  Never returns. */
+static void exec_worker(const struct bench_side *side, char *const argv[], const char *out_path,
+			const char *err_path, int ready_w, int go_r)
+{
+	int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (out < 0 || err < 0 || dup2(out, STDOUT_FILENO) < 0 || dup2(err, STDERR_FILENO) < 0)
+		_exit(126);
+	if (ready_w >= 0) {
+		/* Above fd 4 first, so that the dup2s below never meet their own target. */
+		int r = fcntl(ready_w, F_DUPFD, 10), g = fcntl(go_r, F_DUPFD, 10);
+		if (r < 0 || g < 0 || dup2(r, READY_FD) < 0 || dup2(g, GO_FD) < 0)
+			_exit(126);
+		close(r);
+		close(g);
+	}
+	if (side->lib_dir) {
+		const char *old = getenv("LD_LIBRARY_PATH");
+		char *path = malloc(strlen(side->lib_dir) + (old ? strlen(old) : 0) + 2);
+		if (!path)
+			_exit(126);
+		sprintf(path, old && *old ? "%s:%s" : "%s", side->lib_dir, old);
+		setenv("LD_LIBRARY_PATH", path, 1);
+	}
+	if (side->server)
+		setenv("REMORA_SERVER", side->server, 1);
+	execv(argv[0], argv);
+	fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
+	_exit(127);
+}
+
+static void record_exit(struct bench_output *out, int status, const char *err_path)
+{
+	out->exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+	if (out->exit_status == 0)
+		return;
+	last_line(err_path, out->reason, sizeof out->reason);
+	if (!out->reason[0] && WIFEXITED(status))
+		snprintf(out->reason, sizeof out->reason, "exited with status %d", out->exit_status);
+	else if (!out->reason[0])
+		snprintf(out->reason, sizeof out->reason, "killed by signal %d", WTERMSIG(status));
+}
+
+struct child {
+	pid_t pid;
+	bool exited;
+	bool ready;
+	char out_path[PATH_MAX], err_path[PATH_MAX];
+};
+
+/* Reaps whichever children have exited; returns how many are still running. */
+static int reap(struct child *c, int n, struct bench_output *outs)
+{
+	int running = 0;
+	for (int i = 0; i < n; i++) {
+		int status;
+		if (c[i].exited)
+			continue;
+		if (waitpid(c[i].pid, &status, WNOHANG) == c[i].pid) {
+			c[i].exited = true;
+			record_exit(&outs[i], status, c[i].err_path);
+		} else {
+			running++;
+		}
+	}
+	return running;
+}
+
+int bench_run_workers(const struct bench_side *side, char *const argv[], int n, bool gate, int timeout_s,
+		      const char *tmpdir, struct bench_output *outs)
+{
+	static int runs; /* numbers each run's files, so that the logs of all runs stay apart */
+	int ready[2] = { -1, -1 }, go[2] = { -1, -1 }, failed = 0, started = 0, run = runs++;
+	struct child *c = calloc((size_t)n, sizeof *c);
+	memset(outs, 0, (size_t)n * sizeof *outs);
+	if (!c || (gate && (pipe2(ready, O_CLOEXEC) || pipe2(go, O_CLOEXEC)))) {
+		for (int i = 0; i < n; i++)
+			snprintf(outs[i].reason, sizeof outs[i].reason, "cannot set up workers: %s", strerror(errno));
+		failed = n;
+		goto out;
+	}
+	for (; started < n; started++) {
+		struct child *ch = &c[started];
+		snprintf(ch->out_path, sizeof ch->out_path, "%s/%03d-%s.%d.out", tmpdir, run, side->name, started);
+		snprintf(ch->err_path, sizeof ch->err_path, "%s/%03d-%s.%d.err", tmpdir, run, side->name, started);
+		ch->pid = fork();
+		if (ch->pid == 0)
+			exec_worker(side, argv, ch->out_path, ch->err_path, ready[1], go[0]);
+		if (ch->pid < 0) {
+			snprintf(outs[started].reason, sizeof outs[started].reason, "fork: %s", strerror(errno));
+			outs[started].exit_status = -1;
+			break;
+		}
+	}
+	failed = n - started;
+	if (gate) {
+		close(ready[1]);
+		close(go[0]);
+		ready[1] = go[0] = -1;
+	}
+	double deadline = now_s() + timeout_s;
+	/* Gate: release everyone once each worker is ready or gone. */
+	for (int nready = 0; gate && go[1] >= 0;) {
+		int running = reap(c, started, outs), waiting = 0;
+		for (int i = 0; i < started; i++)
+			waiting += !c[i].exited;
+		if (nready >= waiting || running == 0 || now_s() > deadline) {
+			close(go[1]);
+			go[1] = -1;
+			break;
+		}
+		struct pollfd p = { ready[0], POLLIN, 0 };
+		if (poll(&p, 1, 20) > 0) {
+			char bytes[256];
+			ssize_t got = read(ready[0], bytes, sizeof bytes);
+			nready += got > 0 ? (int)got : 0;
+		}
+	}
+	while (reap(c, started, outs) > 0 && now_s() <= deadline)
+		sleep_ms(5);
+	for (int i = 0; i < started; i++) {
+		int status;
+		if (c[i].exited)
+			continue;
+		kill(c[i].pid, SIGKILL);
+		waitpid(c[i].pid, &status, 0);
+		c[i].exited = true;
+		outs[i].exit_status = -1;
+		snprintf(outs[i].reason, sizeof outs[i].reason, "timed out after %d s", timeout_s);
+	}
+	for (int i = 0; i < started; i++) {
+		parse_output(c[i].out_path, &outs[i]);
+		failed += outs[i].exit_status != 0;
+	}
+out:
+	for (int i = 0; i < 2; i++) {
+		if (ready[i] >= 0)
+			close(ready[i]);
+		if (go[i] >= 0)
+			close(go[i]);
+	}
+	free(c);
+	return failed;
+}
+
+int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *driver, const char *tmpdir)
+{
+	char ready_file[PATH_MAX];
+	snprintf(ready_file, sizeof ready_file, "%s/remorad.addr", tmpdir);
+	snprintf(d->log, sizeof d->log, "%s/remorad.log", tmpdir);
+	d->addr[0] = 0;
+	d->pid = fork();
+	if (d->pid < 0)
+		return -errno;
+	if (d->pid == 0) {
+		int log = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (log < 0 || dup2(log, STDERR_FILENO) < 0)
+			_exit(126);
+		char *argv[] = { (char *)remorad, "--listen", "tcp://127.0.0.1:0", "--ready-file", ready_file,
+				 driver ? "--driver" : NULL, (char *)driver, NULL };
+		execv(remorad, argv);
+		fprintf(stderr, "cannot run %s: %s\n", remorad, strerror(errno));
+		_exit(127);
+	}
+	double deadline = now_s() + DAEMON_START_TIMEOUT_S;
+	for (;;) {
+		int status;
+		FILE *f = fopen(ready_file, "re");
+		if (f) {
+			bool got = fgets(d->addr, sizeof d->addr, f) != NULL;
+			fclose(f);
+			d->addr[strcspn(d->addr, "\r\n")] = 0;
+			if (got && d->addr[0])
+				return 0;
+		}
+		if (waitpid(d->pid, &status, WNOHANG) == d->pid || now_s() > deadline) {
+			char reason[256] = "";
+			last_line(d->log, reason, sizeof reason);
+			fprintf(stderr, "remora bench: remorad did not start: %s (log %s)\n",
+				reason[0] ? reason : "no address written", d->log);
+			bench_daemon_stop(d);
+			return -EIO;
+		}
+		sleep_ms(20);
+	}
+}
+
+void bench_daemon_stop(struct bench_daemon *d)
+{
+	int status;
+	if (d->pid <= 0)
+		return;
+	if (waitpid(d->pid, &status, WNOHANG) == 0) {
+		kill(d->pid, SIGTERM);
+		waitpid(d->pid, &status, 0);
+	}
+	d->pid = 0;
+}

@@ -1,0 +1,55 @@
+/* Worker processes of `remora bench`: each run natively or through Remora,
+ * their key=value output collected, and the private remorad they talk to. */
+#ifndef REMORA_BENCH_WORKERS_H
+#define REMORA_BENCH_WORKERS_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+/* Where a worker's CUDA calls go. */
+struct bench_side {
+	const char *name;    /* "native" or "remote": names its output files too */
+	const char *lib_dir; /* put first on LD_LIBRARY_PATH (a libcuda.so.1's folder), or NULL */
+	const char *server;  /* REMORA_SERVER, or NULL */
+};
+
+struct bench_kv {
+	char key[96];
+	char value[160];
+};
+
+/* What one worker left: its key=value lines and how it ended. */
+struct bench_output {
+	struct bench_kv *kv;
+	int count;
+	int exit_status;  /* the exit status, or -1 when it did not exit normally */
+	char reason[256]; /* why it failed (the last line of its stderr), "" when it did not */
+};
+
+const char *bench_output_get(const struct bench_output *out, const char *key);
+/* The value of key as a number; false when absent or not a number. */
+bool bench_output_number(const struct bench_output *out, const char *key, double *value);
+void bench_output_free(struct bench_output *out);
+
+/* Runs n copies of argv on one side at once and waits for them all, at most
+ * timeout_s seconds (then kills them).  With gate, each worker gets a pipe on
+ * fd 3 to write one byte to when it is ready and a pipe on fd 4 that reaches
+ * end of file when all are ready (or have died), so they start together.
+ * outs has n entries.  Returns the number of workers that failed. */
+int bench_run_workers(const struct bench_side *side, char *const argv[], int n, bool gate, int timeout_s,
+		      const char *tmpdir, struct bench_output *outs);
+
+/* A remorad on a free loopback port. */
+struct bench_daemon {
+	pid_t pid;
+	char addr[128];     /* host:port for REMORA_SERVER */
+	char log[PATH_MAX]; /* its stderr */
+};
+
+/* Starts remorad (with --driver driver unless NULL) and waits for its
+ * address; 0 or -errno, with a message on stderr. */
+int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *driver, const char *tmpdir);
+void bench_daemon_stop(struct bench_daemon *d);
+
+#endif

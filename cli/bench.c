@@ -1,0 +1,540 @@
+/* remora bench: on a GPU host, starts a private remorad and measures each
+ * section natively and through Remora in one run, with loopback TCP as the
+ * bound of any TCP transport; prints a table, or JSON with --json.
+ * The measuring is done by worker programs (bench/), run once with the
+ * native libcuda.so.1 and once with Remora's. */
+#include "commit.h"
+#include "loopback.h"
+#include "results.h"
+#include "workers.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MIB ((size_t)1 << 20)
+#define WORKER_TIMEOUT_S 600
+#define MAX_CONCURRENCY 1024
+
+struct bench_config {
+	const char *remorad, *driver, *native_lib, *client_lib, *workers;
+	bool quick, json;
+	const char *only;
+	int clients[32], nclients;
+	long long spin_iters;
+};
+
+struct bench_run {
+	const struct bench_config *cfg;
+	struct bench_results results;
+	struct bench_side native, remote;
+	char worker[PATH_MAX], image[PATH_MAX], cublas[PATH_MAX], tmpdir[64];
+	double tcp_gbps, tcp_rtt_us;
+};
+
+static int section_launch(struct bench_run *run);
+static int section_memcpy(struct bench_run *run);
+static int section_memset(struct bench_run *run);
+static int section_event(struct bench_run *run);
+static int section_concurrency(struct bench_run *run);
+static int section_cublas(struct bench_run *run);
+
+/* Each returns 0 when its section ran (ok or skipped) and -1 when it failed. */
+static const struct {
+	const char *name;
+	int (*run)(struct bench_run *run);
+} sections[] = {
+	{ "launch", section_launch },         { "memcpy", section_memcpy },
+	{ "memset", section_memset },         { "event", section_event },
+	{ "concurrency", section_concurrency }, { "cublas", section_cublas },
+};
+#define NSECTIONS (sizeof sections / sizeof sections[0])
+
+static const char usage_text[] =
+	"usage: remora bench [--json] [--quick] [--only SECTION[,SECTION...]] [--concurrency N,N,...]\n"
+	"                    [--spin-iters N] [--remorad PATH] [--driver PATH] [--native-lib DIR]\n"
+	"                    [--client-lib DIR] [--workers DIR]\n"
+	"Sections: launch, memcpy, memset, event, concurrency, cublas (loopback TCP is always measured).\n"
+	"Native runs use the libcuda.so.1 the loader finds (or the one in --native-lib DIR); remote runs\n"
+	"use Remora's, against a remorad this command starts (with --driver PATH when given).\n";
+
+static void size_name(char *out, size_t len, size_t bytes)
+{
+	if (bytes >= ((size_t)1 << 30))
+		snprintf(out, len, "%zu GiB", bytes >> 30);
+	else if (bytes >= MIB)
+		snprintf(out, len, "%zu MiB", bytes >> 20);
+	else
+		snprintf(out, len, "%zu KiB", bytes >> 10);
+}
+
+static bool selected(const struct bench_config *cfg, const char *name)
+{
+	if (!cfg->only)
+		return true;
+	size_t n = strlen(name);
+	for (const char *p = cfg->only; *p;) {
+		size_t len = strcspn(p, ",");
+		if (len == n && !strncmp(p, name, n))
+			return true;
+		p += len + (p[len] == ',');
+	}
+	return false;
+}
+
+/* Runs argv natively and then remotely; 0 when both succeeded, else -1 with
+ * the reasons in reason. */
+static int run_both(struct bench_run *run, const char *section, char *const argv[], struct bench_output *nat,
+		    struct bench_output *rem, char *reason, size_t len)
+{
+	fprintf(stderr, "remora bench: %s native\n", section);
+	bench_run_workers(&run->native, argv, 1, false, WORKER_TIMEOUT_S, run->tmpdir, nat);
+	fprintf(stderr, "remora bench: %s remote\n", section);
+	bench_run_workers(&run->remote, argv, 1, false, WORKER_TIMEOUT_S, run->tmpdir, rem);
+	reason[0] = 0;
+	if (nat->exit_status)
+		snprintf(reason, len, "native: %s", nat->reason);
+	if (rem->exit_status)
+		snprintf(reason + strlen(reason), len - strlen(reason), "%sremote: %s", reason[0] ? "; " : "",
+			 rem->reason);
+	return nat->exit_status || rem->exit_status ? -1 : 0;
+}
+
+static double number_or_nan(const struct bench_output *out, const char *key)
+{
+	double v;
+	return bench_output_number(out, key, &v) ? v : NAN;
+}
+
+/* A row of one key of both outputs, ratio remote/native. */
+static struct bench_row *pair_row(struct bench_run *run, const char *section, const struct bench_output *nat,
+				  const struct bench_output *rem, const char *key, const char *unit, const char *metric)
+{
+	return bench_add_row(&run->results, section, unit, number_or_nan(nat, key), number_or_nan(rem, key), "%s",
+			     metric);
+}
+
+static int finish_section(struct bench_run *run, const char *name, int rc, const char *reason)
+{
+	bench_set_section(&run->results, name, rc ? "failed" : "ok", rc ? reason : NULL);
+	return rc;
+}
+
+static int section_launch(struct bench_run *run)
+{
+	const char *async_n = run->cfg->quick ? "2000" : "100000", *sync_n = run->cfg->quick ? "500" : "20000";
+	char *argv[] = { run->worker, run->image, "launch", (char *)async_n, (char *)sync_n, NULL };
+	struct bench_output nat, rem;
+	char reason[600], metric[80];
+	int rc = run_both(run, "launch", argv, &nat, &rem, reason, sizeof reason);
+	snprintf(metric, sizeof metric, "async launch, %s in a row", async_n);
+	struct bench_row *row = pair_row(run, "launch", &nat, &rem, "async_launch_us", "us", metric);
+	if (row) {
+		row->goal = BENCH_AT_MOST;
+		row->limit = 1.5;
+	}
+	snprintf(metric, sizeof metric, "async launch, until the last has run");
+	pair_row(run, "launch", &nat, &rem, "async_launch_drain_us", "us", metric);
+	snprintf(metric, sizeof metric, "launch + synchronize, %s in a row", sync_n);
+	row = pair_row(run, "launch", &nat, &rem, "launch_sync_us", "us", metric);
+	if (row) {
+		row->ratio = row->remote / (row->native + 1.5 * run->tcp_rtt_us);
+		row->ratio_of = "remote/(native+1.5 TCP RTT)";
+		row->goal = BENCH_AT_MOST;
+		row->limit = 1.0;
+	}
+	bench_output_free(&nat);
+	bench_output_free(&rem);
+	return finish_section(run, "launch", rc, reason);
+}
+
+static int section_memcpy(struct bench_run *run)
+{
+	size_t max = run->cfg->quick ? MIB : (size_t)1 << 30;
+	char max_arg[32], reason[600];
+	snprintf(max_arg, sizeof max_arg, "%zu", max);
+	char *argv[] = { run->worker, run->image, "memcpy", max_arg, NULL };
+	struct bench_output nat, rem;
+	int rc = run_both(run, "memcpy", argv, &nat, &rem, reason, sizeof reason);
+	static const char *const kinds[] = { "pageable", "pinned" }, *const dirs[] = { "h2d", "d2h" };
+	for (size_t bytes = 4096; bytes <= max; bytes *= 4)
+		for (int k = 0; k < 2; k++)
+			for (int d = 0; d < 2; d++) {
+				char key[96], metric[80], size[32];
+				bool small = bytes < MIB;
+				size_name(size, sizeof size, bytes);
+				snprintf(key, sizeof key, "memcpy.%s.%s.%zu.%s", dirs[d], kinds[k], bytes,
+					 small ? "us" : "gbps");
+				snprintf(metric, sizeof metric, "%s %s %s", d ? "D2H" : "H2D", kinds[k], size);
+				struct bench_row *row =
+					pair_row(run, "memcpy", &nat, &rem, key, small ? "us" : "GB/s", metric);
+				if (row && k == 0 && bytes >= 256 * MIB) {
+					row->ratio = row->remote / run->tcp_gbps;
+					row->ratio_of = "remote/loopback TCP";
+					row->goal = BENCH_AT_LEAST;
+					row->limit = 0.85;
+				}
+			}
+	bench_output_free(&nat);
+	bench_output_free(&rem);
+	return finish_section(run, "memcpy", rc, reason);
+}
+
+static int section_memset(struct bench_run *run)
+{
+	size_t max = run->cfg->quick ? MIB : 256 * MIB;
+	char max_arg[32], reason[600];
+	snprintf(max_arg, sizeof max_arg, "%zu", max);
+	char *argv[] = { run->worker, run->image, "memset", max_arg, NULL };
+	struct bench_output nat, rem;
+	int rc = run_both(run, "memset", argv, &nat, &rem, reason, sizeof reason);
+	for (size_t bytes = 4096; bytes <= max; bytes *= 16) {
+		char key[64], metric[80], size[32];
+		bool small = bytes < MIB;
+		size_name(size, sizeof size, bytes);
+		snprintf(key, sizeof key, "memset.%zu.%s", bytes, small ? "us" : "gbps");
+		snprintf(metric, sizeof metric, "cuMemsetD32 %s", size);
+		pair_row(run, "memset", &nat, &rem, key, small ? "us" : "GB/s", metric);
+	}
+	bench_output_free(&nat);
+	bench_output_free(&rem);
+	return finish_section(run, "memset", rc, reason);
+}
+
+static int section_event(struct bench_run *run)
+{
+	char *argv[] = { run->worker, run->image, "event", run->cfg->quick ? "500" : "10000", NULL };
+	struct bench_output nat, rem;
+	char reason[600];
+	int rc = run_both(run, "event", argv, &nat, &rem, reason, sizeof reason);
+	pair_row(run, "event", &nat, &rem, "event_record_sync_us", "us", "event record + synchronize");
+	bench_output_free(&nat);
+	bench_output_free(&rem);
+	return finish_section(run, "event", rc, reason);
+}
+
+/* N gated clients on one side; their mean kernel time, or NAN with the first failure in reason. */
+static double spin_clients(struct bench_run *run, const struct bench_side *side, int n, char *reason, size_t len)
+{
+	char iters[32];
+	snprintf(iters, sizeof iters, "%lld", run->cfg->spin_iters);
+	char *argv[] = { run->worker, run->image, "spin", iters, NULL };
+	struct bench_output *outs = calloc((size_t)n, sizeof *outs);
+	double sum = 0;
+	if (!outs) {
+		snprintf(reason, len, "out of memory");
+		return NAN;
+	}
+	fprintf(stderr, "remora bench: concurrency %d %s\n", n, side->name);
+	bench_run_workers(side, argv, n, true, WORKER_TIMEOUT_S, run->tmpdir, outs);
+	for (int i = 0; i < n; i++) {
+		double ms;
+		if (outs[i].exit_status == 0 && bench_output_number(&outs[i], "spin_ms", &ms)) {
+			sum += ms;
+		} else if (isfinite(sum)) {
+			snprintf(reason, len, "N=%d %s client %d: %s", n, side->name, i,
+				 outs[i].reason[0] ? outs[i].reason : "no spin_ms reported");
+			sum = NAN;
+		}
+		bench_output_free(&outs[i]);
+	}
+	free(outs);
+	return sum / n;
+}
+
+static int section_concurrency(struct bench_run *run)
+{
+	const struct bench_config *cfg = run->cfg;
+	double base_nat = NAN, base_rem = NAN;
+	char reason[320] = "", failure[320];
+	for (int i = 0; i < cfg->nclients; i++) {
+		int n = cfg->clients[i];
+		failure[0] = 0;
+		double nat = spin_clients(run, &run->native, n, failure, sizeof failure);
+		if (failure[0] && !reason[0])
+			snprintf(reason, sizeof reason, "%s", failure);
+		failure[0] = 0;
+		double rem = spin_clients(run, &run->remote, n, failure, sizeof failure);
+		if (failure[0] && !reason[0])
+			snprintf(reason, sizeof reason, "%s", failure);
+		if (n == 1) {
+			base_nat = nat;
+			base_rem = rem;
+		}
+		bench_add_row(&run->results, "concurrency", "ms", nat, rem, "N=%d mean kernel time", n);
+		struct bench_row *row = bench_add_row(&run->results, "concurrency", "x", nat / base_nat,
+						      rem / base_rem, "N=%d mean kernel / 1 client", n);
+		if (row) {
+			row->ratio = row->remote;
+			row->ratio_of = "remote";
+			if (n == 16 || n == 128) {
+				row->goal = BENCH_AT_MOST;
+				row->limit = n == 16 ? 1.05 : 1.10;
+			}
+		}
+	}
+	return finish_section(run, "concurrency", reason[0] ? -1 : 0, reason);
+}
+
+static int section_cublas(struct bench_run *run)
+{
+	int n = run->cfg->quick ? 256 : 4096;
+	char n_arg[16], metric[80], reason[600];
+	snprintf(n_arg, sizeof n_arg, "%d", n);
+	char *argv[] = { run->cublas, n_arg, run->cfg->quick ? "10" : "100", NULL };
+	struct bench_output nat, rem;
+	int rc = run_both(run, "cublas", argv, &nat, &rem, reason, sizeof reason);
+	snprintf(metric, sizeof metric, "sgemm %d^3 in a loop, throughput", n);
+	struct bench_row *row = pair_row(run, "cublas", &nat, &rem, "sgemm_tflops", "TFLOP/s", metric);
+	if (row) {
+		row->goal = BENCH_AT_LEAST;
+		row->limit = 0.97;
+	}
+	snprintf(metric, sizeof metric, "sgemm %d^3, time per call", n);
+	pair_row(run, "cublas", &nat, &rem, "sgemm_ms", "ms", metric);
+	/* Exit status 3: cuBLAS cannot run on that driver at all (the CPU test driver). */
+	const char *why_nat = bench_output_get(&nat, "unsupported"), *why_rem = bench_output_get(&rem, "unsupported");
+	bool unsupported = (nat.exit_status == 0 || nat.exit_status == 3) &&
+			   (rem.exit_status == 0 || rem.exit_status == 3) && rc;
+	if (unsupported) {
+		snprintf(reason, sizeof reason, "cuBLAS cannot run on this driver: native %s; remote %s",
+			 why_nat ? why_nat : "ran", why_rem ? why_rem : "ran");
+		bench_set_section(&run->results, "cublas", "skipped", reason);
+		rc = 0;
+	} else {
+		finish_section(run, "cublas", rc, reason);
+	}
+	bench_output_free(&nat);
+	bench_output_free(&rem);
+	return rc;
+}
+
+static int measure_tcp(struct bench_run *run)
+{
+	bool quick = run->cfg->quick;
+	int rc;
+	fprintf(stderr, "remora bench: loopback TCP\n");
+	if ((rc = bench_tcp_throughput(quick ? 0.2 : 1.0, 4 * MIB, &run->tcp_gbps)) ||
+	    (rc = bench_tcp_round_trip(quick ? 2000 : 10000, 64, &run->tcp_rtt_us))) {
+		fprintf(stderr, "remora bench: loopback TCP: %s\n", strerror(-rc));
+		bench_set_section(&run->results, "tcp", "failed", strerror(-rc));
+		run->tcp_gbps = run->tcp_rtt_us = NAN;
+		return -1;
+	}
+	bench_add_fact(&run->results, "loopback_tcp_gbps", true, "%.4f", run->tcp_gbps);
+	bench_add_fact(&run->results, "loopback_tcp_rtt_us", true, "%.4f", run->tcp_rtt_us);
+	bench_set_section(&run->results, "tcp", "ok", NULL);
+	return 0;
+}
+
+/* The run's facts: date, host, commit, the GPU as seen natively and remotely. */
+static void record_facts(struct bench_run *run)
+{
+	char buf[128], stamp[32];
+	time_t t = time(NULL);
+	strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
+	bench_add_fact(&run->results, "date", false, "%s", stamp);
+	bench_commit_id(buf, sizeof buf);
+	bench_add_fact(&run->results, "git_commit", false, "%s", buf);
+	if (gethostname(buf, sizeof buf) == 0)
+		bench_add_fact(&run->results, "host", false, "%.*s", (int)sizeof buf, buf);
+	char *argv[] = { run->worker, run->image, "info", NULL };
+	const struct bench_side *sides[] = { &run->native, &run->remote };
+	for (int i = 0; i < 2; i++) {
+		struct bench_output out;
+		bench_run_workers(sides[i], argv, 1, false, 60, run->tmpdir, &out);
+		const char *name = bench_output_get(&out, "gpu_name"), *version = bench_output_get(&out, "driver_version");
+		bench_add_fact(&run->results, i ? "remote_gpu_name" : "gpu_name", false, "%s",
+			       name ? name : out.reason[0] ? out.reason : "unknown");
+		if (version)
+			bench_add_fact(&run->results, i ? "remote_driver_version" : "driver_version", true, "%s", version);
+		bench_output_free(&out);
+	}
+	bench_add_fact(&run->results, "quick", true, "%s", run->cfg->quick ? "true" : "false");
+	bench_add_fact(&run->results, "native_lib", false, "%s", run->cfg->native_lib ? run->cfg->native_lib : "system");
+	bench_add_fact(&run->results, "remorad_driver", false, "%s", run->cfg->driver ? run->cfg->driver : "system");
+}
+
+/* Parses N,N,...; 1 first (the base of the ratios), each N once. */
+static int parse_clients(struct bench_config *cfg, const char *list)
+{
+	cfg->clients[0] = 1;
+	cfg->nclients = 1;
+	for (const char *p = list; *p;) {
+		char *end;
+		long n = strtol(p, &end, 10);
+		if (end == p || n < 1 || n > MAX_CONCURRENCY || (*end && *end != ','))
+			return -1;
+		bool seen = false;
+		for (int i = 0; i < cfg->nclients; i++)
+			seen |= cfg->clients[i] == n;
+		if (!seen && cfg->nclients == (int)(sizeof cfg->clients / sizeof cfg->clients[0]))
+			return -1;
+		if (!seen)
+			cfg->clients[cfg->nclients++] = (int)n;
+		p = *end ? end + 1 : end;
+	}
+	return 0;
+}
+
+/* path = this program's folder + "/" + rel, when it exists. */
+static bool beside_self(char *path, size_t len, const char *rel)
+{
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (n < 0)
+		return false;
+	self[n] = 0;
+	snprintf(path, len, "%s/%s", dirname(self), rel);
+	return access(path, F_OK) == 0;
+}
+
+static int parse_args(struct bench_config *cfg, int argc, char **argv)
+{
+	const char *clients = NULL;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--json"))
+			cfg->json = true;
+		else if (!strcmp(a, "--quick"))
+			cfg->quick = true;
+		else if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+			return 1;
+		else if (!v)
+			return -1;
+		else if (!strcmp(a, "--only"))
+			cfg->only = v, i++;
+		else if (!strcmp(a, "--concurrency"))
+			clients = v, i++;
+		else if (!strcmp(a, "--spin-iters"))
+			cfg->spin_iters = atoll(v), i++;
+		else if (!strcmp(a, "--remorad"))
+			cfg->remorad = v, i++;
+		else if (!strcmp(a, "--driver"))
+			cfg->driver = v, i++;
+		else if (!strcmp(a, "--native-lib"))
+			cfg->native_lib = v, i++;
+		else if (!strcmp(a, "--client-lib"))
+			cfg->client_lib = v, i++;
+		else if (!strcmp(a, "--workers"))
+			cfg->workers = v, i++;
+		else
+			return -1;
+	}
+	if (!cfg->spin_iters)
+		/* About 170 ms per kernel on an H200 (docs/status.md: 1e8 take 846 ms). */
+		cfg->spin_iters = cfg->quick ? 200000 : 20000000;
+	if (cfg->spin_iters < 1)
+		return -1;
+	if (parse_clients(cfg, clients ? clients : cfg->quick ? "1,2" : "1,2,4,8,16,64,128"))
+		return -1;
+	for (const char *p = cfg->only; p && *p;) {
+		size_t len = strcspn(p, ",");
+		bool known = len == 3 && !strncmp(p, "tcp", 3);
+		for (size_t s = 0; s < NSECTIONS; s++)
+			known |= strlen(sections[s].name) == len && !strncmp(p, sections[s].name, len);
+		if (!known) {
+			fprintf(stderr, "remora bench: unknown section %.*s\n", (int)len, p);
+			return -1;
+		}
+		p += len + (p[len] == ',');
+	}
+	return 0;
+}
+
+/* Fills in the default paths beside this program in the build tree; -1 when one is missing. */
+static int find_paths(struct bench_run *run, struct bench_config *cfg)
+{
+	static char remorad[PATH_MAX], client[PATH_MAX], workers[PATH_MAX];
+	const char *env = getenv("REMORA_CLIENT_LIB");
+	if (!cfg->remorad && beside_self(remorad, sizeof remorad, "../backend/remorad"))
+		cfg->remorad = remorad;
+	if (!cfg->client_lib && env && *env)
+		cfg->client_lib = env;
+	if (!cfg->client_lib && beside_self(client, sizeof client, "../frontend/libcuda.so.1"))
+		cfg->client_lib = dirname(client);
+	if (!cfg->workers && beside_self(workers, sizeof workers, "../bench/bench_worker"))
+		cfg->workers = dirname(workers);
+	if (!cfg->remorad || !cfg->client_lib || !cfg->workers) {
+		fprintf(stderr, "remora bench: cannot find %s beside this program; run the build tree's remora or "
+				"name it (--remorad, --client-lib, --workers)\n",
+			!cfg->remorad ? "remorad" : !cfg->client_lib ? "the client library" : "the workers");
+		return -1;
+	}
+	snprintf(run->worker, sizeof run->worker, "%s/bench_worker", cfg->workers);
+	snprintf(run->image, sizeof run->image, "%s/bench_kernels.fatbin", cfg->workers);
+	snprintf(run->cublas, sizeof run->cublas, "%s/bench_cublas", cfg->workers);
+	const char *need[] = { run->worker, run->image, run->cublas, cfg->remorad };
+	for (size_t i = 0; i < 4; i++)
+		if (access(need[i], R_OK)) {
+			fprintf(stderr, "remora bench: %s: %s\n", need[i], strerror(errno));
+			return -1;
+		}
+	return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	(void)st, (void)type, (void)ftw;
+	return remove(path);
+}
+
+int cmd_bench(int argc, char **argv)
+{
+	struct bench_config cfg = { 0 };
+	struct bench_run run = { .cfg = &cfg };
+	struct bench_daemon daemon = { 0 };
+	int rc = parse_args(&cfg, argc, argv), failed = 0;
+	if (rc) {
+		fputs(usage_text, rc > 0 ? stdout : stderr);
+		return rc > 0 ? 0 : 2;
+	}
+	if (find_paths(&run, &cfg))
+		return 1;
+	snprintf(run.tmpdir, sizeof run.tmpdir, "/tmp/remora-bench.XXXXXX");
+	if (!mkdtemp(run.tmpdir)) {
+		fprintf(stderr, "remora bench: mkdtemp: %s\n", strerror(errno));
+		return 1;
+	}
+	if (bench_daemon_start(&daemon, cfg.remorad, cfg.driver, run.tmpdir)) {
+		fprintf(stderr, "remora bench: logs kept in %s\n", run.tmpdir);
+		return 1;
+	}
+	run.native = (struct bench_side){ "native", cfg.native_lib, NULL };
+	run.remote = (struct bench_side){ "remote", cfg.client_lib, daemon.addr };
+
+	record_facts(&run);
+	bench_add_fact(&run.results, "spin_iters", true, "%lld", cfg.spin_iters);
+	char list[256] = "";
+	for (int i = 0; i < cfg.nclients; i++)
+		snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", i ? "," : "", cfg.clients[i]);
+	bench_add_fact(&run.results, "concurrency", false, "%s", list);
+	failed += measure_tcp(&run) != 0;
+	for (size_t s = 0; s < NSECTIONS; s++) {
+		if (!selected(&cfg, sections[s].name))
+			bench_set_section(&run.results, sections[s].name, "not selected", NULL);
+		else
+			failed += sections[s].run(&run) != 0;
+	}
+	bench_daemon_stop(&daemon);
+
+	if (cfg.json)
+		bench_print_json(&run.results, stdout);
+	else
+		bench_print_table(&run.results, stdout);
+	bench_results_free(&run.results);
+	if (failed) {
+		fprintf(stderr, "remora bench: %d section(s) failed; worker and remorad logs kept in %s\n", failed,
+			run.tmpdir);
+	} else if (nftw(run.tmpdir, remove_entry, 8, FTW_DEPTH | FTW_PHYS)) {
+		fprintf(stderr, "remora bench: could not remove %s\n", run.tmpdir);
+	}
+	return failed ? 1 : 0;
+}
