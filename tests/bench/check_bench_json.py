@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Runs `remora bench --quick --json` with the given options and checks the
+document: every section present and run, every figure a positive number on
+both sides, targets well formed, cuBLAS either measured or skipped with a
+reason.  Also checks that a bad option is refused.
+usage: check_bench_json.py REMORA [BENCH OPTIONS...]"""
+import json
+import math
+import subprocess
+import sys
+
+SECTIONS = {"tcp", "launch", "memcpy", "memset", "event", "concurrency", "cublas"}
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+
+
+def positive(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+def main():
+    remora, options = sys.argv[1], sys.argv[2:]
+    bad = subprocess.run([remora, "bench", "--only", "nonsense"] + options, capture_output=True, text=True)
+    check(bad.returncode == 2 and "unknown section" in bad.stderr, f"--only nonsense: rc {bad.returncode}")
+
+    proc = subprocess.run([remora, "bench", "--quick", "--json"] + options, capture_output=True, text=True,
+                          timeout=100)
+    sys.stderr.write(proc.stderr)
+    if proc.returncode != 0:
+        sys.exit(f"remora bench exited {proc.returncode}")
+    doc = json.loads(proc.stdout)
+
+    run = doc["run"]
+    for key in ("date", "git_commit", "gpu_name", "remote_gpu_name"):
+        check(isinstance(run.get(key), str) and run[key], f"run.{key} missing")
+    for key in ("driver_version", "remote_driver_version", "loopback_tcp_gbps", "loopback_tcp_rtt_us",
+                "spin_iters"):
+        check(positive(run.get(key)), f"run.{key} = {run.get(key)!r}, not a positive number")
+    check(run.get("quick") is True, "run.quick is not true")
+
+    status = {s["name"]: s for s in doc["sections"]}
+    check(set(status) == SECTIONS, f"sections {sorted(status)}")
+    for name, s in status.items():
+        if name == "cublas" and s["status"] == "skipped":
+            check(isinstance(s["reason"], str) and s["reason"], "cublas skipped without a reason")
+        else:
+            check(s["status"] == "ok", f"section {name}: {s['status']}: {s['reason']}")
+
+    figures = doc["figures"]
+    by_section = {}
+    for f in figures:
+        by_section.setdefault(f["section"], []).append(f)
+        where = f"{f['section']} / {f['metric']}"
+        skipped = status.get(f["section"], {}).get("status") == "skipped"
+        for side in ("native", "remote"):
+            # A skipped section has no numbers where it could not run; never a made-up one.
+            check(positive(f[side]) or (skipped and f[side] is None), f"{where}: {side} = {f[side]!r}")
+        if not skipped:
+            check(positive(f["ratio"]), f"{where}: ratio = {f['ratio']!r}")
+        check(isinstance(f["unit"], str) and f["unit"] and isinstance(f["ratio_of"], str), f"{where}: unit")
+        t = f["target"]
+        if t is not None:
+            check(t["op"] in ("<=", ">=") and positive(t["limit"]) and t["met"] in (True, False, None),
+                  f"{where}: target {t!r}")
+            check(t["met"] is not None or skipped, f"{where}: target not judged")
+
+    for name in SECTIONS - {"tcp"}:
+        check(by_section.get(name), f"no figures for section {name}")
+    check(len(by_section.get("memcpy", [])) == 5 * 4, "memcpy: not 4 KiB .. 1 MiB x 2 kinds x 2 directions")
+    metrics = {f["metric"] for f in figures}
+    for n in (1, 2):
+        check(f"N={n} mean kernel / 1 client" in metrics, f"concurrency N={n} missing")
+    targets = [f for f in figures if f["target"]]
+    check(any(f["ratio_of"].startswith("remote/(native+1.5") for f in targets), "launch+sync target missing")
+
+    if failures:
+        sys.exit("bench JSON check failed:\n  " + "\n  ".join(failures))
+    print(f"ok: {len(figures)} figures, sections {', '.join(sorted(SECTIONS))}")
+
+
+main()
