@@ -9,6 +9,14 @@
 #include "gpus.h"
 #include "log.h"
 
+/* The GPUs the client sees (REMORA_VISIBLE_DEVICES narrows them at connect). */
+void rm_handle_cuDeviceGetCount(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__CuDeviceGetCountRep rep = REMORA__CU_DEVICE_GET_COUNT__REP__INIT;
+	rep.count = s->ndevices;
+	rm_request_finish(s, rq, CUDA_SUCCESS, &rep.base);
+}
+
 void rm_handle_cuDevicePrimaryCtxRetain(struct rm_session *s, struct rm_request *rq)
 {
 	Remora__CuDevicePrimaryCtxRetainReq *req = (void *)rm_request_unpack(rq, &remora__cu_device_primary_ctx_retain__req__descriptor);

@@ -90,3 +90,21 @@ void rm_gpu_note_result(CUdevice dev, CUresult r)
 	gpus[dev].broken = 1;
 	pthread_mutex_unlock(&gpus_lock);
 }
+
+CUresult rm_gpu_memory(CUdevice dev, size_t *free_b, size_t *total_b)
+{
+	if (dev < 0 || dev >= MAX_GPUS)
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&gpus_lock);
+	CUcontext ctx = gpus[dev].broken ? NULL : gpus[dev].ctx;
+	pthread_mutex_unlock(&gpus_lock);
+	if (!ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	CUresult r = rm_drv.cuCtxPushCurrent_v2(ctx);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = rm_drv.cuMemGetInfo_v2(free_b, total_b);
+	CUcontext popped;
+	rm_drv.cuCtxPopCurrent_v2(&popped);
+	return r;
+}

@@ -14,4 +14,8 @@ void rm_gpu_release(CUdevice dev);
 /* Notes result r of a call in dev's context: a sticky error marks the context broken. */
 void rm_gpu_note_result(CUdevice dev, CUresult r);
 
+/* dev's free and total memory as its context sees it; CUDA_ERROR_INVALID_CONTEXT
+ * while this process has no working context on it. */
+CUresult rm_gpu_memory(CUdevice dev, size_t *free_b, size_t *total_b);
+
 #endif

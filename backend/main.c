@@ -1,4 +1,6 @@
-/* remorad: serves the GPUs of this host to remote CUDA programs. */
+/* remorad: serves the GPUs of this host to remote CUDA programs. Run as given it
+ * is the accepting process; it starts itself again with --worker-channel for each
+ * worker (docs/sharing.md). */
 #include <dlfcn.h>
 #include <getopt.h>
 #include <signal.h>
@@ -6,67 +8,155 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "driver_table.h"
 #include "log.h"
+#include "registry.h"
 #include "server.h"
 
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: remorad [--listen ADDR] [--driver PATH] [--ready-file PATH]\n"
+		"usage: remorad [--config FILE] [--listen ADDR] [--driver PATH] [--ready-file PATH] [--set KEY=VALUE]...\n"
+		"  --config FILE      read settings from FILE (docs/configuration.md); flags override it\n"
 		"  --listen ADDR      where clients connect (default tcp://0.0.0.0:7700)\n"
 		"  --driver PATH      the CUDA driver library to serve (default libcuda.so.1)\n"
 		"  --ready-file PATH  write the bound address here once listening\n"
+		"  --set KEY=VALUE    any setting of the configuration file's top section\n"
 		"Logs go to stderr; REMORA_LOG=error|warn|info|debug sets how much (default info).\n");
+}
+
+static int load_driver(const struct rm_daemon_config *cfg, int *count)
+{
+	void *lib = dlopen(cfg->driver, RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		rm_log(RM_LOG_ERROR, "cannot load the CUDA driver %s: %s", cfg->driver, dlerror());
+		return -1;
+	}
+	int found = rm_driver_table_load(lib);
+	if (!rm_drv.cuInit || !rm_drv.cuCtxSetCurrent || !rm_drv.cuStreamCreate) {
+		rm_log(RM_LOG_ERROR, "%s is not a usable CUDA driver (%d functions found)", cfg->driver, found);
+		return -1;
+	}
+	CUresult r = rm_drv.cuInit(0);
+	*count = 0;
+	if (r == CUDA_SUCCESS)
+		r = rm_drv.cuDeviceGetCount(count);
+	if (r != CUDA_SUCCESS || *count == 0) {
+		rm_log(RM_LOG_ERROR, "the driver %s found no usable GPU (error %d)", cfg->driver, r);
+		return -1;
+	}
+	return found;
+}
+
+/* Fills the registry's GPU records (accepting process, before any worker runs). */
+static void take_inventory(int count)
+{
+	struct rm_registry *reg = rm_registry();
+	reg->ngpus = count < RM_MAX_GPUS ? count : RM_MAX_GPUS;
+	for (int i = 0; i < reg->ngpus; i++) {
+		struct rm_gpu_record *g = &reg->gpus[i];
+		CUuuid u = {{0}};
+		size_t total = 0;
+		snprintf(g->name, sizeof(g->name), "?");
+		rm_drv.cuDeviceGetName(g->name, sizeof(g->name), i);
+		rm_drv.cuDeviceTotalMem_v2(&total, i);
+		rm_drv.cuDeviceGetUuid(&u, i);
+		const unsigned char *b = (const unsigned char *)u.bytes;
+		snprintf(g->uuid, sizeof(g->uuid),
+			 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
+			 b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+		g->total_bytes = g->free_bytes = total;
+		rm_log(RM_LOG_INFO, "GPU %d: %s, %s, %zu MiB", i, g->name, g->uuid, total >> 20);
+	}
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
+		{"config", required_argument, NULL, 'c'},
 		{"listen", required_argument, NULL, 'l'},
 		{"driver", required_argument, NULL, 'd'},
 		{"ready-file", required_argument, NULL, 'r'},
+		{"set", required_argument, NULL, 's'},
+		{"worker-channel", required_argument, NULL, 'W'},
+		{"registry-fd", required_argument, NULL, 'R'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	struct rm_server_config cfg = {.listen = "tcp://0.0.0.0:7700", .driver = "libcuda.so.1"};
-	int c;
-	while ((c = getopt_long(argc, argv, "l:d:r:h", opts, NULL)) != -1) {
+	static struct rm_daemon_config cfg;
+	rm_config_defaults(&cfg);
+	int channel = -1, registry_fd = -1, c;
+	char why[300];
+	/* The configuration file first, wherever --config appears, so that flags override it. */
+	for (int i = 1; i < argc; i++) {
+		const char *path = !strncmp(argv[i], "--config=", 9) ? argv[i] + 9
+				 : !strcmp(argv[i], "--config") && i + 1 < argc ? argv[i + 1] : NULL;
+		rm_log_init("remorad", RM_LOG_INFO);
+		if (path && rm_config_load(&cfg, path))
+			return 2;
+	}
+	while ((c = getopt_long(argc, argv, "c:l:d:r:s:h", opts, NULL)) != -1) {
+		const char *key = NULL, *val = optarg;
+		char kv[1024];
 		switch (c) {
-		case 'l': cfg.listen = optarg; break;
-		case 'd': cfg.driver = optarg; break;
-		case 'r': cfg.ready_file = optarg; break;
+		case 'c': break;
+		case 'l': key = "listen"; break;
+		case 'd': key = "driver"; break;
+		case 'r': key = "ready_file"; break;
+		case 's': {
+			snprintf(kv, sizeof(kv), "%s", optarg);
+			char *eq = strchr(kv, '=');
+			if (!eq) {
+				fprintf(stderr, "remorad: --set needs KEY=VALUE, not %s\n", optarg);
+				return 2;
+			}
+			*eq = 0;
+			key = kv;
+			val = eq + 1;
+			break;
+		}
+		case 'W': channel = atoi(optarg); break;
+		case 'R': registry_fd = atoi(optarg); break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
+		if (key && rm_config_set(&cfg, key, val, why, sizeof(why))) {
+			fprintf(stderr, "remorad: %s\n", why);
+			return 2;
+		}
 	}
-	rm_log_init("remorad", RM_LOG_INFO);
 	signal(SIGPIPE, SIG_IGN);
 
-	void *lib = dlopen(cfg.driver, RTLD_NOW | RTLD_LOCAL);
-	if (!lib) {
-		rm_log(RM_LOG_ERROR, "cannot load the CUDA driver %s: %s", cfg.driver, dlerror());
-		return 1;
+	if (channel >= 0) { /* a worker */
+		char name[32];
+		snprintf(name, sizeof(name), "remorad[%d]", (int)getpid());
+		rm_log_init(name, RM_LOG_INFO);
+		int count;
+		if (registry_fd < 0 || rm_registry_attach(registry_fd) || load_driver(&cfg, &count) < 0)
+			return 1;
+		return rm_worker_run(&cfg, channel);
 	}
-	int found = rm_driver_table_load(lib);
-	if (!rm_drv.cuInit || !rm_drv.cuCtxSetCurrent || !rm_drv.cuStreamCreate) {
-		rm_log(RM_LOG_ERROR, "%s is not a usable CUDA driver (%d functions found)", cfg.driver, found);
+
+	rm_log_init("remorad", RM_LOG_INFO);
+	int count, found = load_driver(&cfg, &count);
+	if (found < 0)
 		return 1;
-	}
-	CUresult r = rm_drv.cuInit(0);
-	int count = 0, version = 0;
-	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuDeviceGetCount(&count);
-	if (r != CUDA_SUCCESS || count == 0) {
-		rm_log(RM_LOG_ERROR, "the driver %s found no usable GPU (error %d)", cfg.driver, r);
-		return 1;
-	}
+	int version = 0;
 	rm_drv.cuDriverGetVersion(&version);
 	rm_log(RM_LOG_INFO, "driver %s: version %d, %d GPU(s), %d functions", cfg.driver, version, count, found);
-	for (int i = 0; i < count; i++) {
-		char name[256] = "?";
-		rm_drv.cuDeviceGetName(name, sizeof(name), i);
-		rm_log(RM_LOG_INFO, "GPU %d: %s", i, name);
+	registry_fd = rm_registry_create();
+	if (registry_fd < 0) {
+		rm_log(RM_LOG_ERROR, "cannot create the registry in shared memory: %s", strerror(-registry_fd));
+		return 1;
 	}
-	return rm_server_run(&cfg) ? 1 : 0;
+	take_inventory(count);
+	/* Workers run this program again with the same arguments, the registry and a channel. */
+	char **wargv = calloc(argc + 2, sizeof(*wargv)), regarg[32];
+	if (!wargv)
+		return 1;
+	memcpy(wargv, argv, argc * sizeof(*argv));
+	snprintf(regarg, sizeof(regarg), "--registry-fd=%d", registry_fd);
+	wargv[argc] = regarg;
+	return rm_server_run(&cfg, "/proc/self/exe", wargv) ? 1 : 0;
 }

@@ -17,9 +17,14 @@ void rm_handle_cuMemAlloc_v2(struct rm_session *s, struct rm_request *rq)
 	CUdeviceptr p = 0;
 	CUresult r = s->cur ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 	if (r == CUDA_SUCCESS)
+		r = rm_session_charge(s, req->bytesize);
+	if (r == CUDA_SUCCESS) {
 		r = rm_drv.cuMemAlloc_v2(&p, req->bytesize);
-	if (r == CUDA_SUCCESS)
-		rm_session_own_memory(s, RM_H_MEMORY, p, req->bytesize, 0);
+		if (r == CUDA_SUCCESS)
+			rm_session_own_memory(s, RM_H_MEMORY, p, req->bytesize, 0);
+		else
+			rm_session_uncharge(s, req->bytesize);
+	}
 	rep.dptr = p;
 	rm_request_finish(s, rq, r, &rep.base);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
@@ -37,9 +42,12 @@ void rm_handle_cuMemFree_v2(struct rm_session *s, struct rm_request *rq)
 			       (unsigned long long)s->id, s->name, (unsigned long long)req->dptr);
 			r = CUDA_ERROR_INVALID_VALUE;
 		} else {
+			uint64_t size = rm_session_find(s, RM_H_MEMORY, req->dptr)->size;
 			r = rm_drv.cuMemFree_v2(req->dptr);
-			if (r == CUDA_SUCCESS)
+			if (r == CUDA_SUCCESS) {
 				rm_session_disown_value(s, RM_H_MEMORY, req->dptr);
+				rm_session_uncharge(s, size);
+			}
 		}
 	}
 	rm_request_finish(s, rq, r, NULL);
@@ -51,6 +59,8 @@ void rm_handle_cuMemGetInfo_v2(struct rm_session *s, struct rm_request *rq)
 	Remora__CuMemGetInfoV2Rep rep = REMORA__CU_MEM_GET_INFO_V2__REP__INIT;
 	size_t free_b = 0, total_b = 0;
 	CUresult r = s->cur ? rm_drv.cuMemGetInfo_v2(&free_b, &total_b) : CUDA_ERROR_INVALID_CONTEXT;
+	if (r == CUDA_SUCCESS)
+		rm_session_memory_view(s, &free_b, &total_b);
 	rep.free = free_b;
 	rep.total = total_b;
 	rm_request_finish(s, rq, r, &rep.base);

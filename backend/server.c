@@ -1,137 +1,273 @@
-/* Serving clients: one thread per connection reads frames in order and runs
- * them, so a client's blocking call blocks only that client. */
+/* The accepting process: one short-lived thread per new connection reads the
+ * hello, checks the credential and admission, and passes the connection to the
+ * worker process of the client's tenant, starting that worker when needed. A
+ * worker that dies (a GPU fault ends its process) takes only its tenant's clients. */
 #include "server.h"
 
+#include <cuda.h>
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
-#include "dispatch.h"
+#include "link.h"
 #include "log.h"
+#include "registry.h"
 #include "remora.pb-c.h"
 
-static const struct rm_server_config *config;
-static pthread_mutex_t clients_lock = PTHREAD_MUTEX_INITIALIZER;
-static int nclients;
+struct worker {
+	pid_t pid;   /* 0: not running */
+	int channel; /* our end of its SOCK_SEQPACKET channel */
+};
 
-/* Answers the hello frame; returns 0 when the client is admitted. */
-static int greet(struct rm_session *s)
+static const struct rm_daemon_config *config;
+static const char *worker_exe;
+static char **worker_argv;
+/* One worker per tenant (the anonymous tenant last), or only workers[0] when shared. */
+static struct worker workers[RM_CONFIG_MAX_TENANTS + 1];
+static pthread_mutex_t workers_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct worker *worker_of(int tenant)
 {
-	struct rm_request rq = {0};
-	int err = rm_link_read_frame(&s->link, &rq.frame);
-	if (err || rq.frame.op != RM_OP_HELLO || rq.frame.bulk_len) {
-		rm_log(RM_LOG_WARN, "client %s: no valid hello (%s); closing", s->peer,
-		       err ? strerror(-err) : "unexpected frame");
-		return -EPROTO;
-	}
-	rq.msg = malloc(rq.frame.msg_len ? rq.frame.msg_len : 1);
-	if (!rq.msg || rm_link_read(&s->link, rq.msg, rq.frame.msg_len)) {
-		free(rq.msg);
-		return -EPROTO;
-	}
-	Remora__Hello *hello = (Remora__Hello *)rm_request_unpack(&rq, &remora__hello__descriptor);
-	free(rq.msg);
-	if (!hello) {
-		rm_log(RM_LOG_WARN, "client %s: malformed hello; closing", s->peer);
-		return -EPROTO;
-	}
-	Remora__HelloReply rep = REMORA__HELLO_REPLY__INIT;
-	CUresult r = CUDA_SUCCESS;
-	rep.protocol_version = RM_PROTOCOL_VERSION;
-	rm_drv.cuDriverGetVersion(&rep.driver_version);
-	rep.session_id = s->id;
-	snprintf(s->name, sizeof(s->name), "%s", hello->client_name ? hello->client_name : "?");
-	s->pid = hello->pid;
-	if (hello->protocol_version != RM_PROTOCOL_VERSION) {
-		r = CUDA_ERROR_NOT_SUPPORTED;
-		rep.error = "protocol version mismatch";
-	}
-	protobuf_c_message_free_unpacked(&hello->base, NULL);
-	rm_request_finish(s, &rq, r, &rep.base);
-	if (r != CUDA_SUCCESS)
-		rm_log(RM_LOG_WARN, "client %s refused: %s", s->peer, rep.error);
-	return r == CUDA_SUCCESS && !rq.fatal ? 0 : -EPERM;
+	return config->isolation == RM_ISOLATE_SHARED ? &workers[0] : &workers[rm_registry_tenant_slot(tenant)];
 }
 
-static void serve(struct rm_session *s)
+/* Starts a worker: this program again, with --worker-channel naming its end of a new channel. */
+static int start_worker(struct worker *w, const char *tenant_name)
 {
-	struct rm_request rq;
-	uint8_t *msgbuf = NULL;
-	size_t msgcap = 0;
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv))
+		return -errno;
+	pid_t pid = fork();
+	if (pid < 0) {
+		int err = -errno;
+		close(sv[0]);
+		close(sv[1]);
+		return err;
+	}
+	if (pid == 0) {
+		int fd = dup(sv[1]); /* without CLOEXEC, so it survives exec */
+		char arg[32];
+		snprintf(arg, sizeof(arg), "--worker-channel=%d", fd);
+		int n = 0;
+		while (worker_argv[n])
+			n++;
+		char **argv = calloc(n + 2, sizeof(*argv));
+		if (fd < 0 || !argv)
+			_exit(127);
+		memcpy(argv, worker_argv, n * sizeof(*argv));
+		argv[n] = arg;
+		execv(worker_exe, argv);
+		_exit(127);
+	}
+	close(sv[1]);
+	w->pid = pid;
+	w->channel = sv[0];
+	rm_log(RM_LOG_INFO, "started worker %d for %s", (int)pid,
+	       config->isolation == RM_ISOLATE_SHARED ? "all tenants" : tenant_name);
+	return 0;
+}
+
+/* Passes a connection's descriptor and what the worker needs to know of the client. */
+static int hand_over(struct worker *w, int fd, const struct rm_handoff *h)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))] = {0};
+	struct iovec iov = {.iov_base = (void *)h, .iov_len = sizeof(*h)};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	return sendmsg(w->channel, &m, MSG_NOSIGNAL) == (ssize_t)sizeof(*h) ? 0 : -errno;
+}
+
+/* Waits for workers to end; frees their clients' slots. */
+static void *reap_workers(void *arg)
+{
+	(void)arg;
 	for (;;) {
-		memset(&rq, 0, sizeof(rq));
-		int err = rm_link_read_frame(&s->link, &rq.frame);
-		if (err == -ECONNRESET) {
-			rm_log(RM_LOG_INFO, "session %llu (%s): client disconnected", (unsigned long long)s->id, s->name);
-			break;
+		int status;
+		pid_t pid = waitpid(-1, &status, 0);
+		if (pid < 0) {
+			if (errno == ECHILD) {
+				sleep(1);
+				continue;
+			}
+			continue;
 		}
-		if (err) {
-			rm_log(RM_LOG_WARN, "session %llu (%s): %s; closing", (unsigned long long)s->id, s->name,
-			       err == -EPROTO ? "malformed frame header" : strerror(-err));
-			break;
-		}
-		if (rq.frame.op == RM_OP_HELLO || rq.frame.op >= RM_OP_LIMIT || !rm_op_handlers[rq.frame.op] ||
-		    (rq.frame.flags & RM_F_REPLY)) {
-			rm_log(RM_LOG_WARN, "session %llu (%s): unknown opcode %u; closing", (unsigned long long)s->id,
-			       s->name, rq.frame.op);
-			break;
-		}
-		if (rq.frame.msg_len > msgcap) {
-			uint8_t *p = realloc(msgbuf, rq.frame.msg_len);
-			if (!p)
-				break;
-			msgbuf = p;
-			msgcap = rq.frame.msg_len;
-		}
-		rq.msg = msgbuf;
-		if ((err = rm_link_read(&s->link, msgbuf, rq.frame.msg_len))) {
-			rm_log(RM_LOG_WARN, "session %llu (%s): truncated frame (%s); closing", (unsigned long long)s->id,
-			       s->name, strerror(-err));
-			break;
-		}
-		rq.bulk_left = rq.frame.bulk_len;
-		CUresult r = rm_session_enter(s, rq.frame.ctx);
-		if (r != CUDA_SUCCESS)
-			rm_request_finish(s, &rq, r, NULL);
+		pthread_mutex_lock(&workers_lock);
+		for (size_t i = 0; i < sizeof(workers) / sizeof(workers[0]); i++)
+			if (workers[i].pid == pid) {
+				close(workers[i].channel);
+				workers[i].pid = 0;
+			}
+		pthread_mutex_unlock(&workers_lock);
+		int n = rm_registry_reap_worker(pid);
+		if (WIFEXITED(status) && WEXITSTATUS(status) == 75)
+			rm_log(RM_LOG_WARN, "worker %d ended after a GPU fault its driver cannot recover from; "
+			       "its %d client(s) lost their connection, other tenants go on", (int)pid, n);
 		else
-			rm_op_handlers[rq.frame.op](s, &rq);
-		if (rq.fatal) {
-			rm_log(RM_LOG_WARN, "session %llu (%s): protocol error in %s; closing", (unsigned long long)s->id,
-			       s->name, rm_op_names[rq.frame.op]);
-			break;
-		}
-		if (rq.bulk_left && rm_link_skip(&s->link, rq.bulk_left))
-			break;
-		if (!rq.replied)
-			rm_request_finish(s, &rq, CUDA_ERROR_UNKNOWN, NULL);
+			rm_log(RM_LOG_WARN, "worker %d ended (%s %d) with %d client(s)", (int)pid,
+			       WIFEXITED(status) ? "status" : "signal",
+			       WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), n);
 	}
-	free(msgbuf);
-}
-
-static void *client_main(void *arg)
-{
-	struct rm_session *s = arg;
-	if (greet(s) == 0) {
-		rm_log(RM_LOG_INFO, "session %llu: client %s (pid %u) from %s", (unsigned long long)s->id, s->name,
-		       s->pid, s->peer);
-		serve(s);
-	}
-	rm_session_destroy(s);
-	pthread_mutex_lock(&clients_lock);
-	nclients--;
-	pthread_mutex_unlock(&clients_lock);
 	return NULL;
 }
 
-int rm_server_run(const struct rm_server_config *cfg)
+/* Answers a hello the accepting process refuses. */
+static void refuse(struct rm_link *l, uint64_t seq, CUresult r, const char *why)
+{
+	Remora__HelloReply rep = REMORA__HELLO_REPLY__INIT;
+	rep.protocol_version = RM_PROTOCOL_VERSION;
+	rep.error = (char *)why;
+	uint8_t buf[512];
+	size_t len = remora__hello_reply__get_packed_size(&rep);
+	if (len > sizeof(buf))
+		return;
+	remora__hello_reply__pack(&rep, buf);
+	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_HELLO, .seq = seq, .msg_len = (uint32_t)len,
+			     .flags = RM_F_REPLY, .result = (int32_t)r};
+	rm_link_send(l, &f, buf, NULL, 0);
+}
+
+struct greeting {
+	const struct rm_transport *tp;
+	struct rm_conn *conn;
+};
+
+/* The devices a hello asks for, checked: none means all the host's GPUs. */
+static int visible_devices(const Remora__Hello *h, struct rm_handoff *out, uint64_t *mask, char *why, size_t n)
+{
+	int ngpus = rm_registry()->ngpus;
+	*mask = 0;
+	out->ndevices = 0;
+	if (!h->n_devices) {
+		for (int g = 0; g < ngpus && g < 64; g++) {
+			out->devices[out->ndevices++] = g;
+			*mask |= 1ull << g;
+		}
+		return 0;
+	}
+	for (size_t i = 0; i < h->n_devices; i++) {
+		int g = h->devices[i];
+		if (g < 0 || g >= ngpus || g >= 64 || (*mask >> g & 1)) {
+			snprintf(why, n, "REMORA_VISIBLE_DEVICES names GPU %d, which this host (%d GPUs) cannot give", g,
+				 ngpus);
+			return -1;
+		}
+		out->devices[out->ndevices++] = g;
+		*mask |= 1ull << g;
+	}
+	return 0;
+}
+
+static void *greet(void *arg)
+{
+	struct greeting *g = arg;
+	struct rm_link link;
+	if (rm_link_init(&link, g->tp, g->conn)) {
+		g->tp->close(g->conn);
+		free(g);
+		return NULL;
+	}
+	const char *peer = g->tp->peer(g->conn);
+	struct rm_frame f;
+	uint8_t *msg = NULL;
+	Remora__Hello *hello = NULL;
+	int err = rm_link_read_frame(&link, &f);
+	if (err || f.op != RM_OP_HELLO || f.bulk_len) {
+		rm_log(RM_LOG_WARN, "client %s: no valid hello (%s); closing", peer,
+		       err ? strerror(-err) : "unexpected frame");
+		goto out;
+	}
+	msg = malloc(f.msg_len ? f.msg_len : 1);
+	if (!msg || rm_link_read(&link, msg, f.msg_len))
+		goto out;
+	hello = remora__hello__unpack(NULL, f.msg_len, msg);
+	if (!hello) {
+		rm_log(RM_LOG_WARN, "client %s: malformed hello; closing", peer);
+		goto out;
+	}
+	char why[200] = "";
+	CUresult r = CUDA_SUCCESS;
+	struct rm_handoff h = {.tenant = -1, .hello_seq = (uint32_t)f.seq, .pid = hello->pid};
+	snprintf(h.name, sizeof(h.name), "%s", hello->client_name ? hello->client_name : "?");
+	uint64_t mask = 0;
+	const struct rm_tenant_config *t = rm_config_tenant(config, hello->credential.data, hello->credential.len);
+	if (hello->protocol_version != RM_PROTOCOL_VERSION) {
+		snprintf(why, sizeof(why), "protocol version mismatch (client %u, daemon %u)", hello->protocol_version,
+			 RM_PROTOCOL_VERSION);
+		r = CUDA_ERROR_NOT_SUPPORTED;
+	} else if (!t) {
+		snprintf(why, sizeof(why), hello->credential.len ? "unknown credential" : "this daemon needs a credential");
+		r = CUDA_ERROR_NOT_PERMITTED;
+	} else if (link.rpos != link.rlen) {
+		snprintf(why, sizeof(why), "requests sent before the hello was answered");
+		r = CUDA_ERROR_INVALID_VALUE;
+	} else if (visible_devices(hello, &h, &mask, why, sizeof(why))) {
+		r = CUDA_ERROR_INVALID_DEVICE;
+	} else {
+		h.tenant = t == &config->anonymous ? -1 : (int)(t - config->tenants);
+		h.slot = rm_registry_admit(h.tenant, mask, config->max_clients_per_gpu, why, sizeof(why));
+		if (h.slot < 0)
+			r = CUDA_ERROR_DEVICE_UNAVAILABLE;
+	}
+	if (r != CUDA_SUCCESS) {
+		rm_log(RM_LOG_WARN, "client %s (%s, pid %u) refused: %s", peer, h.name, h.pid, why);
+		refuse(&link, f.seq, r, why);
+		goto out;
+	}
+	struct rm_client_record *c = &rm_registry()->clients[h.slot];
+	rm_registry_lock();
+	snprintf(c->name, sizeof(c->name), "%s", h.name);
+	snprintf(c->peer, sizeof(c->peer), "%s", peer);
+	c->pid = h.pid;
+	rm_registry_unlock();
+
+	pthread_mutex_lock(&workers_lock);
+	struct worker *w = worker_of(h.tenant);
+	err = w->pid ? 0 : start_worker(w, t->name);
+	if (!err) {
+		rm_registry_lock();
+		c->worker = w->pid;
+		rm_registry_unlock();
+		err = hand_over(w, g->tp->export_fd(g->conn), &h);
+	}
+	pthread_mutex_unlock(&workers_lock);
+	if (err) {
+		rm_log(RM_LOG_ERROR, "client %s: cannot hand it to a worker: %s", peer, strerror(-err));
+		refuse(&link, f.seq, CUDA_ERROR_OPERATING_SYSTEM, "the daemon could not start serving it");
+		rm_registry_leave(h.slot);
+	}
+out:
+	if (hello)
+		remora__hello__free_unpacked(hello, NULL);
+	free(msg);
+	rm_link_close(&link); /* our copy only: the worker has its own descriptor */
+	free(g);
+	return NULL;
+}
+
+int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char **argv)
 {
 	config = cfg;
+	worker_exe = self_exe;
+	worker_argv = argv;
 	const char *addr;
 	const struct rm_transport *tp = rm_transport_for(cfg->listen, &addr);
 	if (!tp) {
 		rm_log(RM_LOG_ERROR, "unknown transport in %s", cfg->listen);
 		return -EINVAL;
+	}
+	if (!tp->export_fd) {
+		rm_log(RM_LOG_ERROR, "the %s transport cannot hand connections to workers", tp->scheme);
+		return -ENOTSUP;
 	}
 	struct rm_listener *l;
 	int err = tp->listen(addr, &l);
@@ -142,7 +278,10 @@ int rm_server_run(const struct rm_server_config *cfg)
 	char bound[96];
 	tp->listener_addr(l, bound, sizeof(bound));
 	rm_log(RM_LOG_INFO, "listening on %s", bound);
-	if (cfg->ready_file) {
+	pthread_t t;
+	pthread_create(&t, NULL, reap_workers, NULL);
+	pthread_detach(t);
+	if (cfg->ready_file[0]) {
 		FILE *f = fopen(cfg->ready_file, "w");
 		if (f) {
 			fprintf(f, "%s\n", bound);
@@ -158,24 +297,14 @@ int rm_server_run(const struct rm_server_config *cfg)
 			rm_log(RM_LOG_ERROR, "accept: %s", strerror(-err));
 			break;
 		}
-		struct rm_session *s = rm_session_new(tp, conn);
-		if (!s) {
-			tp->close(conn);
-			continue;
-		}
-		pthread_mutex_lock(&clients_lock);
-		nclients++;
-		pthread_mutex_unlock(&clients_lock);
-		pthread_t t;
+		struct greeting *g = malloc(sizeof(*g));
 		pthread_attr_t attr;
 		pthread_attr_init(&attr);
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		if (pthread_create(&t, &attr, client_main, s)) {
-			rm_log(RM_LOG_ERROR, "cannot start a thread for %s", s->peer);
-			rm_session_destroy(s);
-			pthread_mutex_lock(&clients_lock);
-			nclients--;
-			pthread_mutex_unlock(&clients_lock);
+		if (!g || (*g = (struct greeting){tp, conn}, pthread_create(&t, &attr, greet, g))) {
+			rm_log(RM_LOG_ERROR, "cannot greet a new client: out of resources");
+			tp->close(conn);
+			free(g);
 		}
 		pthread_attr_destroy(&attr);
 	}

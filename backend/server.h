@@ -1,14 +1,30 @@
-/* The daemon's accept loop and its configuration. */
+/* remorad's two halves (docs/sharing.md): the accepting process, which greets and
+ * admits clients and hands each connection to the worker process of its tenant, and
+ * the workers, which own the GPU contexts and serve their clients. */
 #ifndef REMORA_SERVER_H
 #define REMORA_SERVER_H
 
-struct rm_server_config {
-	const char *listen;     /* transport address, e.g. tcp://0.0.0.0:7700 */
-	const char *driver;     /* the driver library dlopened */
-	const char *ready_file; /* written with the bound address once listening */
-};
+#include <stdint.h>
 
-/* Accepts clients until the listener fails; returns -errno. */
-int rm_server_run(const struct rm_server_config *cfg);
+#include "config.h"
+
+/* The accepting process: listens, admits clients and starts workers, each running
+ * self_exe with argv and --worker-channel=FD added. Returns -errno once the listener fails. */
+int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char **argv);
+
+/* A worker: serves the clients the accepting process passes on channel_fd until
+ * that channel closes. Returns the process's exit status. */
+int rm_worker_run(const struct rm_daemon_config *cfg, int channel_fd);
+
+/* What the accepting process passes to a worker with each client's connection. */
+struct rm_handoff {
+	int slot;          /* the client's registry slot */
+	int tenant;        /* configuration tenant index; -1: anonymous */
+	int ndevices;
+	int devices[64];   /* the host GPUs it sees, in its ordinal order */
+	uint32_t hello_seq; /* the hello frame's sequence number, for the reply */
+	uint32_t pid;
+	char name[64];
+};
 
 #endif

@@ -10,14 +10,14 @@
 #include "driver_table.h"
 #include "gpus.h"
 #include "log.h"
+#include "registry.h"
+#include "server.h"
 
 #define STAGING_SIZE (8u << 20)
 #define TOMBSTONE UINT32_MAX
 
-static uint64_t next_session_id = 1;
-static pthread_mutex_t id_lock = PTHREAD_MUTEX_INITIALIZER;
-
-struct rm_session *rm_session_new(const struct rm_transport *tp, struct rm_conn *conn)
+struct rm_session *rm_session_new(const struct rm_transport *tp, struct rm_conn *conn,
+				  const struct rm_daemon_config *cfg, const struct rm_handoff *h)
 {
 	struct rm_session *s = calloc(1, sizeof(*s));
 	if (!s)
@@ -26,11 +26,56 @@ struct rm_session *rm_session_new(const struct rm_transport *tp, struct rm_conn 
 		free(s);
 		return NULL;
 	}
-	pthread_mutex_lock(&id_lock);
-	s->id = next_session_id++;
-	pthread_mutex_unlock(&id_lock);
+	const struct rm_tenant_config *t = h->tenant < 0 ? &cfg->anonymous : &cfg->tenants[h->tenant];
+	s->slot = h->slot;
+	s->id = rm_registry()->clients[h->slot].session_id;
+	s->tenant = h->tenant;
+	s->tenant_name = t->name;
+	s->client_limit = t->client_memory_limit ? t->client_memory_limit : cfg->client_memory_limit;
+	s->tenant_limit = t->memory_limit ? t->memory_limit : cfg->tenant_memory_limit;
+	s->ndevices = h->ndevices;
+	memcpy(s->devices, h->devices, sizeof(s->devices));
+	s->hello_seq = h->hello_seq;
+	s->pid = h->pid;
+	snprintf(s->name, sizeof(s->name), "%s", h->name);
 	snprintf(s->peer, sizeof(s->peer), "%s", tp->peer(conn));
 	return s;
+}
+
+CUresult rm_session_charge(struct rm_session *s, uint64_t bytes)
+{
+	if (!rm_registry_charge(s->slot, bytes, s->client_limit, s->tenant_limit))
+		return CUDA_SUCCESS;
+	rm_log(RM_LOG_WARN, "session %llu (%s): allocation of %llu bytes refused: over its quota "
+	       "(client %llu, tenant %s %llu bytes; 0 is none)", (unsigned long long)s->id, s->name,
+	       (unsigned long long)bytes, (unsigned long long)s->client_limit, s->tenant_name,
+	       (unsigned long long)s->tenant_limit);
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+void rm_session_uncharge(struct rm_session *s, uint64_t bytes) { rm_registry_uncharge(s->slot, bytes); }
+
+void rm_session_memory_view(struct rm_session *s, size_t *free_b, size_t *total_b)
+{
+	struct rm_registry *reg = rm_registry();
+	rm_registry_lock();
+	uint64_t mine = reg->clients[s->slot].mem_bytes;
+	uint64_t tenant = reg->tenants[rm_registry_tenant_slot(s->tenant)].mem_bytes;
+	rm_registry_unlock();
+	if (s->client_limit) {
+		if (*total_b > s->client_limit)
+			*total_b = s->client_limit;
+		uint64_t left = s->client_limit > mine ? s->client_limit - mine : 0;
+		if (*free_b > left)
+			*free_b = left;
+	}
+	if (s->tenant_limit) {
+		if (*total_b > s->tenant_limit)
+			*total_b = s->tenant_limit;
+		uint64_t left = s->tenant_limit > tenant ? s->tenant_limit - tenant : 0;
+		if (*free_b > left)
+			*free_b = left;
+	}
 }
 
 static size_t slot_of(uint32_t kind, uint64_t v, size_t cap)
@@ -216,23 +261,22 @@ CUresult rm_session_check_range(struct rm_session *s, uint64_t ptr, uint64_t len
 	return CUDA_ERROR_INVALID_VALUE;
 }
 
-static int device_count;
-
-static void count_devices(void)
-{
-	if (rm_drv.cuDeviceGetCount(&device_count) != CUDA_SUCCESS)
-		device_count = 0;
-}
-
 CUresult rm_session_device(struct rm_session *s, int ordinal, CUdevice *out)
 {
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
-	(void)s;
-	pthread_once(&once, count_devices); /* the host's GPUs do not change while remorad runs */
-	if (ordinal < 0 || ordinal >= device_count)
+	if (ordinal < 0 || ordinal >= s->ndevices)
 		return CUDA_ERROR_INVALID_DEVICE;
-	*out = ordinal;
+	*out = s->devices[ordinal];
 	return CUDA_SUCCESS;
+}
+
+CUresult rm_session_device_out(struct rm_session *s, CUdevice dev, CUdevice *out)
+{
+	for (int i = 0; i < s->ndevices; i++)
+		if (s->devices[i] == dev) {
+			*out = i;
+			return CUDA_SUCCESS;
+		}
+	return CUDA_ERROR_INVALID_DEVICE; /* a GPU the client does not see */
 }
 
 CUresult rm_session_add_ctx(struct rm_session *s, CUdevice dev, CUcontext *out)

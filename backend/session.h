@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "link.h"
 
 enum rm_handle_kind {
@@ -37,12 +38,23 @@ struct rm_session_ctx {
 #define RM_SESSION_MAX_CTX 16
 #define RM_STAGING_BUFS 2
 
+struct rm_handoff;
+
 struct rm_session {
 	uint64_t id;
 	struct rm_link link;
 	char peer[64];
 	char name[64];
 	uint32_t pid;
+	uint32_t hello_seq;
+
+	int slot;                /* its registry slot */
+	int tenant;              /* configuration tenant index; -1: anonymous */
+	const char *tenant_name;
+	uint64_t client_limit;   /* device memory limits in bytes; 0: none */
+	uint64_t tenant_limit;
+	int ndevices;            /* the host GPUs it sees: its ordinal i is host GPU devices[i] */
+	int devices[64];
 
 	struct rm_handle *handles; /* open-addressing table keyed by (kind, value) */
 	size_t handles_cap, handles_used, handles_live;
@@ -63,7 +75,9 @@ struct rm_session {
 	int staging_next;
 };
 
-struct rm_session *rm_session_new(const struct rm_transport *tp, struct rm_conn *conn);
+/* A session for a client the accepting process admitted (handoff h). */
+struct rm_session *rm_session_new(const struct rm_transport *tp, struct rm_conn *conn,
+				  const struct rm_daemon_config *cfg, const struct rm_handoff *h);
 /* Frees everything the client owns; returns how many handles that was. */
 size_t rm_session_release_all(struct rm_session *s);
 /* Frees everything the client still owns, then the session. */
@@ -78,8 +92,17 @@ CUresult rm_session_use(struct rm_session *s, enum rm_handle_kind kind, uint64_t
 CUresult rm_session_stream(struct rm_session *s, uint64_t v, uint32_t frame_flags, CUstream *out);
 /* Checks that [ptr, ptr+len) lies inside one piece of memory the client owns. */
 CUresult rm_session_check_range(struct rm_session *s, uint64_t ptr, uint64_t len);
-/* Checks a device ordinal. */
+/* Maps the client's device ordinal to the host's GPU. */
 CUresult rm_session_device(struct rm_session *s, int ordinal, CUdevice *out);
+/* Maps a host GPU to the client's ordinal for it (a CUdevice the driver gave back). */
+CUresult rm_session_device_out(struct rm_session *s, CUdevice dev, CUdevice *out);
+
+/* Charges a new allocation of bytes to the client's and its tenant's quotas:
+ * CUDA_ERROR_OUT_OF_MEMORY (and a log line) when it would pass either. */
+CUresult rm_session_charge(struct rm_session *s, uint64_t bytes);
+void rm_session_uncharge(struct rm_session *s, uint64_t bytes);
+/* The client's view of device memory: the device's, narrowed by its quotas. */
+void rm_session_memory_view(struct rm_session *s, size_t *free_b, size_t *total_b);
 
 /* Records that the client now owns h (size: bytes of memory; parent: owning module). */
 void rm_session_own(struct rm_session *s, enum rm_handle_kind kind, const void *h, uint64_t parent);

@@ -38,6 +38,22 @@ static void client_init_once(void)
 	trace_calls = getenv("REMORA_TRACE") != NULL;
 }
 
+int rm_visible_devices(const char *text, int32_t *out, size_t cap, size_t *n)
+{
+	*n = 0;
+	if (!text || !*text)
+		return 0;
+	for (const char *p = text; *p;) {
+		char *end;
+		long v = strtol(p, &end, 10);
+		if (end == p || v < 0 || v > 1023 || *n == cap || (*end && *end != ','))
+			return -1;
+		out[(*n)++] = (int32_t)v;
+		p = *end ? end + 1 : end;
+	}
+	return 0;
+}
+
 void rm_client_init(void)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -192,6 +208,12 @@ static CUresult do_connect(void)
 	if (token) {
 		hello.credential.data = (uint8_t *)token;
 		hello.credential.len = strlen(token);
+	}
+	int32_t devices[64];
+	hello.devices = devices;
+	if (rm_visible_devices(getenv("REMORA_VISIBLE_DEVICES"), devices, 64, &hello.n_devices)) {
+		fprintf(stderr, "remora: REMORA_VISIBLE_DEVICES must be a comma-separated list of GPU ordinals\n");
+		return CUDA_ERROR_INVALID_VALUE;
 	}
 	connected = 1;
 	Remora__HelloReply *rep = NULL;

@@ -416,6 +416,9 @@ def gen_daemon_handler(fn, entry, fields):
                     parents = [g for g in fields if g.dir == "in" and g.kind == "handle"]
                     parent = f"req->{parents[0].field}" if parents else "0"
                     o.append(f"\tif (r == CUDA_SUCCESS)\n\t\trm_session_own(s, {HANDLE_KINDS[p.base]}, {v}, {parent});")
+            elif f.kind == "device":
+                o.append(f"\tif (r == CUDA_SUCCESS)\n\t\tr = rm_session_device_out(s, {v}, &{v});")
+                o.append(f"\trep.{f.field} = {v};")
             else:
                 o.append(f"\trep.{f.field} = {v};")
         if f.delete and r_ok_del(f):

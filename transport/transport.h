@@ -39,6 +39,11 @@ struct rm_transport {
 	/* Describes the peer for log lines. */
 	const char *(*peer)(struct rm_conn *c);
 	void (*close)(struct rm_conn *c);
+	/* Hand-over to another process (remorad's workers): export_fd gives the descriptor
+	 * to pass (the caller then closes c), adopt_fd wraps a passed one. -ENOTSUP where
+	 * the connection cannot travel. */
+	int (*export_fd)(struct rm_conn *c);
+	int (*adopt_fd)(int fd, struct rm_conn **out);
 };
 
 extern const struct rm_transport rm_transport_tcp;

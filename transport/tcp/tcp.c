@@ -1,4 +1,4 @@
-/* TCP transport: one stream socket per connection, Nagle off. */
+/* TCP transport: one stream socket per connection, Nagle off, buffers autotuned. */
 #include "transport.h"
 
 #include <arpa/inet.h>
@@ -56,12 +56,14 @@ static int resolve(const char *addr, int passive, struct addrinfo **res)
 	return 0;
 }
 
+/* Nagle off: a call's frame must leave at once. The socket buffers are left to
+ * the kernel's autotuning (net.ipv4.tcp_rmem/tcp_wmem): setting SO_SNDBUF or
+ * SO_RCVBUF turns autotuning off and is capped by net.core.[rw]mem_max, 208 KiB
+ * on a default host, a window too small for bulk copies (docs/hotpath.md). */
 static void tune(int fd)
 {
-	int one = 1, buf = 4 << 20;
+	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
-	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
 }
 
 static struct rm_conn *conn_new(int fd)
@@ -261,6 +263,14 @@ static void tcp_close(struct rm_conn *c)
 	free(c);
 }
 
+static int tcp_export_fd(struct rm_conn *c) { return c->fd; }
+
+static int tcp_adopt_fd(int fd, struct rm_conn **out)
+{
+	*out = conn_new(fd);
+	return *out ? 0 : -ENOMEM;
+}
+
 const struct rm_transport rm_transport_tcp = {
 	.scheme = "tcp",
 	.dial = tcp_dial,
@@ -273,4 +283,6 @@ const struct rm_transport rm_transport_tcp = {
 	.shutdown = tcp_shutdown,
 	.peer = tcp_peer,
 	.close = tcp_close,
+	.export_fd = tcp_export_fd,
+	.adopt_fd = tcp_adopt_fd,
 };

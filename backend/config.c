@@ -1,0 +1,242 @@
+/* Reading remorad's configuration file: "key = value" lines, '#' comments, and
+ * "[tenant NAME]" sections whose keys describe that tenant. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+void rm_config_defaults(struct rm_daemon_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	snprintf(c->listen, sizeof(c->listen), "tcp://0.0.0.0:7700");
+	snprintf(c->driver, sizeof(c->driver), "libcuda.so.1");
+	c->isolation = RM_ISOLATE_PROCESS;
+	c->allow_anonymous = 1;
+	snprintf(c->anonymous.name, sizeof(c->anonymous.name), "anonymous");
+	c->lease_ttl_s = 10;
+}
+
+int rm_config_parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (end == s || errno || *s == '-')
+		return -1;
+	int shift = 0;
+	switch (toupper((unsigned char)*end)) {
+	case 'K': shift = 10; break;
+	case 'M': shift = 20; break;
+	case 'G': shift = 30; break;
+	case 'T': shift = 40; break;
+	case 0: break;
+	default: return -1;
+	}
+	if (*end && end[1] && !(toupper((unsigned char)end[1]) == 'B' && !end[2]) &&
+	    !(toupper((unsigned char)end[1]) == 'I' && toupper((unsigned char)end[2]) == 'B' && !end[3]))
+		return -1;
+	if (shift && v > (UINT64_MAX >> shift))
+		return -1;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (end == s || *end || errno || v < lo || v > hi)
+		return -1;
+	*out = (int)v;
+	return 0;
+}
+
+static int parse_bool(const char *s, int *out)
+{
+	if (!strcmp(s, "yes") || !strcmp(s, "true") || !strcmp(s, "1"))
+		*out = 1;
+	else if (!strcmp(s, "no") || !strcmp(s, "false") || !strcmp(s, "0"))
+		*out = 0;
+	else
+		return -1;
+	return 0;
+}
+
+static int copy_str(char *dst, size_t cap, const char *v)
+{
+	if (strlen(v) >= cap)
+		return -1;
+	memcpy(dst, v, strlen(v) + 1);
+	return 0;
+}
+
+static int set_endpoints(struct rm_daemon_config *c, const char *v)
+{
+	char buf[2048];
+	if (copy_str(buf, sizeof(buf), v))
+		return -1;
+	c->npool_endpoints = 0;
+	for (char *save, *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+		if (c->npool_endpoints == RM_CONFIG_MAX_ENDPOINTS ||
+		    copy_str(c->pool_endpoints[c->npool_endpoints], sizeof(c->pool_endpoints[0]), tok))
+			return -1;
+		c->npool_endpoints++;
+	}
+	return 0;
+}
+
+int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, char *why, int whylen)
+{
+	int bad = 0;
+	if (!strcmp(key, "listen"))
+		bad = copy_str(c->listen, sizeof(c->listen), v);
+	else if (!strcmp(key, "driver"))
+		bad = copy_str(c->driver, sizeof(c->driver), v);
+	else if (!strcmp(key, "ready_file"))
+		bad = copy_str(c->ready_file, sizeof(c->ready_file), v);
+	else if (!strcmp(key, "max_clients_per_gpu"))
+		bad = parse_int(v, 0, 1 << 20, &c->max_clients_per_gpu);
+	else if (!strcmp(key, "client_memory_limit"))
+		bad = rm_config_parse_size(v, &c->client_memory_limit);
+	else if (!strcmp(key, "tenant_memory_limit"))
+		bad = rm_config_parse_size(v, &c->tenant_memory_limit);
+	else if (!strcmp(key, "tenant_isolation")) {
+		if (!strcmp(v, "process"))
+			c->isolation = RM_ISOLATE_PROCESS;
+		else if (!strcmp(v, "shared"))
+			c->isolation = RM_ISOLATE_SHARED;
+		else
+			bad = 1;
+	} else if (!strcmp(key, "allow_anonymous"))
+		bad = parse_bool(v, &c->allow_anonymous);
+	else if (!strcmp(key, "pool"))
+		bad = set_endpoints(c, v);
+	else if (!strcmp(key, "advertise"))
+		bad = copy_str(c->advertise, sizeof(c->advertise), v);
+	else if (!strcmp(key, "host_name"))
+		bad = copy_str(c->host_name, sizeof(c->host_name), v);
+	else if (!strcmp(key, "lease_ttl"))
+		bad = parse_int(v, 2, 3600, &c->lease_ttl_s);
+	else {
+		snprintf(why, whylen, "unknown setting '%s'", key);
+		return -1;
+	}
+	if (bad)
+		snprintf(why, whylen, "bad value '%s' for %s", v, key);
+	return bad ? -1 : 0;
+}
+
+static int set_tenant(struct rm_tenant_config *t, const char *key, const char *v, char *why, int whylen)
+{
+	int bad = 0;
+	if (!strcmp(key, "token"))
+		bad = copy_str(t->token, sizeof(t->token), v) || !*v;
+	else if (!strcmp(key, "memory_limit"))
+		bad = rm_config_parse_size(v, &t->memory_limit);
+	else if (!strcmp(key, "client_memory_limit"))
+		bad = rm_config_parse_size(v, &t->client_memory_limit);
+	else {
+		snprintf(why, whylen, "unknown tenant setting '%s'", key);
+		return -1;
+	}
+	if (bad)
+		snprintf(why, whylen, "bad value '%s' for %s", v, key);
+	return bad ? -1 : 0;
+}
+
+static char *trim(char *s)
+{
+	while (isspace((unsigned char)*s))
+		s++;
+	char *e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = 0;
+	return s;
+}
+
+int rm_config_load(struct rm_daemon_config *c, const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		rm_log(RM_LOG_ERROR, "cannot read the configuration %s: %s", path, strerror(errno));
+		return -1;
+	}
+	char line[2048], why[300];
+	struct rm_tenant_config *tenant = NULL;
+	int lineno = 0, err = 0;
+	while (!err && fgets(line, sizeof(line), f)) {
+		lineno++;
+		char *hash = strchr(line, '#');
+		if (hash)
+			*hash = 0;
+		char *s = trim(line);
+		if (!*s)
+			continue;
+		why[0] = 0;
+		if (*s == '[') {
+			char name[64];
+			if (sscanf(s, "[tenant %63[^] ]]", name) != 1 || s[strlen(s) - 1] != ']') {
+				snprintf(why, sizeof(why), "expected [tenant NAME]");
+				err = -1;
+			} else if (c->ntenants == RM_CONFIG_MAX_TENANTS) {
+				snprintf(why, sizeof(why), "more than %d tenants", RM_CONFIG_MAX_TENANTS);
+				err = -1;
+			} else {
+				tenant = &c->tenants[c->ntenants++];
+				memset(tenant, 0, sizeof(*tenant));
+				snprintf(tenant->name, sizeof(tenant->name), "%s", name);
+			}
+		} else {
+			char *eq = strchr(s, '=');
+			if (!eq) {
+				snprintf(why, sizeof(why), "expected key = value");
+				err = -1;
+			} else {
+				*eq = 0;
+				char *key = trim(s), *val = trim(eq + 1);
+				err = tenant ? set_tenant(tenant, key, val, why, sizeof(why))
+					     : rm_config_set(c, key, val, why, sizeof(why));
+			}
+		}
+		if (err)
+			rm_log(RM_LOG_ERROR, "%s:%d: %s", path, lineno, why);
+	}
+	fclose(f);
+	for (int i = 0; !err && i < c->ntenants; i++) {
+		if (!c->tenants[i].token[0]) {
+			rm_log(RM_LOG_ERROR, "%s: tenant %s has no token", path, c->tenants[i].name);
+			err = -1;
+		}
+		for (int j = 0; !err && j < i; j++)
+			if (!strcmp(c->tenants[i].token, c->tenants[j].token) ||
+			    !strcmp(c->tenants[i].name, c->tenants[j].name)) {
+				rm_log(RM_LOG_ERROR, "%s: tenants %s and %s share a name or a token", path,
+				       c->tenants[j].name, c->tenants[i].name);
+				err = -1;
+			}
+	}
+	return err;
+}
+
+const struct rm_tenant_config *rm_config_tenant(const struct rm_daemon_config *c, const void *token, size_t len)
+{
+	if (!len)
+		return c->allow_anonymous ? &c->anonymous : NULL;
+	for (int i = 0; i < c->ntenants; i++) {
+		const struct rm_tenant_config *t = &c->tenants[i];
+		/* Compared in full whatever matches first, so timing does not reveal a prefix. */
+		size_t tl = strlen(t->token);
+		unsigned diff = tl != len;
+		for (size_t k = 0; k < len; k++)
+			diff |= (unsigned)(((const unsigned char *)token)[k] ^ (k < tl ? (unsigned char)t->token[k] : 0));
+		if (!diff)
+			return t;
+	}
+	return NULL;
+}

@@ -1,0 +1,59 @@
+/* remorad's configuration: built-in defaults, then the configuration file, then
+ * command-line flags. The file format is in docs/configuration.md. */
+#ifndef REMORA_CONFIG_H
+#define REMORA_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define RM_CONFIG_MAX_TENANTS 64
+#define RM_CONFIG_MAX_ENDPOINTS 8
+
+/* How tenants (clients presenting different credentials) are kept apart. */
+enum rm_tenant_isolation {
+	RM_ISOLATE_PROCESS, /* a worker process, with its own contexts, per tenant */
+	RM_ISOLATE_SHARED,  /* every tenant in one worker: one context per GPU for all */
+};
+
+struct rm_tenant_config {
+	char name[64];
+	char token[256];
+	uint64_t memory_limit; /* device bytes for all its clients together; 0: the default */
+	uint64_t client_memory_limit; /* per client of this tenant; 0: the default */
+};
+
+struct rm_daemon_config {
+	char listen[256];       /* transport address, e.g. tcp://0.0.0.0:7700 */
+	char driver[512];       /* the driver library dlopened */
+	char ready_file[512];   /* written with the bound address once listening; "" for none */
+
+	int max_clients_per_gpu;      /* 0: no limit */
+	uint64_t client_memory_limit; /* device bytes per client; 0: no limit */
+	uint64_t tenant_memory_limit; /* device bytes per tenant unless its section says; 0: no limit */
+	enum rm_tenant_isolation isolation;
+	int allow_anonymous;          /* serve clients presenting no credential, as tenant "anonymous" */
+	struct rm_tenant_config anonymous;
+	struct rm_tenant_config tenants[RM_CONFIG_MAX_TENANTS];
+	int ntenants;
+
+	/* Pool membership (docs/pool.md); no endpoints: no pool. */
+	char pool_endpoints[RM_CONFIG_MAX_ENDPOINTS][256];
+	int npool_endpoints;
+	char advertise[256];  /* the address clients are told to use; "" derives it from listen */
+	char host_name[128];  /* the member's name in the pool; "" uses the host name */
+	int lease_ttl_s;
+};
+
+/* Fills c with the built-in defaults. */
+void rm_config_defaults(struct rm_daemon_config *c);
+/* Reads a configuration file over c; returns 0, or -1 after logging file:line and why. */
+int rm_config_load(struct rm_daemon_config *c, const char *path);
+/* Applies one "key = value" setting (the file's syntax, also used for flags); 0 or -1. */
+int rm_config_set(struct rm_daemon_config *c, const char *key, const char *value, char *why, int whylen);
+/* The tenant presenting token, or NULL; a zero-length token is the anonymous tenant. */
+const struct rm_tenant_config *rm_config_tenant(const struct rm_daemon_config *c, const void *token,
+						size_t len);
+/* Parses a byte size: digits with an optional K, M, G or T suffix (powers of 1024). */
+int rm_config_parse_size(const char *s, uint64_t *out);
+
+#endif

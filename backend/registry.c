@@ -1,0 +1,158 @@
+/* The registry in shared memory (memfd), guarded by one robust process-shared mutex:
+ * a worker that dies holding it leaves it consistent enough to go on, since every
+ * update under the lock is a few stores. */
+#include "registry.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+
+static struct rm_registry *reg;
+
+static int map(int fd)
+{
+	void *p = mmap(NULL, sizeof(*reg), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	reg = p;
+	return 0;
+}
+
+int rm_registry_create(void)
+{
+	int fd = memfd_create("remorad-registry", 0);
+	if (fd < 0)
+		return -errno;
+	int err = ftruncate(fd, sizeof(*reg)) ? -errno : map(fd);
+	if (err) {
+		close(fd);
+		return err;
+	}
+	pthread_mutexattr_t a;
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+	pthread_mutex_init(&reg->lock, &a);
+	pthread_mutexattr_destroy(&a);
+	reg->next_session_id = 1;
+	return fd;
+}
+
+int rm_registry_attach(int fd) { return map(fd); }
+
+struct rm_registry *rm_registry(void) { return reg; }
+
+void rm_registry_lock(void)
+{
+	if (pthread_mutex_lock(&reg->lock) == EOWNERDEAD)
+		pthread_mutex_consistent(&reg->lock);
+}
+
+void rm_registry_unlock(void) { pthread_mutex_unlock(&reg->lock); }
+
+int rm_registry_tenant_slot(int t) { return t < 0 ? RM_CONFIG_MAX_TENANTS : t; }
+
+int rm_registry_admit(int tenant, uint64_t devices, int max_per_gpu, char *why, size_t whylen)
+{
+	int slot = -1;
+	rm_registry_lock();
+	if (reg->draining) {
+		snprintf(why, whylen, "this GPU host is draining: it takes no new clients");
+		goto out;
+	}
+	for (int g = 0; g < reg->ngpus && max_per_gpu; g++)
+		if ((devices >> g & 1) && reg->gpus[g].clients >= max_per_gpu) {
+			snprintf(why, whylen, "GPU %d already serves its maximum of %d clients", g, max_per_gpu);
+			goto out;
+		}
+	for (int i = 0; i < RM_MAX_CLIENTS && slot < 0; i++)
+		if (!reg->clients[i].in_use)
+			slot = i;
+	if (slot < 0) {
+		snprintf(why, whylen, "the daemon serves its maximum of %d clients", RM_MAX_CLIENTS);
+		goto out;
+	}
+	struct rm_client_record *c = &reg->clients[slot];
+	memset(c, 0, sizeof(*c));
+	c->in_use = 1;
+	c->tenant = tenant;
+	c->devices = devices;
+	c->session_id = reg->next_session_id++;
+	c->since = (int64_t)time(NULL);
+	for (int g = 0; g < reg->ngpus; g++)
+		if (devices >> g & 1)
+			reg->gpus[g].clients++;
+	reg->tenants[rm_registry_tenant_slot(tenant)].clients++;
+out:
+	rm_registry_unlock();
+	return slot;
+}
+
+/* Called with the lock held. */
+static void leave_locked(int slot)
+{
+	struct rm_client_record *c = &reg->clients[slot];
+	if (!c->in_use)
+		return;
+	for (int g = 0; g < reg->ngpus; g++)
+		if ((c->devices >> g & 1) && reg->gpus[g].clients > 0)
+			reg->gpus[g].clients--;
+	struct rm_tenant_usage *t = &reg->tenants[rm_registry_tenant_slot(c->tenant)];
+	t->clients--;
+	t->mem_bytes -= c->mem_bytes < t->mem_bytes ? c->mem_bytes : t->mem_bytes;
+	memset(c, 0, sizeof(*c));
+}
+
+void rm_registry_leave(int slot)
+{
+	if (slot < 0 || slot >= RM_MAX_CLIENTS)
+		return;
+	rm_registry_lock();
+	leave_locked(slot);
+	rm_registry_unlock();
+}
+
+int rm_registry_reap_worker(pid_t worker)
+{
+	int n = 0;
+	rm_registry_lock();
+	for (int i = 0; i < RM_MAX_CLIENTS; i++)
+		if (reg->clients[i].in_use && reg->clients[i].worker == worker) {
+			leave_locked(i);
+			n++;
+		}
+	rm_registry_unlock();
+	return n;
+}
+
+int rm_registry_charge(int slot, uint64_t bytes, uint64_t client_limit, uint64_t tenant_limit)
+{
+	int err = 0;
+	rm_registry_lock();
+	struct rm_client_record *c = &reg->clients[slot];
+	struct rm_tenant_usage *t = &reg->tenants[rm_registry_tenant_slot(c->tenant)];
+	if ((client_limit && (bytes > client_limit || c->mem_bytes > client_limit - bytes)) ||
+	    (tenant_limit && (bytes > tenant_limit || t->mem_bytes > tenant_limit - bytes)))
+		err = -1;
+	else {
+		c->mem_bytes += bytes;
+		t->mem_bytes += bytes;
+	}
+	rm_registry_unlock();
+	return err;
+}
+
+void rm_registry_uncharge(int slot, uint64_t bytes)
+{
+	rm_registry_lock();
+	struct rm_client_record *c = &reg->clients[slot];
+	struct rm_tenant_usage *t = &reg->tenants[rm_registry_tenant_slot(c->tenant)];
+	c->mem_bytes -= bytes < c->mem_bytes ? bytes : c->mem_bytes;
+	t->mem_bytes -= bytes < t->mem_bytes ? bytes : t->mem_bytes;
+	rm_registry_unlock();
+}

@@ -1,0 +1,80 @@
+/* The daemon's registry: its GPUs, its clients and what they use, in memory shared by
+ * the accepting process and its workers (docs/sharing.md). The accepting process admits
+ * clients into slots; the worker serving a client keeps its slot's figures current and
+ * frees the slot when the client leaves; the accepting process frees the slots of a
+ * worker that died. Readers (status, pool registration) take snapshots. */
+#ifndef REMORA_REGISTRY_H
+#define REMORA_REGISTRY_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "config.h"
+
+#define RM_MAX_GPUS 64
+#define RM_MAX_CLIENTS 1024
+
+struct rm_gpu_record {
+	char name[128];
+	char uuid[48];         /* GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx */
+	uint64_t total_bytes;
+	uint64_t free_bytes;   /* as a worker last saw it; total_bytes before any has */
+	int clients;           /* admitted clients that may use this GPU */
+};
+
+struct rm_client_record {
+	int in_use;
+	pid_t worker;          /* the worker process serving it; 0 until handed over */
+	uint64_t session_id;
+	int tenant;            /* index into the configuration's tenants; -1: anonymous */
+	char name[64];         /* the program's name, from its hello */
+	char peer[64];
+	uint32_t pid;          /* the program's pid on its own host */
+	uint64_t devices;      /* bit i: the client may use GPU i */
+	uint64_t mem_bytes;    /* device memory it holds now */
+	int64_t since;         /* when it connected, seconds since the epoch */
+};
+
+struct rm_tenant_usage {
+	uint64_t mem_bytes;    /* device memory all its clients hold */
+	int clients;
+};
+
+struct rm_registry {
+	pthread_mutex_t lock;  /* process-shared and robust */
+	int ngpus;
+	int draining;          /* no new clients while set */
+	uint64_t next_session_id;
+	struct rm_gpu_record gpus[RM_MAX_GPUS];
+	struct rm_tenant_usage tenants[RM_CONFIG_MAX_TENANTS + 1]; /* the last one is anonymous */
+	struct rm_client_record clients[RM_MAX_CLIENTS];
+};
+
+/* Creates the registry in new shared memory; returns its descriptor (for workers), or -errno. */
+int rm_registry_create(void);
+/* Maps the registry a parent created (a worker's start). */
+int rm_registry_attach(int fd);
+struct rm_registry *rm_registry(void);
+
+void rm_registry_lock(void);
+void rm_registry_unlock(void);
+
+/* Index into rm_registry()->tenants of configuration tenant t (-1: anonymous). */
+int rm_registry_tenant_slot(int t);
+
+/* Takes a free client slot for a new client of tenant t using the GPUs in mask devices,
+ * unless a GPU of it already has max_per_gpu clients (0: no limit) or the daemon is
+ * draining. Returns the slot, or -1 with why filled in. */
+int rm_registry_admit(int tenant, uint64_t devices, int max_per_gpu, char *why, size_t whylen);
+/* Frees a client's slot. */
+void rm_registry_leave(int slot);
+/* Frees every slot worker served (it died); returns how many. */
+int rm_registry_reap_worker(pid_t worker);
+
+/* Charges bytes of device memory to a client and its tenant unless that passes
+ * client_limit or tenant_limit (0: none); returns 0, or -1 (nothing charged). */
+int rm_registry_charge(int slot, uint64_t bytes, uint64_t client_limit, uint64_t tenant_limit);
+void rm_registry_uncharge(int slot, uint64_t bytes);
+
+#endif

@@ -1,0 +1,178 @@
+/* A worker process: receives admitted clients from the accepting process and
+ * serves each on a thread of its own that reads frames in order and runs them,
+ * so a client's blocking call blocks only that client. Its GPU contexts are
+ * shared by all its clients (one tenant's, or everyone's when isolation is shared). */
+#include "server.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "dispatch.h"
+#include "gpus.h"
+#include "log.h"
+#include "registry.h"
+#include "remora.pb-c.h"
+
+static const struct rm_daemon_config *config;
+
+/* Answers the hello the accepting process read for this client. */
+static int welcome(struct rm_session *s, uint32_t seq)
+{
+	Remora__HelloReply rep = REMORA__HELLO_REPLY__INIT;
+	struct rm_request rq = {.frame = {.op = RM_OP_HELLO, .seq = seq}};
+	rep.protocol_version = RM_PROTOCOL_VERSION;
+	rm_drv.cuDriverGetVersion(&rep.driver_version);
+	rep.session_id = s->id;
+	rm_request_finish(s, &rq, CUDA_SUCCESS, &rep.base);
+	return rq.fatal ? -EPIPE : 0;
+}
+
+static void serve(struct rm_session *s)
+{
+	struct rm_request rq;
+	uint8_t *msgbuf = NULL;
+	size_t msgcap = 0;
+	for (;;) {
+		memset(&rq, 0, sizeof(rq));
+		int err = rm_link_read_frame(&s->link, &rq.frame);
+		if (err == -ECONNRESET) {
+			rm_log(RM_LOG_INFO, "session %llu (%s): client disconnected", (unsigned long long)s->id, s->name);
+			break;
+		}
+		if (err) {
+			rm_log(RM_LOG_WARN, "session %llu (%s): %s; closing", (unsigned long long)s->id, s->name,
+			       err == -EPROTO ? "malformed frame header" : strerror(-err));
+			break;
+		}
+		if (rq.frame.op == RM_OP_HELLO || rq.frame.op >= RM_OP_LIMIT || !rm_op_handlers[rq.frame.op] ||
+		    (rq.frame.flags & RM_F_REPLY)) {
+			rm_log(RM_LOG_WARN, "session %llu (%s): unknown opcode %u; closing", (unsigned long long)s->id,
+			       s->name, rq.frame.op);
+			break;
+		}
+		if (rq.frame.msg_len > msgcap) {
+			uint8_t *p = realloc(msgbuf, rq.frame.msg_len);
+			if (!p)
+				break;
+			msgbuf = p;
+			msgcap = rq.frame.msg_len;
+		}
+		rq.msg = msgbuf;
+		if ((err = rm_link_read(&s->link, msgbuf, rq.frame.msg_len))) {
+			rm_log(RM_LOG_WARN, "session %llu (%s): truncated frame (%s); closing", (unsigned long long)s->id,
+			       s->name, strerror(-err));
+			break;
+		}
+		rq.bulk_left = rq.frame.bulk_len;
+		CUresult r = rm_session_enter(s, rq.frame.ctx);
+		if (r != CUDA_SUCCESS)
+			rm_request_finish(s, &rq, r, NULL);
+		else
+			rm_op_handlers[rq.frame.op](s, &rq);
+		if (rq.fatal) {
+			rm_log(RM_LOG_WARN, "session %llu (%s): protocol error in %s; closing", (unsigned long long)s->id,
+			       s->name, rm_op_names[rq.frame.op]);
+			break;
+		}
+		if (rq.bulk_left && rm_link_skip(&s->link, rq.bulk_left))
+			break;
+		if (!rq.replied)
+			rm_request_finish(s, &rq, CUDA_ERROR_UNKNOWN, NULL);
+	}
+	free(msgbuf);
+}
+
+static void *client_main(void *arg)
+{
+	struct rm_session *s = arg;
+	int slot = s->slot;
+	if (welcome(s, s->hello_seq) == 0) {
+		rm_log(RM_LOG_INFO, "session %llu: client %s (pid %u) from %s, tenant %s", (unsigned long long)s->id,
+		       s->name, s->pid, s->peer, s->tenant_name);
+		serve(s);
+	}
+	rm_session_destroy(s);
+	rm_registry_leave(slot);
+	return NULL;
+}
+
+/* Receives one client from the channel: its descriptor and handoff. 0, or -errno; -ECONNRESET at the end. */
+static int receive(int channel, struct rm_handoff *h, int *fd)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = {.iov_base = h, .iov_len = sizeof(*h)};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+	ssize_t n = recvmsg(channel, &m, MSG_CMSG_CLOEXEC);
+	if (n == 0)
+		return -ECONNRESET;
+	if (n < 0)
+		return errno == EINTR ? -EINTR : -errno;
+	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+	if (n != (ssize_t)sizeof(*h) || !c || c->cmsg_type != SCM_RIGHTS)
+		return -EPROTO;
+	memcpy(fd, CMSG_DATA(c), sizeof(int));
+	return 0;
+}
+
+/* Keeps the registry's free-memory figure of each GPU this worker uses current. */
+static void *watch_memory(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		for (int g = 0; g < rm_registry()->ngpus; g++) {
+			size_t free_b, total_b;
+			if (rm_gpu_memory(g, &free_b, &total_b) == CUDA_SUCCESS) {
+				rm_registry_lock();
+				rm_registry()->gpus[g].free_bytes = free_b;
+				rm_registry_unlock();
+			}
+		}
+		sleep(2);
+	}
+	return NULL;
+}
+
+int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
+{
+	config = cfg;
+	const char *addr;
+	const struct rm_transport *tp = rm_transport_for(cfg->listen, &addr);
+	pthread_t t;
+	pthread_create(&t, NULL, watch_memory, NULL);
+	pthread_detach(t);
+	for (;;) {
+		struct rm_handoff h;
+		int fd = -1, err = receive(channel, &h, &fd);
+		if (err == -EINTR)
+			continue;
+		if (err) {
+			if (err != -ECONNRESET)
+				rm_log(RM_LOG_ERROR, "worker channel: %s", strerror(-err));
+			break;
+		}
+		struct rm_conn *conn;
+		struct rm_session *s = NULL;
+		if (tp->adopt_fd(fd, &conn)) {
+			close(fd);
+		} else if (!(s = rm_session_new(tp, conn, cfg, &h))) {
+			tp->close(conn);
+		}
+		pthread_attr_t attr;
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		if (!s || pthread_create(&t, &attr, client_main, s)) {
+			rm_log(RM_LOG_ERROR, "cannot serve client %s: out of resources", h.name);
+			if (s)
+				rm_session_destroy(s);
+			rm_registry_leave(h.slot);
+		}
+		pthread_attr_destroy(&attr);
+	}
+	/* The accepting process is gone: nobody can reach this worker's clients' slots. */
+	rm_log(RM_LOG_INFO, "the accepting process has gone; worker exiting");
+	return 0;
+}
