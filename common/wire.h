@@ -21,9 +21,10 @@ enum {
 	RM_F_PER_THREAD = 1u << 2, /* the call came through a _ptds/_ptsz entry point */
 };
 
-/* Reserved opcodes below the generated ones (proto/api.spec starts at 1). */
+/* Reserved opcodes outside the generated ones (proto/api.spec starts at 1). */
 enum {
 	RM_OP_HELLO = 0,
+	RM_OP_STATUS = 0x10000, /* first frame of an admin connection: remora.StatusReply (docs/pool.md) */
 };
 
 /* Every frame: this header, then msg_len bytes of protobuf, then bulk_len raw bytes.
