@@ -399,7 +399,9 @@ static bool beside_self(char *path, size_t len, const char *rel)
 static int parse_args(struct bench_config *cfg, int argc, char **argv)
 {
 	const char *clients = NULL;
-	for (int i = 1; i < argc; i++) {
+	char *end;
+	int i;
+	for (i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--json"))
 			cfg->json = true;
@@ -408,13 +410,13 @@ static int parse_args(struct bench_config *cfg, int argc, char **argv)
 		else if (!strcmp(a, "--help") || !strcmp(a, "-h"))
 			return 1;
 		else if (!v)
-			return -1;
+			goto bad;
 		else if (!strcmp(a, "--only"))
 			cfg->only = v, i++;
 		else if (!strcmp(a, "--concurrency"))
 			clients = v, i++;
-		else if (!strcmp(a, "--spin-iters"))
-			cfg->spin_iters = atoll(v), i++;
+		else if (!strcmp(a, "--spin-iters") && (cfg->spin_iters = strtoll(v, &end, 10)) > 0 && !*end)
+			i++;
 		else if (!strcmp(a, "--remorad"))
 			cfg->remorad = v, i++;
 		else if (!strcmp(a, "--driver"))
@@ -426,15 +428,15 @@ static int parse_args(struct bench_config *cfg, int argc, char **argv)
 		else if (!strcmp(a, "--workers"))
 			cfg->workers = v, i++;
 		else
-			return -1;
+			goto bad;
 	}
 	if (!cfg->spin_iters)
 		/* About 170 ms per kernel on an H200 (docs/status.md: 1e8 take 846 ms). */
 		cfg->spin_iters = cfg->quick ? 200000 : 20000000;
-	if (cfg->spin_iters < 1)
+	if (parse_clients(cfg, clients ? clients : cfg->quick ? "1,2" : "1,2,4,8,16,64,128")) {
+		fprintf(stderr, "remora bench: --concurrency wants a list of client counts, 1 to %d\n", MAX_CONCURRENCY);
 		return -1;
-	if (parse_clients(cfg, clients ? clients : cfg->quick ? "1,2" : "1,2,4,8,16,64,128"))
-		return -1;
+	}
 	for (const char *p = cfg->only; p && *p;) {
 		size_t len = strcspn(p, ",");
 		bool known = len == 3 && !strncmp(p, "tcp", 3);
@@ -447,6 +449,9 @@ static int parse_args(struct bench_config *cfg, int argc, char **argv)
 		p += len + (p[len] == ',');
 	}
 	return 0;
+bad:
+	fprintf(stderr, "remora bench: bad option, or one without its value: %s\n", argv[i]);
+	return -1;
 }
 
 /* Fills in the default paths beside this program in the build tree; -1 when one is missing. */
@@ -467,6 +472,17 @@ static int find_paths(struct bench_run *run, struct bench_config *cfg)
 				"name it (--remorad, --client-lib, --workers)\n",
 			!cfg->remorad ? "remorad" : !cfg->client_lib ? "the client library" : "the workers");
 		return -1;
+	}
+	/* Absolute, since remorad and the workers may run elsewhere than here. */
+	static char resolved[5][PATH_MAX];
+	const char **paths[] = { &cfg->remorad, &cfg->client_lib, &cfg->workers, &cfg->driver, &cfg->native_lib };
+	for (size_t i = 0; i < 5; i++) {
+		if (*paths[i] && !realpath(*paths[i], resolved[i])) {
+			fprintf(stderr, "remora bench: %s: %s\n", *paths[i], strerror(errno));
+			return -1;
+		}
+		if (*paths[i])
+			*paths[i] = resolved[i];
 	}
 	snprintf(run->worker, sizeof run->worker, "%s/bench_worker", cfg->workers);
 	snprintf(run->image, sizeof run->image, "%s/bench_kernels.fatbin", cfg->workers);
