@@ -1,0 +1,275 @@
+/* transport-probe: the conformance check and the yardstick of a transport.
+ *
+ *   transport-probe [--check] [--rtt N] [--mib N] [URL]
+ *
+ * Listens on URL (default tcp://127.0.0.1:0), dials itself and measures, through
+ * the transport's own ops, what every remote call is compared with:
+ *   rtt   N round trips of one 48-byte frame header each way (as a synchronous call),
+ *   bulk  N MiB one way, sent in 8 MiB sendv calls and received with recv_some
+ *         into one reused 8 MiB buffer (as a copy's payload reaches the staging buffers).
+ * --check makes it a test: iovec splitting, bytes arriving exact, shutdown
+ * unblocking a reader, a closed peer reported as -ECONNRESET.
+ * Prints "rtt_us=", "bulk_mib_per_s=" lines; exits 0 when every check passed.
+ */
+#include "transport.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define HEADER_LEN 48
+#define BULK_CHUNK (8u << 20)
+
+struct peer {
+	const struct rm_transport *tp;
+	struct rm_listener *listener;
+	struct rm_conn *conn; /* the accepted side */
+	long rtt_rounds;
+	uint64_t bulk_bytes;
+	int check;
+	int failed;
+};
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static uint8_t pattern(uint64_t i)
+{
+	return (uint8_t)(i * 131u + (i >> 13));
+}
+
+static int recv_all(const struct rm_transport *tp, struct rm_conn *c, void *buf, size_t len)
+{
+	for (size_t got = 0; got < len;) {
+		ssize_t n = tp->recv_some(c, (uint8_t *)buf + got, len - got);
+		if (n < 0)
+			return (int)n;
+		got += (size_t)n;
+	}
+	return 0;
+}
+
+/* The accepted side: echoes headers, then swallows (and with --check verifies) the bulk. */
+static void *serve(void *arg)
+{
+	struct peer *p = arg;
+	uint8_t hdr[HEADER_LEN];
+	if (p->tp->accept(p->listener, &p->conn)) {
+		p->failed = 1;
+		return NULL;
+	}
+	for (long i = 0; i < p->rtt_rounds; i++) {
+		struct iovec v = {hdr, sizeof(hdr)};
+		if (recv_all(p->tp, p->conn, hdr, sizeof(hdr)) || p->tp->sendv(p->conn, &v, 1)) {
+			p->failed = 1;
+			return NULL;
+		}
+	}
+	uint8_t *buf = malloc(BULK_CHUNK);
+	if (!buf) {
+		p->failed = 1;
+		return NULL;
+	}
+	for (uint64_t got = 0; got < p->bulk_bytes;) {
+		uint64_t left = p->bulk_bytes - got;
+		ssize_t n = p->tp->recv_some(p->conn, buf, left < BULK_CHUNK ? (size_t)left : BULK_CHUNK);
+		if (n < 0) {
+			p->failed = 1;
+			break;
+		}
+		for (ssize_t k = 0; p->check && k < n; k++)
+			if (buf[k] != pattern((got + (uint64_t)k) % BULK_CHUNK)) {
+				fprintf(stderr, "transport-probe: byte %llu differs\n", (unsigned long long)(got + k));
+				p->failed = 1;
+				break;
+			}
+		got += (uint64_t)n;
+	}
+	free(buf);
+	return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Round trips: reports the median and the mean. */
+static int measure_rtt(const struct rm_transport *tp, struct rm_conn *c, long rounds)
+{
+	double *t = malloc(sizeof(double) * (size_t)(rounds ? rounds : 1));
+	uint8_t hdr[HEADER_LEN] = {0};
+	if (!t)
+		return -ENOMEM;
+	double total = 0;
+	for (long i = 0; i < rounds; i++) {
+		struct iovec v = {hdr, sizeof(hdr)};
+		double t0 = now_s();
+		int err = tp->sendv(c, &v, 1);
+		if (!err)
+			err = recv_all(tp, c, hdr, sizeof(hdr));
+		if (err) {
+			free(t);
+			return err;
+		}
+		t[i] = now_s() - t0;
+		total += t[i];
+	}
+	if (rounds) {
+		qsort(t, (size_t)rounds, sizeof(double), cmp_double);
+		printf("rtt_us=%.2f\nrtt_mean_us=%.2f\n", t[rounds / 2] * 1e6, total / (double)rounds * 1e6);
+	}
+	free(t);
+	return 0;
+}
+
+static int measure_bulk(const struct rm_transport *tp, struct rm_conn *c, uint64_t bytes)
+{
+	uint8_t *buf = malloc(BULK_CHUNK);
+	if (!buf)
+		return -ENOMEM;
+	for (size_t i = 0; i < BULK_CHUNK; i++)
+		buf[i] = pattern(i);
+	double t0 = now_s();
+	int err = 0;
+	for (uint64_t sent = 0; !err && sent < bytes;) {
+		uint64_t left = bytes - sent;
+		struct iovec v = {buf, left < BULK_CHUNK ? (size_t)left : BULK_CHUNK};
+		err = tp->sendv(c, &v, 1);
+		sent += v.iov_len;
+	}
+	double dt = now_s() - t0;
+	free(buf);
+	if (!err && bytes)
+		printf("bulk_mib_per_s=%.0f\n", (double)bytes / (1 << 20) / dt);
+	return err;
+}
+
+struct blocked_reader {
+	const struct rm_transport *tp;
+	struct rm_conn *conn;
+	ssize_t result;
+};
+
+static void *read_one(void *arg)
+{
+	struct blocked_reader *r = arg;
+	uint8_t b;
+	r->result = r->tp->recv_some(r->conn, &b, 1);
+	return NULL;
+}
+
+/* Contract checks beyond the measurements: split iovecs, shutdown, peer close. */
+static int check_contract(const struct rm_transport *tp, struct rm_listener *l, const char *addr)
+{
+	struct rm_conn *a, *b;
+	int err = tp->dial(addr, 2000, &a);
+	if (err)
+		return err;
+	if ((err = tp->accept(l, &b))) {
+		tp->close(a);
+		return err;
+	}
+	/* Ten iovecs of odd sizes, some empty, arrive as one exact stream. */
+	uint8_t out[4000], in[4000];
+	struct iovec v[10];
+	size_t off = 0;
+	for (int i = 0; i < 10; i++) {
+		size_t len = i % 3 == 1 ? 0 : (size_t)(i * 71 + 13);
+		v[i] = (struct iovec){out + off, len};
+		off += len;
+	}
+	for (size_t i = 0; i < off; i++)
+		out[i] = pattern(i * 7);
+	int bad = 0;
+	if (tp->sendv(a, v, 10) || recv_all(tp, b, in, off) || memcmp(in, out, off)) {
+		fprintf(stderr, "transport-probe: split iovecs did not arrive exact\n");
+		bad = 1;
+	}
+	/* shutdown unblocks a reader with an error. */
+	struct blocked_reader r = {tp, b, 0};
+	pthread_t t;
+	pthread_create(&t, NULL, read_one, &r);
+	struct timespec pause = {0, 20 * 1000 * 1000};
+	nanosleep(&pause, NULL);
+	tp->shutdown(b);
+	pthread_join(t, NULL);
+	if (r.result >= 0) {
+		fprintf(stderr, "transport-probe: recv_some returned %zd after shutdown\n", r.result);
+		bad = 1;
+	}
+	/* After the peer closed, the reader gets -ECONNRESET. */
+	uint8_t byte;
+	ssize_t n = tp->recv_some(a, &byte, 1);
+	if (n != -ECONNRESET) {
+		fprintf(stderr, "transport-probe: read from a closed peer gave %zd, expected %d\n", n, -ECONNRESET);
+		bad = 1;
+	}
+	tp->close(a);
+	tp->close(b);
+	return bad ? -EPROTO : 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct peer p = {.rtt_rounds = 20000, .bulk_bytes = 4096ull << 20};
+	const char *url = "tcp://127.0.0.1:0";
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--check"))
+			p.check = 1;
+		else if (!strcmp(argv[i], "--rtt") && i + 1 < argc)
+			p.rtt_rounds = strtol(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--mib") && i + 1 < argc)
+			p.bulk_bytes = strtoull(argv[++i], NULL, 10) << 20;
+		else if (argv[i][0] != '-')
+			url = argv[i];
+		else {
+			fprintf(stderr, "usage: %s [--check] [--rtt N] [--mib N] [URL]\n", argv[0]);
+			return 2;
+		}
+	}
+	const char *addr;
+	p.tp = rm_transport_for(url, &addr);
+	if (!p.tp) {
+		fprintf(stderr, "transport-probe: no transport for %s\n", url);
+		return 2;
+	}
+	char bound[96];
+	int err = p.tp->listen(addr, &p.listener);
+	if (!err)
+		err = p.tp->listener_addr(p.listener, bound, sizeof(bound));
+	if (err) {
+		fprintf(stderr, "transport-probe: cannot listen on %s: %s\n", url, strerror(-err));
+		return 1;
+	}
+	pthread_t server;
+	pthread_create(&server, NULL, serve, &p);
+	struct rm_conn *c = NULL;
+	err = p.tp->dial(bound, 2000, &c);
+	if (!err)
+		err = measure_rtt(p.tp, c, p.rtt_rounds);
+	if (!err)
+		err = measure_bulk(p.tp, c, p.bulk_bytes);
+	pthread_join(server, NULL);
+	if (!err && p.check)
+		err = check_contract(p.tp, p.listener, bound);
+	if (!err && p.failed)
+		err = -EPROTO;
+	if (err)
+		fprintf(stderr, "transport-probe: %s\n", strerror(-err));
+	if (c)
+		p.tp->close(c);
+	if (p.conn)
+		p.tp->close(p.conn);
+	p.tp->listener_close(p.listener);
+	return err ? 1 : 0;
+}
