@@ -80,7 +80,7 @@ int main(int argc, char **argv)
     CK(cudaMemcpy(dB, B, elems * sizeof(float), cudaMemcpyHostToDevice));
     CK(cudaEventCreate(&start));
     CK(cudaEventCreate(&stop));
-    for (int i = 0; i < 3; i++) // warm-up: cuBLAS loads its kernels and picks one
+    for (int i = 0; i < 10; i++) // warm-up: cuBLAS loads its kernels and picks one; clocks rise
         CKB(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, dA, n, dB, n, &beta, dC, n));
     CK(cudaDeviceSynchronize());
     measured_once = true;

@@ -61,6 +61,7 @@ static const char usage_text[] =
 	"usage: remora bench [--json] [--quick] [--only SECTION[,SECTION...]] [--concurrency N,N,...]\n"
 	"                    [--spin-iters N] [--remorad PATH] [--driver PATH] [--native-lib DIR]\n"
 	"                    [--client-lib DIR] [--workers DIR]\n"
+	"--json prints one JSON document on stdout and the table on stderr.\n"
 	"Sections: launch, memcpy, memset, event, concurrency, cublas (loopback TCP is always measured).\n"
 	"Native runs use the libcuda.so.1 the loader finds (or the one in --native-lib DIR); remote runs\n"
 	"use Remora's, against a remorad this command starts (with --driver PATH when given).\n";
@@ -288,7 +289,7 @@ static int section_cublas(struct bench_run *run)
 	int n = run->cfg->quick ? 256 : 4096;
 	char n_arg[16], metric[80], reason[600];
 	snprintf(n_arg, sizeof n_arg, "%d", n);
-	char *argv[] = { run->cublas, n_arg, run->cfg->quick ? "10" : "100", NULL };
+	char *argv[] = { run->cublas, n_arg, run->cfg->quick ? "10" : "200", NULL };
 	struct bench_output nat, rem;
 	int rc = run_both(run, "cublas", argv, &nat, &rem, reason, sizeof reason);
 	snprintf(metric, sizeof metric, "sgemm %d^3 in a loop, throughput", n);
@@ -351,8 +352,8 @@ static void record_facts(struct bench_run *run)
 		struct bench_output out;
 		bench_run_workers(sides[i], argv, 1, false, 60, run->tmpdir, &out);
 		const char *name = bench_output_get(&out, "gpu_name"), *version = bench_output_get(&out, "driver_version");
-		bench_add_fact(&run->results, i ? "remote_gpu_name" : "gpu_name", false, "%s",
-			       name ? name : out.reason[0] ? out.reason : "unknown");
+		bench_add_fact(&run->results, i ? "remote_gpu_name" : "gpu_name", false, "%s%s%s",
+			       name ? name : "unknown", name || !out.reason[0] ? "" : ": ", name ? "" : out.reason);
 		if (version)
 			bench_add_fact(&run->results, i ? "remote_driver_version" : "driver_version", true, "%s", version);
 		bench_output_free(&out);
@@ -541,10 +542,10 @@ int cmd_bench(int argc, char **argv)
 	}
 	bench_daemon_stop(&daemon);
 
+	/* With --json the table goes to stderr, so one run gives both. */
+	bench_print_table(&run.results, cfg.json ? stderr : stdout);
 	if (cfg.json)
 		bench_print_json(&run.results, stdout);
-	else
-		bench_print_table(&run.results, stdout);
 	bench_results_free(&run.results);
 	if (failed) {
 		fprintf(stderr, "remora bench: %d section(s) failed; worker and remorad logs kept in %s\n", failed,
