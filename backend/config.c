@@ -17,6 +17,7 @@ void rm_config_defaults(struct rm_daemon_config *c)
 	snprintf(c->driver, sizeof(c->driver), "libcuda.so.1");
 	c->isolation = RM_ISOLATE_PROCESS;
 	c->allow_anonymous = 1;
+	snprintf(c->module_loading, sizeof(c->module_loading), "eager");
 	snprintf(c->anonymous.name, sizeof(c->anonymous.name), "anonymous");
 	c->lease_ttl_s = 10;
 }
@@ -113,6 +114,10 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 			c->isolation = RM_ISOLATE_SHARED;
 		else
 			bad = 1;
+	} else if (!strcmp(key, "module_loading")) {
+		bad = strcmp(v, "eager") && strcmp(v, "lazy");
+		if (!bad)
+			snprintf(c->module_loading, sizeof(c->module_loading), "%s", v);
 	} else if (!strcmp(key, "allow_anonymous"))
 		bad = parse_bool(v, &c->allow_anonymous);
 	else if (!strcmp(key, "pool"))

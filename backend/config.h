@@ -31,6 +31,7 @@ struct rm_daemon_config {
 	uint64_t client_memory_limit; /* device bytes per client; 0: no limit */
 	uint64_t tenant_memory_limit; /* device bytes per tenant unless its section says; 0: no limit */
 	enum rm_tenant_isolation isolation;
+	char module_loading[16];      /* CUDA_MODULE_LOADING for workers: "eager" (default) or "lazy" */
 	int allow_anonymous;          /* serve clients presenting no credential, as tenant "anonymous" */
 	struct rm_tenant_config anonymous;
 	struct rm_tenant_config tenants[RM_CONFIG_MAX_TENANTS];

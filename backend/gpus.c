@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "driver_table.h"
+#include "image_cache.h"
 #include "log.h"
 
 #define MAX_GPUS 64
@@ -46,6 +47,7 @@ CUresult rm_gpu_acquire(CUdevice dev, CUcontext *out)
 			r = CUDA_ERROR_DEVICE_UNAVAILABLE;
 		} else {
 			rm_log(RM_LOG_WARN, "GPU %d: resetting the shared context a fault broke", dev);
+			rm_image_forget_context(g->ctx);
 			rm_drv.cuDevicePrimaryCtxRelease_v2(dev);
 			rm_drv.cuDevicePrimaryCtxReset_v2(dev);
 			g->ctx = NULL;

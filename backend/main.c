@@ -132,6 +132,9 @@ int main(int argc, char **argv)
 		char name[32];
 		snprintf(name, sizeof(name), "remorad[%d]", (int)getpid());
 		rm_log_init(name, RM_LOG_INFO);
+		/* Loading code into a shared context waits for every client's kernels: load it
+		 * all when the image arrives rather than at some client's first launch. */
+		setenv("CUDA_MODULE_LOADING", !strcmp(cfg.module_loading, "lazy") ? "LAZY" : "EAGER", 1);
 		int count;
 		if (registry_fd < 0 || rm_registry_attach(registry_fd) || load_driver(&cfg, &count) < 0)
 			return 1;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "api.pb-c.h"
+#include "image_cache.h"
 #include "log.h"
 #include "remora.pb-c.h"
 
@@ -27,14 +28,13 @@ static void load_image(struct rm_session *s, struct rm_request *rq, enum rm_hand
 			goto out;
 		image[n] = 0; /* PTX must end in NUL whatever the client sent */
 		void *h = NULL;
-		if (kind == RM_H_MODULE)
-			r = rm_drv.cuModuleLoadData((CUmodule *)&h, image);
-		else if (rm_drv.cuLibraryLoadData)
-			r = rm_drv.cuLibraryLoadData((CUlibrary *)&h, image, NULL, NULL, 0, NULL, NULL, 0);
-		else
-			r = rm_unsupported_by_driver("cuLibraryLoadData");
+		int shared;
+		r = rm_image_load(kind, image, n, &h, &shared);
 		if (r == CUDA_SUCCESS)
 			rm_session_own(s, kind, h, 0);
+		if (r == CUDA_SUCCESS && shared)
+			rm_log(RM_LOG_DEBUG, "session %llu: %s of %llu bytes shared with other clients",
+			       (unsigned long long)s->id, kind == RM_H_MODULE ? "module" : "library", (unsigned long long)n);
 		rep.module = (uint64_t)(uintptr_t)h;
 	}
 	rm_request_finish(s, rq, r, &rep.base);
@@ -56,9 +56,24 @@ void rm_handle_cuModuleUnload(struct rm_session *s, struct rm_request *rq)
 	void *mod;
 	CUresult r = rm_session_use(s, RM_H_MODULE, req->hmod, &mod);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuModuleUnload(mod);
+		r = rm_image_unload(RM_H_MODULE, mod);
 	if (r == CUDA_SUCCESS)
 		rm_session_disown(s, RM_H_MODULE, mod);
+	rm_request_finish(s, rq, r, NULL);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+void rm_handle_cuLibraryUnload(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__CuLibraryUnloadReq *req = (void *)rm_request_unpack(rq, &remora__cu_library_unload__req__descriptor);
+	if (!req)
+		return;
+	void *lib;
+	CUresult r = rm_session_use(s, RM_H_LIBRARY, req->library, &lib);
+	if (r == CUDA_SUCCESS)
+		r = rm_image_unload(RM_H_LIBRARY, lib);
+	if (r == CUDA_SUCCESS)
+		rm_session_disown(s, RM_H_LIBRARY, lib);
 	rm_request_finish(s, rq, r, NULL);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }

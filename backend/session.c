@@ -9,6 +9,7 @@
 
 #include "driver_table.h"
 #include "gpus.h"
+#include "image_cache.h"
 #include "log.h"
 #include "registry.h"
 #include "server.h"
@@ -380,8 +381,8 @@ size_t rm_session_release_all(struct rm_session *s)
 			switch (h->kind) {
 			case RM_H_EVENT: rm_drv.cuEventDestroy_v2(p); break;
 			case RM_H_STREAM: rm_drv.cuStreamDestroy_v2(p); break;
-			case RM_H_MODULE: if (!h->parent) rm_drv.cuModuleUnload(p); break; /* else a library's own */
-			case RM_H_LIBRARY: if (rm_drv.cuLibraryUnload) rm_drv.cuLibraryUnload(p); break;
+			case RM_H_MODULE: if (!h->parent) rm_image_unload(RM_H_MODULE, p); break; /* else a library's own */
+			case RM_H_LIBRARY: rm_image_unload(RM_H_LIBRARY, p); break;
 			case RM_H_MEMORY: rm_drv.cuMemFree_v2(h->value); break;
 			}
 			freed++;
