@@ -15,8 +15,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "admin.h"
 #include "link.h"
 #include "log.h"
+#include "pool_member.h"
 #include "registry.h"
 #include "remora.pb-c.h"
 
@@ -181,6 +183,10 @@ static void *greet(void *arg)
 	uint8_t *msg = NULL;
 	Remora__Hello *hello = NULL;
 	int err = rm_link_read_frame(&link, &f);
+	if (!err && f.op == RM_OP_STATUS) {
+		rm_admin_answer_status(&link, &f, config);
+		goto out;
+	}
 	if (err || f.op != RM_OP_HELLO || f.bulk_len) {
 		rm_log(RM_LOG_WARN, "client %s: no valid hello (%s); closing", peer,
 		       err ? strerror(-err) : "unexpected frame");
@@ -288,6 +294,8 @@ int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char
 			fclose(f);
 		}
 	}
+	if (rm_pool_member_start(cfg, tp->scheme, bound))
+		rm_log(RM_LOG_WARN, "serving without pool membership");
 	for (;;) {
 		struct rm_conn *conn;
 		err = tp->accept(l, &conn);

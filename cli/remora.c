@@ -17,12 +17,18 @@ struct subcommand {
 static int cmd_run(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 int cmd_bench(int argc, char **argv); /* bench.c */
+int cmd_pool(int argc, char **argv);   /* pool.c */
+int cmd_status(int argc, char **argv); /* pool.c */
 
 static const struct subcommand subcommands[] = {
 	{"run", "[--server HOST:PORT] [--token TOKEN] -- PROGRAM [ARGS...]",
 	 "run an unmodified CUDA program on a remote GPU", cmd_run},
 	{"bench", "[--json] [--quick] [--only SECTIONS] [--driver PATH] [--native-lib DIR] ... (--help)",
 	 "on a GPU host: measure natively and through a private remorad, side by side", cmd_bench},
+	{"pool", "list [--json] | show HOST | drain HOST | undrain HOST | remove HOST [--pool URL]",
+	 "the GPU pool in etcd (docs/pool.md); URL defaults to REMORA_POOL", cmd_pool},
+	{"status", "[HOST[:PORT]] [--json]", "a daemon's GPUs, clients and memory per client (default 127.0.0.1:7700)",
+	 cmd_status},
 	{"help", "", "show this text", cmd_help},
 };
 

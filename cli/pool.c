@@ -1,0 +1,381 @@
+/* remora pool ... and remora status: the administrator's view of the pool (in etcd)
+ * and of one daemon (asked directly). Library calls return -errno; only this file
+ * prints, one line per error, and exits non-zero. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "json.h"
+#include "link.h"
+#include "pool.h"
+#include "remora.pb-c.h"
+
+#define DEFAULT_DAEMON "127.0.0.1:7700"
+#define STATUS_TIMEOUT_MS 3000
+
+int cmd_pool(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+
+struct pool_args {
+	const char *endpoints; /* --pool, else REMORA_POOL */
+	int json;
+	const char *host;      /* the one positional argument, if any */
+};
+
+/* Reads --pool URLS, --json and at most one positional argument; 0, or 2 after a usage line. */
+static int parse_args(const char *cmd, int argc, char **argv, struct pool_args *a)
+{
+	a->endpoints = getenv("REMORA_POOL");
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--pool") && i + 1 < argc)
+			a->endpoints = argv[++i];
+		else if (!strncmp(argv[i], "--pool=", 7))
+			a->endpoints = argv[i] + 7;
+		else if (!strcmp(argv[i], "--json"))
+			a->json = 1;
+		else if (argv[i][0] == '-' || a->host) {
+			fprintf(stderr, "remora %s: unexpected argument %s\n", cmd, argv[i]);
+			return 2;
+		} else
+			a->host = argv[i];
+	}
+	return 0;
+}
+
+static int open_pool(const char *cmd, const struct pool_args *a, struct rm_etcd *e)
+{
+	if (!a->endpoints || !*a->endpoints) {
+		fprintf(stderr, "remora %s: no pool given: use --pool http://HOST:PORT or set REMORA_POOL\n", cmd);
+		return 2;
+	}
+	if (rm_etcd_init(e, a->endpoints)) {
+		fprintf(stderr, "remora %s: %s\n", cmd, e->error);
+		return 2;
+	}
+	return 0;
+}
+
+/* "12.5/80.0 GiB", or MiB below a GiB. */
+static const char *fmt_mem(char *buf, size_t len, uint64_t free_b, uint64_t total_b)
+{
+	if (total_b >= (1ull << 30))
+		snprintf(buf, len, "%.1f/%.1f GiB", (double)free_b / (1 << 30), (double)total_b / (1 << 30));
+	else
+		snprintf(buf, len, "%llu/%llu MiB", (unsigned long long)(free_b >> 20),
+			 (unsigned long long)(total_b >> 20));
+	return buf;
+}
+
+static void member_totals(const struct rm_pool_member *m, uint64_t *free_b, uint64_t *total_b)
+{
+	*free_b = *total_b = 0;
+	for (int i = 0; i < m->ngpus; i++) {
+		*free_b += m->gpus[i].free_bytes;
+		*total_b += m->gpus[i].total_bytes;
+	}
+}
+
+static void print_json_string(const char *s)
+{
+	struct rm_buf b = {0};
+	rm_buf_json_string(&b, s);
+	char *t = rm_buf_take(&b);
+	fputs(t ? t : "\"\"", stdout);
+	free(t);
+}
+
+static void print_member_json(const struct rm_pool_member *m)
+{
+	printf("{\"host\":");
+	print_json_string(m->host);
+	printf(",\"address\":");
+	print_json_string(m->address);
+	printf(",\"state\":\"%s\",\"registered\":%s,\"admin\":\"%s\",\"clients\":%d,\"pid\":%d,\"updated\":%lld,\"gpus\":[",
+	       rm_pool_state(m), m->registered ? "true" : "false", m->admin, m->clients, m->pid, (long long)m->updated);
+	for (int i = 0; i < m->ngpus; i++) {
+		const struct rm_pool_gpu *g = &m->gpus[i];
+		printf("%s{\"index\":%d,\"name\":", i ? "," : "", g->index);
+		print_json_string(g->name);
+		printf(",\"uuid\":");
+		print_json_string(g->uuid);
+		printf(",\"total\":%llu,\"free\":%llu,\"clients\":%d}", (unsigned long long)g->total_bytes,
+		       (unsigned long long)g->free_bytes, g->clients);
+	}
+	printf("]}");
+}
+
+static int pool_list(struct rm_etcd *e, const struct pool_args *a)
+{
+	struct rm_pool_member *list;
+	int n, err = rm_pool_list(e, &list, &n);
+	if (err) {
+		fprintf(stderr, "remora pool list: %s\n", e->error);
+		return 1;
+	}
+	if (a->json) {
+		printf("{\"members\":[");
+		for (int i = 0; i < n; i++) {
+			printf(i ? "," : "");
+			print_member_json(&list[i]);
+		}
+		printf("]}\n");
+	} else {
+		printf("%-20s %-28s %-9s %4s %7s  %s\n", "HOST", "ADDRESS", "STATE", "GPUS", "CLIENTS", "FREE/TOTAL");
+		for (int i = 0; i < n; i++) {
+			const struct rm_pool_member *m = &list[i];
+			uint64_t f, t;
+			char mem[64];
+			member_totals(m, &f, &t);
+			printf("%-20s %-28s %-9s %4d %7d  %s\n", m->host, m->registered ? m->address : "-",
+			       rm_pool_state(m), m->ngpus, m->clients, m->registered ? fmt_mem(mem, sizeof(mem), f, t) : "-");
+		}
+	}
+	free(list);
+	return 0;
+}
+
+static int pool_show(struct rm_etcd *e, const struct pool_args *a)
+{
+	struct rm_pool_member *m = malloc(sizeof(*m));
+	if (!m)
+		return 1;
+	int err = rm_pool_find(e, a->host, m);
+	if (err) {
+		fprintf(stderr, "remora pool show: %s\n", e->error);
+		free(m);
+		return 1;
+	}
+	if (a->json) {
+		print_member_json(m);
+		printf("\n");
+	} else {
+		printf("host      %s\naddress   %s\nstate     %s%s\nclients   %d\n", m->host,
+		       m->registered ? m->address : "-", rm_pool_state(m),
+		       m->registered ? "" : " (not registered: its daemon is gone or removed)", m->clients);
+		if (m->registered) {
+			time_t up = (time_t)m->updated;
+			char when[64];
+			strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime(&up));
+			printf("updated   %s (pid %d)\n", when, m->pid);
+		}
+		for (int i = 0; i < m->ngpus; i++) {
+			char mem[64];
+			const struct rm_pool_gpu *g = &m->gpus[i];
+			printf("GPU %-3d   %s  %s  %s free  %d client(s)\n", g->index, g->name, g->uuid,
+			       fmt_mem(mem, sizeof(mem), g->free_bytes, g->total_bytes), g->clients);
+		}
+	}
+	free(m);
+	return 0;
+}
+
+/* drain, undrain, remove: the host must be known to the pool. */
+static int pool_decide(struct rm_etcd *e, const struct pool_args *a, const char *sub)
+{
+	struct rm_pool_member *m = malloc(sizeof(*m));
+	if (!m)
+		return 1;
+	int err = rm_pool_find(e, a->host, m);
+	if (!err) {
+		if (!strcmp(sub, "drain"))
+			err = rm_pool_set_admin(e, a->host, "draining");
+		else if (!strcmp(sub, "undrain"))
+			err = rm_pool_set_admin(e, a->host, NULL);
+		else {
+			char key[512];
+			snprintf(key, sizeof(key), RM_POOL_MEMBERS "%s", a->host);
+			err = rm_pool_set_admin(e, a->host, "removed");
+			if (!err)
+				err = rm_etcd_delete(e, key, NULL);
+		}
+	}
+	if (err) {
+		fprintf(stderr, "remora pool %s: %s\n", sub, e->error);
+		free(m);
+		return 1;
+	}
+	if (!strcmp(sub, "drain"))
+		printf("%s: draining: no new clients; its %d current client(s) go on\n", a->host, m->clients);
+	else if (!strcmp(sub, "undrain"))
+		printf("%s: serving%s\n", a->host, m->registered ? "" : " once its daemon registers again");
+	else
+		printf("%s: removed from the pool; `remora pool undrain %s` lets it register again\n", a->host, a->host);
+	free(m);
+	return 0;
+}
+
+int cmd_pool(int argc, char **argv)
+{
+	static const char usage[] =
+		"usage: remora pool list [--json] | show HOST [--json] | drain HOST | undrain HOST | remove HOST\n"
+		"       [--pool http://HOST:PORT[,...]]  (default: REMORA_POOL)\n";
+	if (argc < 2) {
+		fputs(usage, stderr);
+		return 2;
+	}
+	const char *sub = argv[1];
+	int known = !strcmp(sub, "list") || !strcmp(sub, "show") || !strcmp(sub, "drain") ||
+		    !strcmp(sub, "undrain") || !strcmp(sub, "remove");
+	if (!known) {
+		fprintf(stderr, "remora pool: unknown command %s\n%s", sub, usage);
+		return 2;
+	}
+	char cmd[32];
+	snprintf(cmd, sizeof(cmd), "pool %s", sub);
+	struct pool_args a = {0};
+	struct rm_etcd e;
+	int rc = parse_args(cmd, argc - 1, argv + 1, &a);
+	if (!rc && !strcmp(sub, "list") && a.host) {
+		fprintf(stderr, "remora pool list: unexpected argument %s\n", a.host);
+		rc = 2;
+	}
+	if (!rc && strcmp(sub, "list") && !a.host) {
+		fprintf(stderr, "remora pool %s: name a HOST\n", sub);
+		rc = 2;
+	}
+	if (!rc)
+		rc = open_pool(cmd, &a, &e);
+	if (rc)
+		return rc;
+	if (!strcmp(sub, "list"))
+		return pool_list(&e, &a);
+	if (!strcmp(sub, "show"))
+		return pool_show(&e, &a);
+	return pool_decide(&e, &a, sub);
+}
+
+/* Asks the daemon at addr for its status; *rep is the unpacked reply. */
+static int fetch_status(const char *addr, Remora__StatusReply **rep, char *why, size_t whylen)
+{
+	const char *hostport;
+	const struct rm_transport *tp = rm_transport_for(addr, &hostport);
+	if (!tp) {
+		snprintf(why, whylen, "%s names an unknown transport", addr);
+		return -EINVAL;
+	}
+	struct rm_conn *conn;
+	int err = tp->dial(hostport, STATUS_TIMEOUT_MS, &conn);
+	if (err) {
+		snprintf(why, whylen, "cannot reach remorad at %s: %s", addr, strerror(-err));
+		return err;
+	}
+	struct rm_link l;
+	if ((err = rm_link_init(&l, tp, conn))) {
+		tp->close(conn);
+		snprintf(why, whylen, "out of memory");
+		return err;
+	}
+	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_STATUS, .seq = 1}, rf;
+	uint8_t *msg = NULL;
+	err = rm_link_send(&l, &f, NULL, NULL, 0);
+	if (!err)
+		err = rm_link_read_frame(&l, &rf);
+	if (!err && (rf.op != RM_OP_STATUS || !(rf.flags & RM_F_REPLY) || rf.bulk_len))
+		err = -EPROTO;
+	if (!err && !(msg = malloc(rf.msg_len ? rf.msg_len : 1)))
+		err = -ENOMEM;
+	if (!err)
+		err = rm_link_read(&l, msg, rf.msg_len);
+	if (!err && !(*rep = remora__status_reply__unpack(NULL, rf.msg_len, msg)))
+		err = -EPROTO;
+	if (err)
+		snprintf(why, whylen, "remorad at %s gave no status (%s): is it an older remorad?", addr,
+			 err == -ECONNRESET ? "it closed the connection" : strerror(-err));
+	free(msg);
+	rm_link_close(&l);
+	return err;
+}
+
+static void print_status(const Remora__StatusReply *r, int json)
+{
+	if (json) {
+		printf("{\"host\":");
+		print_json_string(r->host);
+		printf(",\"address\":");
+		print_json_string(r->address);
+		printf(",\"draining\":%s,\"pool\":\"%s\",\"driver_version\":%d,\"gpus\":[", r->draining ? "true" : "false",
+		       r->pool, r->driver_version);
+		for (size_t i = 0; i < r->n_gpus; i++) {
+			const Remora__StatusReply__Gpu *g = r->gpus[i];
+			printf("%s{\"index\":%u,\"name\":", i ? "," : "", g->index);
+			print_json_string(g->name);
+			printf(",\"uuid\":\"%s\",\"total\":%llu,\"free\":%llu,\"clients\":%u}", g->uuid,
+			       (unsigned long long)g->total_bytes, (unsigned long long)g->free_bytes, g->clients);
+		}
+		printf("],\"clients\":[");
+		for (size_t i = 0; i < r->n_clients; i++) {
+			const Remora__StatusReply__Client *c = r->clients[i];
+			printf("%s{\"session\":%llu,\"tenant\":", i ? "," : "", (unsigned long long)c->session_id);
+			print_json_string(c->tenant);
+			printf(",\"program\":");
+			print_json_string(c->name);
+			printf(",\"peer\":");
+			print_json_string(c->peer);
+			printf(",\"pid\":%u,\"gpu_mask\":%llu,\"memory\":%llu,\"since\":%lld}", c->pid,
+			       (unsigned long long)c->gpu_mask, (unsigned long long)c->mem_bytes, (long long)c->since);
+		}
+		printf("]}\n");
+		return;
+	}
+	printf("host %s  address %s  state %s  pool %s  driver %d\n", r->host, r->address,
+	       r->draining ? "draining" : "serving", r->pool, r->driver_version);
+	printf("\n%-4s %-32s %-40s %-20s %s\n", "GPU", "NAME", "UUID", "FREE/TOTAL", "CLIENTS");
+	for (size_t i = 0; i < r->n_gpus; i++) {
+		const Remora__StatusReply__Gpu *g = r->gpus[i];
+		char mem[64];
+		printf("%-4u %-32s %-40s %-20s %u\n", g->index, g->name, g->uuid,
+		       fmt_mem(mem, sizeof(mem), g->free_bytes, g->total_bytes), g->clients);
+	}
+	printf("\n%-8s %-12s %-16s %-8s %-22s %-6s %12s  %s\n", "SESSION", "TENANT", "PROGRAM", "PID", "PEER", "GPUS",
+	       "MEMORY_MIB", "SINCE");
+	if (!r->n_clients)
+		printf("(no clients)\n");
+	for (size_t i = 0; i < r->n_clients; i++) {
+		const Remora__StatusReply__Client *c = r->clients[i];
+		char gpus[80] = "", when[32];
+		for (int g = 0; g < 64 && strlen(gpus) < sizeof(gpus) - 4; g++)
+			if (c->gpu_mask >> g & 1)
+				snprintf(gpus + strlen(gpus), sizeof(gpus) - strlen(gpus), "%s%d", gpus[0] ? "," : "", g);
+		time_t since = (time_t)c->since;
+		strftime(when, sizeof(when), "%H:%M:%S", localtime(&since));
+		printf("%-8llu %-12s %-16s %-8u %-22s %-6s %12.1f  %s\n", (unsigned long long)c->session_id, c->tenant,
+		       c->name, c->pid, c->peer, gpus, (double)c->mem_bytes / (1 << 20), when);
+	}
+}
+
+int cmd_status(int argc, char **argv)
+{
+	struct pool_args a = {0};
+	int rc = parse_args("status", argc, argv, &a);
+	if (rc)
+		return rc;
+	char addr[256];
+	snprintf(addr, sizeof(addr), "%s", a.host ? a.host : DEFAULT_DAEMON);
+	/* A name without a port is a pool member's: look its address up. */
+	if (a.host && !strchr(a.host, ':')) {
+		struct rm_etcd e;
+		struct rm_pool_member *m = malloc(sizeof(*m));
+		if (!m || (rc = open_pool("status", &a, &e))) {
+			free(m);
+			return rc ? rc : 1;
+		}
+		if (rm_pool_find(&e, a.host, m) || !m->registered) {
+			fprintf(stderr, "remora status: %s\n", m->registered ? e.error : "no registered host of that name in the pool");
+			free(m);
+			return 1;
+		}
+		snprintf(addr, sizeof(addr), "%s", m->address);
+		free(m);
+	}
+	Remora__StatusReply *rep;
+	char why[512];
+	if (fetch_status(addr, &rep, why, sizeof(why))) {
+		fprintf(stderr, "remora status: %s\n", why);
+		return 1;
+	}
+	print_status(rep, a.json);
+	remora__status_reply__free_unpacked(rep, NULL);
+	return 0;
+}
