@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include "link.h"
+#include "placement.h"
 #include "remora.pb-c.h"
 
-#define DEFAULT_SERVER "127.0.0.1:7700"
 #define CONNECT_TIMEOUT_MS 5000
 #define BATCH_CAP (1u << 20)
 #define BATCH_FLUSH_AT (64u << 10)  /* flush async calls once this much is queued */
@@ -164,11 +164,9 @@ static int append_locked(const struct rm_frame *f, const ProtobufCMessage *req, 
 	return 0;
 }
 
-static CUresult do_connect(void)
+/* Connects to one server and says hello; on failure nothing is left open. */
+static CUresult connect_to(const char *server)
 {
-	const char *server = getenv("REMORA_SERVER");
-	if (!server || !*server)
-		server = DEFAULT_SERVER;
 	const char *addr;
 	const struct rm_transport *tp = rm_transport_for(server, &addr);
 	if (!tp) {
@@ -223,6 +221,10 @@ static CUresult do_connect(void)
 			rep && rep->error && *rep->error ? rep->error : "handshake failed");
 		rm_rpc_free(rep ? &rep->base : NULL);
 		connected = 0;
+		rm_link_close(&conn_link);
+		free(batch);
+		batch = NULL;
+		batch_len = 0;
 		return r == CUDA_ERROR_DEVICE_UNAVAILABLE ? CUDA_ERROR_NO_DEVICE : r;
 	}
 	driver_version = rep->driver_version;
@@ -237,6 +239,21 @@ static CUresult do_connect(void)
 		rm_log(RM_LOG_WARN, "no flusher thread: async calls go out at the next synchronizing call");
 	pthread_attr_destroy(&attr);
 	return CUDA_SUCCESS;
+}
+
+/* Tries each candidate (frontend/placement.h) until one accepts this client. */
+static CUresult do_connect(void)
+{
+	struct rm_candidates *c = malloc(sizeof(*c));
+	CUresult r = CUDA_ERROR_NO_DEVICE;
+	if (!c)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (rm_placement_candidates(c) == 0)
+		for (int i = 0; i < c->n && r != CUDA_SUCCESS; i++)
+			if ((r = connect_to(c->addr[i])) != CUDA_SUCCESS && i + 1 < c->n)
+				fprintf(stderr, "remora: trying the next GPU server of %s\n", c->from);
+	free(c);
+	return r;
 }
 
 static void connect_body(void)

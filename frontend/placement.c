@@ -1,0 +1,112 @@
+/* Placement: reads the pool once at connect and orders its members; no daemon is
+ * asked anything until the caller dials. */
+#include "placement.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define DEFAULT_SERVER "127.0.0.1:7700"
+
+static const struct rm_pool_member *sort_base;
+
+static int better(const void *a, const void *b)
+{
+	const struct rm_pool_member *x = &sort_base[*(const int *)a], *y = &sort_base[*(const int *)b];
+	if (x->clients != y->clients)
+		return x->clients < y->clients ? -1 : 1;
+	uint64_t fx = rm_pool_max_free(x), fy = rm_pool_max_free(y);
+	if (fx != fy)
+		return fx > fy ? -1 : 1;
+	return strcmp(x->host, y->host);
+}
+
+int rm_placement_order(const struct rm_pool_member *m, int n, uint64_t min_free, int *order)
+{
+	int count = 0;
+	for (int i = 0; i < n; i++)
+		if (m[i].registered && !strcmp(rm_pool_state(&m[i]), "serving") && m[i].ngpus &&
+		    rm_pool_max_free(&m[i]) >= min_free)
+			order[count++] = i;
+	sort_base = m; /* qsort has no context argument; placement runs once, under the connect once */
+	qsort(order, (size_t)count, sizeof(*order), better);
+	return count;
+}
+
+/* Digits with an optional K, M, G or T (powers of 1024). */
+static int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (end == s || errno || *s == '-')
+		return -1;
+	int shift = 0;
+	switch (toupper((unsigned char)*end)) {
+	case 0: break;
+	case 'K': shift = 10; break;
+	case 'M': shift = 20; break;
+	case 'G': shift = 30; break;
+	case 'T': shift = 40; break;
+	default: return -1;
+	}
+	if (*end && end[1] && strcasecmp(end + 1, "B") && strcasecmp(end + 1, "iB"))
+		return -1;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+static int from_pool(struct rm_candidates *c, const char *endpoints)
+{
+	uint64_t min_free = 0;
+	const char *mf = getenv("REMORA_MIN_FREE_MEMORY");
+	if (mf && *mf && parse_size(mf, &min_free)) {
+		fprintf(stderr, "remora: REMORA_MIN_FREE_MEMORY=%s is not a size (e.g. 512M, 8G)\n", mf);
+		return -EINVAL;
+	}
+	struct rm_etcd e;
+	struct rm_pool_member *members = NULL;
+	int n = 0, err = rm_etcd_init(&e, endpoints);
+	if (!err)
+		err = rm_pool_list(&e, &members, &n);
+	if (err) {
+		fprintf(stderr, "remora: REMORA_POOL: %s\n", e.error);
+		return err == -EINVAL || err == -ENOMEM ? err : -EHOSTUNREACH;
+	}
+	int *order = malloc(((size_t)n + 1) * sizeof(*order));
+	int count = order ? rm_placement_order(members, n, min_free, order) : 0;
+	for (int i = 0; i < count && c->n < RM_PLACEMENT_MAX; i++)
+		snprintf(c->addr[c->n++], sizeof(c->addr[0]), "%s", members[order[i]].address);
+	free(order);
+	free(members);
+	if (!c->n) {
+		fprintf(stderr, "remora: the pool at %s has no serving GPU host with %llu bytes free (%d member(s))\n",
+			endpoints, (unsigned long long)min_free, n);
+		return -ENOENT;
+	}
+	return 0;
+}
+
+int rm_placement_candidates(struct rm_candidates *c)
+{
+	memset(c, 0, sizeof(*c));
+	const char *pool = getenv("REMORA_POOL"), *server = getenv("REMORA_SERVER");
+	if (pool && *pool) {
+		c->from = "REMORA_POOL";
+		return from_pool(c, pool);
+	}
+	c->from = server && *server ? "REMORA_SERVER" : "the default";
+	char list[2048];
+	snprintf(list, sizeof(list), "%s", server && *server ? server : DEFAULT_SERVER);
+	for (char *save, *tok = strtok_r(list, ", ", &save); tok && c->n < RM_PLACEMENT_MAX;
+	     tok = strtok_r(NULL, ", ", &save))
+		snprintf(c->addr[c->n++], sizeof(c->addr[0]), "%s", tok);
+	if (!c->n) {
+		fprintf(stderr, "remora: REMORA_SERVER names no server\n");
+		return -EINVAL;
+	}
+	return 0;
+}
