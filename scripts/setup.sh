@@ -4,7 +4,8 @@
 # or wherever -Dtoolkit_dir points; it is not in Debian's archive.
 set -eu
 need=""
-for p in meson ninja-build pkg-config gcc python3 protobuf-c-compiler libprotobuf-c-dev binutils; do
+# etcd-server: the pool's store, started by the pool tests (tests/pool).
+for p in meson ninja-build pkg-config gcc python3 protobuf-c-compiler libprotobuf-c-dev binutils etcd-server; do
 	dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 if [ -n "$need" ]; then
