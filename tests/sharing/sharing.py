@@ -1,0 +1,505 @@
+#!/usr/bin/env python3
+"""Many clients on one remorad (issue 4), on the CPU test driver. One scenario per run:
+
+  isolation  a client's free, copy, memset, launch, stream, event and module calls with
+             another client's pointer or handle (same tenant: same context) are refused,
+             logged, and both clients keep working
+  quota      client_memory_limit and tenant_memory_limit, as cuMemAlloc and cuMemGetInfo see them
+  admission  max_clients_per_gpu refuses at connect with a clear message; credentials
+  release    a client killed while holding memory and handles leaves nothing behind:
+             device memory, handles and its quota charge
+  tenants    a worker process per tenant; a fault in one tenant leaves another's work
+             alone; tenant_isolation = shared puts every tenant in one worker
+  multigpu   REMORA_VISIBLE_DEVICES selects and orders the GPUs a client sees; per-GPU
+             admission counts only the clients that see that GPU
+  deviceget  cuDeviceGet under REMORA_VISIBLE_DEVICES (a known daemon bug: see deviceget())
+
+usage: sharing.py SCENARIO REMORAD DRIVER REMORA TENANT_PROBE PROBE IMAGE
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+MIB = 1 << 20
+scenario, remorad, driver, remora, tenant_probe, probe, image = sys.argv[1:8]
+failures = []
+clients = []  # every client started, killed at the end if still running
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+    return cond
+
+
+def wait_for(pred, timeout=10.0, step=0.05):
+    end = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() > end:
+            return v
+        time.sleep(step)
+
+
+class Daemon:
+    """A private remorad on a free loopback port with a configuration file."""
+
+    def __init__(self, tmp, name, config, env=None):
+        self.log_path = os.path.join(tmp, name + ".log")
+        conf = os.path.join(tmp, name + ".conf")
+        ready = os.path.join(tmp, name + ".addr")
+        with open(conf, "w") as f:
+            f.write(config)
+        denv = {k: v for k, v in os.environ.items() if not k.startswith("REMORA_")}
+        denv.update(REMORA_LOG="info", **(env or {}))
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen([remorad, "--config", conf, "--listen", "tcp://127.0.0.1:0",
+                                      "--driver", driver, "--ready-file", ready],
+                                     stderr=self.log, env=denv)
+        ok = wait_for(lambda: os.path.exists(ready) and open(ready).read().strip(), timeout=10)
+        if not ok:
+            self.stop()
+            raise RuntimeError("remorad did not start:\n" + self.text())
+        self.server = open(ready).read().strip()
+
+    def text(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def workers(self):
+        """{tenant: pid} from the "started worker PID for TENANT" lines."""
+        return {m.group(2): int(m.group(1)) for m in re.finditer(r"started worker (\d+) for ([^\n]+)", self.text())}
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def client(d, *args, token=None, visible=None, stdin=None):
+    """Starts a probe through the client library; REMORA_* settings only as given."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMORA_")}
+    if token is not None:
+        env["REMORA_TOKEN"] = token
+    if visible is not None:
+        env["REMORA_VISIBLE_DEVICES"] = visible
+    p = subprocess.Popen([remora, "run", "--server", d.server, "--", *args], stdin=stdin,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    clients.append(p)
+    return p
+
+
+def finish(p, timeout=60):
+    out, err = p.communicate(timeout=timeout)
+    return p.returncode, out, err
+
+
+def info(d, **kw):
+    """Runs `tenant_probe info`: (returncode, {count, uuids, ctx, free, total}, stderr)."""
+    rc, out, err = finish(client(d, tenant_probe, "info", **kw))
+    r = {"uuids": [], "devices": []}
+    for line in out.splitlines():
+        w = line.split()
+        if w[0] == "count":
+            r["count"] = int(w[1])
+        elif w[0] == "device":
+            r["devices"].append((w[2], int(w[3])))
+        elif w[0] == "uuid":
+            r["uuids"].append(w[2])
+        elif w[0] == "ctx":
+            r["ctx"] = w[1]
+        elif w[0] == "mem":
+            r["free"], r["total"] = int(w[1]), int(w[2])
+    return rc, r, err.strip()
+
+
+def holder(d, *mib, **kw):
+    """Starts `tenant_probe alloc MIB...`; returns (process, {mib: result}, free, total) once it holds them."""
+    p = client(d, tenant_probe, "alloc", *map(str, mib), stdin=subprocess.PIPE, **kw)
+    results, free_b, total_b = [], None, None
+    for line in p.stdout:
+        w = line.split()
+        if w[0] == "alloc":
+            results.append(w[2])
+        elif w[0] == "mem":
+            free_b, total_b = int(w[1]), int(w[2])
+        elif w[0] == "ready":
+            break
+    return p, results, free_b, total_b
+
+
+def release(p):
+    """Ends a holder: closes its stdin, and it frees what it holds and exits."""
+    p.stdin.close()
+    return p.wait(timeout=30)
+
+
+def admitted_again(d, **kw):
+    """A new client is admitted, retrying while a leaving one's slot is being freed."""
+    return wait_for(lambda: info(d, **kw)[0] == 0, timeout=10, step=0.1)
+
+
+# ---------------------------------------------------------------- isolation
+
+# Every call the intruder makes with the owner's values (tenant_probe.c, mode_intrude).
+INTRUSIONS = {
+    "cuMemFree": "CUDA_ERROR_INVALID_VALUE",
+    "cuMemFree(inside)": "CUDA_ERROR_INVALID_VALUE",
+    "cuMemcpyHtoD": "CUDA_ERROR_INVALID_VALUE",
+    "cuMemcpyHtoDAsync": "CUDA_ERROR_INVALID_VALUE",
+    "cuMemcpyDtoH": "CUDA_ERROR_INVALID_VALUE",
+    "cuMemcpyDtoHAsync": "CUDA_ERROR_INVALID_VALUE",
+    "cuMemcpyDtoD(from)": "CUDA_ERROR_INVALID_VALUE",
+    "cuMemcpyDtoD(into)": "CUDA_ERROR_INVALID_VALUE",
+    "cuMemcpyDtoDAsync(into)": "CUDA_ERROR_INVALID_VALUE",
+    "cuMemsetD8": "CUDA_ERROR_INVALID_VALUE",
+    "cuMemsetD32": "CUDA_ERROR_INVALID_VALUE",
+    "cuMemsetD8Async": "CUDA_ERROR_INVALID_VALUE",
+    "cuMemsetD8(own, overrunning)": "CUDA_ERROR_INVALID_VALUE",
+    "cuPointerGetAttribute": "CUDA_ERROR_INVALID_VALUE",
+    "cuMemGetAddressRange": "CUDA_ERROR_NOT_FOUND",
+    "cuMemcpyDtoH(global)": "CUDA_ERROR_INVALID_VALUE",
+    "cuMemcpyHtoD(global)": "CUDA_ERROR_INVALID_VALUE",
+    "cuLaunchKernel(function)": "CUDA_ERROR_INVALID_HANDLE",
+    "cuLaunchKernel(function, extra)": "CUDA_ERROR_INVALID_HANDLE",
+    "cuLaunchKernel(stream)": "CUDA_ERROR_INVALID_HANDLE",
+    "cuFuncGetAttribute": "CUDA_ERROR_INVALID_HANDLE",
+    "cuStreamSynchronize": "CUDA_ERROR_INVALID_HANDLE",
+    "cuStreamQuery": "CUDA_ERROR_INVALID_HANDLE",
+    "cuStreamWaitEvent(event)": "CUDA_ERROR_INVALID_HANDLE",
+    "cuStreamWaitEvent(stream)": "CUDA_ERROR_INVALID_HANDLE",
+    "cuEventRecord(event)": "CUDA_ERROR_INVALID_HANDLE",
+    "cuEventRecord(stream)": "CUDA_ERROR_INVALID_HANDLE",
+    "cuEventSynchronize": "CUDA_ERROR_INVALID_HANDLE",
+    "cuEventQuery": "CUDA_ERROR_INVALID_HANDLE",
+    "cuModuleGetFunction": "CUDA_ERROR_INVALID_HANDLE",
+    "cuModuleGetGlobal": "CUDA_ERROR_INVALID_HANDLE",
+    "cuModuleUnload": "CUDA_ERROR_INVALID_HANDLE",
+    "cuEventDestroy": "CUDA_ERROR_INVALID_HANDLE",
+    "cuStreamDestroy": "CUDA_ERROR_INVALID_HANDLE",
+}
+
+
+def isolation(tmp):
+    # Both clients anonymous: one tenant, one worker, one shared context per GPU.
+    d = Daemon(tmp, "isolation", "# defaults: anonymous clients, a worker per tenant\n")
+    try:
+        owner = client(d, tenant_probe, "owner", image, stdin=subprocess.PIPE)
+        line = owner.stdout.readline()
+        m = re.match(r"handles ctx=(\S+) ptr=(\S+) stream=(\S+) event=(\S+) module=(\S+) func=(\S+) global=(\S+)", line)
+        if not check(m is not None, f"the owner published its handles ({line.strip() or owner.stderr.read()})"):
+            return
+        h = dict(zip(["ctx", "ptr", "stream", "event", "module", "func", "global"], m.groups()))
+        rc, out, err = finish(client(d, tenant_probe, "intrude", image, *m.groups()))
+        lines = out.splitlines()
+        check(f"ctx {h['ctx']}" in lines, f"the intruder shares the owner's context {h['ctx']}")
+        results = {}
+        for l in lines:
+            mm = re.match(r"(refused|FAIL) (.+?)(?::)? (CUDA_\w+)", l)
+            if mm:
+                results[mm.group(2)] = (mm.group(1), l)
+        for what, want in INTRUSIONS.items():
+            got = results.get(what)
+            check(got is not None and got[0] == "refused" and got[1].endswith(want),
+                  f"{what} with the owner's value: {got[1] if got else 'not tried'} (want {want})")
+        check(rc == 0 and "own ok" in lines, f"the intruder's own memory, stream, event and kernel work ({err.strip()})")
+        owner.stdin.write("check\n")
+        owner.stdin.flush()
+        check(owner.stdout.readline().strip() == "intact",
+              "the owner's data, global, stream, event, module and function are intact and work")
+        owner.stdin.close()
+        check(owner.wait(timeout=30) == 0, f"the owner releases everything cleanly ({owner.stderr.read().strip()})")
+
+        text = d.text()
+        check(len(d.workers()) == 1, "one worker served both clients")
+        for kind in ["stream", "event", "module", "func"]:
+            v = int(h[kind], 16)
+            check(f"refused handle 0x{v:x} " in text, f"the log records the refused {kind} 0x{v:x}")
+        ptr = int(h["ptr"], 16)
+        check(f"refused device range 0x{ptr:x}+" in text, f"the log records the refused range at 0x{ptr:x}")
+        check(d.proc.poll() is None, "remorad is still running")
+    finally:
+        d.stop()
+    return d
+
+
+# ---------------------------------------------------------------- quota
+
+def quota(tmp):
+    d = Daemon(tmp, "quota-client", "client_memory_limit = 64M\n")
+    try:
+        rc, out, err = finish(client(d, tenant_probe, "quota", "64", "16"))
+        check(rc == 0 and out.strip() == "ok",
+              f"client quota 64M: total is the quota, free shrinks, the 5th 16M piece is refused, freeing makes room ({err.strip()})")
+        check("refused: over its quota" in d.text(), "the log records the refused allocation")
+    finally:
+        d.stop()
+
+    config = ("tenant_memory_limit = 96M\n"
+              "[tenant alpha]\ntoken = alpha-secret\n"
+              "[tenant beta]\ntoken = beta-secret\nmemory_limit = 160M\n")
+    d = Daemon(tmp, "quota-tenant", config)
+    try:
+        a1, res, free_b, total_b = holder(d, 64, token="alpha-secret")
+        check(res == ["CUDA_SUCCESS"] and total_b == 96 * MIB and free_b == 32 * MIB,
+              f"alpha's first client holds 64M of the tenant's 96M: {res}, free {free_b}, total {total_b}")
+        a2, res, free_b, total_b = holder(d, 64, 32, token="alpha-secret")
+        check(res == ["CUDA_ERROR_OUT_OF_MEMORY", "CUDA_SUCCESS"] and free_b == 0 and total_b == 96 * MIB,
+              f"alpha's second client: 64M refused, the remaining 32M granted: {res}, free {free_b}")
+        b1, res, free_b, total_b = holder(d, 64, 64, token="beta-secret")
+        check(res == ["CUDA_SUCCESS", "CUDA_SUCCESS"] and total_b == 160 * MIB and free_b == 32 * MIB,
+              f"beta, another tenant with its own 160M limit, is not affected: {res}, free {free_b}, total {total_b}")
+        check(release(a1) == 0, "alpha's first client leaves")
+        a3, res, free_b, _ = holder(d, 64, token="alpha-secret")
+        check(res == ["CUDA_SUCCESS"] and free_b == 0, f"its 64M are alpha's again: {res}, free {free_b}")
+        for p in (a2, b1, a3):
+            release(p)
+    finally:
+        d.stop()
+
+
+# ---------------------------------------------------------------- admission
+
+def admission(tmp):
+    d = Daemon(tmp, "admission", "max_clients_per_gpu = 2\n")
+    try:
+        h1 = holder(d, 1)[0]
+        h2 = holder(d, 1)[0]
+        rc, r, err = info(d)
+        check(rc != 0 and "refused this client: GPU 0 already serves its maximum of 2 clients" in err,
+              f"a third client is refused at connect with a clear message (exit {rc}: {err})")
+        check(release(h1) == 0, "one of the two leaves")
+        check(admitted_again(d), "then a new client is admitted")
+        release(h2)
+        check("refused: GPU 0 already serves its maximum of 2 clients" in d.text(), "the log records the refusal")
+    finally:
+        d.stop()
+
+    d = Daemon(tmp, "credentials", "allow_anonymous = no\n[tenant alpha]\ntoken = s3cret\n")
+    try:
+        rc, r, err = info(d)
+        check(rc != 0 and "refused this client: this daemon needs a credential" in err,
+              f"no credential: refused (exit {rc}: {err})")
+        rc, r, err = info(d, token="guess")
+        check(rc != 0 and "refused this client: unknown credential" in err,
+              f"an unknown credential: refused (exit {rc}: {err})")
+        rc, r, err = info(d, token="s3cret")
+        check(rc == 0 and r.get("count") == 1, f"the tenant's token: served ({err})")
+    finally:
+        d.stop()
+
+
+# ---------------------------------------------------------------- release
+
+def release_on_disconnect(tmp):
+    # Shared isolation: the anonymous observer sees the same (test driver) GPU memory as
+    # alpha's clients, so it sees the device memory come back; alpha's own clients see
+    # the tenant's quota come back.
+    config = "tenant_isolation = shared\n[tenant alpha]\ntoken = alpha-secret\nmemory_limit = 300M\n"
+    d = Daemon(tmp, "release", config, env={"REMORA_TESTDRIVER_MEM_MB": "1024"})
+    try:
+        rc, before, err = info(d)
+        check(rc == 0 and before.get("total") == 1024 * MIB, f"the observer sees the whole GPU ({before}, {err})")
+        rc, q, err = info(d, token="alpha-secret")
+        check(rc == 0 and q.get("free") == 300 * MIB and q.get("total") == 300 * MIB,
+              f"alpha's client sees its tenant's quota ({q}, {err})")
+        h = client(d, tenant_probe, "hold", image, "64", "4", token="alpha-secret")
+        check(h.stdout.readline().strip() == "ready", "a client holds 4 x 64M, a stream, an event and a module")
+        during = info(d)[1].get("free", 0)
+        check(before["free"] - during >= 256 * MIB, f"the observer sees its memory in use ({before['free'] - during} bytes)")
+        q = info(d, token="alpha-secret")[1]
+        check(q.get("free") == 44 * MIB, f"alpha's quota is charged with it (free {q.get('free')})")
+        h.send_signal(signal.SIGKILL)
+        h.wait()
+        after = wait_for(lambda: (lambda f: f if f == before["free"] else None)(info(d)[1].get("free")), timeout=10)
+        check(after == before["free"], f"after SIGKILL the observer sees all the memory free again ({before['free']} -> {after})")
+        q = info(d, token="alpha-secret")[1]
+        check(q.get("free") == 300 * MIB, f"alpha's quota charge is released (free {q.get('free')})")
+        p, res, free_b, _ = holder(d, 300, token="alpha-secret")
+        check(res == ["CUDA_SUCCESS"] and free_b == 0, f"a new client of alpha gets the whole 300M again: {res}")
+        release(p)
+        text = d.text()
+        check(re.search(r"closed: released 7 handles, 268435456 bytes of device memory", text) is not None,
+              "the log records 7 handles (4 allocations, stream, event, module) and 256 MiB released")
+    finally:
+        d.stop()
+
+
+# ---------------------------------------------------------------- tenants
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def parent_of(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return None
+
+
+def session_pid(text, tenant):
+    """The pid of the process that logged the session lines of tenant's clients."""
+    return {int(m.group(1)) for m in re.finditer(r"^remorad\[(\d+)\].*session \d+: client .* tenant " + tenant + "$",
+                                                 text, re.M)}
+
+
+def tenants(tmp):
+    config = ("tenant_isolation = process\n"
+              "[tenant alpha]\ntoken = alpha-secret\n"
+              "[tenant beta]\ntoken = beta-secret\n")
+    d = Daemon(tmp, "tenants", config)
+    try:
+        check(info(d, token="alpha-secret")[0] == 0 and info(d, token="beta-secret")[0] == 0,
+              "a client of each tenant is served")
+        w = d.workers()
+        check(set(w) == {"alpha", "beta"} and w["alpha"] != w["beta"], f"two worker processes, one per tenant ({w})")
+        for t, pid in w.items():
+            check(alive(pid) and parent_of(pid) == d.proc.pid, f"{t}'s worker {pid} is a live child of remorad")
+        text = d.text()
+        check(session_pid(text, "alpha") == {w.get("alpha")} and session_pid(text, "beta") == {w.get("beta")},
+              "each tenant's sessions were served by its own worker")
+
+        work = subprocess.Popen([remora, "run", "--server", d.server, "--token", "beta-secret", "--", probe, "work", "4"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        clients.append(work)
+        wait_for(lambda: len(session_pid(d.text(), "beta")) and d.text().count("tenant beta") >= 2, timeout=5)
+        rc, out, err = finish(client(d, probe, "fault", image, token="alpha-secret"))
+        check(out.strip() == "CUDA_ERROR_ILLEGAL_ADDRESS", f"alpha's kernel faults ({out.strip()} {err.strip()})")
+        check(work.poll() is None, "beta's work loop was running during the fault")
+        rc, out, err = finish(work)
+        check(rc == 0 and out.strip() == "ok", f"beta's work loop was not disturbed ({err.strip()})")
+        text = d.text()
+        broke = re.findall(r"^remorad\[(\d+)\].*broke the shared context", text, re.M)
+        check(broke == [str(w.get("alpha"))], f"only alpha's worker saw its context broken ({broke})")
+        check(alive(w["beta"]), "beta's worker is still running")
+        check(info(d, token="alpha-secret")[0] == 0, "alpha is served again after its fault")
+    finally:
+        d.stop()
+
+    config = ("tenant_isolation = shared\n"
+              "[tenant alpha]\ntoken = alpha-secret\n"
+              "[tenant beta]\ntoken = beta-secret\n")
+    d = Daemon(tmp, "tenants-shared", config)
+    try:
+        ra, a, _ = info(d, token="alpha-secret")
+        rb, b, _ = info(d, token="beta-secret")
+        check(ra == 0 and rb == 0, "shared: a client of each tenant is served")
+        w = d.workers()
+        check(list(w) == ["all tenants"], f"shared: a single worker for all tenants ({w})")
+        text = d.text()
+        check(session_pid(text, "alpha") == session_pid(text, "beta") == {w.get("all tenants")},
+              "shared: that worker served both tenants' sessions")
+    finally:
+        d.stop()
+
+
+# ---------------------------------------------------------------- multigpu
+
+def multigpu(tmp):
+    d = Daemon(tmp, "multigpu", "max_clients_per_gpu = 2\n",
+               env={"REMORA_TESTDRIVER_DEVICES": "2", "REMORA_TESTDRIVER_MEM_MB": "1024"})
+    try:
+        rc, all_, err = info(d)
+        u = all_["uuids"]
+        check(rc == 0 and all_.get("count") == 2 and len(set(u)) == 2,
+              f"with REMORA_VISIBLE_DEVICES unset a client sees both GPUs ({all_}, {err})")
+        rc, one, err = info(d, visible="1")
+        check(rc == 0 and one.get("count") == 1 and one["uuids"] == u[1:],
+              f"REMORA_VISIBLE_DEVICES=1: one device, the host's GPU 1 ({one}, {err})")
+        rc, rev, err = info(d, visible="1,0")
+        check(rc == 0 and rev.get("count") == 2 and rev["uuids"] == [u[1], u[0]],
+              f"REMORA_VISIBLE_DEVICES=1,0: both, in that order ({rev}, {err})")
+        rc, bad, err = info(d, visible="5")
+        check(rc != 0 and "refused this client: REMORA_VISIBLE_DEVICES names GPU 5" in err,
+              f"REMORA_VISIBLE_DEVICES=5: refused at connect with a clear message (exit {rc}: {err})")
+
+        h0 = holder(d, 256, visible="0")[0]
+        g1 = info(d, visible="1")[1]
+        check(g1.get("free") == g1.get("total") == 1024 * MIB, f"memory held on GPU 0 is not taken from GPU 1 ({g1})")
+        g0 = info(d, visible="0")[1]
+        check(g0.get("free") == 768 * MIB, f"but from GPU 0 ({g0})")
+
+        # Per-GPU admission (2 each): h0 and h2 fill GPU 0; h1 uses one place of GPU 1.
+        h1 = holder(d, 1, visible="1")[0]
+        h2 = holder(d, 1, visible="0")[0]
+        rc, _, err = info(d, visible="1")
+        check(rc == 0, f"GPU 1 still admits: clients of GPU 0 alone do not count against it ({err})")
+        rc, _, err = info(d)
+        check(rc != 0 and "GPU 0 already serves its maximum of 2 clients" in err,
+              f"a client seeing both GPUs is refused for GPU 0 ({err})")
+        rc, _, err = info(d, visible="0")
+        check(rc != 0 and "GPU 0 already serves its maximum of 2 clients" in err, f"so is one seeing GPU 0 ({err})")
+        check(release(h2) == 0, "a client of GPU 0 leaves")
+        check(admitted_again(d), "then a client seeing both GPUs is admitted")
+        release(h1)
+        release(h0)
+    finally:
+        d.stop()
+
+
+# KNOWN DAEMON BUG, registered with should_fail in meson.build until it is fixed:
+# cuDeviceGet's ordinal is not mapped through the client's REMORA_VISIBLE_DEVICES. The
+# generated handler (handle_cuDeviceGet, from scripts/gen_api.py) passes the client's
+# ordinal to the driver as a host ordinal, then maps the host device it gets back to
+# the client's ordinal (rm_session_device_out). With REMORA_VISIBLE_DEVICES=1,
+# cuDeviceGet(&d, 0) asks for host GPU 0, which the client does not see:
+# CUDA_ERROR_INVALID_DEVICE; with 1,0 it gives d = 1 for ordinal 0 and d = 0 for 1.
+def deviceget(tmp):
+    d = Daemon(tmp, "deviceget", "", env={"REMORA_TESTDRIVER_DEVICES": "2"})
+    try:
+        for visible in ["0", "1", "1,0", None]:
+            rc, r, err = info(d, visible=visible)
+            want = [("CUDA_SUCCESS", i) for i in range(r.get("count", 0))]
+            check(rc == 0 and r.get("count") and r["devices"] == want,
+                  f"REMORA_VISIBLE_DEVICES={visible}: cuDeviceGet(&d, i) gives d = i for each ordinal "
+                  f"(got {r['devices']}, {err})")
+    finally:
+        d.stop()
+
+
+SCENARIOS = {
+    "deviceget": deviceget,
+    "isolation": isolation,
+    "quota": quota,
+    "admission": admission,
+    "release": release_on_disconnect,
+    "tenants": tenants,
+    "multigpu": multigpu,
+}
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="remora-sharing-")
+    try:
+        SCENARIOS[scenario](tmp)
+    finally:
+        for p in clients:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    if failures:
+        for name in sorted(os.listdir(tmp)):
+            if name.endswith(".log"):
+                with open(os.path.join(tmp, name)) as f:
+                    print(f"--- {name}\n{f.read()}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
