@@ -191,6 +191,8 @@ void rm_session_disown_value(struct rm_session *s, enum rm_handle_kind kind, uin
 		range_remove(s, v);
 	if (kind == RM_H_MEMORY)
 		s->mem_bytes -= h->size;
+	if (kind == RM_H_STREAM)
+		rm_stream_order_remove(s, (CUstream)(uintptr_t)v);
 	h->kind = TOMBSTONE;
 	s->handles_live--;
 	/* Only modules, libraries and kernels have dependents (functions, globals, kernels). */
@@ -230,16 +232,40 @@ CUresult rm_session_use(struct rm_session *s, enum rm_handle_kind kind, uint64_t
 	return CUDA_ERROR_INVALID_HANDLE;
 }
 
+/* The client's per-thread default stream in c: one for all its threads (they share one
+ * connection), blocking like CUDA's per-thread streams. */
+static CUresult per_thread_stream(struct rm_session_ctx *c, CUstream *out)
+{
+	if (!c->per_thread) {
+		CUstream st;
+		CUresult r = rm_drv.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING);
+		if (r == CUDA_SUCCESS && (r = rm_stream_order_add(c, st)) != CUDA_SUCCESS)
+			rm_drv.cuStreamDestroy_v2(st);
+		if (r != CUDA_SUCCESS)
+			return r;
+		c->per_thread = st;
+	}
+	*out = c->per_thread;
+	return CUDA_SUCCESS;
+}
+
 CUresult rm_session_stream(struct rm_session *s, uint64_t v, uint32_t frame_flags, CUstream *out)
 {
-	(void)frame_flags;
-	if (v == 0 || v == (uint64_t)(uintptr_t)CU_STREAM_LEGACY || v == (uint64_t)(uintptr_t)CU_STREAM_PER_THREAD) {
+	CUresult r;
+	int per_thread = v == (uint64_t)(uintptr_t)CU_STREAM_PER_THREAD || (v == 0 && (frame_flags & RM_F_PER_THREAD));
+	if (per_thread || v == 0 || v == (uint64_t)(uintptr_t)CU_STREAM_LEGACY) {
 		if (!s->cur)
 			return CUDA_ERROR_INVALID_CONTEXT;
-		*out = s->cur->default_stream;
-		return CUDA_SUCCESS;
+		if (per_thread)
+			r = per_thread_stream(s->cur, out);
+		else
+			*out = s->cur->default_stream, r = CUDA_SUCCESS;
+	} else {
+		r = rm_session_use(s, RM_H_STREAM, v, (void **)out);
 	}
-	return rm_session_use(s, RM_H_STREAM, v, (void **)out);
+	if (r == CUDA_SUCCESS && s->cur)
+		r = rm_stream_order_before(s->cur, *out);
+	return r;
 }
 
 CUresult rm_session_check_range(struct rm_session *s, uint64_t ptr, uint64_t len)
@@ -332,6 +358,11 @@ CUresult rm_session_synchronize(struct rm_session *s)
 	if (!s->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	CUresult first = rm_drv.cuStreamSynchronize(s->cur->default_stream);
+	if (s->cur->per_thread) {
+		CUresult r = rm_drv.cuStreamSynchronize(s->cur->per_thread);
+		if (first == CUDA_SUCCESS)
+			first = r;
+	}
 	for (size_t i = 0; i < s->handles_cap; i++) {
 		const struct rm_handle *h = &s->handles[i];
 		if (h->kind == RM_H_STREAM) {
@@ -367,8 +398,11 @@ size_t rm_session_release_all(struct rm_session *s)
 	CUcontext prev = s->thread_ctx;
 	if (s->nctx)
 		rm_drv.cuCtxSetCurrent(s->ctxs[0].ctx);
-	for (int i = 0; i < s->nctx; i++)
+	for (int i = 0; i < s->nctx; i++) {
 		rm_drv.cuStreamSynchronize(s->ctxs[i].default_stream);
+		if (s->ctxs[i].per_thread)
+			rm_drv.cuStreamSynchronize(s->ctxs[i].per_thread);
+	}
 	for (size_t i = 0; i < s->handles_cap; i++)
 		if (s->handles[i].kind == RM_H_STREAM)
 			rm_drv.cuStreamSynchronize((CUstream)(uintptr_t)s->handles[i].value);
@@ -408,6 +442,10 @@ void rm_session_destroy(struct rm_session *s)
 			rm_drv.cuMemFreeHost(s->staging[i]);
 		}
 	for (int i = 0; i < s->nctx; i++) {
+		rm_drv.cuCtxSetCurrent(s->ctxs[i].ctx);
+		rm_stream_order_release(&s->ctxs[i]);
+		if (s->ctxs[i].per_thread)
+			rm_drv.cuStreamDestroy_v2(s->ctxs[i].per_thread);
 		rm_drv.cuStreamDestroy_v2(s->ctxs[i].default_stream);
 		rm_gpu_release(s->ctxs[i].dev);
 	}

@@ -28,11 +28,28 @@ struct rm_handle {
 	uint32_t kind;
 };
 
+/* A stream the client created without CU_STREAM_NON_BLOCKING (or its per-thread
+ * default stream). The driver's streams are all non-blocking, so that no client
+ * waits on the context's NULL stream; the legacy stream's ordering against these
+ * streams is kept by events (stream_order.c). */
+struct rm_blocking_stream {
+	CUstream stream;
+	CUevent done;          /* recorded on it when the legacy stream must wait for it */
+	uint64_t work;         /* calls issued to it */
+	uint64_t legacy_waited; /* its work count the legacy stream last waited for */
+	uint64_t waited_legacy; /* the legacy stream's work count it last waited for */
+};
+
 /* Per-context state of a session. */
 struct rm_session_ctx {
 	CUcontext ctx;
 	CUdevice dev;
-	CUstream default_stream; /* the client's NULL stream: a stream of its own */
+	CUstream default_stream; /* the client's legacy NULL stream: a stream of its own */
+	CUevent legacy_done;     /* recorded on it when a blocking stream must wait for it */
+	uint64_t legacy_work;
+	CUstream per_thread;     /* the client's per-thread default stream, made when first named */
+	struct rm_blocking_stream *blocking;
+	int nblocking, blocking_cap;
 };
 
 #define RM_SESSION_MAX_CTX 16
@@ -88,8 +105,20 @@ CUresult rm_session_enter(struct rm_session *s, uint64_t ctx);
 
 /* Gives the real handle of wire value v, if the client owns one of that kind. */
 CUresult rm_session_use(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, void **out);
-/* Maps a stream value: 0, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD become the client's own default stream. */
+/* Maps a stream value for a call about to be issued to it: 0 and CU_STREAM_LEGACY become
+ * the client's legacy stream, CU_STREAM_PER_THREAD (or 0 from a _ptds/_ptsz entry point)
+ * its per-thread stream; and orders the call as CUDA's legacy stream semantics ask. */
 CUresult rm_session_stream(struct rm_session *s, uint64_t v, uint32_t frame_flags, CUstream *out);
+/* Records that the client's new stream st was asked for as blocking (flags without
+ * CU_STREAM_NON_BLOCKING), and forgets a destroyed one. */
+CUresult rm_stream_order_add(struct rm_session_ctx *c, CUstream st);
+void rm_stream_order_remove(struct rm_session *s, CUstream st);
+/* Whether st is one of the client's blocking streams (or its legacy or per-thread stream). */
+int rm_stream_order_is_blocking(struct rm_session_ctx *c, CUstream st);
+/* Orders a call about to be issued to stream st (a stream of context c). */
+CUresult rm_stream_order_before(struct rm_session_ctx *c, CUstream st);
+/* Frees a context's ordering state. */
+void rm_stream_order_release(struct rm_session_ctx *c);
 /* Checks that [ptr, ptr+len) lies inside one piece of memory the client owns. */
 CUresult rm_session_check_range(struct rm_session *s, uint64_t ptr, uint64_t len);
 /* Maps the client's device ordinal to the host's GPU. */

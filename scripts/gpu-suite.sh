@@ -33,6 +33,7 @@ PROGRAMS=(
 	"rt_shared|tests/rtprograms/rt_shared"
 	"rt_cublas|tests/rtprograms/rt_cublas"
 	"rt_spin|tests/rtprograms/rt_spin 100000000"
+	"rt_legacy|tests/rtprograms/rt_legacy"
 	"rt_empty|tests/rtprograms/rt_empty 20000"
 )
 

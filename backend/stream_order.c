@@ -1,0 +1,100 @@
+/* CUDA's legacy default stream semantics for one client, without the context's
+ * real NULL stream (which would make clients wait on each other): work issued to
+ * the client's legacy stream waits for what its blocking streams were given
+ * before, and work issued to a blocking stream waits for what the legacy stream
+ * was given before. Counters skip the events when nothing new was issued, so a
+ * program using only the default stream, or only non-blocking streams, pays nothing. */
+#include "session.h"
+
+#include <stdlib.h>
+
+#include "driver_table.h"
+
+CUresult rm_stream_order_add(struct rm_session_ctx *c, CUstream st)
+{
+	if (c->nblocking == c->blocking_cap) {
+		int cap = c->blocking_cap ? c->blocking_cap * 2 : 8;
+		struct rm_blocking_stream *b = realloc(c->blocking, cap * sizeof(*b));
+		if (!b)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		c->blocking = b;
+		c->blocking_cap = cap;
+	}
+	CUevent ev;
+	CUresult r = rm_drv.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
+	if (r != CUDA_SUCCESS)
+		return r;
+	/* A new blocking stream starts after what the legacy stream holds so far. */
+	c->blocking[c->nblocking++] = (struct rm_blocking_stream){.stream = st, .done = ev};
+	return CUDA_SUCCESS;
+}
+
+void rm_stream_order_remove(struct rm_session *s, CUstream st)
+{
+	for (int k = 0; k < s->nctx; k++) {
+		struct rm_session_ctx *c = &s->ctxs[k];
+		for (int i = 0; i < c->nblocking; i++)
+			if (c->blocking[i].stream == st) {
+				rm_drv.cuEventDestroy_v2(c->blocking[i].done);
+				c->blocking[i] = c->blocking[--c->nblocking];
+				return;
+			}
+	}
+}
+
+int rm_stream_order_is_blocking(struct rm_session_ctx *c, CUstream st)
+{
+	if (st == c->default_stream)
+		return 1;
+	for (int i = 0; i < c->nblocking; i++)
+		if (c->blocking[i].stream == st)
+			return 1;
+	return 0;
+}
+
+CUresult rm_stream_order_before(struct rm_session_ctx *c, CUstream st)
+{
+	CUresult r = CUDA_SUCCESS;
+	if (st == c->default_stream) {
+		for (int i = 0; i < c->nblocking && r == CUDA_SUCCESS; i++) {
+			struct rm_blocking_stream *b = &c->blocking[i];
+			if (b->work == b->legacy_waited)
+				continue;
+			r = rm_drv.cuEventRecord(b->done, b->stream);
+			if (r == CUDA_SUCCESS)
+				r = rm_drv.cuStreamWaitEvent(c->default_stream, b->done, 0);
+			b->legacy_waited = b->work;
+		}
+		c->legacy_work++;
+		return r;
+	}
+	for (int i = 0; i < c->nblocking; i++) {
+		struct rm_blocking_stream *b = &c->blocking[i];
+		if (b->stream != st)
+			continue;
+		if (b->waited_legacy != c->legacy_work) {
+			if (!c->legacy_done)
+				r = rm_drv.cuEventCreate(&c->legacy_done, CU_EVENT_DISABLE_TIMING);
+			if (r == CUDA_SUCCESS)
+				r = rm_drv.cuEventRecord(c->legacy_done, c->default_stream);
+			if (r == CUDA_SUCCESS)
+				r = rm_drv.cuStreamWaitEvent(st, c->legacy_done, 0);
+			b->waited_legacy = c->legacy_work;
+		}
+		b->work++;
+		break;
+	}
+	return r;
+}
+
+void rm_stream_order_release(struct rm_session_ctx *c)
+{
+	for (int i = 0; i < c->nblocking; i++)
+		rm_drv.cuEventDestroy_v2(c->blocking[i].done);
+	free(c->blocking);
+	c->blocking = NULL;
+	c->nblocking = c->blocking_cap = 0;
+	if (c->legacy_done)
+		rm_drv.cuEventDestroy_v2(c->legacy_done);
+	c->legacy_done = NULL;
+}
