@@ -17,6 +17,20 @@ void rm_handle_cuDeviceGetCount(struct rm_session *s, struct rm_request *rq)
 	rm_request_finish(s, rq, CUDA_SUCCESS, &rep.base);
 }
 
+/* A client's CUdevice is its own ordinal; the session maps it to the host's GPU on use. */
+void rm_handle_cuDeviceGet(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__CuDeviceGetReq *req = (void *)rm_request_unpack(rq, &remora__cu_device_get__req__descriptor);
+	if (!req)
+		return;
+	Remora__CuDeviceGetRep rep = REMORA__CU_DEVICE_GET__REP__INIT;
+	CUdevice dev;
+	CUresult r = rm_session_device(s, req->ordinal, &dev);
+	rep.device = r == CUDA_SUCCESS ? req->ordinal : 0;
+	rm_request_finish(s, rq, r, &rep.base);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
 void rm_handle_cuDevicePrimaryCtxRetain(struct rm_session *s, struct rm_request *rq)
 {
 	Remora__CuDevicePrimaryCtxRetainReq *req = (void *)rm_request_unpack(rq, &remora__cu_device_primary_ctx_retain__req__descriptor);

@@ -12,7 +12,7 @@
              alone; tenant_isolation = shared puts every tenant in one worker
   multigpu   REMORA_VISIBLE_DEVICES selects and orders the GPUs a client sees; per-GPU
              admission counts only the clients that see that GPU
-  deviceget  cuDeviceGet under REMORA_VISIBLE_DEVICES (a known daemon bug: see deviceget())
+  deviceget  cuDeviceGet under REMORA_VISIBLE_DEVICES
 
 usage: sharing.py SCENARIO REMORAD DRIVER REMORA TENANT_PROBE PROBE IMAGE
 """
@@ -185,6 +185,12 @@ INTRUSIONS = {
     "cuModuleGetFunction": "CUDA_ERROR_INVALID_HANDLE",
     "cuModuleGetGlobal": "CUDA_ERROR_INVALID_HANDLE",
     "cuModuleUnload": "CUDA_ERROR_INVALID_HANDLE",
+    "cuLibraryGetKernel": "CUDA_ERROR_INVALID_HANDLE",
+    "cuLibraryGetModule": "CUDA_ERROR_INVALID_HANDLE",
+    "cuLibraryGetGlobal": "CUDA_ERROR_INVALID_HANDLE",
+    "cuKernelGetFunction": "CUDA_ERROR_INVALID_HANDLE",
+    "cuLaunchKernel(kernel, extra)": "CUDA_ERROR_INVALID_HANDLE",
+    "cuLibraryUnload": "CUDA_ERROR_INVALID_HANDLE",
     "cuEventDestroy": "CUDA_ERROR_INVALID_HANDLE",
     "cuStreamDestroy": "CUDA_ERROR_INVALID_HANDLE",
 }
@@ -196,10 +202,11 @@ def isolation(tmp):
     try:
         owner = client(d, tenant_probe, "owner", image, stdin=subprocess.PIPE)
         line = owner.stdout.readline()
-        m = re.match(r"handles ctx=(\S+) ptr=(\S+) stream=(\S+) event=(\S+) module=(\S+) func=(\S+) global=(\S+)", line)
+        m = re.match(r"handles ctx=(\S+) ptr=(\S+) stream=(\S+) event=(\S+) module=(\S+) func=(\S+) global=(\S+) "
+                     r"library=(\S+) kernel=(\S+)", line)
         if not check(m is not None, f"the owner published its handles ({line.strip() or owner.stderr.read()})"):
             return
-        h = dict(zip(["ctx", "ptr", "stream", "event", "module", "func", "global"], m.groups()))
+        h = dict(zip(["ctx", "ptr", "stream", "event", "module", "func", "global", "library", "kernel"], m.groups()))
         rc, out, err = finish(client(d, tenant_probe, "intrude", image, *m.groups()))
         lines = out.splitlines()
         check(f"ctx {h['ctx']}" in lines, f"the intruder shares the owner's context {h['ctx']}")
@@ -216,13 +223,13 @@ def isolation(tmp):
         owner.stdin.write("check\n")
         owner.stdin.flush()
         check(owner.stdout.readline().strip() == "intact",
-              "the owner's data, global, stream, event, module and function are intact and work")
+              "the owner's data, global, stream, event, module, function, library and kernel are intact and work")
         owner.stdin.close()
         check(owner.wait(timeout=30) == 0, f"the owner releases everything cleanly ({owner.stderr.read().strip()})")
 
         text = d.text()
         check(len(d.workers()) == 1, "one worker served both clients")
-        for kind in ["stream", "event", "module", "func"]:
+        for kind in ["stream", "event", "module", "func", "library", "kernel"]:
             v = int(h[kind], 16)
             check(f"refused handle 0x{v:x} " in text, f"the log records the refused {kind} 0x{v:x}")
         ptr = int(h["ptr"], 16)
@@ -247,7 +254,8 @@ def quota(tmp):
 
     config = ("tenant_memory_limit = 96M\n"
               "[tenant alpha]\ntoken = alpha-secret\n"
-              "[tenant beta]\ntoken = beta-secret\nmemory_limit = 160M\n")
+              "[tenant beta]\ntoken = beta-secret\nmemory_limit = 160M\n"
+              "[tenant gamma]\ntoken = gamma-secret\nclient_memory_limit = 40M\n")
     d = Daemon(tmp, "quota-tenant", config)
     try:
         a1, res, free_b, total_b = holder(d, 64, token="alpha-secret")
@@ -259,10 +267,16 @@ def quota(tmp):
         b1, res, free_b, total_b = holder(d, 64, 64, token="beta-secret")
         check(res == ["CUDA_SUCCESS", "CUDA_SUCCESS"] and total_b == 160 * MIB and free_b == 32 * MIB,
               f"beta, another tenant with its own 160M limit, is not affected: {res}, free {free_b}, total {total_b}")
+        g1, res, free_b, total_b = holder(d, 48, 32, 16, token="gamma-secret")
+        check(res == ["CUDA_ERROR_OUT_OF_MEMORY", "CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"] and
+              total_b == 40 * MIB and free_b == 8 * MIB,
+              f"gamma's clients have their section's 40M each: {res}, free {free_b}, total {total_b}")
+        g2, res, free_b, _ = holder(d, 40, token="gamma-secret")
+        check(res == ["CUDA_SUCCESS"] and free_b == 0, f"and per client, within the tenant's 96M: {res}, free {free_b}")
         check(release(a1) == 0, "alpha's first client leaves")
         a3, res, free_b, _ = holder(d, 64, token="alpha-secret")
         check(res == ["CUDA_SUCCESS"] and free_b == 0, f"its 64M are alpha's again: {res}, free {free_b}")
-        for p in (a2, b1, a3):
+        for p in (a2, b1, a3, g1, g2):
             release(p)
     finally:
         d.stop()
@@ -273,8 +287,9 @@ def quota(tmp):
 def admission(tmp):
     d = Daemon(tmp, "admission", "max_clients_per_gpu = 2\n")
     try:
-        h1 = holder(d, 1)[0]
-        h2 = holder(d, 1)[0]
+        h1, r1, _, _ = holder(d, 1)
+        h2, r2, _, _ = holder(d, 1)
+        check(r1 == r2 == ["CUDA_SUCCESS"], "two clients are admitted and hold memory")
         rc, r, err = info(d)
         check(rc != 0 and "refused this client: GPU 0 already serves its maximum of 2 clients" in err,
               f"a third client is refused at connect with a clear message (exit {rc}: {err})")
@@ -360,7 +375,7 @@ def session_pid(text, tenant):
 
 
 def tenants(tmp):
-    config = ("tenant_isolation = process\n"
+    config = ("tenant_isolation = process\nmax_clients_per_gpu = 3\n"
               "[tenant alpha]\ntoken = alpha-secret\n"
               "[tenant beta]\ntoken = beta-secret\n")
     d = Daemon(tmp, "tenants", config)
@@ -389,6 +404,26 @@ def tenants(tmp):
         check(broke == [str(w.get("alpha"))], f"only alpha's worker saw its context broken ({broke})")
         check(alive(w["beta"]), "beta's worker is still running")
         check(info(d, token="alpha-secret")[0] == 0, "alpha is served again after its fault")
+
+        # A worker that dies outright takes only its own tenant's clients; their
+        # admission places are freed, and the tenant's next client gets a new worker.
+        ha, ra, _, _ = holder(d, 8, token="alpha-secret")
+        hb, rb, _, _ = holder(d, 8, token="beta-secret")
+        check(ra == rb == ["CUDA_SUCCESS"], "a client of each tenant holds memory")
+        os.kill(w["alpha"], signal.SIGKILL)
+        check(wait_for(lambda: re.search(rf"worker {w['alpha']} ended \(signal 9\) with 1 client\(s\)", d.text())),
+              "remorad notices alpha's worker killed with its 1 client")
+        check(release(ha) != 0, "alpha's client lost its server")
+        new = [holder(d, 8, token="alpha-secret") for _ in range(2)]
+        check(all(res == ["CUDA_SUCCESS"] for _, res, _, _ in new),
+              "two new alpha clients are admitted (max 3 per GPU): the dead worker's place was freed")
+        rc, _, err = info(d, token="beta-secret")
+        check(rc != 0 and "GPU 0 already serves its maximum of 3 clients" in err, f"a fourth is refused ({err})")
+        w2 = re.findall(r"started worker (\d+) for alpha", d.text())
+        check(len(w2) == 2 and int(w2[1]) != w["alpha"] and alive(int(w2[1])), f"alpha has a new worker ({w2})")
+        check(release(hb) == 0, "beta's held client worked on throughout and leaves cleanly")
+        for p, _, _, _ in new:
+            check(release(p) == 0, "a new alpha client leaves cleanly")
     finally:
         d.stop()
 
@@ -429,15 +464,17 @@ def multigpu(tmp):
         check(rc != 0 and "refused this client: REMORA_VISIBLE_DEVICES names GPU 5" in err,
               f"REMORA_VISIBLE_DEVICES=5: refused at connect with a clear message (exit {rc}: {err})")
 
-        h0 = holder(d, 256, visible="0")[0]
+        h0, res, _, _ = holder(d, 256, visible="0")
+        check(res == ["CUDA_SUCCESS"], "a client of GPU 0 holds 256M there")
         g1 = info(d, visible="1")[1]
         check(g1.get("free") == g1.get("total") == 1024 * MIB, f"memory held on GPU 0 is not taken from GPU 1 ({g1})")
         g0 = info(d, visible="0")[1]
         check(g0.get("free") == 768 * MIB, f"but from GPU 0 ({g0})")
 
         # Per-GPU admission (2 each): h0 and h2 fill GPU 0; h1 uses one place of GPU 1.
-        h1 = holder(d, 1, visible="1")[0]
-        h2 = holder(d, 1, visible="0")[0]
+        h1, r1, _, _ = holder(d, 1, visible="1")
+        h2, r2, _, _ = holder(d, 1, visible="0")
+        check(r1 == r2 == ["CUDA_SUCCESS"], "a client of GPU 1 and a second one of GPU 0 are admitted")
         rc, _, err = info(d, visible="1")
         check(rc == 0, f"GPU 1 still admits: clients of GPU 0 alone do not count against it ({err})")
         rc, _, err = info(d)
