@@ -19,11 +19,12 @@
  *       fills them with a kernel; prints "ready" and waits to be killed
  *   tenant_probe owner IMAGE
  *       client A of the isolation test: allocates and fills memory, creates a stream and
- *       an event, loads IMAGE and takes a function and a global; prints
- *       "handles ctx=.. ptr=.. stream=.. event=.. module=.. func=.. global=..", then at
+ *       an event, loads IMAGE as a module (a function, a global) and as a library (a
+ *       kernel); prints "handles ctx=.. ptr=.. stream=.. event=.. module=.. func=..
+ *       global=.. library=.. kernel=..", then at
  *       the line "check" on stdin verifies its data is intact and its handles work and
  *       prints "intact"; at the end of stdin releases everything and exits
- *   tenant_probe intrude IMAGE CTX PTR STREAM EVENT MODULE FUNC GLOBAL
+ *   tenant_probe intrude IMAGE CTX PTR STREAM EVENT MODULE FUNC GLOBAL LIBRARY KERNEL
  *       client B: tries A's values in every call that names a pointer or handle and
  *       prints "refused WHAT RESULT" for each call refused as CUDA refuses an invalid
  *       one, "FAIL WHAT ..." otherwise; then does the same work with its own objects
@@ -218,6 +219,21 @@ static int mode_hold(const char *image, size_t mib, int n)
 		pause();
 }
 
+/* The whole of a kernel image file, NUL-terminated (PTX is text). */
+static void *read_image(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	long n = -1;
+	if (f && !fseek(f, 0, SEEK_END) && (n = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) && (buf = calloc(1, (size_t)n + 1)) &&
+	    fread(buf, 1, (size_t)n, f) == (size_t)n) {
+		fclose(f);
+		return buf;
+	}
+	fprintf(stderr, "tenant_probe: cannot read %s\n", path);
+	exit(1);
+}
+
 static int mode_owner(const char *image)
 {
 	unsigned *host = malloc(WORDS * sizeof(*host)), *back = malloc(WORDS * sizeof(*back)), magic = 0;
@@ -226,8 +242,11 @@ static int mode_owner(const char *image)
 	CUstream s;
 	CUevent e;
 	CUmodule mod;
-	CUfunction f, again;
+	CUfunction f, again, kf;
+	CUlibrary lib;
+	CUkernel k, kagain;
 	char line[64];
+	void *code = read_image(image);
 	CUcontext ctx = open_device0();
 	for (unsigned i = 0; i < WORDS; i++)
 		host[i] = pattern(i);
@@ -238,9 +257,12 @@ static int mode_owner(const char *image)
 	CHECK(cuModuleLoad(&mod, image));
 	CHECK(cuModuleGetFunction(&f, mod, "fillU32"));
 	CHECK(cuModuleGetGlobal(&global, &global_size, mod, "kernelsMagic"));
+	CHECK(cuLibraryLoadData(&lib, code, NULL, NULL, 0, NULL, NULL, 0));
+	CHECK(cuLibraryGetKernel(&k, lib, "fillU32"));
 	CHECK(cuEventRecord(e, s));
-	printf("handles ctx=%p ptr=0x%llx stream=%p event=%p module=%p func=%p global=0x%llx\n", (void *)ctx,
-	       (unsigned long long)p, (void *)s, (void *)e, (void *)mod, (void *)f, (unsigned long long)global);
+	printf("handles ctx=%p ptr=0x%llx stream=%p event=%p module=%p func=%p global=0x%llx library=%p kernel=%p\n",
+	       (void *)ctx, (unsigned long long)p, (void *)s, (void *)e, (void *)mod, (void *)f,
+	       (unsigned long long)global, (void *)lib, (void *)k);
 	fflush(stdout);
 	while (read_line(line, sizeof(line)) && strcmp(line, "check"))
 		;
@@ -251,9 +273,13 @@ static int mode_owner(const char *image)
 	EXPECT(magic == 0x52454d4fu, "the module's global reads 0x%x", magic);
 	CHECK(cuModuleGetFunction(&again, mod, "fillU32"));
 	EXPECT(again == f, "the module gives another function now");
+	CHECK(cuLibraryGetKernel(&kagain, lib, "fillU32"));
+	EXPECT(kagain == k, "the library gives another kernel now");
+	CHECK(cuKernelGetFunction(&kf, k));
 	CHECK(cuStreamQuery(s));
 	CHECK(cuEventQuery(e));
-	/* The function, stream and event still work: fill the first 1024 words on the stream. */
+	/* The function, kernel, stream and event still work: fill the first 1024 words on the stream. */
+	fill(kf, s, p, 0x5a5a5a5au, 1024);
 	fill(f, s, p, 0xa5a5a5a5u, 1024);
 	CHECK(cuEventRecord(e, s));
 	CHECK(cuEventSynchronize(e));
@@ -266,12 +292,14 @@ static int mode_owner(const char *image)
 		printf("intact\n");
 	fflush(stdout);
 	drain_stdin();
+	CHECK(cuLibraryUnload(lib));
 	CHECK(cuModuleUnload(mod));
 	CHECK(cuEventDestroy(e));
 	CHECK(cuStreamDestroy(s));
 	CHECK(cuMemFree(p));
 	free(back);
 	free(host);
+	free(code);
 	return failures ? 1 : 0;
 }
 
@@ -300,13 +328,16 @@ static int mode_intrude(const char *image, char **v)
 	CUevent aevent = (CUevent)(uintptr_t)strtoull(v[3], NULL, 0);
 	CUmodule amod = (CUmodule)(uintptr_t)strtoull(v[4], NULL, 0);
 	CUfunction afunc = (CUfunction)(uintptr_t)strtoull(v[5], NULL, 0);
+	CUlibrary alib = (CUlibrary)(uintptr_t)strtoull(v[7], NULL, 0);
+	CUkernel akernel = (CUkernel)(uintptr_t)strtoull(v[8], NULL, 0);
 	const size_t bytes = WORDS * 4;
 	unsigned *host = calloc(WORDS, 4), *back = calloc(WORDS, 4);
 	CUdeviceptr mine, mine2, out;
 	CUstream s;
 	CUevent e;
-	CUmodule mod;
+	CUmodule mod, mod2;
 	CUfunction f, got;
+	CUkernel kgot;
 	size_t size;
 	unsigned type;
 	int attr;
@@ -381,6 +412,15 @@ static int mode_intrude(const char *image, char **v)
 	SYNC_CALL("cuModuleGetGlobal", cuModuleGetGlobal(&out, &size, amod, "kernelsMagic"), CUDA_ERROR_INVALID_HANDLE);
 	SYNC_CALL("cuModuleUnload", cuModuleUnload(amod), CUDA_ERROR_INVALID_HANDLE);
 
+	/* Libraries and their kernels (a CUkernel stands for a CUfunction in launches). */
+	SYNC_CALL("cuLibraryGetKernel", cuLibraryGetKernel(&kgot, alib, "fillU32"), CUDA_ERROR_INVALID_HANDLE);
+	SYNC_CALL("cuLibraryGetModule", cuLibraryGetModule(&mod2, alib), CUDA_ERROR_INVALID_HANDLE);
+	SYNC_CALL("cuLibraryGetGlobal", cuLibraryGetGlobal(&out, &size, alib, "kernelsMagic"), CUDA_ERROR_INVALID_HANDLE);
+	SYNC_CALL("cuKernelGetFunction", cuKernelGetFunction(&got, akernel), CUDA_ERROR_INVALID_HANDLE);
+	ASYNC_CALL("cuLaunchKernel(kernel, extra)", cuLaunchKernel((CUfunction)akernel, 1, 1, 1, 16, 1, 1, 0, s, NULL, extra),
+		   CUDA_ERROR_INVALID_HANDLE);
+	SYNC_CALL("cuLibraryUnload", cuLibraryUnload(alib), CUDA_ERROR_INVALID_HANDLE);
+
 	/* Destroying them last: had any of these gone through, A would notice. */
 	SYNC_CALL("cuEventDestroy", cuEventDestroy(aevent), CUDA_ERROR_INVALID_HANDLE);
 	SYNC_CALL("cuStreamDestroy", cuStreamDestroy(astream), CUDA_ERROR_INVALID_HANDLE);
@@ -425,9 +465,9 @@ int main(int argc, char **argv)
 		return mode_hold(argv[2], strtoull(argv[3], NULL, 10), atoi(argv[4]));
 	if (argc == 3 && !strcmp(argv[1], "owner"))
 		return mode_owner(argv[2]);
-	if (argc == 10 && !strcmp(argv[1], "intrude"))
+	if (argc == 12 && !strcmp(argv[1], "intrude"))
 		return mode_intrude(argv[2], argv + 3);
 	fprintf(stderr, "usage: tenant_probe info | alloc MIB... | quota LIMIT_MIB CHUNK_MIB | hold IMAGE MIB N |\n"
-			"       owner IMAGE | intrude IMAGE CTX PTR STREAM EVENT MODULE FUNC GLOBAL\n");
+			"       owner IMAGE | intrude IMAGE CTX PTR STREAM EVENT MODULE FUNC GLOBAL LIBRARY KERNEL\n");
 	return 2;
 }
