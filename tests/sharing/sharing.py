@@ -114,6 +114,8 @@ def info(d, **kw):
             r["count"] = int(w[1])
         elif w[0] == "device":
             r["devices"].append((w[2], int(w[3])))
+        elif w[0] == "past":
+            r["past"] = w[1]
         elif w[0] == "uuid":
             r["uuids"].append(w[2])
         elif w[0] == "ctx":
@@ -313,6 +315,17 @@ def admission(tmp):
     finally:
         d.stop()
 
+    d = Daemon(tmp, "anonymous", "allow_anonymous = yes\n[tenant alpha]\ntoken = s3cret\n")
+    try:
+        rc, r, err = info(d)
+        check(rc == 0, f"allow_anonymous = yes: a client with no credential is served ({err})")
+        rc, r, err = info(d, token="guess")
+        check(rc != 0 and "refused this client: unknown credential" in err,
+              f"but an unknown credential is still refused, not taken as anonymous (exit {rc}: {err})")
+        check("tenant anonymous" in d.text(), "the log names the anonymous tenant")
+    finally:
+        d.stop()
+
 
 # ---------------------------------------------------------------- release
 
@@ -490,13 +503,10 @@ def multigpu(tmp):
         d.stop()
 
 
-# KNOWN DAEMON BUG, registered with should_fail in meson.build until it is fixed:
-# cuDeviceGet's ordinal is not mapped through the client's REMORA_VISIBLE_DEVICES. The
-# generated handler (handle_cuDeviceGet, from scripts/gen_api.py) passes the client's
-# ordinal to the driver as a host ordinal, then maps the host device it gets back to
-# the client's ordinal (rm_session_device_out). With REMORA_VISIBLE_DEVICES=1,
-# cuDeviceGet(&d, 0) asks for host GPU 0, which the client does not see:
-# CUDA_ERROR_INVALID_DEVICE; with 1,0 it gives d = 1 for ordinal 0 and d = 0 for 1.
+# A regression test: cuDeviceGet's ordinal was once passed to the driver as a host
+# ordinal (the generated handler), so that with REMORA_VISIBLE_DEVICES=1 cuDeviceGet(&d, 0)
+# failed with CUDA_ERROR_INVALID_DEVICE and with 1,0 gave d = 1 for ordinal 0 (fixed in
+# 8a79da7 by a hand-written rm_handle_cuDeviceGet).
 def deviceget(tmp):
     d = Daemon(tmp, "deviceget", "", env={"REMORA_TESTDRIVER_DEVICES": "2"})
     try:
@@ -506,6 +516,8 @@ def deviceget(tmp):
             check(rc == 0 and r.get("count") and r["devices"] == want,
                   f"REMORA_VISIBLE_DEVICES={visible}: cuDeviceGet(&d, i) gives d = i for each ordinal "
                   f"(got {r['devices']}, {err})")
+            check(r.get("past") == "CUDA_ERROR_INVALID_DEVICE",
+                  f"REMORA_VISIBLE_DEVICES={visible}: cuDeviceGet past the last ordinal is refused ({r.get('past')})")
     finally:
         d.stop()
 

@@ -4,7 +4,8 @@
  *
  *   tenant_probe info
  *       prints "count N"; for each device it sees "device I RESULT DEV" (cuDeviceGet)
- *       and "uuid I HEX"; then "ctx HANDLE" (device 0's primary context) and
+ *       and "uuid I HEX", "past RESULT" (cuDeviceGet of ordinal N); then "ctx HANDLE"
+ *       (device 0's primary context) and
  *       "mem FREE TOTAL" (cuMemGetInfo there)
  *   tenant_probe alloc MIB...
  *       allocates each size in turn on device 0, printing "alloc MIB RESULT" (an error
@@ -114,6 +115,8 @@ static int mode_info(void)
 			printf("%02x", (unsigned char)u.bytes[k]);
 		printf("\n");
 	}
+	CUdevice past;
+	printf("past %s\n", name_of(cuDeviceGet(&past, count)));
 	CUcontext ctx;
 	size_t free_b, total_b;
 	CHECK(cuDevicePrimaryCtxRetain(&ctx, 0));
