@@ -2,13 +2,100 @@
  * Copy data travels as bulk, straight from or into the program's buffer. */
 #include "client.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "remora.pb-c.h"
+
+/* Pre-faulting a pageable destination. A program's fresh buffer (malloc, or
+ * calloc, which leaves new pages untouched) takes a page fault, and the kernel
+ * zeroes a page, for every 4 KiB the reply's bulk is received into; done by
+ * the receiving thread, that halves a large copy's rate. A helper thread
+ * populates the range (MADV_POPULATE_WRITE: faults pages in writable, leaves
+ * present ones and every byte as they are) from its start while the reply is
+ * on its way, and the receive follows behind it on another core. */
+#define PREFAULT_MIN (4u << 20)  /* smaller copies are not worth the hand-off */
+#define PREFAULT_STEP (2u << 20) /* populated per madvise, so a cancel is quick */
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t changed;
+	char *next, *end; /* left to populate; next == end when idle */
+	int claimed;      /* a copy owns the helper (one copy at a time) */
+	int in_step;      /* the helper is inside madvise */
+	int state;        /* 0 not started, 1 running, -1 unavailable */
+} prefault = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0};
+
+static void *prefault_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&prefault.lock);
+	for (;;) {
+		while (prefault.next == prefault.end)
+			pthread_cond_wait(&prefault.changed, &prefault.lock);
+		char *p = prefault.next;
+		size_t len = (size_t)(prefault.end - p) < PREFAULT_STEP ? (size_t)(prefault.end - p) : PREFAULT_STEP;
+		prefault.next = p + len;
+		prefault.in_step = 1;
+		pthread_mutex_unlock(&prefault.lock);
+		int err = madvise(p, len, MADV_POPULATE_WRITE) ? errno : 0;
+		pthread_mutex_lock(&prefault.lock);
+		prefault.in_step = 0;
+		if (err == EINVAL) { /* a kernel before 5.14: never again */
+			prefault.state = -1;
+			prefault.next = prefault.end;
+		} else if (err) { /* not plain writable memory: leave this range to the receive */
+			prefault.next = prefault.end;
+		}
+		pthread_cond_broadcast(&prefault.changed);
+	}
+	return NULL;
+}
+
+/* Starts populating [p, p + n) behind the caller's back; 1 when the caller must call prefault_end. */
+static int prefault_begin(void *p, size_t n)
+{
+	if (n < PREFAULT_MIN || rm_host_alloc_find(p, NULL, NULL, NULL)) /* pinned memory is locked in already */
+		return 0;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	uintptr_t start = ((uintptr_t)p + page - 1) & ~(uintptr_t)(page - 1);
+	uintptr_t end = ((uintptr_t)p + n) & ~(uintptr_t)(page - 1);
+	int started = 0;
+	pthread_mutex_lock(&prefault.lock);
+	if (prefault.state == 0) {
+		pthread_t t;
+		pthread_attr_t attr;
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		prefault.state = pthread_create(&t, &attr, prefault_main, NULL) ? -1 : 1;
+		pthread_attr_destroy(&attr);
+	}
+	if (prefault.state == 1 && !prefault.claimed) {
+		prefault.claimed = 1;
+		prefault.next = (char *)start;
+		prefault.end = (char *)end;
+		pthread_cond_broadcast(&prefault.changed);
+		started = 1;
+	}
+	pthread_mutex_unlock(&prefault.lock);
+	return started;
+}
+
+/* Cancels what is left and waits until the helper no longer touches the range. */
+static void prefault_end(void)
+{
+	pthread_mutex_lock(&prefault.lock);
+	prefault.next = prefault.end;
+	while (prefault.in_step)
+		pthread_cond_wait(&prefault.changed, &prefault.lock);
+	prefault.claimed = 0;
+	pthread_mutex_unlock(&prefault.lock);
+}
 
 static CUresult copy_to_device(uint32_t op, CUdeviceptr dst, const void *src, size_t n, CUstream stream)
 {
@@ -35,7 +122,11 @@ static CUresult copy_from_device(uint32_t op, void *dst, CUdeviceptr src, size_t
 	req.count = n;
 	req.stream = (uint64_t)(uintptr_t)stream;
 	struct rm_rpc_call c = {.op = op, .req = &req.base, .bulk_in = dst, .bulk_in_len = n};
-	return rm_rpc(&c);
+	int prefaulting = prefault_begin(dst, n);
+	CUresult r = rm_rpc(&c);
+	if (prefaulting)
+		prefault_end();
+	return r;
 }
 
 RM_EXPORT CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
