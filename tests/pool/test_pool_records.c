@@ -10,6 +10,7 @@
 
 #include "http.h"
 #include "json.h"
+#include "placement.h"
 #include "pool.h"
 
 static int failures;
@@ -104,11 +105,44 @@ static void test_http_refused(void)
 	EXPECT(strstr(e.error, "cannot reach etcd at") != NULL);
 }
 
+static void member(struct rm_pool_member *m, const char *host, const char *state, int clients, uint64_t free_mib)
+{
+	memset(m, 0, sizeof(*m));
+	snprintf(m->host, sizeof(m->host), "%s", host);
+	snprintf(m->state, sizeof(m->state), "%s", state);
+	m->registered = 1;
+	m->clients = clients;
+	m->ngpus = 1;
+	m->gpus[0].total_bytes = 8192ull << 20;
+	m->gpus[0].free_bytes = free_mib << 20;
+}
+
+static void test_placement_order(void)
+{
+	struct rm_pool_member m[6];
+	member(&m[0], "a", "serving", 2, 4000);
+	member(&m[1], "b", "serving", 0, 1000);
+	member(&m[2], "c", "serving", 0, 3000);
+	member(&m[3], "d", "draining", 0, 8000);
+	member(&m[4], "e", "serving", 0, 8000);
+	snprintf(m[4].admin, sizeof(m[4].admin), "draining"); /* decided, not yet mirrored */
+	member(&m[5], "f", "serving", 1, 3000);
+	int order[6];
+	int n = rm_placement_order(m, 6, 0, order);
+	EXPECT(n == 4 && order[0] == 2 && order[1] == 1 && order[2] == 5 && order[3] == 0);
+	n = rm_placement_order(m, 6, 2000ull << 20, order);
+	EXPECT(n == 3 && order[0] == 2 && order[1] == 5 && order[2] == 0);
+	m[1].registered = 0;
+	n = rm_placement_order(m, 6, 0, order);
+	EXPECT(n == 3 && order[0] == 2);
+}
+
 int main(void)
 {
 	test_json();
 	test_member_round_trip();
 	test_http_refused();
+	test_placement_order();
 	if (failures)
 		fprintf(stderr, "test_pool_records: %d check(s) failed\n", failures);
 	return failures ? 1 : 0;
