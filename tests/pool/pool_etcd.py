@@ -183,6 +183,9 @@ def main():
               "the daemon mirrors the drain")
         rc, out, err = run_probe({"REMORA_SERVER": addr["node-c"]}, "free")
         check(rc != 0 and "draining" in err, "the drained daemon refuses a new client that names it")
+        rc, out, err = run_probe({"REMORA_SERVER": f"{addr['node-c']},{addr['node-b']}"}, "free")
+        check(rc == 0 and connected_to(err) == addr["node-b"] and "trying the next" in err,
+              "a client refused by one server of a REMORA_SERVER list tries the next")
         wout, werr = worker.communicate(timeout=60)
         check(worker.returncode == 0 and wout.strip() == "ok", "a client working on node-c finished its work")
         check(hold.poll() is None, "the held client on node-c is still connected")
