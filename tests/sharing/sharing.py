@@ -349,7 +349,8 @@ def release_on_disconnect(tmp):
         check(q.get("free") == 44 * MIB, f"alpha's quota is charged with it (free {q.get('free')})")
         h.send_signal(signal.SIGKILL)
         h.wait()
-        after = wait_for(lambda: (lambda f: f if f == before["free"] else None)(info(d)[1].get("free")), timeout=10)
+        wait_for(lambda: info(d)[1].get("free") == before["free"], timeout=10)
+        after = info(d)[1].get("free")
         check(after == before["free"], f"after SIGKILL the observer sees all the memory free again ({before['free']} -> {after})")
         q = info(d, token="alpha-secret")[1]
         check(q.get("free") == 300 * MIB, f"alpha's quota charge is released (free {q.get('free')})")
