@@ -236,10 +236,21 @@ def isolation(tmp):
             check(f"refused handle 0x{v:x} " in text, f"the log records the refused {kind} 0x{v:x}")
         ptr = int(h["ptr"], 16)
         check(f"refused device range 0x{ptr:x}+" in text, f"the log records the refused range at 0x{ptr:x}")
+
+        # Clients of one context do not wait for each other: a client's NULL stream and
+        # cuCtxSynchronize cover only its own work.
+        sleeper = client(d, tenant_probe, "sleep", image, "3000")
+        check(sleeper.stdout.readline().strip() == "launched", "a client launched a 3 s kernel on its NULL stream")
+        rc, out, err = finish(client(d, tenant_probe, "quick"))
+        ms = int(out.split()[1]) if out.startswith("quick ") else None
+        check(rc == 0 and ms is not None and ms < 1500 and sleeper.poll() is None,
+              f"meanwhile another's memset, cuCtxSynchronize and copy on its NULL stream took {ms} ms ({err.strip()})")
+        rc, out, err = finish(sleeper)
+        check(rc == 0 and out.startswith("slept ") and int(out.split()[1]) >= 2900,
+              f"the sleeping client's cuCtxSynchronize did wait for its kernel ({out.strip()} {err.strip()})")
         check(d.proc.poll() is None, "remorad is still running")
     finally:
         d.stop()
-    return d
 
 
 # ---------------------------------------------------------------- quota

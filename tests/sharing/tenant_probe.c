@@ -18,6 +18,12 @@
  *   tenant_probe hold IMAGE MIB N
  *       loads IMAGE, creates a stream and an event, allocates N pieces of MIB MiB and
  *       fills them with a kernel; prints "ready" and waits to be killed
+ *   tenant_probe sleep IMAGE MS
+ *       launches a kernel that sleeps MS milliseconds on its NULL stream, prints
+ *       "launched", waits with cuCtxSynchronize and prints "slept ELAPSED_MS"
+ *   tenant_probe quick
+ *       allocates, sets, synchronizes its context and NULL stream and copies back;
+ *       prints "quick ELAPSED_MS"
  *   tenant_probe owner IMAGE
  *       client A of the isolation test: allocates and fills memory, creates a stream and
  *       an event, loads IMAGE as a module (a function, a global) and as a library (a
@@ -33,6 +39,7 @@
  */
 #include <cuda.h>
 #include <stdint.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +83,13 @@ static CUcontext open_device0(void)
 	CHECK(cuDevicePrimaryCtxRetain(&ctx, 0));
 	CHECK(cuCtxSetCurrent(ctx));
 	return ctx;
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
 static unsigned pattern(unsigned i) { return i * 2654435761u + 12345u; }
@@ -455,6 +469,42 @@ static int mode_intrude(const char *image, char **v)
 	return failures ? 1 : 0;
 }
 
+static int mode_sleep(const char *image, long ms)
+{
+	CUmodule mod;
+	CUfunction f;
+	unsigned long long ns = (unsigned long long)ms * 1000000ull;
+	void *params[] = {&ns};
+	open_device0();
+	CHECK(cuModuleLoad(&mod, image));
+	CHECK(cuModuleGetFunction(&f, mod, "sleepNs"));
+	double t0 = now_ms();
+	CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
+	CHECK(cuStreamQuery(NULL) == CUDA_ERROR_NOT_READY ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN);
+	printf("launched\n");
+	CHECK(cuCtxSynchronize());
+	printf("slept %.0f\n", now_ms() - t0);
+	CHECK(cuModuleUnload(mod));
+	return 0;
+}
+
+static int mode_quick(void)
+{
+	unsigned char back[4096];
+	CUdeviceptr p;
+	open_device0();
+	double t0 = now_ms();
+	CHECK(cuMemAlloc(&p, sizeof(back)));
+	CHECK(cuMemsetD8(p, 0x3c, sizeof(back)));
+	CHECK(cuCtxSynchronize());
+	CHECK(cuMemcpyDtoH(back, p, sizeof(back)));
+	CHECK(cuStreamSynchronize(NULL));
+	EXPECT(back[0] == 0x3c && back[sizeof(back) - 1] == 0x3c, "the memset did not reach the memory");
+	printf("quick %.0f\n", now_ms() - t0);
+	CHECK(cuMemFree(p));
+	return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -466,11 +516,15 @@ int main(int argc, char **argv)
 		return mode_quota(strtoull(argv[2], NULL, 10), strtoull(argv[3], NULL, 10));
 	if (argc == 5 && !strcmp(argv[1], "hold"))
 		return mode_hold(argv[2], strtoull(argv[3], NULL, 10), atoi(argv[4]));
+	if (argc == 4 && !strcmp(argv[1], "sleep"))
+		return mode_sleep(argv[2], atol(argv[3]));
+	if (argc == 2 && !strcmp(argv[1], "quick"))
+		return mode_quick();
 	if (argc == 3 && !strcmp(argv[1], "owner"))
 		return mode_owner(argv[2]);
 	if (argc == 12 && !strcmp(argv[1], "intrude"))
 		return mode_intrude(argv[2], argv + 3);
 	fprintf(stderr, "usage: tenant_probe info | alloc MIB... | quota LIMIT_MIB CHUNK_MIB | hold IMAGE MIB N |\n"
-			"       owner IMAGE | intrude IMAGE CTX PTR STREAM EVENT MODULE FUNC GLOBAL LIBRARY KERNEL\n");
+			"       sleep IMAGE MS | quick | owner IMAGE | intrude IMAGE CTX PTR STREAM EVENT MODULE FUNC GLOBAL LIBRARY KERNEL\n");
 	return 2;
 }
