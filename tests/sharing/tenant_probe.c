@@ -23,7 +23,7 @@
  *       "launched", waits with cuCtxSynchronize and prints "slept ELAPSED_MS"
  *   tenant_probe quick
  *       allocates, sets, synchronizes its context and NULL stream and copies back;
- *       prints "quick ELAPSED_MS"
+ *       prints "quick ELAPSED_MS connect MS context MS", then frees and prints "free MS"
  *   tenant_probe owner IMAGE
  *       client A of the isolation test: allocates and fills memory, creates a stream and
  *       an event, loads IMAGE as a module (a function, a global) and as a library (a
@@ -492,16 +492,21 @@ static int mode_quick(void)
 {
 	unsigned char back[4096];
 	CUdeviceptr p;
-	open_device0();
 	double t0 = now_ms();
+	CHECK(cuInit(0));
+	double t1 = now_ms();
+	open_device0();
+	double t2 = now_ms();
 	CHECK(cuMemAlloc(&p, sizeof(back)));
 	CHECK(cuMemsetD8(p, 0x3c, sizeof(back)));
 	CHECK(cuCtxSynchronize());
 	CHECK(cuMemcpyDtoH(back, p, sizeof(back)));
 	CHECK(cuStreamSynchronize(NULL));
 	EXPECT(back[0] == 0x3c && back[sizeof(back) - 1] == 0x3c, "the memset did not reach the memory");
-	printf("quick %.0f\n", now_ms() - t0);
+	printf("quick %.0f connect %.0f context %.0f\n", now_ms() - t2, t1 - t0, t2 - t1);
+	double t3 = now_ms();
 	CHECK(cuMemFree(p));
+	printf("free %.0f\n", now_ms() - t3);
 	return failures ? 1 : 0;
 }
 
