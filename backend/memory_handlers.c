@@ -43,7 +43,7 @@ void rm_handle_cuMemFree_v2(struct rm_session *s, struct rm_request *rq)
 			r = CUDA_ERROR_INVALID_VALUE;
 		} else {
 			uint64_t size = rm_session_find(s, RM_H_MEMORY, req->dptr)->size;
-			r = rm_drv.cuMemFree_v2(req->dptr);
+			r = rm_session_free_memory(s, req->dptr);
 			if (r == CUDA_SUCCESS) {
 				rm_session_disown_value(s, RM_H_MEMORY, req->dptr);
 				rm_session_uncharge(s, size);

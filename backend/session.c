@@ -374,6 +374,23 @@ CUresult rm_session_synchronize(struct rm_session *s)
 	return first;
 }
 
+CUresult rm_session_free_memory(struct rm_session *s, uint64_t ptr)
+{
+	CUcontext owner = NULL;
+	struct rm_session_ctx *c = NULL;
+	if (rm_drv.cuMemFreeAsync && rm_drv.cuPointerGetAttribute &&
+	    rm_drv.cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, ptr) == CUDA_SUCCESS)
+		for (int i = 0; i < s->nctx && !c; i++)
+			if (s->ctxs[i].ctx == owner)
+				c = &s->ctxs[i];
+	if (!c || c != s->cur)
+		return rm_drv.cuMemFree_v2(ptr);
+	CUresult r = rm_session_synchronize(s);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv.cuMemFreeAsync(ptr, c->default_stream);
+	return r;
+}
+
 CUresult rm_session_staging(struct rm_session *s, int i, void **buf)
 {
 	if (!s->staging[i]) {
@@ -387,6 +404,17 @@ CUresult rm_session_staging(struct rm_session *s, int i, void **buf)
 	CUresult r = rm_drv.cuEventSynchronize(s->staging_done[i]);
 	*buf = s->staging[i];
 	return r;
+}
+
+/* Frees memory whose users are known to be done, without cuMemFree's wait for the
+ * whole shared context. */
+static void free_drained(struct rm_session *s, uint64_t ptr)
+{
+	CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+	if (rm_drv.cuMemFreeAsync && s->nctx)
+		r = rm_drv.cuMemFreeAsync(ptr, s->ctxs[0].default_stream);
+	if (r != CUDA_SUCCESS)
+		rm_drv.cuMemFree_v2(ptr);
 }
 
 /* Releases what the client holds, in an order the driver accepts: work
@@ -417,7 +445,7 @@ size_t rm_session_release_all(struct rm_session *s)
 			case RM_H_STREAM: rm_drv.cuStreamDestroy_v2(p); break;
 			case RM_H_MODULE: if (!h->parent) rm_image_unload(RM_H_MODULE, p); break; /* else a library's own */
 			case RM_H_LIBRARY: rm_image_unload(RM_H_LIBRARY, p); break;
-			case RM_H_MEMORY: rm_drv.cuMemFree_v2(h->value); break;
+			case RM_H_MEMORY: free_drained(s, h->value); break;
 			}
 			freed++;
 		}

@@ -13,8 +13,7 @@
   multigpu   REMORA_VISIBLE_DEVICES selects and orders the GPUs a client sees; per-GPU
              admission counts only the clients that see that GPU
   deviceget  cuDeviceGet under REMORA_VISIBLE_DEVICES
-  freestall  a client's cuMemFree does not wait for other clients' kernels (a known daemon
-             issue: see freestall())
+  freestall  a client's cuMemFree does not wait for other clients' kernels
 
 usage: sharing.py SCENARIO REMORAD DRIVER REMORA TENANT_PROBE PROBE IMAGE
 """

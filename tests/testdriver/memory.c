@@ -156,6 +156,24 @@ TD_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 	return CUDA_SUCCESS;
 }
 
+/* Stream-ordered free: only the stream's earlier work must be done, not the context's.
+ * Modelled by waiting for that stream, then freeing. */
+TD_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream handle)
+{
+	struct td_stream *s;
+	CUresult rc = td_resolve_stream(handle, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!dptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct td_alloc a;
+	if (!td_find_alloc(dptr, 1, &a) || a.base != dptr || a.kind != TD_ALLOC_DEVICE || !a.ctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	td_stream_synchronize(s);
+	td_free_device_range(a.base);
+	return CUDA_SUCCESS;
+}
+
 TD_EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
 {
 	struct td_context *ctx;
