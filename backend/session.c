@@ -445,7 +445,10 @@ size_t rm_session_release_all(struct rm_session *s)
 			case RM_H_STREAM: rm_drv.cuStreamDestroy_v2(p); break;
 			case RM_H_MODULE: if (!h->parent) rm_image_unload(RM_H_MODULE, p); break; /* else a library's own */
 			case RM_H_LIBRARY: rm_image_unload(RM_H_LIBRARY, p); break;
-			case RM_H_MEMORY: free_drained(s, h->value); break;
+			case RM_H_MEMORY: /* the quota is released with the memory, not later with the slot */
+				free_drained(s, h->value);
+				rm_session_uncharge(s, h->size);
+				break;
 			}
 			freed++;
 		}
