@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "size.h"
 
 void rm_config_defaults(struct rm_daemon_config *c)
 {
@@ -20,31 +21,6 @@ void rm_config_defaults(struct rm_daemon_config *c)
 	snprintf(c->module_loading, sizeof(c->module_loading), "eager");
 	snprintf(c->anonymous.name, sizeof(c->anonymous.name), "anonymous");
 	c->lease_ttl_s = 10;
-}
-
-int rm_config_parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (end == s || errno || *s == '-')
-		return -1;
-	int shift = 0;
-	switch (toupper((unsigned char)*end)) {
-	case 'K': shift = 10; break;
-	case 'M': shift = 20; break;
-	case 'G': shift = 30; break;
-	case 'T': shift = 40; break;
-	case 0: break;
-	default: return -1;
-	}
-	if (*end && end[1] && !(toupper((unsigned char)end[1]) == 'B' && !end[2]) &&
-	    !(toupper((unsigned char)end[1]) == 'I' && toupper((unsigned char)end[2]) == 'B' && !end[3]))
-		return -1;
-	if (shift && v > (UINT64_MAX >> shift))
-		return -1;
-	*out = (uint64_t)v << shift;
-	return 0;
 }
 
 static int parse_int(const char *s, int lo, int hi, int *out)
@@ -104,9 +80,9 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 	else if (!strcmp(key, "max_clients_per_gpu"))
 		bad = parse_int(v, 0, 1 << 20, &c->max_clients_per_gpu);
 	else if (!strcmp(key, "client_memory_limit"))
-		bad = rm_config_parse_size(v, &c->client_memory_limit);
+		bad = rm_parse_size(v, &c->client_memory_limit);
 	else if (!strcmp(key, "tenant_memory_limit"))
-		bad = rm_config_parse_size(v, &c->tenant_memory_limit);
+		bad = rm_parse_size(v, &c->tenant_memory_limit);
 	else if (!strcmp(key, "tenant_isolation")) {
 		if (!strcmp(v, "process"))
 			c->isolation = RM_ISOLATE_PROCESS;
@@ -143,9 +119,9 @@ static int set_tenant(struct rm_tenant_config *t, const char *key, const char *v
 	if (!strcmp(key, "token"))
 		bad = copy_str(t->token, sizeof(t->token), v) || !*v;
 	else if (!strcmp(key, "memory_limit"))
-		bad = rm_config_parse_size(v, &t->memory_limit);
+		bad = rm_parse_size(v, &t->memory_limit);
 	else if (!strcmp(key, "client_memory_limit"))
-		bad = rm_config_parse_size(v, &t->client_memory_limit);
+		bad = rm_parse_size(v, &t->client_memory_limit);
 	else {
 		snprintf(why, whylen, "unknown tenant setting '%s'", key);
 		return -1;

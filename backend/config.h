@@ -54,7 +54,5 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *value
 /* The tenant presenting token, or NULL; a zero-length token is the anonymous tenant. */
 const struct rm_tenant_config *rm_config_tenant(const struct rm_daemon_config *c, const void *token,
 						size_t len);
-/* Parses a byte size: digits with an optional K, M, G or T suffix (powers of 1024). */
-int rm_config_parse_size(const char *s, uint64_t *out);
 
 #endif

@@ -97,10 +97,8 @@ static void *reap_workers(void *arg)
 		int status;
 		pid_t pid = waitpid(-1, &status, 0);
 		if (pid < 0) {
-			if (errno == ECHILD) {
-				sleep(1);
-				continue;
-			}
+			if (errno == ECHILD)
+				sleep(1); /* no worker yet */
 			continue;
 		}
 		pthread_mutex_lock(&workers_lock);

@@ -2,12 +2,12 @@
  * asked anything until the caller dials. */
 #include "placement.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
+
+#include "size.h"
 
 #define DEFAULT_SERVER "127.0.0.1:7700"
 
@@ -36,34 +36,11 @@ int rm_placement_order(const struct rm_pool_member *m, int n, uint64_t min_free,
 	return count;
 }
 
-/* Digits with an optional K, M, G or T (powers of 1024). */
-static int parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (end == s || errno || *s == '-')
-		return -1;
-	int shift = 0;
-	switch (toupper((unsigned char)*end)) {
-	case 0: break;
-	case 'K': shift = 10; break;
-	case 'M': shift = 20; break;
-	case 'G': shift = 30; break;
-	case 'T': shift = 40; break;
-	default: return -1;
-	}
-	if (*end && end[1] && strcasecmp(end + 1, "B") && strcasecmp(end + 1, "iB"))
-		return -1;
-	*out = (uint64_t)v << shift;
-	return 0;
-}
-
 static int from_pool(struct rm_candidates *c, const char *endpoints)
 {
 	uint64_t min_free = 0;
 	const char *mf = getenv("REMORA_MIN_FREE_MEMORY");
-	if (mf && *mf && parse_size(mf, &min_free)) {
+	if (mf && *mf && rm_parse_size(mf, &min_free)) {
 		fprintf(stderr, "remora: REMORA_MIN_FREE_MEMORY=%s is not a size (e.g. 512M, 8G)\n", mf);
 		return -EINVAL;
 	}
