@@ -19,6 +19,8 @@ void rm_config_defaults(struct rm_daemon_config *c)
 	c->isolation = RM_ISOLATE_PROCESS;
 	c->allow_anonymous = 1;
 	snprintf(c->module_loading, sizeof(c->module_loading), "eager");
+	c->hardware_queues = 32;
+	c->queue_sharing_wait = 1;
 	snprintf(c->anonymous.name, sizeof(c->anonymous.name), "anonymous");
 	c->lease_ttl_s = 10;
 }
@@ -94,6 +96,12 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 		bad = strcmp(v, "eager") && strcmp(v, "lazy");
 		if (!bad)
 			snprintf(c->module_loading, sizeof(c->module_loading), "%s", v);
+	} else if (!strcmp(key, "hardware_queues"))
+		bad = parse_int(v, 1, 32, &c->hardware_queues);
+	else if (!strcmp(key, "queue_sharing")) {
+		bad = strcmp(v, "wait") && strcmp(v, "direct");
+		if (!bad)
+			c->queue_sharing_wait = !strcmp(v, "wait");
 	} else if (!strcmp(key, "allow_anonymous"))
 		bad = parse_bool(v, &c->allow_anonymous);
 	else if (!strcmp(key, "pool"))

@@ -32,6 +32,8 @@ struct rm_daemon_config {
 	uint64_t tenant_memory_limit; /* device bytes per tenant unless its section says; 0: no limit */
 	enum rm_tenant_isolation isolation;
 	char module_loading[16];      /* CUDA_MODULE_LOADING for workers: "eager" (default) or "lazy" */
+	int hardware_queues;          /* CUDA_DEVICE_MAX_CONNECTIONS for workers, 1..32 (default 32) */
+	int queue_sharing_wait;       /* queue_sharing = wait (1, default) | direct (0): stream_pool.h */
 	int allow_anonymous;          /* serve clients presenting no credential, as tenant "anonymous" */
 	struct rm_tenant_config anonymous;
 	struct rm_tenant_config tenants[RM_CONFIG_MAX_TENANTS];

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "registry.h"
 #include "server.h"
+#include "stream_pool.h"
 
 static void usage(FILE *f)
 {
@@ -135,10 +136,13 @@ int main(int argc, char **argv)
 		/* Loading code into a shared context waits for every client's kernels: load it
 		 * all when the image arrives rather than at some client's first launch. */
 		setenv("CUDA_MODULE_LOADING", !strcmp(cfg.module_loading, "lazy") ? "LAZY" : "EAGER", 1);
-		/* Streams share the context's hardware work queues (8 unless asked): a client's
-		 * command waiting on its own kernel stalls the others queued behind it, so ask
-		 * for the most the driver gives, unless the administrator chose. */
-		setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+		/* Streams share the context's hardware work queues (8 unless asked): ask for
+		 * as many as configured (32, the most the driver gives, by default); the
+		 * stream pool keeps clients from holding each other up in them. */
+		char queues[16];
+		snprintf(queues, sizeof(queues), "%d", cfg.hardware_queues);
+		setenv("CUDA_DEVICE_MAX_CONNECTIONS", queues, 1);
+		rm_stream_pool_configure(cfg.hardware_queues, cfg.queue_sharing_wait);
 		int count;
 		if (registry_fd < 0 || rm_registry_attach(registry_fd) || load_driver(&cfg, &count) < 0)
 			return 1;

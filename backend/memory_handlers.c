@@ -95,7 +95,7 @@ static void copy_in(struct rm_session *s, struct rm_request *rq, int wait)
 		return;
 	uint64_t n = rq->frame.bulk_len;
 	CUstream stream = NULL;
-	CUresult r = rm_session_stream(s, req->stream, rq->frame.flags, &stream);
+	CUresult r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &stream);
 	if (r == CUDA_SUCCESS)
 		r = rm_session_check_range(s, req->dst, n);
 	for (uint64_t done = 0; r == CUDA_SUCCESS && done < n;) {
@@ -140,7 +140,7 @@ static void copy_out(struct rm_session *s, struct rm_request *rq)
 		return;
 	uint64_t n = req->count;
 	CUstream stream = NULL;
-	CUresult r = rm_session_stream(s, req->stream, rq->frame.flags, &stream);
+	CUresult r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &stream);
 	if (r == CUDA_SUCCESS)
 		r = rm_session_check_range(s, req->src, n);
 	if (r == CUDA_SUCCESS)

@@ -104,7 +104,7 @@ static CUresult launch_config(struct rm_session *s, struct rm_request *rq, const
 {
 	CUresult r = rm_session_use(s, RM_H_FUNCTION, req->func, func);
 	if (r == CUDA_SUCCESS)
-		r = rm_session_stream(s, req->stream, rq->frame.flags, &cfg->hStream);
+		r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &cfg->hStream);
 	if (r == CUDA_SUCCESS && req->attrs.len % sizeof(CUlaunchAttribute))
 		r = CUDA_ERROR_INVALID_VALUE;
 	cfg->gridDimX = req->grid_x;

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "registry.h"
 #include "server.h"
+#include "stream_pool.h"
 
 #define STAGING_SIZE (8u << 20)
 #define TOMBSTONE UINT32_MAX
@@ -238,9 +239,9 @@ static CUresult per_thread_stream(struct rm_session_ctx *c, CUstream *out)
 {
 	if (!c->per_thread) {
 		CUstream st;
-		CUresult r = rm_drv.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING);
+		CUresult r = rm_stream_pool_take(c->ctx, 0, &st);
 		if (r == CUDA_SUCCESS && (r = rm_stream_order_add(c, st)) != CUDA_SUCCESS)
-			rm_drv.cuStreamDestroy_v2(st);
+			rm_stream_pool_give(st);
 		if (r != CUDA_SUCCESS)
 			return r;
 		c->per_thread = st;
@@ -266,6 +267,12 @@ CUresult rm_session_stream(struct rm_session *s, uint64_t v, uint32_t frame_flag
 	if (r == CUDA_SUCCESS && s->cur)
 		r = rm_stream_order_before(s->cur, *out);
 	return r;
+}
+
+CUresult rm_session_stream_submit(struct rm_session *s, uint64_t v, uint32_t frame_flags, CUstream *out)
+{
+	CUresult r = rm_session_stream(s, v, frame_flags, out);
+	return r == CUDA_SUCCESS ? rm_stream_pool_before_submit(*out) : r;
 }
 
 CUresult rm_session_check_range(struct rm_session *s, uint64_t ptr, uint64_t len)
@@ -323,7 +330,7 @@ CUresult rm_session_add_ctx(struct rm_session *s, CUdevice dev, CUcontext *out)
 	r = rm_drv.cuCtxSetCurrent(ctx);
 	CUstream stream = NULL;
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+		r = rm_stream_pool_take(ctx, 0, &stream);
 	rm_drv.cuCtxSetCurrent(prev);
 	if (r != CUDA_SUCCESS) {
 		rm_gpu_release(dev);
@@ -442,7 +449,7 @@ size_t rm_session_release_all(struct rm_session *s)
 			void *p = (void *)(uintptr_t)h->value;
 			switch (h->kind) {
 			case RM_H_EVENT: rm_drv.cuEventDestroy_v2(p); break;
-			case RM_H_STREAM: rm_drv.cuStreamDestroy_v2(p); break;
+			case RM_H_STREAM: rm_stream_pool_give(p); break;
 			case RM_H_MODULE: if (!h->parent) rm_image_unload(RM_H_MODULE, p); break; /* else a library's own */
 			case RM_H_LIBRARY: rm_image_unload(RM_H_LIBRARY, p); break;
 			case RM_H_MEMORY: /* the quota is released with the memory, not later with the slot */
@@ -476,8 +483,8 @@ void rm_session_destroy(struct rm_session *s)
 		rm_drv.cuCtxSetCurrent(s->ctxs[i].ctx);
 		rm_stream_order_release(&s->ctxs[i]);
 		if (s->ctxs[i].per_thread)
-			rm_drv.cuStreamDestroy_v2(s->ctxs[i].per_thread);
-		rm_drv.cuStreamDestroy_v2(s->ctxs[i].default_stream);
+			rm_stream_pool_give(s->ctxs[i].per_thread);
+		rm_stream_pool_give(s->ctxs[i].default_stream);
 		rm_gpu_release(s->ctxs[i].dev);
 	}
 	rm_drv.cuCtxSetCurrent(NULL);

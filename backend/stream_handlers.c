@@ -1,11 +1,13 @@
 /* Streams and the calls CUDA runs on the NULL stream. The driver's streams of a
- * client are all created non-blocking and the context's real NULL stream is never
- * used, so clients never wait on one another; each client's legacy stream keeps
- * CUDA's ordering against its own blocking streams (stream_order.c). */
+ * client are all non-blocking, taken from the worker's pool (stream_pool.c), and the
+ * context's real NULL stream is never used, so clients never wait on one another;
+ * each client's legacy stream keeps CUDA's ordering against its own blocking
+ * streams (stream_order.c). */
 #include "dispatch.h"
 
 #include "api.pb-c.h"
 #include "log.h"
+#include "stream_pool.h"
 
 static CUresult create_stream(struct rm_session *s, unsigned flags, int priority, int with_priority, CUstream *out)
 {
@@ -13,12 +15,18 @@ static CUresult create_stream(struct rm_session *s, unsigned flags, int priority
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (flags & ~(unsigned)CU_STREAM_NON_BLOCKING)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult r = with_priority ? rm_drv.cuStreamCreateWithPriority(out, CU_STREAM_NON_BLOCKING, priority)
-				   : rm_drv.cuStreamCreate(out, CU_STREAM_NON_BLOCKING);
+	if (with_priority) { /* clamped to the range, as CUDA does */
+		int least = 0, greatest = 0;
+		CUresult r = rm_drv.cuCtxGetStreamPriorityRange(&least, &greatest);
+		if (r != CUDA_SUCCESS)
+			return r;
+		priority = priority > least ? least : priority < greatest ? greatest : priority;
+	}
+	CUresult r = rm_stream_pool_take(s->cur->ctx, priority, out);
 	if (r != CUDA_SUCCESS)
 		return r;
 	if (!(flags & CU_STREAM_NON_BLOCKING) && (r = rm_stream_order_add(s->cur, *out)) != CUDA_SUCCESS) {
-		rm_drv.cuStreamDestroy_v2(*out);
+		rm_stream_pool_give(*out);
 		return r;
 	}
 	rm_session_own(s, RM_H_STREAM, *out, 0);
@@ -52,6 +60,42 @@ void rm_handle_cuStreamCreateWithPriority(struct rm_session *s, struct rm_reques
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
+/* The stream goes back to the pool; its work still runs to the end, as CUDA's does. */
+void rm_handle_cuStreamDestroy_v2(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__CuStreamDestroyV2Req *req = (void *)rm_request_unpack(rq, &remora__cu_stream_destroy_v2__req__descriptor);
+	if (!req)
+		return;
+	CUstream st = NULL;
+	CUresult r = rm_session_use(s, RM_H_STREAM, req->hstream, (void **)&st);
+	if (r == CUDA_SUCCESS) {
+		rm_session_disown(s, RM_H_STREAM, st);
+		rm_stream_pool_give(st);
+	}
+	rm_request_finish(s, rq, r, NULL);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+/* When the stream shares its hardware queue, the wait is done here, so that it holds up
+ * no other client's work queued behind it. */
+void rm_handle_cuStreamWaitEvent(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__CuStreamWaitEventReq *req = (void *)rm_request_unpack(rq, &remora__cu_stream_wait_event__req__descriptor);
+	if (!req)
+		return;
+	CUevent ev = NULL;
+	CUstream st = NULL;
+	CUresult r = rm_session_use(s, RM_H_EVENT, req->hevent, (void **)&ev);
+	if (r == CUDA_SUCCESS)
+		r = rm_session_stream_submit(s, req->hstream, rq->frame.flags, &st);
+	if (r == CUDA_SUCCESS)
+		r = rm_stream_pool_before_wait(st, ev);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv.cuStreamWaitEvent(st, ev, (unsigned)req->flags);
+	rm_request_finish(s, rq, r, NULL);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
 /* The flags the client asked for, not the driver's. */
 void rm_handle_cuStreamGetFlags(struct rm_session *s, struct rm_request *rq)
 {
@@ -70,7 +114,7 @@ void rm_handle_cuStreamGetFlags(struct rm_session *s, struct rm_request *rq)
 /* A NULL-stream call: issued to the client's legacy (or per-thread) stream, then waited for. */
 static CUresult on_null_stream(struct rm_session *s, struct rm_request *rq, CUstream *st)
 {
-	return rm_session_stream(s, 0, rq->frame.flags, st);
+	return rm_session_stream_submit(s, 0, rq->frame.flags, st);
 }
 
 #define MEMSET_HANDLER(NAME, REQ, DESC, FIELD, ASYNC, UNIT)                                             \

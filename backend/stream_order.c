@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "driver_table.h"
+#include "stream_pool.h"
 
 CUresult rm_stream_order_add(struct rm_session_ctx *c, CUstream st)
 {
@@ -62,6 +63,8 @@ CUresult rm_stream_order_before(struct rm_session_ctx *c, CUstream st)
 				continue;
 			r = rm_drv.cuEventRecord(b->done, b->stream);
 			if (r == CUDA_SUCCESS)
+				r = rm_stream_pool_before_wait(c->default_stream, b->done);
+			if (r == CUDA_SUCCESS)
 				r = rm_drv.cuStreamWaitEvent(c->default_stream, b->done, 0);
 			b->legacy_waited = b->work;
 		}
@@ -77,6 +80,8 @@ CUresult rm_stream_order_before(struct rm_session_ctx *c, CUstream st)
 				r = rm_drv.cuEventCreate(&c->legacy_done, CU_EVENT_DISABLE_TIMING);
 			if (r == CUDA_SUCCESS)
 				r = rm_drv.cuEventRecord(c->legacy_done, c->default_stream);
+			if (r == CUDA_SUCCESS)
+				r = rm_stream_pool_before_wait(st, c->legacy_done);
 			if (r == CUDA_SUCCESS)
 				r = rm_drv.cuStreamWaitEvent(st, c->legacy_done, 0);
 			b->waited_legacy = c->legacy_work;

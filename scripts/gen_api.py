@@ -351,9 +351,9 @@ def gen_daemon_handler(fn, entry, fields):
         if f.dir == "in":
             if f.kind == "handle":
                 o.append(f"\t{p.base} {v} = NULL;")
-                fnc = "rm_session_stream" if p.base == "CUstream" else None
-                if fnc:
-                    o.append(f"\tif (r == CUDA_SUCCESS)\n\t\tr = rm_session_stream(s, req->{f.field}, rq->frame.flags, &{v});")
+                if p.base == "CUstream":
+                    fnc = "rm_session_stream_submit" if entry.async_ else "rm_session_stream"
+                    o.append(f"\tif (r == CUDA_SUCCESS)\n\t\tr = {fnc}(s, req->{f.field}, rq->frame.flags, &{v});")
                 else:
                     o.append(f"\tif (r == CUDA_SUCCESS)\n\t\tr = rm_session_use(s, {HANDLE_KINDS[p.base]}, req->{f.field}, (void **)&{v});")
                 call_args.append(v)

@@ -1,0 +1,253 @@
+/* Driver streams on known hardware queues (see stream_pool.h). */
+#include "stream_pool.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "driver_table.h"
+#include "log.h"
+
+#define MAX_QUEUES 32
+#define MAX_CONTEXTS 64
+
+struct pool_stream {
+	CUstream stream;
+	CUcontext ctx;
+	CUevent drained; /* recorded to wait for its work; made at first need */
+	int queue;
+	int priority;
+	int in_use;
+};
+
+struct ctx_pool {
+	CUcontext ctx;
+	uint64_t created;              /* streams made in the context: the next one's queue */
+	int users[MAX_QUEUES];         /* client streams on each queue */
+	struct pool_stream **streams;
+	int n, cap;
+};
+
+static int nqueues = MAX_QUEUES;
+static int wait_shared = 1;
+static struct ctx_pool pools[MAX_CONTEXTS];
+static int npools;
+/* Stream -> entry, open addressing; rebuilt whole when a context is forgotten. */
+static struct pool_stream **index_tab;
+static size_t index_cap, index_used;
+static pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
+
+void rm_stream_pool_configure(int hardware_queues, int wait_when_shared)
+{
+	nqueues = hardware_queues < 1 ? 1 : hardware_queues > MAX_QUEUES ? MAX_QUEUES : hardware_queues;
+	wait_shared = wait_when_shared;
+}
+
+static size_t slot_of(CUstream st, size_t cap)
+{
+	uint64_t h = (uint64_t)(uintptr_t)st * 0x9E3779B97F4A7C15ull;
+	return (size_t)(h >> 17) & (cap - 1);
+}
+
+static struct pool_stream *lookup(CUstream st)
+{
+	if (!index_cap)
+		return NULL;
+	for (size_t i = slot_of(st, index_cap);; i = (i + 1) & (index_cap - 1)) {
+		if (!index_tab[i])
+			return NULL;
+		if (index_tab[i]->stream == st)
+			return index_tab[i];
+	}
+}
+
+static void index_put(struct pool_stream *e)
+{
+	size_t i = slot_of(e->stream, index_cap);
+	while (index_tab[i])
+		i = (i + 1) & (index_cap - 1);
+	index_tab[i] = e;
+	index_used++;
+}
+
+/* Rebuilds the index with room for extra more entries; -1 when out of memory. */
+static int index_rebuild(size_t extra)
+{
+	size_t total = extra;
+	for (int p = 0; p < npools; p++)
+		total += pools[p].n;
+	size_t cap = 64;
+	while (cap < 2 * total)
+		cap *= 2;
+	struct pool_stream **tab = calloc(cap, sizeof(*tab));
+	if (!tab)
+		return -1;
+	free(index_tab);
+	index_tab = tab;
+	index_cap = cap;
+	index_used = 0;
+	for (int p = 0; p < npools; p++)
+		for (int i = 0; i < pools[p].n; i++)
+			index_put(pools[p].streams[i]);
+	return 0;
+}
+
+static struct ctx_pool *pool_of(CUcontext ctx)
+{
+	for (int p = 0; p < npools; p++)
+		if (pools[p].ctx == ctx)
+			return &pools[p];
+	if (npools == MAX_CONTEXTS)
+		return NULL;
+	pools[npools] = (struct ctx_pool){.ctx = ctx};
+	return &pools[npools++];
+}
+
+/* Makes one stream of priority per queue, in a row, so that they cover every queue. */
+static CUresult add_batch(struct ctx_pool *pool, int priority)
+{
+	if (pool->n + nqueues > pool->cap) {
+		int cap = pool->cap ? pool->cap * 2 : 2 * nqueues;
+		while (cap < pool->n + nqueues)
+			cap *= 2;
+		struct pool_stream **s = realloc(pool->streams, cap * sizeof(*s));
+		if (!s)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		pool->streams = s;
+		pool->cap = cap;
+	}
+	if (2 * (index_used + nqueues) > index_cap && index_rebuild(nqueues))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (int k = 0; k < nqueues; k++) {
+		struct pool_stream *e = calloc(1, sizeof(*e));
+		if (!e)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		CUresult r = rm_drv.cuStreamCreateWithPriority(&e->stream, CU_STREAM_NON_BLOCKING, priority);
+		if (r != CUDA_SUCCESS) {
+			free(e);
+			return r;
+		}
+		e->ctx = pool->ctx;
+		e->priority = priority;
+		e->queue = (int)(pool->created++ % (uint64_t)nqueues);
+		pool->streams[pool->n++] = e;
+		index_put(e);
+	}
+	return CUDA_SUCCESS;
+}
+
+/* A free, idle stream of priority on a queue with the fewest client streams, or NULL. */
+static struct pool_stream *pick(struct ctx_pool *pool, int priority)
+{
+	int fewest = pool->users[0];
+	for (int q = 1; q < nqueues; q++)
+		if (pool->users[q] < fewest)
+			fewest = pool->users[q];
+	for (int i = 0; i < pool->n; i++) {
+		struct pool_stream *e = pool->streams[i];
+		if (!e->in_use && e->priority == priority && pool->users[e->queue] == fewest &&
+		    rm_drv.cuStreamQuery(e->stream) == CUDA_SUCCESS)
+			return e;
+	}
+	return NULL;
+}
+
+CUresult rm_stream_pool_take(CUcontext ctx, int priority, CUstream *out)
+{
+	CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_rwlock_wrlock(&lock);
+	struct ctx_pool *pool = pool_of(ctx);
+	struct pool_stream *e = pool ? pick(pool, priority) : NULL;
+	if (pool && !e && (r = add_batch(pool, priority)) == CUDA_SUCCESS)
+		e = pick(pool, priority);
+	if (e) {
+		e->in_use = 1;
+		pool->users[e->queue]++;
+		*out = e->stream;
+		r = CUDA_SUCCESS;
+	}
+	pthread_rwlock_unlock(&lock);
+	return r;
+}
+
+void rm_stream_pool_give(CUstream st)
+{
+	pthread_rwlock_wrlock(&lock);
+	struct pool_stream *e = lookup(st);
+	if (e && e->in_use) {
+		e->in_use = 0;
+		for (int p = 0; p < npools; p++)
+			if (pools[p].ctx == e->ctx)
+				pools[p].users[e->queue]--;
+	}
+	pthread_rwlock_unlock(&lock);
+}
+
+/* st's entry when its queue serves more than one client stream and waiting is on. */
+static struct pool_stream *shared_entry(CUstream st)
+{
+	if (!wait_shared)
+		return NULL;
+	struct pool_stream *shared = NULL;
+	pthread_rwlock_rdlock(&lock);
+	struct pool_stream *e = lookup(st);
+	if (e)
+		for (int p = 0; p < npools; p++)
+			if (pools[p].ctx == e->ctx && pools[p].users[e->queue] > 1)
+				shared = e;
+	pthread_rwlock_unlock(&lock);
+	return shared;
+}
+
+CUresult rm_stream_pool_before_submit(CUstream st)
+{
+	struct pool_stream *e = shared_entry(st);
+	if (!e)
+		return CUDA_SUCCESS;
+	CUresult r = rm_drv.cuStreamQuery(st);
+	if (r != CUDA_ERROR_NOT_READY)
+		return r;
+	/* A record of a non-timing event does not hold up the queue (measured): wait on it. */
+	if (!e->drained &&
+	    (r = rm_drv.cuEventCreate(&e->drained, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC)) != CUDA_SUCCESS)
+		return r;
+	r = rm_drv.cuEventRecord(e->drained, st);
+	return r == CUDA_SUCCESS ? rm_drv.cuEventSynchronize(e->drained) : r;
+}
+
+CUresult rm_stream_pool_before_wait(CUstream st, CUevent ev)
+{
+	if (!shared_entry(st))
+		return CUDA_SUCCESS;
+	/* The client's event may spin when synchronized on: poll it, sleeping a little more each time. */
+	long sleep_ns = 20000;
+	CUresult r;
+	while ((r = rm_drv.cuEventQuery(ev)) == CUDA_ERROR_NOT_READY) {
+		nanosleep(&(struct timespec){0, sleep_ns}, NULL);
+		if (sleep_ns < 1000000)
+			sleep_ns *= 2;
+	}
+	return r;
+}
+
+void rm_stream_pool_forget_context(CUcontext ctx)
+{
+	pthread_rwlock_wrlock(&lock);
+	for (int p = 0; p < npools; p++) {
+		if (pools[p].ctx != ctx)
+			continue;
+		struct ctx_pool gone = pools[p];
+		pools[p] = pools[--npools];
+		if (index_rebuild(0)) { /* the old index still names them: keep them */
+			rm_log(RM_LOG_ERROR, "stream pool: out of memory forgetting a context's streams");
+			pools[npools++] = gone;
+			break;
+		}
+		for (int i = 0; i < gone.n; i++)
+			free(gone.streams[i]); /* the driver's streams went with the context's reset */
+		free(gone.streams);
+		break;
+	}
+	pthread_rwlock_unlock(&lock);
+}
