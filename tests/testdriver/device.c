@@ -1,6 +1,7 @@
 /* Driver initialisation and device queries: an sm_90-like device. */
 #include "testdriver.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static bool initialized;
 static int device_count = 1;
 static size_t total_mem_bytes = (size_t)4 << 30;
+static int hardware_queues;   /* 0: every stream independent (no channel model) */
 
 /* Attribute values by CUdevice_attribute; 0 entries are listed too, so every
  * attribute below CU_DEVICE_ATTRIBUTE_MAX has an explicit value. */
@@ -160,10 +162,14 @@ static void read_environment(void)
 {
 	device_count = (int)env_long("REMORA_TESTDRIVER_DEVICES", 1, 0, TD_MAX_DEVICES);
 	total_mem_bytes = (size_t)env_long("REMORA_TESTDRIVER_MEM_MB", 4096, 1, 1L << 24) << 20;
+	/* As CUDA: at most 32; unset or not a positive number leaves the model off. */
+	long queues = env_long("CUDA_DEVICE_MAX_CONNECTIONS", 0, 1, LONG_MAX);
+	hardware_queues = queues > TD_MAX_HARDWARE_QUEUES ? TD_MAX_HARDWARE_QUEUES : (int)queues;
 }
 
 bool td_initialized(void) { return __atomic_load_n(&initialized, __ATOMIC_ACQUIRE); }
 int td_device_count(void) { return device_count; }
+int td_hardware_queues(void) { return hardware_queues; }
 size_t td_device_total_mem(int ordinal) { (void)ordinal; return total_mem_bytes; }
 
 static CUresult check_device(CUdevice dev)

@@ -13,6 +13,18 @@
  * A stream struct is reference counted: the context holds one reference
  * until cuStreamDestroy (which drains and joins the worker), and events and
  * queued waits hold one while they name the stream.
+ *
+ * Hardware queues, only when CUDA_DEVICE_MAX_CONNECTIONS is set (see
+ * td_hardware_queues): a context has that many channels and its streams take
+ * them round-robin in creation order.  An op still gets its ticket when it is
+ * submitted, but goes first to its stream's channel, an in-order queue with
+ * one dispatcher thread.  The dispatcher hands the op at its head to the
+ * stream's worker once it depends on no unfinished work (its stream's earlier
+ * tickets and, for a wait, the awaited ticket), and only then looks at the
+ * next op: so an op that depends on a running kernel holds up every stream
+ * queued behind it in the channel, as on the GPU.  A record of a
+ * CU_EVENT_DISABLE_TIMING event is handed on at once.  Queries need nothing
+ * more: an op still in a channel holds a ticket not yet completed.
  */
 #include "testdriver.h"
 
@@ -126,6 +138,131 @@ static void run_op(struct td_stream *s, struct td_op *op)
 	}
 }
 
+/* Caller holds s->lock. */
+static void hand_to_worker_locked(struct td_stream *s, struct td_op *op)
+{
+	op->next = NULL;
+	if (s->tail)
+		s->tail->next = op;
+	else
+		s->head = op;
+	s->tail = op;
+	/* Not a signal: with ops in a channel, others may wait on changed while the worker sleeps. */
+	pthread_cond_broadcast(&s->changed);
+}
+
+/* ---- hardware queues ---- */
+
+struct td_channel {
+	pthread_mutex_t lock;
+	pthread_cond_t changed;      /* signalled on push and on stop */
+	struct td_op *head, *tail;   /* submitted, not yet handed to their stream's worker */
+	bool started, stopping;
+	pthread_t dispatcher;
+};
+
+/* Blocks while op depends on unfinished work. */
+static void wait_until_independent(const struct td_op *op)
+{
+	bool untimed_record = op->kind == TD_OP_RECORD && (op->u.record.event->flags & CU_EVENT_DISABLE_TIMING);
+	if (!untimed_record)
+		td_wait_ticket(op->stream, op->ticket - 1);
+	if (op->kind == TD_OP_WAIT)
+		td_wait_ticket(op->u.wait.stream, op->u.wait.ticket);
+}
+
+static void *channel_dispatcher(void *arg)
+{
+	struct td_channel *c = arg;
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		while (!c->head && !c->stopping)
+			pthread_cond_wait(&c->changed, &c->lock);
+		if (!c->head)
+			break;
+		struct td_op *op = c->head;
+		pthread_mutex_unlock(&c->lock);
+		wait_until_independent(op);
+		pthread_mutex_lock(&c->lock);
+		c->head = op->next;
+		if (!c->head)
+			c->tail = NULL;
+		pthread_mutex_unlock(&c->lock);
+		/* The stream outlives its unfinished ops: stream_stop waits for them. */
+		pthread_mutex_lock(&op->stream->lock);
+		hand_to_worker_locked(op->stream, op);
+		pthread_mutex_unlock(&op->stream->lock);
+		pthread_mutex_lock(&c->lock);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+/* Caller holds op->stream's lock, so that a stream's ops enter the channel in ticket order. */
+static void channel_push(struct td_channel *c, struct td_op *op)
+{
+	pthread_mutex_lock(&c->lock);
+	op->next = NULL;
+	if (c->tail)
+		c->tail->next = op;
+	else
+		c->head = op;
+	c->tail = op;
+	pthread_cond_signal(&c->changed);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* The channel of the context's next stream, its dispatcher running; *out is
+ * NULL without the model.  Caller holds td_lock. */
+static int channel_for_new_stream_locked(struct td_context *ctx, struct td_channel **out)
+{
+	int count = td_hardware_queues();
+	*out = NULL;
+	if (count == 0)
+		return 0;
+	if (!ctx->channels && !(ctx->channels = calloc((size_t)count, sizeof *ctx->channels)))
+		return -ENOMEM;
+	struct td_channel *c = &ctx->channels[ctx->streams_created % (unsigned)count];
+	if (!c->started) {
+		pthread_mutex_init(&c->lock, NULL);
+		pthread_cond_init(&c->changed, NULL);
+		int err = pthread_create(&c->dispatcher, NULL, channel_dispatcher, c);
+		if (err) {
+			pthread_cond_destroy(&c->changed);
+			pthread_mutex_destroy(&c->lock);
+			return -err;
+		}
+		c->started = true;
+	}
+	*out = c;
+	return 0;
+}
+
+/* Stops and frees the context's channels, once its streams are gone (so the channels are empty). */
+static void channels_stop(struct td_context *ctx)
+{
+	pthread_mutex_lock(&td_lock);
+	struct td_channel *channels = ctx->channels;
+	ctx->channels = NULL;
+	ctx->streams_created = 0;
+	pthread_mutex_unlock(&td_lock);
+	for (int i = 0; channels && i < td_hardware_queues(); i++) {
+		struct td_channel *c = &channels[i];
+		if (!c->started)
+			continue;
+		pthread_mutex_lock(&c->lock);
+		c->stopping = true;
+		pthread_cond_broadcast(&c->changed);
+		pthread_mutex_unlock(&c->lock);
+		pthread_join(c->dispatcher, NULL);
+		pthread_cond_destroy(&c->changed);
+		pthread_mutex_destroy(&c->lock);
+	}
+	free(channels);
+}
+
+/* ---- streams ---- */
+
 static void *stream_worker(void *arg)
 {
 	struct td_stream *s = arg;
@@ -153,6 +290,9 @@ static void *stream_worker(void *arg)
 /* Caller holds td_lock. */
 static struct td_stream *stream_new_locked(struct td_context *ctx, unsigned flags, int priority)
 {
+	struct td_channel *channel;
+	if (channel_for_new_stream_locked(ctx, &channel) != 0)
+		return NULL;
 	struct td_stream *s = calloc(1, sizeof *s);
 	if (!s)
 		return NULL;
@@ -161,6 +301,7 @@ static struct td_stream *stream_new_locked(struct td_context *ctx, unsigned flag
 	s->flags = flags;
 	s->priority = priority;
 	s->refs = 1;
+	s->channel = channel;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->changed, NULL);
 	if (pthread_create(&s->worker, NULL, stream_worker, s) != 0) {
@@ -171,6 +312,7 @@ static struct td_stream *stream_new_locked(struct td_context *ctx, unsigned flag
 	}
 	s->next_in_context = ctx->streams;
 	ctx->streams = s;
+	ctx->streams_created++;
 	return s;
 }
 
@@ -192,6 +334,8 @@ static void stream_unlink_locked(struct td_stream *s)
  * Called without td_lock: queued kernels take it to check pointers. */
 static void stream_stop(struct td_stream *s)
 {
+	if (s->channel)
+		td_stream_synchronize(s);   /* its last ops may still sit in the channel */
 	pthread_mutex_lock(&s->lock);
 	s->stopping = true;
 	pthread_cond_broadcast(&s->changed);
@@ -212,6 +356,7 @@ void td_destroy_context_streams(struct td_context *ctx)
 			break;
 		stream_stop(s);
 	}
+	channels_stop(ctx);
 }
 
 CUresult td_resolve_stream(CUstream handle, struct td_stream **out)
@@ -253,13 +398,12 @@ static uint64_t append(struct td_stream *s, struct td_op *op)
 {
 	pthread_mutex_lock(&s->lock);
 	uint64_t ticket = ++s->enqueued;
-	op->next = NULL;
-	if (s->tail)
-		s->tail->next = op;
+	op->stream = s;
+	op->ticket = ticket;
+	if (s->channel)
+		channel_push(s->channel, op);
 	else
-		s->head = op;
-	s->tail = op;
-	pthread_cond_signal(&s->changed);
+		hand_to_worker_locked(s, op);
 	pthread_mutex_unlock(&s->lock);
 	return ticket;
 }

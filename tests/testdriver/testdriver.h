@@ -10,8 +10,10 @@
  * wherever a CUfunction is expected.
  *
  * Locking: td_lock guards the device table, the allocation table and the
- * context lists.  Each stream has its own lock for its queue and counters.
- * Never take td_lock while holding a stream lock.
+ * context lists.  Each stream has its own lock for its queue and counters,
+ * and each hardware queue (stream.c) its own for its queue; a queue's lock
+ * may be taken inside a stream's, never the other way round.  Never take
+ * td_lock while holding a stream lock.
  */
 #ifndef REMORA_TESTDRIVER_H
 #define REMORA_TESTDRIVER_H
@@ -29,6 +31,7 @@
 #define TD_DEVICE_ALIGN 256
 #define TD_MAX_KERNEL_PARAMS 8
 #define TD_MAX_ARG_BYTES 256
+#define TD_MAX_HARDWARE_QUEUES 32
 
 enum td_magic {
 	TD_MAGIC_CONTEXT = 0x43545854, /* "CTXT" */
@@ -44,9 +47,13 @@ extern pthread_mutex_t td_lock;
 int td_device_count(void);
 bool td_initialized(void);
 size_t td_device_total_mem(int ordinal);
+/* CUDA_DEVICE_MAX_CONNECTIONS as read at cuInit (1..32), or 0 if unset or
+ * invalid: then there is no hardware-queue model and streams are independent. */
+int td_hardware_queues(void);
 
 /* ---- contexts (context.c) ---- */
 struct td_stream;
+struct td_channel;
 
 struct td_context {
 	uint32_t magic;
@@ -59,6 +66,8 @@ struct td_context {
 	size_t limits[CU_LIMIT_MAX];
 	struct td_stream *legacy_stream;  /* created on first use */
 	struct td_stream *streams;   /* every stream of this context, linked by next_in_context */
+	struct td_channel *channels; /* td_hardware_queues() of them, or NULL (stream.c) */
+	unsigned streams_created;    /* stream n gets channel n mod td_hardware_queues() */
 	struct td_context *next;     /* created-context list */
 };
 
@@ -118,7 +127,9 @@ struct td_op {
 		struct { struct td_event *event; uint64_t record_id; } record;
 		struct { struct td_stream *stream; uint64_t ticket; } wait;
 	} u;
-	struct td_op *next;
+	struct td_stream *stream;    /* set by td_enqueue: the op's stream and ticket */
+	uint64_t ticket;
+	struct td_op *next;          /* in its channel's queue, then in its stream's */
 };
 
 struct td_stream {
@@ -131,7 +142,8 @@ struct td_stream {
 	bool per_thread;
 	pthread_mutex_t lock;
 	pthread_cond_t changed;      /* signalled on enqueue, completion and shutdown */
-	struct td_op *head, *tail;
+	struct td_op *head, *tail;   /* ops handed to the worker */
+	struct td_channel *channel;  /* the hardware queue ops pass through first, or NULL */
 	uint64_t enqueued;           /* tickets handed out: op n has ticket n */
 	uint64_t completed;          /* tickets finished, in order */
 	bool stopping;
