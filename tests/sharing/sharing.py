@@ -14,6 +14,9 @@
              admission counts only the clients that see that GPU
   deviceget  cuDeviceGet under REMORA_VISIBLE_DEVICES
   freestall  a client's cuMemFree does not wait for other clients' kernels
+  queues     with 2 hardware queues, 6 clients' [timed record; kernel; timed record] on
+             their NULL streams take no longer than one client's (queue_sharing = wait),
+             while issued as CUDA would (direct) they serialize in the shared queues
 
 usage: sharing.py SCENARIO REMORAD DRIVER REMORA TENANT_PROBE PROBE IMAGE
 """
@@ -50,7 +53,7 @@ def wait_for(pred, timeout=10.0, step=0.05):
 class Daemon:
     """A private remorad on a free loopback port with a configuration file."""
 
-    def __init__(self, tmp, name, config, env=None):
+    def __init__(self, tmp, name, config, env=None, args=()):
         self.log_path = os.path.join(tmp, name + ".log")
         conf = os.path.join(tmp, name + ".conf")
         ready = os.path.join(tmp, name + ".addr")
@@ -60,7 +63,7 @@ class Daemon:
         denv.update(REMORA_LOG="info", **(env or {}))
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen([remorad, "--config", conf, "--listen", "tcp://127.0.0.1:0",
-                                      "--driver", driver, "--ready-file", ready],
+                                      "--driver", driver, "--ready-file", ready, *args],
                                      stderr=self.log, env=denv)
         ok = wait_for(lambda: os.path.exists(ready) and open(ready).read().strip(), timeout=10)
         if not ok:
@@ -560,7 +563,58 @@ def deviceget(tmp):
         d.stop()
 
 
+# ---------------------------------------------------------------- queues
+
+def timed_clients(d, k, ms):
+    """k `tenant_probe timed` clients released together; [(wall ms, events' elapsed ms)]."""
+    probes = [client(d, tenant_probe, "timed", image, str(ms), stdin=subprocess.PIPE) for _ in range(k)]
+    for p in probes:
+        if p.stdout.readline().strip() != "ready":
+            return []
+    for p in probes:  # the barrier: every client is set up, its NULL stream made
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    figures = []
+    for p in probes:
+        rc, out, err = finish(p)
+        m = re.match(r"timed (\d+) ([\d.]+)", out)
+        if rc != 0 or m is None:
+            check(False, f"a timed client ran ({out.strip()} {err.strip()})")
+            return []
+        figures.append((int(m.group(1)), float(m.group(2))))
+    return figures
+
+
+# The test driver models CUDA's hardware queues (tests/testdriver/stream.c): with 2 of
+# them, 6 clients' streams share them 3 by 3, and a timed record after a running kernel
+# holds up everything queued behind it in its queue.
+def queues(tmp):
+    k, ms = 6, 300
+    for mode, args in [("wait", ["--set", "hardware_queues=2"]),
+                       ("direct", ["--set", "hardware_queues=2", "--set", "queue_sharing=direct"])]:
+        d = Daemon(tmp, "queues-" + mode, "", args=args)
+        try:
+            lone = timed_clients(d, 1, ms)
+            group = timed_clients(d, k, ms)
+        finally:
+            d.stop()
+        if not check(len(lone) == 1 and len(group) == k, f"{mode}: a lone client, then {k} together"):
+            return
+        base = lone[0][0]
+        walls = sorted(w for w, _ in group)
+        print(f"     {mode}: lone client {base} ms (events {lone[0][1]:.1f} ms); {k} together: wall "
+              f"{walls} ms, events {sorted(e for _, e in group)} ms; slowest {walls[-1] / base:.2f}x", flush=True)
+        if mode == "wait":
+            check(walls[-1] < 1.6 * base,
+                  f"queue_sharing = wait: every client's wall time is below 1.6x a lone client's ({walls[-1] / base:.2f}x)")
+        else:
+            check(walls[-1] >= 1.8 * base,
+                  f"queue_sharing = direct: the slowest client waits for others in its queue, at least 1.8x "
+                  f"({walls[-1] / base:.2f}x)")
+
+
 SCENARIOS = {
+    "queues": queues,
     "deviceget": deviceget,
     "freestall": freestall,
     "isolation": isolation,

@@ -21,6 +21,11 @@
  *   tenant_probe sleep IMAGE MS
  *       launches a kernel that sleeps MS milliseconds on its NULL stream, prints
  *       "launched", waits with cuCtxSynchronize and prints "slept ELAPSED_MS"
+ *   tenant_probe timed IMAGE MS
+ *       loads IMAGE, creates two timed events and prints "ready"; at the line "go" on
+ *       stdin records one on its NULL stream, launches a kernel that sleeps MS
+ *       milliseconds there, records the other, synchronizes with it and prints
+ *       "timed WALL_MS ELAPSED_MS": the wall time since "go" and the events' elapsed time
  *   tenant_probe quick
  *       allocates, sets, synchronizes its context and NULL stream and copies back;
  *       prints "quick ELAPSED_MS connect MS context MS", then frees and prints "free MS"
@@ -488,6 +493,38 @@ static int mode_sleep(const char *image, long ms)
 	return 0;
 }
 
+static int mode_timed(const char *image, long ms)
+{
+	CUmodule mod;
+	CUfunction f;
+	CUevent start, stop;
+	unsigned long long ns = (unsigned long long)ms * 1000000ull;
+	void *params[] = {&ns};
+	char line[16];
+	float elapsed;
+	open_device0();
+	CHECK(cuModuleLoad(&mod, image));
+	CHECK(cuModuleGetFunction(&f, mod, "sleepNs"));
+	CHECK(cuEventCreate(&start, CU_EVENT_DEFAULT));
+	CHECK(cuEventCreate(&stop, CU_EVENT_DEFAULT));
+	CHECK(cuStreamSynchronize(NULL));
+	printf("ready\n");
+	if (!read_line(line, sizeof(line)) || strcmp(line, "go"))
+		return 1;
+	double t0 = now_ms();
+	CHECK(cuEventRecord(start, NULL));
+	CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
+	CHECK(cuEventRecord(stop, NULL));
+	CHECK(cuEventSynchronize(stop));
+	double wall = now_ms() - t0;
+	CHECK(cuEventElapsedTime(&elapsed, start, stop));
+	printf("timed %.0f %.1f\n", wall, elapsed);
+	CHECK(cuEventDestroy(stop));
+	CHECK(cuEventDestroy(start));
+	CHECK(cuModuleUnload(mod));
+	return 0;
+}
+
 static int mode_quick(void)
 {
 	unsigned char back[4096];
@@ -523,6 +560,8 @@ int main(int argc, char **argv)
 		return mode_hold(argv[2], strtoull(argv[3], NULL, 10), atoi(argv[4]));
 	if (argc == 4 && !strcmp(argv[1], "sleep"))
 		return mode_sleep(argv[2], atol(argv[3]));
+	if (argc == 4 && !strcmp(argv[1], "timed"))
+		return mode_timed(argv[2], atol(argv[3]));
 	if (argc == 2 && !strcmp(argv[1], "quick"))
 		return mode_quick();
 	if (argc == 3 && !strcmp(argv[1], "owner"))
@@ -530,6 +569,6 @@ int main(int argc, char **argv)
 	if (argc == 12 && !strcmp(argv[1], "intrude"))
 		return mode_intrude(argv[2], argv + 3);
 	fprintf(stderr, "usage: tenant_probe info | alloc MIB... | quota LIMIT_MIB CHUNK_MIB | hold IMAGE MIB N |\n"
-			"       sleep IMAGE MS | quick | owner IMAGE | intrude IMAGE CTX PTR STREAM EVENT MODULE FUNC GLOBAL LIBRARY KERNEL\n");
+			"       sleep IMAGE MS | timed IMAGE MS | quick | owner IMAGE | intrude IMAGE CTX PTR STREAM EVENT MODULE FUNC GLOBAL LIBRARY KERNEL\n");
 	return 2;
 }
