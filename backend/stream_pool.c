@@ -199,12 +199,12 @@ static struct pool_stream *shared_entry(CUstream st)
 	return shared;
 }
 
-/* Polls until ready() stops answering CUDA_ERROR_NOT_READY, sleeping a little longer each
- * time (20 us to 0.5 ms). On the H200 this kept 128 waiting clients at 1.00x; a blocking-sync
+/* Polls until call stops answering CUDA_ERROR_NOT_READY, sleeping a little longer each
+ * time (10 us to 0.5 ms; client threads ask for 1 us timer slack). On the H200 this kept 128 waiting clients at 1.00x; a blocking-sync
  * event recorded to wait on held up the queue (5x), and spinning threads the CPUs (1.11x). */
 #define POLL(call)                                                                     \
 	do {                                                                           \
-		long sleep_ns_ = 20000;                                                \
+		long sleep_ns_ = 10000;                                                \
 		while ((r = (call)) == CUDA_ERROR_NOT_READY) {                         \
 			nanosleep(&(struct timespec){0, sleep_ns_}, NULL);             \
 			if (sleep_ns_ < 500000)                                        \
