@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "api.pb-c.h"
+#include "copy_profile.h"
 #include "log.h"
 #include "remora.pb-c.h"
 
@@ -94,6 +95,9 @@ static void copy_in(struct rm_session *s, struct rm_request *rq, int wait)
 	if (!req)
 		return;
 	uint64_t n = rq->frame.bulk_len;
+	struct rm_copy_profile prof;
+	rm_copy_profile_begin(&prof, "daemon", rm_op_names[rq->frame.op], n);
+	prof.host = "staging";
 	CUstream stream = NULL;
 	CUresult r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &stream);
 	if (r == CUDA_SUCCESS)
@@ -101,22 +105,30 @@ static void copy_in(struct rm_session *s, struct rm_request *rq, int wait)
 	for (uint64_t done = 0; r == CUDA_SUCCESS && done < n;) {
 		void *buf;
 		int i = s->staging_next;
+		uint64_t mark = rm_copy_profile_mark(&prof);
 		r = rm_session_staging(s, i, &buf);
+		rm_copy_profile_add(&prof, &prof.wait, mark);
 		if (r != CUDA_SUCCESS)
 			break;
 		size_t chunk = n - done < s->staging_size ? (size_t)(n - done) : s->staging_size;
 		if (rm_request_read_bulk(s, rq, buf, chunk))
 			break;
+		mark = rm_copy_profile_mark(&prof);
 		r = rm_drv.cuMemcpyHtoDAsync_v2(req->dst + done, buf, chunk, stream);
 		if (r == CUDA_SUCCESS)
 			r = rm_drv.cuEventRecord(s->staging_done[i], stream);
+		rm_copy_profile_add(&prof, &prof.dma, mark);
 		s->staging_next = (i + 1) % RM_STAGING_BUFS;
 		done += chunk;
 	}
-	if (r == CUDA_SUCCESS && wait)
+	if (r == CUDA_SUCCESS && wait) {
+		uint64_t mark = rm_copy_profile_mark(&prof);
 		r = rm_drv.cuStreamSynchronize(stream);
+		rm_copy_profile_add(&prof, &prof.wait, mark);
+	}
 	if (!rq->fatal)
 		rm_request_finish(s, rq, r, NULL);
+	rm_copy_profile_end(&prof);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
@@ -139,33 +151,41 @@ static void copy_out(struct rm_session *s, struct rm_request *rq)
 	if (!req)
 		return;
 	uint64_t n = req->count;
+	struct rm_copy_profile prof;
+	rm_copy_profile_begin(&prof, "daemon", rm_op_names[rq->frame.op], n);
+	prof.host = "staging";
 	CUstream stream = NULL;
 	CUresult r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &stream);
 	if (r == CUDA_SUCCESS)
 		r = rm_session_check_range(s, req->src, n);
+	uint64_t mark = rm_copy_profile_mark(&prof);
 	if (r == CUDA_SUCCESS)
 		r = rm_drv.cuStreamSynchronize(stream);
 	void *buf[RM_STAGING_BUFS];
 	for (int i = 0; r == CUDA_SUCCESS && i < RM_STAGING_BUFS; i++)
 		r = rm_session_staging(s, i, &buf[i]);
+	rm_copy_profile_add(&prof, &prof.wait, mark);
 	if (r != CUDA_SUCCESS) {
 		rm_request_finish(s, rq, r, NULL);
-		protobuf_c_message_free_unpacked(&req->base, NULL);
-		return;
+		goto out;
 	}
 	if (rm_request_reply_bulk(s, rq, n))
 		goto out;
 	size_t chunk = s->staging_size;
 	uint64_t nchunks = (n + chunk - 1) / chunk;
+	mark = rm_copy_profile_mark(&prof);
 	for (uint64_t k = 0; k < nchunks && k < RM_STAGING_BUFS; k++) {
 		size_t len = n - k * chunk < chunk ? (size_t)(n - k * chunk) : chunk;
 		rm_drv.cuMemcpyDtoHAsync_v2(buf[k % RM_STAGING_BUFS], req->src + k * chunk, len, stream);
 		rm_drv.cuEventRecord(s->staging_done[k % RM_STAGING_BUFS], stream);
 	}
+	rm_copy_profile_add(&prof, &prof.dma, mark);
 	for (uint64_t k = 0; k < nchunks; k++) {
 		int i = (int)(k % RM_STAGING_BUFS);
 		size_t len = n - k * chunk < chunk ? (size_t)(n - k * chunk) : chunk;
+		mark = rm_copy_profile_mark(&prof);
 		r = rm_drv.cuEventSynchronize(s->staging_done[i]);
+		rm_copy_profile_add(&prof, &prof.wait, mark);
 		if (r != CUDA_SUCCESS) {
 			rm_log(RM_LOG_ERROR, "session %llu: copy from the GPU failed (%d) after the reply began; closing",
 			       (unsigned long long)s->id, r);
@@ -179,11 +199,14 @@ static void copy_out(struct rm_session *s, struct rm_request *rq)
 		uint64_t next = k + RM_STAGING_BUFS;
 		if (next < nchunks) {
 			size_t nlen = n - next * chunk < chunk ? (size_t)(n - next * chunk) : chunk;
+			mark = rm_copy_profile_mark(&prof);
 			rm_drv.cuMemcpyDtoHAsync_v2(buf[i], req->src + next * chunk, nlen, stream);
 			rm_drv.cuEventRecord(s->staging_done[i], stream);
+			rm_copy_profile_add(&prof, &prof.dma, mark);
 		}
 	}
 out:
+	rm_copy_profile_end(&prof);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 

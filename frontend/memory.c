@@ -8,8 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "copy_profile.h"
 #include "remora.pb-c.h"
 
 /* Pre-faulting a pageable destination. A program's fresh buffer (malloc, or
@@ -29,7 +31,15 @@ static struct {
 	int claimed;      /* a copy owns the helper (one copy at a time) */
 	int in_step;      /* the helper is inside madvise */
 	int state;        /* 0 not started, 1 running, -1 unavailable */
-} prefault = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0};
+	uint64_t busy_ns; /* CPU time inside madvise, counted while copies are profiled */
+} prefault = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0, 0, 0};
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static void *prefault_main(void *arg)
 {
@@ -43,8 +53,11 @@ static void *prefault_main(void *arg)
 		prefault.next = p + len;
 		prefault.in_step = 1;
 		pthread_mutex_unlock(&prefault.lock);
+		uint64_t t0 = rm_copy_profile_mode > 0 ? thread_cpu_ns() : 0;
 		int err = madvise(p, len, MADV_POPULATE_WRITE) ? errno : 0;
+		uint64_t busy = t0 ? thread_cpu_ns() - t0 : 0;
 		pthread_mutex_lock(&prefault.lock);
+		prefault.busy_ns += busy;
 		prefault.in_step = 0;
 		if (err == EINVAL) { /* a kernel before 5.14: never again */
 			prefault.state = -1;
@@ -86,15 +99,26 @@ static int prefault_begin(void *p, size_t n)
 	return started;
 }
 
-/* Cancels what is left and waits until the helper no longer touches the range. */
-static void prefault_end(void)
+/* Cancels what is left and waits until the helper no longer touches the range;
+ * returns the helper's CPU time inside madvise so far (counted while profiling). */
+static uint64_t prefault_end(void)
 {
 	pthread_mutex_lock(&prefault.lock);
 	prefault.next = prefault.end;
 	while (prefault.in_step)
 		pthread_cond_wait(&prefault.changed, &prefault.lock);
 	prefault.claimed = 0;
+	uint64_t busy = prefault.busy_ns;
 	pthread_mutex_unlock(&prefault.lock);
+	return busy;
+}
+
+static uint64_t prefault_busy_ns(void)
+{
+	pthread_mutex_lock(&prefault.lock);
+	uint64_t busy = prefault.busy_ns;
+	pthread_mutex_unlock(&prefault.lock);
+	return busy;
 }
 
 static CUresult copy_to_device(uint32_t op, CUdeviceptr dst, const void *src, size_t n, CUstream stream)
@@ -108,7 +132,13 @@ static CUresult copy_to_device(uint32_t op, CUdeviceptr dst, const void *src, si
 	req.stream = (uint64_t)(uintptr_t)stream;
 	struct iovec data = {(void *)src, n};
 	struct rm_rpc_call c = {.op = op, .req = &req.base, .bulk_out = &data, .nbulk_out = 1};
-	return rm_rpc(&c);
+	struct rm_copy_profile prof;
+	rm_copy_profile_begin(&prof, "client", rm_op_names[op], n);
+	if (prof.active)
+		prof.host = rm_host_alloc_find(src, NULL, NULL, NULL) ? "pinned" : "pageable";
+	CUresult r = rm_rpc(&c);
+	rm_copy_profile_end(&prof);
+	return r;
 }
 
 static CUresult copy_from_device(uint32_t op, void *dst, CUdeviceptr src, size_t n, CUstream stream)
@@ -122,10 +152,22 @@ static CUresult copy_from_device(uint32_t op, void *dst, CUdeviceptr src, size_t
 	req.count = n;
 	req.stream = (uint64_t)(uintptr_t)stream;
 	struct rm_rpc_call c = {.op = op, .req = &req.base, .bulk_in = dst, .bulk_in_len = n};
+	struct rm_copy_profile prof;
+	rm_copy_profile_begin(&prof, "client", rm_op_names[op], n);
+	uint64_t busy0 = 0;
+	if (prof.active) {
+		prof.host = rm_host_alloc_find(dst, NULL, NULL, NULL) ? "pinned" : "pageable";
+		busy0 = prefault_busy_ns();
+	}
 	int prefaulting = prefault_begin(dst, n);
 	CUresult r = rm_rpc(&c);
-	if (prefaulting)
-		prefault_end();
+	if (prefaulting) {
+		uint64_t mark = rm_copy_profile_mark(&prof);
+		uint64_t busy = prefault_end();
+		rm_copy_profile_add(&prof, &prof.wait, mark);
+		prof.prefault_ns = busy - busy0;
+	}
+	rm_copy_profile_end(&prof);
 	return r;
 }
 

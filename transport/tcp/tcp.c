@@ -12,7 +12,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "../../common/copy_profile.h"
+
+/* Copy profiles (common/copy_profile.h): once profiling is on, the socket calls
+ * of a thread whose tally is set are timed and counted. Off, one branch each. */
+int rm_sock_profiling;
+__thread struct rm_sock_tally *rm_sock_tally;
 
 struct rm_conn {
 	int fd;
@@ -202,6 +210,41 @@ static void tcp_listener_close(struct rm_listener *l)
 	free(l);
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static ssize_t profiled_sendmsg(int fd, const struct msghdr *mh, int flags)
+{
+	struct rm_sock_tally *t = rm_sock_tally;
+	if (!t)
+		return sendmsg(fd, mh, flags);
+	uint64_t t0 = mono_ns();
+	ssize_t w = sendmsg(fd, mh, flags);
+	int saved = errno;
+	t->send_ns += mono_ns() - t0;
+	t->sends++;
+	errno = saved;
+	return w;
+}
+
+static ssize_t profiled_recv(int fd, void *buf, size_t len, int flags)
+{
+	struct rm_sock_tally *t = rm_sock_tally;
+	if (!t)
+		return recv(fd, buf, len, flags);
+	uint64_t t0 = mono_ns();
+	ssize_t r = recv(fd, buf, len, flags);
+	int saved = errno;
+	t->recv_ns += mono_ns() - t0;
+	t->recvs++;
+	errno = saved;
+	return r;
+}
+
 static int tcp_sendv(struct rm_conn *c, const struct iovec *iov_in, int iovcnt)
 {
 	struct iovec iov[64];
@@ -212,7 +255,8 @@ static int tcp_sendv(struct rm_conn *c, const struct iovec *iov_in, int iovcnt)
 		int left = n;
 		while (left > 0) {
 			struct msghdr mh = {.msg_iov = v, .msg_iovlen = (size_t)left};
-			ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+			ssize_t w = __builtin_expect(rm_sock_profiling, 0) ? profiled_sendmsg(c->fd, &mh, MSG_NOSIGNAL)
+									   : sendmsg(c->fd, &mh, MSG_NOSIGNAL);
 			if (w < 0) {
 				if (errno == EINTR)
 					continue;
@@ -237,7 +281,8 @@ static int tcp_sendv(struct rm_conn *c, const struct iovec *iov_in, int iovcnt)
 static ssize_t tcp_recv_some(struct rm_conn *c, void *buf, size_t len)
 {
 	for (;;) {
-		ssize_t r = recv(c->fd, buf, len, 0);
+		ssize_t r = __builtin_expect(rm_sock_profiling, 0) ? profiled_recv(c->fd, buf, len, 0)
+								   : recv(c->fd, buf, len, 0);
 		if (r > 0)
 			return r;
 		if (r == 0)
