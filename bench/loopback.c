@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -221,5 +222,128 @@ out_buf:
 out_fds:
 	close(fds[0]);
 	close(fds[1]);
+	return rc;
+}
+
+/* One stream of the cold figures: a sender and a receiver thread, each over its
+ * own slice of the shared buffers, wrapping around it. */
+struct cold_stream {
+	int fds[2];
+	const char *src; /* the sender's slice */
+	char *dst;       /* the receiver's slice */
+	size_t slice, write_bytes;
+	double warm_from, end; /* the counted window, shared by all streams */
+	unsigned long long counted;
+	int send_error, recv_error;
+	pthread_t sender, receiver;
+	bool sender_started, receiver_started;
+};
+
+static void *cold_send(void *arg)
+{
+	struct cold_stream *c = arg;
+	size_t off = 0;
+	while (!c->send_error && now_s() < c->end) {
+		size_t len = c->slice - off < c->write_bytes ? c->slice - off : c->write_bytes;
+		if ((c->send_error = write_full(c->fds[0], c->src + off, len)))
+			break;
+		off = off + len == c->slice ? 0 : off + len;
+	}
+	shutdown(c->fds[0], SHUT_WR);
+	return NULL;
+}
+
+/* Receives into its slice until end of file, counting what arrives within the window. */
+static void *cold_receive(void *arg)
+{
+	struct cold_stream *c = arg;
+	size_t off = 0;
+	for (;;) {
+		size_t len = c->slice - off < c->write_bytes ? c->slice - off : c->write_bytes;
+		ssize_t n = recv(c->fds[1], c->dst + off, len, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			c->recv_error = n < 0 ? -errno : 0;
+			break;
+		}
+		double t = now_s();
+		if (t >= c->warm_from && t <= c->end)
+			c->counted += (unsigned long long)n;
+		off = off + (size_t)n == c->slice ? 0 : off + (size_t)n;
+	}
+	return NULL;
+}
+
+int bench_tcp_cold_init(struct bench_tcp_cold *b, size_t span)
+{
+	b->span = span;
+	b->src = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	b->dst = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (b->src == MAP_FAILED || b->dst == MAP_FAILED) {
+		int rc = -errno;
+		bench_tcp_cold_free(b);
+		return rc;
+	}
+	/* First touch: every page present before anything is timed. */
+	memset(b->src, 0x5a, span);
+	memset(b->dst, 0, span);
+	return 0;
+}
+
+void bench_tcp_cold_free(struct bench_tcp_cold *b)
+{
+	if (b->src && b->src != MAP_FAILED)
+		munmap(b->src, b->span);
+	if (b->dst && b->dst != MAP_FAILED)
+		munmap(b->dst, b->span);
+	b->src = b->dst = NULL;
+}
+
+int bench_tcp_throughput_cold(const struct bench_tcp_cold *b, int nstreams, double seconds, size_t write_bytes,
+			      double *gbps)
+{
+	if (nstreams < 1 || b->span / (size_t)nstreams < write_bytes)
+		return -EINVAL;
+	struct cold_stream *c = calloc((size_t)nstreams, sizeof *c);
+	if (!c)
+		return -ENOMEM;
+	int rc = 0, i;
+	for (i = 0; i < nstreams && !rc; i++)
+		rc = tcp_pair(c[i].fds, false);
+	int npairs = rc ? i - 1 : i;
+	double start = now_s();
+	for (i = 0; i < npairs && !rc; i++) {
+		size_t slice = b->span / (size_t)nstreams;
+		c[i].src = b->src + (size_t)i * slice;
+		c[i].dst = b->dst + (size_t)i * slice;
+		c[i].slice = slice;
+		c[i].write_bytes = write_bytes;
+		c[i].warm_from = start + WARMUP_SECONDS;
+		c[i].end = start + WARMUP_SECONDS + seconds;
+		if (!(rc = -pthread_create(&c[i].receiver, NULL, cold_receive, &c[i])))
+			c[i].receiver_started = true;
+		if (!rc && !(rc = -pthread_create(&c[i].sender, NULL, cold_send, &c[i])))
+			c[i].sender_started = true;
+	}
+	unsigned long long counted = 0;
+	for (i = 0; i < npairs; i++) {
+		if (!c[i].sender_started)
+			shutdown(c[i].fds[0], SHUT_WR); /* lets its receiver end */
+		if (c[i].sender_started)
+			pthread_join(c[i].sender, NULL);
+		if (c[i].receiver_started)
+			pthread_join(c[i].receiver, NULL);
+		if (!rc)
+			rc = c[i].send_error ? c[i].send_error : c[i].recv_error;
+		counted += c[i].counted;
+		close(c[i].fds[0]);
+		close(c[i].fds[1]);
+	}
+	if (!rc && counted == 0)
+		rc = -EIO;
+	if (!rc)
+		*gbps = (double)counted / seconds / 1e9;
+	free(c);
 	return rc;
 }

@@ -76,8 +76,12 @@ static void format_number(char *out, size_t len, double v)
 
 void bench_print_table(const struct bench_results *r, FILE *f)
 {
+	int width = 22;
 	for (int i = 0; i < r->nfacts; i++)
-		fprintf(f, "%-22s %s\n", r->facts[i].key, r->facts[i].value);
+		if ((int)strlen(r->facts[i].key) > width)
+			width = (int)strlen(r->facts[i].key);
+	for (int i = 0; i < r->nfacts; i++)
+		fprintf(f, "%-*s %s\n", width, r->facts[i].key, r->facts[i].value);
 	fprintf(f, "\n%-12s %-40s %-8s %10s %10s %7s  %-30s %s\n", "section", "metric", "unit", "native", "remote",
 		"ratio", "ratio of", "target");
 	for (int i = 0; i < r->nrows; i++) {

@@ -37,7 +37,7 @@ struct bench_results {
 	int nrows, cap_rows;
 	struct bench_section sections[16];
 	int nsections;
-	struct bench_fact facts[24];
+	struct bench_fact facts[32];
 	int nfacts;
 };
 

@@ -317,6 +317,35 @@ static int section_cublas(struct bench_run *run)
 	return rc;
 }
 
+/* Context for the copy targets, which stay against loopback_tcp_gbps: the same
+ * writes moving a buffer that is not cache resident into another, as a large
+ * copy does, over 1, 2 and 4 streams at once (what striping a copy over several
+ * connections could give). */
+static int measure_tcp_cold(struct bench_run *run)
+{
+	static const int streams[] = { 1, 2, 4 };
+	static const char *const keys[] = { "loopback_tcp_cold_gbps", "loopback_tcp_cold_2_streams_gbps",
+					    "loopback_tcp_cold_4_streams_gbps" };
+	bool quick = run->cfg->quick;
+	struct bench_tcp_cold b;
+	size_t span = quick ? 64 * MIB : (size_t)1 << 30;
+	int rc = bench_tcp_cold_init(&b, span);
+	bench_add_fact(&run->results, "loopback_tcp_cold_mib", true, "%zu", span / MIB);
+	for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++) {
+		double gbps = NAN, seconds = quick ? 0.2 : streams[i] == 1 ? 1.0 : 0.5;
+		if (!rc)
+			rc = bench_tcp_throughput_cold(&b, streams[i], seconds, 4 * MIB, &gbps);
+		if (isfinite(gbps))
+			bench_add_fact(&run->results, keys[i], true, "%.4f", gbps);
+		else
+			bench_add_fact(&run->results, keys[i], true, "null");
+	}
+	bench_tcp_cold_free(&b);
+	if (rc)
+		fprintf(stderr, "remora bench: loopback TCP, cold buffers: %s\n", strerror(-rc));
+	return rc;
+}
+
 static int measure_tcp(struct bench_run *run)
 {
 	bool quick = run->cfg->quick;
@@ -331,8 +360,9 @@ static int measure_tcp(struct bench_run *run)
 	}
 	bench_add_fact(&run->results, "loopback_tcp_gbps", true, "%.4f", run->tcp_gbps);
 	bench_add_fact(&run->results, "loopback_tcp_rtt_us", true, "%.4f", run->tcp_rtt_us);
-	bench_set_section(&run->results, "tcp", "ok", NULL);
-	return 0;
+	rc = measure_tcp_cold(run);
+	bench_set_section(&run->results, "tcp", rc ? "failed" : "ok", rc ? strerror(-rc) : NULL);
+	return rc ? -1 : 0;
 }
 
 /* The run's facts: date, host, commit, the GPU as seen natively and remotely. */

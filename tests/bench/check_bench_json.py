@@ -38,7 +38,8 @@ def main():
     for key in ("date", "git_commit", "gpu_name", "remote_gpu_name"):
         check(isinstance(run.get(key), str) and run[key], f"run.{key} missing")
     for key in ("driver_version", "remote_driver_version", "loopback_tcp_gbps", "loopback_tcp_rtt_us",
-                "spin_iters"):
+                "loopback_tcp_cold_mib", "loopback_tcp_cold_gbps", "loopback_tcp_cold_2_streams_gbps",
+                "loopback_tcp_cold_4_streams_gbps", "spin_iters"):
         check(positive(run.get(key)), f"run.{key} = {run.get(key)!r}, not a positive number")
     check(run.get("quick") is True, "run.quick is not true")
 
