@@ -222,59 +222,85 @@ static int section_event(struct bench_run *run)
 }
 
 /* N gated clients on one side; their mean kernel time, or NAN with the first failure in reason. */
-static double spin_clients(struct bench_run *run, const struct bench_side *side, int n, char *reason, size_t len)
+/* What N clients started together saw, each averaged over them: the kernel's time by
+ * its events, and the wall time from a client's first call to its stop event's end
+ * (which also counts any time its work waited behind other clients'). */
+struct spin_result {
+	double kernel_ms, wall_ms, slowest_wall_ms;
+};
+
+static struct spin_result spin_clients(struct bench_run *run, const struct bench_side *side, int n, char *reason,
+				       size_t len)
 {
 	char iters[32];
 	snprintf(iters, sizeof iters, "%lld", run->cfg->spin_iters);
 	char *argv[] = { run->worker, run->image, "spin", iters, NULL };
 	struct bench_output *outs = calloc((size_t)n, sizeof *outs);
-	double sum = 0;
+	double sum = 0, wall_sum = 0, slowest = 0;
 	if (!outs) {
 		snprintf(reason, len, "out of memory");
-		return NAN;
+		return (struct spin_result){NAN, NAN, NAN};
 	}
 	fprintf(stderr, "remora bench: concurrency %d %s\n", n, side->name);
 	bench_run_workers(side, argv, n, true, WORKER_TIMEOUT_S, run->tmpdir, outs);
 	for (int i = 0; i < n; i++) {
-		double ms;
-		if (outs[i].exit_status == 0 && bench_output_number(&outs[i], "spin_ms", &ms)) {
+		double ms, wall;
+		if (outs[i].exit_status == 0 && bench_output_number(&outs[i], "spin_ms", &ms) &&
+		    bench_output_number(&outs[i], "spin_wall_ms", &wall)) {
 			sum += ms;
+			wall_sum += wall;
+			slowest = wall > slowest ? wall : slowest;
 		} else if (isfinite(sum)) {
 			snprintf(reason, len, "N=%d %s client %d: %s", n, side->name, i,
-				 outs[i].reason[0] ? outs[i].reason : "no spin_ms reported");
+				 outs[i].reason[0] ? outs[i].reason : "no spin_ms or spin_wall_ms reported");
 			sum = NAN;
 		}
 		bench_output_free(&outs[i]);
 	}
 	free(outs);
-	return sum / n;
+	if (!isfinite(sum))
+		return (struct spin_result){NAN, NAN, NAN};
+	return (struct spin_result){sum / n, wall_sum / n, slowest};
+}
+
+/* A row whose ratio column is its remote figure (already a ratio to one client). */
+static struct bench_row *remote_is_ratio(struct bench_row *row)
+{
+	if (row) {
+		row->ratio = row->remote;
+		row->ratio_of = "remote";
+	}
+	return row;
 }
 
 static int section_concurrency(struct bench_run *run)
 {
 	const struct bench_config *cfg = run->cfg;
-	double base_nat = NAN, base_rem = NAN;
+	struct spin_result base_nat = {NAN, NAN, NAN}, base_rem = {NAN, NAN, NAN};
 	char reason[320] = "", failure[320];
 	for (int i = 0; i < cfg->nclients; i++) {
 		int n = cfg->clients[i];
 		failure[0] = 0;
-		double nat = spin_clients(run, &run->native, n, failure, sizeof failure);
+		struct spin_result nat = spin_clients(run, &run->native, n, failure, sizeof failure);
 		if (failure[0] && !reason[0])
 			snprintf(reason, sizeof reason, "%s", failure);
 		failure[0] = 0;
-		double rem = spin_clients(run, &run->remote, n, failure, sizeof failure);
+		struct spin_result rem = spin_clients(run, &run->remote, n, failure, sizeof failure);
 		if (failure[0] && !reason[0])
 			snprintf(reason, sizeof reason, "%s", failure);
 		if (n == 1) {
 			base_nat = nat;
 			base_rem = rem;
 		}
-		bench_add_row(&run->results, "concurrency", "ms", nat, rem, "N=%d mean kernel time", n);
-		struct bench_row *row = bench_add_row(&run->results, "concurrency", "x", nat / base_nat,
-						      rem / base_rem, "N=%d mean kernel / 1 client", n);
-		if (row) {
-			row->ratio = row->remote;
-			row->ratio_of = "remote";
+		bench_add_row(&run->results, "concurrency", "ms", nat.kernel_ms, rem.kernel_ms, "N=%d mean kernel time", n);
+		remote_is_ratio(bench_add_row(&run->results, "concurrency", "x", nat.wall_ms / base_nat.wall_ms,
+					      rem.wall_ms / base_rem.wall_ms, "N=%d mean client wall / 1 client", n));
+		remote_is_ratio(bench_add_row(&run->results, "concurrency", "x", nat.slowest_wall_ms / base_nat.wall_ms,
+					      rem.slowest_wall_ms / base_rem.wall_ms,
+					      "N=%d slowest client wall / 1 client", n));
+		struct bench_row *row = bench_add_row(&run->results, "concurrency", "x", nat.kernel_ms / base_nat.kernel_ms,
+						      rem.kernel_ms / base_rem.kernel_ms, "N=%d mean kernel / 1 client", n);
+		if (remote_is_ratio(row)) {
 			if (n == 16 || n == 128) {
 				row->goal = BENCH_AT_MOST;
 				row->limit = n == 16 ? 1.05 : 1.10;

@@ -75,6 +75,7 @@ def main():
     metrics = {f["metric"] for f in figures}
     for n in (1, 2):
         check(f"N={n} mean kernel / 1 client" in metrics, f"concurrency N={n} missing")
+        check(f"N={n} mean client wall / 1 client" in metrics, f"concurrency N={n} client wall missing")
     targets = [f for f in figures if f["target"]]
     check(any(f["ratio_of"].startswith("remote/(native+1.5") for f in targets), "launch+sync target missing")
 
