@@ -155,7 +155,11 @@ for ((bytes = 4096; bytes <= MAX; bytes *= 4)); do
 						pct(sum["wait_us"], w), pct(sum["prefault_us"], w)
 				printf "; CPU user %s sys %s; %d page faults; %d voluntary and %d forced context switches\n",
 					pct(sum["user_us"], w), pct(sum["sys_us"], w), sum["minflt"], sum["vcsw"], sum["ivcsw"]
+				cpu[f] = pct(sum["user_us"] + sum["sys_us"], w)
 			}
+			if (cpu[1] != "" && cpu[2] != "")
+				printf "  busy: client thread %s, daemon thread %s of the wall time (one near 100%% bounds the copy; both well below: it waits on something else, the DMA or CPUs busy with other threads)\n",
+					cpu[1], cpu[2]
 		}' "$dir/client.prof" "$dir/daemon.prof"
 	done
 done
