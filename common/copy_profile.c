@@ -67,10 +67,8 @@ static uint64_t tv_us(const struct timeval *tv)
 	return (uint64_t)tv->tv_sec * 1000000u + (uint64_t)tv->tv_usec;
 }
 
-void rm_copy_profile_end(struct rm_copy_profile *p)
+void rm_copy_profile_finish(struct rm_copy_profile *p)
 {
-	if (!p->active)
-		return;
 	uint64_t wall = rm_copy_profile_now_ns() - p->start_ns;
 	struct rusage ru;
 	getrusage(RUSAGE_THREAD, &ru);

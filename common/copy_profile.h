@@ -72,8 +72,14 @@ static inline void rm_copy_profile_begin(struct rm_copy_profile *p, const char *
 		rm_copy_profile_start(p, side, op, bytes);
 }
 
+void rm_copy_profile_finish(struct rm_copy_profile *p);
+
 /* Prints the copy's line and stops counting its socket calls. */
-void rm_copy_profile_end(struct rm_copy_profile *p);
+static inline void rm_copy_profile_end(struct rm_copy_profile *p)
+{
+	if (p->active)
+		rm_copy_profile_finish(p);
+}
 
 uint64_t rm_copy_profile_now_ns(void);
 
