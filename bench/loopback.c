@@ -265,6 +265,7 @@ static void *cold_receive(void *arg)
 			continue;
 		if (n <= 0) {
 			c->recv_error = n < 0 ? -errno : 0;
+			shutdown(c->fds[1], SHUT_RDWR); /* a sender still writing gets an error, not a full window */
 			break;
 		}
 		double t = now_s();
@@ -328,10 +329,10 @@ int bench_tcp_throughput_cold(const struct bench_tcp_cold *b, int nstreams, doub
 	}
 	unsigned long long counted = 0;
 	for (i = 0; i < npairs; i++) {
-		if (!c[i].sender_started)
-			shutdown(c[i].fds[0], SHUT_WR); /* lets its receiver end */
 		if (c[i].sender_started)
 			pthread_join(c[i].sender, NULL);
+		else
+			shutdown(c[i].fds[0], SHUT_WR); /* lets its receiver end */
 		if (c[i].receiver_started)
 			pthread_join(c[i].receiver, NULL);
 		if (!rc)
