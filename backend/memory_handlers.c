@@ -1,5 +1,6 @@
 /* Device memory: allocations owned by the session, and copies pipelined
  * through two pinned staging buffers so the network and the copy engine overlap. */
+#include "copy_links.h"
 #include "dispatch.h"
 
 #include <stdlib.h>
@@ -94,7 +95,8 @@ static void copy_in(struct rm_session *s, struct rm_request *rq, int wait)
 	Remora__MemcpyHtoD *req = (void *)rm_request_unpack(rq, &remora__memcpy_hto_d__descriptor);
 	if (!req)
 		return;
-	uint64_t n = rq->frame.bulk_len;
+	int striped = req->links > 1;
+	uint64_t n = striped ? req->count : rq->frame.bulk_len;
 	struct rm_copy_profile prof;
 	rm_copy_profile_begin(&prof, "daemon", rm_op_names[rq->frame.op], n);
 	prof.host = "staging";
@@ -102,7 +104,9 @@ static void copy_in(struct rm_session *s, struct rm_request *rq, int wait)
 	CUresult r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &stream);
 	if (r == CUDA_SUCCESS)
 		r = rm_session_check_range(s, req->dst, n);
-	for (uint64_t done = 0; r == CUDA_SUCCESS && done < n;) {
+	if (striped)
+		r = rm_copy_striped_in(s, rq, r, stream, req->dst, n, req->links);
+	for (uint64_t done = 0; !striped && r == CUDA_SUCCESS && done < n;) {
 		void *buf;
 		int i = s->staging_next;
 		uint64_t mark = rm_copy_profile_mark(&prof);
@@ -161,6 +165,10 @@ static void copy_out(struct rm_session *s, struct rm_request *rq)
 	uint64_t mark = rm_copy_profile_mark(&prof);
 	if (r == CUDA_SUCCESS)
 		r = rm_drv.cuStreamSynchronize(stream);
+	if (r == CUDA_SUCCESS && req->links > 1) {
+		rm_copy_striped_out(s, rq, stream, req->src, n, req->links);
+		goto out;
+	}
 	void *buf[RM_STAGING_BUFS];
 	for (int i = 0; r == CUDA_SUCCESS && i < RM_STAGING_BUFS; i++)
 		r = rm_session_staging(s, i, &buf[i]);

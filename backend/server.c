@@ -167,6 +167,46 @@ static int visible_devices(const Remora__Hello *h, struct rm_handoff *out, uint6
 	return 0;
 }
 
+/* A copy link's Attach: handed to the worker serving the session it names, which checks
+ * its key and answers; anything else is refused here. */
+static void attach_link(struct rm_link *link, const struct rm_frame *f, const struct greeting *g)
+{
+	const char *peer = g->tp->peer(g->conn);
+	uint8_t msg[256];
+	Remora__Attach *a = NULL;
+	if (f->bulk_len || f->msg_len > sizeof(msg) || rm_link_read(link, msg, f->msg_len) ||
+	    !(a = remora__attach__unpack(NULL, f->msg_len, msg)) || a->key.len != 16 || link->rpos != link->rlen) {
+		rm_log(RM_LOG_WARN, "client %s: malformed copy link attach; closing", peer);
+		goto out;
+	}
+	struct rm_handoff h = {.attach = 1, .link_index = a->index, .session_id = a->session_id, .slot = -1};
+	memcpy(h.key, a->key.data, 16);
+	pid_t pid = 0;
+	rm_registry_lock();
+	for (int i = 0; i < RM_MAX_CLIENTS && !pid; i++) {
+		const struct rm_client_record *c = &rm_registry()->clients[i];
+		if (c->in_use && c->session_id == a->session_id)
+			pid = c->worker;
+	}
+	rm_registry_unlock();
+	int err = -ESRCH;
+	pthread_mutex_lock(&workers_lock);
+	for (size_t i = 0; pid && i < sizeof(workers) / sizeof(workers[0]); i++)
+		if (workers[i].pid == pid)
+			err = hand_over(&workers[i], g->tp->export_fd(g->conn), &h);
+	pthread_mutex_unlock(&workers_lock);
+	if (err) {
+		rm_log(RM_LOG_WARN, "client %s: copy link for session %llu refused (%s)", peer,
+		       (unsigned long long)a->session_id, err == -ESRCH ? "no such session" : strerror(-err));
+		struct rm_frame rf = {.magic = RM_WIRE_MAGIC, .op = RM_OP_ATTACH, .seq = f->seq, .flags = RM_F_REPLY,
+				      .result = CUDA_ERROR_INVALID_VALUE};
+		rm_link_send(link, &rf, NULL, NULL, 0);
+	}
+out:
+	if (a)
+		remora__attach__free_unpacked(a, NULL);
+}
+
 static void *greet(void *arg)
 {
 	struct greeting *g = arg;
@@ -183,6 +223,10 @@ static void *greet(void *arg)
 	int err = rm_link_read_frame(&link, &f);
 	if (!err && f.op == RM_OP_STATUS) {
 		rm_admin_answer_status(&link, &f, config);
+		goto out;
+	}
+	if (!err && f.op == RM_OP_ATTACH) {
+		attach_link(&link, &f, g);
 		goto out;
 	}
 	if (err || f.op != RM_OP_HELLO || f.bulk_len) {

@@ -25,6 +25,12 @@ struct rm_handoff {
 	uint32_t hello_seq; /* the hello frame's sequence number, for the reply */
 	uint32_t pid;
 	char name[64];
+	/* A copy link instead of a client (copy_links.h): the session it is for, as the
+	 * client presented it; the worker checks the key. */
+	int attach;
+	uint32_t link_index;
+	uint64_t session_id;
+	uint8_t key[16];
 };
 
 #endif

@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
+#include "copy_links.h"
 #include "driver_table.h"
 #include "gpus.h"
 #include "image_cache.h"
@@ -28,6 +30,13 @@ struct rm_session *rm_session_new(const struct rm_transport *tp, struct rm_conn 
 		free(s);
 		return NULL;
 	}
+	if (getrandom(s->attach_key, sizeof(s->attach_key), 0) != (ssize_t)sizeof(s->attach_key)) {
+		s->link.conn = NULL; /* the caller still owns conn */
+		rm_link_close(&s->link);
+		free(s);
+		return NULL;
+	}
+	pthread_mutex_init(&s->copy_lock, NULL);
 	const struct rm_tenant_config *t = h->tenant < 0 ? &cfg->anonymous : &cfg->tenants[h->tenant];
 	s->slot = h->slot;
 	s->id = rm_registry()->clients[h->slot].session_id;
@@ -470,6 +479,7 @@ size_t rm_session_release_all(struct rm_session *s)
 
 void rm_session_destroy(struct rm_session *s)
 {
+	rm_copy_links_close(s);
 	size_t bytes = s->mem_bytes;
 	size_t freed = rm_session_release_all(s);
 	if (s->nctx)

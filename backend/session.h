@@ -56,6 +56,7 @@ struct rm_session_ctx {
 #define RM_STAGING_BUFS 2
 
 struct rm_handoff;
+struct rm_copy_link;
 
 struct rm_session {
 	uint64_t id;
@@ -85,6 +86,11 @@ struct rm_session {
 	CUcontext thread_ctx;       /* the context current on this session's thread */
 
 	CUresult async_error; /* first error of an async call not reported yet */
+
+	uint8_t attach_key[16];  /* what a copy link's Attach must present (copy_links.h) */
+	pthread_mutex_t copy_lock;
+	struct rm_copy_link *copy_links[RM_MAX_COPY_LINKS]; /* [1 .. ncopy_links] */
+	int ncopy_links;
 
 	void *staging[RM_STAGING_BUFS]; /* pinned buffers for copies, with an event each */
 	CUevent staging_done[RM_STAGING_BUFS];

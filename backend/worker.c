@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "copy_links.h"
 #include "dispatch.h"
 #include "gpus.h"
 #include "log.h"
@@ -19,6 +20,39 @@
 #include "remora.pb-c.h"
 
 static const struct rm_daemon_config *config;
+/* The sessions being served, for copy links that ask for theirs. */
+static struct rm_session **sessions;
+static size_t nsessions, sessions_cap;
+static pthread_mutex_t sessions_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int sessions_add(struct rm_session *s)
+{
+	pthread_mutex_lock(&sessions_lock);
+	if (nsessions == sessions_cap) {
+		size_t cap = sessions_cap ? 2 * sessions_cap : 64;
+		struct rm_session **p = realloc(sessions, cap * sizeof(*p));
+		if (!p) {
+			pthread_mutex_unlock(&sessions_lock);
+			return -1;
+		}
+		sessions = p;
+		sessions_cap = cap;
+	}
+	sessions[nsessions++] = s;
+	pthread_mutex_unlock(&sessions_lock);
+	return 0;
+}
+
+static void sessions_remove(struct rm_session *s)
+{
+	pthread_mutex_lock(&sessions_lock);
+	for (size_t i = 0; i < nsessions; i++)
+		if (sessions[i] == s) {
+			sessions[i] = sessions[--nsessions];
+			break;
+		}
+	pthread_mutex_unlock(&sessions_lock);
+}
 
 /* Answers the hello the accepting process read for this client. */
 static int welcome(struct rm_session *s, uint32_t seq)
@@ -28,6 +62,8 @@ static int welcome(struct rm_session *s, uint32_t seq)
 	rep.protocol_version = RM_PROTOCOL_VERSION;
 	rm_drv.cuDriverGetVersion(&rep.driver_version);
 	rep.session_id = s->id;
+	rep.attach_key.data = s->attach_key;
+	rep.attach_key.len = sizeof(s->attach_key);
 	rm_request_finish(s, &rq, CUDA_SUCCESS, &rep.base);
 	return rq.fatal ? -EPIPE : 0;
 }
@@ -99,6 +135,7 @@ static void *client_main(void *arg)
 		       s->name, s->pid, s->peer, s->tenant_name);
 		serve(s);
 	}
+	sessions_remove(s);
 	rm_session_destroy(s);
 	rm_registry_leave(slot);
 	return NULL;
@@ -120,6 +157,42 @@ static int receive(int channel, struct rm_handoff *h, int *fd)
 		return -EPROTO;
 	memcpy(fd, CMSG_DATA(c), sizeof(int));
 	return 0;
+}
+
+/* Makes conn a copy link of the session h names, if it presents that session's key;
+ * answers the Attach either way. */
+static void attach_link(const struct rm_transport *tp, struct rm_conn *conn, const struct rm_handoff *h)
+{
+	int err = -ESRCH;
+	pthread_mutex_lock(&sessions_lock);
+	for (size_t i = 0; i < nsessions; i++) {
+		struct rm_session *s = sessions[i];
+		if (s->id != h->session_id)
+			continue;
+		uint8_t diff = 0; /* compared in full: no early exit to time */
+		for (size_t k = 0; k < sizeof(s->attach_key); k++)
+			diff |= s->attach_key[k] ^ h->key[k];
+		err = diff ? -EACCES : 0;
+		struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_ATTACH, .flags = RM_F_REPLY,
+				     .result = diff ? CUDA_ERROR_NOT_PERMITTED : CUDA_SUCCESS};
+		uint8_t hdr[RM_FRAME_LEN];
+		rm_frame_encode(&f, hdr);
+		struct iovec v = {hdr, sizeof(hdr)};
+		if (!err && !(err = tp->sendv(conn, &v, 1)))
+			err = rm_copy_link_attach(s, tp, conn, h->link_index);
+		if (err)
+			rm_log(RM_LOG_WARN, "session %llu (%s): copy link %u refused: %s", (unsigned long long)s->id,
+			       s->name, h->link_index, err == -EACCES ? "wrong key" : strerror(-err));
+		else
+			rm_log(RM_LOG_INFO, "session %llu (%s): copy link %u attached", (unsigned long long)s->id, s->name,
+			       h->link_index);
+		if (diff)
+			tp->sendv(conn, &v, 1);
+		break;
+	}
+	pthread_mutex_unlock(&sessions_lock);
+	if (err)
+		tp->close(conn);
 }
 
 /* Keeps the registry's free-memory figure of each GPU this worker uses current. */
@@ -160,18 +233,30 @@ int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 		}
 		struct rm_conn *conn;
 		struct rm_session *s = NULL;
+		if (h.attach) {
+			if (tp->adopt_fd(fd, &conn))
+				close(fd);
+			else
+				attach_link(tp, conn, &h);
+			continue;
+		}
 		if (tp->adopt_fd(fd, &conn)) {
 			close(fd);
 		} else if (!(s = rm_session_new(tp, conn, cfg, &h))) {
 			tp->close(conn);
+		} else if (sessions_add(s)) {
+			rm_session_destroy(s);
+			s = NULL;
 		}
 		pthread_attr_t attr;
 		pthread_attr_init(&attr);
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 		if (!s || pthread_create(&t, &attr, client_main, s)) {
 			rm_log(RM_LOG_ERROR, "cannot serve client %s: out of resources", h.name);
-			if (s)
+			if (s) {
+				sessions_remove(s);
 				rm_session_destroy(s);
+			}
 			rm_registry_leave(h.slot);
 		}
 		pthread_attr_destroy(&attr);

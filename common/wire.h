@@ -25,7 +25,32 @@ enum {
 enum {
 	RM_OP_HELLO = 0,
 	RM_OP_STATUS = 0x10000, /* first frame of an admin connection: remora.StatusReply (docs/pool.md) */
+	RM_OP_ATTACH = 0x10001, /* first frame of a copy link: remora.Attach (docs/protocol.md) */
 };
+
+/* Striped copies: a copy of n bytes over links links (the session's connection is
+ * link 0, its attached copy links 1..links-1) is cut into chunks of
+ * rm_stripe_chunk(n, links) bytes (the last one shorter); chunk k travels on link
+ * k % links, each link's chunks in order, as raw bytes. */
+#define RM_MAX_COPY_LINKS 8
+#define RM_STRIPE_MIN_CHUNK (4ull << 20)
+#define RM_STRIPE_MAX_CHUNKS_PER_LINK 256 /* larger copies get larger chunks */
+
+static inline uint64_t rm_stripe_chunk(uint64_t n, uint32_t links)
+{
+	uint64_t per_link = (n + links - 1) / links;
+	uint64_t c = (per_link + RM_STRIPE_MAX_CHUNKS_PER_LINK - 1) / RM_STRIPE_MAX_CHUNKS_PER_LINK;
+	return c < RM_STRIPE_MIN_CHUNK ? RM_STRIPE_MIN_CHUNK : (c + 4095) & ~4095ull;
+}
+
+/* Bytes of an n-byte copy over links links that travel on link j. */
+static inline uint64_t rm_stripe_share(uint64_t n, uint32_t links, uint32_t j)
+{
+	uint64_t c = rm_stripe_chunk(n, links), chunks = (n + c - 1) / c, share = 0;
+	for (uint64_t k = j; k < chunks; k += links)
+		share += n - k * c < c ? n - k * c : c;
+	return share;
+}
 
 /* Every frame: this header, then msg_len bytes of protobuf, then bulk_len raw bytes.
  * All fields little-endian. A reply carries the request's seq and opcode. */

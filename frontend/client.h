@@ -22,6 +22,10 @@ struct rm_rpc_call {
 	int nbulk_out;
 	void *bulk_in;                /* the reply's bulk is read straight into this */
 	size_t bulk_in_len;           /* and must be exactly this long */
+	const struct iovec *bulk_in_vec; /* or scattered into these, exactly as long together */
+	int nbulk_in_vec;
+	void (*before_bulk_in)(void *arg); /* called once the reply says its bulk follows */
+	void *before_bulk_in_arg;
 	const ProtobufCMessageDescriptor *rep_desc;
 	ProtobufCMessage *rep;        /* out: unpacked reply, free with rm_rpc_free */
 };
@@ -34,6 +38,8 @@ CUresult rm_rpc(struct rm_rpc_call *c);
 CUresult rm_rpc_simple(uint32_t op, const ProtobufCMessage *req,
 		       const ProtobufCMessageDescriptor *rep_desc, ProtobufCMessage **rep);
 void rm_rpc_free(ProtobufCMessage *rep);
+/* Gives up the connection after a failure outside rm_rpc (a copy link's). */
+void rm_rpc_fail(const char *what, int err);
 
 /* Connects and greets the daemon once per process; later calls give the first outcome. */
 CUresult rm_connect_once(void);

@@ -1,6 +1,7 @@
 /* Copies between the program's memory and the GPU, and host allocations.
  * Copy data travels as bulk, straight from or into the program's buffer. */
 #include "client.h"
+#include "copy_links.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -139,6 +140,29 @@ static uint64_t prefault_busy_ns(void)
 	return busy;
 }
 
+/* Waits for a striped copy's links; a link that failed loses the connection. */
+static CUresult finish_striped(CUresult r)
+{
+	int err = rm_copy_links_finish(r == CUDA_ERROR_DEVICE_UNAVAILABLE);
+	if (err && r != CUDA_ERROR_DEVICE_UNAVAILABLE) {
+		rm_rpc_fail("copy link", err);
+		r = CUDA_ERROR_DEVICE_UNAVAILABLE;
+	}
+	return r;
+}
+
+struct striped_in {
+	void *dst;
+	uint64_t n;
+	uint32_t links;
+};
+
+static void start_links_in(void *arg)
+{
+	struct striped_in *in = arg;
+	rm_copy_links_start(1, in->dst, in->n, in->links);
+}
+
 static CUresult copy_to_device(uint32_t op, CUdeviceptr dst, const void *src, size_t n, CUstream stream)
 {
 	if (!n)
@@ -148,13 +172,22 @@ static CUresult copy_to_device(uint32_t op, CUdeviceptr dst, const void *src, si
 	Remora__MemcpyHtoD req = REMORA__MEMCPY_HTO_D__INIT;
 	req.dst = dst;
 	req.stream = (uint64_t)(uintptr_t)stream;
-	struct iovec data = {(void *)src, n};
-	struct rm_rpc_call c = {.op = op, .req = &req.base, .bulk_out = &data, .nbulk_out = 1};
+	struct iovec data[RM_STRIPE_MAX_CHUNKS_PER_LINK + 1] = {{(void *)src, n}};
+	struct rm_rpc_call c = {.op = op, .req = &req.base, .bulk_out = data, .nbulk_out = 1};
 	struct rm_copy_profile prof;
 	rm_copy_profile_begin(&prof, "client", rm_op_names[op], n);
 	if (prof.active)
 		prof.host = rm_host_alloc_find(src, NULL, NULL, NULL) ? "pinned" : "pageable";
+	uint32_t links = rm_copy_links_take(n);
+	if (links > 1) { /* this frame carries link 0's share; the links send theirs meanwhile */
+		req.links = links;
+		req.count = n;
+		c.nbulk_out = rm_copy_links_share0((void *)src, n, links, data, RM_STRIPE_MAX_CHUNKS_PER_LINK + 1);
+		rm_copy_links_start(0, (void *)src, n, links);
+	}
 	CUresult r = rm_rpc(&c);
+	if (links > 1)
+		r = finish_striped(r);
 	rm_copy_profile_end(&prof);
 	return r;
 }
@@ -170,6 +203,17 @@ static CUresult copy_from_device(uint32_t op, void *dst, CUdeviceptr src, size_t
 	req.count = n;
 	req.stream = (uint64_t)(uintptr_t)stream;
 	struct rm_rpc_call c = {.op = op, .req = &req.base, .bulk_in = dst, .bulk_in_len = n};
+	struct iovec share0[RM_STRIPE_MAX_CHUNKS_PER_LINK + 1];
+	struct striped_in in = {.dst = dst, .n = n, .links = rm_copy_links_take(n)};
+	if (in.links > 1) { /* the reply carries link 0's share; the links are started when it comes */
+		req.links = in.links;
+		c.bulk_in = NULL;
+		c.bulk_in_len = 0;
+		c.bulk_in_vec = share0;
+		c.nbulk_in_vec = rm_copy_links_share0(dst, n, in.links, share0, RM_STRIPE_MAX_CHUNKS_PER_LINK + 1);
+		c.before_bulk_in = start_links_in;
+		c.before_bulk_in_arg = &in;
+	}
 	struct rm_copy_profile prof;
 	rm_copy_profile_begin(&prof, "client", rm_op_names[op], n);
 	uint64_t busy0 = 0;
@@ -179,6 +223,8 @@ static CUresult copy_from_device(uint32_t op, void *dst, CUdeviceptr src, size_t
 	}
 	int prefaulting = prefault_begin(dst, n);
 	CUresult r = rm_rpc(&c);
+	if (in.links > 1)
+		r = finish_striped(r);
 	if (prefaulting) {
 		uint64_t mark = rm_copy_profile_mark(&prof);
 		uint64_t busy = prefault_end();

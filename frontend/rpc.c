@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "copy_links.h"
 #include "link.h"
 #include "placement.h"
 #include "remora.pb-c.h"
@@ -119,17 +120,20 @@ static CUresult lost(const char *what, int err)
 static int flush_locked(const struct iovec *extra, int nextra)
 {
 	struct iovec iov[8];
-	int n = 0;
+	int n = 0, i = 0;
 	if (batch_len)
 		iov[n++] = (struct iovec){batch, batch_len};
-	for (int i = 0; i < nextra && n < 8; i++)
+	for (; i < nextra && n < 8; i++)
 		if (extra[i].iov_len)
 			iov[n++] = extra[i];
-	if (!n)
+	if (!n && i == nextra)
 		return 0;
 	batch_len = 0;
 	__atomic_store_n(&batch_since_ns, 0, __ATOMIC_SEQ_CST);
-	return conn_link.tp->sendv(conn_link.conn, iov, n);
+	int err = n ? conn_link.tp->sendv(conn_link.conn, iov, n) : 0;
+	if (!err && i < nextra) /* a striped copy's share: many pieces */
+		err = conn_link.tp->sendv(conn_link.conn, extra + i, nextra - i);
+	return err;
 }
 
 static uint64_t now_ns(void)
@@ -285,6 +289,7 @@ static CUresult connect_to(const char *server)
 	driver_version = rep->driver_version;
 	rm_log(RM_LOG_INFO, "connected to %s, session %llu, driver %d", server,
 	       (unsigned long long)rep->session_id, driver_version);
+	rm_copy_links_open(tp, addr, rep->session_id, rep->attach_key.data, rep->attach_key.len);
 	rm_rpc_free(&rep->base);
 	pthread_t t;
 	pthread_attr_t attr;
@@ -395,10 +400,19 @@ CUresult rm_rpc(struct rm_rpc_call *c)
 		goto out;
 	}
 	if (rf.bulk_len) {
-		if (rf.bulk_len != c->bulk_in_len || !c->bulk_in)
+		uint64_t want = c->bulk_in_len;
+		for (int i = 0; i < c->nbulk_in_vec; i++)
+			want += c->bulk_in_vec[i].iov_len;
+		if (rf.bulk_len != want || (!c->bulk_in && !c->nbulk_in_vec)) {
 			err = -EPROTO;
-		else
-			err = rm_link_read(&conn_link, c->bulk_in, c->bulk_in_len);
+		} else {
+			if (c->before_bulk_in)
+				c->before_bulk_in(c->before_bulk_in_arg);
+			if (c->bulk_in)
+				err = rm_link_read(&conn_link, c->bulk_in, c->bulk_in_len);
+			for (int i = 0; !err && i < c->nbulk_in_vec; i++)
+				err = rm_link_read(&conn_link, c->bulk_in_vec[i].iov_base, c->bulk_in_vec[i].iov_len);
+		}
 		if (err) {
 			if (msg != small)
 				free(msg);
@@ -425,6 +439,13 @@ out:
 	if (result != CUDA_SUCCESS || trace_calls)
 		rm_log(RM_LOG_DEBUG, "%s returned %d", c->op < RM_OP_LIMIT ? rm_op_names[c->op] : "?", result);
 	return result;
+}
+
+void rm_rpc_fail(const char *what, int err)
+{
+	pthread_mutex_lock(&rpc_lock);
+	lost(what, err);
+	pthread_mutex_unlock(&rpc_lock);
 }
 
 CUresult rm_rpc_simple(uint32_t op, const ProtobufCMessage *req,

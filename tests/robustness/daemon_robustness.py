@@ -8,6 +8,7 @@ usage: daemon_robustness.py REMORAD DRIVER REMORA PROBE IMAGE
 """
 import os
 import random
+import re
 import signal
 import socket
 import struct
@@ -18,6 +19,17 @@ import time
 
 MAGIC = 0x524D5231
 FRAME = struct.Struct("<IIQIIQQii")  # common/wire.h: 48 bytes
+ATTACH = 0x10001  # RM_OP_ATTACH
+
+
+def varint(v):
+    out = b""
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        out += bytes([b | (0x80 if v else 0)])
+        if not v:
+            return out
 
 remorad, driver, remora, probe, image = sys.argv[1:6]
 failures = []
@@ -117,11 +129,49 @@ def main():
         p = client(server, "work", "0.2")
         out, err = p.communicate(timeout=60)
         check(p.returncode == 0 and out.strip() == "ok", f"the next client works on a fresh context ({err.strip()})")
+
+        # 4. Copies striped over copy links arrive whole; a copy link that names no
+        #    session, presents a wrong key or is malformed is refused, and nobody notices.
+        p = client(server, "stripes", env=dict(os.environ, REMORA_COPY_LINKS="3", REMORA_STRIPE_MIN="1048576"))
+        out, err = p.communicate(timeout=120)
+        check(p.returncode == 0 and out.strip() == "ok", f"striped copies of odd sizes both ways ({err.strip()})")
+        check("copy link 2 attached" in open(log_path).read(), "over two copy links beside the connection")
+        holder = client(server, "hold", "16")
+        check(holder.stdout.readline().strip() == "ready", "a client holds a session")
+        sessions = re.findall(r"session (\d+): client probe", open(log_path).read())
+        held = int(sessions[-1]) if sessions else 0
+
+        def attach(session_id, key, index=1):
+            msg = b"\x08" + varint(session_id) + b"\x12" + bytes([len(key)]) + key + b"\x18" + varint(index)
+            a = socket.create_connection((host, int(port)))
+            a.sendall(FRAME.pack(MAGIC, ATTACH, 1, len(msg), 0, 0, 0, 0, 0) + msg)
+            a.settimeout(5)
+            reply = b""
+            while len(reply) < FRAME.size:
+                data = a.recv(FRAME.size - len(reply))
+                if not data:
+                    break
+                reply += data
+            result = FRAME.unpack(reply)[7] if len(reply) == FRAME.size else None
+            return result, closed_by_daemon(a)
+
+        result, closed = attach(held + 1000, bytes(16))
+        check(result not in (None, 0) and closed, f"an attach naming no session is refused ({result})")
+        result, closed = attach(held, bytes(16))
+        check(result == 800 and closed, f"an attach with a wrong key is refused: CUDA_ERROR_NOT_PERMITTED ({result})")
+        result, closed = attach(held, bytes(3))
+        check(result is None and closed, "a malformed attach is closed")
+        check(holder.poll() is None, "the client it named is untouched")
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        p = client(server, "work", "0.2")
+        out, err = p.communicate(timeout=60)
+        check(p.returncode == 0 and out.strip() == "ok", f"and the daemon serves on ({err.strip()})")
     finally:
         d.terminate()
         d.wait()
         log.close()
-    # 4. No server: a clear message and a CUDA error, not a hang.
+    # 5. No server: a clear message and a CUDA error, not a hang.
     p = subprocess.run([remora, "run", "--server", "127.0.0.1:1", "--", probe, "free"],
                        capture_output=True, text=True, timeout=30)
     check(p.returncode != 0 and "cannot reach the GPU server" in p.stderr,

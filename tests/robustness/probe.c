@@ -3,7 +3,9 @@
  *   probe hold MIB    allocates and fills MIB MiB, prints "ready", then waits to be killed
  *   probe work SECS   allocates, copies and checks in a loop for SECS seconds, prints "ok"
  *   probe fault IMAGE launches faultKernel from IMAGE on a bad pointer; prints the error's name
- *   probe pointers    checks pointer attributes of device, pinned and registered memory; prints "ok" */
+ *   probe pointers    checks pointer attributes of device, pinned and registered memory; prints "ok"
+ *   probe stripes     copies odd sizes up to 64 MiB both ways, pageable and pinned, sync and
+ *                     async, and checks every byte; prints "ok" (run with copy links on) */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +55,42 @@ int main(int argc, char **argv)
 		fflush(stdout);
 		for (;;)
 			pause();
+	}
+	if (!strcmp(argv[1], "stripes")) {
+		static const size_t sizes[] = {(1u << 20) - 1, (4u << 20) * 3 + 1, (16u << 20) + 12345, (64u << 20) - 3};
+		size_t max = sizes[3];
+		unsigned char *src = malloc(max), *back = malloc(max), *pinned;
+		CUdeviceptr d;
+		CUstream s;
+		if (!src || !back)
+			return 1;
+		CHECK(cuMemAlloc(&d, max));
+		CHECK(cuMemAllocHost((void **)&pinned, max));
+		CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+		for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+			size_t n = sizes[k];
+			for (size_t i = 0; i < n; i++)
+				src[i] = (unsigned char)(i * 131 + k * 7 + (i >> 20));
+			CHECK(cuMemcpyHtoD(d, src, n));
+			memset(back, 0, n);
+			CHECK(cuMemcpyDtoH(back, d, n));
+			if (memcmp(src, back, n)) {
+				fprintf(stderr, "probe: %zu bytes pageable came back different\n", n);
+				return 1;
+			}
+			memcpy(pinned, src, n);
+			CHECK(cuMemsetD8(d, 0, n));
+			CHECK(cuMemcpyHtoDAsync(d, pinned, n, s));
+			memset(pinned, 0, n);
+			CHECK(cuMemcpyDtoHAsync(pinned, d, n, s));
+			CHECK(cuStreamSynchronize(s));
+			if (memcmp(src, pinned, n)) {
+				fprintf(stderr, "probe: %zu bytes pinned async came back different\n", n);
+				return 1;
+			}
+		}
+		printf("ok\n");
+		return 0;
 	}
 	if (!strcmp(argv[1], "work") && argc > 2) {
 		double end = now() + atof(argv[2]);

@@ -1,0 +1,337 @@
+/* Striped copies over a session's copy links (copy_links.h). */
+#include "copy_links.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "link.h"
+#include "log.h"
+
+#define LINK_STAGING_SIZE (4u << 20)
+
+/* One link's part of a striped copy. */
+struct stripe_job {
+	int to_host;
+	uint64_t dev, n;
+	uint32_t links, index;
+	CUstream stream;
+	CUcontext ctx;
+	CUresult result;  /* in: a failure already known (then bytes in are dropped); out: the first failure */
+	int link_failed;  /* out: the link broke or fell out of step */
+};
+
+struct rm_copy_link {
+	struct rm_link link;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t changed;
+	struct stripe_job *job; /* set: to do; cleared by the thread when done */
+	int stop;
+	void *staging[2];
+	CUevent staged[2];
+};
+
+/* Where a share's bytes go through: a link and two staging buffers. */
+struct share {
+	struct rm_link *link;
+	uint64_t *bulk_left;  /* the request's unread bulk, for link 0; else NULL */
+	void **staging;
+	CUevent *staged;
+	size_t staging_size;
+};
+
+/* Staging buffer b of sh once the copy that used it last is done (made at first use). */
+static CUresult staging(struct share *sh, int b, void **buf)
+{
+	if (!sh->staging[b]) {
+		CUresult r = rm_drv.cuMemAllocHost_v2(&sh->staging[b], sh->staging_size);
+		if (r == CUDA_SUCCESS && (r = rm_drv.cuEventCreate(&sh->staged[b], CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+			rm_drv.cuMemFreeHost(sh->staging[b]);
+			sh->staging[b] = NULL;
+		}
+		if (r != CUDA_SUCCESS)
+			return r;
+	}
+	*buf = sh->staging[b];
+	return rm_drv.cuEventSynchronize(sh->staged[b]);
+}
+
+/* Walks a link's pieces of a striped copy: each chunk of the link, cut to the staging size. */
+struct cursor {
+	uint64_t chunk, chunks, k, pos, end;
+};
+
+static void cursor_start(struct cursor *c, const struct stripe_job *j)
+{
+	c->chunk = rm_stripe_chunk(j->n, j->links);
+	c->chunks = (j->n + c->chunk - 1) / c->chunk;
+	c->k = j->index;
+	c->pos = c->end = 0;
+}
+
+/* The next piece's offset and length; 0 when there is none. */
+static int cursor_next(struct cursor *c, const struct stripe_job *j, size_t max, uint64_t *off, size_t *len)
+{
+	if (c->pos == c->end) {
+		if (c->k >= c->chunks)
+			return 0;
+		c->pos = c->k * c->chunk;
+		c->end = c->pos + c->chunk < j->n ? c->pos + c->chunk : j->n;
+		c->k += j->links;
+	}
+	*off = c->pos;
+	*len = c->end - c->pos < max ? (size_t)(c->end - c->pos) : max;
+	c->pos += *len;
+	return 1;
+}
+
+static int read_bytes(struct share *sh, void *buf, size_t len)
+{
+	if (sh->bulk_left) {
+		if (len > *sh->bulk_left)
+			return -EPROTO;
+		*sh->bulk_left -= len;
+	}
+	return buf ? rm_link_read(sh->link, buf, len) : rm_link_skip(sh->link, len);
+}
+
+/* Host to device: each piece is read into a staging buffer while the one before is copied. */
+static void share_in(struct share *sh, struct stripe_job *j)
+{
+	struct cursor c;
+	cursor_start(&c, j);
+	uint64_t off;
+	size_t len;
+	for (int b = 0; cursor_next(&c, j, sh->staging_size, &off, &len); b ^= 1) {
+		void *buf = NULL;
+		if (j->result == CUDA_SUCCESS)
+			j->result = staging(sh, b, &buf);
+		if (j->result != CUDA_SUCCESS)
+			buf = NULL; /* read and dropped, so that the link stays in step */
+		if (read_bytes(sh, buf, len)) {
+			j->link_failed = 1;
+			return;
+		}
+		if (buf) {
+			j->result = rm_drv.cuMemcpyHtoDAsync_v2(j->dev + off, buf, len, j->stream);
+			if (j->result == CUDA_SUCCESS)
+				j->result = rm_drv.cuEventRecord(sh->staged[b], j->stream);
+		}
+	}
+}
+
+/* Device to host: each piece is copied to a staging buffer while the one before is sent. */
+static void share_out(struct share *sh, struct stripe_job *j)
+{
+	struct cursor issue, send;
+	cursor_start(&issue, j);
+	cursor_start(&send, j);
+	uint64_t off;
+	size_t len;
+	void *buf[2] = {NULL, NULL};
+	for (int b = 0; b < 2 && j->result == CUDA_SUCCESS && cursor_next(&issue, j, sh->staging_size, &off, &len); b++) {
+		j->result = staging(sh, b, &buf[b]);
+		if (j->result == CUDA_SUCCESS)
+			j->result = rm_drv.cuMemcpyDtoHAsync_v2(buf[b], j->dev + off, len, j->stream);
+		if (j->result == CUDA_SUCCESS)
+			j->result = rm_drv.cuEventRecord(sh->staged[b], j->stream);
+	}
+	for (int b = 0; j->result == CUDA_SUCCESS && cursor_next(&send, j, sh->staging_size, &off, &len); b ^= 1) {
+		j->result = rm_drv.cuEventSynchronize(sh->staged[b]);
+		if (j->result != CUDA_SUCCESS)
+			break;
+		struct iovec v = {buf[b], len};
+		if (sh->link->tp->sendv(sh->link->conn, &v, 1)) {
+			j->link_failed = 1;
+			return;
+		}
+		if (cursor_next(&issue, j, sh->staging_size, &off, &len)) {
+			j->result = rm_drv.cuMemcpyDtoHAsync_v2(buf[b], j->dev + off, len, j->stream);
+			if (j->result == CUDA_SUCCESS)
+				j->result = rm_drv.cuEventRecord(sh->staged[b], j->stream);
+		}
+	}
+	if (j->result != CUDA_SUCCESS)
+		j->link_failed = 1; /* the reply has begun: the client cannot be told but by closing */
+}
+
+static void run_share(struct share *sh, struct stripe_job *j)
+{
+	if (j->to_host)
+		share_out(sh, j);
+	else
+		share_in(sh, j);
+}
+
+static void *link_main(void *arg)
+{
+	struct rm_copy_link *l = arg;
+	CUcontext current = NULL;
+	struct share sh = {.link = &l->link, .staging = l->staging, .staged = l->staged,
+			   .staging_size = LINK_STAGING_SIZE};
+	pthread_mutex_lock(&l->lock);
+	for (;;) {
+		while (!l->job && !l->stop)
+			pthread_cond_wait(&l->changed, &l->lock);
+		if (l->stop)
+			break;
+		struct stripe_job *j = l->job;
+		pthread_mutex_unlock(&l->lock);
+		if (j->ctx != current && rm_drv.cuCtxSetCurrent(j->ctx) == CUDA_SUCCESS)
+			current = j->ctx;
+		run_share(&sh, j);
+		pthread_mutex_lock(&l->lock);
+		l->job = NULL;
+		pthread_cond_broadcast(&l->changed);
+	}
+	pthread_mutex_unlock(&l->lock);
+	for (int b = 0; b < 2; b++)
+		if (l->staging[b]) {
+			rm_drv.cuEventSynchronize(l->staged[b]);
+			rm_drv.cuEventDestroy_v2(l->staged[b]);
+			rm_drv.cuMemFreeHost(l->staging[b]);
+		}
+	return NULL;
+}
+
+int rm_copy_link_attach(struct rm_session *s, const struct rm_transport *tp, struct rm_conn *conn, uint32_t index)
+{
+	struct rm_copy_link *l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	int err = rm_link_init(&l->link, tp, conn);
+	if (err) {
+		free(l);
+		return err;
+	}
+	pthread_mutex_init(&l->lock, NULL);
+	pthread_cond_init(&l->changed, NULL);
+	pthread_mutex_lock(&s->copy_lock);
+	if (index != (uint32_t)s->ncopy_links + 1 || index >= RM_MAX_COPY_LINKS)
+		err = -EPROTO; /* links are attached one after another, from 1 */
+	else if ((err = -pthread_create(&l->thread, NULL, link_main, l)) == 0)
+		s->copy_links[++s->ncopy_links] = l;
+	pthread_mutex_unlock(&s->copy_lock);
+	if (err) {
+		l->link.conn = NULL; /* the caller still owns conn */
+		rm_link_close(&l->link);
+		free(l);
+	}
+	return err;
+}
+
+void rm_copy_links_close(struct rm_session *s)
+{
+	for (int i = 1; i <= s->ncopy_links; i++) {
+		struct rm_copy_link *l = s->copy_links[i];
+		pthread_mutex_lock(&l->lock);
+		l->stop = 1;
+		pthread_cond_broadcast(&l->changed);
+		pthread_mutex_unlock(&l->lock);
+		pthread_join(l->thread, NULL);
+		rm_link_close(&l->link);
+		free(l);
+		s->copy_links[i] = NULL;
+	}
+	s->ncopy_links = 0;
+}
+
+/* Runs links 1..links-1's jobs on their threads and link 0's share here (sh0). */
+static void run_striped(struct rm_session *s, struct share *sh0, struct stripe_job *jobs, uint32_t links)
+{
+	for (uint32_t i = 1; i < links; i++) {
+		struct rm_copy_link *l = s->copy_links[i];
+		pthread_mutex_lock(&l->lock);
+		l->job = &jobs[i];
+		pthread_cond_broadcast(&l->changed);
+		pthread_mutex_unlock(&l->lock);
+	}
+	run_share(sh0, &jobs[0]);
+	for (uint32_t i = 1; i < links; i++) {
+		struct rm_copy_link *l = s->copy_links[i];
+		pthread_mutex_lock(&l->lock);
+		while (l->job)
+			pthread_cond_wait(&l->changed, &l->lock);
+		pthread_mutex_unlock(&l->lock);
+	}
+}
+
+/* Link 0's share goes through the session's own staging buffers. */
+static CUresult session_share(struct rm_session *s, struct rm_request *rq, struct share *sh)
+{
+	void *buf;
+	CUresult r = rm_session_staging(s, 0, &buf);
+	if (r == CUDA_SUCCESS)
+		r = rm_session_staging(s, 1, &buf);
+	*sh = (struct share){.link = &s->link, .bulk_left = rq ? &rq->bulk_left : NULL, .staging = s->staging,
+			     .staged = s->staging_done, .staging_size = s->staging_size};
+	return r;
+}
+
+static int links_ready(struct rm_session *s, struct rm_request *rq, uint32_t links)
+{
+	if (links >= 2 && (int)links - 1 <= s->ncopy_links)
+		return 1;
+	rm_log(RM_LOG_WARN, "session %llu (%s): a copy striped over %u links, %d attached; closing",
+	       (unsigned long long)s->id, s->name, links, s->ncopy_links);
+	rq->fatal = 1;
+	return 0;
+}
+
+CUresult rm_copy_striped_in(struct rm_session *s, struct rm_request *rq, CUresult r, CUstream stream, uint64_t dst,
+			    uint64_t n, uint32_t links)
+{
+	if (!links_ready(s, rq, links))
+		return r;
+	if (rq->frame.bulk_len != rm_stripe_share(n, links, 0)) {
+		rm_log(RM_LOG_WARN, "session %llu (%s): striped copy's first share is %llu bytes, not %llu; closing",
+		       (unsigned long long)s->id, s->name, (unsigned long long)rq->frame.bulk_len,
+		       (unsigned long long)rm_stripe_share(n, links, 0));
+		rq->fatal = 1;
+		return r;
+	}
+	struct share sh0;
+	CUresult staged = session_share(s, rq, &sh0);
+	struct stripe_job jobs[RM_MAX_COPY_LINKS];
+	for (uint32_t i = 0; i < links; i++)
+		jobs[i] = (struct stripe_job){.dev = dst, .n = n, .links = links, .index = i, .stream = stream,
+					      .ctx = s->thread_ctx, .result = r};
+	if (staged != CUDA_SUCCESS && jobs[0].result == CUDA_SUCCESS)
+		jobs[0].result = staged;
+	run_striped(s, &sh0, jobs, links);
+	for (uint32_t i = 0; i < links; i++) {
+		if (jobs[i].link_failed)
+			rq->fatal = 1;
+		if (r == CUDA_SUCCESS)
+			r = jobs[i].result;
+	}
+	return r;
+}
+
+void rm_copy_striped_out(struct rm_session *s, struct rm_request *rq, CUstream stream, uint64_t src, uint64_t n,
+			 uint32_t links)
+{
+	if (!links_ready(s, rq, links))
+		return;
+	struct share sh0;
+	CUresult r = session_share(s, NULL, &sh0);
+	if (r != CUDA_SUCCESS) {
+		rm_request_finish(s, rq, r, NULL);
+		return;
+	}
+	if (rm_request_reply_bulk(s, rq, rm_stripe_share(n, links, 0)))
+		return;
+	struct stripe_job jobs[RM_MAX_COPY_LINKS];
+	for (uint32_t i = 0; i < links; i++)
+		jobs[i] = (struct stripe_job){.to_host = 1, .dev = src, .n = n, .links = links, .index = i,
+					      .stream = stream, .ctx = s->thread_ctx};
+	run_striped(s, &sh0, jobs, links);
+	for (uint32_t i = 0; i < links; i++)
+		if (jobs[i].link_failed) {
+			rm_log(RM_LOG_ERROR, "session %llu: striped copy from the GPU failed on link %u (%d); closing",
+			       (unsigned long long)s->id, i, jobs[i].result);
+			rq->fatal = 1;
+		}
+}

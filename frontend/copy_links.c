@@ -1,0 +1,190 @@
+/* Copy links of the client (copy_links.h). */
+#include "copy_links.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "link.h"
+#include "remora.pb-c.h"
+
+#define DEFAULT_LINKS 4
+#define DEFAULT_STRIPE_MIN (16ull << 20) /* smaller copies: one connection */
+
+struct copy_link {
+	struct rm_link link;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t changed;
+	int busy;         /* a share is being moved */
+	int to_host;
+	uint8_t *host;
+	uint64_t n;
+	uint32_t links, index;
+	int err;
+};
+
+static struct copy_link links_tab[RM_MAX_COPY_LINKS]; /* [1 .. nlinks] */
+static int nlinks;
+static uint64_t stripe_min = DEFAULT_STRIPE_MIN;
+static pthread_mutex_t copy_lock = PTHREAD_MUTEX_INITIALIZER; /* one striped copy at a time */
+
+/* Sends or receives link l's chunks of its current copy. */
+static int move_share(struct copy_link *l)
+{
+	uint64_t chunk = rm_stripe_chunk(l->n, l->links), chunks = (l->n + chunk - 1) / chunk;
+	for (uint64_t k = l->index; k < chunks; k += l->links) {
+		uint64_t off = k * chunk, len = l->n - off < chunk ? l->n - off : chunk;
+		int err;
+		if (l->to_host) {
+			err = rm_link_read(&l->link, l->host + off, len);
+		} else {
+			struct iovec v = {l->host + off, len};
+			err = l->link.tp->sendv(l->link.conn, &v, 1);
+		}
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+static void *link_main(void *arg)
+{
+	struct copy_link *l = arg;
+	pthread_mutex_lock(&l->lock);
+	for (;;) {
+		while (!l->busy)
+			pthread_cond_wait(&l->changed, &l->lock);
+		pthread_mutex_unlock(&l->lock);
+		int err = move_share(l);
+		pthread_mutex_lock(&l->lock);
+		l->err = err;
+		l->busy = 0;
+		pthread_cond_broadcast(&l->changed);
+	}
+	return NULL;
+}
+
+/* Dials addr and attaches the connection as link index; 0 or -errno. */
+static int attach(struct copy_link *l, const struct rm_transport *tp, const char *addr, uint64_t session_id,
+		  const uint8_t *key, size_t keylen, uint32_t index)
+{
+	struct rm_conn *conn;
+	int err = tp->dial(addr, 5000, &conn);
+	if (err)
+		return err;
+	if ((err = rm_link_init(&l->link, tp, conn))) {
+		tp->close(conn);
+		return err;
+	}
+	Remora__Attach a = REMORA__ATTACH__INIT;
+	a.session_id = session_id;
+	a.key.data = (uint8_t *)key;
+	a.key.len = keylen;
+	a.index = index;
+	uint8_t msg[128];
+	size_t len = remora__attach__get_packed_size(&a);
+	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_ATTACH, .seq = 1, .msg_len = (uint32_t)len};
+	struct rm_frame rf;
+	if (len > sizeof(msg))
+		err = -EINVAL;
+	else if (remora__attach__pack(&a, msg), (err = rm_link_send(&l->link, &f, msg, NULL, 0)) == 0 &&
+		 (err = rm_link_read_frame(&l->link, &rf)) == 0 &&
+		 (rf.op != RM_OP_ATTACH || !(rf.flags & RM_F_REPLY) || rf.msg_len || rf.bulk_len || rf.result))
+		err = rf.result == CUDA_ERROR_NOT_PERMITTED ? -EACCES : -EPROTO;
+	if (!err) {
+		pthread_mutex_init(&l->lock, NULL);
+		pthread_cond_init(&l->changed, NULL);
+		l->index = index;
+		err = -pthread_create(&l->thread, NULL, link_main, l);
+	}
+	if (err)
+		rm_link_close(&l->link);
+	return err;
+}
+
+void rm_copy_links_open(const struct rm_transport *tp, const char *addr, uint64_t session_id, const uint8_t *key,
+			size_t keylen)
+{
+	const char *v = getenv("REMORA_COPY_LINKS");
+	long want = v && *v ? strtol(v, NULL, 10) : DEFAULT_LINKS;
+	if (want > RM_MAX_COPY_LINKS)
+		want = RM_MAX_COPY_LINKS;
+	const char *m = getenv("REMORA_STRIPE_MIN");
+	if (m && *m)
+		stripe_min = strtoull(m, NULL, 10) ? strtoull(m, NULL, 10) : DEFAULT_STRIPE_MIN;
+	if (keylen == 0)
+		return; /* a daemon that offers no copy links */
+	for (long i = 1; i < want; i++) {
+		int err = attach(&links_tab[i], tp, addr, session_id, key, keylen, (uint32_t)i);
+		if (err) {
+			fprintf(stderr, "remora: copy link %ld to %s not attached (%s); large copies use %ld connection(s)\n",
+				i, addr, strerror(-err), i);
+			break;
+		}
+		nlinks = (int)i;
+	}
+}
+
+uint32_t rm_copy_links_take(uint64_t n)
+{
+	if (!nlinks || n < stripe_min)
+		return 1;
+	pthread_mutex_lock(&copy_lock);
+	return (uint32_t)nlinks + 1;
+}
+
+int rm_copy_links_share0(void *host, uint64_t n, uint32_t links, struct iovec *iov, int cap)
+{
+	uint64_t chunk = rm_stripe_chunk(n, links), chunks = (n + chunk - 1) / chunk;
+	int count = 0;
+	for (uint64_t k = 0; k < chunks; k += links) {
+		if (count == cap)
+			return -1;
+		uint64_t off = k * chunk;
+		iov[count++] = (struct iovec){(uint8_t *)host + off, n - off < chunk ? n - off : chunk};
+	}
+	return count;
+}
+
+void rm_copy_links_start(int to_host, void *host, uint64_t n, uint32_t links)
+{
+	for (uint32_t i = 1; i < links; i++) {
+		struct copy_link *l = &links_tab[i];
+		pthread_mutex_lock(&l->lock);
+		l->to_host = to_host;
+		l->host = host;
+		l->n = n;
+		l->links = links;
+		l->err = 0;
+		l->busy = 1;
+		pthread_cond_broadcast(&l->changed);
+		pthread_mutex_unlock(&l->lock);
+	}
+}
+
+int rm_copy_links_finish(int abort)
+{
+	int first = 0;
+	for (int i = 1; i <= nlinks; i++) {
+		struct copy_link *l = &links_tab[i];
+		if (abort)
+			l->link.tp->shutdown(l->link.conn);
+		pthread_mutex_lock(&l->lock);
+		while (l->busy)
+			pthread_cond_wait(&l->changed, &l->lock);
+		if (l->err && !first)
+			first = l->err;
+		pthread_mutex_unlock(&l->lock);
+	}
+	if (first || abort) { /* out of step with the daemon: no more striped copies */
+		for (int i = 1; i <= nlinks; i++)
+			links_tab[i].link.tp->shutdown(links_tab[i].link.conn);
+		nlinks = 0;
+	}
+	pthread_mutex_unlock(&copy_lock);
+	return first;
+}
