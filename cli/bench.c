@@ -277,13 +277,19 @@ static int section_concurrency(struct bench_run *run)
 {
 	const struct bench_config *cfg = run->cfg;
 	struct spin_result base_nat = {NAN, NAN, NAN}, base_rem = {NAN, NAN, NAN};
+	int native_failed = 0;
 	char reason[320] = "", failure[320];
 	for (int i = 0; i < cfg->nclients; i++) {
 		int n = cfg->clients[i];
 		failure[0] = 0;
 		struct spin_result nat = spin_clients(run, &run->native, n, failure, sizeof failure);
-		if (failure[0] && !reason[0])
-			snprintf(reason, sizeof reason, "%s", failure);
+		/* Natively each client is a context of its own: many of them may not fit on the
+		 * GPU (H200: 128 do not). That is the comparison's point, not a failure of the run. */
+		if (failure[0]) {
+			fprintf(stderr, "remora bench: natively, %s\n", failure);
+			if (!native_failed++)
+				bench_add_fact(&run->results, "concurrency_native_failure", false, "%s", failure);
+		}
 		failure[0] = 0;
 		struct spin_result rem = spin_clients(run, &run->remote, n, failure, sizeof failure);
 		if (failure[0] && !reason[0])
