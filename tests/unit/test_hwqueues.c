@@ -9,9 +9,20 @@
  * i, i + C and i + 2C share a channel) with kernels that sleep T, and checks the
  * wall time in units of T against the H200's behaviour (or, with no channels,
  * that of independent streams).  At the end no thread of the driver is left.
+ *
+ * Load can only make things slower than the model: a kernel never sleeps less
+ * than T, but every hand-over between the driver's threads waits for a CPU, and
+ * on a busy machine (two cores, the suite and more) a case took 5.5 T where the
+ * model gives 3.  So a result faster than the model, or a query answer the
+ * model forbids, fails at once; one that only a slow machine explains (too slow,
+ * or a query made too late to tell) makes the attempt late, and the case runs
+ * again in a fresh context, up to ATTEMPTS times, failing only if every attempt
+ * is late.  The bounds stay tight (-0.1 T, +0.5 T): a model that serializes too
+ * much or too little is off by a whole T on every attempt.
  */
 #include <cuda.h>
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,11 +30,14 @@
 
 #define T_MS 150
 #define MAX_STREAMS 96
+#define ATTEMPTS 5
 
 /* The test driver offers the catalogue kernels an image names; this is no real PTX. */
 static const char image[] = ".version 8.0\n.target sm_90\n.visible .entry sleepNs(.param .u64 ns) { ret; }\n";
 
 static int failures;
+static bool last_attempt;   /* a late check fails only on a case's last attempt */
+static bool late;           /* this attempt had a late check */
 static int channels;        /* C, as expected */
 static int stream_count;    /* 3C, or 6 with no channels */
 static CUfunction sleep_ns;
@@ -77,13 +91,27 @@ static CUcontext open_case(void)
 	return ctx;
 }
 
+/* Prints a timing check, ok, late (slow, again on a later attempt) or FAIL. */
+static void report(bool ok, bool slow, const char *what)
+{
+	if (ok) {
+		printf("ok   %s\n", what);
+	} else if (slow && !last_attempt) {
+		printf("late %s\n", what);
+		late = true;
+	} else {
+		printf("FAIL %s\n", what);
+		failures++;
+	}
+}
+
 /* Checks the wall time since t0 against want (with channels) or want_off (without), in T. */
 static void expect_wall(const char *what, double t0, double want, double want_off)
 {
 	double took = (now_ms() - t0) / T_MS, w = channels ? want : want_off;
-	int ok = took > w - 0.1 && took < w + 0.5;
-	printf("%s %s: %.2f T (want %.0f)\n", ok ? "ok  " : "FAIL", what, took, w);
-	failures += !ok;
+	char line[200];
+	snprintf(line, sizeof line, "%s: %.2f T (want %.0f)", what, took, w);
+	report(took > w - 0.1 && took < w + 0.5, took >= w + 0.5, line);
 }
 
 static void expect(int cond, const char *what)
@@ -114,13 +142,16 @@ static void case_timed_records(int stops_last)
 		CHECK(cuEventRecord(stop[i], streams[i]));
 	if (channels && !stops_last) {
 		/* The last stream's records and kernel still sit in its channel, behind the
-		 * first stream's stop: its start event and the stream count as unfinished. */
+		 * kernels of two streams before it: its start event and the stream count as
+		 * unfinished until 2 T after t0.  A query answered later proves nothing. */
 		struct timespec half = {0, T_MS * 500000L};
 		nanosleep(&half, NULL);
 		CUstream last = streams[stream_count - 1];
-		expect(cuEventQuery(start[stream_count - 1]) == CUDA_ERROR_NOT_READY,
-		       "cuEventQuery of a record still in its channel: not ready");
-		expect(cuStreamQuery(last) == CUDA_ERROR_NOT_READY, "cuStreamQuery of a stream whose ops are in its channel: not ready");
+		bool event_busy = cuEventQuery(start[stream_count - 1]) == CUDA_ERROR_NOT_READY;
+		bool stream_busy = cuStreamQuery(last) == CUDA_ERROR_NOT_READY;
+		bool in_time = now_ms() - t0 < 1.9 * T_MS;
+		report(event_busy, !in_time, "cuEventQuery of a record still in its channel: not ready");
+		report(stream_busy, !in_time, "cuStreamQuery of a stream whose ops are in its channel: not ready");
 	}
 	for (int i = 0; i < stream_count; i++)
 		CHECK(cuEventSynchronize(stop[i]));
@@ -128,7 +159,9 @@ static void case_timed_records(int stops_last)
 		    stops_last ? 1 : 3, 1);
 	float ms;
 	CHECK(cuEventElapsedTime(&ms, start[0], stop[0]));
-	expect(ms >= T_MS * 0.95 && ms < T_MS * 1.5, "the first stream's events time its kernel");
+	char line[200];
+	snprintf(line, sizeof line, "the first stream's events time its kernel: %.2f T", ms / T_MS);
+	report(ms >= T_MS * 0.95 && ms < T_MS * 1.5, ms >= T_MS * 1.5, line);
 	for (int i = 0; i < stream_count; i++) {
 		CHECK(cuEventDestroy(start[i]));
 		CHECK(cuEventDestroy(stop[i]));
@@ -139,7 +172,7 @@ static void case_timed_records(int stops_last)
 /* [kernel; X] per stream, X chosen by what. */
 enum second { KERNEL, UNTIMED_RECORD, MEMSET };
 
-static void case_kernel_then(enum second what)
+static void case_kernel_then(int what)
 {
 	CUcontext ctx = open_case();
 	CUevent done[MAX_STREAMS];
@@ -172,8 +205,9 @@ static void case_kernel_then(enum second what)
 
 /* A stream-wait on an incomplete event holds the channel: a kernel of a third
  * stream behind it starts only when the awaited kernel ends. */
-static void case_stream_wait(void)
+static void case_stream_wait(int unused)
 {
+	(void)unused;
 	CUcontext ctx = open_case();
 	int c = channels ? channels : 1;
 	CUstream a = streams[0], waiter = streams[c], behind = streams[2 * c];
@@ -191,8 +225,9 @@ static void case_stream_wait(void)
 }
 
 /* Teardown with ops still in the channels: cuStreamDestroy and cuCtxDestroy drain them. */
-static void case_teardown(void)
+static void case_teardown(int unused)
 {
+	(void)unused;
 	CUcontext ctx = open_case();
 	CUevent stop;
 	CHECK(cuEventCreate(&stop, CU_EVENT_DEFAULT));
@@ -205,6 +240,19 @@ static void case_teardown(void)
 	CHECK(cuEventDestroy(stop));
 	CHECK(cuCtxDestroy(ctx));
 	expect_wall("cuStreamDestroy and cuCtxDestroy with work queued in the channels", t0, 3, 1);
+}
+
+/* Runs a case again while it is late, ATTEMPTS times at most. */
+static void run_case(void (*run)(int), int arg)
+{
+	for (int attempt = 1;; attempt++) {
+		late = false;
+		last_attempt = attempt == ATTEMPTS;
+		run(arg);
+		if (!late)
+			break;
+		printf("     (attempt %d of %d late, which load alone can cause: again)\n", attempt, ATTEMPTS);
+	}
 }
 
 int main(int argc, char **argv)
@@ -223,13 +271,13 @@ int main(int argc, char **argv)
 	printf("CUDA_DEVICE_MAX_CONNECTIONS=%s: %d channels expected, %d streams, T = %d ms\n", env ? env : "(unset)",
 	       channels, stream_count, T_MS);
 	int threads = thread_count();
-	case_timed_records(0);
-	case_timed_records(1);
-	case_kernel_then(KERNEL);
-	case_kernel_then(UNTIMED_RECORD);
-	case_kernel_then(MEMSET);
-	case_stream_wait();
-	case_teardown();
+	run_case(case_timed_records, 0);
+	run_case(case_timed_records, 1);
+	run_case(case_kernel_then, KERNEL);
+	run_case(case_kernel_then, UNTIMED_RECORD);
+	run_case(case_kernel_then, MEMSET);
+	run_case(case_stream_wait, 0);
+	run_case(case_teardown, 0);
 	expect(thread_count() == threads, "every stream worker and channel dispatcher has ended");
 	return failures ? 1 : 0;
 }
