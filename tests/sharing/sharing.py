@@ -20,6 +20,7 @@
 
 usage: sharing.py SCENARIO REMORAD DRIVER REMORA TENANT_PROBE PROBE IMAGE
 """
+import json
 import os
 import re
 import signal
@@ -153,6 +154,24 @@ def release(p):
 def admitted_again(d, **kw):
     """A new client is admitted, retrying while a leaving one's slot is being freed."""
     return wait_for(lambda: info(d, **kw)[0] == 0, timeout=10, step=0.1)
+
+
+def gpu_clients(d):
+    """The clients admission counts on each GPU, as `remora status` reports them; None if it fails."""
+    r = subprocess.run([remora, "status", d.server, "--json"], capture_output=True, text=True, timeout=30)
+    try:
+        return [g["clients"] for g in json.loads(r.stdout)["gpus"]] if r.returncode == 0 else None
+    except ValueError:
+        return None
+
+
+def counted(d, want, when):
+    """Checks that admission comes to count `want` clients per GPU, waiting for it: a client's
+    process ends before its session's thread in the worker lets its place go, so right after
+    a client exits a new one can find it still counted (and be refused) on a busy machine."""
+    seen = []
+    ok = wait_for(lambda: seen.append(gpu_clients(d)) or seen[-1] == want, timeout=10)
+    return check(ok, f"{when}: the daemon counts {want} client(s) per GPU (last seen {seen[-1]})")
 
 
 # ---------------------------------------------------------------- isolation
@@ -486,9 +505,13 @@ def multigpu(tmp):
         u = all_["uuids"]
         check(rc == 0 and all_.get("count") == 2 and len(set(u)) == 2,
               f"with REMORA_VISIBLE_DEVICES unset a client sees both GPUs ({all_}, {err})")
+        # Each client below waits until the daemon has let the one before it go: two
+        # places per GPU, and a finished client still counted would take one.
+        counted(d, [0, 0], "the client seeing both GPUs has left")
         rc, one, err = info(d, visible="1")
         check(rc == 0 and one.get("count") == 1 and one["uuids"] == u[1:],
               f"REMORA_VISIBLE_DEVICES=1: one device, the host's GPU 1 ({one}, {err})")
+        counted(d, [0, 0], "the client of GPU 1 has left")
         rc, rev, err = info(d, visible="1,0")
         check(rc == 0 and rev.get("count") == 2 and rev["uuids"] == [u[1], u[0]],
               f"REMORA_VISIBLE_DEVICES=1,0: both, in that order ({rev}, {err})")
@@ -496,19 +519,25 @@ def multigpu(tmp):
         check(rc != 0 and "refused this client: REMORA_VISIBLE_DEVICES names GPU 5" in err,
               f"REMORA_VISIBLE_DEVICES=5: refused at connect with a clear message (exit {rc}: {err})")
 
+        counted(d, [0, 0], "the refused and earlier clients have left")
         h0, res, _, _ = holder(d, 256, visible="0")
         check(res == ["CUDA_SUCCESS"], "a client of GPU 0 holds 256M there")
+        counted(d, [1, 0], "a client of GPU 0 holds memory")
         g1 = info(d, visible="1")[1]
         check(g1.get("free") == g1.get("total") == 1024 * MIB, f"memory held on GPU 0 is not taken from GPU 1 ({g1})")
+        counted(d, [1, 0], "the client that looked at GPU 1 has left")
         g0 = info(d, visible="0")[1]
         check(g0.get("free") == 768 * MIB, f"but from GPU 0 ({g0})")
 
         # Per-GPU admission (2 each): h0 and h2 fill GPU 0; h1 uses one place of GPU 1.
+        counted(d, [1, 0], "the client that looked at GPU 0 has left")
         h1, r1, _, _ = holder(d, 1, visible="1")
         h2, r2, _, _ = holder(d, 1, visible="0")
         check(r1 == r2 == ["CUDA_SUCCESS"], "a client of GPU 1 and a second one of GPU 0 are admitted")
+        counted(d, [2, 1], "two clients of GPU 0 and one of GPU 1 hold memory")
         rc, _, err = info(d, visible="1")
         check(rc == 0, f"GPU 1 still admits: clients of GPU 0 alone do not count against it ({err})")
+        counted(d, [2, 1], "that client of GPU 1 has left")
         rc, _, err = info(d)
         check(rc != 0 and "GPU 0 already serves its maximum of 2 clients" in err,
               f"a client seeing both GPUs is refused for GPU 0 ({err})")
