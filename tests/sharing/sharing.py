@@ -389,13 +389,15 @@ def release_on_disconnect(tmp):
         wait_for(lambda: info(d)[1].get("free") == before["free"], timeout=10)
         after = info(d)[1].get("free")
         check(after == before["free"], f"after SIGKILL the observer sees all the memory free again ({before['free']} -> {after})")
-        q = info(d, token="alpha-secret")[1]
+        # The session frees each allocation and then uncharges it: the observer can see the
+        # last one free just before alpha's quota does.
+        q = {}
+        wait_for(lambda: q.update(info(d, token="alpha-secret")[1]) or q.get("free") == 300 * MIB, timeout=10)
         check(q.get("free") == 300 * MIB, f"alpha's quota charge is released (free {q.get('free')})")
         p, res, free_b, _ = holder(d, 300, token="alpha-secret")
         check(res == ["CUDA_SUCCESS"] and free_b == 0, f"a new client of alpha gets the whole 300M again: {res}")
         release(p)
-        text = d.text()
-        check(re.search(r"closed: released 7 handles, 268435456 bytes of device memory", text) is not None,
+        check(wait_for(lambda: re.search(r"closed: released 7 handles, 268435456 bytes of device memory", d.text())),
               "the log records 7 handles (4 allocations, stream, event, module) and 256 MiB released")
     finally:
         d.stop()
@@ -441,6 +443,9 @@ def tenants(tmp):
         check(session_pid(text, "alpha") == {w.get("alpha")} and session_pid(text, "beta") == {w.get("beta")},
               "each tenant's sessions were served by its own worker")
 
+        # Three places: were both clients above still counted (as they can be just after
+        # they exit), the work loop and the faulting client would not both get one.
+        counted(d, [0], "the first client of each tenant has left")
         work = subprocess.Popen([remora, "run", "--server", d.server, "--token", "beta-secret", "--", probe, "work", "4"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         clients.append(work)
@@ -465,6 +470,7 @@ def tenants(tmp):
         check(wait_for(lambda: re.search(rf"worker {w['alpha']} ended \(signal 9\) with 1 client\(s\)", d.text())),
               "remorad notices alpha's worker killed with its 1 client")
         check(release(ha) != 0, "alpha's client lost its server")
+        counted(d, [1], "alpha's client is let go with its worker, beta's held client stays")
         new = [holder(d, 8, token="alpha-secret") for _ in range(2)]
         check(all(res == ["CUDA_SUCCESS"] for _, res, _, _ in new),
               "two new alpha clients are admitted (max 3 per GPU): the dead worker's place was freed")
