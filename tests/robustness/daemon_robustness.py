@@ -54,6 +54,18 @@ def free_bytes(server):
     return int(out)
 
 
+def sessions_closed(log_path, timeout=10.0):
+    """True once every session the daemon's log opened has logged its end (or False after timeout)."""
+    end = time.monotonic() + timeout
+    while True:
+        text = open(log_path).read()
+        opened = set(re.findall(r"session (\d+): client ", text))
+        closed = set(re.findall(r"session (\d+) \(.*\) closed: ", text))
+        if opened <= closed or time.monotonic() > end:
+            return opened <= closed
+        time.sleep(0.05)
+
+
 def closed_by_daemon(sock, timeout=5.0):
     """True once the daemon has closed the connection (EOF or reset)."""
     sock.settimeout(timeout)
@@ -126,6 +138,9 @@ def main():
         p = client(server, "fault", image)
         out, err = p.communicate(timeout=60)
         check(out.strip() == "CUDA_ERROR_ILLEGAL_ADDRESS", f"a faulting kernel reports its fault ({out.strip()} {err.strip()})")
+        # Its session ends a little after its process, and until then a new client gets
+        # CUDA_ERROR_DEVICE_UNAVAILABLE (backend/gpus.h): wait for that, not for luck.
+        check(sessions_closed(log_path), "the faulting client's session has ended")
         p = client(server, "work", "0.2")
         out, err = p.communicate(timeout=60)
         check(p.returncode == 0 and out.strip() == "ok", f"the next client works on a fresh context ({err.strip()})")
