@@ -427,6 +427,12 @@ def session_pid(text, tenant):
                                                  text, re.M)}
 
 
+def sessions_ended(d):
+    """True once every session in the daemon's log has logged its end."""
+    text = d.text()
+    return set(re.findall(r"session (\d+): client ", text)) <= set(re.findall(r"session (\d+) \(.*\) closed: ", text))
+
+
 def tenants(tmp):
     config = ("tenant_isolation = process\nmax_clients_per_gpu = 3\n"
               "[tenant alpha]\ntoken = alpha-secret\n"
@@ -459,6 +465,9 @@ def tenants(tmp):
         broke = re.findall(r"^remorad\[(\d+)\].*broke the shared context", text, re.M)
         check(broke == [str(w.get("alpha"))], f"only alpha's worker saw its context broken ({broke})")
         check(alive(w["beta"]), "beta's worker is still running")
+        # Until the faulting client's session has ended (a little after its process), a new
+        # client of alpha gets CUDA_ERROR_DEVICE_UNAVAILABLE (backend/gpus.h).
+        check(wait_for(lambda: sessions_ended(d)), "alpha's faulting client's session has ended")
         check(info(d, token="alpha-secret")[0] == 0, "alpha is served again after its fault")
 
         # A worker that dies outright takes only its own tenant's clients; their
