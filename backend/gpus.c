@@ -43,7 +43,7 @@ CUresult rm_gpu_acquire(CUdevice dev, CUcontext *out)
 	pthread_mutex_lock(&gpus_lock);
 	if (g->ctx && g->broken) {
 		if (g->users) {
-			rm_log(RM_LOG_WARN, "GPU %d: its shared context faulted; new clients wait until its %d client(s) leave",
+			rm_log(RM_LOG_WARN, "GPU %d: its shared context faulted; new clients are refused until its %d client(s) leave",
 			       dev, g->users);
 			r = CUDA_ERROR_DEVICE_UNAVAILABLE;
 		} else {
