@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "copy_profile.h"
 #include "link.h"
 #include "log.h"
 
@@ -40,10 +41,14 @@ struct share {
 	void **staging;
 	CUevent *staged;
 	size_t staging_size;
+	const struct rm_copy_profile *prof; /* link 0's, else an inactive one */
+	struct rm_time_tally *wait, *dma;   /* where its waits and copy calls are counted */
 };
 
+static struct rm_copy_profile no_profile;
+
 /* Staging buffer b of sh once the copy that used it last is done (made at first use). */
-static CUresult staging(struct share *sh, int b, void **buf)
+static CUresult staging_wait(struct share *sh, int b, void **buf)
 {
 	if (!sh->staging[b]) {
 		CUresult r = rm_drv.cuMemAllocHost_v2(&sh->staging[b], sh->staging_size);
@@ -58,6 +63,26 @@ static CUresult staging(struct share *sh, int b, void **buf)
 	return rm_drv.cuEventSynchronize(sh->staged[b]);
 }
 
+static CUresult staging(struct share *sh, int b, void **buf)
+{
+	uint64_t mark = rm_copy_profile_mark(sh->prof);
+	CUresult r = staging_wait(sh, b, buf);
+	rm_copy_profile_add(sh->prof, sh->wait, mark);
+	return r;
+}
+
+/* Copies one piece between staging buffer b and the device, and records b's event. */
+static CUresult piece_dma(struct share *sh, int b, void *buf, struct stripe_job *j, uint64_t off, size_t len)
+{
+	uint64_t mark = rm_copy_profile_mark(sh->prof);
+	CUresult r = j->to_host ? rm_drv.cuMemcpyDtoHAsync_v2(buf, j->dev + off, len, j->stream)
+				: rm_drv.cuMemcpyHtoDAsync_v2(j->dev + off, buf, len, j->stream);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv.cuEventRecord(sh->staged[b], j->stream);
+	rm_copy_profile_add(sh->prof, sh->dma, mark);
+	return r;
+}
+
 /* Walks a link's pieces of a striped copy: each chunk of the link, cut to the staging size. */
 struct cursor {
 	uint64_t chunk, chunks, k, pos, end;
@@ -65,7 +90,7 @@ struct cursor {
 
 static void cursor_start(struct cursor *c, const struct stripe_job *j)
 {
-	c->chunk = rm_stripe_chunk(j->n, j->links);
+	c->chunk = j->links > 1 ? rm_stripe_chunk(j->n, j->links) : j->n ? j->n : 1;
 	c->chunks = (j->n + c->chunk - 1) / c->chunk;
 	c->k = j->index;
 	c->pos = c->end = 0;
@@ -114,11 +139,8 @@ static void share_in(struct share *sh, struct stripe_job *j)
 			j->link_failed = 1;
 			return;
 		}
-		if (buf) {
-			j->result = rm_drv.cuMemcpyHtoDAsync_v2(j->dev + off, buf, len, j->stream);
-			if (j->result == CUDA_SUCCESS)
-				j->result = rm_drv.cuEventRecord(sh->staged[b], j->stream);
-		}
+		if (buf)
+			j->result = piece_dma(sh, b, buf, j, off, len);
 	}
 }
 
@@ -134,24 +156,20 @@ static void share_out(struct share *sh, struct stripe_job *j)
 	for (int b = 0; b < 2 && j->result == CUDA_SUCCESS && cursor_next(&issue, j, sh->staging_size, &off, &len); b++) {
 		j->result = staging(sh, b, &buf[b]);
 		if (j->result == CUDA_SUCCESS)
-			j->result = rm_drv.cuMemcpyDtoHAsync_v2(buf[b], j->dev + off, len, j->stream);
-		if (j->result == CUDA_SUCCESS)
-			j->result = rm_drv.cuEventRecord(sh->staged[b], j->stream);
+			j->result = piece_dma(sh, b, buf[b], j, off, len);
 	}
 	for (int b = 0; j->result == CUDA_SUCCESS && cursor_next(&send, j, sh->staging_size, &off, &len); b ^= 1) {
-		j->result = rm_drv.cuEventSynchronize(sh->staged[b]);
+		void *ready;
+		j->result = staging(sh, b, &ready);
 		if (j->result != CUDA_SUCCESS)
 			break;
-		struct iovec v = {buf[b], len};
+		struct iovec v = {ready, len};
 		if (sh->link->tp->sendv(sh->link->conn, &v, 1)) {
 			j->link_failed = 1;
 			return;
 		}
-		if (cursor_next(&issue, j, sh->staging_size, &off, &len)) {
-			j->result = rm_drv.cuMemcpyDtoHAsync_v2(buf[b], j->dev + off, len, j->stream);
-			if (j->result == CUDA_SUCCESS)
-				j->result = rm_drv.cuEventRecord(sh->staged[b], j->stream);
-		}
+		if (cursor_next(&issue, j, sh->staging_size, &off, &len))
+			j->result = piece_dma(sh, b, buf[b], j, off, len);
 	}
 	if (j->result != CUDA_SUCCESS)
 		j->link_failed = 1; /* the reply has begun: the client cannot be told but by closing */
@@ -169,8 +187,9 @@ static void *link_main(void *arg)
 {
 	struct rm_copy_link *l = arg;
 	CUcontext current = NULL;
+	struct rm_time_tally unused;
 	struct share sh = {.link = &l->link, .staging = l->staging, .staged = l->staged,
-			   .staging_size = LINK_STAGING_SIZE};
+			   .staging_size = LINK_STAGING_SIZE, .prof = &no_profile, .wait = &unused, .dma = &unused};
 	pthread_mutex_lock(&l->lock);
 	for (;;) {
 		while (!l->job && !l->stop)
@@ -258,21 +277,25 @@ static void run_striped(struct rm_session *s, struct share *sh0, struct stripe_j
 	}
 }
 
-/* Link 0's share goes through the session's own staging buffers. */
-static CUresult session_share(struct rm_session *s, struct rm_request *rq, struct share *sh)
+/* Link 0's share goes through the session's own staging buffers, profiled in prof. */
+static CUresult session_share(struct rm_session *s, struct rm_request *rq, struct rm_copy_profile *prof,
+			      struct share *sh)
 {
 	void *buf;
+	uint64_t mark = rm_copy_profile_mark(prof);
 	CUresult r = rm_session_staging(s, 0, &buf);
 	if (r == CUDA_SUCCESS)
 		r = rm_session_staging(s, 1, &buf);
+	rm_copy_profile_add(prof, &prof->wait, mark);
 	*sh = (struct share){.link = &s->link, .bulk_left = rq ? &rq->bulk_left : NULL, .staging = s->staging,
-			     .staged = s->staging_done, .staging_size = s->staging_size};
+			     .staged = s->staging_done, .staging_size = s->staging_size, .prof = prof,
+			     .wait = &prof->wait, .dma = &prof->dma};
 	return r;
 }
 
 static int links_ready(struct rm_session *s, struct rm_request *rq, uint32_t links)
 {
-	if (links >= 2 && (int)links - 1 <= s->ncopy_links)
+	if (links >= 1 && (int)links - 1 <= s->ncopy_links)
 		return 1;
 	rm_log(RM_LOG_WARN, "session %llu (%s): a copy striped over %u links, %d attached; closing",
 	       (unsigned long long)s->id, s->name, links, s->ncopy_links);
@@ -280,8 +303,8 @@ static int links_ready(struct rm_session *s, struct rm_request *rq, uint32_t lin
 	return 0;
 }
 
-CUresult rm_copy_striped_in(struct rm_session *s, struct rm_request *rq, CUresult r, CUstream stream, uint64_t dst,
-			    uint64_t n, uint32_t links)
+CUresult rm_copy_in(struct rm_session *s, struct rm_request *rq, CUresult r, CUstream stream, uint64_t dst,
+		    uint64_t n, uint32_t links, struct rm_copy_profile *prof)
 {
 	if (!links_ready(s, rq, links))
 		return r;
@@ -293,7 +316,7 @@ CUresult rm_copy_striped_in(struct rm_session *s, struct rm_request *rq, CUresul
 		return r;
 	}
 	struct share sh0;
-	CUresult staged = session_share(s, rq, &sh0);
+	CUresult staged = session_share(s, rq, prof, &sh0);
 	struct stripe_job jobs[RM_MAX_COPY_LINKS];
 	for (uint32_t i = 0; i < links; i++)
 		jobs[i] = (struct stripe_job){.dev = dst, .n = n, .links = links, .index = i, .stream = stream,
@@ -310,13 +333,13 @@ CUresult rm_copy_striped_in(struct rm_session *s, struct rm_request *rq, CUresul
 	return r;
 }
 
-void rm_copy_striped_out(struct rm_session *s, struct rm_request *rq, CUstream stream, uint64_t src, uint64_t n,
-			 uint32_t links)
+void rm_copy_out(struct rm_session *s, struct rm_request *rq, CUstream stream, uint64_t src, uint64_t n,
+		 uint32_t links, struct rm_copy_profile *prof)
 {
 	if (!links_ready(s, rq, links))
 		return;
 	struct share sh0;
-	CUresult r = session_share(s, NULL, &sh0);
+	CUresult r = session_share(s, NULL, prof, &sh0);
 	if (r != CUDA_SUCCESS) {
 		rm_request_finish(s, rq, r, NULL);
 		return;
@@ -330,7 +353,7 @@ void rm_copy_striped_out(struct rm_session *s, struct rm_request *rq, CUstream s
 	run_striped(s, &sh0, jobs, links);
 	for (uint32_t i = 0; i < links; i++)
 		if (jobs[i].link_failed) {
-			rm_log(RM_LOG_ERROR, "session %llu: striped copy from the GPU failed on link %u (%d); closing",
+			rm_log(RM_LOG_ERROR, "session %llu: copy from the GPU failed on link %u (%d) after the reply began; closing",
 			       (unsigned long long)s->id, i, jobs[i].result);
 			rq->fatal = 1;
 		}

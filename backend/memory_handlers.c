@@ -88,15 +88,14 @@ void rm_handle_cuMemGetAddressRange_v2(struct rm_session *s, struct rm_request *
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-/* Host to device: each chunk is read from the network into a staging buffer
- * while the previous one is copied to the GPU. */
+/* Host to device (backend/copy_links.c moves the bytes, over one connection or striped). */
 static void copy_in(struct rm_session *s, struct rm_request *rq, int wait)
 {
 	Remora__MemcpyHtoD *req = (void *)rm_request_unpack(rq, &remora__memcpy_hto_d__descriptor);
 	if (!req)
 		return;
-	int striped = req->links > 1;
-	uint64_t n = striped ? req->count : rq->frame.bulk_len;
+	uint32_t links = req->links > 1 ? req->links : 1;
+	uint64_t n = links > 1 ? req->count : rq->frame.bulk_len;
 	struct rm_copy_profile prof;
 	rm_copy_profile_begin(&prof, "daemon", rm_op_names[rq->frame.op], n);
 	prof.host = "staging";
@@ -104,28 +103,8 @@ static void copy_in(struct rm_session *s, struct rm_request *rq, int wait)
 	CUresult r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &stream);
 	if (r == CUDA_SUCCESS)
 		r = rm_session_check_range(s, req->dst, n);
-	if (striped)
-		r = rm_copy_striped_in(s, rq, r, stream, req->dst, n, req->links);
-	for (uint64_t done = 0; !striped && r == CUDA_SUCCESS && done < n;) {
-		void *buf;
-		int i = s->staging_next;
-		uint64_t mark = rm_copy_profile_mark(&prof);
-		r = rm_session_staging(s, i, &buf);
-		rm_copy_profile_add(&prof, &prof.wait, mark);
-		if (r != CUDA_SUCCESS)
-			break;
-		size_t chunk = n - done < s->staging_size ? (size_t)(n - done) : s->staging_size;
-		if (rm_request_read_bulk(s, rq, buf, chunk))
-			break;
-		mark = rm_copy_profile_mark(&prof);
-		r = rm_drv.cuMemcpyHtoDAsync_v2(req->dst + done, buf, chunk, stream);
-		if (r == CUDA_SUCCESS)
-			r = rm_drv.cuEventRecord(s->staging_done[i], stream);
-		rm_copy_profile_add(&prof, &prof.dma, mark);
-		s->staging_next = (i + 1) % RM_STAGING_BUFS;
-		done += chunk;
-	}
-	if (r == CUDA_SUCCESS && wait) {
+	r = rm_copy_in(s, rq, r, stream, req->dst, n, links, &prof);
+	if (r == CUDA_SUCCESS && wait && !rq->fatal) {
 		uint64_t mark = rm_copy_profile_mark(&prof);
 		r = rm_drv.cuStreamSynchronize(stream);
 		rm_copy_profile_add(&prof, &prof.wait, mark);
@@ -147,8 +126,7 @@ void rm_handle_cuMemcpyHtoDAsync_v2(struct rm_session *s, struct rm_request *rq)
 }
 
 /* Device to host: earlier work of the stream is waited for first so its error
- * comes back as the result; then chunks are copied to staging and sent, the
- * next chunk's copy overlapping the send. */
+ * comes back as the result; then backend/copy_links.c sends the bytes. */
 static void copy_out(struct rm_session *s, struct rm_request *rq)
 {
 	Remora__MemcpyDtoH *req = (void *)rm_request_unpack(rq, &remora__memcpy_dto_h__descriptor);
@@ -165,55 +143,11 @@ static void copy_out(struct rm_session *s, struct rm_request *rq)
 	uint64_t mark = rm_copy_profile_mark(&prof);
 	if (r == CUDA_SUCCESS)
 		r = rm_drv.cuStreamSynchronize(stream);
-	if (r == CUDA_SUCCESS && req->links > 1) {
-		rm_copy_striped_out(s, rq, stream, req->src, n, req->links);
-		goto out;
-	}
-	void *buf[RM_STAGING_BUFS];
-	for (int i = 0; r == CUDA_SUCCESS && i < RM_STAGING_BUFS; i++)
-		r = rm_session_staging(s, i, &buf[i]);
 	rm_copy_profile_add(&prof, &prof.wait, mark);
-	if (r != CUDA_SUCCESS) {
+	if (r == CUDA_SUCCESS)
+		rm_copy_out(s, rq, stream, req->src, n, req->links > 1 ? req->links : 1, &prof);
+	else
 		rm_request_finish(s, rq, r, NULL);
-		goto out;
-	}
-	if (rm_request_reply_bulk(s, rq, n))
-		goto out;
-	size_t chunk = s->staging_size;
-	uint64_t nchunks = (n + chunk - 1) / chunk;
-	mark = rm_copy_profile_mark(&prof);
-	for (uint64_t k = 0; k < nchunks && k < RM_STAGING_BUFS; k++) {
-		size_t len = n - k * chunk < chunk ? (size_t)(n - k * chunk) : chunk;
-		rm_drv.cuMemcpyDtoHAsync_v2(buf[k % RM_STAGING_BUFS], req->src + k * chunk, len, stream);
-		rm_drv.cuEventRecord(s->staging_done[k % RM_STAGING_BUFS], stream);
-	}
-	rm_copy_profile_add(&prof, &prof.dma, mark);
-	for (uint64_t k = 0; k < nchunks; k++) {
-		int i = (int)(k % RM_STAGING_BUFS);
-		size_t len = n - k * chunk < chunk ? (size_t)(n - k * chunk) : chunk;
-		mark = rm_copy_profile_mark(&prof);
-		r = rm_drv.cuEventSynchronize(s->staging_done[i]);
-		rm_copy_profile_add(&prof, &prof.wait, mark);
-		if (r != CUDA_SUCCESS) {
-			rm_log(RM_LOG_ERROR, "session %llu: copy from the GPU failed (%d) after the reply began; closing",
-			       (unsigned long long)s->id, r);
-			rq->fatal = 1;
-			break;
-		}
-		if (rm_request_send_bulk(s, buf[i], len)) {
-			rq->fatal = 1;
-			break;
-		}
-		uint64_t next = k + RM_STAGING_BUFS;
-		if (next < nchunks) {
-			size_t nlen = n - next * chunk < chunk ? (size_t)(n - next * chunk) : chunk;
-			mark = rm_copy_profile_mark(&prof);
-			rm_drv.cuMemcpyDtoHAsync_v2(buf[i], req->src + next * chunk, nlen, stream);
-			rm_drv.cuEventRecord(s->staging_done[i], stream);
-			rm_copy_profile_add(&prof, &prof.dma, mark);
-		}
-	}
-out:
 	rm_copy_profile_end(&prof);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }

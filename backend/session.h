@@ -95,7 +95,6 @@ struct rm_session {
 	void *staging[RM_STAGING_BUFS]; /* pinned buffers for copies, with an event each */
 	CUevent staging_done[RM_STAGING_BUFS];
 	size_t staging_size;
-	int staging_next;
 };
 
 /* A session for a client the accepting process admitted (handoff h). */
