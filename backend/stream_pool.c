@@ -200,8 +200,9 @@ static struct pool_stream *shared_entry(CUstream st)
 }
 
 /* Polls until call stops answering CUDA_ERROR_NOT_READY, sleeping a little longer each
- * time (10 us to 0.5 ms; client threads ask for 1 us timer slack). On the H200 this kept 128 waiting clients at 1.00x; a blocking-sync
- * event recorded to wait on held up the queue (5x), and spinning threads the CPUs (1.11x). */
+ * time (10 us to 0.5 ms; client threads ask for 1 us timer slack). On the H200
+ * (bench/queue_probe) this kept 128 waiting clients at 1.00x; a blocking-sync event
+ * recorded to wait on held up the queue (2.7x), spinning threads took the CPUs (1.09x). */
 #define POLL(call)                                                                     \
 	do {                                                                           \
 		long sleep_ns_ = 10000;                                                \
