@@ -1,4 +1,4 @@
-/* Streams and the calls CUDA runs on the NULL stream. The driver's streams of a
+/* Streams, event creation and records, and the calls CUDA runs on the NULL stream. The driver's streams of a
  * client are all non-blocking, taken from the worker's pool (stream_pool.c), and the
  * context's real NULL stream is never used, so clients never wait on one another;
  * each client's legacy stream keeps CUDA's ordering against its own blocking
@@ -92,6 +92,65 @@ void rm_handle_cuStreamWaitEvent(struct rm_session *s, struct rm_request *rq)
 		r = rm_stream_pool_before_wait(st, ev);
 	if (r == CUDA_SUCCESS)
 		r = rm_drv.cuStreamWaitEvent(st, ev, (unsigned)req->flags);
+	rm_request_finish(s, rq, r, NULL);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+/* Events remember their flags: a record of a CU_EVENT_DISABLE_TIMING event does not hold
+ * up a shared hardware queue (H200, bench/queue_probe), so it needs no wait for the
+ * stream's running work; a timed one does. */
+void rm_handle_cuEventCreate(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__CuEventCreateReq *req = (void *)rm_request_unpack(rq, &remora__cu_event_create__req__descriptor);
+	if (!req)
+		return;
+	Remora__CuEventCreateRep rep = REMORA__CU_EVENT_CREATE__REP__INIT;
+	CUevent ev = NULL;
+	CUresult r = s->cur ? rm_drv.cuEventCreate(&ev, req->flags) : CUDA_ERROR_INVALID_CONTEXT;
+	if (r == CUDA_SUCCESS)
+		rm_session_own_memory(s, RM_H_EVENT, (uint64_t)(uintptr_t)ev, req->flags, 0);
+	rep.phevent = (uint64_t)(uintptr_t)ev;
+	rm_request_finish(s, rq, r, &rep.base);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+static CUresult record(struct rm_session *s, struct rm_request *rq, uint64_t event, uint64_t stream, int with_flags,
+		       unsigned flags)
+{
+	const struct rm_handle *h = rm_session_find(s, RM_H_EVENT, event);
+	if (!h) {
+		void *unused;
+		return rm_session_use(s, RM_H_EVENT, event, &unused); /* refused, and logged */
+	}
+	CUstream st;
+	CUresult r = h->size & CU_EVENT_DISABLE_TIMING ? rm_session_stream(s, stream, rq->frame.flags, &st)
+						       : rm_session_stream_submit(s, stream, rq->frame.flags, &st);
+	if (r != CUDA_SUCCESS)
+		return r;
+	CUevent ev = (CUevent)(uintptr_t)event;
+	if (with_flags)
+		return rm_drv.cuEventRecordWithFlags ? rm_drv.cuEventRecordWithFlags(ev, st, flags)
+						     : rm_unsupported_by_driver("cuEventRecordWithFlags");
+	return rm_drv.cuEventRecord(ev, st);
+}
+
+void rm_handle_cuEventRecord(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__CuEventRecordReq *req = (void *)rm_request_unpack(rq, &remora__cu_event_record__req__descriptor);
+	if (!req)
+		return;
+	CUresult r = record(s, rq, req->hevent, req->hstream, 0, 0);
+	rm_request_finish(s, rq, r, NULL);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+void rm_handle_cuEventRecordWithFlags(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__CuEventRecordWithFlagsReq *req =
+		(void *)rm_request_unpack(rq, &remora__cu_event_record_with_flags__req__descriptor);
+	if (!req)
+		return;
+	CUresult r = record(s, rq, req->hevent, req->hstream, 1, req->flags);
 	rm_request_finish(s, rq, r, NULL);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }

@@ -26,6 +26,11 @@
  *       stdin records one on its NULL stream, launches a kernel that sleeps MS
  *       milliseconds there, records the other, synchronizes with it and prints
  *       "timed WALL_MS ELAPSED_MS": the wall time since "go" and the events' elapsed time
+ *   tenant_probe records IMAGE MS
+ *       launches a kernel that sleeps MS milliseconds on its NULL stream, then records a
+ *       CU_EVENT_DISABLE_TIMING event there and queries it, then a timed one and queries
+ *       it; prints "records MS1 RESULT1 MS2 RESULT2": how long each record and query took
+ *       and what the query answered
  *   tenant_probe quick
  *       allocates, sets, synchronizes its context and NULL stream and copies back;
  *       prints "quick ELAPSED_MS connect MS context MS", then frees and prints "free MS"
@@ -525,6 +530,37 @@ static int mode_timed(const char *image, long ms)
 	return 0;
 }
 
+static int mode_records(const char *image, long ms)
+{
+	CUmodule mod;
+	CUfunction f;
+	CUevent untimed, timed;
+	unsigned long long ns = (unsigned long long)ms * 1000000ull;
+	void *params[] = {&ns};
+	open_device0();
+	CHECK(cuModuleLoad(&mod, image));
+	CHECK(cuModuleGetFunction(&f, mod, "sleepNs"));
+	CHECK(cuEventCreate(&untimed, CU_EVENT_DISABLE_TIMING));
+	CHECK(cuEventCreate(&timed, CU_EVENT_DEFAULT));
+	CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
+	double t0 = now_ms();
+	CHECK(cuEventRecord(untimed, NULL));
+	CUresult q1 = cuEventQuery(untimed);
+	double t1 = now_ms();
+	CHECK(cuEventRecord(timed, NULL));
+	CUresult q2 = cuEventQuery(timed);
+	double t2 = now_ms();
+	const char *n1 = NULL, *n2 = NULL;
+	cuGetErrorName(q1, &n1);
+	cuGetErrorName(q2, &n2);
+	printf("records %.0f %s %.0f %s\n", t1 - t0, n1 ? n1 : "?", t2 - t1, n2 ? n2 : "?");
+	CHECK(cuCtxSynchronize());
+	CHECK(cuEventDestroy(timed));
+	CHECK(cuEventDestroy(untimed));
+	CHECK(cuModuleUnload(mod));
+	return 0;
+}
+
 static int mode_quick(void)
 {
 	unsigned char back[4096];
@@ -562,6 +598,8 @@ int main(int argc, char **argv)
 		return mode_sleep(argv[2], atol(argv[3]));
 	if (argc == 4 && !strcmp(argv[1], "timed"))
 		return mode_timed(argv[2], atol(argv[3]));
+	if (argc == 4 && !strcmp(argv[1], "records"))
+		return mode_records(argv[2], atol(argv[3]));
 	if (argc == 2 && !strcmp(argv[1], "quick"))
 		return mode_quick();
 	if (argc == 3 && !strcmp(argv[1], "owner"))
@@ -569,6 +607,6 @@ int main(int argc, char **argv)
 	if (argc == 12 && !strcmp(argv[1], "intrude"))
 		return mode_intrude(argv[2], argv + 3);
 	fprintf(stderr, "usage: tenant_probe info | alloc MIB... | quota LIMIT_MIB CHUNK_MIB | hold IMAGE MIB N |\n"
-			"       sleep IMAGE MS | timed IMAGE MS | quick | owner IMAGE | intrude IMAGE CTX PTR STREAM EVENT MODULE FUNC GLOBAL LIBRARY KERNEL\n");
+			"       sleep IMAGE MS | timed IMAGE MS | records IMAGE MS | quick | owner IMAGE | intrude IMAGE CTX PTR STREAM EVENT MODULE FUNC GLOBAL LIBRARY KERNEL\n");
 	return 2;
 }
