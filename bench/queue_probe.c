@@ -25,17 +25,8 @@
 #define MAX_STREAMS 1024
 #define GREEN_CONTEXTS 4
 
-#define CHECK(call)                                                                               \
-	do {                                                                                      \
-		CUresult check_rc_ = (call);                                                      \
-		if (check_rc_ != CUDA_SUCCESS) {                                                  \
-			const char *check_name_ = NULL;                                           \
-			cuGetErrorName(check_rc_, &check_name_);                                  \
-			fprintf(stderr, "queue_probe: %s failed: %s\n", #call,                    \
-				check_name_ ? check_name_ : "unknown CUresult");                  \
-			exit(1);                                                                  \
-		}                                                                                 \
-	} while (0)
+#define CHECK_PROGRAM "queue_probe"
+#include "cuda_check.h"
 
 enum pattern { TIMED, TIMED_STOPS_LAST, KERNEL_KERNEL, KERNEL_MEMSET, KERNEL_UNTIMED };
 enum wait_style { WAIT_POLL, WAIT_BLOCKING_EVENT, WAIT_SPINNING_EVENT };

@@ -32,17 +32,8 @@
 #define READY_FD 3
 #define GO_FD 4
 
-#define CHECK(call)                                                                              \
-	do {                                                                                     \
-		CUresult check_rc_ = (call);                                                     \
-		if (check_rc_ != CUDA_SUCCESS) {                                                 \
-			const char *check_name_ = NULL;                                          \
-			cuGetErrorName(check_rc_, &check_name_);                                 \
-			fprintf(stderr, "bench_worker: %s failed: %s (%d)\n", #call,             \
-				check_name_ ? check_name_ : "unknown CUresult", (int)check_rc_);  \
-			exit(1);                                                                 \
-		}                                                                                \
-	} while (0)
+#define CHECK_PROGRAM "bench_worker"
+#include "cuda_check.h"
 
 static void die(const char *what)
 {
