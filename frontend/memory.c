@@ -172,7 +172,8 @@ static CUresult copy_to_device(uint32_t op, CUdeviceptr dst, const void *src, si
 	Remora__MemcpyHtoD req = REMORA__MEMCPY_HTO_D__INIT;
 	req.dst = dst;
 	req.stream = (uint64_t)(uintptr_t)stream;
-	struct iovec data[RM_STRIPE_MAX_CHUNKS_PER_LINK + 1] = {{(void *)src, n}};
+	struct iovec data[RM_STRIPE_MAX_CHUNKS_PER_LINK + 1]; /* filled as far as used: no memset per copy */
+	data[0] = (struct iovec){(void *)src, n};
 	struct rm_rpc_call c = {.op = op, .req = &req.base, .bulk_out = data, .nbulk_out = 1};
 	struct rm_copy_profile prof;
 	rm_copy_profile_begin(&prof, "client", rm_op_names[op], n);
