@@ -6,54 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base64.h"
 #include "http.h"
 #include "json.h"
-
-static const char b64chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-static char *b64_encode(const unsigned char *in, size_t len)
-{
-	char *out = malloc((len + 2) / 3 * 4 + 1), *o = out;
-	if (!out)
-		return NULL;
-	for (size_t i = 0; i < len; i += 3) {
-		unsigned v = (unsigned)in[i] << 16 | (i + 1 < len ? (unsigned)in[i + 1] << 8 : 0) |
-			     (i + 2 < len ? in[i + 2] : 0);
-		*o++ = b64chars[v >> 18 & 63];
-		*o++ = b64chars[v >> 12 & 63];
-		*o++ = i + 1 < len ? b64chars[v >> 6 & 63] : '=';
-		*o++ = i + 2 < len ? b64chars[v & 63] : '=';
-	}
-	*o = 0;
-	return out;
-}
-
-/* Decodes base64 text into a malloc'd NUL-terminated string; NULL when malformed. */
-static char *b64_decode(const char *in)
-{
-	size_t len = strlen(in);
-	char *out = malloc(len / 4 * 3 + 1);
-	size_t n = 0;
-	unsigned v = 0;
-	int bits = 0;
-	if (!out)
-		return NULL;
-	for (const char *p = in; *p && *p != '='; p++) {
-		const char *c = strchr(b64chars, *p);
-		if (!c || !*p) {
-			free(out);
-			return NULL;
-		}
-		v = v << 6 | (unsigned)(c - b64chars);
-		bits += 6;
-		if (bits >= 8) {
-			bits -= 8;
-			out[n++] = (char)(v >> bits & 0xff);
-		}
-	}
-	out[n] = 0;
-	return out;
-}
 
 /* The key just past every key starting with prefix, as etcd's range_end wants it. */
 static char *prefix_end(const char *prefix)
@@ -183,8 +138,8 @@ int rm_etcd_lease_revoke(struct rm_etcd *e, int64_t lease)
 
 int rm_etcd_put(struct rm_etcd *e, const char *key, const char *value, int64_t lease)
 {
-	char *k = b64_encode((const unsigned char *)key, strlen(key));
-	char *v = b64_encode((const unsigned char *)value, strlen(value));
+	char *k = rm_base64_encode((const unsigned char *)key, strlen(key));
+	char *v = rm_base64_encode((const unsigned char *)value, strlen(value));
 	struct rm_buf b = {0};
 	if (k && v) {
 		rm_buf_printf(&b, "{\"key\":\"%s\",\"value\":\"%s\"", k, v);
@@ -209,8 +164,8 @@ int rm_etcd_put(struct rm_etcd *e, const char *key, const char *value, int64_t l
 /* Ranges over [key, range_end) (range_end NULL: the key alone). */
 static int range(struct rm_etcd *e, const char *key, const char *range_end, struct rm_etcd_kv **kvs, int *n)
 {
-	char *k = b64_encode((const unsigned char *)key, strlen(key));
-	char *re = range_end ? b64_encode((const unsigned char *)range_end, strlen(range_end)) : NULL;
+	char *k = rm_base64_encode((const unsigned char *)key, strlen(key));
+	char *re = range_end ? rm_base64_encode((const unsigned char *)range_end, strlen(range_end)) : NULL;
 	struct rm_buf b = {0};
 	if (k && (re || !range_end)) {
 		rm_buf_printf(&b, "{\"key\":\"%s\"", k);
@@ -239,8 +194,8 @@ static int range(struct rm_etcd *e, const char *key, const char *range_end, stru
 	for (const struct rm_json *kv = arr ? arr->child : NULL; kv && !err; kv = kv->next) {
 		const char *ks = rm_json_str(kv, "key"), *vs = rm_json_str(kv, "value");
 		struct rm_etcd_kv *out = &(*kvs)[*n];
-		out->key = ks ? b64_decode(ks) : NULL;
-		out->value = b64_decode(vs ? vs : ""); /* an empty value is left out of the reply */
+		out->key = ks ? rm_base64_decode_text(ks) : NULL;
+		out->value = rm_base64_decode_text(vs ? vs : ""); /* an empty value is left out of the reply */
 		(*n)++;
 		if (!out->key || !out->value) {
 			snprintf(e->error, sizeof(e->error), "etcd sent a key or value that is not base64");
@@ -293,7 +248,7 @@ void rm_etcd_kvs_free(struct rm_etcd_kv *kvs, int n)
 
 int rm_etcd_delete(struct rm_etcd *e, const char *key, int *deleted)
 {
-	char *k = b64_encode((const unsigned char *)key, strlen(key));
+	char *k = rm_base64_encode((const unsigned char *)key, strlen(key));
 	if (!k)
 		return -ENOMEM;
 	char body[1024];
