@@ -28,6 +28,8 @@ void rm_link_close(struct rm_link *l)
 
 int rm_link_read(struct rm_link *l, void *buf, size_t len)
 {
+	if (len == 0) /* buf may be NULL then */
+		return 0;
 	uint8_t *out = buf;
 	size_t have = l->rlen - l->rpos;
 	size_t take = have < len ? have : len;
