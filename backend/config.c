@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "size.h"
@@ -23,6 +24,8 @@ void rm_config_defaults(struct rm_daemon_config *c)
 	c->queue_sharing_wait = 1;
 	snprintf(c->anonymous.name, sizeof(c->anonymous.name), "anonymous");
 	c->lease_ttl_s = 10;
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	c->worker_host_memory_limit = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 4 : 4ull << 30;
 }
 
 static int parse_int(const char *s, int lo, int hi, int *out)
@@ -85,6 +88,8 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 		bad = rm_parse_size(v, &c->client_memory_limit);
 	else if (!strcmp(key, "tenant_memory_limit"))
 		bad = rm_parse_size(v, &c->tenant_memory_limit);
+	else if (!strcmp(key, "worker_host_memory_limit"))
+		bad = rm_parse_size(v, &c->worker_host_memory_limit);
 	else if (!strcmp(key, "tenant_isolation")) {
 		if (!strcmp(v, "process"))
 			c->isolation = RM_ISOLATE_PROCESS;

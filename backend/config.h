@@ -35,6 +35,8 @@ struct rm_daemon_config {
 	int hardware_queues;          /* CUDA_DEVICE_MAX_CONNECTIONS for workers, 1..32 (default 32) */
 	int queue_sharing_wait;       /* queue_sharing = wait (1, default) | direct (0): stream_pool.h */
 	int allow_anonymous;          /* serve clients presenting no credential, as tenant "anonymous" */
+	uint64_t worker_host_memory_limit; /* host bytes a worker holds for its clients: images being
+					    * received, staging buffers (host_memory.h); 0: no limit */
 	struct rm_tenant_config anonymous;
 	struct rm_tenant_config tenants[RM_CONFIG_MAX_TENANTS];
 	int ntenants;

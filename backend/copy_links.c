@@ -30,43 +30,24 @@ struct rm_copy_link {
 	pthread_cond_t changed;
 	struct stripe_job *job; /* set: to do; cleared by the thread when done */
 	int stop;
-	void *staging[2];
-	CUevent staged[2];
+	struct rm_staging staging;
 };
 
-/* Where a share's bytes go through: a link and two staging buffers. */
+/* Where a share's bytes go through: a link and its staging. */
 struct share {
 	struct rm_link *link;
 	uint64_t *bulk_left;  /* the request's unread bulk, for link 0; else NULL */
-	void **staging;
-	CUevent *staged;
-	size_t staging_size;
+	struct rm_staging *staging;
 	const struct rm_copy_profile *prof; /* link 0's, else an inactive one */
 	struct rm_time_tally *wait, *dma;   /* where its waits and copy calls are counted */
 };
 
 static struct rm_copy_profile no_profile;
 
-/* Staging buffer b of sh once the copy that used it last is done (made at first use). */
-static CUresult staging_wait(struct share *sh, int b, void **buf)
-{
-	if (!sh->staging[b]) {
-		CUresult r = rm_drv.cuMemAllocHost_v2(&sh->staging[b], sh->staging_size);
-		if (r == CUDA_SUCCESS && (r = rm_drv.cuEventCreate(&sh->staged[b], CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
-			rm_drv.cuMemFreeHost(sh->staging[b]);
-			sh->staging[b] = NULL;
-		}
-		if (r != CUDA_SUCCESS)
-			return r;
-	}
-	*buf = sh->staging[b];
-	return rm_drv.cuEventSynchronize(sh->staged[b]);
-}
-
 static CUresult staging(struct share *sh, int b, void **buf)
 {
 	uint64_t mark = rm_copy_profile_mark(sh->prof);
-	CUresult r = staging_wait(sh, b, buf);
+	CUresult r = rm_staging_wait(sh->staging, b, buf);
 	rm_copy_profile_add(sh->prof, sh->wait, mark);
 	return r;
 }
@@ -78,7 +59,7 @@ static CUresult piece_dma(struct share *sh, int b, void *buf, struct stripe_job 
 	CUresult r = j->to_host ? rm_drv.cuMemcpyDtoHAsync_v2(buf, j->dev + off, len, j->stream)
 				: rm_drv.cuMemcpyHtoDAsync_v2(j->dev + off, buf, len, j->stream);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuEventRecord(sh->staged[b], j->stream);
+		r = rm_drv.cuEventRecord(sh->staging->done[b], j->stream);
 	rm_copy_profile_add(sh->prof, sh->dma, mark);
 	return r;
 }
@@ -96,7 +77,7 @@ static void cursor_start(struct cursor *c, const struct stripe_job *j)
 	c->pos = c->end = 0;
 }
 
-/* The next piece's offset and length; 0 when there is none. */
+/* The next piece's offset and length, at most max (> 0) bytes; 0 when there is none. */
 static int cursor_next(struct cursor *c, const struct stripe_job *j, size_t max, uint64_t *off, size_t *len)
 {
 	if (c->pos == c->end) {
@@ -129,7 +110,7 @@ static void share_in(struct share *sh, struct stripe_job *j)
 	cursor_start(&c, j);
 	uint64_t off;
 	size_t len;
-	for (int b = 0; cursor_next(&c, j, sh->staging_size, &off, &len); b ^= 1) {
+	for (int b = 0; cursor_next(&c, j, sh->staging->size, &off, &len); b ^= 1) {
 		void *buf = NULL;
 		if (j->result == CUDA_SUCCESS)
 			j->result = staging(sh, b, &buf);
@@ -153,12 +134,12 @@ static void share_out(struct share *sh, struct stripe_job *j)
 	uint64_t off;
 	size_t len;
 	void *buf[2] = {NULL, NULL};
-	for (int b = 0; b < 2 && j->result == CUDA_SUCCESS && cursor_next(&issue, j, sh->staging_size, &off, &len); b++) {
+	for (int b = 0; b < 2 && j->result == CUDA_SUCCESS && cursor_next(&issue, j, sh->staging->size, &off, &len); b++) {
 		j->result = staging(sh, b, &buf[b]);
 		if (j->result == CUDA_SUCCESS)
 			j->result = piece_dma(sh, b, buf[b], j, off, len);
 	}
-	for (int b = 0; j->result == CUDA_SUCCESS && cursor_next(&send, j, sh->staging_size, &off, &len); b ^= 1) {
+	for (int b = 0; j->result == CUDA_SUCCESS && cursor_next(&send, j, sh->staging->size, &off, &len); b ^= 1) {
 		void *ready;
 		j->result = staging(sh, b, &ready);
 		if (j->result != CUDA_SUCCESS)
@@ -168,7 +149,7 @@ static void share_out(struct share *sh, struct stripe_job *j)
 			j->link_failed = 1;
 			return;
 		}
-		if (cursor_next(&issue, j, sh->staging_size, &off, &len))
+		if (cursor_next(&issue, j, sh->staging->size, &off, &len))
 			j->result = piece_dma(sh, b, buf[b], j, off, len);
 	}
 	if (j->result != CUDA_SUCCESS)
@@ -188,8 +169,7 @@ static void *link_main(void *arg)
 	struct rm_copy_link *l = arg;
 	CUcontext current = NULL;
 	struct rm_time_tally unused;
-	struct share sh = {.link = &l->link, .staging = l->staging, .staged = l->staged,
-			   .staging_size = LINK_STAGING_SIZE, .prof = &no_profile, .wait = &unused, .dma = &unused};
+	struct share sh = {.link = &l->link, .staging = &l->staging, .prof = &no_profile, .wait = &unused, .dma = &unused};
 	pthread_mutex_lock(&l->lock);
 	for (;;) {
 		while (!l->job && !l->stop)
@@ -206,12 +186,7 @@ static void *link_main(void *arg)
 		pthread_cond_broadcast(&l->changed);
 	}
 	pthread_mutex_unlock(&l->lock);
-	for (int b = 0; b < 2; b++)
-		if (l->staging[b]) {
-			rm_drv.cuEventSynchronize(l->staged[b]);
-			rm_drv.cuEventDestroy_v2(l->staged[b]);
-			rm_drv.cuMemFreeHost(l->staging[b]);
-		}
+	rm_staging_close(&l->staging);
 	return NULL;
 }
 
@@ -227,6 +202,7 @@ int rm_copy_link_attach(struct rm_session *s, const struct rm_transport *tp, str
 	}
 	pthread_mutex_init(&l->lock, NULL);
 	pthread_cond_init(&l->changed, NULL);
+	rm_staging_init(&l->staging, LINK_STAGING_SIZE);
 	pthread_mutex_lock(&s->copy_lock);
 	if (index != (uint32_t)s->ncopy_links + 1 || index >= RM_MAX_COPY_LINKS)
 		err = -EPROTO; /* links are attached one after another, from 1 */
@@ -281,21 +257,17 @@ static void run_striped(struct rm_session *s, struct share *sh0, struct stripe_j
 static CUresult session_share(struct rm_session *s, struct rm_request *rq, struct rm_copy_profile *prof,
 			      struct share *sh)
 {
-	void *buf;
 	uint64_t mark = rm_copy_profile_mark(prof);
-	CUresult r = rm_session_staging(s, 0, &buf);
-	if (r == CUDA_SUCCESS)
-		r = rm_session_staging(s, 1, &buf);
+	CUresult r = rm_staging_open(&s->staging);
 	rm_copy_profile_add(prof, &prof->wait, mark);
-	*sh = (struct share){.link = &s->link, .bulk_left = rq ? &rq->bulk_left : NULL, .staging = s->staging,
-			     .staged = s->staging_done, .staging_size = s->staging_size, .prof = prof,
-			     .wait = &prof->wait, .dma = &prof->dma};
+	*sh = (struct share){.link = &s->link, .bulk_left = rq ? &rq->bulk_left : NULL, .staging = &s->staging,
+			     .prof = prof, .wait = &prof->wait, .dma = &prof->dma};
 	return r;
 }
 
 static int links_ready(struct rm_session *s, struct rm_request *rq, uint32_t links)
 {
-	if (links >= 1 && (int)links - 1 <= s->ncopy_links)
+	if (links >= 1 && links <= RM_MAX_COPY_LINKS && links - 1 <= (uint32_t)s->ncopy_links)
 		return 1;
 	rm_log(RM_LOG_WARN, "session %llu (%s): a copy striped over %u links, %d attached; closing",
 	       (unsigned long long)s->id, s->name, links, s->ncopy_links);

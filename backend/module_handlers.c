@@ -4,11 +4,27 @@
 #include <stdlib.h>
 
 #include "api.pb-c.h"
+#include "host_memory.h"
 #include "image_cache.h"
 #include "log.h"
 #include "remora.pb-c.h"
 
 /* Reads an image sent as bulk and loads it as a module or a library owned by the session. */
+/* An image being received is host memory the daemon holds for the client: it counts
+ * against the client's memory quota and the worker's host-memory bound until loaded. */
+static CUresult hold_image_memory(struct rm_session *s, uint64_t n)
+{
+	CUresult r = rm_session_charge(s, n);
+	if (r == CUDA_SUCCESS && rm_host_memory_take(n)) {
+		rm_log(RM_LOG_WARN, "session %llu (%s): image of %llu bytes refused: the worker holds %llu bytes "
+		       "of host memory for its clients (worker_host_memory_limit)", (unsigned long long)s->id, s->name,
+		       (unsigned long long)n, (unsigned long long)rm_host_memory_held());
+		rm_session_uncharge(s, n);
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return r;
+}
+
 static void load_image(struct rm_session *s, struct rm_request *rq, enum rm_handle_kind kind)
 {
 	Remora__ModuleLoad *req = (void *)rm_request_unpack(rq, &remora__module_load__descriptor);
@@ -19,8 +35,12 @@ static void load_image(struct rm_session *s, struct rm_request *rq, enum rm_hand
 	/* A module belongs to the current context; a library to none. */
 	CUresult r = s->cur || kind == RM_H_LIBRARY ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 	uint8_t *image = NULL;
+	int held = 0;
 	if (r == CUDA_SUCCESS && (n == 0 || n > RM_MAX_IMAGE_LEN))
 		r = CUDA_ERROR_INVALID_IMAGE;
+	if (r == CUDA_SUCCESS)
+		r = hold_image_memory(s, n);
+	held = r == CUDA_SUCCESS;
 	if (r == CUDA_SUCCESS && !(image = malloc(n + 1)))
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 	if (r == CUDA_SUCCESS) {
@@ -40,6 +60,10 @@ static void load_image(struct rm_session *s, struct rm_request *rq, enum rm_hand
 	rm_request_finish(s, rq, r, &rep.base);
 out:
 	free(image);
+	if (held) {
+		rm_host_memory_give(n);
+		rm_session_uncharge(s, n);
+	}
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 

@@ -37,6 +37,7 @@ struct rm_session *rm_session_new(const struct rm_transport *tp, struct rm_conn 
 		return NULL;
 	}
 	pthread_mutex_init(&s->copy_lock, NULL);
+	rm_staging_init(&s->staging, STAGING_SIZE);
 	const struct rm_tenant_config *t = h->tenant < 0 ? &cfg->anonymous : &cfg->tenants[h->tenant];
 	s->slot = h->slot;
 	s->id = rm_registry()->clients[h->slot].session_id;
@@ -284,6 +285,14 @@ CUresult rm_session_stream_submit(struct rm_session *s, uint64_t v, uint32_t fra
 	return r == CUDA_SUCCESS ? rm_stream_pool_before_submit(*out) : r;
 }
 
+CUresult rm_session_check_span(struct rm_session *s, uint64_t ptr, uint64_t count, uint64_t unit)
+{
+	uint64_t len;
+	if (__builtin_mul_overflow(count, unit, &len))
+		return CUDA_ERROR_INVALID_VALUE;
+	return rm_session_check_range(s, ptr, len);
+}
+
 CUresult rm_session_check_range(struct rm_session *s, uint64_t ptr, uint64_t len)
 {
 	size_t lo = 0, hi = s->nranges;
@@ -407,21 +416,6 @@ CUresult rm_session_free_memory(struct rm_session *s, uint64_t ptr)
 	return r;
 }
 
-CUresult rm_session_staging(struct rm_session *s, int i, void **buf)
-{
-	if (!s->staging[i]) {
-		CUresult r = rm_drv.cuMemAllocHost_v2(&s->staging[i], STAGING_SIZE);
-		if (r == CUDA_SUCCESS)
-			r = rm_drv.cuEventCreate(&s->staging_done[i], CU_EVENT_DISABLE_TIMING);
-		if (r != CUDA_SUCCESS)
-			return r;
-		s->staging_size = STAGING_SIZE;
-	}
-	CUresult r = rm_drv.cuEventSynchronize(s->staging_done[i]);
-	*buf = s->staging[i];
-	return r;
-}
-
 /* Frees memory whose users are known to be done, without cuMemFree's wait for the
  * whole shared context. */
 static void free_drained(struct rm_session *s, uint64_t ptr)
@@ -484,11 +478,7 @@ void rm_session_destroy(struct rm_session *s)
 	size_t freed = rm_session_release_all(s);
 	if (s->nctx)
 		rm_drv.cuCtxSetCurrent(s->ctxs[0].ctx);
-	for (int i = 0; i < RM_STAGING_BUFS; i++)
-		if (s->staging[i]) {
-			rm_drv.cuEventDestroy_v2(s->staging_done[i]);
-			rm_drv.cuMemFreeHost(s->staging[i]);
-		}
+	rm_staging_close(&s->staging);
 	for (int i = 0; i < s->nctx; i++) {
 		rm_drv.cuCtxSetCurrent(s->ctxs[i].ctx);
 		rm_stream_order_release(&s->ctxs[i]);

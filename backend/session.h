@@ -8,6 +8,7 @@
 
 #include "config.h"
 #include "link.h"
+#include "staging.h"
 
 enum rm_handle_kind {
 	RM_H_CONTEXT = 1,
@@ -53,7 +54,6 @@ struct rm_session_ctx {
 };
 
 #define RM_SESSION_MAX_CTX 16
-#define RM_STAGING_BUFS 2
 
 struct rm_handoff;
 struct rm_copy_link;
@@ -92,9 +92,7 @@ struct rm_session {
 	struct rm_copy_link *copy_links[RM_MAX_COPY_LINKS]; /* [1 .. ncopy_links] */
 	int ncopy_links;
 
-	void *staging[RM_STAGING_BUFS]; /* pinned buffers for copies, with an event each */
-	CUevent staging_done[RM_STAGING_BUFS];
-	size_t staging_size;
+	struct rm_staging staging; /* copies over the session's own connection */
 };
 
 /* A session for a client the accepting process admitted (handoff h). */
@@ -129,6 +127,9 @@ CUresult rm_stream_order_before(struct rm_session_ctx *c, CUstream st);
 void rm_stream_order_release(struct rm_session_ctx *c);
 /* Checks that [ptr, ptr+len) lies inside one piece of memory the client owns. */
 CUresult rm_session_check_range(struct rm_session *s, uint64_t ptr, uint64_t len);
+/* rm_session_check_range for count elements of unit bytes: CUDA_ERROR_INVALID_VALUE
+ * when count * unit overflows. */
+CUresult rm_session_check_span(struct rm_session *s, uint64_t ptr, uint64_t count, uint64_t unit);
 /* Maps the client's device ordinal to the host's GPU. */
 CUresult rm_session_device(struct rm_session *s, int ordinal, CUdevice *out);
 /* Maps a host GPU to the client's ordinal for it (a CUdevice the driver gave back). */
@@ -161,8 +162,5 @@ CUresult rm_session_free_memory(struct rm_session *s, uint64_t ptr);
 
 /* Waits for every stream of the client in the current context. */
 CUresult rm_session_synchronize(struct rm_session *s);
-
-/* Pinned staging buffer i, waiting until the copy that used it last is done. */
-CUresult rm_session_staging(struct rm_session *s, int i, void **buf);
 
 #endif

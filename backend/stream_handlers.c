@@ -183,9 +183,7 @@ static CUresult on_null_stream(struct rm_session *s, struct rm_request *rq, CUst
 		if (!req)                                                                               \
 			return;                                                                         \
 		CUstream st;                                                                            \
-		CUresult r = rm_session_check_range(s, req->dstdevice, req->n * (UNIT));                \
-		if (r == CUDA_SUCCESS && req->n > UINT64_MAX / (UNIT))                                  \
-			r = CUDA_ERROR_INVALID_VALUE;                                                   \
+		CUresult r = rm_session_check_span(s, req->dstdevice, req->n, UNIT);                     \
 		if (r == CUDA_SUCCESS)                                                                  \
 			r = on_null_stream(s, rq, &st);                                                 \
 		if (r == CUDA_SUCCESS)                                                                  \

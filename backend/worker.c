@@ -15,6 +15,7 @@
 #include "copy_links.h"
 #include "dispatch.h"
 #include "gpus.h"
+#include "host_memory.h"
 #include "log.h"
 #include "registry.h"
 #include "remora.pb-c.h"
@@ -216,6 +217,7 @@ static void *watch_memory(void *arg)
 int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 {
 	config = cfg;
+	rm_host_memory_set_limit(cfg->worker_host_memory_limit);
 	const char *addr;
 	const struct rm_transport *tp = rm_transport_for(cfg->listen, &addr);
 	pthread_t t;

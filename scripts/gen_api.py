@@ -288,6 +288,7 @@ def gen_client_stub(fn, entry, fields):
                 checks.append(f"!{p.name}")
             if f.kind == "buf":
                 o.append(f"\treq.{f.field}_len = (uint64_t)({f.len_expr});")
+                checks.append(f"(uint64_t)({f.len_expr}) > RM_MAX_OUT_BUF / sizeof(*{p.name})")
             continue
         if f.kind == "handle":
             o.append(f"\treq.{f.field} = (uint64_t)(uintptr_t){p.name};")
@@ -318,12 +319,29 @@ def gen_client_stub(fn, entry, fields):
         return "\n".join(o)
     o.append(f"\t{m_rep.ctype} *rep = NULL;")
     o.append(f"\tCUresult r = rm_rpc_simple(RM_OP_{fn.name}, &req.base, &{m_rep.desc}, (ProtobufCMessage **)&rep);")
+    # The reply is the server's word: a struct or buffer that does not fit is refused whole.
+    for f in outs:
+        p, data = f.p, f"rep->{f.field}"
+        if f.kind == "struct":
+            cond = f"{data}.len != sizeof(*{p.name})"
+            what, size = "is %zu bytes, not %zu", f"sizeof(*{p.name})"
+        elif f.kind == "buf":
+            size = f"(size_t)({f.len_expr}) * sizeof(*{p.name})"
+            cond, what = f"{data}.len > {size}", "is %zu bytes, for a buffer of %zu"
+            if p.base == "char":  # a string: the driver ends it inside the buffer
+                cond += f" || ({size} > 0 && (!{data}.len || !memchr({data}.data, 0, {data}.len)))"
+                what = "is %zu bytes, or not a string, for a buffer of %zu"
+        else:
+            continue
+        o.append(f"\tif (r == CUDA_SUCCESS && rep && ({cond}))")
+        o.append(f"\t\tr = rm_rpc_bad_reply(\"{fn.name}: the reply's {f.field} {what}\", {data}.len, {size});")
     o.append("\tif (r == CUDA_SUCCESS && rep) {")
     for f in outs:
         p = f.p
-        if f.kind in ("struct", "buf"):
-            limit = f"sizeof(*{p.name})" if f.kind == "struct" else f"(size_t)({f.len_expr}) * sizeof(*{p.name})"
-            o.append(f"\t\tmemcpy({p.name}, rep->{f.field}.data, rep->{f.field}.len < {limit} ? rep->{f.field}.len : {limit});")
+        if f.kind == "struct":
+            o.append(f"\t\tmemcpy({p.name}, rep->{f.field}.data, sizeof(*{p.name}));")
+        elif f.kind == "buf":
+            o.append(f"\t\tif (rep->{f.field}.len)\n\t\t\tmemcpy({p.name}, rep->{f.field}.data, rep->{f.field}.len);")
         elif f.kind == "handle":
             o.append(f"\t\t{'if (' + p.name + ') ' if f.optional else ''}*{p.name} = ({p.base})(uintptr_t)rep->{f.field};")
         else:
@@ -358,8 +376,8 @@ def gen_daemon_handler(fn, entry, fields):
                     o.append(f"\tif (r == CUDA_SUCCESS)\n\t\tr = rm_session_use(s, {HANDLE_KINDS[p.base]}, req->{f.field}, (void **)&{v});")
                 call_args.append(v)
             elif f.kind == "dptr":
-                length = f"(uint64_t)({request_expr(fn, f.len_expr)})" if f.len_expr else "1"
-                o.append(f"\tif (r == CUDA_SUCCESS)\n\t\tr = rm_session_check_range(s, req->{f.field}, {length});")
+                count, unit = dptr_length(fn, f.len_expr)
+                o.append(f"\tif (r == CUDA_SUCCESS)\n\t\tr = rm_session_check_span(s, req->{f.field}, {count}, {unit});")
                 call_args.append(f"(CUdeviceptr)req->{f.field}")
             elif f.kind == "device":
                 o.append(f"\tCUdevice {v} = 0;")
@@ -429,6 +447,17 @@ def gen_daemon_handler(fn, entry, fields):
     o.append("\tprotobuf_c_message_free_unpacked(&req->base, NULL);")
     o.append("}")
     return "\n".join(o)
+
+
+def dptr_length(fn, expr):
+    """A dptr[LEN] annotation's length as (count, unit) over the request's fields: LEN is a
+    parameter or a parameter times a constant, so that the daemon can check it for overflow."""
+    if expr is None:
+        return "1", "1"
+    m = re.fullmatch(r"\s*(\w+)\s*(?:\*\s*(\d+)\s*)?", expr)
+    if not m or m.group(1) not in {p.name for p in fn.params}:
+        sys.exit(f"gen_api: {fn.name}: dptr[{expr}] must be a parameter, or a parameter times a constant")
+    return f"(uint64_t)req->{m.group(1).lower()}", m.group(2) or "1"
 
 
 def request_expr(fn, expr):

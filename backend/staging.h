@@ -1,0 +1,30 @@
+/* Staging: the two pinned buffers a copy's bytes pass through between a connection and
+ * the GPU, each with an event recorded after the DMA that used it last. The session's
+ * connection and each copy link have one. */
+#ifndef REMORA_STAGING_H
+#define REMORA_STAGING_H
+
+#include <cuda.h>
+#include <stddef.h>
+
+#define RM_STAGING_BUFS 2
+
+struct rm_staging {
+	size_t size; /* each buffer's bytes, set by rm_staging_init: never 0, open or not */
+	void *buf[RM_STAGING_BUFS];
+	CUevent done[RM_STAGING_BUFS];
+	int open;
+};
+
+/* A closed staging of buffers of size bytes (size > 0). */
+void rm_staging_init(struct rm_staging *st, size_t size);
+/* Allocates every buffer and event in the current context, all or nothing, within the
+ * worker's host-memory bound (host_memory.h): CUDA_ERROR_OUT_OF_MEMORY past it, else the
+ * driver's error. Does nothing when open. */
+CUresult rm_staging_open(struct rm_staging *st);
+/* Buffer b once the copy that used it last is done, opening the staging first if needed. */
+CUresult rm_staging_wait(struct rm_staging *st, int b, void **buf);
+/* Waits for every copy through it and frees it; it may be opened again. */
+void rm_staging_close(struct rm_staging *st);
+
+#endif
