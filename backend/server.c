@@ -21,6 +21,9 @@
 #include "pool_member.h"
 #include "registry.h"
 #include "remora.pb-c.h"
+#include "text.h"
+
+#define ACCEPT_RETRY_US 100000 /* out of descriptors: how long accept waits before trying again */
 
 struct worker {
 	pid_t pid;   /* 0: not running */
@@ -245,7 +248,7 @@ static void *greet(void *arg)
 	char why[200] = "";
 	CUresult r = CUDA_SUCCESS;
 	struct rm_handoff h = {.tenant = -1, .hello_seq = (uint32_t)f.seq, .pid = hello->pid};
-	snprintf(h.name, sizeof(h.name), "%s", hello->client_name ? hello->client_name : "?");
+	rm_text_escape(h.name, sizeof(h.name), hello->client_name ? hello->client_name : "?");
 	uint64_t mask = 0;
 	const struct rm_tenant_config *t = rm_config_tenant(config, hello->credential.data, hello->credential.len);
 	if (hello->protocol_version != RM_PROTOCOL_VERSION) {
@@ -338,15 +341,28 @@ int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char
 	}
 	if (rm_pool_member_start(cfg, tp->scheme, bound))
 		rm_log(RM_LOG_WARN, "serving without pool membership");
+	int out_of_fds = 0;
 	for (;;) {
 		struct rm_conn *conn;
 		err = tp->accept(l, &conn);
+		if (err == -EMFILE || err == -ENFILE) {
+			/* Nothing can be accepted until some descriptor is closed: pause, do not spin. */
+			if (!out_of_fds)
+				rm_log(RM_LOG_WARN, "accept: %s; new clients wait until others leave "
+				       "(raise the descriptor limit, ulimit -n)", strerror(-err));
+			out_of_fds = 1;
+			usleep(ACCEPT_RETRY_US);
+			continue;
+		}
 		if (err) {
-			if (err == -EINTR || err == -ECONNABORTED || err == -EMFILE || err == -ENFILE)
+			if (err == -EINTR || err == -ECONNABORTED)
 				continue;
 			rm_log(RM_LOG_ERROR, "accept: %s", strerror(-err));
 			break;
 		}
+		if (out_of_fds)
+			rm_log(RM_LOG_INFO, "accepting clients again");
+		out_of_fds = 0;
 		struct greeting *g = malloc(sizeof(*g));
 		pthread_attr_t attr;
 		pthread_attr_init(&attr);

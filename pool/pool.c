@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "text.h"
 
 char *rm_pool_member_json(const struct rm_pool_member *m)
 {
@@ -32,9 +33,11 @@ char *rm_pool_member_json(const struct rm_pool_member *m)
 	return rm_buf_take(&b);
 }
 
+/* Records come from etcd, which anyone with write access to it can fill: their text is
+ * escaped before it can reach a log or a terminal. */
 static void copy(char *dst, size_t cap, const char *src)
 {
-	snprintf(dst, cap, "%s", src ? src : "");
+	rm_text_escape(dst, cap, src ? src : "");
 }
 
 int rm_pool_member_parse(const char *json, struct rm_pool_member *m)
