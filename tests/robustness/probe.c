@@ -5,7 +5,9 @@
  *   probe fault IMAGE launches faultKernel from IMAGE on a bad pointer; prints the error's name
  *   probe pointers    checks pointer attributes of device, pinned and registered memory; prints "ok"
  *   probe stripes     copies odd sizes up to 64 MiB both ways, pageable and pinned, sync and
- *                     async, and checks every byte; prints "ok" (run with copy links on) */
+ *                     async, and checks every byte; prints "ok" (run with copy links on)
+ *   probe wrap        asks for memsets whose byte length wraps past 2^64 (refused), then checks
+ *                     that the session still works; prints "ok" */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +111,33 @@ int main(int argc, char **argv)
 				return 1;
 			}
 			rounds++;
+		}
+		printf("ok\n");
+		return 0;
+	}
+	if (!strcmp(argv[1], "wrap")) {
+		CUdeviceptr p;
+		CUstream s;
+		unsigned int back = 0;
+		CHECK(cuMemAlloc(&p, 4096));
+		CHECK(cuStreamCreate(&s, 0));
+		/* 2^63+1 16-bit and 2^62+1 32-bit elements: 2 and 4 bytes once multiplied out. */
+		CUresult d16 = cuMemsetD16Async(p, 0x1234, (1ull << 63) + 1, s);
+		if (d16 == CUDA_SUCCESS)
+			d16 = cuStreamSynchronize(s);
+		CUresult d32 = cuMemsetD32Async(p, 0x12345678, (1ull << 62) + 1, s);
+		if (d32 == CUDA_SUCCESS)
+			d32 = cuStreamSynchronize(s);
+		if (d16 == CUDA_SUCCESS || d32 == CUDA_SUCCESS) {
+			fprintf(stderr, "probe: a wrapping memset was taken (D16 %d, D32 %d)\n", (int)d16, (int)d32);
+			return 1;
+		}
+		CHECK(cuMemsetD32Async(p, 0xabcdef01, 1024, s));
+		CHECK(cuStreamSynchronize(s));
+		CHECK(cuMemcpyDtoH(&back, p + 4092, sizeof(back)));
+		if (back != 0xabcdef01) {
+			fprintf(stderr, "probe: memset after the refused ones wrote %#x\n", back);
+			return 1;
 		}
 		printf("ok\n");
 		return 0;

@@ -1,0 +1,58 @@
+"""A private remorad for Python tests: started on a free loopback port with a
+configuration file, its log kept, stopped at the end."""
+import os
+import re
+import subprocess
+import time
+
+
+def wait_for(pred, timeout=10.0, step=0.05):
+    """pred()'s first true value, or its last value once timeout seconds have passed."""
+    end = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() > end:
+            return v
+        time.sleep(step)
+
+
+class Daemon:
+    """remorad on the given driver, REMORA_LOG=info, its log in tmp/NAME.log."""
+
+    def __init__(self, remorad, driver, tmp, name, config, env=None, args=(), preexec_fn=None):
+        self.log_path = os.path.join(tmp, name + ".log")
+        conf = os.path.join(tmp, name + ".conf")
+        ready = os.path.join(tmp, name + ".addr")
+        with open(conf, "w") as f:
+            f.write(config)
+        denv = {k: v for k, v in os.environ.items() if not k.startswith("REMORA_")}
+        denv.update(REMORA_LOG="info", **(env or {}))
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen([remorad, "--config", conf, "--listen", "tcp://127.0.0.1:0",
+                                      "--driver", driver, "--ready-file", ready, *args],
+                                     stderr=self.log, env=denv, preexec_fn=preexec_fn)
+        ok = wait_for(lambda: os.path.exists(ready) and open(ready).read().strip(), timeout=10)
+        if not ok:
+            self.stop()
+            raise RuntimeError("remorad did not start:\n" + self.text())
+        self.server = open(ready).read().strip()
+        host, port = self.server.rsplit(":", 1)
+        self.host, self.port = host, int(port)
+
+    def text(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def workers(self):
+        """{tenant: pid} from the "started worker PID for TENANT" lines."""
+        return {m.group(2): int(m.group(1)) for m in re.finditer(r"started worker (\d+) for ([^\n]+)", self.text())}
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()

@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""remorad against a hostile client (issue 11), on the CPU test driver. One scenario a run:
+
+  links        a copy that names 0x80000001 copy links is refused and its connection
+               closed; the worker and its other clients go on
+  staging      a copy whose staging cannot be allocated (no current context) gets a CUDA
+               error and the connection serves on (it used to spin for ever)
+  wrap         memsets whose byte length wraps past 2^64 are refused (probe wrap)
+  images       an image larger than the client's quota, or than what is left of the
+               worker's host-memory bound, is refused before any byte of it is held
+  descriptors  with the daemon out of file descriptors, accept waits instead of spinning,
+               and serves again once descriptors are free
+  names        control characters in a client's name reach neither the log nor
+               `remora status` raw
+
+usage: hostile_frames.py SCENARIO REMORAD DRIVER REMORA PROBE
+"""
+import os
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import rmwire as w  # noqa: E402
+from remorad_fixture import Daemon, wait_for  # noqa: E402
+
+OP_MEMCPY_HTOD = 36     # cuMemcpyHtoD_v2 (proto/api.spec)
+OP_LIBRARY_LOAD = 69    # cuLibraryLoadData
+CUDA_ERROR_OUT_OF_MEMORY = 2
+MIB = 1 << 20
+
+scenario, remorad, driver, remora, probe = sys.argv[1:6]
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+    return cond
+
+
+def run_probe(d, *args, timeout=60):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMORA_")}
+    p = subprocess.run([remora, "run", "--server", d.server, "--", probe, *args],
+                       capture_output=True, text=True, env=env, timeout=timeout)
+    return p.returncode == 0 and p.stdout.strip() == "ok", p.stderr.strip()
+
+
+def start_probe(d, *args):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMORA_")}
+    return subprocess.Popen([remora, "run", "--server", d.server, "--", probe, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def htod(links, count, bulk_len, ctx=0):
+    msg = w.field_varint(1, 0x1000) + w.field_varint(3, links) + w.field_varint(4, count)
+    return w.frame(OP_MEMCPY_HTOD, msg, bulk_len=bulk_len, ctx=ctx)
+
+
+def library_load(size, seq=1):
+    return w.frame(OP_LIBRARY_LOAD, w.field_varint(1, 1), seq=seq, bulk_len=size)
+
+
+def no_worker_died(d):
+    return check("ended (signal" not in d.text(), "no worker ended on a signal")
+
+
+def links(d):
+    worker = start_probe(d, "work", "3")
+    time.sleep(0.3)
+    for n in (0x80000001, 0x80000000, 0xFFFFFFFF, 9):
+        s = w.connect(d.host, d.port)
+        s.sendall(htod(n, 64, 64))
+        check(w.closed_by_peer(s), f"a copy over {n:#x} links: the connection is closed")
+        s.close()
+    out, err = worker.communicate(timeout=60)
+    check(worker.returncode == 0 and out.strip() == "ok", f"another client of the worker kept working ({err})")
+    no_worker_died(d)
+
+
+def staging(d):
+    s = w.connect(d.host, d.port)
+    for i in range(3):
+        s.sendall(htod(1, MIB, MIB) + bytes(MIB))
+        r = w.read_reply(s, timeout=15)
+        check(w.result_of(r) not in (None, 0), f"copy {i + 1} with no context: a CUDA error ({w.result_of(r)})")
+    s.close()
+    ok, err = run_probe(d, "work", "0.2")
+    check(ok, f"the daemon serves on ({err})")
+    no_worker_died(d)
+
+
+def wrap(d):
+    ok, err = run_probe(d, "wrap")
+    check(ok, f"wrapping memsets refused, the session works on ({err})")
+    no_worker_died(d)
+
+
+def images(d):
+    # client_memory_limit = 64M: a 256 MiB image is refused at once, none of it sent.
+    s = w.connect(d.host, d.port)
+    s.sendall(library_load(256 * MIB))
+    check(w.result_of(w.read_reply(s)) == CUDA_ERROR_OUT_OF_MEMORY,
+          "an image past the client's quota: CUDA_ERROR_OUT_OF_MEMORY before its bytes")
+    s.close()
+    # worker_host_memory_limit = 100M: two 48 MiB images in flight fit, a third does not.
+    held = []
+    for _ in range(2):
+        c = w.connect(d.host, d.port)
+        c.sendall(library_load(48 * MIB) + bytes(MIB))
+        held.append(c)
+    time.sleep(0.5)  # both are being received
+    third = w.connect(d.host, d.port)
+    third.sendall(library_load(48 * MIB))
+    check(w.result_of(w.read_reply(third)) == CUDA_ERROR_OUT_OF_MEMORY,
+          "a third image past the worker's host-memory bound: CUDA_ERROR_OUT_OF_MEMORY")
+    for c in held:  # the rest of each: not an image, and the memory is given back
+        c.sendall(bytes(47 * MIB))
+        r = w.read_reply(c, timeout=30)
+        check(w.result_of(r) not in (None, 0, CUDA_ERROR_OUT_OF_MEMORY), f"a held image completes ({w.result_of(r)})")
+        c.close()
+    third.sendall(bytes(48 * MIB) + library_load(48 * MIB, seq=2) + bytes(48 * MIB))
+    r = w.read_reply(third, timeout=30)
+    check(w.result_of(r) not in (None, 0, CUDA_ERROR_OUT_OF_MEMORY), "once they are done, another is taken")
+    third.close()
+    ok, err = run_probe(d, "work", "0.2")
+    check(ok, f"the daemon serves on ({err})")
+
+
+def cpu_seconds(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def descriptors(d):
+    idle = []
+    for _ in range(200):  # past the daemon's 128 descriptors: each is held by a greeting
+        try:
+            idle.append(socket.create_connection((d.host, d.port), timeout=5))
+        except OSError:
+            break
+    wait_for(lambda: "new clients wait" in d.text(), timeout=10)
+    check("new clients wait" in d.text(), "the log says the daemon is out of descriptors")
+    before = cpu_seconds(d.proc.pid)
+    time.sleep(3)
+    used = cpu_seconds(d.proc.pid) - before
+    check(used < 0.5, f"meanwhile the accepting process uses little CPU ({used:.2f} s in 3 s)")
+    for s in idle:
+        s.close()
+    ok, err = run_probe(d, "work", "0.2", timeout=120)
+    check(ok, f"once they have gone, a client is served ({err})")
+
+
+def names(d):
+    evil = "evil\n[remorad] forged line\x1b[2J\x07\x9b"
+    s = w.connect(d.host, d.port, name=evil)
+    status = subprocess.run([remora, "status", d.server], capture_output=True, timeout=30)
+    s.close()
+    log = open(d.log_path, "rb").read()
+    check(b"\x1b" not in log and b"\x07" not in log, "no raw control character in the log")
+    check(b"\n[remorad] forged line" not in log, "no forged log line")
+    check(b"evil\\x0a[remorad] forged line\\x1b[2J" in log, "the name is logged escaped")
+    check(status.returncode == 0 and b"evil" in status.stdout, f"remora status lists the client ({status.stderr})")
+    check(b"\x1b" not in status.stdout + status.stderr, "no raw control character from remora status")
+
+
+def limit_descriptors():
+    resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+
+
+SCENARIOS = {
+    "links": (links, "", {}),
+    "staging": (staging, "", {}),
+    "wrap": (wrap, "", {}),
+    "images": (images, "client_memory_limit = 64M\nworker_host_memory_limit = 100M\n", {}),
+    "descriptors": (descriptors, "", {"preexec_fn": limit_descriptors}),
+    "names": (names, "", {}),
+}
+
+
+def main():
+    fn, config, kw = SCENARIOS[scenario]
+    tmp = tempfile.mkdtemp()
+    d = Daemon(remorad, driver, tmp, scenario, config, **kw)
+    try:
+        fn(d)
+        check(d.proc.poll() is None, "remorad is still running")
+    finally:
+        d.stop()
+    if failures:
+        print("--- remorad log\n" + d.text(), file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
