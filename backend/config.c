@@ -154,6 +154,26 @@ static char *trim(char *s)
 	return s;
 }
 
+/* The NAME of a "[tenant NAME]" line: 0, or -1 when the line is anything else. */
+static int section_name(const char *s, char *name, size_t cap)
+{
+	static const char keyword[] = "[tenant";
+	if (strncmp(s, keyword, sizeof(keyword) - 1) || !isblank((unsigned char)s[sizeof(keyword) - 1]))
+		return -1;
+	s += sizeof(keyword) - 1;
+	while (isblank((unsigned char)*s))
+		s++;
+	size_t n = strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-");
+	const char *end = s + n;
+	while (isblank((unsigned char)*end))
+		end++;
+	if (n == 0 || n >= cap || strcmp(end, "]"))
+		return -1;
+	memcpy(name, s, n);
+	name[n] = 0;
+	return 0;
+}
+
 int rm_config_load(struct rm_daemon_config *c, const char *path)
 {
 	FILE *f = fopen(path, "r");
@@ -166,6 +186,11 @@ int rm_config_load(struct rm_daemon_config *c, const char *path)
 	int lineno = 0, err = 0;
 	while (!err && fgets(line, sizeof(line), f)) {
 		lineno++;
+		if (!strchr(line, '\n') && !feof(f)) {
+			rm_log(RM_LOG_ERROR, "%s:%d: line longer than %zu bytes", path, lineno, sizeof(line) - 2);
+			err = -1;
+			break;
+		}
 		char *hash = strchr(line, '#');
 		if (hash)
 			*hash = 0;
@@ -175,8 +200,8 @@ int rm_config_load(struct rm_daemon_config *c, const char *path)
 		why[0] = 0;
 		if (*s == '[') {
 			char name[64];
-			if (sscanf(s, "[tenant %63[^] ]]", name) != 1 || s[strlen(s) - 1] != ']') {
-				snprintf(why, sizeof(why), "expected [tenant NAME]");
+			if (section_name(s, name, sizeof(name))) {
+				snprintf(why, sizeof(why), "expected [tenant NAME], NAME of letters, digits, '.', '_' or '-'");
 				err = -1;
 			} else if (c->ntenants == RM_CONFIG_MAX_TENANTS) {
 				snprintf(why, sizeof(why), "more than %d tenants", RM_CONFIG_MAX_TENANTS);
