@@ -1,91 +1,76 @@
-/* Device memory: allocations owned by the session, and copies pipelined
- * through two pinned staging buffers so the network and the copy engine overlap. */
+/* Device memory: allocations owned by the session (typed bodies of generated handlers),
+ * and copies pipelined through two pinned staging buffers so the network and the copy
+ * engine overlap (hand-written handlers: their data travels as bulk). */
 #include "copy_links.h"
 #include "dispatch.h"
 
 #include <stdlib.h>
 
-#include "api.pb-c.h"
 #include "copy_profile.h"
 #include "log.h"
 #include "remora.pb-c.h"
 
-void rm_handle_cuMemAlloc_v2(struct rm_session *s, struct rm_request *rq)
+/* Typed bodies of generated handlers (proto/api.spec, daemon_handlers.h). */
+
+/* Charged to the client's and its tenant's quotas first; recorded with its size (dptr=new:body). */
+CUresult rm_body_cuMemAlloc_v2(struct rm_session *s, CUdeviceptr *dptr, size_t bytesize)
 {
-	Remora__CuMemAllocV2Req *req = (void *)rm_request_unpack(rq, &remora__cu_mem_alloc_v2__req__descriptor);
-	if (!req)
-		return;
-	Remora__CuMemAllocV2Rep rep = REMORA__CU_MEM_ALLOC_V2__REP__INIT;
-	CUdeviceptr p = 0;
-	CUresult r = s->cur ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+	if (!s->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	CUresult r = rm_session_charge(s, bytesize);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = rm_drv.cuMemAlloc_v2(dptr, bytesize);
 	if (r == CUDA_SUCCESS)
-		r = rm_session_charge(s, req->bytesize);
+		rm_session_own_memory(s, RM_H_MEMORY, *dptr, bytesize, 0);
+	else
+		rm_session_uncharge(s, bytesize);
+	return r;
+}
+
+/* Only an allocation of the client's own, freed without waiting for other clients'
+ * work (rm_session_free_memory), and then no longer charged (dptr=del:body). */
+CUresult rm_body_cuMemFree_v2(struct rm_session *s, CUdeviceptr dptr)
+{
+	if (!dptr) /* freeing 0 is a no-op, as in CUDA */
+		return CUDA_SUCCESS;
+	const struct rm_handle *h = rm_session_find(s, RM_H_MEMORY, dptr);
+	if (!h) {
+		rm_log(RM_LOG_WARN, "session %llu (%s): refused to free 0x%llx, not an allocation of its own",
+		       (unsigned long long)s->id, s->name, (unsigned long long)dptr);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	uint64_t size = h->size;
+	CUresult r = rm_session_free_memory(s, dptr);
 	if (r == CUDA_SUCCESS) {
-		r = rm_drv.cuMemAlloc_v2(&p, req->bytesize);
-		if (r == CUDA_SUCCESS)
-			rm_session_own_memory(s, RM_H_MEMORY, p, req->bytesize, 0);
-		else
-			rm_session_uncharge(s, req->bytesize);
+		rm_session_disown_value(s, RM_H_MEMORY, dptr);
+		rm_session_uncharge(s, size);
 	}
-	rep.dptr = p;
-	rm_request_finish(s, rq, r, &rep.base);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return r;
 }
 
-void rm_handle_cuMemFree_v2(struct rm_session *s, struct rm_request *rq)
+/* The device's figures, narrowed by the client's quotas. */
+CUresult rm_body_cuMemGetInfo_v2(struct rm_session *s, size_t *free_b, size_t *total_b)
 {
-	Remora__CuMemFreeV2Req *req = (void *)rm_request_unpack(rq, &remora__cu_mem_free_v2__req__descriptor);
-	if (!req)
-		return;
-	CUresult r = CUDA_SUCCESS;
-	if (req->dptr) { /* freeing 0 is a no-op, as in CUDA */
-		if (!rm_session_find(s, RM_H_MEMORY, req->dptr)) {
-			rm_log(RM_LOG_WARN, "session %llu (%s): refused to free 0x%llx, not an allocation of its own",
-			       (unsigned long long)s->id, s->name, (unsigned long long)req->dptr);
-			r = CUDA_ERROR_INVALID_VALUE;
-		} else {
-			uint64_t size = rm_session_find(s, RM_H_MEMORY, req->dptr)->size;
-			r = rm_session_free_memory(s, req->dptr);
-			if (r == CUDA_SUCCESS) {
-				rm_session_disown_value(s, RM_H_MEMORY, req->dptr);
-				rm_session_uncharge(s, size);
-			}
-		}
-	}
-	rm_request_finish(s, rq, r, NULL);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
-}
-
-void rm_handle_cuMemGetInfo_v2(struct rm_session *s, struct rm_request *rq)
-{
-	Remora__CuMemGetInfoV2Rep rep = REMORA__CU_MEM_GET_INFO_V2__REP__INIT;
-	size_t free_b = 0, total_b = 0;
-	CUresult r = s->cur ? rm_drv.cuMemGetInfo_v2(&free_b, &total_b) : CUDA_ERROR_INVALID_CONTEXT;
+	CUresult r = s->cur ? rm_drv.cuMemGetInfo_v2(free_b, total_b) : CUDA_ERROR_INVALID_CONTEXT;
 	if (r == CUDA_SUCCESS)
-		rm_session_memory_view(s, &free_b, &total_b);
-	rep.free = free_b;
-	rep.total = total_b;
-	rm_request_finish(s, rq, r, &rep.base);
+		rm_session_memory_view(s, free_b, total_b);
+	return r;
 }
 
-void rm_handle_cuMemGetAddressRange_v2(struct rm_session *s, struct rm_request *rq)
+/* Only memory the client owns is found (dptr=unchecked: any other pointer is one CUDA
+ * does not know). */
+CUresult rm_body_cuMemGetAddressRange_v2(struct rm_session *s, CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
-	Remora__CuMemGetAddressRangeV2Req *req = (void *)rm_request_unpack(rq, &remora__cu_mem_get_address_range_v2__req__descriptor);
-	if (!req)
-		return;
-	Remora__CuMemGetAddressRangeV2Rep rep = REMORA__CU_MEM_GET_ADDRESS_RANGE_V2__REP__INIT;
-	CUresult r = CUDA_ERROR_NOT_FOUND;
 	for (size_t i = 0; i < s->nranges; i++) {
 		const struct rm_handle *h = &s->ranges[i];
-		if (req->dptr >= h->value && req->dptr - h->value < h->size) {
-			rep.pbase = h->value;
-			rep.psize = h->size;
-			r = CUDA_SUCCESS;
-			break;
+		if (dptr >= h->value && dptr - h->value < h->size) {
+			*pbase = h->value;
+			*psize = h->size;
+			return CUDA_SUCCESS;
 		}
 	}
-	rm_request_finish(s, rq, r, &rep.base);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return CUDA_ERROR_NOT_FOUND;
 }
 
 /* Host to device (backend/copy_links.c moves the bytes, over one connection or striped). */

@@ -1,9 +1,10 @@
-/* Modules and launches. Images arrive whole and the driver picks their code. */
+/* Modules and launches. Images arrive whole and the driver picks their code. Loads,
+ * launches and the calls whose messages are in remora.proto have hand-written handlers;
+ * unloads and globals are typed bodies of generated ones. */
 #include "dispatch.h"
 
 #include <stdlib.h>
 
-#include "api.pb-c.h"
 #include "host_memory.h"
 #include "image_cache.h"
 #include "log.h"
@@ -72,54 +73,42 @@ void rm_handle_cuModuleLoadData(struct rm_session *s, struct rm_request *rq)
 	load_image(s, rq, RM_H_MODULE);
 }
 
-void rm_handle_cuModuleUnload(struct rm_session *s, struct rm_request *rq)
+/* Typed bodies of generated handlers (proto/api.spec, daemon_handlers.h): the handler
+ * forgets an unloaded module or library, and what was its (hmod=del, library=del). */
+CUresult rm_body_cuModuleUnload(struct rm_session *s, CUmodule hmod)
 {
-	Remora__CuModuleUnloadReq *req = (void *)rm_request_unpack(rq, &remora__cu_module_unload__req__descriptor);
-	if (!req)
-		return;
-	void *mod;
-	CUresult r = rm_session_use(s, RM_H_MODULE, req->hmod, &mod);
-	if (r == CUDA_SUCCESS)
-		r = rm_image_unload(RM_H_MODULE, mod);
-	if (r == CUDA_SUCCESS)
-		rm_session_disown(s, RM_H_MODULE, mod);
-	rm_request_finish(s, rq, r, NULL);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return rm_image_unload(RM_H_MODULE, hmod);
 }
 
-void rm_handle_cuLibraryUnload(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuLibraryUnload(struct rm_session *s, CUlibrary library)
 {
-	Remora__CuLibraryUnloadReq *req = (void *)rm_request_unpack(rq, &remora__cu_library_unload__req__descriptor);
-	if (!req)
-		return;
-	void *lib;
-	CUresult r = rm_session_use(s, RM_H_LIBRARY, req->library, &lib);
-	if (r == CUDA_SUCCESS)
-		r = rm_image_unload(RM_H_LIBRARY, lib);
-	if (r == CUDA_SUCCESS)
-		rm_session_disown(s, RM_H_LIBRARY, lib);
-	rm_request_finish(s, rq, r, NULL);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return rm_image_unload(RM_H_LIBRARY, library);
 }
 
-void rm_handle_cuModuleGetGlobal_v2(struct rm_session *s, struct rm_request *rq)
+/* A global is usable memory of the client's, owned with its module or library, so
+ * that it goes when they go (dptr=new:body); asking twice records it once. */
+static void own_global(struct rm_session *s, CUdeviceptr p, size_t bytes, const void *parent)
 {
-	Remora__CuModuleGetGlobalV2Req *req = (void *)rm_request_unpack(rq, &remora__cu_module_get_global_v2__req__descriptor);
-	if (!req)
-		return;
-	Remora__CuModuleGetGlobalV2Rep rep = REMORA__CU_MODULE_GET_GLOBAL_V2__REP__INIT;
-	void *mod;
-	CUdeviceptr p = 0;
-	size_t bytes = 0;
-	CUresult r = rm_session_use(s, RM_H_MODULE, req->hmod, &mod);
+	if (!rm_session_find(s, RM_H_GLOBAL, p))
+		rm_session_own_memory(s, RM_H_GLOBAL, p, bytes, (uint64_t)(uintptr_t)parent);
+}
+
+CUresult rm_body_cuModuleGetGlobal_v2(struct rm_session *s, CUdeviceptr *dptr, size_t *bytes, CUmodule hmod,
+				      const char *name)
+{
+	CUresult r = rm_drv.cuModuleGetGlobal_v2(dptr, bytes, hmod, name);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuModuleGetGlobal_v2(&p, &bytes, mod, req->name);
-	if (r == CUDA_SUCCESS && !rm_session_find(s, RM_H_GLOBAL, p))
-		rm_session_own_memory(s, RM_H_GLOBAL, p, bytes, req->hmod);
-	rep.dptr = p;
-	rep.bytes = bytes;
-	rm_request_finish(s, rq, r, &rep.base);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+		own_global(s, *dptr, *bytes, hmod);
+	return r;
+}
+
+CUresult rm_body_cuLibraryGetGlobal(struct rm_session *s, CUdeviceptr *dptr, size_t *bytes, CUlibrary library,
+				    const char *name)
+{
+	CUresult r = rm_drv.cuLibraryGetGlobal(dptr, bytes, library, name);
+	if (r == CUDA_SUCCESS)
+		own_global(s, *dptr, *bytes, library);
+	return r;
 }
 
 /* Turns a launch message into a driver launch configuration; attrs must outlive cfg. */
@@ -200,26 +189,6 @@ void rm_handle_cuOccupancyMaxActiveClusters(struct rm_session *s, struct rm_requ
 void rm_handle_cuLibraryLoadData(struct rm_session *s, struct rm_request *rq)
 {
 	load_image(s, rq, RM_H_LIBRARY);
-}
-
-void rm_handle_cuLibraryGetGlobal(struct rm_session *s, struct rm_request *rq)
-{
-	Remora__CuLibraryGetGlobalReq *req = (void *)rm_request_unpack(rq, &remora__cu_library_get_global__req__descriptor);
-	if (!req)
-		return;
-	Remora__CuLibraryGetGlobalRep rep = REMORA__CU_LIBRARY_GET_GLOBAL__REP__INIT;
-	void *lib;
-	CUdeviceptr p = 0;
-	size_t bytes = 0;
-	CUresult r = rm_session_use(s, RM_H_LIBRARY, req->library, &lib);
-	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuLibraryGetGlobal(&p, &bytes, lib, req->name);
-	if (r == CUDA_SUCCESS && !rm_session_find(s, RM_H_GLOBAL, p))
-		rm_session_own_memory(s, RM_H_GLOBAL, p, bytes, req->library);
-	rep.dptr = p;
-	rep.bytes = bytes;
-	rm_request_finish(s, rq, r, &rep.base);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
 void rm_handle_cuFuncGetName(struct rm_session *s, struct rm_request *rq)

@@ -10,14 +10,16 @@
 #include "link.h"
 #include "staging.h"
 
+/* What a session owns. The one list of kinds: scripts/gen_api.py reads it, and a kind
+ * whose comment is a driver handle type is the kind of that type's parameters. */
 enum rm_handle_kind {
-	RM_H_CONTEXT = 1,
-	RM_H_STREAM,
-	RM_H_EVENT,
-	RM_H_MODULE,
-	RM_H_FUNCTION,
-	RM_H_LIBRARY,
-	RM_H_KERNEL,
+	RM_H_CONTEXT = 1, /* CUcontext */
+	RM_H_STREAM,      /* CUstream */
+	RM_H_EVENT,       /* CUevent */
+	RM_H_MODULE,      /* CUmodule */
+	RM_H_FUNCTION,    /* CUfunction */
+	RM_H_LIBRARY,     /* CUlibrary */
+	RM_H_KERNEL,      /* CUkernel */
 	RM_H_MEMORY,  /* a device allocation: value is its base, size its length */
 	RM_H_GLOBAL,  /* a module's global: usable memory the client cannot free */
 };

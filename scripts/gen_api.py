@@ -5,8 +5,12 @@ Outputs (into --outdir):
   api.proto          request/reply messages of the generated calls
   api_ops.h          opcodes and per-op flags, shared by client and daemon
   client_stubs.c     client entry points: generated calls, _ptds/_ptsz wrappers, unsupported stubs
-  daemon_dispatch.c  daemon handlers of generated calls and the dispatch table
+  daemon_dispatch.c  the daemon's handler of every call but the hand ones, and the dispatch table
+  daemon_handlers.h  what people write for the daemon: the typed bodies, the hand handlers
   driver_table.h/.c  the daemon's table of every driver function, filled by dlsym
+
+The driver's handle types the daemon tracks come from enum rm_handle_kind (--handle-kinds,
+backend/session.h), the one list of them.
 """
 import argparse
 import os
@@ -14,15 +18,8 @@ import re
 import subprocess
 import sys
 
-HANDLE_KINDS = {
-    "CUcontext": "RM_H_CONTEXT",
-    "CUstream": "RM_H_STREAM",
-    "CUevent": "RM_H_EVENT",
-    "CUmodule": "RM_H_MODULE",
-    "CUfunction": "RM_H_FUNCTION",
-    "CUlibrary": "RM_H_LIBRARY",
-    "CUkernel": "RM_H_KERNEL",
-}
+# Driver handle type -> its enum rm_handle_kind, filled by read_handle_kinds.
+HANDLE_KINDS = {}
 
 SCALARS = {
     "int": "int32", "unsigned int": "uint32", "size_t": "uint64", "unsigned long long": "uint64",
@@ -69,7 +66,33 @@ def parse_header(cuda_root):
     structs = set(re.findall(r"typedef struct \w+ \{[^}]*\} (\w+);", flat))
     # typedef chains such as CUuuid -> struct CUuuid_st, CUdevprop -> CUdevprop_v1
     aliases = dict((b, a) for a, b in re.findall(r"typedef (?:struct |enum )?(\w+) (\w+);", flat))
-    return funcs, enums, structs, aliases
+    handles = set(re.findall(r"typedef struct \w+ \*(\w+);", flat))  # CUcontext -> struct CUctx_st *
+    return funcs, enums, structs, aliases, handles
+
+
+def read_handle_kinds(path, handle_types):
+    """Fills HANDLE_KINDS from enum rm_handle_kind in path: an enumerator whose comment is
+    only a driver handle type (RM_H_STREAM, /* CUstream */) is the kind of that type."""
+    text = open(path).read()
+    m = re.search(r"^enum rm_handle_kind \{\n(.*?)^\};", text, re.S | re.M)
+    if not m:
+        sys.exit(f"{path}: no enum rm_handle_kind {{ ... }}; to read the handle kinds from")
+    first = text[:m.start(1)].count("\n") + 1
+    for n, line in enumerate(m.group(1).splitlines(), first):
+        k = re.fullmatch(r"\s*(RM_H_\w+)\s*(?:=\s*\w+\s*)?,\s*(?:/\*\s*(.*?)\s*\*/)?\s*", line)
+        if not k:
+            if line.strip():
+                sys.exit(f"{path}:{n}: expected RM_H_NAME[ = VALUE], [/* comment */]")
+            continue
+        t = k.group(2) or ""
+        if re.fullmatch(r"CU\w+", t):
+            if t not in handle_types:
+                sys.exit(f"{path}:{n}: {t} is not a handle type of cuda.h (typedef struct X *{t};)")
+            if t in HANDLE_KINDS:
+                sys.exit(f"{path}:{n}: {t} has two kinds, {HANDLE_KINDS[t]} and {k.group(1)}")
+            HANDLE_KINDS[t] = k.group(1)
+    if not HANDLE_KINDS:
+        sys.exit(f"{path}: enum rm_handle_kind names no driver handle type (RM_H_X, /* CUx */)")
 
 
 def resolve(t, aliases):
@@ -85,16 +108,74 @@ def read_exports(path):
         return sorted(set(x.split()[-1] for x in f if x.strip()))
 
 
+class SpecError(Exception):
+    """An entry of the spec the generator cannot honour: the message names file:line and why."""
+
+
+# What a parameter's annotation may say (proto/api.spec's header comment has their meaning).
+PARAM_NOTES = ("new", "new:body", "del", "del:body", "opt", "unchecked", "nosubmit")
+PARAM_LENGTHS = ("in[", "out[", "dptr[")
+
+
+def split_outside(text, is_sep, opening="([", closing=")]"):
+    """text cut where is_sep(c) holds outside brackets; empty pieces dropped."""
+    out, cur, depth = [], "", 0
+    for c in text:
+        depth += (c in opening) - (c in closing)
+        if depth == 0 and is_sep(c):
+            out.append(cur)
+            cur = ""
+        else:
+            cur += c
+    return [w for w in out + [cur] if w]
+
+
 class SpecEntry:
-    def __init__(self, opcode, name, cls, notes):
-        self.opcode, self.name, self.cls = opcode, name, cls
+    """One line of the spec: OPCODE NAME CLASS [ANNOTATION ...]."""
+
+    def __init__(self, where, opcode, name, cls, notes):
+        self.where, self.opcode, self.name, self.cls = where, opcode, name, cls
         self.async_ = "async" in notes
         self.syncpoint = "syncpoint" in notes
-        self.ann = {}
+        self.body = None       # the body its handler calls: its own name (body), or another call's
+        self.body_args = None  # body=NAME(ARG, ...): the arguments it passes to NAME's body
+        self.via = None        # via=NAME: the stream-ordered call that does its work
+        self.ann = {}          # parameter -> its annotations
         for n in notes:
-            if "=" in n:
-                k, v = n.split("=", 1)
-                self.ann[k] = v
+            if notes.count(n) > 1:
+                self.fail(f"{n} given twice")
+            if n in ("async", "syncpoint"):
+                continue
+            if n == "body":
+                self.body = name
+                continue
+            k, eq, v = n.partition("=")
+            if not eq or not re.fullmatch(r"\w+", k):
+                self.fail(f"unknown annotation {n!r}")
+            if k == "body":
+                m = re.fullmatch(r"(\w+)(?:\((.*)\))?", v)
+                if not m:
+                    self.fail(f"{n}: expected body=NAME or body=NAME(ARG, ...)")
+                self.body = m.group(1)
+                if m.group(2) is not None:
+                    self.body_args = [a.strip() for a in split_outside(m.group(2), lambda c: c == ",")]
+            elif k == "via":
+                if not re.fullmatch(r"\w+", v):
+                    self.fail(f"{n}: expected via=NAME")
+                self.via = v
+            else:
+                if k in self.ann:
+                    self.fail(f"{k}: annotated twice: write {k}=A,B")
+                self.ann[k] = split_outside(v, lambda c: c == ",", "[", "]")
+                for a in self.ann[k]:
+                    if a not in PARAM_NOTES and not (a.startswith(PARAM_LENGTHS) and a.endswith("]")):
+                        self.fail(f"{k}={a}: unknown annotation (known: {', '.join(PARAM_NOTES)}, "
+                                  "in[LEN], out[LEN], dptr[LEN])")
+                    if self.ann[k].count(a) > 1:
+                        self.fail(f"{k}={a} given twice")
+
+    def fail(self, why):
+        raise SpecError(f"{self.where}: {self.name}: {why}")
 
 
 def read_spec(path):
@@ -103,20 +184,125 @@ def read_spec(path):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
-        f = line.split()
-        if len(f) < 3 or f[2] not in ("gen", "client", "daemon", "hand", "local"):
-            sys.exit(f"{path}:{lineno}: expected OPCODE NAME CLASS [ANNOTATION...]")
+        where = f"{path}:{lineno}"
+        f = split_outside(line, str.isspace)
+        if len(f) >= 3 and f[2] == "daemon":
+            raise SpecError(f"{where}: class daemon is gone: the daemon's part of a call is a typed body "
+                            "(class gen or client, annotation body)")
+        if len(f) < 3 or f[2] not in ("gen", "client", "hand", "local") or not re.fullmatch(r"-|\d+", f[0]):
+            raise SpecError(f"{where}: expected OPCODE NAME CLASS [ANNOTATION...]")
         op = None if f[0] == "-" else int(f[0])
         if (op is None) != (f[2] == "local"):
-            sys.exit(f"{path}:{lineno}: local functions, and only they, have no opcode")
+            raise SpecError(f"{where}: local functions, and only they, have no opcode")
         if op is not None and (op in seen_ops or op <= 0):
-            sys.exit(f"{path}:{lineno}: opcode {op} repeated or reserved")
+            raise SpecError(f"{where}: opcode {op} repeated or reserved")
         if f[1] in seen_names:
-            sys.exit(f"{path}:{lineno}: {f[1]} listed twice")
+            raise SpecError(f"{where}: {f[1]} listed twice")
         seen_ops.add(op)
         seen_names.add(f[1])
-        entries.append(SpecEntry(op, f[1], f[2], f[3:]))
+        entries.append(SpecEntry(where, op, f[1], f[2], f[3:]))
     return entries
+
+
+def check_entry(e, fn, by_name, funcs, exports):
+    """Refuses what the generator cannot honour in entry e of function fn, saying why."""
+    params = {p.name: p for p in fn.params}
+    if e.cls in ("hand", "local") and (e.ann or e.body or e.via):
+        e.fail(f"a {e.cls} call's daemon side is not generated: nothing would honour its annotations")
+    if e.cls == "local" and (e.async_ or e.syncpoint):
+        e.fail("a local call sends nothing: async and syncpoint mean nothing for it")
+    if e.async_ and e.syncpoint:
+        e.fail("an async call has no reply to carry earlier errors: async and syncpoint")
+    if e.body and e.via:
+        e.fail("body and via both say what does the call's work: give one")
+    for k, notes in e.ann.items():
+        if k not in params:
+            e.fail(f"{k}={','.join(notes)}: {e.name} has no parameter {k} "
+                   f"(its parameters: {', '.join(params) or 'none'})")
+        check_param(e, fn, params[k], notes)
+    if e.via:
+        v = funcs.get(e.via)
+        if v is None or e.via not in exports:
+            e.fail(f"via={e.via}: not a function of cuda.h the stub libcuda exports")
+        want = [p.ctype for p in fn.params] + ["CUstream"]
+        if [p.ctype for p in v.params] != want:
+            e.fail(f"via={e.via}: its parameters must be {e.name}'s and a CUstream, ({', '.join(want)}), "
+                   f"not ({', '.join(p.ctype for p in v.params)})")
+        if e.async_:
+            e.fail(f"via={e.via}: makes a synchronous call of a stream-ordered one, and {e.name} is async")
+    if e.body and e.body != e.name:
+        t = by_name.get(e.body)
+        if t is None or t.body != t.name:
+            e.fail(f"body={e.body}: no entry has a body of that name (annotation body on {e.body})")
+        theirs = funcs[t.name].params
+        if e.body_args is None and [p.ctype for p in fn.params] != [p.ctype for p in theirs]:
+            e.fail(f"body={e.body}: the parameters differ, ({', '.join(p.ctype for p in fn.params)}) and "
+                   f"({', '.join(p.ctype for p in theirs)}): pass them, body={e.body}(ARG, ...)")
+        if e.body_args is not None:
+            if len(e.body_args) != len(theirs):
+                n, m = len(e.body_args), len(theirs)
+                e.fail(f"body={e.body}(...): {n} argument{'s' * (n != 1)} for {m} parameter{'s' * (m != 1)}")
+            for w in re.findall(r"\b[A-Za-z_]\w*", " ".join(e.body_args)):
+                if w not in params and w != "NULL" and not re.fullmatch(r"[A-Z][A-Z0-9_]*", w):
+                    e.fail(f"body={e.body}(...): {w} is not a parameter of {e.name}, NULL or a constant")
+    if e.body and e.cls not in ("gen", "client"):
+        e.fail(f"body: a {e.cls} call has no generated daemon handler to call it")
+
+
+def check_param(e, fn, p, notes):
+    """Refuses annotations of parameter p that do not fit its type and direction."""
+    what = f"{p.name} is {'an output' if p.stars == 1 and not p.const else 'an input'} {p.ctype}"
+    lengths = [n for n in notes if n.startswith(PARAM_LENGTHS)]
+    if len(lengths) > 1:
+        e.fail(f"{p.name}: {' and '.join(lengths)}: one length per parameter")
+    is_out = p.stars == 1 and not p.const
+    handle = not p.stars and p.base in HANDLE_KINDS
+    for n in notes:
+        if n.startswith(("in[", "out[")):
+            if p.stars != 1 or p.base == "void" or (n.startswith("out[") and p.const):
+                e.fail(f"{p.name}={n}: {what}, not a {'const ' if n[0] == 'i' else ''}pointer to elements")
+            for w in re.findall(r"\b[A-Za-z_]\w*", n[n.index("[") + 1:-1]):
+                if w not in [q.name for q in fn.params]:
+                    e.fail(f"{p.name}={n}: {w} is not a parameter of {e.name}")
+        elif n.startswith("dptr["):
+            if p.stars or p.base != "CUdeviceptr":
+                e.fail(f"{p.name}={n}: {what}, not a CUdeviceptr")
+            m = re.fullmatch(r"\s*(\w+)\s*(?:\*\s*(\d+)\s*)?", n[5:-1])
+            if not m or m.group(1) not in [q.name for q in fn.params]:
+                e.fail(f"{p.name}={n}: the length must be a parameter, or a parameter times a constant")
+        elif n in ("new", "new:body"):
+            if not is_out:
+                e.fail(f"{p.name}={n}: {what}: only an output becomes owned")
+            if p.base == "CUdeviceptr" and n == "new":
+                e.fail(f"{p.name}=new: device memory is owned with its size and quota: new:body")
+            if p.base == "CUcontext" and n == "new":
+                e.fail(f"{p.name}=new: a context is the session's through rm_session_add_ctx: new:body")
+            if p.base not in HANDLE_KINDS and p.base != "CUdeviceptr":
+                e.fail(f"{p.name}={n}: {what}, not a handle or device pointer")
+        elif n in ("del", "del:body"):
+            if p.stars:
+                e.fail(f"{p.name}={n}: {what}: only an input is given up")
+            if p.base == "CUdeviceptr" and n == "del":
+                e.fail(f"{p.name}=del: device memory goes with its size and quota: del:body")
+            if p.base == "CUcontext" and n == "del":
+                e.fail(f"{p.name}=del: a context is the session's until it ends: del:body")
+            if not handle and p.base != "CUdeviceptr":
+                e.fail(f"{p.name}={n}: {what}, not a handle or device pointer")
+        elif n == "opt":
+            if not is_out and not (handle and p.base != "CUstream"):
+                e.fail(f"{p.name}=opt: {what}: only an output, or an input handle but a stream, may be NULL")
+        elif n == "unchecked":
+            if p.stars or p.base != "CUdeviceptr":
+                e.fail(f"{p.name}=unchecked: {what}, not an input CUdeviceptr")
+            if lengths or "del:body" in notes:
+                e.fail(f"{p.name}=unchecked: and checked, {(lengths + ['del:body'])[0]}")
+        elif n == "nosubmit":
+            if p.stars or p.base != "CUstream":
+                e.fail(f"{p.name}=nosubmit: {what}, not an input CUstream")
+            if not e.async_:
+                e.fail(f"{p.name}=nosubmit: only an async call's stream is selected for submission")
+        if (n.endswith(":body") or n in ("unchecked", "nosubmit")) and e.body is None:
+            e.fail(f"{p.name}={n}: leaves it to the body, and {e.name} has none (annotation body)")
 
 
 def pb_lower(name):
@@ -163,22 +349,23 @@ class Field:
     def __init__(self, fn, p, entry, ctx):
         enums, structs, aliases = ctx
         self.p = p
-        ann = entry.ann.get(p.name)
+        notes = entry.ann.get(p.name, [])
+        buf = [n for n in notes if n.startswith(("out[", "in["))]
+        span = [n for n in notes if n.startswith("dptr[")]
         base = resolve(p.base, aliases)
         self.base = base
-        self.ann = ann
         self.len_expr = None
         self.kind = None
-        if ann and (ann.startswith("out[") or ann.startswith("in[")):
-            self.dir = "out" if ann.startswith("out[") else "in"
-            self.len_expr = ann[ann.index("[") + 1:-1]
+        if buf:
+            self.dir = "out" if buf[0].startswith("out[") else "in"
+            self.len_expr = buf[0][buf[0].index("[") + 1:-1]
             self.kind = "buf"
             self.elem = p.base
         elif p.stars == 0:
             self.dir = "in"
             self.kind = self.scalar_kind(p.base, base, enums, structs, fn)
-            if ann and ann.startswith("dptr["):
-                self.len_expr = ann[5:-1]
+            if span:
+                self.len_expr = span[0][5:-1]
         elif p.stars == 1 and p.const and p.base == "char":
             self.dir, self.kind = "in", "string"
         elif p.stars == 1:
@@ -187,9 +374,11 @@ class Field:
         else:
             raise Unmappable(f"{fn.name}: parameter {p.name} ({p.ctype}) needs a hand-written call")
         self.field = p.name.lower()  # protobuf-c lowercases field names
-        self.optional = ann == "opt"  # an output the caller may pass as NULL
-        self.new = ann == "new"
-        self.delete = ann == "del"
+        self.optional = "opt" in notes  # an output the caller may pass as NULL; an input handle that may be 0
+        self.new = "new" in notes       # an output the handler records as the client's
+        self.delete = "del" in notes    # an input the handler stops recording as the client's
+        self.unchecked = "unchecked" in notes or "del:body" in notes  # a device pointer the body checks
+        self.nosubmit = "nosubmit" in notes  # a stream the body submits to, if it does
 
     @staticmethod
     def scalar_kind(t, base, enums, structs, fn):
@@ -246,15 +435,16 @@ def c_args(fn):
 
 def gen_ops_header(entries):
     out = ["/* Generated by scripts/gen_api.py from proto/api.spec. Do not edit. */",
-           "#ifndef REMORA_API_OPS_H", "#define REMORA_API_OPS_H", "", "#include <stdint.h>", "", "enum rm_op {"]
+           "#ifndef REMORA_API_OPS_H", "#define REMORA_API_OPS_H", "", "#include <stdint.h>", "",
+           '#include "wire.h"', "", "enum rm_op {"]
     remote = [e for e in entries if e.opcode is not None]
     for e in remote:
         out.append(f"\tRM_OP_{e.name} = {e.opcode},")
     top = max(e.opcode for e in remote)
     out += ["};", "", f"#define RM_OP_LIMIT {top + 1}", "",
-            "/* Per-op flags: RM_OPF_ASYNC for calls sent without waiting for a reply (the frame flag",
-            " * RM_F_ASYNC), RM_OPF_SYNCPOINT for calls whose reply reports earlier async errors. */",
-            "enum { RM_OPF_ASYNC = 1u << 1, RM_OPF_SYNCPOINT = 1u << 8 };",
+            "/* Per-op flags: RM_OPF_ASYNC for calls sent without waiting for a reply (it is the frame",
+            " * flag RM_F_ASYNC), RM_OPF_SYNCPOINT for calls whose reply reports earlier async errors. */",
+            "enum { RM_OPF_ASYNC = RM_F_ASYNC, RM_OPF_SYNCPOINT = 1u << 8 };",
             "extern const uint32_t rm_op_flags[RM_OP_LIMIT];",
             "extern const char *const rm_op_names[RM_OP_LIMIT];", "", "#endif", ""]
     return "\n".join(out)
@@ -354,6 +544,10 @@ def gen_client_stub(fn, entry, fields):
 
 
 def gen_daemon_handler(fn, entry, fields):
+    """The daemon's handler of a call: unpacks the request; checks and translates each
+    parameter as its annotations say (streams last: selecting one orders work); calls the
+    driver, the call's typed body or its stream-ordered twin (via); on success records new
+    outputs and forgets del inputs; packs the reply and frees."""
     m_req, m_rep = Msg(fn.name + "_Req"), Msg(fn.name + "_Rep")
     o = [f"static void handle_{fn.name}(struct rm_session *s, struct rm_request *rq)", "{"]
     o.append(f"\t{m_req.ctype} *req = ({m_req.ctype} *)rm_request_unpack(rq, &{m_req.desc});")
@@ -361,87 +555,104 @@ def gen_daemon_handler(fn, entry, fields):
     o.append("\t\treturn;")
     o.append(f"\t{m_rep.ctype} rep = {m_rep.init};")
     o.append("\tCUresult r = CUDA_SUCCESS;")
-    call_args = []
+
+    def step(call, cond="r == CUDA_SUCCESS"):
+        return f"\tif ({cond})\n\t\tr = {call};"
+
+    args = {}     # parameter -> the expression passed for it
+    streams = []  # stream selections, made after every other check
     cleanup = []
-    for f in fields:
-        p = f.p
-        v = f"a_{p.name}"
-        if f.dir == "in":
-            if f.kind == "handle":
-                o.append(f"\t{p.base} {v} = NULL;")
-                if p.base == "CUstream":
-                    fnc = "rm_session_stream_submit" if entry.async_ else "rm_session_stream"
-                    o.append(f"\tif (r == CUDA_SUCCESS)\n\t\tr = {fnc}(s, req->{f.field}, rq->frame.flags, &{v});")
-                else:
-                    o.append(f"\tif (r == CUDA_SUCCESS)\n\t\tr = rm_session_use(s, {HANDLE_KINDS[p.base]}, req->{f.field}, (void **)&{v});")
-                call_args.append(v)
-            elif f.kind == "dptr":
-                count, unit = dptr_length(fn, f.len_expr)
-                o.append(f"\tif (r == CUDA_SUCCESS)\n\t\tr = rm_session_check_span(s, req->{f.field}, {count}, {unit});")
-                call_args.append(f"(CUdeviceptr)req->{f.field}")
-            elif f.kind == "device":
-                o.append(f"\tCUdevice {v} = 0;")
-                o.append(f"\tif (r == CUDA_SUCCESS)\n\t\tr = rm_session_device(s, req->{f.field}, &{v});")
-                call_args.append(v)
-            elif f.kind == "string":
-                call_args.append(f"req->{f.field}")
-            elif f.kind == "struct":
-                o.append(f"\tif (r == CUDA_SUCCESS && req->{f.field}.len != sizeof({p.base}))\n\t\tr = CUDA_ERROR_INVALID_VALUE;")
-                if p.stars:
-                    call_args.append(f"(const {p.base} *)req->{f.field}.data")
-                else:
-                    call_args.append(f"*({p.base} *)req->{f.field}.data")
-            elif f.kind == "buf":
-                call_args.append(f"({p.ctype})req->{f.field}.data")
-            else:
-                cast = p.base
-                call_args.append(f"({cast})req->{f.field}")
-        else:
-            if f.kind == "buf":
-                o.append(f"\tuint64_t n_{p.name} = req->{f.field}_len;")
-                o.append(f"\tif (n_{p.name} * sizeof({p.base}) > RM_MAX_OUT_BUF)\n\t\tr = CUDA_ERROR_INVALID_VALUE;")
-                o.append(f"\t{p.base} *{v} = r == CUDA_SUCCESS ? calloc(n_{p.name} ? n_{p.name} : 1, sizeof({p.base})) : NULL;")
-                o.append(f"\tif (r == CUDA_SUCCESS && !{v})\n\t\tr = CUDA_ERROR_OUT_OF_MEMORY;")
-                call_args.append(v)
-                cleanup.append(f"\tfree({v});")
-                # the length parameter comes from the request's _len field
-            else:
-                typ = p.base
-                o.append(f"\t{typ} {v};")
-                o.append(f"\tmemset(&{v}, 0, sizeof({v}));")
-                call_args.append(f"&{v}")
-    # Out-buffer length parameters (e.g. name, len) take the value the client sent.
     lens = {f.len_expr: f for f in fields if f.kind == "buf" and f.dir == "out"}
-    final_args = []
-    for f, a in zip(fields, call_args):
-        if f.dir == "in" and f.kind == "scalar" and f.p.name in lens:
-            final_args.append(f"({f.p.base})n_{lens[f.p.name].p.name}")
-        else:
-            final_args.append(a)
-    o.append("\tif (r == CUDA_SUCCESS)")
-    o.append(f"\t\tr = rm_drv.{fn.name} ? rm_drv.{fn.name}({', '.join(final_args)}) : rm_unsupported_by_driver(\"{fn.name}\");")
     for f in fields:
-        p = f.p
-        v = f"a_{p.name}"
-        if f.dir == "out":
-            if f.kind == "buf":
-                o.append(f"\tif (r == CUDA_SUCCESS) {{\n\t\trep.{f.field}.data = (uint8_t *){v};\n\t\trep.{f.field}.len = n_{p.name} * sizeof({p.base});\n\t}}")
-            elif f.kind == "struct":
-                o.append(f"\trep.{f.field}.data = (uint8_t *)&{v};\n\trep.{f.field}.len = sizeof({v});")
-            elif f.kind == "handle":
-                o.append(f"\trep.{f.field} = (uint64_t)(uintptr_t){v};")
-                if f.new:
-                    parents = [g for g in fields if g.dir == "in" and g.kind == "handle"]
-                    parent = f"req->{parents[0].field}" if parents else "0"
-                    o.append(f"\tif (r == CUDA_SUCCESS)\n\t\trm_session_own(s, {HANDLE_KINDS[p.base]}, {v}, {parent});")
-            elif f.kind == "device":
-                o.append(f"\tif (r == CUDA_SUCCESS)\n\t\tr = rm_session_device_out(s, {v}, &{v});")
-                o.append(f"\trep.{f.field} = {v};")
+        p, v = f.p, f"a_{f.p.name}"
+        if f.dir == "out" and f.kind == "buf":
+            # The client sends the buffer's length; its length parameter takes that value.
+            o.append(f"\tuint64_t n_{p.name} = req->{f.field}_len;")
+            o.append(f"\tif (n_{p.name} > RM_MAX_OUT_BUF / sizeof({p.base}))\n\t\tr = CUDA_ERROR_INVALID_VALUE;")
+            o.append(f"\t{p.base} *{v} = r == CUDA_SUCCESS ? calloc(n_{p.name} ? n_{p.name} : 1, sizeof({p.base})) : NULL;")
+            o.append(f"\tif (r == CUDA_SUCCESS && !{v})\n\t\tr = CUDA_ERROR_OUT_OF_MEMORY;")
+            cleanup.append(f"\tfree({v});")
+            args[p.name] = v
+        elif f.dir == "out":
+            o.append(f"\t{p.base} {v};")
+            o.append(f"\tmemset(&{v}, 0, sizeof({v}));")
+            args[p.name] = f"&{v}"
+        elif f.kind == "handle":
+            o.append(f"\t{p.base} {v} = NULL;")
+            args[p.name] = v
+            if p.base == "CUstream" and not f.delete:
+                select = "rm_session_stream_submit" if entry.async_ and not f.nosubmit else "rm_session_stream"
+                streams.append(step(f"{select}(s, req->{f.field}, rq->frame.flags, &{v})"))
             else:
-                o.append(f"\trep.{f.field} = {v};")
-        if f.delete and r_ok_del(f):
-            kind = HANDLE_KINDS.get(p.base)
-            o.append(f"\tif (r == CUDA_SUCCESS)\n\t\trm_session_disown(s, {kind}, a_{p.name});")
+                cond = f"r == CUDA_SUCCESS && req->{f.field}" if f.optional else "r == CUDA_SUCCESS"
+                o.append(step(f"rm_session_use(s, {HANDLE_KINDS[p.base]}, req->{f.field}, (void **)&{v})", cond))
+        elif f.kind == "dptr":
+            if not f.unchecked:
+                count, unit = dptr_length(fn, f.len_expr)
+                o.append(step(f"rm_session_check_span(s, req->{f.field}, {count}, {unit})"))
+            args[p.name] = f"(CUdeviceptr)req->{f.field}"
+        elif f.kind == "device":
+            o.append(f"\tCUdevice {v} = 0;")
+            o.append(step(f"rm_session_device(s, req->{f.field}, &{v})"))
+            args[p.name] = v
+        elif f.kind == "string":
+            args[p.name] = f"req->{f.field}"
+        elif f.kind == "struct":
+            o.append(f"\tif (r == CUDA_SUCCESS && req->{f.field}.len != sizeof({p.base}))\n\t\tr = CUDA_ERROR_INVALID_VALUE;")
+            args[p.name] = f"(const {p.base} *)req->{f.field}.data" if p.stars else f"*({p.base} *)req->{f.field}.data"
+        elif f.kind == "buf":
+            n = request_expr(fn, f.len_expr)
+            o.append(f"\tif (r == CUDA_SUCCESS && (req->{f.field}.len % sizeof({p.base}) ||\n"
+                     f"\t\t\t\t  req->{f.field}.len / sizeof({p.base}) != (uint64_t)({n})))\n"
+                     f"\t\tr = CUDA_ERROR_INVALID_VALUE;")
+            args[p.name] = f"({p.ctype})req->{f.field}.data"
+        elif p.name in lens:
+            args[p.name] = f"({p.base})n_{lens[p.name].p.name}"
+        else:
+            args[p.name] = f"({p.base})req->{f.field}"
+    o += streams
+
+    call_args = [args[p.name] for p in fn.params]
+    if entry.via:
+        # A synchronous call: issued as its stream-ordered twin to the client's NULL stream, then waited for.
+        o.append("\tCUstream null_stream = NULL;")
+        o.append(step("rm_session_stream_submit(s, 0, rq->frame.flags, &null_stream)"))
+        o.append(step(driver_call(entry.via, call_args + ["null_stream"])))
+        o.append(step("rm_drv.cuStreamSynchronize(null_stream)"))
+    elif entry.body:
+        if entry.body_args is not None:
+            names = "|".join(p.name for p in fn.params) or "(?!)"
+            call_args = [re.sub(r"\b(" + names + r")\b", lambda m: "(" + args[m.group(1)] + ")", a)
+                         for a in entry.body_args]
+        o.append(step(f"rm_body_{entry.body}({', '.join(['s'] + call_args)})"))
+    else:
+        o.append(step(driver_call(fn.name, call_args)))
+
+    for f in fields:
+        p, v = f.p, f"a_{f.p.name}"
+        if f.dir == "out" and f.kind == "device":  # the host's GPU, as the client's ordinal for it
+            o.append(step(f"rm_session_device_out(s, {v}, &{v})"))
+    for f in fields:
+        p, v = f.p, f"a_{f.p.name}"
+        if f.new:
+            parents = [g for g in fields if g.dir == "in" and g.kind == "handle"]
+            parent = f"req->{parents[0].field}" if parents else "0"
+            o.append(f"\tif (r == CUDA_SUCCESS)\n\t\trm_session_own(s, {HANDLE_KINDS[p.base]}, {v}, {parent});")
+        if f.delete:
+            o.append(f"\tif (r == CUDA_SUCCESS)\n\t\trm_session_disown(s, {HANDLE_KINDS[p.base]}, {v});")
+    for f in fields:
+        p, v = f.p, f"a_{f.p.name}"
+        if f.dir != "out":
+            continue
+        if f.kind == "buf":
+            o.append(f"\tif (r == CUDA_SUCCESS) {{\n\t\trep.{f.field}.data = (uint8_t *){v};\n"
+                     f"\t\trep.{f.field}.len = n_{p.name} * sizeof({p.base});\n\t}}")
+        elif f.kind == "struct":
+            o.append(f"\trep.{f.field}.data = (uint8_t *)&{v};\n\trep.{f.field}.len = sizeof({v});")
+        elif f.kind == "handle":
+            o.append(f"\trep.{f.field} = (uint64_t)(uintptr_t){v};")
+        else:
+            o.append(f"\trep.{f.field} = {v};")
     o.append("\trm_request_finish(s, rq, r, &rep.base);")
     o += cleanup
     o.append("\tprotobuf_c_message_free_unpacked(&req->base, NULL);")
@@ -449,25 +660,43 @@ def gen_daemon_handler(fn, entry, fields):
     return "\n".join(o)
 
 
+def driver_call(name, args):
+    return f"rm_drv.{name} ? rm_drv.{name}({', '.join(args)}) : rm_unsupported_by_driver(\"{name}\")"
+
+
 def dptr_length(fn, expr):
     """A dptr[LEN] annotation's length as (count, unit) over the request's fields: LEN is a
-    parameter or a parameter times a constant, so that the daemon can check it for overflow."""
+    parameter or a parameter times a constant (check_param), so that the daemon can check
+    it for overflow. No annotation: one byte."""
     if expr is None:
         return "1", "1"
     m = re.fullmatch(r"\s*(\w+)\s*(?:\*\s*(\d+)\s*)?", expr)
-    if not m or m.group(1) not in {p.name for p in fn.params}:
-        sys.exit(f"gen_api: {fn.name}: dptr[{expr}] must be a parameter, or a parameter times a constant")
     return f"(uint64_t)req->{m.group(1).lower()}", m.group(2) or "1"
 
 
 def request_expr(fn, expr):
     """Rewrites a C expression over parameters into one over the request's fields."""
-    names = "|".join(p.name for p in fn.params)
+    names = "|".join(p.name for p in fn.params) or "(?!)"
     return re.sub(r"\b(" + names + r")\b", lambda m: "req->" + m.group(1).lower(), expr)
 
 
-def r_ok_del(f):
-    return f.kind == "handle"
+def gen_body_decls(entries, funcs):
+    """The typed bodies the spec's body annotations name, for daemon_handlers.h."""
+    o = ["/* Typed bodies (proto/api.spec: body): the daemon's part of a call that is more than a",
+         " * driver call. The generated handler has checked every parameter: handles are the",
+         " * driver's, owned by the client (or NULL where opt); devices are the host's; device",
+         " * pointers lie in the client's memory unless unchecked; outputs point at zeroed",
+         " * storage. The handler records new outputs and forgets del inputs after CUDA_SUCCESS,",
+         " * except those annotated :body, which the body records or forgets itself. */"]
+    for e in entries:
+        if e.body != e.name:
+            continue
+        also = [x.name for x in entries if x.body == e.name and x is not e]
+        if also:
+            o.append(f"/* also the body of {', '.join(also)} */")
+        params = ", ".join(["struct rm_session *s"] + ([c_args(funcs[e.name])] if funcs[e.name].params else []))
+        o.append(f"CUresult rm_body_{e.name}({params});")
+    return o
 
 
 def parse_errors(cuda_root):
@@ -498,10 +727,12 @@ def main():
     ap.add_argument("--spec", required=True)
     ap.add_argument("--exports", help="file of exported names, one a line")
     ap.add_argument("--stub-lib", help="the toolkit's stub libcuda.so, read with nm")
+    ap.add_argument("--handle-kinds", required=True, help="the C header of enum rm_handle_kind (backend/session.h)")
     ap.add_argument("--outdir", required=True)
     a = ap.parse_args()
 
-    funcs, enums, structs, aliases = parse_header(a.cuda_root)
+    funcs, enums, structs, aliases, handle_types = parse_header(a.cuda_root)
+    read_handle_kinds(a.handle_kinds, handle_types)
     if a.exports:
         exports = read_exports(a.exports)
     else:
@@ -510,9 +741,11 @@ def main():
     entries = read_spec(a.spec)
     ctx = (enums, structs, aliases)
 
+    by_name = {e.name: e for e in entries}
     for e in entries:
         if e.name not in funcs:
-            sys.exit(f"{a.spec}: {e.name} is not declared in cuda.h")
+            raise SpecError(f"{e.where}: {e.name} is not declared in cuda.h")
+        check_entry(e, funcs[e.name], by_name, funcs, exports)
     generated = []  # (function, entry, fields) of every call whose messages are generated
     for e in entries:
         if e.cls == "local":
@@ -521,7 +754,7 @@ def main():
             generated.append((funcs[e.name], e, fields_of(funcs[e.name], e, ctx)))
         except Unmappable as err:
             if e.cls != "hand":
-                sys.exit(f"{a.spec}: {err}")
+                raise SpecError(f"{e.where}: {err}")
     listed = {e.name for e in entries}
 
     os.makedirs(a.outdir, exist_ok=True)
@@ -542,7 +775,7 @@ def main():
     c = ['/* Generated by scripts/gen_api.py from proto/api.spec. Do not edit. */',
          '#include "client.h"', '#include "api.pb-c.h"', "#include <string.h>", ""]
     for fn, e, fields in generated:
-        if e.cls in ("gen", "daemon"):
+        if e.cls == "gen":
             c.append(gen_client_stub(fn, e, fields))
             c.append("")
     for name in exports:
@@ -578,12 +811,14 @@ def main():
     d.append("};")
     write("daemon_dispatch.c", "\n".join(d) + "\n")
 
-    # Hand-written daemon handlers are declared for the dispatch table.
+    # What people write for the daemon: the typed bodies, and the handlers of hand calls.
     h = ["/* Generated by scripts/gen_api.py from proto/api.spec. Do not edit. */",
-         "#ifndef REMORA_DAEMON_HANDLERS_H", "#define REMORA_DAEMON_HANDLERS_H", "",
+         "#ifndef REMORA_DAEMON_HANDLERS_H", "#define REMORA_DAEMON_HANDLERS_H", "", "#include <cuda.h>", "",
          "struct rm_session;", "struct rm_request;", ""]
+    h += gen_body_decls(entries, funcs)
+    h += ["", "/* Handlers of hand calls: each unpacks, checks, replies and frees itself. */"]
     for e in entries:
-        if e.cls in ("daemon", "hand"):
+        if e.cls == "hand":
             h.append(f"void rm_handle_{e.name}(struct rm_session *s, struct rm_request *rq);")
     h += ["", "#endif", ""]
     write("daemon_handlers.h", "\n".join(h))
@@ -607,4 +842,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except SpecError as err:
+        sys.exit(str(err))
