@@ -1,19 +1,22 @@
 /* remora pool ... and remora status: the administrator's view of the pool (in etcd)
  * and of one daemon (asked directly). Library calls return -errno; only this file
- * prints, one line per error, and exits non-zero. */
+ * prints, one line per error, and exits non-zero. A daemon's strings and etcd's errors
+ * are escaped here before they reach the terminal (common/text.h; in JSON as \u00NN);
+ * pool records arrive escaped from pool/pool.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "json.h"
 #include "link.h"
 #include "pool.h"
 #include "remora.pb-c.h"
+#include "text.h"
 
 #define DEFAULT_DAEMON "127.0.0.1:7700"
 #define STATUS_TIMEOUT_MS 3000
+#define TEXT_MAX 256 /* a peer's string as printed, escapes included */
 
 int cmd_pool(int argc, char **argv);
 int cmd_status(int argc, char **argv);
@@ -51,7 +54,8 @@ static int open_pool(const char *cmd, const struct pool_args *a, struct rm_etcd 
 		return 2;
 	}
 	if (rm_etcd_init(e, a->endpoints)) {
-		fprintf(stderr, "remora %s: %s\n", cmd, e->error);
+		char t[TEXT_MAX];
+		fprintf(stderr, "remora %s: %s\n", cmd, rm_text_escape(t, sizeof(t), e->error));
 		return 2;
 	}
 	return 0;
@@ -77,13 +81,29 @@ static void member_totals(const struct rm_pool_member *m, uint64_t *free_b, uint
 	}
 }
 
+/* A JSON string of plain ASCII: control characters, DEL and bytes above 0x7f escaped
+ * as \u00NN (a byte above 0x7f reads as the Latin-1 character of that number). */
 static void print_json_string(const char *s)
 {
-	struct rm_buf b = {0};
-	rm_buf_json_string(&b, s);
-	char *t = rm_buf_take(&b);
-	fputs(t ? t : "\"\"", stdout);
-	free(t);
+	putchar('"');
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+		if (*p == '"' || *p == '\\')
+			printf("\\%c", *p);
+		else if (*p < 0x20 || *p >= 0x7f)
+			printf("\\u%04x", *p);
+		else
+			putchar(*p);
+	putchar('"');
+}
+
+/* The local time of t as "%Y-%m-%d %H:%M:%S"-like fmt, or "?" for one out of range. */
+static const char *fmt_time(char *buf, size_t len, int64_t t, const char *fmt)
+{
+	time_t tt = (time_t)t;
+	struct tm tm;
+	if (!localtime_r(&tt, &tm) || !strftime(buf, len, fmt, &tm))
+		snprintf(buf, len, "?");
+	return buf;
 }
 
 static void print_member_json(const struct rm_pool_member *m)
@@ -92,8 +112,11 @@ static void print_member_json(const struct rm_pool_member *m)
 	print_json_string(m->host);
 	printf(",\"address\":");
 	print_json_string(m->address);
-	printf(",\"state\":\"%s\",\"registered\":%s,\"admin\":\"%s\",\"clients\":%d,\"pid\":%d,\"updated\":%lld,\"gpus\":[",
-	       rm_pool_state(m), m->registered ? "true" : "false", m->admin, m->clients, m->pid, (long long)m->updated);
+	printf(",\"state\":");
+	print_json_string(rm_pool_state(m));
+	printf(",\"registered\":%s,\"admin\":", m->registered ? "true" : "false");
+	print_json_string(m->admin);
+	printf(",\"clients\":%d,\"pid\":%d,\"updated\":%lld,\"gpus\":[", m->clients, m->pid, (long long)m->updated);
 	for (int i = 0; i < m->ngpus; i++) {
 		const struct rm_pool_gpu *g = &m->gpus[i];
 		printf("%s{\"index\":%d,\"name\":", i ? "," : "", g->index);
@@ -111,7 +134,8 @@ static int pool_list(struct rm_etcd *e, const struct pool_args *a)
 	struct rm_pool_member *list;
 	int n, err = rm_pool_list(e, &list, &n);
 	if (err) {
-		fprintf(stderr, "remora pool list: %s\n", e->error);
+		char t[TEXT_MAX];
+		fprintf(stderr, "remora pool list: %s\n", rm_text_escape(t, sizeof(t), e->error));
 		return 1;
 	}
 	if (a->json) {
@@ -143,7 +167,8 @@ static int pool_show(struct rm_etcd *e, const struct pool_args *a)
 		return 1;
 	int err = rm_pool_find(e, a->host, m);
 	if (err) {
-		fprintf(stderr, "remora pool show: %s\n", e->error);
+		char t[TEXT_MAX];
+		fprintf(stderr, "remora pool show: %s\n", rm_text_escape(t, sizeof(t), e->error));
 		free(m);
 		return 1;
 	}
@@ -155,10 +180,8 @@ static int pool_show(struct rm_etcd *e, const struct pool_args *a)
 		       m->registered ? m->address : "-", rm_pool_state(m),
 		       m->registered ? "" : " (not registered: its daemon is gone or removed)", m->clients);
 		if (m->registered) {
-			time_t up = (time_t)m->updated;
 			char when[64];
-			strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime(&up));
-			printf("updated   %s (pid %d)\n", when, m->pid);
+			printf("updated   %s (pid %d)\n", fmt_time(when, sizeof(when), m->updated, "%Y-%m-%d %H:%M:%S"), m->pid);
 		}
 		for (int i = 0; i < m->ngpus; i++) {
 			char mem[64];
@@ -192,7 +215,8 @@ static int pool_decide(struct rm_etcd *e, const struct pool_args *a, const char 
 		}
 	}
 	if (err) {
-		fprintf(stderr, "remora pool %s: %s\n", sub, e->error);
+		char t[TEXT_MAX];
+		fprintf(stderr, "remora pool %s: %s\n", sub, rm_text_escape(t, sizeof(t), e->error));
 		free(m);
 		return 1;
 	}
@@ -295,14 +319,17 @@ static void print_status(const Remora__StatusReply *r, int json)
 		print_json_string(r->host);
 		printf(",\"address\":");
 		print_json_string(r->address);
-		printf(",\"draining\":%s,\"pool\":\"%s\",\"driver_version\":%d,\"gpus\":[", r->draining ? "true" : "false",
-		       r->pool, r->driver_version);
+		printf(",\"draining\":%s,\"pool\":", r->draining ? "true" : "false");
+		print_json_string(r->pool);
+		printf(",\"driver_version\":%d,\"gpus\":[", r->driver_version);
 		for (size_t i = 0; i < r->n_gpus; i++) {
 			const Remora__StatusReply__Gpu *g = r->gpus[i];
 			printf("%s{\"index\":%u,\"name\":", i ? "," : "", g->index);
 			print_json_string(g->name);
-			printf(",\"uuid\":\"%s\",\"total\":%llu,\"free\":%llu,\"clients\":%u}", g->uuid,
-			       (unsigned long long)g->total_bytes, (unsigned long long)g->free_bytes, g->clients);
+			printf(",\"uuid\":");
+			print_json_string(g->uuid);
+			printf(",\"total\":%llu,\"free\":%llu,\"clients\":%u}", (unsigned long long)g->total_bytes,
+			       (unsigned long long)g->free_bytes, g->clients);
 		}
 		printf("],\"clients\":[");
 		for (size_t i = 0; i < r->n_clients; i++) {
@@ -319,14 +346,17 @@ static void print_status(const Remora__StatusReply *r, int json)
 		printf("]}\n");
 		return;
 	}
-	printf("host %s  address %s  state %s  pool %s  driver %d\n", r->host, r->address,
-	       r->draining ? "draining" : "serving", r->pool, r->driver_version);
+	char host[TEXT_MAX], addr[TEXT_MAX], pool[TEXT_MAX];
+	printf("host %s  address %s  state %s  pool %s  driver %d\n", rm_text_escape(host, sizeof(host), r->host),
+	       rm_text_escape(addr, sizeof(addr), r->address), r->draining ? "draining" : "serving",
+	       rm_text_escape(pool, sizeof(pool), r->pool), r->driver_version);
 	printf("\n%-4s %-32s %-40s %-20s %s\n", "GPU", "NAME", "UUID", "FREE/TOTAL", "CLIENTS");
 	for (size_t i = 0; i < r->n_gpus; i++) {
 		const Remora__StatusReply__Gpu *g = r->gpus[i];
-		char mem[64];
-		printf("%-4u %-32s %-40s %-20s %u\n", g->index, g->name, g->uuid,
-		       fmt_mem(mem, sizeof(mem), g->free_bytes, g->total_bytes), g->clients);
+		char mem[64], name[TEXT_MAX], uuid[TEXT_MAX];
+		printf("%-4u %-32s %-40s %-20s %u\n", g->index, rm_text_escape(name, sizeof(name), g->name),
+		       rm_text_escape(uuid, sizeof(uuid), g->uuid), fmt_mem(mem, sizeof(mem), g->free_bytes, g->total_bytes),
+		       g->clients);
 	}
 	printf("\n%-8s %-12s %-16s %-8s %-22s %-6s %12s  %s\n", "SESSION", "TENANT", "PROGRAM", "PID", "PEER", "GPUS",
 	       "MEMORY_MIB", "SINCE");
@@ -334,14 +364,14 @@ static void print_status(const Remora__StatusReply *r, int json)
 		printf("(no clients)\n");
 	for (size_t i = 0; i < r->n_clients; i++) {
 		const Remora__StatusReply__Client *c = r->clients[i];
-		char gpus[80] = "", when[32];
+		char gpus[80] = "", when[32], tenant[TEXT_MAX], name[TEXT_MAX], peer[TEXT_MAX];
 		for (int g = 0; g < 64 && strlen(gpus) < sizeof(gpus) - 4; g++)
 			if (c->gpu_mask >> g & 1)
 				snprintf(gpus + strlen(gpus), sizeof(gpus) - strlen(gpus), "%s%d", gpus[0] ? "," : "", g);
-		time_t since = (time_t)c->since;
-		strftime(when, sizeof(when), "%H:%M:%S", localtime(&since));
-		printf("%-8llu %-12s %-16s %-8u %-22s %-6s %12.1f  %s\n", (unsigned long long)c->session_id, c->tenant,
-		       c->name, c->pid, c->peer, gpus, (double)c->mem_bytes / (1 << 20), when);
+		printf("%-8llu %-12s %-16s %-8u %-22s %-6s %12.1f  %s\n", (unsigned long long)c->session_id,
+		       rm_text_escape(tenant, sizeof(tenant), c->tenant), rm_text_escape(name, sizeof(name), c->name), c->pid,
+		       rm_text_escape(peer, sizeof(peer), c->peer), gpus, (double)c->mem_bytes / (1 << 20),
+		       fmt_time(when, sizeof(when), c->since, "%H:%M:%S"));
 	}
 }
 
@@ -362,7 +392,9 @@ int cmd_status(int argc, char **argv)
 			return rc ? rc : 1;
 		}
 		if (rm_pool_find(&e, a.host, m) || !m->registered) {
-			fprintf(stderr, "remora status: %s\n", m->registered ? e.error : "no registered host of that name in the pool");
+			char t[TEXT_MAX];
+			fprintf(stderr, "remora status: %s\n",
+				m->registered ? rm_text_escape(t, sizeof(t), e.error) : "no registered host of that name in the pool");
 			free(m);
 			return 1;
 		}

@@ -40,6 +40,10 @@ CUresult rm_rpc_simple(uint32_t op, const ProtobufCMessage *req,
 void rm_rpc_free(ProtobufCMessage *rep);
 /* Gives up the connection after a failure outside rm_rpc (a copy link's). */
 void rm_rpc_fail(const char *what, int err);
+/* A reply that breaks its call's contract (a length, size or offset out of bounds):
+ * nothing of it may be used. Gives up the connection as for a malformed reply, with
+ * one line on stderr saying what (printf format), and returns CUDA_ERROR_DEVICE_UNAVAILABLE. */
+CUresult rm_rpc_bad_reply(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Connects and greets the daemon once per process; later calls give the first outcome. */
 CUresult rm_connect_once(void);

@@ -143,6 +143,6 @@ RM_EXPORT CUresult CUDAAPI cuDriverGetVersion(int *version)
 	/* Before cuInit this is the version the library was built for; afterwards the GPU host's, capped
 	 * at ours since we implement no newer interface. */
 	int remote = rm_remote_driver_version();
-	*version = remote && remote < CUDA_VERSION ? remote : CUDA_VERSION;
+	*version = remote > 0 && remote < CUDA_VERSION ? remote : CUDA_VERSION;
 	return CUDA_SUCCESS;
 }

@@ -1,6 +1,6 @@
 /* Kernel launches: arguments are packed at their offsets into one buffer and
  * sent without waiting. Each function's parameter layout is asked of the GPU
- * host once (cuFuncGetParamInfo) and cached. */
+ * host once (cuFuncGetParamInfo), checked against CUDA's parameter limit, and cached. */
 #include "client.h"
 
 #include <pthread.h>
@@ -10,6 +10,7 @@
 #include "remora.pb-c.h"
 
 #define MAX_PARAMS 512
+#define MAX_PARAM_BYTES 32764 /* CUDA's limit on the bytes of a kernel's parameters */
 #define LAYOUT_BUCKETS 1024
 
 struct param_layout {
@@ -37,6 +38,11 @@ static CUresult query_layout(CUfunction f, struct param_layout **out)
 			break;
 		if (r != CUDA_SUCCESS)
 			return r;
+		/* The GPU host's answer says where launch() writes: checked, without overflow, first. */
+		if (lens[n] > MAX_PARAM_BYTES || offs[n] > MAX_PARAM_BYTES - lens[n])
+			return rm_rpc_bad_reply("cuFuncGetParamInfo: parameter %zu at offset %zu, %zu bytes, "
+						"is past the %d-byte limit of a kernel's parameters",
+						n, offs[n], lens[n], MAX_PARAM_BYTES);
 		if (offs[n] + lens[n] > end)
 			end = offs[n] + lens[n];
 	}

@@ -79,8 +79,10 @@ RM_EXPORT CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute
 	Remora__PointerAttributeReply *rep = NULL;
 	CUresult r = rm_rpc_simple(RM_OP_cuPointerGetAttribute, &req.base, &remora__pointer_attribute_reply__descriptor,
 				   (ProtobufCMessage **)&rep);
-	if (r == CUDA_SUCCESS && rep)
-		memcpy(data, rep->data.data, rep->data.len < n ? rep->data.len : n);
+	if (r == CUDA_SUCCESS && rep && rep->data.len < n) /* the daemon sends 16 bytes; the attribute has n */
+		r = rm_rpc_bad_reply("cuPointerGetAttribute: %zu bytes for a %zu-byte attribute", rep->data.len, n);
+	else if (r == CUDA_SUCCESS && rep)
+		memcpy(data, rep->data.data, n);
 	rm_rpc_free(rep ? &rep->base : NULL);
 	return r;
 }

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "link.h"
 #include "placement.h"
 #include "remora.pb-c.h"
+#include "text.h"
 
 #define CONNECT_TIMEOUT_MS 5000
 #define BATCH_CAP (1u << 20)
@@ -276,8 +278,9 @@ static CUresult connect_to(const char *server)
 	Remora__HelloReply *rep = NULL;
 	CUresult r = rm_rpc_simple(RM_OP_HELLO, &hello.base, &remora__hello_reply__descriptor, (ProtobufCMessage **)&rep);
 	if (r != CUDA_SUCCESS) {
+		char why[256];
 		fprintf(stderr, "remora: the GPU server at %s refused this client: %s\n", server,
-			rep && rep->error && *rep->error ? rep->error : "handshake failed");
+			rep && rep->error && *rep->error ? rm_text_escape(why, sizeof(why), rep->error) : "handshake failed");
 		rm_rpc_free(rep ? &rep->base : NULL);
 		connected = 0;
 		rm_link_close(&conn_link);
@@ -399,10 +402,10 @@ CUresult rm_rpc(struct rm_rpc_call *c)
 		result = lost("receive", err ? err : -ENOMEM);
 		goto out;
 	}
-	if (rf.bulk_len) {
-		uint64_t want = c->bulk_in_len;
-		for (int i = 0; i < c->nbulk_in_vec; i++)
-			want += c->bulk_in_vec[i].iov_len;
+	uint64_t want = c->bulk_in_len;
+	for (int i = 0; i < c->nbulk_in_vec; i++)
+		want += c->bulk_in_vec[i].iov_len;
+	if (rf.bulk_len || (want && rf.result == CUDA_SUCCESS)) { /* a success brings all that was asked */
 		if (rf.bulk_len != want || (!c->bulk_in && !c->nbulk_in_vec)) {
 			err = -EPROTO;
 		} else {
@@ -446,6 +449,17 @@ void rm_rpc_fail(const char *what, int err)
 	pthread_mutex_lock(&rpc_lock);
 	lost(what, err);
 	pthread_mutex_unlock(&rpc_lock);
+}
+
+CUresult rm_rpc_bad_reply(const char *fmt, ...)
+{
+	char what[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	rm_rpc_fail(what, -EPROTO);
+	return CUDA_ERROR_DEVICE_UNAVAILABLE;
 }
 
 CUresult rm_rpc_simple(uint32_t op, const ProtobufCMessage *req,
