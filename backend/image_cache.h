@@ -32,5 +32,10 @@ void rm_image_forget_context(CUcontext ctx);
  * (zstd or LZ4 entries are examined when libzstd.so.1 or liblz4.so.1 can be
  * loaded) with no writable device state. 0 when in doubt. */
 int rm_image_shareable(const uint8_t *image, size_t n);
+/* Whether every table and section an image's headers name lies within its n bytes,
+ * which the driver takes on trust (cuModuleLoadData has no length): an ELF's header
+ * tables and sections, a fatbin's entries. A fatbin wrapper, which holds a pointer, is
+ * never contained. Anything else is taken as text. */
+int rm_image_contained(const uint8_t *image, size_t n);
 
 #endif

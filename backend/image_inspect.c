@@ -14,6 +14,7 @@
 #include <string.h>
 
 #define FATBIN_MAGIC 0xBA55ED50u
+#define FATBIN_WRAPPER_MAGIC 0x466243b1u
 #define FATBIN_LZ4 0x2000u
 #define FATBIN_ZSTD 0x8000u
 #define MAX_UNCOMPRESSED (256u << 20)
@@ -179,4 +180,65 @@ int rm_image_shareable(const uint8_t *image, size_t n)
 	if (n >= 4 && !memcmp(image, "\177ELF", 4))
 		return elf_shareable(image, n);
 	return ptx_shareable(image, n); /* text; the driver rejects what is not PTX */
+}
+
+/* Whether [off, off + count * size) lies within n bytes, without overflow. */
+static int table_within(uint64_t off, uint64_t count, uint64_t size, size_t n)
+{
+	return off <= n && (size == 0 || count <= (n - off) / size);
+}
+
+static int elf_contained(const uint8_t *e, size_t n)
+{
+	if (n < 64 || e[4] != 2 /* ELFCLASS64 */)
+		return 0;
+	uint64_t phoff = rd64(e + 0x20), shoff = rd64(e + 0x28);
+	uint16_t phentsize = rd16(e + 0x36), phnum = rd16(e + 0x38), shentsize = rd16(e + 0x3A),
+		 shnum = rd16(e + 0x3C);
+	if ((phnum && phentsize < 56) || (shnum && shentsize < 64) || !table_within(phoff, phnum, phentsize, n) ||
+	    !table_within(shoff, shnum, shentsize, n))
+		return 0;
+	for (uint16_t i = 0; i < shnum; i++) {
+		const uint8_t *sh = e + shoff + (uint64_t)i * shentsize;
+		if (rd32(sh + 4) != 8 /* SHT_NOBITS */ && !table_within(rd64(sh + 0x18), 1, rd64(sh + 0x20), n))
+			return 0;
+	}
+	for (uint16_t i = 0; i < phnum; i++) {
+		const uint8_t *ph = e + phoff + (uint64_t)i * phentsize;
+		if (!table_within(rd64(ph + 0x08), 1, rd64(ph + 0x20), n))
+			return 0;
+	}
+	return 1;
+}
+
+static int fatbin_contained(const uint8_t *f, size_t n)
+{
+	if (n < 16)
+		return 0;
+	uint16_t hsz = rd16(f + 6);
+	uint64_t size = rd64(f + 8);
+	if (hsz < 16 || hsz > n || size > n - hsz)
+		return 0;
+	for (const uint8_t *e = f + hsz, *end = f + hsz + size; e < end;) {
+		if ((size_t)(end - e) < 64)
+			return 0;
+		uint32_t ehsz = rd32(e + 4);
+		uint64_t padded = rd64(e + 8), compressed = rd32(e + 16);
+		if (ehsz < 64 || ehsz > (size_t)(end - e) || padded > (size_t)(end - e) - ehsz || compressed > padded)
+			return 0;
+		e += ehsz + padded;
+	}
+	return 1;
+}
+
+int rm_image_contained(const uint8_t *image, size_t n)
+{
+	uint32_t magic = n >= 4 ? rd32(image) : 0;
+	if (magic == FATBIN_WRAPPER_MAGIC)
+		return 0; /* it points into the client's memory: the client sends what it points at */
+	if (magic == FATBIN_MAGIC)
+		return fatbin_contained(image, n);
+	if (n >= 4 && !memcmp(image, "\177ELF", 4))
+		return elf_contained(image, n);
+	return 1; /* text, which the daemon ends with a NUL */
 }

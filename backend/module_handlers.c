@@ -10,7 +10,8 @@
 #include "log.h"
 #include "remora.pb-c.h"
 
-/* Reads an image sent as bulk and loads it as a module or a library owned by the session. */
+#define IMAGE_PAD 64 /* zero bytes after a received image: an ELF header's worth */
+
 /* An image being received is host memory the daemon holds for the client: it counts
  * against the client's memory quota and the worker's host-memory bound until loaded. */
 static CUresult hold_image_memory(struct rm_session *s, uint64_t n)
@@ -26,6 +27,7 @@ static CUresult hold_image_memory(struct rm_session *s, uint64_t n)
 	return r;
 }
 
+/* Reads an image sent as bulk and loads it as a module or a library owned by the session. */
 static void load_image(struct rm_session *s, struct rm_request *rq, enum rm_handle_kind kind)
 {
 	Remora__ModuleLoad *req = (void *)rm_request_unpack(rq, &remora__module_load__descriptor);
@@ -42,15 +44,22 @@ static void load_image(struct rm_session *s, struct rm_request *rq, enum rm_hand
 	if (r == CUDA_SUCCESS)
 		r = hold_image_memory(s, n);
 	held = r == CUDA_SUCCESS;
-	if (r == CUDA_SUCCESS && !(image = malloc(n + 1)))
+	/* Zeros after it: PTX ends in NUL whatever the client sent, and a driver reading a
+	 * short image's header stays inside the buffer. */
+	if (r == CUDA_SUCCESS && !(image = calloc(1, n + IMAGE_PAD)))
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 	if (r == CUDA_SUCCESS) {
 		if (rm_request_read_bulk(s, rq, image, n))
 			goto out;
-		image[n] = 0; /* PTX must end in NUL whatever the client sent */
+		if (!rm_image_contained(image, n)) {
+			rm_log(RM_LOG_WARN, "session %llu (%s): an image of %llu bytes whose headers reach past its end, "
+			       "refused", (unsigned long long)s->id, s->name, (unsigned long long)n);
+			r = CUDA_ERROR_INVALID_IMAGE;
+		}
 		void *h = NULL;
 		int shared;
-		r = rm_image_load(kind, image, n, &h, &shared);
+		if (r == CUDA_SUCCESS)
+			r = rm_image_load(kind, image, n, &h, &shared);
 		if (r == CUDA_SUCCESS)
 			rm_session_own(s, kind, h, 0);
 		if (r == CUDA_SUCCESS && shared)

@@ -8,6 +8,9 @@
   wrap         memsets whose byte length wraps past 2^64 are refused (probe wrap)
   images       an image larger than the client's quota, or than what is left of the
                worker's host-memory bound, is refused before any byte of it is held
+  headers      images whose headers reach past their end (an ELF's section table, a fatbin
+               wrapper's pointer into the client's memory) are refused before the driver
+               reads them
   descriptors  with the daemon out of file descriptors, accept waits instead of spinning,
                and serves again once descriptors are free
   names        control characters in a client's name reach neither the log nor
@@ -30,6 +33,7 @@ from remorad_fixture import Daemon, wait_for  # noqa: E402
 OP_MEMCPY_HTOD = 36     # cuMemcpyHtoD_v2 (proto/api.spec)
 OP_LIBRARY_LOAD = 69    # cuLibraryLoadData
 CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_INVALID_IMAGE = 200
 MIB = 1 << 20
 
 scenario, remorad, driver, remora, probe = sys.argv[1:6]
@@ -131,6 +135,27 @@ def images(d):
     check(ok, f"the daemon serves on ({err})")
 
 
+def headers(d):
+    elf = bytearray(128)
+    elf[0:5] = b"\x7fELF\x02"
+    elf[0x28:0x30] = (64 << 20).to_bytes(8, "little")     # section table 64 MiB in
+    elf[0x3A:0x3E] = (64).to_bytes(2, "little") + (4).to_bytes(2, "little")
+    elf[0x40:0x48] = b"sleepNs\x00"
+    wrapper = (0x466243B1).to_bytes(4, "little") + bytes(4) + (0x1000).to_bytes(8, "little") + bytes(8)
+    fatbin = (0xBA55ED50).to_bytes(4, "little") + bytes(2) + (16).to_bytes(2, "little") + \
+        (1 << 30).to_bytes(8, "little") + bytes(48)
+    for what, image in (("an ELF", elf), ("a fatbin wrapper", wrapper), ("a fatbin", fatbin)):
+        s = w.connect(d.host, d.port)
+        s.sendall(library_load(len(image)) + bytes(image))
+        r = w.read_reply(s)
+        check(w.result_of(r) == CUDA_ERROR_INVALID_IMAGE, f"{what} reaching past its end: CUDA_ERROR_INVALID_IMAGE "
+              f"({w.result_of(r)})")
+        s.close()
+    ok, err = run_probe(d, "work", "0.2")
+    check(ok, f"the daemon serves on ({err})")
+    no_worker_died(d)
+
+
 def cpu_seconds(pid):
     fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -177,6 +202,7 @@ SCENARIOS = {
     "staging": (staging, "", {}),
     "wrap": (wrap, "", {}),
     "images": (images, "client_memory_limit = 64M\nworker_host_memory_limit = 100M\n", {}),
+    "headers": (headers, "", {}),
     "descriptors": (descriptors, "", {"preexec_fn": limit_descriptors}),
     "names": (names, "", {}),
 }
