@@ -121,14 +121,18 @@ int rm_pool_list(struct rm_etcd *e, struct rm_pool_member **out, int *n)
 			count++; /* a record that is not a member's is skipped, not fatal */
 	size_t plen = strlen(RM_POOL_ADMIN);
 	for (int i = 0; i < na; i++) {
-		const char *host = admin[i].key + plen;
+		/* etcd answers with keys under the prefix asked for, unless it is not etcd. */
+		if (strncmp(admin[i].key, RM_POOL_ADMIN, plen) || !admin[i].key[plen])
+			continue;
+		char host[sizeof(list->host)];
+		copy(host, sizeof(host), admin[i].key + plen);
 		struct rm_pool_member *m = NULL;
 		for (int k = 0; k < count && !m; k++)
 			if (!strcmp(list[k].host, host))
 				m = &list[k];
 		if (!m) {
 			m = &list[count++];
-			copy(m->host, sizeof(m->host), host);
+			memcpy(m->host, host, sizeof(host));
 		}
 		parse_decision(admin[i].value, m->admin, sizeof(m->admin));
 	}
