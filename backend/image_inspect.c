@@ -219,12 +219,12 @@ static int fatbin_contained(const uint8_t *f, size_t n)
 	uint64_t size = rd64(f + 8);
 	if (hsz < 16 || hsz > n || size > n - hsz)
 		return 0;
-	for (const uint8_t *e = f + hsz, *end = f + hsz + size; e < end;) {
-		if ((size_t)(end - e) < 64)
-			return 0;
+	/* A tail too short for an entry header is padding: a driver reading one there stays
+	 * within the zeros the daemon puts after every image (module_handlers.c). */
+	for (const uint8_t *e = f + hsz, *end = f + hsz + size; (size_t)(end - e) >= 64;) {
 		uint32_t ehsz = rd32(e + 4);
 		uint64_t padded = rd64(e + 8), compressed = rd32(e + 16);
-		if (ehsz < 64 || ehsz > (size_t)(end - e) || padded > (size_t)(end - e) - ehsz || compressed > padded)
+		if (ehsz < 16 || ehsz > (size_t)(end - e) || padded > (size_t)(end - e) - ehsz || compressed > padded)
 			return 0;
 		e += ehsz + padded;
 	}
