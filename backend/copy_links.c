@@ -145,7 +145,7 @@ static void share_out(struct share *sh, struct stripe_job *j)
 		if (j->result != CUDA_SUCCESS)
 			break;
 		struct iovec v = {ready, len};
-		if (sh->link->tp->sendv(sh->link->conn, &v, 1)) {
+		if (rm_conn_sendv(sh->link->conn, &v, 1)) {
 			j->link_failed = 1;
 			return;
 		}
@@ -195,7 +195,7 @@ int rm_copy_link_attach(struct rm_session *s, const struct rm_transport *tp, str
 	struct rm_copy_link *l = calloc(1, sizeof(*l));
 	if (!l)
 		return -ENOMEM;
-	int err = rm_link_init(&l->link, tp, conn);
+	int err = rm_link_init(&l->link, conn);
 	if (err) {
 		free(l);
 		return err;

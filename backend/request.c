@@ -76,7 +76,7 @@ int rm_request_reply_bulk(struct rm_session *s, struct rm_request *rq, uint64_t 
 int rm_request_send_bulk(struct rm_session *s, const void *buf, size_t len)
 {
 	struct iovec v = {(void *)buf, len};
-	return s->link.tp->sendv(s->link.conn, &v, 1);
+	return rm_conn_sendv(s->link.conn, &v, 1);
 }
 
 int rm_request_read_bulk(struct rm_session *s, struct rm_request *rq, void *buf, size_t len)

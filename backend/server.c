@@ -174,7 +174,7 @@ static int visible_devices(const Remora__Hello *h, struct rm_handoff *out, uint6
  * its key and answers; anything else is refused here. */
 static void attach_link(struct rm_link *link, const struct rm_frame *f, const struct greeting *g)
 {
-	const char *peer = g->tp->peer(g->conn);
+	const char *peer = rm_conn_peer(g->conn);
 	uint8_t msg[256];
 	Remora__Attach *a = NULL;
 	if (f->bulk_len || f->msg_len > sizeof(msg) || rm_link_read(link, msg, f->msg_len) ||
@@ -196,7 +196,7 @@ static void attach_link(struct rm_link *link, const struct rm_frame *f, const st
 	pthread_mutex_lock(&workers_lock);
 	for (size_t i = 0; pid && i < sizeof(workers) / sizeof(workers[0]); i++)
 		if (workers[i].pid == pid)
-			err = hand_over(&workers[i], g->tp->export_fd(g->conn), &h);
+			err = hand_over(&workers[i], rm_conn_export_fd(g->conn), &h);
 	pthread_mutex_unlock(&workers_lock);
 	if (err) {
 		rm_log(RM_LOG_WARN, "client %s: copy link for session %llu refused (%s)", peer,
@@ -214,12 +214,12 @@ static void *greet(void *arg)
 {
 	struct greeting *g = arg;
 	struct rm_link link;
-	if (rm_link_init(&link, g->tp, g->conn)) {
-		g->tp->close(g->conn);
+	if (rm_link_init(&link, g->conn)) {
+		rm_conn_close(g->conn);
 		free(g);
 		return NULL;
 	}
-	const char *peer = g->tp->peer(g->conn);
+	const char *peer = rm_conn_peer(g->conn);
 	struct rm_frame f;
 	uint8_t *msg = NULL;
 	Remora__Hello *hello = NULL;
@@ -288,7 +288,7 @@ static void *greet(void *arg)
 		rm_registry_lock();
 		c->worker = w->pid;
 		rm_registry_unlock();
-		err = hand_over(w, g->tp->export_fd(g->conn), &h);
+		err = hand_over(w, rm_conn_export_fd(g->conn), &h);
 	}
 	pthread_mutex_unlock(&workers_lock);
 	if (err) {
@@ -369,7 +369,7 @@ int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 		if (!g || (*g = (struct greeting){tp, conn}, pthread_create(&t, &attr, greet, g))) {
 			rm_log(RM_LOG_ERROR, "cannot greet a new client: out of resources");
-			tp->close(conn);
+			rm_conn_close(conn);
 			free(g);
 		}
 		pthread_attr_destroy(&attr);

@@ -26,7 +26,7 @@ struct rm_session *rm_session_new(const struct rm_transport *tp, struct rm_conn 
 	struct rm_session *s = calloc(1, sizeof(*s));
 	if (!s)
 		return NULL;
-	if (rm_link_init(&s->link, tp, conn)) {
+	if (rm_link_init(&s->link, conn)) {
 		free(s);
 		return NULL;
 	}
@@ -50,7 +50,7 @@ struct rm_session *rm_session_new(const struct rm_transport *tp, struct rm_conn 
 	s->hello_seq = h->hello_seq;
 	s->pid = h->pid;
 	snprintf(s->name, sizeof(s->name), "%s", h->name);
-	snprintf(s->peer, sizeof(s->peer), "%s", tp->peer(conn));
+	snprintf(s->peer, sizeof(s->peer), "%s", rm_conn_peer(conn));
 	return s;
 }
 

@@ -179,7 +179,7 @@ static void attach_link(const struct rm_transport *tp, struct rm_conn *conn, con
 		uint8_t hdr[RM_FRAME_LEN];
 		rm_frame_encode(&f, hdr);
 		struct iovec v = {hdr, sizeof(hdr)};
-		if (!err && !(err = tp->sendv(conn, &v, 1)))
+		if (!err && !(err = rm_conn_sendv(conn, &v, 1)))
 			err = rm_copy_link_attach(s, tp, conn, h->link_index);
 		if (err)
 			rm_log(RM_LOG_WARN, "session %llu (%s): copy link %u refused: %s", (unsigned long long)s->id,
@@ -188,12 +188,12 @@ static void attach_link(const struct rm_transport *tp, struct rm_conn *conn, con
 			rm_log(RM_LOG_INFO, "session %llu (%s): copy link %u attached", (unsigned long long)s->id, s->name,
 			       h->link_index);
 		if (diff)
-			tp->sendv(conn, &v, 1);
+			rm_conn_sendv(conn, &v, 1);
 		break;
 	}
 	pthread_mutex_unlock(&sessions_lock);
 	if (err)
-		tp->close(conn);
+		rm_conn_close(conn);
 }
 
 /* Keeps the registry's free-memory figure of each GPU this worker uses current. */
@@ -245,7 +245,7 @@ int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 		if (tp->adopt_fd(fd, &conn)) {
 			close(fd);
 		} else if (!(s = rm_session_new(tp, conn, cfg, &h))) {
-			tp->close(conn);
+			rm_conn_close(conn);
 		} else if (sessions_add(s)) {
 			rm_session_destroy(s);
 			s = NULL;

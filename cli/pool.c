@@ -286,8 +286,8 @@ static int fetch_status(const char *addr, Remora__StatusReply **rep, char *why, 
 		return err;
 	}
 	struct rm_link l;
-	if ((err = rm_link_init(&l, tp, conn))) {
-		tp->close(conn);
+	if ((err = rm_link_init(&l, conn))) {
+		rm_conn_close(conn);
 		snprintf(why, whylen, "out of memory");
 		return err;
 	}

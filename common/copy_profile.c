@@ -36,7 +36,7 @@ static int read_mode(void)
 			min = DEFAULT_MIN_BYTES;
 		}
 		__atomic_store_n(&min_bytes, min, __ATOMIC_RELAXED);
-		__atomic_store_n(&rm_sock_profiling, 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&rm_transport_profiling, 1, __ATOMIC_RELAXED);
 	} else if (v && *v) {
 		fprintf(stderr, "remora-profile: REMORA_PROFILE=%s not understood (copies or copies:SIZE); off\n", v);
 	}
@@ -56,7 +56,7 @@ int rm_copy_profile_start(struct rm_copy_profile *p, const char *side, const cha
 	p->op = op;
 	p->bytes = bytes;
 	getrusage(RUSAGE_THREAD, &p->ru);
-	rm_sock_tally = &p->sock;
+	rm_transport_thread_tally = &p->sock;
 	p->start_ns = rm_copy_profile_now_ns();
 	p->active = 1;
 	return 1;
@@ -72,7 +72,7 @@ void rm_copy_profile_finish(struct rm_copy_profile *p)
 	uint64_t wall = rm_copy_profile_now_ns() - p->start_ns;
 	struct rusage ru;
 	getrusage(RUSAGE_THREAD, &ru);
-	rm_sock_tally = NULL;
+	rm_transport_thread_tally = NULL;
 	p->active = 0;
 	/* One fprintf: stderr is unbuffered, so the line goes out in one write. */
 	fprintf(stderr,

@@ -29,17 +29,7 @@
 #include <stdint.h>
 #include <sys/resource.h>
 
-/* Socket calls of one thread, counted by the transport (transport/tcp/tcp.c)
- * while rm_sock_tally points at one. */
-struct rm_sock_tally {
-	uint64_t send_ns, sends;
-	uint64_t recv_ns, recvs;
-};
-/* Nonzero once profiling is on in this process: then the transport times the
- * socket calls of a thread whose rm_sock_tally is set. Both live in tcp.c, so
- * that the transport builds without this module. */
-extern int rm_sock_profiling;
-extern __thread struct rm_sock_tally *rm_sock_tally;
+#include "transport.h"
 
 /* A time tally: how often, and how long in all. */
 struct rm_time_tally {
@@ -52,7 +42,7 @@ struct rm_copy_profile {
 	uint64_t bytes;
 	uint64_t start_ns;
 	struct rusage ru;
-	struct rm_sock_tally sock;
+	struct rm_transport_tally sock; /* its thread's socket calls (transport.h) */
 	struct rm_time_tally wait, dma;
 	uint64_t prefault_ns;
 };

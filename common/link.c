@@ -6,13 +6,12 @@
 
 #define LINK_RBUF (256u << 10)
 
-int rm_link_init(struct rm_link *l, const struct rm_transport *tp, struct rm_conn *conn)
+int rm_link_init(struct rm_link *l, struct rm_conn *conn)
 {
 	memset(l, 0, sizeof(*l));
 	l->rbuf = malloc(LINK_RBUF);
 	if (!l->rbuf)
 		return -ENOMEM;
-	l->tp = tp;
 	l->conn = conn;
 	l->rcap = LINK_RBUF;
 	return 0;
@@ -21,7 +20,7 @@ int rm_link_init(struct rm_link *l, const struct rm_transport *tp, struct rm_con
 void rm_link_close(struct rm_link *l)
 {
 	if (l->conn)
-		l->tp->close(l->conn);
+		rm_conn_close(l->conn);
 	free(l->rbuf);
 	memset(l, 0, sizeof(*l));
 }
@@ -40,14 +39,14 @@ int rm_link_read(struct rm_link *l, void *buf, size_t len)
 	while (len > 0) {
 		ssize_t n;
 		if (len >= l->rcap / 2) { /* large: no copy through the buffer */
-			n = l->tp->recv_some(l->conn, out, len);
+			n = rm_conn_recv_some(l->conn, out, len);
 			if (n < 0)
 				return (int)n;
 			out += n;
 			len -= (size_t)n;
 			continue;
 		}
-		n = l->tp->recv_some(l->conn, l->rbuf, l->rcap);
+		n = rm_conn_recv_some(l->conn, l->rbuf, l->rcap);
 		if (n < 0)
 			return (int)n;
 		l->rpos = 0;
@@ -98,5 +97,5 @@ int rm_link_send(struct rm_link *l, const struct rm_frame *f, const void *msg,
 	for (int i = 0; i < nbulk; i++)
 		if (bulk[i].iov_len)
 			iov[n++] = bulk[i];
-	return l->tp->sendv(l->conn, iov, n);
+	return rm_conn_sendv(l->conn, iov, n);
 }

@@ -8,13 +8,13 @@
 #include <stdint.h>
 
 struct rm_link {
-	const struct rm_transport *tp;
 	struct rm_conn *conn;
 	uint8_t *rbuf;
 	size_t rpos, rlen, rcap;
 };
 
-int rm_link_init(struct rm_link *l, const struct rm_transport *tp, struct rm_conn *conn);
+/* A link over conn, which it then owns. */
+int rm_link_init(struct rm_link *l, struct rm_conn *conn);
 /* Closes the connection and frees the buffer. */
 void rm_link_close(struct rm_link *l);
 

@@ -43,7 +43,7 @@ static int move_share(struct copy_link *l)
 			err = rm_link_read(&l->link, l->host + off, len);
 		} else {
 			struct iovec v = {l->host + off, len};
-			err = l->link.tp->sendv(l->link.conn, &v, 1);
+			err = rm_conn_sendv(l->link.conn, &v, 1);
 		}
 		if (err)
 			return err;
@@ -76,8 +76,8 @@ static int attach(struct copy_link *l, const struct rm_transport *tp, const char
 	int err = tp->dial(addr, 5000, &conn);
 	if (err)
 		return err;
-	if ((err = rm_link_init(&l->link, tp, conn))) {
-		tp->close(conn);
+	if ((err = rm_link_init(&l->link, conn))) {
+		rm_conn_close(conn);
 		return err;
 	}
 	Remora__Attach a = REMORA__ATTACH__INIT;
@@ -172,7 +172,7 @@ int rm_copy_links_finish(int abort)
 	for (int i = 1; i <= nlinks; i++) {
 		struct copy_link *l = &links_tab[i];
 		if (abort)
-			l->link.tp->shutdown(l->link.conn);
+			rm_conn_shutdown(l->link.conn);
 		pthread_mutex_lock(&l->lock);
 		while (l->busy)
 			pthread_cond_wait(&l->changed, &l->lock);
@@ -182,7 +182,7 @@ int rm_copy_links_finish(int abort)
 	}
 	if (first || abort) { /* out of step with the daemon: no more striped copies */
 		for (int i = 1; i <= nlinks; i++)
-			links_tab[i].link.tp->shutdown(links_tab[i].link.conn);
+			rm_conn_shutdown(links_tab[i].link.conn);
 		nlinks = 0;
 	}
 	pthread_mutex_unlock(&copy_lock);

@@ -109,7 +109,7 @@ static CUresult lost(const char *what, int err)
 {
 	if (connected) {
 		fprintf(stderr, "remora: connection to the GPU server lost (%s: %s)\n", what, strerror(-err));
-		conn_link.tp->shutdown(conn_link.conn);
+		rm_conn_shutdown(conn_link.conn);
 	}
 	__atomic_store_n(&connected, 0, __ATOMIC_SEQ_CST);
 	connect_result = CUDA_ERROR_DEVICE_UNAVAILABLE;
@@ -132,9 +132,9 @@ static int flush_locked(const struct iovec *extra, int nextra)
 		return 0;
 	batch_len = 0;
 	__atomic_store_n(&batch_since_ns, 0, __ATOMIC_SEQ_CST);
-	int err = n ? conn_link.tp->sendv(conn_link.conn, iov, n) : 0;
+	int err = n ? rm_conn_sendv(conn_link.conn, iov, n) : 0;
 	if (!err && i < nextra) /* a striped copy's share: many pieces */
-		err = conn_link.tp->sendv(conn_link.conn, extra + i, nextra - i);
+		err = rm_conn_sendv(conn_link.conn, extra + i, nextra - i);
 	return err;
 }
 
@@ -241,8 +241,8 @@ static CUresult connect_to(const char *server)
 			server, strerror(-err));
 		return CUDA_ERROR_NO_DEVICE;
 	}
-	if (rm_link_init(&conn_link, tp, conn)) {
-		tp->close(conn);
+	if (rm_link_init(&conn_link, conn)) {
+		rm_conn_close(conn);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	batch = malloc(BATCH_CAP);

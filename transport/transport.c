@@ -1,6 +1,10 @@
+/* The transports there are, and what every transport shares. */
 #include "transport.h"
 
 #include <string.h>
+
+int rm_transport_profiling;
+__thread struct rm_transport_tally *rm_transport_thread_tally;
 
 static const struct rm_transport *const transports[] = {
 	&rm_transport_tcp,

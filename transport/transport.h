@@ -2,17 +2,26 @@
  *
  * A transport is an ops table. Every op returns 0 (or a byte count) on success
  * and -errno on failure; none keeps a pointer to a caller's buffer after it
- * returns. A connection is used by one thread at a time (callers serialise).
+ * returns. A connection knows its transport: callers use it through the rm_conn_*
+ * wrappers below. It is used by one thread at a time (callers serialise), except
+ * that shutdown may come from another thread.
  */
 #ifndef REMORA_TRANSPORT_H
 #define REMORA_TRANSPORT_H
 
+#include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
-struct rm_conn;
+struct rm_transport;
 struct rm_listener;
+
+/* What every transport's connection begins with. */
+struct rm_conn {
+	const struct rm_transport *tp;
+};
 
 struct rm_transport {
 	const char *scheme; /* the address prefix, e.g. "tcp" in tcp://host:port */
@@ -47,6 +56,29 @@ struct rm_transport {
 };
 
 extern const struct rm_transport rm_transport_tcp;
+
+static inline int rm_conn_sendv(struct rm_conn *c, const struct iovec *iov, int iovcnt)
+{
+	return c->tp->sendv(c, iov, iovcnt);
+}
+static inline ssize_t rm_conn_recv_some(struct rm_conn *c, void *buf, size_t len)
+{
+	return c->tp->recv_some(c, buf, len);
+}
+static inline void rm_conn_shutdown(struct rm_conn *c) { c->tp->shutdown(c); }
+static inline const char *rm_conn_peer(struct rm_conn *c) { return c->tp->peer(c); }
+static inline void rm_conn_close(struct rm_conn *c) { c->tp->close(c); }
+static inline int rm_conn_export_fd(struct rm_conn *c) { return c->tp->export_fd ? c->tp->export_fd(c) : -ENOTSUP; }
+
+/* Profiling a thread's transport calls (common/copy_profile.h): while
+ * rm_transport_profiling is nonzero, every transport times and counts the send and
+ * receive calls of a thread whose rm_transport_thread_tally is set. Off, one branch a call. */
+struct rm_transport_tally {
+	uint64_t send_ns, sends;
+	uint64_t recv_ns, recvs;
+};
+extern int rm_transport_profiling;
+extern __thread struct rm_transport_tally *rm_transport_thread_tally;
 
 /* Picks the transport for url ("tcp://host:port" or plain "host:port") and
  * points *addr at the part after the scheme. NULL for an unknown scheme. */

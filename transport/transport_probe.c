@@ -46,10 +46,10 @@ static uint8_t pattern(uint64_t i)
 	return (uint8_t)(i * 131u + (i >> 13));
 }
 
-static int recv_all(const struct rm_transport *tp, struct rm_conn *c, void *buf, size_t len)
+static int recv_all(struct rm_conn *c, void *buf, size_t len)
 {
 	for (size_t got = 0; got < len;) {
-		ssize_t n = tp->recv_some(c, (uint8_t *)buf + got, len - got);
+		ssize_t n = rm_conn_recv_some(c, (uint8_t *)buf + got, len - got);
 		if (n < 0)
 			return (int)n;
 		got += (size_t)n;
@@ -68,7 +68,7 @@ static void *serve(void *arg)
 	}
 	for (long i = 0; i < p->rtt_rounds; i++) {
 		struct iovec v = {hdr, sizeof(hdr)};
-		if (recv_all(p->tp, p->conn, hdr, sizeof(hdr)) || p->tp->sendv(p->conn, &v, 1)) {
+		if (recv_all(p->conn, hdr, sizeof(hdr)) || rm_conn_sendv(p->conn, &v, 1)) {
 			p->failed = 1;
 			return NULL;
 		}
@@ -80,7 +80,7 @@ static void *serve(void *arg)
 	}
 	for (uint64_t got = 0; got < p->bulk_bytes;) {
 		uint64_t left = p->bulk_bytes - got;
-		ssize_t n = p->tp->recv_some(p->conn, buf, left < BULK_CHUNK ? (size_t)left : BULK_CHUNK);
+		ssize_t n = rm_conn_recv_some(p->conn, buf, left < BULK_CHUNK ? (size_t)left : BULK_CHUNK);
 		if (n < 0) {
 			p->failed = 1;
 			break;
@@ -104,7 +104,7 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* Round trips: reports the median and the mean. */
-static int measure_rtt(const struct rm_transport *tp, struct rm_conn *c, long rounds)
+static int measure_rtt(struct rm_conn *c, long rounds)
 {
 	double *t = malloc(sizeof(double) * (size_t)(rounds ? rounds : 1));
 	uint8_t hdr[HEADER_LEN] = {0};
@@ -114,9 +114,9 @@ static int measure_rtt(const struct rm_transport *tp, struct rm_conn *c, long ro
 	for (long i = 0; i < rounds; i++) {
 		struct iovec v = {hdr, sizeof(hdr)};
 		double t0 = now_s();
-		int err = tp->sendv(c, &v, 1);
+		int err = rm_conn_sendv(c, &v, 1);
 		if (!err)
-			err = recv_all(tp, c, hdr, sizeof(hdr));
+			err = recv_all(c, hdr, sizeof(hdr));
 		if (err) {
 			free(t);
 			return err;
@@ -132,7 +132,7 @@ static int measure_rtt(const struct rm_transport *tp, struct rm_conn *c, long ro
 	return 0;
 }
 
-static int measure_bulk(const struct rm_transport *tp, struct rm_conn *c, uint64_t bytes)
+static int measure_bulk(struct rm_conn *c, uint64_t bytes)
 {
 	uint8_t *buf = malloc(BULK_CHUNK);
 	if (!buf)
@@ -144,7 +144,7 @@ static int measure_bulk(const struct rm_transport *tp, struct rm_conn *c, uint64
 	for (uint64_t sent = 0; !err && sent < bytes;) {
 		uint64_t left = bytes - sent;
 		struct iovec v = {buf, left < BULK_CHUNK ? (size_t)left : BULK_CHUNK};
-		err = tp->sendv(c, &v, 1);
+		err = rm_conn_sendv(c, &v, 1);
 		sent += v.iov_len;
 	}
 	double dt = now_s() - t0;
@@ -164,7 +164,7 @@ static void *read_one(void *arg)
 {
 	struct blocked_reader *r = arg;
 	uint8_t b;
-	r->result = r->tp->recv_some(r->conn, &b, 1);
+	r->result = rm_conn_recv_some(r->conn, &b, 1);
 	return NULL;
 }
 
@@ -176,7 +176,7 @@ static int check_contract(const struct rm_transport *tp, struct rm_listener *l, 
 	if (err)
 		return err;
 	if ((err = tp->accept(l, &b))) {
-		tp->close(a);
+		rm_conn_close(a);
 		return err;
 	}
 	/* Ten iovecs of odd sizes, some empty, arrive as one exact stream. */
@@ -191,7 +191,7 @@ static int check_contract(const struct rm_transport *tp, struct rm_listener *l, 
 	for (size_t i = 0; i < off; i++)
 		out[i] = pattern(i * 7);
 	int bad = 0;
-	if (tp->sendv(a, v, 10) || recv_all(tp, b, in, off) || memcmp(in, out, off)) {
+	if (rm_conn_sendv(a, v, 10) || recv_all(b, in, off) || memcmp(in, out, off)) {
 		fprintf(stderr, "transport-probe: split iovecs did not arrive exact\n");
 		bad = 1;
 	}
@@ -201,7 +201,7 @@ static int check_contract(const struct rm_transport *tp, struct rm_listener *l, 
 	pthread_create(&t, NULL, read_one, &r);
 	struct timespec pause = {0, 20 * 1000 * 1000};
 	nanosleep(&pause, NULL);
-	tp->shutdown(b);
+	rm_conn_shutdown(b);
 	pthread_join(t, NULL);
 	if (r.result >= 0) {
 		fprintf(stderr, "transport-probe: recv_some returned %zd after shutdown\n", r.result);
@@ -209,13 +209,13 @@ static int check_contract(const struct rm_transport *tp, struct rm_listener *l, 
 	}
 	/* After the peer closed, the reader gets -ECONNRESET. */
 	uint8_t byte;
-	ssize_t n = tp->recv_some(a, &byte, 1);
+	ssize_t n = rm_conn_recv_some(a, &byte, 1);
 	if (n != -ECONNRESET) {
 		fprintf(stderr, "transport-probe: read from a closed peer gave %zd, expected %d\n", n, -ECONNRESET);
 		bad = 1;
 	}
-	tp->close(a);
-	tp->close(b);
+	rm_conn_close(a);
+	rm_conn_close(b);
 	return bad ? -EPROTO : 0;
 }
 
@@ -256,9 +256,9 @@ int main(int argc, char **argv)
 	struct rm_conn *c = NULL;
 	err = p.tp->dial(bound, 2000, &c);
 	if (!err)
-		err = measure_rtt(p.tp, c, p.rtt_rounds);
+		err = measure_rtt(c, p.rtt_rounds);
 	if (!err)
-		err = measure_bulk(p.tp, c, p.bulk_bytes);
+		err = measure_bulk(c, p.bulk_bytes);
 	pthread_join(server, NULL);
 	if (!err && p.check)
 		err = check_contract(p.tp, p.listener, bound);
@@ -267,9 +267,9 @@ int main(int argc, char **argv)
 	if (err)
 		fprintf(stderr, "transport-probe: %s\n", strerror(-err));
 	if (c)
-		p.tp->close(c);
+		rm_conn_close(c);
 	if (p.conn)
-		p.tp->close(p.conn);
+		rm_conn_close(p.conn);
 	p.tp->listener_close(p.listener);
 	return err ? 1 : 0;
 }

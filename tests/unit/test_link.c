@@ -25,7 +25,7 @@ int main(void)
 	struct rm_conn *conn;
 	struct rm_link l;
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) || rm_transport_tcp.adopt_fd(sv[0], &conn) ||
-	    rm_link_init(&l, &rm_transport_tcp, conn))
+	    rm_link_init(&l, conn))
 		return 1;
 	static unsigned char data[200000];
 	for (size_t i = 0; i < sizeof(data); i++)

@@ -15,17 +15,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../common/copy_profile.h"
-
-/* Copy profiles (common/copy_profile.h): once profiling is on, the socket calls
- * of a thread whose tally is set are timed and counted. Off, one branch each. */
-int rm_sock_profiling;
-__thread struct rm_sock_tally *rm_sock_tally;
-
-struct rm_conn {
+struct tcp_conn {
+	struct rm_conn base;
 	int fd;
 	char peer[64];
 };
+
+static struct tcp_conn *tcp(struct rm_conn *c)
+{
+	return (struct tcp_conn *)c;
+}
 
 struct rm_listener {
 	int fd;
@@ -76,9 +75,10 @@ static void tune(int fd)
 
 static struct rm_conn *conn_new(int fd)
 {
-	struct rm_conn *c = calloc(1, sizeof(*c));
+	struct tcp_conn *c = calloc(1, sizeof(*c));
 	if (!c)
 		return NULL;
+	c->base.tp = &rm_transport_tcp;
 	c->fd = fd;
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
@@ -87,7 +87,7 @@ static struct rm_conn *conn_new(int fd)
 		getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
 			    NI_NUMERICHOST | NI_NUMERICSERV);
 	snprintf(c->peer, sizeof(c->peer), "%s:%s", host, port);
-	return c;
+	return &c->base;
 }
 
 /* Connects with a deadline: non-blocking connect, then poll. */
@@ -219,7 +219,7 @@ static uint64_t mono_ns(void)
 
 static ssize_t profiled_sendmsg(int fd, const struct msghdr *mh, int flags)
 {
-	struct rm_sock_tally *t = rm_sock_tally;
+	struct rm_transport_tally *t = rm_transport_thread_tally;
 	if (!t)
 		return sendmsg(fd, mh, flags);
 	uint64_t t0 = mono_ns();
@@ -233,7 +233,7 @@ static ssize_t profiled_sendmsg(int fd, const struct msghdr *mh, int flags)
 
 static ssize_t profiled_recv(int fd, void *buf, size_t len, int flags)
 {
-	struct rm_sock_tally *t = rm_sock_tally;
+	struct rm_transport_tally *t = rm_transport_thread_tally;
 	if (!t)
 		return recv(fd, buf, len, flags);
 	uint64_t t0 = mono_ns();
@@ -245,8 +245,9 @@ static ssize_t profiled_recv(int fd, void *buf, size_t len, int flags)
 	return r;
 }
 
-static int tcp_sendv(struct rm_conn *c, const struct iovec *iov_in, int iovcnt)
+static int tcp_sendv(struct rm_conn *conn, const struct iovec *iov_in, int iovcnt)
 {
+	struct tcp_conn *c = tcp(conn);
 	struct iovec iov[64];
 	while (iovcnt > 0) {
 		int n = iovcnt < 64 ? iovcnt : 64;
@@ -255,7 +256,7 @@ static int tcp_sendv(struct rm_conn *c, const struct iovec *iov_in, int iovcnt)
 		int left = n;
 		while (left > 0) {
 			struct msghdr mh = {.msg_iov = v, .msg_iovlen = (size_t)left};
-			ssize_t w = __builtin_expect(rm_sock_profiling, 0) ? profiled_sendmsg(c->fd, &mh, MSG_NOSIGNAL)
+			ssize_t w = __builtin_expect(rm_transport_profiling, 0) ? profiled_sendmsg(c->fd, &mh, MSG_NOSIGNAL)
 									   : sendmsg(c->fd, &mh, MSG_NOSIGNAL);
 			if (w < 0) {
 				if (errno == EINTR)
@@ -278,10 +279,11 @@ static int tcp_sendv(struct rm_conn *c, const struct iovec *iov_in, int iovcnt)
 	return 0;
 }
 
-static ssize_t tcp_recv_some(struct rm_conn *c, void *buf, size_t len)
+static ssize_t tcp_recv_some(struct rm_conn *conn, void *buf, size_t len)
 {
+	struct tcp_conn *c = tcp(conn);
 	for (;;) {
-		ssize_t r = __builtin_expect(rm_sock_profiling, 0) ? profiled_recv(c->fd, buf, len, 0)
+		ssize_t r = __builtin_expect(rm_transport_profiling, 0) ? profiled_recv(c->fd, buf, len, 0)
 								   : recv(c->fd, buf, len, 0);
 		if (r > 0)
 			return r;
@@ -294,21 +296,21 @@ static ssize_t tcp_recv_some(struct rm_conn *c, void *buf, size_t len)
 
 static void tcp_shutdown(struct rm_conn *c)
 {
-	shutdown(c->fd, SHUT_RDWR);
+	shutdown(tcp(c)->fd, SHUT_RDWR);
 }
 
 static const char *tcp_peer(struct rm_conn *c)
 {
-	return c->peer;
+	return tcp(c)->peer;
 }
 
 static void tcp_close(struct rm_conn *c)
 {
-	close(c->fd);
-	free(c);
+	close(tcp(c)->fd);
+	free(tcp(c));
 }
 
-static int tcp_export_fd(struct rm_conn *c) { return c->fd; }
+static int tcp_export_fd(struct rm_conn *c) { return tcp(c)->fd; }
 
 static int tcp_adopt_fd(int fd, struct rm_conn **out)
 {
