@@ -49,6 +49,8 @@ CUresult rm_rpc_bad_reply(const char *fmt, ...) __attribute__((format(printf, 1,
 CUresult rm_connect_once(void);
 /* The GPU host's driver version, known after rm_connect_once. */
 int rm_remote_driver_version(void);
+/* The copy links of the process's connection (copy_links.h); NULL: none. */
+struct rm_copy_links *rm_process_copy_links(void);
 
 /* What every unsupported entry point returns, logging its name once. */
 CUresult rm_unsupported(const char *name);

@@ -19,6 +19,7 @@ struct copy_link {
 	pthread_t thread;
 	pthread_mutex_t lock;
 	pthread_cond_t changed;
+	int stop;         /* set by close: the thread ends */
 	int busy;         /* a share is being moved */
 	int to_host;
 	uint8_t *host;
@@ -27,10 +28,13 @@ struct copy_link {
 	int err;
 };
 
-static struct copy_link links_tab[RM_MAX_COPY_LINKS]; /* [1 .. nlinks] */
-static int nlinks;
-static uint64_t stripe_min = DEFAULT_STRIPE_MIN;
-static pthread_mutex_t copy_lock = PTHREAD_MUTEX_INITIALIZER; /* one striped copy at a time */
+struct rm_copy_links {
+	struct copy_link tab[RM_MAX_COPY_LINKS]; /* [1 .. n]: attached; [n+1 .. attached] given up */
+	int n;          /* links striped copies use; 0 once one fell out of step */
+	int attached;   /* links whose threads run, to be ended by close */
+	uint64_t stripe_min;
+	pthread_mutex_t lock; /* one striped copy at a time */
+};
 
 /* Sends or receives link l's chunks of its current copy. */
 static int move_share(struct copy_link *l)
@@ -56,8 +60,10 @@ static void *link_main(void *arg)
 	struct copy_link *l = arg;
 	pthread_mutex_lock(&l->lock);
 	for (;;) {
-		while (!l->busy)
+		while (!l->busy && !l->stop)
 			pthread_cond_wait(&l->changed, &l->lock);
+		if (l->stop)
+			break;
 		pthread_mutex_unlock(&l->lock);
 		int err = move_share(l);
 		pthread_mutex_lock(&l->lock);
@@ -65,6 +71,7 @@ static void *link_main(void *arg)
 		l->busy = 0;
 		pthread_cond_broadcast(&l->changed);
 	}
+	pthread_mutex_unlock(&l->lock);
 	return NULL;
 }
 
@@ -106,35 +113,67 @@ static int attach(struct copy_link *l, const struct rm_transport *tp, const char
 	return err;
 }
 
-void rm_copy_links_open(const struct rm_transport *tp, const char *addr, uint64_t session_id, const uint8_t *key,
-			size_t keylen)
+struct rm_copy_links *rm_copy_links_open(const struct rm_transport *tp, const char *addr, uint64_t session_id,
+					  const uint8_t *key, size_t keylen)
 {
 	const char *v = getenv("REMORA_COPY_LINKS");
 	long want = v && *v ? strtol(v, NULL, 10) : DEFAULT_LINKS;
 	if (want > RM_MAX_COPY_LINKS)
 		want = RM_MAX_COPY_LINKS;
+	if (keylen == 0 || want < 2)
+		return NULL; /* a daemon that offers no copy links, or none wanted */
+	struct rm_copy_links *cl = calloc(1, sizeof(*cl));
+	if (!cl)
+		return NULL;
+	pthread_mutex_init(&cl->lock, NULL);
 	const char *m = getenv("REMORA_STRIPE_MIN");
-	if (m && *m)
-		stripe_min = strtoull(m, NULL, 10) ? strtoull(m, NULL, 10) : DEFAULT_STRIPE_MIN;
-	if (keylen == 0)
-		return; /* a daemon that offers no copy links */
+	cl->stripe_min = m && *m && strtoull(m, NULL, 10) ? strtoull(m, NULL, 10) : DEFAULT_STRIPE_MIN;
 	for (long i = 1; i < want; i++) {
-		int err = attach(&links_tab[i], tp, addr, session_id, key, keylen, (uint32_t)i);
+		int err = attach(&cl->tab[i], tp, addr, session_id, key, keylen, (uint32_t)i);
 		if (err) {
-			fprintf(stderr, "remora: copy link %ld to %s not attached (%s); large copies use %ld connection(s)\n",
-				i, addr, strerror(-err), i);
+			rm_log(RM_LOG_ERROR, "copy link %ld to %s not attached (%s); large copies use %ld connection(s)",
+			       i, addr, strerror(-err), i);
 			break;
 		}
-		nlinks = (int)i;
+		cl->n = cl->attached = (int)i;
 	}
+	if (!cl->attached) {
+		rm_copy_links_close(cl);
+		return NULL;
+	}
+	return cl;
 }
 
-uint32_t rm_copy_links_take(uint64_t n)
+void rm_copy_links_close(struct rm_copy_links *cl)
 {
-	if (!nlinks || n < stripe_min)
+	if (!cl)
+		return;
+	for (int i = cl->attached; i >= 1; i--) {
+		struct copy_link *l = &cl->tab[i];
+		rm_conn_shutdown(l->link.conn); /* a share in progress ends with an error */
+		pthread_mutex_lock(&l->lock);
+		l->stop = 1;
+		pthread_cond_broadcast(&l->changed);
+		pthread_mutex_unlock(&l->lock);
+		pthread_join(l->thread, NULL);
+		pthread_cond_destroy(&l->changed);
+		pthread_mutex_destroy(&l->lock);
+		rm_link_close(&l->link);
+	}
+	pthread_mutex_destroy(&cl->lock);
+	free(cl);
+}
+
+uint32_t rm_copy_links_take(struct rm_copy_links *cl, uint64_t n)
+{
+	if (!cl || n < cl->stripe_min)
 		return 1;
-	pthread_mutex_lock(&copy_lock);
-	return (uint32_t)nlinks + 1;
+	pthread_mutex_lock(&cl->lock);
+	if (!cl->n) { /* given up since the caller looked */
+		pthread_mutex_unlock(&cl->lock);
+		return 1;
+	}
+	return (uint32_t)cl->n + 1;
 }
 
 int rm_copy_links_share0(void *host, uint64_t n, uint32_t links, struct iovec *iov, int cap)
@@ -150,10 +189,10 @@ int rm_copy_links_share0(void *host, uint64_t n, uint32_t links, struct iovec *i
 	return count;
 }
 
-void rm_copy_links_start(int to_host, void *host, uint64_t n, uint32_t links)
+void rm_copy_links_start(struct rm_copy_links *cl, int to_host, void *host, uint64_t n, uint32_t links)
 {
 	for (uint32_t i = 1; i < links; i++) {
-		struct copy_link *l = &links_tab[i];
+		struct copy_link *l = &cl->tab[i];
 		pthread_mutex_lock(&l->lock);
 		l->to_host = to_host;
 		l->host = host;
@@ -166,11 +205,11 @@ void rm_copy_links_start(int to_host, void *host, uint64_t n, uint32_t links)
 	}
 }
 
-int rm_copy_links_finish(int abort)
+int rm_copy_links_finish(struct rm_copy_links *cl, int abort)
 {
 	int first = 0;
-	for (int i = 1; i <= nlinks; i++) {
-		struct copy_link *l = &links_tab[i];
+	for (int i = 1; i <= cl->n; i++) {
+		struct copy_link *l = &cl->tab[i];
 		if (abort)
 			rm_conn_shutdown(l->link.conn);
 		pthread_mutex_lock(&l->lock);
@@ -181,10 +220,10 @@ int rm_copy_links_finish(int abort)
 		pthread_mutex_unlock(&l->lock);
 	}
 	if (first || abort) { /* out of step with the daemon: no more striped copies */
-		for (int i = 1; i <= nlinks; i++)
-			rm_conn_shutdown(links_tab[i].link.conn);
-		nlinks = 0;
+		for (int i = 1; i <= cl->n; i++)
+			rm_conn_shutdown(cl->tab[i].link.conn);
+		cl->n = 0;
 	}
-	pthread_mutex_unlock(&copy_lock);
+	pthread_mutex_unlock(&cl->lock);
 	return first;
 }

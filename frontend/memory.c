@@ -141,9 +141,9 @@ static uint64_t prefault_busy_ns(void)
 }
 
 /* Waits for a striped copy's links; a link that failed loses the connection. */
-static CUresult finish_striped(CUresult r)
+static CUresult finish_striped(struct rm_copy_links *cl, CUresult r)
 {
-	int err = rm_copy_links_finish(r == CUDA_ERROR_DEVICE_UNAVAILABLE);
+	int err = rm_copy_links_finish(cl, r == CUDA_ERROR_DEVICE_UNAVAILABLE);
 	if (err && r != CUDA_ERROR_DEVICE_UNAVAILABLE) {
 		rm_rpc_fail("copy link", err);
 		r = CUDA_ERROR_DEVICE_UNAVAILABLE;
@@ -152,6 +152,7 @@ static CUresult finish_striped(CUresult r)
 }
 
 struct striped_in {
+	struct rm_copy_links *cl;
 	void *dst;
 	uint64_t n;
 	uint32_t links;
@@ -160,7 +161,7 @@ struct striped_in {
 static void start_links_in(void *arg)
 {
 	struct striped_in *in = arg;
-	rm_copy_links_start(1, in->dst, in->n, in->links);
+	rm_copy_links_start(in->cl, 1, in->dst, in->n, in->links);
 }
 
 static CUresult copy_to_device(uint32_t op, CUdeviceptr dst, const void *src, size_t n, CUstream stream)
@@ -179,16 +180,17 @@ static CUresult copy_to_device(uint32_t op, CUdeviceptr dst, const void *src, si
 	rm_copy_profile_begin(&prof, "client", rm_op_names[op], n);
 	if (prof.active)
 		prof.host = rm_host_alloc_find(src, NULL, NULL, NULL) ? "pinned" : "pageable";
-	uint32_t links = rm_copy_links_take(n);
+	struct rm_copy_links *cl = rm_process_copy_links();
+	uint32_t links = rm_copy_links_take(cl, n);
 	if (links > 1) { /* this frame carries link 0's share; the links send theirs meanwhile */
 		req.links = links;
 		req.count = n;
 		c.nbulk_out = rm_copy_links_share0((void *)src, n, links, data, RM_STRIPE_MAX_CHUNKS_PER_LINK + 1);
-		rm_copy_links_start(0, (void *)src, n, links);
+		rm_copy_links_start(cl, 0, (void *)src, n, links);
 	}
 	CUresult r = rm_rpc(&c);
 	if (links > 1)
-		r = finish_striped(r);
+		r = finish_striped(cl, r);
 	rm_copy_profile_end(&prof);
 	return r;
 }
@@ -205,7 +207,8 @@ static CUresult copy_from_device(uint32_t op, void *dst, CUdeviceptr src, size_t
 	req.stream = (uint64_t)(uintptr_t)stream;
 	struct rm_rpc_call c = {.op = op, .req = &req.base, .bulk_in = dst, .bulk_in_len = n};
 	struct iovec share0[RM_STRIPE_MAX_CHUNKS_PER_LINK + 1];
-	struct striped_in in = {.dst = dst, .n = n, .links = rm_copy_links_take(n)};
+	struct rm_copy_links *cl = rm_process_copy_links();
+	struct striped_in in = {.cl = cl, .dst = dst, .n = n, .links = rm_copy_links_take(cl, n)};
 	if (in.links > 1) { /* the reply carries link 0's share; the links are started when it comes */
 		req.links = in.links;
 		c.bulk_in = NULL;
@@ -225,7 +228,7 @@ static CUresult copy_from_device(uint32_t op, void *dst, CUdeviceptr src, size_t
 	int prefaulting = prefault_begin(dst, n);
 	CUresult r = rm_rpc(&c);
 	if (in.links > 1)
-		r = finish_striped(r);
+		r = finish_striped(cl, r);
 	if (prefaulting) {
 		uint64_t mark = rm_copy_profile_mark(&prof);
 		uint64_t busy = prefault_end();

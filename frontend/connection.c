@@ -1,0 +1,151 @@
+/* Opening and closing the client's connection (connection.h): settings read first,
+ * then the link, the batch, the hello, the copy links and the flusher, released in
+ * reverse through one ladder. */
+#include "connection.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "copy_links.h"
+#include "remora.pb-c.h"
+#include "text.h"
+
+#define CONNECT_TIMEOUT_MS 5000
+#define MAX_VISIBLE 64
+
+int rm_visible_devices(const char *text, int32_t *out, size_t cap, size_t *n)
+{
+	*n = 0;
+	if (!text || !*text)
+		return 0;
+	for (const char *p = text; *p;) {
+		char *end;
+		long v = strtol(p, &end, 10);
+		if (end == p || v < 0 || v > 1023 || *n == cap || (*end && *end != ','))
+			return -1;
+		out[(*n)++] = (int32_t)v;
+		p = *end ? end + 1 : end;
+	}
+	return 0;
+}
+
+/* What the hello says of this client, from its environment: 0, or -1 after a line. */
+static int describe_client(Remora__Hello *hello, char *name, size_t namecap, int32_t *devices)
+{
+	snprintf(name, namecap, "?");
+	FILE *f = fopen("/proc/self/comm", "r");
+	if (f) {
+		if (fgets(name, (int)namecap, f))
+			name[strcspn(name, "\n")] = 0;
+		fclose(f);
+	}
+	hello->protocol_version = RM_PROTOCOL_VERSION;
+	hello->cuda_version = CUDA_VERSION;
+	hello->client_name = name;
+	hello->pid = (uint32_t)getpid();
+	const char *token = getenv("REMORA_TOKEN");
+	if (token) {
+		hello->credential.data = (uint8_t *)token;
+		hello->credential.len = strlen(token);
+	}
+	hello->devices = devices;
+	if (rm_visible_devices(getenv("REMORA_VISIBLE_DEVICES"), devices, MAX_VISIBLE, &hello->n_devices)) {
+		rm_log(RM_LOG_ERROR, "REMORA_VISIBLE_DEVICES must be a comma-separated list of GPU ordinals");
+		return -1;
+	}
+	return 0;
+}
+
+/* Sends the hello and reads the daemon's answer into c. */
+static CUresult greet(struct rm_client_conn *c, const char *server, Remora__Hello *hello,
+		      Remora__HelloReply **rep)
+{
+	struct rm_rpc_call call = {.op = RM_OP_HELLO, .req = &hello->base, .rep_desc = &remora__hello_reply__descriptor};
+	CUresult r = rm_client_call(c, &call);
+	*rep = (Remora__HelloReply *)call.rep;
+	if (r != CUDA_SUCCESS) {
+		char why[256];
+		rm_log(RM_LOG_ERROR, "the GPU server at %s refused this client: %s", server,
+		       *rep && (*rep)->error && *(*rep)->error ? rm_text_escape(why, sizeof(why), (*rep)->error)
+							: "handshake failed");
+		return r == CUDA_ERROR_DEVICE_UNAVAILABLE ? CUDA_ERROR_NO_DEVICE : r;
+	}
+	if (!*rep)
+		return CUDA_ERROR_NO_DEVICE;
+	c->session_id = (*rep)->session_id;
+	c->driver_version = (*rep)->driver_version > 0 ? (*rep)->driver_version : 0;
+	return CUDA_SUCCESS;
+}
+
+CUresult rm_client_conn_open(struct rm_client_conn *c, const char *server)
+{
+	Remora__Hello hello = REMORA__HELLO__INIT;
+	Remora__HelloReply *rep = NULL;
+	char name[64];
+	int32_t devices[MAX_VISIBLE];
+	if (describe_client(&hello, name, sizeof(name), devices))
+		return CUDA_ERROR_INVALID_VALUE;
+	const char *addr;
+	const struct rm_transport *tp = rm_transport_for(server, &addr);
+	if (!tp) {
+		rm_log(RM_LOG_ERROR, "REMORA_SERVER=%s names an unknown transport", server);
+		return CUDA_ERROR_NO_DEVICE;
+	}
+
+	CUresult r = CUDA_ERROR_NO_DEVICE;
+	struct rm_conn *conn;
+	int err = tp->dial(addr, CONNECT_TIMEOUT_MS, &conn);
+	if (err) {
+		rm_log(RM_LOG_ERROR, "cannot reach the GPU server at %s (%s); start remorad there or set "
+		       "REMORA_SERVER=host:port", server, strerror(-err));
+		return r;
+	}
+	if (rm_link_init(&c->link, conn)) {
+		rm_conn_close(conn);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	r = CUDA_ERROR_OUT_OF_MEMORY;
+	if (!(c->batch = malloc(RM_CLIENT_BATCH_CAP)))
+		goto fail_batch;
+	c->batch_len = 0;
+	c->next_seq = 1;
+	c->connected = 1;
+	if ((r = greet(c, server, &hello, &rep)) != CUDA_SUCCESS)
+		goto fail_hello;
+	rm_log(RM_LOG_INFO, "connected to %s, session %llu, driver %d", server, (unsigned long long)c->session_id,
+	       c->driver_version);
+	c->copy_links = rm_copy_links_open(tp, addr, rep->session_id, rep->attach_key.data, rep->attach_key.len);
+	rm_rpc_free(&rep->base);
+	if ((err = rm_client_flusher_start(c)))
+		rm_log(RM_LOG_WARN, "no flusher thread (%s): async calls go out at the next synchronizing call",
+		       strerror(-err));
+	return CUDA_SUCCESS;
+
+fail_hello:
+	rm_rpc_free(rep ? &rep->base : NULL);
+	c->connected = 0;
+	free(c->batch);
+	c->batch = NULL;
+fail_batch:
+	rm_link_close(&c->link);
+	return r;
+}
+
+void rm_client_conn_close(struct rm_client_conn *c)
+{
+	pthread_mutex_lock(&c->lock);
+	rm_client_conn_stop_locked(c);
+	pthread_mutex_unlock(&c->lock);
+	if (c->flusher_running)
+		pthread_join(c->flusher, NULL);
+	c->flusher_running = 0;
+	rm_copy_links_close(c->copy_links);
+	c->copy_links = NULL;
+	free(c->batch);
+	c->batch = NULL;
+	c->batch_len = 0;
+	rm_link_close(&c->link);
+}

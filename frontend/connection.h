@@ -1,0 +1,58 @@
+/* The client library's connection to its daemon: the session's link, the batch of async
+ * calls not sent yet with the thread that flushes it, and the copy links.
+ * rm_client_conn_open acquires them in that order and rm_client_conn_close releases them
+ * in the reverse; a process has one connection (rpc.c), opened at its first call. */
+#ifndef REMORA_FRONTEND_CONNECTION_H
+#define REMORA_FRONTEND_CONNECTION_H
+
+#include <cuda.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "client.h"
+#include "link.h"
+
+#define RM_CLIENT_BATCH_CAP (1u << 20) /* bytes of async calls a connection queues at most */
+
+struct rm_copy_links;
+
+struct rm_client_conn {
+	struct rm_link link;      /* the session's connection */
+	pthread_mutex_t lock;     /* one call on the link at a time; guards the fields below */
+	int connected;            /* 1 from the hello until lost or closed; 0: calls fail fast */
+	uint64_t next_seq;
+	uint8_t *batch;           /* async calls queued, sent with the next call that sends */
+	size_t batch_len;
+	uint64_t session_id;
+	int driver_version;       /* the GPU host's, from the hello reply */
+	struct rm_copy_links *copy_links; /* NULL: large copies go over the link alone */
+
+	/* The flusher (rpc.c): sends a batch whose oldest call has waited long enough, for a
+	 * program that makes no further call. The two times are written under lock and read
+	 * by the flusher without it (atomics); armed is set under flusher_lock. */
+	uint64_t batch_since_ns;  /* when the oldest queued call was queued; 0: none queued */
+	uint64_t last_async_ns;   /* when the last async call was queued */
+	int flusher_armed;
+	int flusher_running;      /* its thread was started and is to be joined */
+	pthread_t flusher;
+	pthread_mutex_t flusher_lock;
+	pthread_cond_t flusher_cond;
+};
+
+/* Connects to server ("tcp://host:port" or "host:port"), greets the daemon and opens the
+ * session's copy links and flusher. CUDA_SUCCESS, or the CUresult to give the program
+ * after one line on stderr saying why; then c holds nothing. */
+CUresult rm_client_conn_open(struct rm_client_conn *c, const char *server);
+/* Ends every call in progress with CUDA_ERROR_DEVICE_UNAVAILABLE, then releases what
+ * open acquired, in reverse. */
+void rm_client_conn_close(struct rm_client_conn *c);
+
+/* Makes call on c (client.h's rm_rpc on a given connection). */
+CUresult rm_client_call(struct rm_client_conn *c, struct rm_rpc_call *call);
+/* Starts the flusher thread: 0 or -errno. */
+int rm_client_flusher_start(struct rm_client_conn *c);
+/* Marks c lost (calls fail fast from now on), unblocks a call waiting on its link and
+ * wakes the flusher so that it ends. Called with c->lock held. */
+void rm_client_conn_stop_locked(struct rm_client_conn *c);
+
+#endif

@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""The client library's connection, opened and given up (issue 12), under valgrind: a
+malformed REMORA_VISIBLE_DEVICES, a refused hello and an unreachable server, each with a
+second candidate server after it, leave no memory and no socket behind, and a client
+that reaches a server after one it could not works.
+
+usage: client_lifecycle.py REMORAD DRIVER PROBE LIBDIR
+Skipped (77) where valgrind is not installed.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from remorad_fixture import Daemon  # noqa: E402
+
+remorad, driver, probe, libdir = sys.argv[1:5]
+failures = []
+LEAK_EXIT = 99
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def under_valgrind(servers, **env):
+    """Runs `probe free` through the client library: (exit code, stdout, valgrind's report)."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("REMORA_")}
+    e.update(LD_LIBRARY_PATH=libdir, REMORA_SERVER=",".join(servers), **env)
+    p = subprocess.run(["valgrind", "--leak-check=full", "--errors-for-leak-kinds=definite,indirect",
+                        f"--error-exitcode={LEAK_EXIT}", "--track-fds=yes", probe, "free"],
+                       capture_output=True, text=True, env=e, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def sockets_left(report):
+    return re.findall(r"Open (?:AF_INET|AF_INET6|AF_UNIX) socket.*", report)
+
+
+def main():
+    if not shutil.which("valgrind"):
+        print("valgrind is not installed: skipped")
+        return 77
+    tmp = tempfile.mkdtemp()
+    open_d = Daemon(remorad, driver, tmp, "open", "")
+    closed_d = Daemon(remorad, driver, tmp, "tenants", "allow_anonymous = no\n[tenant a]\ntoken = a-secret\n")
+    try:
+        rc, out, report = under_valgrind([open_d.server, open_d.server], REMORA_VISIBLE_DEVICES="0,x")
+        check(rc not in (0, LEAK_EXIT) and "REMORA_VISIBLE_DEVICES must be" in report,
+              f"a malformed REMORA_VISIBLE_DEVICES: a clear error ({rc})")
+        check(rc != LEAK_EXIT and not sockets_left(report), "and nothing left behind, for either candidate")
+
+        rc, out, report = under_valgrind([closed_d.server, closed_d.server])
+        check(rc not in (0, LEAK_EXIT) and "refused this client" in report, f"a refused hello: a clear error ({rc})")
+        check(rc != LEAK_EXIT and not sockets_left(report), "and nothing left behind, for either candidate")
+
+        rc, out, report = under_valgrind(["127.0.0.1:1", open_d.server])
+        check(rc == 0 and out.strip().isdigit(),
+              f"an unreachable server, then one that works: the program runs, losing no memory ({rc})")
+        if failures:
+            print("--- valgrind's last report\n" + report, file=sys.stderr)
+    finally:
+        open_d.stop()
+        closed_d.stop()
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
