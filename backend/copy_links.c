@@ -190,7 +190,7 @@ static void *link_main(void *arg)
 	return NULL;
 }
 
-int rm_copy_link_attach(struct rm_session *s, const struct rm_transport *tp, struct rm_conn *conn, uint32_t index)
+int rm_copy_link_attach(struct rm_session *s, struct rm_conn *conn, uint32_t index)
 {
 	struct rm_copy_link *l = calloc(1, sizeof(*l));
 	if (!l)

@@ -15,7 +15,7 @@
 #include "dispatch.h"
 
 /* Makes conn the session's copy link number index (1.., in order); 0 or -errno. */
-int rm_copy_link_attach(struct rm_session *s, const struct rm_transport *tp, struct rm_conn *conn, uint32_t index);
+int rm_copy_link_attach(struct rm_session *s, struct rm_conn *conn, uint32_t index);
 /* Stops and closes the session's copy links. */
 void rm_copy_links_close(struct rm_session *s);
 

@@ -140,7 +140,6 @@ static void refuse(struct rm_link *l, uint64_t seq, CUresult r, const char *why)
 }
 
 struct greeting {
-	const struct rm_transport *tp;
 	struct rm_conn *conn;
 };
 
@@ -367,7 +366,7 @@ int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char
 		pthread_attr_t attr;
 		pthread_attr_init(&attr);
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		if (!g || (*g = (struct greeting){tp, conn}, pthread_create(&t, &attr, greet, g))) {
+		if (!g || (*g = (struct greeting){conn}, pthread_create(&t, &attr, greet, g))) {
 			rm_log(RM_LOG_ERROR, "cannot greet a new client: out of resources");
 			rm_conn_close(conn);
 			free(g);

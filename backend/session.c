@@ -20,8 +20,8 @@
 #define STAGING_SIZE (8u << 20)
 #define TOMBSTONE UINT32_MAX
 
-struct rm_session *rm_session_new(const struct rm_transport *tp, struct rm_conn *conn,
-				  const struct rm_daemon_config *cfg, const struct rm_handoff *h)
+struct rm_session *rm_session_new(struct rm_conn *conn, const struct rm_daemon_config *cfg,
+				  const struct rm_handoff *h)
 {
 	struct rm_session *s = calloc(1, sizeof(*s));
 	if (!s)

@@ -98,8 +98,8 @@ struct rm_session {
 };
 
 /* A session for a client the accepting process admitted (handoff h). */
-struct rm_session *rm_session_new(const struct rm_transport *tp, struct rm_conn *conn,
-				  const struct rm_daemon_config *cfg, const struct rm_handoff *h);
+struct rm_session *rm_session_new(struct rm_conn *conn, const struct rm_daemon_config *cfg,
+				  const struct rm_handoff *h);
 /* Frees everything the client owns; returns how many handles that was. */
 size_t rm_session_release_all(struct rm_session *s);
 /* Frees everything the client still owns, then the session. */

@@ -162,7 +162,7 @@ static int receive(int channel, struct rm_handoff *h, int *fd)
 
 /* Makes conn a copy link of the session h names, if it presents that session's key;
  * answers the Attach either way. */
-static void attach_link(const struct rm_transport *tp, struct rm_conn *conn, const struct rm_handoff *h)
+static void attach_link(struct rm_conn *conn, const struct rm_handoff *h)
 {
 	int err = -ESRCH;
 	pthread_mutex_lock(&sessions_lock);
@@ -180,7 +180,7 @@ static void attach_link(const struct rm_transport *tp, struct rm_conn *conn, con
 		rm_frame_encode(&f, hdr);
 		struct iovec v = {hdr, sizeof(hdr)};
 		if (!err && !(err = rm_conn_sendv(conn, &v, 1)))
-			err = rm_copy_link_attach(s, tp, conn, h->link_index);
+			err = rm_copy_link_attach(s, conn, h->link_index);
 		if (err)
 			rm_log(RM_LOG_WARN, "session %llu (%s): copy link %u refused: %s", (unsigned long long)s->id,
 			       s->name, h->link_index, err == -EACCES ? "wrong key" : strerror(-err));
@@ -239,12 +239,12 @@ int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 			if (tp->adopt_fd(fd, &conn))
 				close(fd);
 			else
-				attach_link(tp, conn, &h);
+				attach_link(conn, &h);
 			continue;
 		}
 		if (tp->adopt_fd(fd, &conn)) {
 			close(fd);
-		} else if (!(s = rm_session_new(tp, conn, cfg, &h))) {
+		} else if (!(s = rm_session_new(conn, cfg, &h))) {
 			rm_conn_close(conn);
 		} else if (sessions_add(s)) {
 			rm_session_destroy(s);
