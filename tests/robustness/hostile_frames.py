@@ -15,6 +15,10 @@
                and serves again once descriptors are free
   names        control characters in a client's name reach neither the log nor
                `remora status` raw
+  staging-fails  a staging allocation that fails (the test driver's REMORA_TESTDRIVER_FAIL)
+               gives a real client a CUDA error, for the session's staging and for a copy
+               link's, each at its buffer or its event; the daemon keeps serving (with the
+               session's first buffer failing, a copy spun for ever before 8b964c3)
 
 usage: hostile_frames.py SCENARIO REMORAD DRIVER REMORA PROBE
 """
@@ -32,7 +36,7 @@ from remorad_fixture import Daemon, wait_for  # noqa: E402
 
 OP_MEMCPY_HTOD = 36     # cuMemcpyHtoD_v2 (proto/api.spec)
 OP_LIBRARY_LOAD = 69    # cuLibraryLoadData
-CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_OUT_OF_MEMORY = 2   # also what the test driver's injected failures return
 CUDA_ERROR_INVALID_IMAGE = 200
 MIB = 1 << 20
 
@@ -47,10 +51,11 @@ def check(cond, what):
     return cond
 
 
-def run_probe(d, *args, timeout=60):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REMORA_")}
+def run_probe(d, *args, timeout=60, env=None):
+    penv = {k: v for k, v in os.environ.items() if not k.startswith("REMORA_")}
+    penv.update(env or {})
     p = subprocess.run([remora, "run", "--server", d.server, "--", probe, *args],
-                       capture_output=True, text=True, env=env, timeout=timeout)
+                       capture_output=True, text=True, env=penv, timeout=timeout)
     return p.returncode == 0 and p.stdout.strip() == "ok", p.stderr.strip()
 
 
@@ -122,14 +127,17 @@ def images(d):
     third.sendall(library_load(48 * MIB))
     check(w.result_of(w.read_reply(third)) == CUDA_ERROR_OUT_OF_MEMORY,
           "a third image past the worker's host-memory bound: CUDA_ERROR_OUT_OF_MEMORY")
-    for c in held:  # the rest of each: not an image, and the memory is given back
+    # The rest of each: zeros, which the test driver refuses and NVIDIA's driver takes as
+    # empty PTX; either way the load ends and its memory is given back.
+    for c in held:
         c.sendall(bytes(47 * MIB))
         r = w.read_reply(c, timeout=30)
-        check(w.result_of(r) not in (None, 0, CUDA_ERROR_OUT_OF_MEMORY), f"a held image completes ({w.result_of(r)})")
+        check(w.result_of(r) not in (None, CUDA_ERROR_OUT_OF_MEMORY), f"a held image completes ({w.result_of(r)})")
         c.close()
     third.sendall(bytes(48 * MIB) + library_load(48 * MIB, seq=2) + bytes(48 * MIB))
     r = w.read_reply(third, timeout=30)
-    check(w.result_of(r) not in (None, 0, CUDA_ERROR_OUT_OF_MEMORY), "once they are done, another is taken")
+    check(w.result_of(r) not in (None, CUDA_ERROR_OUT_OF_MEMORY),
+          f"once they are done, another is taken ({w.result_of(r)})")
     third.close()
     ok, err = run_probe(d, "work", "0.2")
     check(ok, f"the daemon serves on ({err})")
@@ -193,6 +201,53 @@ def names(d):
     check(b"\x1b" not in status.stdout + status.stderr, "no raw control character from remora status")
 
 
+# The worker's calls, in the order a fresh worker's first client makes them: its first copy
+# opens the session's staging (cuMemAllocHost_v2 1, cuEventCreate 1, cuMemAllocHost_v2 2,
+# cuEventCreate 2: backend/staging.c), and with two links the first striped copy then opens
+# copy link 1's (calls 3 and 4 of each). No other call of the worker makes either for
+# `probe work` or `probe stripes` (no blocking stream, no event of the client's). The
+# worker's host-memory bound is what one client's staging takes (16 MiB, and 8 MiB for the
+# copy link: docs/configuration.md), so the next client works only if the failed
+# allocation gave back all it had taken.
+STRIPED = {"REMORA_COPY_LINKS": "2", "REMORA_STRIPE_MIN": str(MIB)}
+STAGING_FAILURES = [
+    # (REMORA_TESTDRIVER_FAIL, the probe's arguments, its environment, the bound, what fails)
+    ("cuMemAllocHost_v2:1", ["work", "0.2"], {}, "16M", "the session's first staging buffer"),
+    ("cuEventCreate:2", ["work", "0.2"], {}, "16M", "the session's second staging event"),
+    ("cuMemAllocHost_v2:3", ["stripes"], STRIPED, "24M", "copy link 1's first staging buffer"),
+    ("cuEventCreate:4", ["stripes"], STRIPED, "24M", "copy link 1's second staging event"),
+]
+
+
+def staging_fails(d):
+    ok, err = run_probe(d, "stripes", env=STRIPED, timeout=120)
+    check(ok, f"without failures, striped copies over two links work ({err})")
+    for spec, args, env, bound, what in STAGING_FAILURES:
+        name = "staging-fails-" + spec.replace(":", "-")
+        fd = Daemon(remorad, driver, tempfile.mkdtemp(), name, f"worker_host_memory_limit = {bound}\n",
+                    env={"REMORA_TESTDRIVER_FAIL": spec})
+        try:
+            try:
+                ok, err = run_probe(fd, *args, env=env, timeout=30)
+                check(not ok and "cuMemcpyHtoD" in err and f"failed: {CUDA_ERROR_OUT_OF_MEMORY}" in err,
+                      f"{what} not allocated: the copy fails with CUDA_ERROR_OUT_OF_MEMORY ({err})")
+            except subprocess.TimeoutExpired:
+                check(False, f"{what} not allocated: the copy still has no answer after 30 s")
+            call = spec.replace(":", " call ")
+            check(f"{call} fails" in fd.text(), f"the test driver failed {call}")
+            check(wait_for(lambda: "closed: released" in fd.text()), "the client's session has closed")
+            ok, err = run_probe(fd, *args, env=env, timeout=120)
+            check(ok, f"then another client's copies work within a bound of {bound} ({err})")
+            no_worker_died(fd)
+            check(fd.proc.poll() is None, "remorad is still running")
+        finally:
+            fd.stop()
+        if failures:
+            print(f"--- {name} log\n" + fd.text(), file=sys.stderr)
+            return
+    no_worker_died(d)
+
+
 def limit_descriptors():
     resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
 
@@ -205,6 +260,7 @@ SCENARIOS = {
     "headers": (headers, "", {}),
     "descriptors": (descriptors, "", {"preexec_fn": limit_descriptors}),
     "names": (names, "", {}),
+    "staging-fails": (staging_fails, "", {}),
 }
 
 

@@ -165,6 +165,7 @@ static void read_environment(void)
 	/* As CUDA: at most 32; unset or not a positive number leaves the model off. */
 	long queues = env_long("CUDA_DEVICE_MAX_CONNECTIONS", 0, 1, LONG_MAX);
 	hardware_queues = queues > TD_MAX_HARDWARE_QUEUES ? TD_MAX_HARDWARE_QUEUES : (int)queues;
+	td_fail_configure();
 }
 
 bool td_initialized(void) { return __atomic_load_n(&initialized, __ATOMIC_ACQUIRE); }

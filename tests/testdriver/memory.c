@@ -230,6 +230,8 @@ TD_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytes, unsigned int flags)
 
 TD_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytes)
 {
+	if (td_fail_now(TD_FAIL_MEM_ALLOC_HOST))
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	return cuMemHostAlloc(pp, bytes, 0);
 }
 

@@ -615,6 +615,8 @@ static struct td_event *event_from(CUevent handle)
 
 TD_EXPORT CUresult cuEventCreate(CUevent *ph, unsigned int flags)
 {
+	if (td_fail_now(TD_FAIL_EVENT_CREATE))
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	struct td_context *ctx;
 	CUresult rc = td_require_context(&ctx);
 	if (rc != CUDA_SUCCESS)

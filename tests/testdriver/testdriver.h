@@ -14,6 +14,14 @@
  * and each hardware queue (stream.c) its own for its queue; a queue's lock
  * may be taken inside a stream's, never the other way round.  Never take
  * td_lock while holding a stream lock.
+ *
+ * Failure injection (inject.c), for the tests of what a caller does when the
+ * driver fails: REMORA_TESTDRIVER_FAIL="NAME:N[,NAME:N...]" makes the N-th
+ * call of NAME in this process (counted from 1, every call counted) fail with
+ * CUDA_ERROR_OUT_OF_MEMORY before it does anything, and says so on stderr;
+ * every other call behaves as usual, so a caller that tries again succeeds.
+ * NAME is cuMemAllocHost_v2 or cuEventCreate.  A malformed value aborts the
+ * process at cuInit: a test that names a call wrongly fails loudly.
  */
 #ifndef REMORA_TESTDRIVER_H
 #define REMORA_TESTDRIVER_H
@@ -162,6 +170,14 @@ void td_stream_synchronize(struct td_stream *s);
 void td_stream_unref(struct td_stream *s);
 void td_destroy_context_streams(struct td_context *ctx);
 struct td_op *td_op_new(enum td_op_kind kind);
+
+/* ---- failure injection (inject.c) ---- */
+enum td_fail_point { TD_FAIL_MEM_ALLOC_HOST, TD_FAIL_EVENT_CREATE, TD_FAIL_POINTS };
+
+/* Reads REMORA_TESTDRIVER_FAIL, once; aborts on a malformed value. */
+void td_fail_configure(void);
+/* Counts a call of point's function: true when this call is to fail. */
+bool td_fail_now(enum td_fail_point point);
 
 /* ---- kernels (kernels.c, launch.c) ---- */
 struct td_kernel {

@@ -1,0 +1,88 @@
+/* Failure injection (testdriver.h): REMORA_TESTDRIVER_FAIL names the calls that fail. */
+#include "testdriver.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_FAILURES 16
+
+static const char *const point_names[TD_FAIL_POINTS] = {
+	[TD_FAIL_MEM_ALLOC_HOST] = "cuMemAllocHost_v2",
+	[TD_FAIL_EVENT_CREATE] = "cuEventCreate",
+};
+
+static struct failure {
+	enum td_fail_point point;
+	uint64_t call;
+} failures[MAX_FAILURES];
+static int nfailures;
+static uint64_t calls[TD_FAIL_POINTS];
+static pthread_once_t parse_once = PTHREAD_ONCE_INIT;
+
+/* A test's mistake, not a driver failure: said once, and the process ends. */
+static void refuse(const char *spec, const char *why)
+{
+	fprintf(stderr, "remora-testdriver: REMORA_TESTDRIVER_FAIL=\"%s\": %s\n", spec, why);
+	abort();
+}
+
+/* One NAME:N entry of len bytes at e. */
+static void parse_entry(const char *spec, const char *e, size_t len)
+{
+	const char *colon = memchr(e, ':', len);
+	if (!colon)
+		refuse(spec, "an entry is not NAME:N");
+	int point = -1;
+	for (int p = 0; p < TD_FAIL_POINTS; p++)
+		if (strlen(point_names[p]) == (size_t)(colon - e) && !memcmp(e, point_names[p], (size_t)(colon - e)))
+			point = p;
+	if (point < 0)
+		refuse(spec, "a function that cannot be made to fail (cuMemAllocHost_v2, cuEventCreate)");
+	uint64_t n = 0;
+	const char *d = colon + 1;
+	if (d == e + len)
+		refuse(spec, "an entry without its call number");
+	for (; d < e + len; d++) {
+		if (*d < '0' || *d > '9' || n > (UINT64_MAX - 9) / 10)
+			refuse(spec, "a call number that is not a positive number");
+		n = n * 10 + (uint64_t)(*d - '0');
+	}
+	if (n == 0)
+		refuse(spec, "calls are counted from 1");
+	if (nfailures == MAX_FAILURES)
+		refuse(spec, "more than 16 entries");
+	failures[nfailures++] = (struct failure){.point = (enum td_fail_point)point, .call = n};
+}
+
+static void parse(void)
+{
+	const char *spec = getenv("REMORA_TESTDRIVER_FAIL");
+	if (!spec || !*spec)
+		return;
+	for (const char *e = spec;;) {
+		const char *comma = strchr(e, ',');
+		size_t len = comma ? (size_t)(comma - e) : strlen(e);
+		parse_entry(spec, e, len);
+		if (!comma)
+			break;
+		e = comma + 1;
+	}
+}
+
+void td_fail_configure(void) { pthread_once(&parse_once, parse); }
+
+bool td_fail_now(enum td_fail_point point)
+{
+	td_fail_configure();
+	if (!nfailures)
+		return false;
+	uint64_t call = __atomic_add_fetch(&calls[point], 1, __ATOMIC_RELAXED);
+	for (int i = 0; i < nfailures; i++)
+		if (failures[i].point == point && failures[i].call == call) {
+			fprintf(stderr, "remora-testdriver: %s call %llu fails (REMORA_TESTDRIVER_FAIL)\n",
+			        point_names[point], (unsigned long long)call);
+			return true;
+		}
+	return false;
+}
