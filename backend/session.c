@@ -116,9 +116,13 @@ const struct rm_handle *rm_session_find(struct rm_session *s, enum rm_handle_kin
 	return find_slot(s, kind, v);
 }
 
+/* Rebuilds the table without tombstones, at the size that keeps it at most half full
+ * (so churn with few live handles does not grow it). */
 static int grow(struct rm_session *s)
 {
-	size_t cap = s->handles_cap ? s->handles_cap * 2 : 64;
+	size_t cap = 64;
+	while (cap < (s->handles_live + 1) * 2)
+		cap *= 2;
 	struct rm_handle *old = s->handles, *t = calloc(cap, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
@@ -170,6 +174,8 @@ static void range_remove(struct rm_session *s, uint64_t base)
 void rm_session_own_memory(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, uint64_t size,
 			   uint64_t parent)
 {
+	if (find_slot(s, kind, v))
+		return; /* asked for again (cuModuleGetFunction of one function): one record */
 	if ((s->handles_used + 1) * 4 > s->handles_cap * 3 && grow(s)) {
 		rm_log(RM_LOG_ERROR, "session %llu: out of memory recording a handle", (unsigned long long)s->id);
 		return;

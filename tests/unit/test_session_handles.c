@@ -313,6 +313,14 @@ static void churn(void)
 		wrong += owns(s, RM_H_EVENT, ev);
 	}
 	EXPECT(wrong == 0 && s->handles_live == 1 && table_sound(s));
+	EXPECT(s->handles_cap <= 256); /* churn clears tombstones rather than growing the table */
+	/* One function asked for again and again (cuModuleGetFunction): one record. */
+	rm_session_own(s, RM_H_MODULE, ptr(0xa000), 0);
+	for (int i = 0; i < 100000; i++)
+		rm_session_own(s, RM_H_FUNCTION, ptr(0xa010), 0xa000);
+	EXPECT(s->handles_live == 3 && s->handles_cap <= 256 && owns(s, RM_H_FUNCTION, 0xa010));
+	rm_session_disown(s, RM_H_MODULE, ptr(0xa000));
+	EXPECT(!owns(s, RM_H_FUNCTION, 0xa010) && s->handles_live == 1);
 	session_free(s);
 }
 
