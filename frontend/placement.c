@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "size.h"
 
 #define DEFAULT_SERVER "127.0.0.1:7700"
@@ -41,7 +42,7 @@ static int from_pool(struct rm_candidates *c, const char *endpoints)
 	uint64_t min_free = 0;
 	const char *mf = getenv("REMORA_MIN_FREE_MEMORY");
 	if (mf && *mf && rm_parse_size(mf, &min_free)) {
-		fprintf(stderr, "remora: REMORA_MIN_FREE_MEMORY=%s is not a size (e.g. 512M, 8G)\n", mf);
+		rm_log(RM_LOG_ERROR, "REMORA_MIN_FREE_MEMORY=%s is not a size (e.g. 512M, 8G)", mf);
 		return -EINVAL;
 	}
 	struct rm_etcd e;
@@ -50,7 +51,7 @@ static int from_pool(struct rm_candidates *c, const char *endpoints)
 	if (!err)
 		err = rm_pool_list(&e, &members, &n);
 	if (err) {
-		fprintf(stderr, "remora: REMORA_POOL: %s\n", e.error);
+		rm_log(RM_LOG_ERROR, "REMORA_POOL: %s", e.error);
 		return err == -EINVAL || err == -ENOMEM ? err : -EHOSTUNREACH;
 	}
 	int *order = malloc(((size_t)n + 1) * sizeof(*order));
@@ -60,8 +61,8 @@ static int from_pool(struct rm_candidates *c, const char *endpoints)
 	free(order);
 	free(members);
 	if (!c->n) {
-		fprintf(stderr, "remora: the pool at %s has no serving GPU host with %llu bytes free (%d member(s))\n",
-			endpoints, (unsigned long long)min_free, n);
+		rm_log(RM_LOG_ERROR, "the pool at %s has no serving GPU host with %llu bytes free (%d member(s))", endpoints,
+		       (unsigned long long)min_free, n);
 		return -ENOENT;
 	}
 	return 0;
@@ -82,7 +83,7 @@ int rm_placement_candidates(struct rm_candidates *c)
 	     tok = strtok_r(NULL, ", ", &save))
 		snprintf(c->addr[c->n++], sizeof(c->addr[0]), "%s", tok);
 	if (!c->n) {
-		fprintf(stderr, "remora: REMORA_SERVER names no server\n");
+		rm_log(RM_LOG_ERROR, "REMORA_SERVER names no server");
 		return -EINVAL;
 	}
 	return 0;
