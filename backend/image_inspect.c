@@ -144,33 +144,42 @@ static int entry_shareable(uint16_t kind, const uint8_t *payload, size_t len, ui
 	return ok;
 }
 
-static int fatbin_shareable(const uint8_t *f, size_t n)
+/* A fatbin's entries, walked: each entry header e (64 bytes readable), its header size
+ * and payload size checked against the fatbin's end. A tail shorter than an entry header
+ * is padding. Returns the entries seen, or -1 when the fatbin's header or an entry
+ * reaches past its n bytes, or visit(e, arg) says no (returns 0). */
+static int fatbin_walk(const uint8_t *f, size_t n, int (*visit)(const uint8_t *e, void *arg), void *arg)
 {
 	if (n < 16)
-		return 0;
+		return -1;
 	uint16_t hsz = rd16(f + 6);
 	uint64_t size = rd64(f + 8);
 	if (hsz < 16 || hsz > n || size > n - hsz)
-		return 0;
-	const uint8_t *e = f + hsz, *end = f + hsz + size;
+		return -1;
 	int entries = 0;
-	while (e < end) {
-		if ((size_t)(end - e) < 64)
-			return 0;
-		uint16_t kind = rd16(e);
+	for (const uint8_t *e = f + hsz, *end = f + hsz + size; (size_t)(end - e) >= 64; entries++) {
 		uint32_t ehsz = rd32(e + 4);
-		uint64_t padded = rd64(e + 8);
-		uint32_t compressed = rd32(e + 16);
-		uint64_t flags = rd64(e + 40), plain = rd64(e + 56);
-		if (ehsz < 64 || ehsz > (size_t)(end - e) || padded > (size_t)(end - e) - ehsz)
-			return 0;
-		uint64_t len = compressed ? compressed : padded;
-		if (len > padded || !entry_shareable(kind, e + ehsz, len, compressed ? flags : 0, plain))
-			return 0;
+		uint64_t padded = rd64(e + 8), compressed = rd32(e + 16);
+		if (ehsz < 16 || ehsz > (size_t)(end - e) || padded > (size_t)(end - e) - ehsz || compressed > padded ||
+		    (visit && !visit(e, arg)))
+			return -1;
 		e += ehsz + padded;
-		entries++;
 	}
-	return entries > 0;
+	return entries;
+}
+
+static int entry_visit_shareable(const uint8_t *e, void *arg)
+{
+	(void)arg;
+	uint32_t ehsz = rd32(e + 4), compressed = rd32(e + 16);
+	uint64_t padded = rd64(e + 8), flags = rd64(e + 40), plain = rd64(e + 56);
+	return ehsz >= 64 && entry_shareable(rd16(e), e + ehsz, compressed ? compressed : padded,
+					     compressed ? flags : 0, plain);
+}
+
+static int fatbin_shareable(const uint8_t *f, size_t n)
+{
+	return fatbin_walk(f, n, entry_visit_shareable, NULL) > 0;
 }
 
 int rm_image_shareable(const uint8_t *image, size_t n)
@@ -211,24 +220,10 @@ static int elf_contained(const uint8_t *e, size_t n)
 	return 1;
 }
 
+/* The driver takes a fatbin's entries on trust: each must lie within it. */
 static int fatbin_contained(const uint8_t *f, size_t n)
 {
-	if (n < 16)
-		return 0;
-	uint16_t hsz = rd16(f + 6);
-	uint64_t size = rd64(f + 8);
-	if (hsz < 16 || hsz > n || size > n - hsz)
-		return 0;
-	/* A tail too short for an entry header is padding: a driver reading one there stays
-	 * within the zeros the daemon puts after every image (module_handlers.c). */
-	for (const uint8_t *e = f + hsz, *end = f + hsz + size; (size_t)(end - e) >= 64;) {
-		uint32_t ehsz = rd32(e + 4);
-		uint64_t padded = rd64(e + 8), compressed = rd32(e + 16);
-		if (ehsz < 16 || ehsz > (size_t)(end - e) || padded > (size_t)(end - e) - ehsz || compressed > padded)
-			return 0;
-		e += ehsz + padded;
-	}
-	return 1;
+	return fatbin_walk(f, n, NULL, NULL) >= 0;
 }
 
 int rm_image_contained(const uint8_t *image, size_t n)
