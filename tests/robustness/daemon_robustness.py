@@ -11,25 +11,13 @@ import random
 import re
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 
-MAGIC = 0x524D5231
-FRAME = struct.Struct("<IIQIIQQii")  # common/wire.h: 48 bytes
-ATTACH = 0x10001  # RM_OP_ATTACH
-
-
-def varint(v):
-    out = b""
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        out += bytes([b | (0x80 if v else 0)])
-        if not v:
-            return out
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from rmwire import FRAME, MAGIC, OP_ATTACH as ATTACH, varint  # noqa: E402
 
 remorad, driver, remora, probe, image = sys.argv[1:6]
 failures = []

@@ -17,10 +17,9 @@ import subprocess
 import sys
 import threading
 
-MAGIC = 0x524D5231
-FRAME = struct.Struct("<IIQIIQQii")  # common/wire.h: 48 bytes
-F_REPLY, F_ASYNC = 1, 2
-OP_HELLO, OP_STATUS = 0, 0x10000
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from rmwire import FRAME, F_ASYNC, F_REPLY, MAGIC, OP_HELLO, OP_STATUS, varint  # noqa: E402,F401
+
 CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_PERMITTED = 1, 800
 EVIL_TEXT = "\x1b[2J\nforged line"
 
@@ -68,17 +67,6 @@ OPS = read_opcodes(api_spec)
 NAMES = {v: k for k, v in OPS.items()}
 MSGS = read_messages(api_proto, remora_proto)
 LENGTH_TYPES = ("string", "bytes")
-
-
-def varint(v):
-    v &= (1 << 64) - 1
-    out = b""
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        out += bytes([b | (0x80 if v else 0)])
-        if not v:
-            return out
 
 
 def encode(msg, **values):

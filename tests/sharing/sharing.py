@@ -29,6 +29,10 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import remorad_fixture  # noqa: E402
+from remorad_fixture import wait_for  # noqa: E402
+
 MIB = 1 << 20
 scenario, remorad, driver, remora, tenant_probe, probe, image = sys.argv[1:8]
 failures = []
@@ -42,53 +46,9 @@ def check(cond, what):
     return cond
 
 
-def wait_for(pred, timeout=10.0, step=0.05):
-    end = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v or time.monotonic() > end:
-            return v
-        time.sleep(step)
-
-
-class Daemon:
-    """A private remorad on a free loopback port with a configuration file."""
-
-    def __init__(self, tmp, name, config, env=None, args=()):
-        self.log_path = os.path.join(tmp, name + ".log")
-        conf = os.path.join(tmp, name + ".conf")
-        ready = os.path.join(tmp, name + ".addr")
-        with open(conf, "w") as f:
-            f.write(config)
-        denv = {k: v for k, v in os.environ.items() if not k.startswith("REMORA_")}
-        denv.update(REMORA_LOG="info", **(env or {}))
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([remorad, "--config", conf, "--listen", "tcp://127.0.0.1:0",
-                                      "--driver", driver, "--ready-file", ready, *args],
-                                     stderr=self.log, env=denv)
-        ok = wait_for(lambda: os.path.exists(ready) and open(ready).read().strip(), timeout=10)
-        if not ok:
-            self.stop()
-            raise RuntimeError("remorad did not start:\n" + self.text())
-        self.server = open(ready).read().strip()
-
-    def text(self):
-        with open(self.log_path) as f:
-            return f.read()
-
-    def workers(self):
-        """{tenant: pid} from the "started worker PID for TENANT" lines."""
-        return {m.group(2): int(m.group(1)) for m in re.finditer(r"started worker (\d+) for ([^\n]+)", self.text())}
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
+def Daemon(tmp, name, config, env=None, args=()):
+    """A private remorad on the test driver (tests/lib/remorad_fixture.py)."""
+    return remorad_fixture.Daemon(remorad, driver, tmp, name, config, env=env, args=args)
 
 
 def client(d, *args, token=None, visible=None, stdin=None):

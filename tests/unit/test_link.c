@@ -9,15 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static int failures;
-
-#define EXPECT(cond)                                                         \
-	do {                                                                 \
-		if (!(cond)) {                                               \
-			fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-			failures++;                                          \
-		}                                                            \
-	} while (0)
+#include "expect.h"
 
 int main(void)
 {

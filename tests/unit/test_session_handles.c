@@ -19,15 +19,7 @@
 #include "registry.h"
 #include "stream_pool.h"
 
-static int failures;
-
-#define EXPECT(cond)                                                                                                   \
-	do {                                                                                                           \
-		if (!(cond)) {                                                                                         \
-			fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                                \
-			failures++;                                                                                    \
-		}                                                                                                      \
-	} while (0)
+#include "expect.h"
 
 /* ---- doubles: what session.c links against but the table does not use ---- */
 

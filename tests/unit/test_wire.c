@@ -5,15 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int failures;
-
-#define EXPECT(cond)                                                                 \
-	do {                                                                         \
-		if (!(cond)) {                                                       \
-			fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);  \
-			failures++;                                                  \
-		}                                                                    \
-	} while (0)
+#include "expect.h"
 
 static struct rm_frame good(void)
 {
