@@ -24,6 +24,7 @@ usage: hostile_frames.py SCENARIO REMORAD DRIVER REMORA PROBE
 """
 import os
 import resource
+import select
 import socket
 import subprocess
 import sys
@@ -116,29 +117,34 @@ def images(d):
     check(w.result_of(w.read_reply(s)) == CUDA_ERROR_OUT_OF_MEMORY,
           "an image past the client's quota: CUDA_ERROR_OUT_OF_MEMORY before its bytes")
     s.close()
-    # worker_host_memory_limit = 100M: two 48 MiB images in flight fit, a third does not.
-    held = []
-    for _ in range(2):
+    # worker_host_memory_limit = 100M: of three 48 MiB images in flight, whichever the
+    # worker comes to last is refused at once; the other two are being received.
+    conns = []
+    for _ in range(3):
         c = w.connect(d.host, d.port)
         c.sendall(library_load(48 * MIB) + bytes(MIB))
-        held.append(c)
-    time.sleep(0.5)  # both are being received
-    third = w.connect(d.host, d.port)
-    third.sendall(library_load(48 * MIB))
-    check(w.result_of(w.read_reply(third)) == CUDA_ERROR_OUT_OF_MEMORY,
-          "a third image past the worker's host-memory bound: CUDA_ERROR_OUT_OF_MEMORY")
-    # The rest of each: zeros, which the test driver refuses and NVIDIA's driver takes as
-    # empty PTX; either way the load ends and its memory is given back.
-    for c in held:
-        c.sendall(bytes(47 * MIB))
-        r = w.read_reply(c, timeout=30)
-        check(w.result_of(r) not in (None, CUDA_ERROR_OUT_OF_MEMORY), f"a held image completes ({w.result_of(r)})")
+        conns.append(c)
+    readable = []
+    end = time.monotonic() + 30
+    while not readable and time.monotonic() < end:
+        readable = select.select(conns, [], [], 1)[0]
+    time.sleep(0.5)  # a second refusal, which would be wrong, has had time to come
+    readable = select.select(conns, [], [], 0)[0]
+    check(len(readable) == 1 and w.result_of(w.read_reply(readable[0])) == CUDA_ERROR_OUT_OF_MEMORY,
+          f"one image past the worker's host-memory bound: CUDA_ERROR_OUT_OF_MEMORY ({len(readable)} answered)")
+    # The rest of the other two: zeros, which the test driver refuses and NVIDIA's driver
+    # takes as empty PTX; either way the load ends and its memory is given back.
+    for c in conns:
+        if c not in readable:
+            c.sendall(bytes(47 * MIB))
+            r = w.read_reply(c, timeout=30)
+            check(w.result_of(r) not in (None, CUDA_ERROR_OUT_OF_MEMORY), f"a held image completes ({w.result_of(r)})")
         c.close()
-    third.sendall(bytes(48 * MIB) + library_load(48 * MIB, seq=2) + bytes(48 * MIB))
-    r = w.read_reply(third, timeout=30)
-    check(w.result_of(r) not in (None, CUDA_ERROR_OUT_OF_MEMORY),
-          f"once they are done, another is taken ({w.result_of(r)})")
-    third.close()
+    c = w.connect(d.host, d.port)
+    c.sendall(library_load(48 * MIB) + bytes(48 * MIB))
+    r = w.read_reply(c, timeout=30)
+    check(w.result_of(r) not in (None, CUDA_ERROR_OUT_OF_MEMORY), f"once they are done, another is taken ({w.result_of(r)})")
+    c.close()
     ok, err = run_probe(d, "work", "0.2")
     check(ok, f"the daemon serves on ({err})")
 
