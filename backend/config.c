@@ -11,6 +11,7 @@
 
 #include "log.h"
 #include "size.h"
+#include "wire.h"
 
 void rm_config_defaults(struct rm_daemon_config *c)
 {
@@ -24,6 +25,7 @@ void rm_config_defaults(struct rm_daemon_config *c)
 	c->queue_sharing_wait = 1;
 	snprintf(c->anonymous.name, sizeof(c->anonymous.name), "anonymous");
 	c->lease_ttl_s = 10;
+	c->peer_timeout_s = RM_DEFAULT_PEER_TIMEOUT_MS / 1000;
 	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
 	c->worker_host_memory_limit = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 4 : 4ull << 30;
 }
@@ -117,6 +119,8 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 		bad = copy_str(c->host_name, sizeof(c->host_name), v);
 	else if (!strcmp(key, "lease_ttl"))
 		bad = parse_int(v, 2, 3600, &c->lease_ttl_s);
+	else if (!strcmp(key, "peer_timeout"))
+		bad = parse_int(v, 1, 3600, &c->peer_timeout_s);
 	else {
 		snprintf(why, whylen, "unknown setting '%s'", key);
 		return -1;

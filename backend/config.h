@@ -47,6 +47,8 @@ struct rm_daemon_config {
 	char advertise[256];  /* the address clients are told to use; "" derives it from listen */
 	char host_name[128];  /* the member's name in the pool; "" uses the host name */
 	int lease_ttl_s;
+
+	int peer_timeout_s;   /* a client silent this long is taken for gone (docs/protocol.md) */
 };
 
 /* Fills c with the built-in defaults. */

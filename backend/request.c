@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "gpus.h"
+#include "liveness.h"
 #include "log.h"
 
 ProtobufCMessage *rm_request_unpack(struct rm_request *rq, const ProtobufCMessageDescriptor *desc)
@@ -40,7 +41,10 @@ static int send_reply(struct rm_session *s, struct rm_request *rq, CUresult r, c
 		f.async_result = (int32_t)s->async_error;
 		s->async_error = CUDA_SUCCESS;
 	}
+	pthread_mutex_lock(&s->send_lock);
+	rm_liveness_reply_begins(s);
 	int err = rm_link_send(&s->link, &f, buf, NULL, 0);
+	pthread_mutex_unlock(&s->send_lock);
 	if (buf != small)
 		free(buf);
 	rq->replied = 1;

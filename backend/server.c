@@ -246,7 +246,8 @@ static void *greet(void *arg)
 	}
 	char why[200] = "";
 	CUresult r = CUDA_SUCCESS;
-	struct rm_handoff h = {.tenant = -1, .hello_seq = (uint32_t)f.seq, .pid = hello->pid};
+	struct rm_handoff h = {.tenant = -1, .hello_seq = (uint32_t)f.seq, .pid = hello->pid,
+			       .heartbeat_ms = hello->heartbeat_ms};
 	rm_text_escape(h.name, sizeof(h.name), hello->client_name ? hello->client_name : "?");
 	uint64_t mask = 0;
 	const struct rm_tenant_config *t = rm_config_tenant(config, hello->credential.data, hello->credential.len);

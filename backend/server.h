@@ -24,6 +24,7 @@ struct rm_handoff {
 	int devices[64];   /* the host GPUs it sees, in its ordinal order */
 	uint32_t hello_seq; /* the hello frame's sequence number, for the reply */
 	uint32_t pid;
+	uint32_t heartbeat_ms; /* how often the client wants a heartbeat during a long call; 0: ours */
 	char name[64];
 	/* A copy link instead of a client (copy_links.h): the session it is for, as the
 	 * client presented it; the worker checks the key. */

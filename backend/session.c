@@ -37,6 +37,7 @@ struct rm_session *rm_session_new(struct rm_conn *conn, const struct rm_daemon_c
 		return NULL;
 	}
 	pthread_mutex_init(&s->copy_lock, NULL);
+	pthread_mutex_init(&s->send_lock, NULL);
 	rm_staging_init(&s->staging, STAGING_SIZE);
 	const struct rm_tenant_config *t = h->tenant < 0 ? &cfg->anonymous : &cfg->tenants[h->tenant];
 	s->slot = h->slot;
@@ -49,6 +50,10 @@ struct rm_session *rm_session_new(struct rm_conn *conn, const struct rm_daemon_c
 	memcpy(s->devices, h->devices, sizeof(s->devices));
 	s->hello_seq = h->hello_seq;
 	s->pid = h->pid;
+	uint32_t ours = (uint32_t)cfg->peer_timeout_s * 1000 / 6;
+	s->heartbeat_ms = h->heartbeat_ms && h->heartbeat_ms < ours ? h->heartbeat_ms : ours;
+	if (s->heartbeat_ms < RM_MIN_HEARTBEAT_MS)
+		s->heartbeat_ms = RM_MIN_HEARTBEAT_MS;
 	snprintf(s->name, sizeof(s->name), "%s", h->name);
 	snprintf(s->peer, sizeof(s->peer), "%s", rm_conn_peer(conn));
 	return s;

@@ -16,6 +16,7 @@
 #include "dispatch.h"
 #include "gpus.h"
 #include "host_memory.h"
+#include "liveness.h"
 #include "log.h"
 #include "registry.h"
 #include "remora.pb-c.h"
@@ -44,6 +45,14 @@ static int sessions_add(struct rm_session *s)
 	return 0;
 }
 
+static void sessions_each(void (*visit)(struct rm_session *s))
+{
+	pthread_mutex_lock(&sessions_lock);
+	for (size_t i = 0; i < nsessions; i++)
+		visit(sessions[i]);
+	pthread_mutex_unlock(&sessions_lock);
+}
+
 static void sessions_remove(struct rm_session *s)
 {
 	pthread_mutex_lock(&sessions_lock);
@@ -65,6 +74,7 @@ static int welcome(struct rm_session *s, uint32_t seq)
 	rep.session_id = s->id;
 	rep.attach_key.data = s->attach_key;
 	rep.attach_key.len = sizeof(s->attach_key);
+	rep.heartbeat_ms = (uint32_t)config->peer_timeout_s * 1000 / 6; /* six chances before a timeout */
 	rm_request_finish(s, &rq, CUDA_SUCCESS, &rep.base);
 	return rq.fatal ? -EPIPE : 0;
 }
@@ -81,11 +91,19 @@ static void serve(struct rm_session *s)
 			rm_log(RM_LOG_INFO, "session %llu (%s): client disconnected", (unsigned long long)s->id, s->name);
 			break;
 		}
+		if (err == -ETIMEDOUT) {
+			rm_log(RM_LOG_WARN, "session %llu (%s): the client was silent for %d s (stopped, frozen or "
+			       "unreachable); closing", (unsigned long long)s->id, s->name, config->peer_timeout_s);
+			break;
+		}
 		if (err) {
 			rm_log(RM_LOG_WARN, "session %llu (%s): %s; closing", (unsigned long long)s->id, s->name,
 			       err == -EPROTO ? "malformed frame header" : strerror(-err));
 			break;
 		}
+		if (rq.frame.op == RM_OP_HEARTBEAT && !rq.frame.msg_len && !rq.frame.bulk_len &&
+		    !(rq.frame.flags & RM_F_REPLY))
+			continue; /* an idle client is alive */
 		if (rq.frame.op == RM_OP_HELLO || rq.frame.op >= RM_OP_LIMIT || !rm_op_handlers[rq.frame.op] ||
 		    (rq.frame.flags & RM_F_REPLY)) {
 			rm_log(RM_LOG_WARN, "session %llu (%s): unknown opcode %u; closing", (unsigned long long)s->id,
@@ -106,11 +124,13 @@ static void serve(struct rm_session *s)
 			break;
 		}
 		rq.bulk_left = rq.frame.bulk_len;
+		rm_liveness_call_begin(s);
 		CUresult r = rm_session_enter(s, rq.frame.ctx);
 		if (r != CUDA_SUCCESS)
 			rm_request_finish(s, &rq, r, NULL);
 		else
 			rm_op_handlers[rq.frame.op](s, &rq);
+		rm_liveness_call_end(s);
 		if (rq.fatal) {
 			rm_log(RM_LOG_WARN, "session %llu (%s): protocol error in %s; closing", (unsigned long long)s->id,
 			       s->name, rm_op_names[rq.frame.op]);
@@ -223,6 +243,8 @@ int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 	pthread_t t;
 	pthread_create(&t, NULL, watch_memory, NULL);
 	pthread_detach(t);
+	if (rm_liveness_start(sessions_each))
+		rm_log(RM_LOG_WARN, "no heartbeat thread: clients of long calls may take this worker for frozen");
 	for (;;) {
 		struct rm_handoff h;
 		int fd = -1, err = receive(channel, &h, &fd);
@@ -235,18 +257,20 @@ int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 		}
 		struct rm_conn *conn;
 		struct rm_session *s = NULL;
+		if (tp->adopt_fd(fd, &conn)) {
+			close(fd);
+			conn = NULL;
+		} else if (rm_conn_set_liveness(conn, cfg->peer_timeout_s * 1000)) {
+			rm_log(RM_LOG_WARN, "client %s: its connection has no liveness timeout", h.name);
+		}
 		if (h.attach) {
-			if (tp->adopt_fd(fd, &conn))
-				close(fd);
-			else
+			if (conn)
 				attach_link(conn, &h);
 			continue;
 		}
-		if (tp->adopt_fd(fd, &conn)) {
-			close(fd);
-		} else if (!(s = rm_session_new(conn, cfg, &h))) {
+		if (conn && !(s = rm_session_new(conn, cfg, &h))) {
 			rm_conn_close(conn);
-		} else if (sessions_add(s)) {
+		} else if (s && sessions_add(s)) {
 			rm_session_destroy(s);
 			s = NULL;
 		}

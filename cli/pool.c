@@ -286,6 +286,7 @@ static int fetch_status(const char *addr, Remora__StatusReply **rep, char *why, 
 		return err;
 	}
 	struct rm_link l;
+	rm_conn_set_liveness(conn, STATUS_TIMEOUT_MS); /* a frozen daemon: an answer, not a hang */
 	if ((err = rm_link_init(&l, conn))) {
 		rm_conn_close(conn);
 		snprintf(why, whylen, "out of memory");
@@ -305,8 +306,9 @@ static int fetch_status(const char *addr, Remora__StatusReply **rep, char *why, 
 	if (!err && !(*rep = remora__status_reply__unpack(NULL, rf.msg_len, msg)))
 		err = -EPROTO;
 	if (err)
-		snprintf(why, whylen, "remorad at %s gave no status (%s): is it an older remorad?", addr,
-			 err == -ECONNRESET ? "it closed the connection" : strerror(-err));
+		snprintf(why, whylen, "remorad at %s gave no status (%s)%s", addr,
+			 err == -ECONNRESET ? "it closed the connection" : strerror(-err),
+			 err == -ETIMEDOUT ? ": it is frozen or unreachable" : ": is it an older remorad?");
 	free(msg);
 	rm_link_close(&l);
 	return err;

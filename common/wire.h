@@ -26,7 +26,14 @@ enum {
 	RM_OP_HELLO = 0,
 	RM_OP_STATUS = 0x10000, /* first frame of an admin connection: remora.StatusReply (docs/pool.md) */
 	RM_OP_ATTACH = 0x10001, /* first frame of a copy link: remora.Attach (docs/protocol.md) */
+	RM_OP_HEARTBEAT = 0x10002, /* empty: a client idle on its connection, or a daemon busy
+				    * with the client's call, is alive (docs/protocol.md) */
 };
+
+/* Liveness (docs/protocol.md): a peer silent for its timeout is taken for dead. Each side
+ * asks in the hello for a heartbeat at least this often; nobody is asked for more. */
+#define RM_DEFAULT_PEER_TIMEOUT_MS 30000
+#define RM_MIN_HEARTBEAT_MS 100
 
 /* Striped copies: a copy of n bytes over links links (the session's connection is
  * link 0, its attached copy links 1..links-1) is cut into chunks of

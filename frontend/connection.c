@@ -16,6 +16,22 @@
 #define CONNECT_TIMEOUT_MS 5000
 #define MAX_VISIBLE 64
 
+/* REMORA_PEER_TIMEOUT (seconds): how long the daemon may be silent while this client waits
+ * on it before it is taken for frozen or unreachable; -1 after a line when malformed. */
+static int peer_timeout_ms(void)
+{
+	const char *v = getenv("REMORA_PEER_TIMEOUT");
+	if (!v || !*v)
+		return RM_DEFAULT_PEER_TIMEOUT_MS;
+	char *end;
+	long s = strtol(v, &end, 10);
+	if (*end || s < 1 || s > 3600) {
+		rm_log(RM_LOG_ERROR, "REMORA_PEER_TIMEOUT=%s: expected whole seconds, 1 to 3600", v);
+		return -1;
+	}
+	return (int)s * 1000;
+}
+
 int rm_visible_devices(const char *text, int32_t *out, size_t cap, size_t *n)
 {
 	*n = 0;
@@ -77,6 +93,8 @@ static CUresult greet(struct rm_client_conn *c, const char *server, Remora__Hell
 		return CUDA_ERROR_NO_DEVICE;
 	c->session_id = (*rep)->session_id;
 	c->driver_version = (*rep)->driver_version > 0 ? (*rep)->driver_version : 0;
+	c->heartbeat_ms = (*rep)->heartbeat_ms && (*rep)->heartbeat_ms < RM_MIN_HEARTBEAT_MS ? RM_MIN_HEARTBEAT_MS
+											      : (*rep)->heartbeat_ms;
 	return CUDA_SUCCESS;
 }
 
@@ -86,8 +104,10 @@ CUresult rm_client_conn_open(struct rm_client_conn *c, const char *server)
 	Remora__HelloReply *rep = NULL;
 	char name[64];
 	int32_t devices[MAX_VISIBLE];
-	if (describe_client(&hello, name, sizeof(name), devices))
+	int timeout_ms = peer_timeout_ms();
+	if (timeout_ms < 0 || describe_client(&hello, name, sizeof(name), devices))
 		return CUDA_ERROR_INVALID_VALUE;
+	hello.heartbeat_ms = (uint32_t)timeout_ms / 6; /* six chances before a timeout */
 	const char *addr;
 	const struct rm_transport *tp = rm_transport_for(server, &addr);
 	if (!tp) {
@@ -103,6 +123,8 @@ CUresult rm_client_conn_open(struct rm_client_conn *c, const char *server)
 		       "REMORA_SERVER=host:port", server, strerror(-err));
 		return r;
 	}
+	if (rm_conn_set_liveness(conn, timeout_ms))
+		rm_log(RM_LOG_WARN, "the connection to %s has no liveness timeout", server);
 	if (rm_link_init(&c->link, conn)) {
 		rm_conn_close(conn);
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -117,7 +139,8 @@ CUresult rm_client_conn_open(struct rm_client_conn *c, const char *server)
 		goto fail_hello;
 	rm_log(RM_LOG_INFO, "connected to %s, session %llu, driver %d", server, (unsigned long long)c->session_id,
 	       c->driver_version);
-	c->copy_links = rm_copy_links_open(tp, addr, rep->session_id, rep->attach_key.data, rep->attach_key.len);
+	c->copy_links = rm_copy_links_open(tp, addr, rep->session_id, rep->attach_key.data, rep->attach_key.len,
+					   timeout_ms);
 	rm_rpc_free(&rep->base);
 	if ((err = rm_client_flusher_start(c)))
 		rm_log(RM_LOG_WARN, "no flusher thread (%s): async calls go out at the next synchronizing call",

@@ -25,11 +25,14 @@ struct rm_client_conn {
 	size_t batch_len;
 	uint64_t session_id;
 	int driver_version;       /* the GPU host's, from the hello reply */
+	uint32_t heartbeat_ms;    /* the daemon wants to hear from us this often; 0: no need */
+	uint64_t last_send_ns;    /* when a frame last went out (written under lock, read atomically) */
 	struct rm_copy_links *copy_links; /* NULL: large copies go over the link alone */
 
 	/* The flusher (rpc.c): sends a batch whose oldest call has waited long enough, for a
-	 * program that makes no further call. The two times are written under lock and read
-	 * by the flusher without it (atomics); armed is set under flusher_lock. */
+	 * program that makes no further call, and a heartbeat on a connection idle for
+	 * heartbeat_ms. The times are written under lock and read by the flusher without it
+	 * (atomics); armed is set under flusher_lock. */
 	uint64_t batch_since_ns;  /* when the oldest queued call was queued; 0: none queued */
 	uint64_t last_async_ns;   /* when the last async call was queued */
 	int flusher_armed;

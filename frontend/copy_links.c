@@ -77,12 +77,16 @@ static void *link_main(void *arg)
 
 /* Dials addr and attaches the connection as link index; 0 or -errno. */
 static int attach(struct copy_link *l, const struct rm_transport *tp, const char *addr, uint64_t session_id,
-		  const uint8_t *key, size_t keylen, uint32_t index)
+		  const uint8_t *key, size_t keylen, uint32_t index, int timeout_ms)
 {
 	struct rm_conn *conn;
 	int err = tp->dial(addr, 5000, &conn);
 	if (err)
 		return err;
+	if ((err = rm_conn_set_liveness(conn, timeout_ms))) {
+		rm_conn_close(conn);
+		return err;
+	}
 	if ((err = rm_link_init(&l->link, conn))) {
 		rm_conn_close(conn);
 		return err;
@@ -114,7 +118,7 @@ static int attach(struct copy_link *l, const struct rm_transport *tp, const char
 }
 
 struct rm_copy_links *rm_copy_links_open(const struct rm_transport *tp, const char *addr, uint64_t session_id,
-					  const uint8_t *key, size_t keylen)
+					  const uint8_t *key, size_t keylen, int timeout_ms)
 {
 	const char *v = getenv("REMORA_COPY_LINKS");
 	long want = v && *v ? strtol(v, NULL, 10) : DEFAULT_LINKS;
@@ -129,7 +133,7 @@ struct rm_copy_links *rm_copy_links_open(const struct rm_transport *tp, const ch
 	const char *m = getenv("REMORA_STRIPE_MIN");
 	cl->stripe_min = m && *m && strtoull(m, NULL, 10) ? strtoull(m, NULL, 10) : DEFAULT_STRIPE_MIN;
 	for (long i = 1; i < want; i++) {
-		int err = attach(&cl->tab[i], tp, addr, session_id, key, keylen, (uint32_t)i);
+		int err = attach(&cl->tab[i], tp, addr, session_id, key, keylen, (uint32_t)i, timeout_ms);
 		if (err) {
 			rm_log(RM_LOG_ERROR, "copy link %ld to %s not attached (%s); large copies use %ld connection(s)",
 			       i, addr, strerror(-err), i);

@@ -13,10 +13,11 @@
 struct rm_copy_links;
 
 /* Opens the copy links of a session just greeted at addr (REMORA_COPY_LINKS links in
- * all, the main connection counted; default 4, 1 for none), each with its thread.
+ * all, the main connection counted; default 4, 1 for none), each with its thread and
+ * the connection's liveness timeout (transport.h).
  * Links that cannot be attached are done without, a line says so; NULL: none. */
 struct rm_copy_links *rm_copy_links_open(const struct rm_transport *tp, const char *addr, uint64_t session_id,
-					  const uint8_t *key, size_t keylen);
+					  const uint8_t *key, size_t keylen, int timeout_ms);
 /* Ends the links' threads (a share in progress fails) and closes them. NULL: nothing. */
 void rm_copy_links_close(struct rm_copy_links *cl);
 

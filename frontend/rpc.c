@@ -77,6 +77,13 @@ CUresult rm_unsupported(const char *name)
 	return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 void rm_client_conn_stop_locked(struct rm_client_conn *c)
 {
 	if (c->connected && c->link.conn)
@@ -90,7 +97,10 @@ void rm_client_conn_stop_locked(struct rm_client_conn *c)
 /* Drops the connection after a transport error; every later call fails fast. */
 static CUresult lost(struct rm_client_conn *c, const char *what, int err)
 {
-	if (c->connected)
+	if (c->connected && err == -ETIMEDOUT)
+		rm_log(RM_LOG_ERROR, "the GPU server was silent for longer than REMORA_PEER_TIMEOUT while this "
+		       "client waited on it (%s): it is frozen or unreachable; giving up the connection", what);
+	else if (c->connected)
 		rm_log(RM_LOG_ERROR, "connection to the GPU server lost (%s: %s)", what, strerror(-err));
 	rm_client_conn_stop_locked(c);
 	if (c == &process_conn)
@@ -111,17 +121,11 @@ static int flush_locked(struct rm_client_conn *c, const struct iovec *extra, int
 		return 0;
 	c->batch_len = 0;
 	__atomic_store_n(&c->batch_since_ns, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&c->last_send_ns, now_ns(), __ATOMIC_RELAXED);
 	int err = n ? rm_conn_sendv(c->link.conn, iov, n) : 0;
 	if (!err && i < nextra) /* a striped copy's share: many pieces */
 		err = rm_conn_sendv(c->link.conn, extra + i, nextra - i);
 	return err;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* Disarms the flusher unless a call was queued meanwhile (its caller saw the
@@ -146,17 +150,57 @@ static void flusher_arm(struct rm_client_conn *c)
 	pthread_mutex_unlock(&c->flusher_lock);
 }
 
+/* Sends a heartbeat when nothing went out for the daemon's interval and no call is under
+ * way (a call holding the lock is the daemon's to answer, heartbeats included). */
+static void heartbeat_if_idle(struct rm_client_conn *c)
+{
+	uint64_t due = __atomic_load_n(&c->last_send_ns, __ATOMIC_RELAXED) + (uint64_t)c->heartbeat_ms * 1000000u;
+	if (!c->heartbeat_ms || now_ns() < due || pthread_mutex_trylock(&c->lock))
+		return;
+	if (c->connected) {
+		uint8_t head[RM_FRAME_LEN];
+		struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_HEARTBEAT, .flags = RM_F_ASYNC};
+		rm_frame_encode(&f, head);
+		struct iovec v = {head, sizeof(head)};
+		int err = flush_locked(c, &v, 1);
+		if (err)
+			lost(c, "heartbeat", err);
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Until armed (or, with heartbeats, until the next one is due). */
+static void flusher_wait(struct rm_client_conn *c)
+{
+	pthread_mutex_lock(&c->flusher_lock);
+	while (__atomic_load_n(&c->connected, __ATOMIC_SEQ_CST) && !__atomic_load_n(&c->flusher_armed, __ATOMIC_SEQ_CST)) {
+		if (!c->heartbeat_ms) {
+			pthread_cond_wait(&c->flusher_cond, &c->flusher_lock);
+			continue;
+		}
+		uint64_t due = __atomic_load_n(&c->last_send_ns, __ATOMIC_RELAXED) + (uint64_t)c->heartbeat_ms * 1000000u;
+		uint64_t now = now_ns();
+		if (now >= due)
+			break;
+		struct timespec ts; /* the condition variable's clock is the real-time one */
+		clock_gettime(CLOCK_REALTIME, &ts);
+		uint64_t at = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + (due - now);
+		ts = (struct timespec){(time_t)(at / 1000000000u), (long)(at % 1000000000u)};
+		pthread_cond_timedwait(&c->flusher_cond, &c->flusher_lock, &ts);
+	}
+	pthread_mutex_unlock(&c->flusher_lock);
+}
+
 static void *flusher_main(void *arg)
 {
 	struct rm_client_conn *c = arg;
 	for (;;) {
-		pthread_mutex_lock(&c->flusher_lock);
-		while (__atomic_load_n(&c->connected, __ATOMIC_SEQ_CST) &&
-		       !__atomic_load_n(&c->flusher_armed, __ATOMIC_SEQ_CST))
-			pthread_cond_wait(&c->flusher_cond, &c->flusher_lock);
-		pthread_mutex_unlock(&c->flusher_lock);
+		flusher_wait(c);
 		if (!__atomic_load_n(&c->connected, __ATOMIC_SEQ_CST))
 			break;
+		heartbeat_if_idle(c);
+		if (!__atomic_load_n(&c->flusher_armed, __ATOMIC_SEQ_CST))
+			continue;
 		uint64_t since = __atomic_load_n(&c->batch_since_ns, __ATOMIC_SEQ_CST);
 		uint64_t now = now_ns();
 		if (since && now - since >= FLUSH_DELAY_NS) {
@@ -216,9 +260,12 @@ static int append_locked(struct rm_client_conn *c, const struct rm_frame *f, con
 static CUresult read_reply_locked(struct rm_client_conn *c, const struct rm_frame *f, struct rm_rpc_call *call)
 {
 	struct rm_frame rf;
-	int err = rm_link_read_frame(&c->link, &rf);
+	int err;
+	do /* heartbeats: the daemon is busy with this call, or one before it */
+		err = rm_link_read_frame(&c->link, &rf);
+	while (!err && rf.op == RM_OP_HEARTBEAT && (rf.flags & RM_F_REPLY) && !rf.msg_len && !rf.bulk_len);
 	if (err)
-		return lost(c, "receive", err);
+		return lost(c, "waiting for a reply", err);
 	if (!(rf.flags & RM_F_REPLY) || rf.seq != f->seq || rf.op != f->op)
 		return lost(c, "reply out of order", -EPROTO);
 	uint8_t small[512];

@@ -7,7 +7,9 @@
  *   probe stripes     copies odd sizes up to 64 MiB both ways, pageable and pinned, sync and
  *                     async, and checks every byte; prints "ok" (run with copy links on)
  *   probe wrap        asks for memsets whose byte length wraps past 2^64 (refused), then checks
- *                     that the session still works; prints "ok" */
+ *                     that the session still works; prints "ok"
+ *   probe idle SECS   allocates and fills memory, makes no call for SECS seconds, then reads
+ *                     it back; prints "ok" */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +113,20 @@ int main(int argc, char **argv)
 				return 1;
 			}
 			rounds++;
+		}
+		printf("ok\n");
+		return 0;
+	}
+	if (!strcmp(argv[1], "idle") && argc > 2) {
+		CUdeviceptr p;
+		unsigned int back = 0;
+		CHECK(cuMemAlloc(&p, 4096));
+		CHECK(cuMemsetD32(p, 0x600dcafe, 1024));
+		usleep((useconds_t)(atof(argv[2]) * 1e6));
+		CHECK(cuMemcpyDtoH(&back, p + 4092, sizeof(back)));
+		if (back != 0x600dcafe) {
+			fprintf(stderr, "probe: read back %#x after idling\n", back);
+			return 1;
 		}
 		printf("ok\n");
 		return 0;

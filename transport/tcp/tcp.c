@@ -261,7 +261,7 @@ static int tcp_sendv(struct rm_conn *conn, const struct iovec *iov_in, int iovcn
 			if (w < 0) {
 				if (errno == EINTR)
 					continue;
-				return -errno;
+				return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
 			}
 			while (left > 0 && (size_t)w >= v->iov_len) {
 				w -= (ssize_t)v->iov_len;
@@ -289,6 +289,8 @@ static ssize_t tcp_recv_some(struct rm_conn *conn, void *buf, size_t len)
 			return r;
 		if (r == 0)
 			return -ECONNRESET;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return -ETIMEDOUT; /* silent for the liveness timeout */
 		if (errno != EINTR)
 			return -errno;
 	}
@@ -297,6 +299,27 @@ static ssize_t tcp_recv_some(struct rm_conn *conn, void *buf, size_t len)
 static void tcp_shutdown(struct rm_conn *c)
 {
 	shutdown(tcp(c)->fd, SHUT_RDWR);
+}
+
+static int tcp_set_liveness(struct rm_conn *c, int timeout_ms)
+{
+	int fd = tcp(c)->fd, on = timeout_ms > 0;
+	struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
+	/* Keepalives: first probe after a third of the timeout of silence, then three more
+	 * a ninth apart, so a vanished host is declared dead within about two thirds of it. */
+	int idle = timeout_ms / 3000 > 0 ? timeout_ms / 3000 : 1;
+	int intvl = timeout_ms / 9000 > 0 ? timeout_ms / 9000 : 1, count = 3;
+	unsigned int user_timeout = on ? (unsigned int)timeout_ms : 0;
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) ||
+	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) ||
+	    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout)))
+		return -errno;
+	if (on && (setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) ||
+		   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)) ||
+		   setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count))))
+		return -errno;
+	return 0;
 }
 
 static const char *tcp_peer(struct rm_conn *c)
@@ -328,6 +351,7 @@ const struct rm_transport rm_transport_tcp = {
 	.sendv = tcp_sendv,
 	.recv_some = tcp_recv_some,
 	.shutdown = tcp_shutdown,
+	.set_liveness = tcp_set_liveness,
 	.peer = tcp_peer,
 	.close = tcp_close,
 	.export_fd = tcp_export_fd,

@@ -1,0 +1,73 @@
+/* Heartbeats to clients whose calls run long (liveness.h). One thread per worker looks at
+ * every session a few times per heartbeat interval; sending takes the session's send
+ * lock, so a heartbeat never lands inside a reply. */
+#include "liveness.h"
+
+#include <pthread.h>
+#include <time.h>
+
+#include "link.h"
+#include "log.h"
+
+static void (*for_each_session)(void (*visit)(struct rm_session *s));
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void rm_liveness_call_begin(struct rm_session *s)
+{
+	pthread_mutex_lock(&s->send_lock);
+	s->call_since_ns = s->heartbeat_ns = now_ns();
+	s->reply_begun = 0;
+	pthread_mutex_unlock(&s->send_lock);
+}
+
+void rm_liveness_call_end(struct rm_session *s)
+{
+	pthread_mutex_lock(&s->send_lock);
+	s->call_since_ns = 0;
+	pthread_mutex_unlock(&s->send_lock);
+}
+
+void rm_liveness_reply_begins(struct rm_session *s)
+{
+	s->reply_begun = 1;
+}
+
+static void beat_if_due(struct rm_session *s)
+{
+	pthread_mutex_lock(&s->send_lock);
+	uint64_t now = now_ns();
+	if (s->call_since_ns && !s->reply_begun && now - s->heartbeat_ns >= (uint64_t)s->heartbeat_ms * 1000000u) {
+		struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_HEARTBEAT, .flags = RM_F_REPLY};
+		if (rm_link_send(&s->link, &f, NULL, NULL, 0))
+			rm_log(RM_LOG_DEBUG, "session %llu: heartbeat not sent", (unsigned long long)s->id);
+		s->heartbeat_ns = now;
+	}
+	pthread_mutex_unlock(&s->send_lock);
+}
+
+static void *heartbeat_main(void *arg)
+{
+	(void)arg;
+	struct timespec tick = {0, RM_MIN_HEARTBEAT_MS / 2 * 1000000L};
+	for (;;) {
+		for_each_session(beat_if_due);
+		nanosleep(&tick, NULL);
+	}
+	return NULL;
+}
+
+int rm_liveness_start(void (*sessions_each)(void (*visit)(struct rm_session *s)))
+{
+	pthread_t t;
+	for_each_session = sessions_each;
+	int err = -pthread_create(&t, NULL, heartbeat_main, NULL);
+	if (!err)
+		pthread_detach(t);
+	return err;
+}

@@ -1,0 +1,20 @@
+/* Liveness of a worker's clients (docs/protocol.md): a client's call that runs long is
+ * covered by heartbeats to the client, so that the client can tell a busy daemon from a
+ * frozen one; a client silent past peer_timeout is taken for gone by its session's reads
+ * (rm_conn_set_liveness). */
+#ifndef REMORA_LIVENESS_H
+#define REMORA_LIVENESS_H
+
+#include "session.h"
+
+/* Brackets the call the session's thread runs: heartbeats cover it from its start until
+ * its reply begins (rm_liveness_reply_begins) or it ends. */
+void rm_liveness_call_begin(struct rm_session *s);
+void rm_liveness_call_end(struct rm_session *s);
+/* Called with s->send_lock held just before a reply is sent: no heartbeat may follow. */
+void rm_liveness_reply_begins(struct rm_session *s);
+
+/* Starts the worker's heartbeat thread over the sessions that sessions_each visits. */
+int rm_liveness_start(void (*sessions_each)(void (*visit)(struct rm_session *s)));
+
+#endif

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Nothing waits for ever on a peer (issue 16), on the CPU test driver. One scenario a run:
+
+  frozen-worker  the worker serving a client is stopped (SIGSTOP) mid-run: the client's
+                 next call fails within its REMORA_PEER_TIMEOUT with a line saying so
+  frozen-daemon  the accepting process is stopped: a new client's hello fails likewise
+  frozen-client  a client holding memory is stopped: the daemon releases its session,
+                 memory and quota within peer_timeout
+  long-call      a kernel several timeouts long is no false alarm: heartbeats cover it
+  idle-client    a client that makes no call for several timeouts keeps its session
+
+usage: liveness.py SCENARIO REMORAD DRIVER REMORA PROBE DRV_SLEEP IMAGE
+"""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from remorad_fixture import Daemon, wait_for  # noqa: E402
+
+TIMEOUT_S = 3   # peer_timeout and REMORA_PEER_TIMEOUT in these scenarios
+MARGIN_S = 15   # a loaded 2-core machine: the bound checked is TIMEOUT_S + MARGIN_S
+
+scenario, remorad, driver, remora, probe, drv_sleep, image = sys.argv[1:8]
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+    return cond
+
+
+def client(d, *args, **env):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("REMORA_")}
+    e.update(REMORA_PEER_TIMEOUT=str(TIMEOUT_S), **env)
+    return subprocess.Popen([remora, "run", "--server", d.server, "--", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=e)
+
+
+def free_bytes(d):
+    out, err = client(d, probe, "free").communicate(timeout=60)
+    return int(out) if out.strip().isdigit() else None
+
+
+def worker_of(d):
+    return wait_for(lambda: next(iter(d.workers().values()), None), timeout=10)
+
+
+def frozen_worker(d):
+    p = client(d, probe, "work", "120")
+    pid = worker_of(d)
+    time.sleep(1)
+    os.kill(pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        out, err = p.communicate(timeout=TIMEOUT_S + MARGIN_S)
+        took = time.monotonic() - t0
+        check(p.returncode not in (0, None), f"the client's call failed ({p.returncode}) after {took:.1f} s, "
+              f"within {TIMEOUT_S} + {MARGIN_S} s")
+        check("silent for longer than REMORA_PEER_TIMEOUT" in err, f"and it said why ({err.strip()[-200:]})")
+    except subprocess.TimeoutExpired:
+        p.kill()
+        check(False, "the client's call failed within the bound")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def frozen_daemon(d):
+    os.kill(d.proc.pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        p = client(d, probe, "free")
+        out, err = p.communicate(timeout=TIMEOUT_S + MARGIN_S)
+        took = time.monotonic() - t0
+        check(p.returncode not in (0, None), f"a new client's hello failed ({p.returncode}) after {took:.1f} s")
+        check("silent for longer than REMORA_PEER_TIMEOUT" in err, f"and it said why ({err.strip()[-200:]})")
+    except subprocess.TimeoutExpired:
+        p.kill()
+        check(False, "a new client's hello failed within the bound")
+    finally:
+        os.kill(d.proc.pid, signal.SIGCONT)
+    out, err = client(d, probe, "free").communicate(timeout=60)
+    check(out.strip().isdigit(), "once the daemon runs again, it serves")
+
+
+def frozen_client(d):
+    before = free_bytes(d)
+    holder = client(d, probe, "hold", "64")
+    check(holder.stdout.readline().strip() == "ready", "a client holds 64 MiB")
+    check(free_bytes(d) <= before - (64 << 20), "its memory is in use")
+    holder.send_signal(signal.SIGSTOP)
+    t0 = time.monotonic()
+    released = wait_for(lambda: "was silent for" in d.text(), timeout=TIMEOUT_S + MARGIN_S)
+    took = time.monotonic() - t0
+    check(released, f"the daemon took the stopped client for gone after {took:.1f} s")
+    check(wait_for(lambda: free_bytes(d) == before, timeout=MARGIN_S), "its memory is free again")
+    holder.kill()
+    holder.wait()
+
+
+def long_call(d):
+    ns = str((4 * TIMEOUT_S) * 10**9)
+    out, err = client(d, drv_sleep, image, ns).communicate(timeout=4 * TIMEOUT_S + 60)
+    check("ok" in out, f"a kernel of {4 * TIMEOUT_S} s through a {TIMEOUT_S} s timeout ({err.strip()[-200:]})")
+    check("was silent for" not in d.text(), "the daemon kept the session")
+
+
+def idle_client(d):
+    out, err = client(d, probe, "idle", str(3 * TIMEOUT_S)).communicate(timeout=3 * TIMEOUT_S + 60)
+    check(out.strip() == "ok", f"a client idle for {3 * TIMEOUT_S} s works on ({err.strip()[-200:]})")
+    check("was silent for" not in d.text(), "the daemon kept the session")
+
+
+SCENARIOS = {
+    "frozen-worker": frozen_worker,
+    "frozen-daemon": frozen_daemon,
+    "frozen-client": frozen_client,
+    "long-call": long_call,
+    "idle-client": idle_client,
+}
+
+
+def main():
+    tmp = tempfile.mkdtemp()
+    d = Daemon(remorad, driver, tmp, scenario, f"peer_timeout = {TIMEOUT_S}\n")
+    try:
+        SCENARIOS[scenario](d)
+        check(d.proc.poll() is None, "remorad is still running")
+    finally:
+        d.stop()
+    if failures:
+        print("--- remorad log\n" + d.text(), file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
