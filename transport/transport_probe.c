@@ -168,7 +168,7 @@ static void *read_one(void *arg)
 	return NULL;
 }
 
-/* Contract checks beyond the measurements: split iovecs, shutdown, peer close. */
+/* Contract checks beyond the measurements: split iovecs, liveness timeout, shutdown, peer close. */
 static int check_contract(const struct rm_transport *tp, struct rm_listener *l, const char *addr)
 {
 	struct rm_conn *a, *b;
@@ -195,6 +195,18 @@ static int check_contract(const struct rm_transport *tp, struct rm_listener *l, 
 		fprintf(stderr, "transport-probe: split iovecs did not arrive exact\n");
 		bad = 1;
 	}
+	/* With a liveness timeout, a silent peer fails the read with -ETIMEDOUT, not a hang;
+	 * turned off, the connection serves on. */
+	uint8_t byte;
+	ssize_t n;
+	if (rm_conn_set_liveness(b, 200) || (n = rm_conn_recv_some(b, &byte, 1)) != -ETIMEDOUT) {
+		fprintf(stderr, "transport-probe: a read from a silent peer did not time out\n");
+		bad = 1;
+	}
+	if (rm_conn_set_liveness(b, 0) || rm_conn_sendv(a, v, 1) || recv_all(b, in, v[0].iov_len)) {
+		fprintf(stderr, "transport-probe: the connection failed after its liveness timeout\n");
+		bad = 1;
+	}
 	/* shutdown unblocks a reader with an error. */
 	struct blocked_reader r = {tp, b, 0};
 	pthread_t t;
@@ -208,8 +220,7 @@ static int check_contract(const struct rm_transport *tp, struct rm_listener *l, 
 		bad = 1;
 	}
 	/* After the peer closed, the reader gets -ECONNRESET. */
-	uint8_t byte;
-	ssize_t n = rm_conn_recv_some(a, &byte, 1);
+	n = rm_conn_recv_some(a, &byte, 1);
 	if (n != -ECONNRESET) {
 		fprintf(stderr, "transport-probe: read from a closed peer gave %zd, expected %d\n", n, -ECONNRESET);
 		bad = 1;
