@@ -455,6 +455,11 @@ size_t rm_session_release_all(struct rm_session *s)
 	for (size_t i = 0; i < s->handles_cap; i++)
 		if (s->handles[i].kind == RM_H_STREAM)
 			rm_drv.cuStreamSynchronize((CUstream)(uintptr_t)s->handles[i].value);
+	/* A fault of this client's work that no reply reported leaves its context broken for
+	 * everyone: a sticky error shows on any stream of it, and is noted so that the
+	 * context is reset once its clients have left (gpus.h). */
+	for (int i = 0; i < s->nctx; i++)
+		rm_gpu_note_result(s->ctxs[i].dev, rm_drv.cuStreamQuery(s->ctxs[i].default_stream));
 	for (size_t k = 0; k < sizeof(order) / sizeof(order[0]); k++)
 		for (size_t i = 0; i < s->handles_cap; i++) {
 			struct rm_handle *h = &s->handles[i];

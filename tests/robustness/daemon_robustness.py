@@ -132,6 +132,14 @@ def main():
         p = client(server, "work", "0.2")
         out, err = p.communicate(timeout=60)
         check(p.returncode == 0 and out.strip() == "ok", f"the next client works on a fresh context ({err.strip()})")
+        # A fault no reply reported (its client left at once) is found when its session ends.
+        p = client(server, "fault", image, "quietly")
+        p.communicate(timeout=60)
+        check(sessions_closed(log_path), "the quietly faulting client's session has ended")
+        p = client(server, "work", "0.2")
+        out, err = p.communicate(timeout=60)
+        check(p.returncode == 0 and out.strip() == "ok",
+              f"after a fault nobody heard of, the next client works on a fresh context ({err.strip()})")
 
         # 4. Copies striped over copy links arrive whole; a copy link that names no
         #    session, presents a wrong key or is malformed is refused, and nobody notices.
