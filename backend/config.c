@@ -1,5 +1,6 @@
-/* Reading remorad's configuration file: "key = value" lines, '#' comments, and
- * "[tenant NAME]" sections whose keys describe that tenant. */
+/* Reading remorad's configuration file: "key = value" lines (the value bare or in
+ * double quotes; a key once per section), '#' comments, and "[tenant NAME]" sections
+ * whose keys describe that tenant. */
 #include "config.h"
 
 #include <ctype.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "address.h"
 #include "log.h"
 #include "size.h"
 #include "wire.h"
@@ -25,6 +27,10 @@ void rm_config_defaults(struct rm_daemon_config *c)
 	c->queue_sharing_wait = 1;
 	snprintf(c->anonymous.name, sizeof(c->anonymous.name), "anonymous");
 	c->lease_ttl_s = 10;
+	c->hello_timeout_s = 5;
+	c->max_pending_hellos = 256;
+	c->max_pending_hellos_per_address = 64;
+	c->shutdown_grace_s = 10;
 	c->peer_timeout_s = RM_DEFAULT_PEER_TIMEOUT_MS / 1000;
 	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
 	c->worker_host_memory_limit = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 4 : 4ull << 30;
@@ -78,10 +84,11 @@ static int set_endpoints(struct rm_daemon_config *c, const char *v)
 int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, char *why, int whylen)
 {
 	int bad = 0;
+	char detail[200] = "";
 	if (!strcmp(key, "listen"))
-		bad = copy_str(c->listen, sizeof(c->listen), v);
+		bad = rm_address_check(v, 1, detail, sizeof(detail)) || copy_str(c->listen, sizeof(c->listen), v);
 	else if (!strcmp(key, "driver"))
-		bad = copy_str(c->driver, sizeof(c->driver), v);
+		bad = copy_str(c->driver, sizeof(c->driver), v) || !*v;
 	else if (!strcmp(key, "ready_file"))
 		bad = copy_str(c->ready_file, sizeof(c->ready_file), v);
 	else if (!strcmp(key, "max_clients_per_gpu"))
@@ -114,18 +121,29 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 	else if (!strcmp(key, "pool"))
 		bad = set_endpoints(c, v);
 	else if (!strcmp(key, "advertise"))
-		bad = copy_str(c->advertise, sizeof(c->advertise), v);
+		bad = (*v && rm_address_check(v, 0, detail, sizeof(detail))) ||
+		      copy_str(c->advertise, sizeof(c->advertise), v);
 	else if (!strcmp(key, "host_name"))
 		bad = copy_str(c->host_name, sizeof(c->host_name), v);
 	else if (!strcmp(key, "lease_ttl"))
 		bad = parse_int(v, 2, 3600, &c->lease_ttl_s);
+	else if (!strcmp(key, "hello_timeout"))
+		bad = parse_int(v, 1, 3600, &c->hello_timeout_s);
+	else if (!strcmp(key, "max_pending_hellos"))
+		bad = parse_int(v, 1, 65536, &c->max_pending_hellos);
+	else if (!strcmp(key, "max_pending_hellos_per_address"))
+		bad = parse_int(v, 1, 65536, &c->max_pending_hellos_per_address);
+	else if (!strcmp(key, "shutdown_grace"))
+		bad = parse_int(v, 0, 3600, &c->shutdown_grace_s);
 	else if (!strcmp(key, "peer_timeout"))
 		bad = parse_int(v, 1, 3600, &c->peer_timeout_s);
 	else {
 		snprintf(why, whylen, "unknown setting '%s'", key);
 		return -1;
 	}
-	if (bad)
+	if (bad && detail[0])
+		snprintf(why, whylen, "bad value for %s: %s", key, detail);
+	else if (bad)
 		snprintf(why, whylen, "bad value '%s' for %s", v, key);
 	return bad ? -1 : 0;
 }
@@ -178,6 +196,60 @@ static int section_name(const char *s, char *name, size_t cap)
 	return 0;
 }
 
+/* Where a line's comment starts: its first '#' outside double quotes; NULL for none. */
+static char *comment_start(char *s)
+{
+	int quoted = 0;
+	for (; *s; s++)
+		if (*s == '"')
+			quoted = !quoted;
+		else if (*s == '#' && !quoted)
+			return s;
+	return NULL;
+}
+
+/* A value in double quotes loses them. A single quote or an unclosed double quote
+ * opening a value is refused: it would otherwise become part of the value. */
+static int unquote(char **value, char *why, size_t whylen)
+{
+	char *v = *value;
+	size_t n = strlen(v);
+	if (v[0] == '\'') {
+		snprintf(why, whylen, "single quotes are not understood: write the value bare or in double quotes");
+		return -1;
+	}
+	if (v[0] != '"')
+		return 0;
+	if (n < 2 || v[n - 1] != '"' || memchr(v + 1, '"', n - 2)) {
+		snprintf(why, whylen, "a value in double quotes ends with the closing quote and holds no other");
+		return -1;
+	}
+	v[n - 1] = 0;
+	*value = v + 1;
+	return 0;
+}
+
+/* The keys one section has set, to refuse a key set twice. */
+#define SECTION_MAX_KEYS 64
+struct section_keys {
+	int n;
+	char key[SECTION_MAX_KEYS][40];
+	int line[SECTION_MAX_KEYS];
+};
+
+/* The line that already set key in this section; 0 after recording it as set at line. */
+static int set_before(struct section_keys *k, const char *key, int line)
+{
+	for (int i = 0; i < k->n; i++)
+		if (!strcmp(k->key[i], key))
+			return k->line[i];
+	if (k->n < SECTION_MAX_KEYS && strlen(key) < sizeof(k->key[0])) {
+		strcpy(k->key[k->n], key);
+		k->line[k->n++] = line;
+	}
+	return 0;
+}
+
 int rm_config_load(struct rm_daemon_config *c, const char *path)
 {
 	FILE *f = fopen(path, "r");
@@ -187,7 +259,8 @@ int rm_config_load(struct rm_daemon_config *c, const char *path)
 	}
 	char line[2048], why[300];
 	struct rm_tenant_config *tenant = NULL;
-	int lineno = 0, err = 0;
+	struct section_keys keys = {0};
+	int lineno = 0, err = 0, first_tenant = c->ntenants, tenant_line[RM_CONFIG_MAX_TENANTS] = {0};
 	while (!err && fgets(line, sizeof(line), f)) {
 		lineno++;
 		if (!strchr(line, '\n') && !feof(f)) {
@@ -195,7 +268,7 @@ int rm_config_load(struct rm_daemon_config *c, const char *path)
 			err = -1;
 			break;
 		}
-		char *hash = strchr(line, '#');
+		char *hash = comment_start(line);
 		if (hash)
 			*hash = 0;
 		char *s = trim(line);
@@ -204,15 +277,21 @@ int rm_config_load(struct rm_daemon_config *c, const char *path)
 		why[0] = 0;
 		if (*s == '[') {
 			char name[64];
-			if (section_name(s, name, sizeof(name))) {
+			int tenant_keyword = !strncmp(s, "[tenant", 7) && (s[7] == ']' || isblank((unsigned char)s[7]));
+			if (!tenant_keyword) {
+				snprintf(why, sizeof(why), "unknown section %.64s: the only section is [tenant NAME]", s);
+				err = -1;
+			} else if (section_name(s, name, sizeof(name))) {
 				snprintf(why, sizeof(why), "expected [tenant NAME], NAME of letters, digits, '.', '_' or '-'");
 				err = -1;
 			} else if (c->ntenants == RM_CONFIG_MAX_TENANTS) {
 				snprintf(why, sizeof(why), "more than %d tenants", RM_CONFIG_MAX_TENANTS);
 				err = -1;
 			} else {
+				tenant_line[c->ntenants] = lineno;
 				tenant = &c->tenants[c->ntenants++];
 				memset(tenant, 0, sizeof(*tenant));
+				keys.n = 0;
 				snprintf(tenant->name, sizeof(tenant->name), "%s", name);
 			}
 		} else {
@@ -223,24 +302,32 @@ int rm_config_load(struct rm_daemon_config *c, const char *path)
 			} else {
 				*eq = 0;
 				char *key = trim(s), *val = trim(eq + 1);
-				err = tenant ? set_tenant(tenant, key, val, why, sizeof(why))
-					     : rm_config_set(c, key, val, why, sizeof(why));
+				int before;
+				err = unquote(&val, why, sizeof(why));
+				if (!err)
+					err = tenant ? set_tenant(tenant, key, val, why, sizeof(why))
+						     : rm_config_set(c, key, val, why, sizeof(why));
+				if (!err && (before = set_before(&keys, key, lineno))) {
+					snprintf(why, sizeof(why), "%s set again (first at line %d)", key, before);
+					err = -1;
+				}
 			}
 		}
 		if (err)
 			rm_log(RM_LOG_ERROR, "%s:%d: %s", path, lineno, why);
 	}
 	fclose(f);
-	for (int i = 0; !err && i < c->ntenants; i++) {
+	/* Tenants of this file, against each other and those of a file read before. */
+	for (int i = first_tenant; !err && i < c->ntenants; i++) {
 		if (!c->tenants[i].token[0]) {
-			rm_log(RM_LOG_ERROR, "%s: tenant %s has no token", path, c->tenants[i].name);
+			rm_log(RM_LOG_ERROR, "%s:%d: tenant %s has no token", path, tenant_line[i], c->tenants[i].name);
 			err = -1;
 		}
 		for (int j = 0; !err && j < i; j++)
 			if (!strcmp(c->tenants[i].token, c->tenants[j].token) ||
 			    !strcmp(c->tenants[i].name, c->tenants[j].name)) {
-				rm_log(RM_LOG_ERROR, "%s: tenants %s and %s share a name or a token", path,
-				       c->tenants[j].name, c->tenants[i].name);
+				rm_log(RM_LOG_ERROR, "%s:%d: tenant %s shares a name or a token with tenant %s", path,
+				       tenant_line[i], c->tenants[i].name, c->tenants[j].name);
 				err = -1;
 			}
 	}

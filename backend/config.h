@@ -48,6 +48,12 @@ struct rm_daemon_config {
 	char host_name[128];  /* the member's name in the pool; "" uses the host name */
 	int lease_ttl_s;
 
+	/* Before the hello (handshakes.h), and stopping (docs/configuration.md, Signals). */
+	int hello_timeout_s;                /* a connection that has not said hello by then is closed */
+	int max_pending_hellos;             /* connections waiting for their hello, in all */
+	int max_pending_hellos_per_address; /* ... from one peer address */
+	int shutdown_grace_s;               /* on SIGTERM, how long workers get before SIGKILL */
+
 	int peer_timeout_s;   /* a client silent this long is taken for gone (docs/protocol.md) */
 };
 

@@ -37,6 +37,11 @@ struct rm_copy_link {
 struct share {
 	struct rm_link *link;
 	uint64_t *bulk_left;  /* the request's unread bulk, for link 0; else NULL */
+	/* Link 0 of a copy to the host: the reply it sends once its first piece is ready, so
+	 * that the reply follows the work the copy waits for (heartbeats cover the wait). */
+	struct rm_session *reply_s;
+	struct rm_request *reply_rq;
+	uint64_t reply_bulk;
 	struct rm_staging *staging;
 	const struct rm_copy_profile *prof; /* link 0's, else an inactive one */
 	struct rm_time_tally *wait, *dma;   /* where its waits and copy calls are counted */
@@ -139,11 +144,17 @@ static void share_out(struct share *sh, struct stripe_job *j)
 		if (j->result == CUDA_SUCCESS)
 			j->result = piece_dma(sh, b, buf[b], j, off, len);
 	}
+	int begun = !sh->reply_rq; /* bytes of the share may have gone: an error can only close */
 	for (int b = 0; j->result == CUDA_SUCCESS && cursor_next(&send, j, sh->staging->size, &off, &len); b ^= 1) {
 		void *ready;
 		j->result = staging(sh, b, &ready);
 		if (j->result != CUDA_SUCCESS)
 			break;
+		if (!begun && rm_request_reply_bulk(sh->reply_s, sh->reply_rq, sh->reply_bulk)) {
+			j->link_failed = 1;
+			return;
+		}
+		begun = 1;
 		struct iovec v = {ready, len};
 		if (rm_conn_sendv(sh->link->conn, &v, 1)) {
 			j->link_failed = 1;
@@ -152,7 +163,7 @@ static void share_out(struct share *sh, struct stripe_job *j)
 		if (cursor_next(&issue, j, sh->staging->size, &off, &len))
 			j->result = piece_dma(sh, b, buf[b], j, off, len);
 	}
-	if (j->result != CUDA_SUCCESS)
+	if (j->result != CUDA_SUCCESS && begun)
 		j->link_failed = 1; /* the reply has begun: the client cannot be told but by closing */
 }
 
@@ -316,13 +327,21 @@ void rm_copy_out(struct rm_session *s, struct rm_request *rq, CUstream stream, u
 		rm_request_finish(s, rq, r, NULL);
 		return;
 	}
-	if (rm_request_reply_bulk(s, rq, rm_stripe_share(n, links, 0)))
-		return;
+	sh0.reply_s = s;
+	sh0.reply_rq = rq;
+	sh0.reply_bulk = rm_stripe_share(n, links, 0);
 	struct stripe_job jobs[RM_MAX_COPY_LINKS];
 	for (uint32_t i = 0; i < links; i++)
 		jobs[i] = (struct stripe_job){.to_host = 1, .dev = src, .n = n, .links = links, .index = i,
 					      .stream = stream, .ctx = s->thread_ctx};
 	run_striped(s, &sh0, jobs, links);
+	if (!rq->replied) { /* link 0 failed before its first byte */
+		if (links > 1)
+			rq->fatal = 1; /* the other links' shares may be on their way: out of step */
+		else
+			rm_request_finish(s, rq, jobs[0].result != CUDA_SUCCESS ? jobs[0].result : CUDA_ERROR_UNKNOWN, NULL);
+		return;
+	}
 	for (uint32_t i = 0; i < links; i++)
 		if (jobs[i].link_failed) {
 			rm_log(RM_LOG_ERROR, "session %llu: copy from the GPU failed on link %u (%d) after the reply began; closing",

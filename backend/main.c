@@ -89,24 +89,31 @@ int main(int argc, char **argv)
 	rm_config_defaults(&cfg);
 	int channel = -1, registry_fd = -1, c;
 	char why[300];
-	/* The configuration file first, wherever --config appears, so that flags override it. */
-	for (int i = 1; i < argc; i++) {
-		const char *path = !strncmp(argv[i], "--config=", 9) ? argv[i] + 9
-				 : !strcmp(argv[i], "--config") && i + 1 < argc ? argv[i + 1] : NULL;
-		rm_log_init("remorad", RM_LOG_INFO);
-		if (path && rm_config_load(&cfg, path))
-			return 2;
+	if (rm_log_init("remorad", RM_LOG_INFO)) {
+		fprintf(stderr, "remorad: REMORA_LOG=%s is not a log level (%s)\n", getenv("REMORA_LOG"), RM_LOG_LEVELS);
+		return 2;
 	}
+	/* Two passes over the flags: the configuration files first, wherever --config
+	 * appears, so that the other flags override them; the second reports bad flags. */
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "c:l:d:r:s:h", opts, NULL)) != -1)
+		if (c == 'c' && rm_config_load(&cfg, optarg))
+			return 2;
+	optind = 0;
+	opterr = 1;
 	while ((c = getopt_long(argc, argv, "c:l:d:r:s:h", opts, NULL)) != -1) {
-		const char *key = NULL, *val = optarg;
+		const char *key = NULL, *val = optarg, *flag = NULL;
 		char kv[1024];
 		switch (c) {
 		case 'c': break;
-		case 'l': key = "listen"; break;
-		case 'd': key = "driver"; break;
-		case 'r': key = "ready_file"; break;
+		case 'l': key = "listen", flag = "--listen"; break;
+		case 'd': key = "driver", flag = "--driver"; break;
+		case 'r': key = "ready_file", flag = "--ready-file"; break;
 		case 's': {
-			snprintf(kv, sizeof(kv), "%s", optarg);
+			if (snprintf(kv, sizeof(kv), "%s", optarg) >= (int)sizeof(kv)) {
+				fprintf(stderr, "remorad: --set %.32s...: longer than %zu bytes\n", optarg, sizeof(kv) - 1);
+				return 2;
+			}
 			char *eq = strchr(kv, '=');
 			if (!eq) {
 				fprintf(stderr, "remorad: --set needs KEY=VALUE, not %s\n", optarg);
@@ -115,6 +122,7 @@ int main(int argc, char **argv)
 			*eq = 0;
 			key = kv;
 			val = eq + 1;
+			flag = "--set";
 			break;
 		}
 		case 'W': channel = atoi(optarg); break;
@@ -123,9 +131,14 @@ int main(int argc, char **argv)
 		default: usage(stderr); return 2;
 		}
 		if (key && rm_config_set(&cfg, key, val, why, sizeof(why))) {
-			fprintf(stderr, "remorad: %s\n", why);
+			fprintf(stderr, "remorad: %s %s: %s\n", flag, optarg, why);
 			return 2;
 		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "remorad: unexpected argument '%s': remorad takes flags only (--help lists them)\n",
+			argv[optind]);
+		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
 

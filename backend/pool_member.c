@@ -1,6 +1,8 @@
 /* The registration thread. Each round: read the administrator's decision, mirror it,
  * then keep the lease alive and rewrite the member record (or, once removed, leave).
- * etcd being unreachable never stops serving; it is logged once and retried. */
+ * etcd being unreachable never stops serving; it is logged once and retried. A round
+ * and the daemon's leaving on stop never overlap (round_lock); a round that a stop
+ * interrupts ends after the etcd call it is in. */
 #include "pool_member.h"
 
 #include <errno.h>
@@ -25,7 +27,16 @@ struct member_state {
 	char decision[16];  /* the administrator's decision last mirrored */
 	int unreachable;    /* etcd failed last round (logged once) */
 	int registered_once;
+	pthread_mutex_t round_lock;
+	int stopping;       /* set once by rm_pool_member_stop, read by the rounds (atomics) */
 };
+
+static struct member_state *running; /* the registration, once started (atomics) */
+
+static int stopping(struct member_state *st)
+{
+	return __atomic_load_n(&st->stopping, __ATOMIC_ACQUIRE);
+}
 
 static void set_membership(const char *m)
 {
@@ -91,14 +102,19 @@ static void mirror(struct member_state *st, const char *decision)
 	snprintf(st->decision, sizeof(st->decision), "%s", decision);
 }
 
-static void leave(struct member_state *st)
+/* Revokes the lease and deletes the record. 0, or -errno with st->etcd.error. */
+static int leave(struct member_state *st)
 {
 	char key[512];
 	snprintf(key, sizeof(key), RM_POOL_MEMBERS "%s", self_host);
+	int err = 0;
 	if (st->lease)
-		rm_etcd_lease_revoke(&st->etcd, st->lease); /* takes the record with it */
+		err = rm_etcd_lease_revoke(&st->etcd, st->lease); /* takes the record with it */
+	if (err == -ENOENT)
+		err = 0; /* expired, and the record with it */
 	st->lease = 0;
-	rm_etcd_delete(&st->etcd, key, NULL);
+	int deleted = rm_etcd_delete(&st->etcd, key, NULL);
+	return err ? err : deleted;
 }
 
 /* Keeps the lease (granting a new one once it has expired) and writes the record. */
@@ -110,8 +126,12 @@ static int refresh(struct member_state *st)
 		st->lease = 0;
 		err = 0;
 	}
+	if (!err && stopping(st))
+		err = -ECANCELED;
 	if (!err && !st->lease)
 		err = rm_etcd_lease_grant(&st->etcd, st->cfg->lease_ttl_s, &st->lease);
+	if (!err && stopping(st))
+		err = -ECANCELED;
 	if (err)
 		return err;
 	struct rm_pool_member m;
@@ -136,6 +156,8 @@ static void round_once(struct member_state *st)
 {
 	char decision[16];
 	int err = rm_pool_get_admin(&st->etcd, self_host, decision, sizeof(decision));
+	if (!err && stopping(st))
+		return;
 	if (!err) {
 		mirror(st, decision);
 		if (!strcmp(decision, "removed")) {
@@ -145,6 +167,8 @@ static void round_once(struct member_state *st)
 			set_membership("registered");
 		}
 	}
+	if (err == -ECANCELED)
+		return;
 	if (err && !st->unreachable) {
 		rm_log(RM_LOG_WARN, "pool: %s; still serving, retrying", st->etcd.error);
 		set_membership("unreachable");
@@ -163,7 +187,13 @@ static void *member_main(void *arg)
 	if (period_ms > 5000)
 		period_ms = 5000;
 	for (;;) {
+		pthread_mutex_lock(&st->round_lock);
+		if (stopping(st)) {
+			pthread_mutex_unlock(&st->round_lock);
+			break;
+		}
 		round_once(st);
+		pthread_mutex_unlock(&st->round_lock);
 		struct timespec ts = {period_ms / 1000, (long)(period_ms % 1000) * 1000000L};
 		while (nanosleep(&ts, &ts) && errno == EINTR)
 			;
@@ -215,6 +245,8 @@ int rm_pool_member_start(const struct rm_daemon_config *cfg, const char *scheme,
 		return err;
 	}
 	set_membership("unreachable"); /* until the first round succeeds */
+	pthread_mutex_init(&st->round_lock, NULL);
+	__atomic_store_n(&running, st, __ATOMIC_RELEASE);
 	pthread_t t;
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
@@ -223,7 +255,30 @@ int rm_pool_member_start(const struct rm_daemon_config *cfg, const char *scheme,
 	pthread_attr_destroy(&attr);
 	if (err) {
 		rm_log(RM_LOG_ERROR, "pool: cannot start the registration thread: %s", strerror(-err));
+		__atomic_store_n(&running, NULL, __ATOMIC_RELEASE);
 		free(st);
 	}
+	return err;
+}
+
+int rm_pool_member_stop(void)
+{
+	struct member_state *st = __atomic_load_n(&running, __ATOMIC_ACQUIRE);
+	if (!st)
+		return 0;
+	__atomic_store_n(&st->stopping, 1, __ATOMIC_RELEASE);
+	pthread_mutex_lock(&st->round_lock); /* a round in progress ends after its current etcd call */
+	int err = 0;
+	char membership_now[16], host[128], address[256];
+	rm_pool_member_identity(host, sizeof(host), address, sizeof(address), membership_now, sizeof(membership_now));
+	if (strcmp(membership_now, "removed")) /* a removed member has left already */
+		err = leave(st);
+	if (err)
+		rm_log(RM_LOG_WARN, "pool: could not leave the pool (%s); %s's entry stays until its lease expires "
+		       "(at most %d s)", st->etcd.error, host, st->cfg->lease_ttl_s);
+	else
+		rm_log(RM_LOG_INFO, "pool: left the pool (%s's entry deleted)", host);
+	set_membership("none");
+	pthread_mutex_unlock(&st->round_lock);
 	return err;
 }

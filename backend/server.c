@@ -1,11 +1,18 @@
 /* The accepting process: one short-lived thread per new connection reads the
  * hello, checks the credential and admission, and passes the connection to the
  * worker process of the client's tenant, starting that worker when needed. A
- * worker that dies (a GPU fault ends its process) takes only its tenant's clients. */
+ * worker that dies (a GPU fault ends its process) takes only its tenant's clients.
+ * What a connection costs before its hello is bounded by handshakes.h.
+ *
+ * Stopping (SIGTERM, SIGINT): the handler only notes the signal and writes to a pipe.
+ * The stopper thread, woken by it, stops new handshakes, makes the accept loop close
+ * the listener, leaves the pool, sends SIGTERM to every worker, waits shutdown_grace
+ * seconds for them and kills what is left; then rm_server_run returns 0. */
 #include "server.h"
 
 #include <cuda.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,9 +20,11 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "admin.h"
+#include "handshakes.h"
 #include "link.h"
 #include "log.h"
 #include "pool_member.h"
@@ -36,6 +45,17 @@ static char **worker_argv;
 /* One worker per tenant (the anonymous tenant last), or only workers[0] when shared. */
 static struct worker workers[RM_CONFIG_MAX_TENANTS + 1];
 static pthread_mutex_t workers_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t workers_changed; /* a worker ended (monotonic clock) */
+static int workers_reaping;           /* workers reaped whose end is not yet accounted for */
+static int workers_stopping;          /* no worker starts, no client is handed over */
+
+/* Stopping: the signal that asked for it, the pipe that wakes the stopper thread, and
+ * the thread in the accept loop, the only one that takes the stop signals. */
+static volatile sig_atomic_t stop_signal;
+static int stop_pipe[2] = {-1, -1};
+static pthread_t acceptor;
+static int acceptor_done; /* the accept loop has closed the listener (atomics) */
+static int sigint_caught; /* SIGINT is ours (not ignored, as in a shell's background job) */
 
 static struct worker *worker_of(int tenant)
 {
@@ -56,6 +76,15 @@ static int start_worker(struct worker *w, const char *tenant_name)
 		return err;
 	}
 	if (pid == 0) {
+		/* The worker takes the stop signals' default action: none may reach our handler
+		 * here, and this thread blocks them. */
+		struct sigaction dfl = {.sa_handler = SIG_DFL};
+		sigaction(SIGTERM, &dfl, NULL);
+		if (sigint_caught)
+			sigaction(SIGINT, &dfl, NULL);
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
 		int fd = dup(sv[1]); /* without CLOEXEC, so it survives exec */
 		char arg[32];
 		snprintf(arg, sizeof(arg), "--worker-channel=%d", fd);
@@ -92,33 +121,48 @@ static int hand_over(struct worker *w, int fd, const struct rm_handoff *h)
 	return sendmsg(w->channel, &m, MSG_NOSIGNAL) == (ssize_t)sizeof(*h) ? 0 : -errno;
 }
 
-/* Waits for workers to end; frees their clients' slots. */
+/* Waits for workers to end; frees their clients' slots. A worker is reaped with
+ * workers_lock held, so that whoever signals a pid under it signals a live worker or
+ * its zombie, never a process that took its pid afterwards. */
 static void *reap_workers(void *arg)
 {
 	(void)arg;
 	for (;;) {
 		int status;
-		pid_t pid = waitpid(-1, &status, 0);
-		if (pid < 0) {
+		siginfo_t si = {0};
+		if (waitid(P_ALL, 0, &si, WEXITED | WNOWAIT) < 0) {
 			if (errno == ECHILD)
 				sleep(1); /* no worker yet */
 			continue;
 		}
+		pid_t pid = si.si_pid;
 		pthread_mutex_lock(&workers_lock);
 		for (size_t i = 0; i < sizeof(workers) / sizeof(workers[0]); i++)
 			if (workers[i].pid == pid) {
 				close(workers[i].channel);
 				workers[i].pid = 0;
 			}
+		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+			;
+		int stopping = workers_stopping;
+		workers_reaping++;
 		pthread_mutex_unlock(&workers_lock);
 		int n = rm_registry_reap_worker(pid);
-		if (WIFEXITED(status) && WEXITSTATUS(status) == 75)
+		if (stopping)
+			rm_log(RM_LOG_INFO, "worker %d stopped (%s %d) with %d client(s)", (int)pid,
+			       WIFEXITED(status) ? "status" : "signal",
+			       WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), n);
+		else if (WIFEXITED(status) && WEXITSTATUS(status) == 75)
 			rm_log(RM_LOG_WARN, "worker %d ended after a GPU fault its driver cannot recover from; "
 			       "its %d client(s) lost their connection, other tenants go on", (int)pid, n);
 		else
 			rm_log(RM_LOG_WARN, "worker %d ended (%s %d) with %d client(s)", (int)pid,
 			       WIFEXITED(status) ? "status" : "signal",
 			       WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), n);
+		pthread_mutex_lock(&workers_lock);
+		workers_reaping--;
+		pthread_cond_broadcast(&workers_changed);
+		pthread_mutex_unlock(&workers_lock);
 	}
 	return NULL;
 }
@@ -141,7 +185,20 @@ static void refuse(struct rm_link *l, uint64_t seq, CUresult r, const char *why)
 
 struct greeting {
 	struct rm_conn *conn;
+	struct rm_handshake *handshake; /* until the hello (or a copy link's attach) is read */
+	int ended;                      /* what rm_handshake_end said */
 };
+
+/* Ends the handshake's deadline: 0, or -ETIMEDOUT or -ESHUTDOWN when the connection has
+ * been shut down (a timeout is logged by handshakes.c). */
+static int settle(struct greeting *g)
+{
+	if (g->handshake) {
+		g->ended = rm_handshake_end(g->handshake);
+		g->handshake = NULL;
+	}
+	return g->ended;
+}
 
 /* The devices a hello asks for, checked: none means all the host's GPUs. */
 static int visible_devices(const Remora__Hello *h, struct rm_handoff *out, uint64_t *mask, char *why, size_t n)
@@ -171,7 +228,7 @@ static int visible_devices(const Remora__Hello *h, struct rm_handoff *out, uint6
 
 /* A copy link's Attach: handed to the worker serving the session it names, which checks
  * its key and answers; anything else is refused here. */
-static void attach_link(struct rm_link *link, const struct rm_frame *f, const struct greeting *g)
+static void attach_link(struct rm_link *link, const struct rm_frame *f, struct greeting *g)
 {
 	const char *peer = rm_conn_peer(g->conn);
 	uint8_t msg[256];
@@ -181,6 +238,8 @@ static void attach_link(struct rm_link *link, const struct rm_frame *f, const st
 		rm_log(RM_LOG_WARN, "client %s: malformed copy link attach; closing", peer);
 		goto out;
 	}
+	if (settle(g))
+		goto out;
 	struct rm_handoff h = {.attach = 1, .link_index = a->index, .session_id = a->session_id, .slot = -1};
 	memcpy(h.key, a->key.data, 16);
 	pid_t pid = 0;
@@ -195,11 +254,13 @@ static void attach_link(struct rm_link *link, const struct rm_frame *f, const st
 	pthread_mutex_lock(&workers_lock);
 	for (size_t i = 0; pid && i < sizeof(workers) / sizeof(workers[0]); i++)
 		if (workers[i].pid == pid)
-			err = hand_over(&workers[i], rm_conn_export_fd(g->conn), &h);
+			err = workers_stopping ? -ESHUTDOWN : hand_over(&workers[i], rm_conn_export_fd(g->conn), &h);
 	pthread_mutex_unlock(&workers_lock);
 	if (err) {
+		const char *why = err == -ESRCH ? "no such session"
+				: err == -ESHUTDOWN ? "the daemon is stopping" : strerror(-err);
 		rm_log(RM_LOG_WARN, "client %s: copy link for session %llu refused (%s)", peer,
-		       (unsigned long long)a->session_id, err == -ESRCH ? "no such session" : strerror(-err));
+		       (unsigned long long)a->session_id, why);
 		struct rm_frame rf = {.magic = RM_WIRE_MAGIC, .op = RM_OP_ATTACH, .seq = f->seq, .flags = RM_F_REPLY,
 				      .result = CUDA_ERROR_INVALID_VALUE};
 		rm_link_send(link, &rf, NULL, NULL, 0);
@@ -232,12 +293,13 @@ static void *greet(void *arg)
 		goto out;
 	}
 	if (err || f.op != RM_OP_HELLO || f.bulk_len) {
-		rm_log(RM_LOG_WARN, "client %s: no valid hello (%s); closing", peer,
-		       err ? strerror(-err) : "unexpected frame");
+		if (!settle(g))
+			rm_log(RM_LOG_WARN, "client %s: no valid hello (%s); closing", peer,
+			       err ? strerror(-err) : "unexpected frame");
 		goto out;
 	}
 	msg = malloc(f.msg_len ? f.msg_len : 1);
-	if (!msg || rm_link_read(&link, msg, f.msg_len))
+	if (!msg || rm_link_read(&link, msg, f.msg_len) || settle(g))
 		goto out;
 	hello = remora__hello__unpack(NULL, f.msg_len, msg);
 	if (!hello) {
@@ -283,7 +345,7 @@ static void *greet(void *arg)
 
 	pthread_mutex_lock(&workers_lock);
 	struct worker *w = worker_of(h.tenant);
-	err = w->pid ? 0 : start_worker(w, t->name);
+	err = workers_stopping ? -ESHUTDOWN : w->pid ? 0 : start_worker(w, t->name);
 	if (!err) {
 		rm_registry_lock();
 		c->worker = w->pid;
@@ -291,18 +353,133 @@ static void *greet(void *arg)
 		err = hand_over(w, rm_conn_export_fd(g->conn), &h);
 	}
 	pthread_mutex_unlock(&workers_lock);
-	if (err) {
+	if (err == -ESHUTDOWN) {
+		rm_log(RM_LOG_INFO, "client %s (%s, pid %u) refused: the daemon is stopping", peer, h.name, h.pid);
+		refuse(&link, f.seq, CUDA_ERROR_DEVICE_UNAVAILABLE, "the daemon is stopping");
+		rm_registry_leave(h.slot);
+	} else if (err) {
 		rm_log(RM_LOG_ERROR, "client %s: cannot hand it to a worker: %s", peer, strerror(-err));
 		refuse(&link, f.seq, CUDA_ERROR_OPERATING_SYSTEM, "the daemon could not start serving it");
 		rm_registry_leave(h.slot);
 	}
 out:
+	settle(g);
 	if (hello)
 		remora__hello__free_unpacked(hello, NULL);
 	free(msg);
 	rm_link_close(&link); /* our copy only: the worker has its own descriptor */
 	free(g);
 	return NULL;
+}
+
+static void on_stop_signal(int sig)
+{
+	int saved = errno;
+	stop_signal = sig;
+	ssize_t n = write(stop_pipe[1], "", 1); /* full: the stopper has a wake-up pending already */
+	(void)n;
+	errno = saved;
+}
+
+/* Sends sig to every worker not yet reaped; returns how many. Under workers_lock. */
+static int signal_workers(int sig)
+{
+	int n = 0;
+	for (size_t i = 0; i < sizeof(workers) / sizeof(workers[0]); i++)
+		if (workers[i].pid > 0) {
+			kill(workers[i].pid, sig);
+			n++;
+		}
+	return n;
+}
+
+/* Waits, with workers_lock held, until every worker is reaped, its clients' slots freed
+ * and its end logged, or deadline (monotonic) has passed; returns how many are left. */
+static int wait_for_workers(const struct timespec *deadline)
+{
+	for (int timed_out = 0;;) {
+		int n = 0;
+		for (size_t i = 0; i < sizeof(workers) / sizeof(workers[0]); i++)
+			n += workers[i].pid > 0;
+		if ((!n && !workers_reaping) || timed_out)
+			return n;
+		timed_out = pthread_cond_timedwait(&workers_changed, &workers_lock, deadline) == ETIMEDOUT;
+	}
+}
+
+/* Asks every worker to end, gives them shutdown_grace seconds, then kills the rest. */
+static void stop_workers(void)
+{
+	struct timespec deadline;
+	clock_gettime(CLOCK_MONOTONIC, &deadline);
+	deadline.tv_sec += config->shutdown_grace_s;
+	pthread_mutex_lock(&workers_lock);
+	workers_stopping = 1;
+	int n = signal_workers(SIGTERM);
+	if (n)
+		rm_log(RM_LOG_INFO, "asked %d worker(s) to end; they have %d s", n, config->shutdown_grace_s);
+	n = wait_for_workers(&deadline);
+	if (n) {
+		rm_log(RM_LOG_WARN, "%d worker(s) still running after shutdown_grace (%d s); killing them", n,
+		       config->shutdown_grace_s);
+		signal_workers(SIGKILL);
+		clock_gettime(CLOCK_MONOTONIC, &deadline);
+		deadline.tv_sec += 5; /* SIGKILL is not refused; the kernel may take a moment */
+		if ((n = wait_for_workers(&deadline)))
+			rm_log(RM_LOG_ERROR, "%d worker(s) still not gone after SIGKILL", n);
+	}
+	pthread_mutex_unlock(&workers_lock);
+}
+
+static void *stopper(void *arg)
+{
+	(void)arg;
+	char c;
+	while (read(stop_pipe[0], &c, 1) < 0 && errno == EINTR)
+		;
+	int sig = stop_signal;
+	rm_log(RM_LOG_INFO, "%s: stopping: no new clients; workers get %d s (shutdown_grace) to end",
+	       sig == SIGINT ? "SIGINT" : "SIGTERM", config->shutdown_grace_s);
+	rm_handshakes_stop();
+	/* The signal may have come between the accept loop's check and its accept(): interrupt
+	 * the acceptor until it has seen it. */
+	while (!__atomic_load_n(&acceptor_done, __ATOMIC_ACQUIRE)) {
+		pthread_kill(acceptor, sig);
+		usleep(10000);
+	}
+	rm_pool_member_stop();
+	stop_workers();
+	return NULL;
+}
+
+/* The handler of SIGTERM and SIGINT, the pipe it writes to and the stopper thread. The
+ * calling thread (the acceptor) goes on with the stop signals blocked, as do the threads
+ * it starts from now on; it unblocks them for itself once it accepts. */
+static int prepare_stopping(sigset_t *stop_signals, pthread_t *t)
+{
+	sigemptyset(stop_signals);
+	sigaddset(stop_signals, SIGTERM);
+	sigaddset(stop_signals, SIGINT);
+	pthread_sigmask(SIG_BLOCK, stop_signals, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&workers_changed, &ca);
+	pthread_condattr_destroy(&ca);
+	if (pipe2(stop_pipe, O_CLOEXEC) || fcntl(stop_pipe[1], F_SETFL, O_NONBLOCK))
+		return -errno;
+	acceptor = pthread_self();
+	int err = -pthread_create(t, NULL, stopper, NULL);
+	if (err)
+		return err;
+	struct sigaction sa = {.sa_handler = on_stop_signal}; /* no SA_RESTART: accept() must return */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	struct sigaction was;
+	sigint_caught = !sigaction(SIGINT, NULL, &was) && was.sa_handler != SIG_IGN;
+	if (sigint_caught)
+		sigaction(SIGINT, &sa, NULL);
+	return 0;
 }
 
 int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char **argv)
@@ -329,7 +506,13 @@ int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char
 	char bound[96];
 	tp->listener_addr(l, bound, sizeof(bound));
 	rm_log(RM_LOG_INFO, "listening on %s", bound);
-	pthread_t t;
+	sigset_t stop_signals;
+	pthread_t t, stopping;
+	if ((err = prepare_stopping(&stop_signals, &stopping)) || (err = rm_handshakes_start(cfg))) {
+		rm_log(RM_LOG_ERROR, "cannot start: %s", strerror(-err));
+		tp->listener_close(l);
+		return err;
+	}
 	pthread_create(&t, NULL, reap_workers, NULL);
 	pthread_detach(t);
 	if (cfg->ready_file[0]) {
@@ -342,7 +525,8 @@ int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char
 	if (rm_pool_member_start(cfg, tp->scheme, bound))
 		rm_log(RM_LOG_WARN, "serving without pool membership");
 	int out_of_fds = 0;
-	for (;;) {
+	pthread_sigmask(SIG_UNBLOCK, &stop_signals, NULL);
+	while (!stop_signal) {
 		struct rm_conn *conn;
 		err = tp->accept(l, &conn);
 		if (err == -EMFILE || err == -ENFILE) {
@@ -363,17 +547,29 @@ int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char
 		if (out_of_fds)
 			rm_log(RM_LOG_INFO, "accepting clients again");
 		out_of_fds = 0;
+		struct rm_handshake *hs = rm_handshake_begin(conn);
+		if (!hs)
+			continue; /* refused by a bound, and closed */
 		struct greeting *g = malloc(sizeof(*g));
 		pthread_attr_t attr;
 		pthread_attr_init(&attr);
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		if (!g || (*g = (struct greeting){conn}, pthread_create(&t, &attr, greet, g))) {
+		sigset_t mine;
+		pthread_sigmask(SIG_BLOCK, &stop_signals, &mine); /* only this thread takes them */
+		if (!g || (*g = (struct greeting){conn, hs, 0}, pthread_create(&t, &attr, greet, g))) {
 			rm_log(RM_LOG_ERROR, "cannot greet a new client: out of resources");
+			rm_handshake_end(hs);
 			rm_conn_close(conn);
 			free(g);
 		}
+		pthread_sigmask(SIG_SETMASK, &mine, NULL);
 		pthread_attr_destroy(&attr);
 	}
 	tp->listener_close(l);
-	return err;
+	if (!stop_signal)
+		return err;
+	__atomic_store_n(&acceptor_done, 1, __ATOMIC_RELEASE);
+	pthread_join(stopping, NULL);
+	rm_log(RM_LOG_INFO, "stopped");
+	return 0;
 }

@@ -260,7 +260,7 @@ int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 		if (tp->adopt_fd(fd, &conn)) {
 			close(fd);
 			conn = NULL;
-		} else if (rm_conn_set_liveness(conn, cfg->peer_timeout_s * 1000)) {
+		} else if (rm_conn_set_liveness(conn, cfg->peer_timeout_s * 1000, cfg->peer_timeout_s * 1000)) {
 			rm_log(RM_LOG_WARN, "client %s: its connection has no liveness timeout", h.name);
 		}
 		if (h.attach) {

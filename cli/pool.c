@@ -286,7 +286,7 @@ static int fetch_status(const char *addr, Remora__StatusReply **rep, char *why, 
 		return err;
 	}
 	struct rm_link l;
-	rm_conn_set_liveness(conn, STATUS_TIMEOUT_MS); /* a frozen daemon: an answer, not a hang */
+	rm_conn_set_liveness(conn, STATUS_TIMEOUT_MS, STATUS_TIMEOUT_MS); /* a frozen daemon: an answer, not a hang */
 	if ((err = rm_link_init(&l, conn))) {
 		rm_conn_close(conn);
 		snprintf(why, whylen, "out of memory");

@@ -1,6 +1,7 @@
 /* Profiling of bulk copies: REMORA_PROFILE=copies[:SIZE] (copy_profile.h). */
 #include "copy_profile.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,20 +22,23 @@ uint64_t rm_copy_profile_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+int rm_copy_profile_parse(const char *text, uint64_t *min)
+{
+	*min = DEFAULT_MIN_BYTES;
+	if (strncmp(text, "copies", 6) || (text[6] && text[6] != ':'))
+		return -EINVAL;
+	return text[6] == ':' && rm_parse_size(text + 7, min) ? -EINVAL : 0;
+}
+
 /* Reads REMORA_PROFILE once: "copies" or "copies:SIZE" turns copy profiles on.
  * Racing threads read the same environment and store the same values. */
 static int read_mode(void)
 {
 	const char *v = getenv("REMORA_PROFILE");
+	uint64_t min;
 	int on = 0;
-	if (v && !strncmp(v, "copies", 6) && (!v[6] || v[6] == ':')) {
-		uint64_t min = DEFAULT_MIN_BYTES;
+	if (v && *v && !rm_copy_profile_parse(v, &min)) {
 		on = 1;
-		if (v[6] == ':' && rm_parse_size(v + 7, &min)) {
-			fprintf(stderr, "remora-profile: REMORA_PROFILE=%s: want copies or copies:SIZE (e.g. 256M); "
-					"profiling copies of 1 MiB and more\n", v);
-			min = DEFAULT_MIN_BYTES;
-		}
 		__atomic_store_n(&min_bytes, min, __ATOMIC_RELAXED);
 		__atomic_store_n(&rm_transport_profiling, 1, __ATOMIC_RELAXED);
 	} else if (v && *v) {

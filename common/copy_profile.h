@@ -50,6 +50,10 @@ struct rm_copy_profile {
 /* -1 before the environment was read, 0 off, 1 on. */
 extern int rm_copy_profile_mode;
 
+/* REMORA_PROFILE's text, "copies" or "copies:SIZE": 0 with *min the smallest copy
+ * profiled, or -EINVAL. */
+int rm_copy_profile_parse(const char *text, uint64_t *min);
+
 int rm_copy_profile_start(struct rm_copy_profile *p, const char *side, const char *op, uint64_t bytes);
 
 /* Starts profiling a copy of bytes on the calling thread when profiling is on

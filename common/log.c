@@ -1,5 +1,6 @@
 #include "log.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,23 +12,28 @@
 int rm_log_level = RM_LOG_ERROR;
 static const char *log_prefix = "remora";
 
-static int parse_level(const char *s, int fallback)
+int rm_log_level_parse(const char *text, int *level)
 {
 	static const char *names[] = {"error", "warn", "info", "debug"};
-	if (!s || !*s)
-		return fallback;
 	for (int i = 0; i < 4; i++)
-		if (!strcasecmp(s, names[i]))
-			return i;
-	if (s[0] >= '0' && s[0] <= '3' && !s[1])
-		return s[0] - '0';
-	return fallback;
+		if (!strcasecmp(text, names[i])) {
+			*level = i;
+			return 0;
+		}
+	if (text[0] >= '0' && text[0] <= '3' && !text[1]) {
+		*level = text[0] - '0';
+		return 0;
+	}
+	return -EINVAL;
 }
 
-void rm_log_init(const char *prefix, int fallback)
+int rm_log_init(const char *prefix, int fallback)
 {
+	const char *text = getenv("REMORA_LOG");
+	int level = fallback, err = text && *text ? rm_log_level_parse(text, &level) : 0;
 	log_prefix = prefix;
-	rm_log_level = parse_level(getenv("REMORA_LOG"), fallback);
+	rm_log_level = err ? fallback : level;
+	return err;
 }
 
 void rm_log_write(int level, const char *fmt, ...)

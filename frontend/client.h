@@ -70,8 +70,13 @@ int rm_host_alloc_find(const void *p, void **base, size_t *size, unsigned int *f
 
 /* Library-wide set-up: logging. Idempotent. */
 void rm_client_init(void);
+#define RM_MAX_VISIBLE_DEVICES 64 /* ordinals REMORA_VISIBLE_DEVICES may list */
 /* Parses REMORA_VISIBLE_DEVICES ("2,0": the host's GPUs 2 and 0, as ordinals 0 and 1)
  * into out; an unset or empty text leaves *n 0 (all GPUs). -1 for a malformed one. */
 int rm_visible_devices(const char *text, int32_t *out, size_t cap, size_t *n);
+/* REMORA_PEER_TIMEOUT's text (whole seconds, 1 to 3600: how long the daemon may be silent
+ * while this client waits on it) in milliseconds; unset or empty: the default. -EINVAL
+ * for a malformed one. */
+int rm_peer_timeout_ms(const char *text);
 
 #endif

@@ -14,21 +14,15 @@
 #include "text.h"
 
 #define CONNECT_TIMEOUT_MS 5000
-#define MAX_VISIBLE 64
 
-/* REMORA_PEER_TIMEOUT (seconds): how long the daemon may be silent while this client waits
- * on it before it is taken for frozen or unreachable; -1 after a line when malformed. */
-static int peer_timeout_ms(void)
+int rm_peer_timeout_ms(const char *text)
 {
-	const char *v = getenv("REMORA_PEER_TIMEOUT");
-	if (!v || !*v)
+	if (!text || !*text)
 		return RM_DEFAULT_PEER_TIMEOUT_MS;
 	char *end;
-	long s = strtol(v, &end, 10);
-	if (*end || s < 1 || s > 3600) {
-		rm_log(RM_LOG_ERROR, "REMORA_PEER_TIMEOUT=%s: expected whole seconds, 1 to 3600", v);
-		return -1;
-	}
+	long s = strtol(text, &end, 10);
+	if (*end || s < 1 || s > 3600)
+		return -EINVAL;
 	return (int)s * 1000;
 }
 
@@ -68,7 +62,7 @@ static int describe_client(Remora__Hello *hello, char *name, size_t namecap, int
 		hello->credential.len = strlen(token);
 	}
 	hello->devices = devices;
-	if (rm_visible_devices(getenv("REMORA_VISIBLE_DEVICES"), devices, MAX_VISIBLE, &hello->n_devices)) {
+	if (rm_visible_devices(getenv("REMORA_VISIBLE_DEVICES"), devices, RM_MAX_VISIBLE_DEVICES, &hello->n_devices)) {
 		rm_log(RM_LOG_ERROR, "REMORA_VISIBLE_DEVICES must be a comma-separated list of GPU ordinals");
 		return -1;
 	}
@@ -103,8 +97,8 @@ CUresult rm_client_conn_open(struct rm_client_conn *c, const char *server)
 	Remora__Hello hello = REMORA__HELLO__INIT;
 	Remora__HelloReply *rep = NULL;
 	char name[64];
-	int32_t devices[MAX_VISIBLE];
-	int timeout_ms = peer_timeout_ms();
+	int32_t devices[RM_MAX_VISIBLE_DEVICES];
+	int timeout_ms = rm_peer_timeout_ms(getenv("REMORA_PEER_TIMEOUT")); /* checked (environment.h) */
 	if (timeout_ms < 0 || describe_client(&hello, name, sizeof(name), devices))
 		return CUDA_ERROR_INVALID_VALUE;
 	hello.heartbeat_ms = (uint32_t)timeout_ms / 6; /* six chances before a timeout */
@@ -123,7 +117,9 @@ CUresult rm_client_conn_open(struct rm_client_conn *c, const char *server)
 		       "REMORA_SERVER=host:port", server, strerror(-err));
 		return r;
 	}
-	if (rm_conn_set_liveness(conn, timeout_ms))
+	/* Sends wait as long as the daemon's host answers: the daemon rightly stops reading a
+	 * copy's bytes while the GPU works through what the copy waits for. */
+	if (rm_conn_set_liveness(conn, timeout_ms, 0))
 		rm_log(RM_LOG_WARN, "the connection to %s has no liveness timeout", server);
 	if (rm_link_init(&c->link, conn)) {
 		rm_conn_close(conn);

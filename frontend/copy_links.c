@@ -10,6 +10,7 @@
 #include "client.h"
 #include "link.h"
 #include "remora.pb-c.h"
+#include "size.h"
 
 #define DEFAULT_LINKS 4
 #define DEFAULT_STRIPE_MIN (16ull << 20) /* smaller copies: one connection */
@@ -83,7 +84,7 @@ static int attach(struct copy_link *l, const struct rm_transport *tp, const char
 	int err = tp->dial(addr, 5000, &conn);
 	if (err)
 		return err;
-	if ((err = rm_conn_set_liveness(conn, timeout_ms))) {
+	if ((err = rm_conn_set_liveness(conn, timeout_ms, 0))) {
 		rm_conn_close(conn);
 		return err;
 	}
@@ -117,22 +118,42 @@ static int attach(struct copy_link *l, const struct rm_transport *tp, const char
 	return err;
 }
 
+int rm_copy_links_parse_count(const char *text, uint32_t *links)
+{
+	char *end;
+	long n = text && *text ? strtol(text, &end, 10) : DEFAULT_LINKS;
+	if (text && *text && (*end || n < 1 || n > RM_MAX_COPY_LINKS))
+		return -EINVAL;
+	*links = (uint32_t)n;
+	return 0;
+}
+
+int rm_copy_links_parse_stripe_min(const char *text, uint64_t *bytes)
+{
+	uint64_t n = DEFAULT_STRIPE_MIN;
+	if (text && *text && (rm_parse_size(text, &n) || n == 0))
+		return -EINVAL;
+	*bytes = n;
+	return 0;
+}
+
 struct rm_copy_links *rm_copy_links_open(const struct rm_transport *tp, const char *addr, uint64_t session_id,
 					  const uint8_t *key, size_t keylen, int timeout_ms)
 {
-	const char *v = getenv("REMORA_COPY_LINKS");
-	long want = v && *v ? strtol(v, NULL, 10) : DEFAULT_LINKS;
-	if (want > RM_MAX_COPY_LINKS)
-		want = RM_MAX_COPY_LINKS;
+	uint32_t want;
+	uint64_t stripe_min;
+	/* Both checked before the first connection (environment.h). */
+	if (rm_copy_links_parse_count(getenv("REMORA_COPY_LINKS"), &want) ||
+	    rm_copy_links_parse_stripe_min(getenv("REMORA_STRIPE_MIN"), &stripe_min))
+		return NULL;
 	if (keylen == 0 || want < 2)
 		return NULL; /* a daemon that offers no copy links, or none wanted */
 	struct rm_copy_links *cl = calloc(1, sizeof(*cl));
 	if (!cl)
 		return NULL;
 	pthread_mutex_init(&cl->lock, NULL);
-	const char *m = getenv("REMORA_STRIPE_MIN");
-	cl->stripe_min = m && *m && strtoull(m, NULL, 10) ? strtoull(m, NULL, 10) : DEFAULT_STRIPE_MIN;
-	for (long i = 1; i < want; i++) {
+	cl->stripe_min = stripe_min;
+	for (long i = 1; i < (long)want; i++) {
 		int err = attach(&cl->tab[i], tp, addr, session_id, key, keylen, (uint32_t)i, timeout_ms);
 		if (err) {
 			rm_log(RM_LOG_ERROR, "copy link %ld to %s not attached (%s); large copies use %ld connection(s)",

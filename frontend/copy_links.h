@@ -12,8 +12,15 @@
 
 struct rm_copy_links;
 
-/* Opens the copy links of a session just greeted at addr (REMORA_COPY_LINKS links in
- * all, the main connection counted; default 4, 1 for none), each with its thread and
+/* REMORA_COPY_LINKS's text: connections in all, the main one counted, 1 to
+ * RM_MAX_COPY_LINKS (1: no copy links); unset or empty: 4. 0 and *links set, or -EINVAL. */
+int rm_copy_links_parse_count(const char *text, uint32_t *links);
+/* REMORA_STRIPE_MIN's text: the smallest copy striped, a size (size.h) of at least 1
+ * byte; unset or empty: 16 MiB. 0 and *bytes set, or -EINVAL. */
+int rm_copy_links_parse_stripe_min(const char *text, uint64_t *bytes);
+
+/* Opens the copy links of a session just greeted at addr (REMORA_COPY_LINKS connections
+ * in all, REMORA_STRIPE_MIN the smallest copy striped), each with its thread and
  * the connection's liveness timeout (transport.h).
  * Links that cannot be attached are done without, a line says so; NULL: none. */
 struct rm_copy_links *rm_copy_links_open(const struct rm_transport *tp, const char *addr, uint64_t session_id,

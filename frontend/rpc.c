@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "copy_links.h"
+#include "environment.h"
 #include "placement.h"
 
 #define BATCH_FLUSH_AT (64u << 10)  /* flush async calls once this much is queued */
@@ -362,14 +363,15 @@ out:
 	return result;
 }
 
-/* Tries each candidate (frontend/placement.h) until one accepts this client. */
+/* Checks the environment (environment.h), then tries each candidate (placement.h)
+ * until one accepts this client. */
 static CUresult do_connect(void)
 {
 	struct rm_candidates *cand = malloc(sizeof(*cand));
 	CUresult r = CUDA_ERROR_NO_DEVICE;
 	if (!cand)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	if (rm_placement_candidates(cand) == 0)
+	if (rm_client_environment_check() == 0 && rm_placement_candidates(cand) == 0)
 		for (int i = 0; i < cand->n && r != CUDA_SUCCESS; i++)
 			if ((r = rm_client_conn_open(&process_conn, cand->addr[i])) != CUDA_SUCCESS && i + 1 < cand->n)
 				rm_log(RM_LOG_ERROR, "trying the next GPU server of %s", cand->from);

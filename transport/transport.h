@@ -45,11 +45,13 @@ struct rm_transport {
 	ssize_t (*recv_some)(struct rm_conn *c, void *buf, size_t len);
 	/* Unblocks any thread inside recv_some/sendv of c; they return an error. */
 	void (*shutdown)(struct rm_conn *c);
-	/* From now on recv_some and sendv fail with -ETIMEDOUT once the peer has sent nothing,
-	 * or taken nothing, for timeout_ms, and an idle connection is probed so that a peer
-	 * whose host vanished is found within about timeout_ms. 0: wait for ever. Liveness of
-	 * a peer that is alive but busy is the caller's (heartbeats, docs/protocol.md). */
-	int (*set_liveness)(struct rm_conn *c, int timeout_ms);
+	/* From now on recv_some fails with -ETIMEDOUT once the peer has sent nothing for
+	 * recv_timeout_ms, and an idle connection is probed so that a peer whose host vanished
+	 * is found within about that; sendv fails likewise once the peer has taken nothing, or
+	 * acknowledged nothing, for send_timeout_ms. 0: wait for ever. A sender whose peer may
+	 * rightly stop reading for long (it waits on the GPU) leaves send_timeout_ms 0.
+	 * Liveness of a peer that is alive but busy is the caller's (heartbeats, protocol.md). */
+	int (*set_liveness)(struct rm_conn *c, int recv_timeout_ms, int send_timeout_ms);
 	/* Describes the peer for log lines. */
 	const char *(*peer)(struct rm_conn *c);
 	void (*close)(struct rm_conn *c);
@@ -71,9 +73,9 @@ static inline ssize_t rm_conn_recv_some(struct rm_conn *c, void *buf, size_t len
 	return c->tp->recv_some(c, buf, len);
 }
 static inline void rm_conn_shutdown(struct rm_conn *c) { c->tp->shutdown(c); }
-static inline int rm_conn_set_liveness(struct rm_conn *c, int timeout_ms)
+static inline int rm_conn_set_liveness(struct rm_conn *c, int recv_timeout_ms, int send_timeout_ms)
 {
-	return c->tp->set_liveness(c, timeout_ms);
+	return c->tp->set_liveness(c, recv_timeout_ms, send_timeout_ms);
 }
 static inline const char *rm_conn_peer(struct rm_conn *c) { return c->tp->peer(c); }
 static inline void rm_conn_close(struct rm_conn *c) { c->tp->close(c); }

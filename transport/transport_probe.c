@@ -199,11 +199,11 @@ static int check_contract(const struct rm_transport *tp, struct rm_listener *l, 
 	 * turned off, the connection serves on. */
 	uint8_t byte;
 	ssize_t n;
-	if (rm_conn_set_liveness(b, 200) || (n = rm_conn_recv_some(b, &byte, 1)) != -ETIMEDOUT) {
+	if (rm_conn_set_liveness(b, 200, 200) || (n = rm_conn_recv_some(b, &byte, 1)) != -ETIMEDOUT) {
 		fprintf(stderr, "transport-probe: a read from a silent peer did not time out\n");
 		bad = 1;
 	}
-	if (rm_conn_set_liveness(b, 0) || rm_conn_sendv(a, v, 1) || recv_all(b, in, v[0].iov_len)) {
+	if (rm_conn_set_liveness(b, 0, 0) || rm_conn_sendv(a, v, 1) || recv_all(b, in, v[0].iov_len)) {
 		fprintf(stderr, "transport-probe: the connection failed after its liveness timeout\n");
 		bad = 1;
 	}

@@ -51,7 +51,7 @@ def main():
     closed_d = Daemon(remorad, driver, tmp, "tenants", "allow_anonymous = no\n[tenant a]\ntoken = a-secret\n")
     try:
         rc, out, report = under_valgrind([open_d.server, open_d.server], REMORA_VISIBLE_DEVICES="0,x")
-        check(rc not in (0, LEAK_EXIT) and "REMORA_VISIBLE_DEVICES must be" in report,
+        check(rc not in (0, LEAK_EXIT) and "REMORA_VISIBLE_DEVICES=0,x: must be" in report,
               f"a malformed REMORA_VISIBLE_DEVICES: a clear error ({rc})")
         check(rc != LEAK_EXIT and not sockets_left(report), "and nothing left behind, for either candidate")
 

@@ -7,6 +7,7 @@
   frozen-client  a client holding memory is stopped: the daemon releases its session,
                  memory and quota within peer_timeout
   long-call      a kernel several timeouts long is no false alarm: heartbeats cover it
+  long-copy      nor are copies both ways behind such a kernel
   idle-client    a client that makes no call for several timeouts keeps its session
 
 usage: liveness.py SCENARIO REMORAD DRIVER REMORA PROBE DRV_SLEEP IMAGE
@@ -110,6 +111,13 @@ def long_call(d):
     check("was silent for" not in d.text(), "the daemon kept the session")
 
 
+def long_copy(d):
+    out, err = client(d, probe, "late-copy", image, str(2 * TIMEOUT_S)).communicate(timeout=4 * TIMEOUT_S + 60)
+    check(out.strip() == "ok", f"32 MiB copies behind {2 * TIMEOUT_S} s kernels, through a {TIMEOUT_S} s timeout "
+          f"({err.strip()[-200:]})")
+    check("was silent for" not in d.text(), "the daemon kept the session")
+
+
 def idle_client(d):
     out, err = client(d, probe, "idle", str(3 * TIMEOUT_S)).communicate(timeout=3 * TIMEOUT_S + 60)
     check(out.strip() == "ok", f"a client idle for {3 * TIMEOUT_S} s works on ({err.strip()[-200:]})")
@@ -121,6 +129,7 @@ SCENARIOS = {
     "frozen-daemon": frozen_daemon,
     "frozen-client": frozen_client,
     "long-call": long_call,
+    "long-copy": long_copy,
     "idle-client": idle_client,
 }
 

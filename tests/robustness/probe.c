@@ -10,7 +10,10 @@
  *   probe wrap        asks for memsets whose byte length wraps past 2^64 (refused), then checks
  *                     that the session still works; prints "ok"
  *   probe idle SECS   allocates and fills memory, makes no call for SECS seconds, then reads
- *                     it back; prints "ok" */
+ *                     it back; prints "ok"
+ *   probe late-copy IMAGE SECS  copies 32 MiB from the device, then 32 MiB to it, each behind
+ *                     a kernel of SECS seconds (sleepNs) on the same stream; checks the bytes;
+ *                     prints "ok" */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,6 +132,42 @@ int main(int argc, char **argv)
 			fprintf(stderr, "probe: read back %#x after idling\n", back);
 			return 1;
 		}
+		printf("ok\n");
+		return 0;
+	}
+	if (!strcmp(argv[1], "late-copy") && argc > 3) {
+		const size_t n = 32u << 20;
+		unsigned long long ns = (unsigned long long)(atof(argv[3]) * 1e9);
+		void *params[] = {&ns};
+		CUmodule mod;
+		CUfunction sleep_ns;
+		CUdeviceptr p;
+		unsigned char *host = malloc(n);
+		if (!host)
+			return 1;
+		CHECK(cuModuleLoad(&mod, argv[2]));
+		CHECK(cuModuleGetFunction(&sleep_ns, mod, "sleepNs"));
+		CHECK(cuMemAlloc(&p, n));
+		CHECK(cuMemsetD8(p, 0x5a, n));
+		CHECK(cuLaunchKernel(sleep_ns, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
+		CHECK(cuMemcpyDtoH(host, p, n)); /* waits for the kernel */
+		for (size_t i = 0; i < n; i++)
+			if (host[i] != 0x5a) {
+				fprintf(stderr, "probe: byte %zu read back as %#x\n", i, host[i]);
+				return 1;
+			}
+		for (size_t i = 0; i < n; i++)
+			host[i] = (unsigned char)(i * 13);
+		CHECK(cuLaunchKernel(sleep_ns, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
+		CHECK(cuMemcpyHtoD(p, host, n)); /* its bytes wait for the kernel */
+		memset(host, 0, n);
+		CHECK(cuMemcpyDtoH(host, p, n));
+		for (size_t i = 0; i < n; i++)
+			if (host[i] != (unsigned char)(i * 13)) {
+				fprintf(stderr, "probe: byte %zu written as %#x\n", i, host[i]);
+				return 1;
+			}
+		free(host);
 		printf("ok\n");
 		return 0;
 	}

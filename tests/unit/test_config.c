@@ -7,29 +7,69 @@
 #include <string.h>
 #include <unistd.h>
 
-static int failures;
+#include "expect.h"
 
-/* Loads text as a configuration file over the defaults: 0 or -1. */
+static char path[] = "/tmp/remora-config-XXXXXX";
+static char said[4096]; /* what the last load logged */
+
+/* Loads text as a configuration file over the defaults: 0 or -1; its log lines in said. */
 static int load(const char *text, struct rm_daemon_config *c)
 {
-	char path[] = "/tmp/remora-config-XXXXXX";
+	strcpy(path, "/tmp/remora-config-XXXXXX");
 	int fd = mkstemp(path);
-	if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+	FILE *log = tmpfile();
+	int saved_stderr = dup(STDERR_FILENO);
+	if (fd < 0 || !log || saved_stderr < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
 		exit(1);
 	close(fd);
+	dup2(fileno(log), STDERR_FILENO);
 	rm_config_defaults(c);
 	int err = rm_config_load(c, path);
+	dup2(saved_stderr, STDERR_FILENO);
+	close(saved_stderr);
+	rewind(log);
+	said[fread(said, 1, sizeof(said) - 1, log)] = 0;
+	fclose(log);
 	unlink(path);
 	return err;
 }
 
-#define EXPECT(cond, what)                                                   \
-	do {                                                                 \
-		if (!(cond)) {                                               \
-			fprintf(stderr, "FAIL %s: %s\n", what, #cond);      \
-			failures++;                                          \
-		}                                                            \
-	} while (0)
+/* A text the parser must refuse, the line it must name and a part of its reason. */
+struct refusal {
+	const char *text;
+	int line;
+	const char *reason;
+};
+
+static const struct refusal refusals[] = {
+	{"no_such_key = 1\n", 1, "unknown setting 'no_such_key'"},
+	{"client_memory_limit = lots\n", 1, "client_memory_limit"},
+	{"max_clients_per_gpu = -1\n", 1, "max_clients_per_gpu"},
+	{"listen\n", 1, "expected key = value"},
+	{"[tenants research]\ntoken = x\n", 1, "unknown section [tenants research]"}, /* once a tenant "s" */
+	{"# pools are not sections\n[pool]\n", 2, "unknown section [pool]"},
+	{"[tenant research\ntoken = x\n", 1, "expected [tenant NAME]"},
+	{"[tenant]\ntoken = x\n", 1, "expected [tenant NAME]"},
+	{"[tenant a b]\ntoken = x\n", 1, "expected [tenant NAME]"},
+	{"\n[tenant research]\n", 2, "tenant research has no token"},
+	{"[tenant a]\ntoken = x\n[tenant b]\ntoken = x\n", 3, "tenant b shares a name or a token with tenant a"},
+	{"[tenant a]\ntoken = x\n[tenant a]\ntoken = y\n", 3, "tenant a shares a name or a token with tenant a"},
+	{"[tenant a]\ntoken = x\nlisten = tcp://0.0.0.0:1\n", 3, "unknown tenant setting 'listen'"},
+	/* A key set twice in one section. */
+	{"listen = tcp://127.0.0.1:7800\n\nlisten = tcp://127.0.0.1:7801\n", 3, "listen set again (first at line 1)"},
+	{"[tenant a]\ntoken = x\nmemory_limit = 1G\nmemory_limit = 2G\n", 4, "memory_limit set again (first at line 3)"},
+	/* Quotes: double quotes are removed, anything else is refused rather than kept. */
+	{"listen = 'tcp://127.0.0.1:7800'\n", 1, "single quotes are not understood"},
+	{"listen = \"tcp://127.0.0.1:7800\n", 1, "double quotes"},
+	{"listen = \"tcp://127.0.0.1\":7800\n", 1, "double quotes"},
+	/* Addresses are checked where they are read, not at the first listen. */
+	{"listen = http://127.0.0.1:7800\n", 1, "names no transport"},
+	{"listen = tcp://127.0.0.1\n", 1, "has no port"},
+	{"listen = tcp://127.0.0.1:70000\n", 1, "is not a port"},
+	{"listen = tcp://gpu host:7700\n", 1, "is not a host name"},
+	{"advertise = tcp://gpu07:0\n", 1, "is not a port (1 to 65535)"},
+	{"driver = \"\"\n", 1, "driver"},
+};
 
 int main(void)
 {
@@ -38,41 +78,39 @@ int main(void)
 		    "client_memory_limit = 64M\ntenant_memory_limit=2G\nmax_clients_per_gpu = 8\n"
 		    "worker_host_memory_limit = 512M\nallow_anonymous = no\n"
 		    "[tenant research]\ntoken = r-secret\nmemory_limit = 1G\n"
-		    "[tenant  ops.team-2 ]\ntoken = o-secret\nclient_memory_limit = 100M\n", &c) == 0, "a full file");
-	EXPECT(!strcmp(c.listen, "tcp://127.0.0.1:7800"), "listen");
-	EXPECT(c.client_memory_limit == 64ull << 20 && c.tenant_memory_limit == 2ull << 30, "sizes");
-	EXPECT(c.max_clients_per_gpu == 8 && !c.allow_anonymous, "integers and booleans");
-	EXPECT(c.worker_host_memory_limit == 512ull << 20, "worker_host_memory_limit");
-	EXPECT(c.ntenants == 2 && !strcmp(c.tenants[0].name, "research") && !strcmp(c.tenants[1].name, "ops.team-2"),
-	       "tenant names");
-	EXPECT(c.tenants[0].memory_limit == 1ull << 30 && c.tenants[1].client_memory_limit == 100ull << 20,
-	       "tenant keys");
-	EXPECT(rm_config_tenant(&c, "o-secret", 8) == &c.tenants[1], "a token finds its tenant");
-	EXPECT(rm_config_tenant(&c, "o-secre", 7) == NULL && rm_config_tenant(&c, "o-secrets", 9) == NULL,
-	       "a prefix or an extension of a token finds none");
-	EXPECT(rm_config_tenant(&c, "", 0) == NULL, "no anonymous tenant when allow_anonymous = no");
+		    "[tenant  ops.team-2 ]\ntoken = o-secret\nclient_memory_limit = 100M\n", &c) == 0);
+	EXPECT(!strcmp(c.listen, "tcp://127.0.0.1:7800"));
+	EXPECT(c.client_memory_limit == 64ull << 20 && c.tenant_memory_limit == 2ull << 30);
+	EXPECT(c.max_clients_per_gpu == 8 && !c.allow_anonymous);
+	EXPECT(c.worker_host_memory_limit == 512ull << 20);
+	EXPECT(c.ntenants == 2 && !strcmp(c.tenants[0].name, "research") && !strcmp(c.tenants[1].name, "ops.team-2"));
+	EXPECT(c.tenants[0].memory_limit == 1ull << 30 && c.tenants[1].client_memory_limit == 100ull << 20);
+	EXPECT(rm_config_tenant(&c, "o-secret", 8) == &c.tenants[1]);
+	/* a prefix or an extension of a token finds none */
+	EXPECT(rm_config_tenant(&c, "o-secre", 7) == NULL && rm_config_tenant(&c, "o-secrets", 9) == NULL);
+	EXPECT(rm_config_tenant(&c, "", 0) == NULL); /* no anonymous tenant when allow_anonymous = no */
+
+	/* Double-quoted values lose their quotes; a '#' inside them is not a comment. */
+	EXPECT(load("listen = \"tcp://127.0.0.1:7800\"  # quoted\n[tenant a]\ntoken = \"a#b c\"\n", &c) == 0);
+	EXPECT(!strcmp(c.listen, "tcp://127.0.0.1:7800") && !strcmp(c.tenants[0].token, "a#b c"));
+	/* A key in the top section and again in a tenant's, or in two tenants', is no duplicate. */
+	EXPECT(load("client_memory_limit = 1G\n[tenant a]\ntoken = x\nclient_memory_limit = 2G\n"
+		    "[tenant b]\ntoken = y\nclient_memory_limit = 3G\n", &c) == 0);
+	EXPECT(c.client_memory_limit == 1ull << 30 && c.tenants[1].client_memory_limit == 3ull << 30);
+	EXPECT(load("listen = [::1]:0\nadvertise = gpu07.example:7700\n", &c) == 0);
+	EXPECT(load("listen = 0.0.0.0:7700\n", &c) == 0);
 
 	rm_config_defaults(&c);
-	EXPECT(c.worker_host_memory_limit > 0, "the worker's host-memory bound has a default");
+	EXPECT(c.worker_host_memory_limit > 0); /* the worker's host-memory bound has a default */
 
-	static const char *const refused[] = {
-		"no_such_key = 1\n",
-		"client_memory_limit = lots\n",
-		"max_clients_per_gpu = -1\n",
-		"listen\n",
-		"[tenants research]\ntoken = x\n", /* once taken as a tenant named "s" */
-		"[tenant research\ntoken = x\n",
-		"[tenant]\ntoken = x\n",
-		"[tenant a b]\ntoken = x\n",
-		"[tenant research]\n",               /* no token */
-		"[tenant a]\ntoken = x\n[tenant b]\ntoken = x\n",
-		"[tenant a]\ntoken = x\n[tenant a]\ntoken = y\n",
-		"[tenant a]\ntoken = x\nlisten = tcp://0.0.0.0:1\n", /* a daemon key inside a section */
-	};
-	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
-		int err = load(refused[i], &c);
-		if (err == 0) {
-			fprintf(stderr, "FAIL accepted: %s", refused[i]);
+	for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++) {
+		const struct refusal *r = &refusals[i];
+		char where[64];
+		int err = load(r->text, &c);
+		snprintf(where, sizeof(where), "%s:%d: ", path, r->line);
+		if (err == 0 || !strstr(said, where) || !strstr(said, r->reason)) {
+			fprintf(stderr, "FAIL %s, not refused at line %d with \"%s\"; it said: %s\n", r->text, r->line,
+				r->reason, said);
 			failures++;
 		}
 	}
@@ -81,7 +119,7 @@ int main(void)
 	memcpy(longline, "listen = ", 9);
 	longline[4998] = '\n';
 	longline[4999] = 0;
-	EXPECT(load(longline, &c) != 0, "a line longer than the parser reads is refused, not split");
+	EXPECT(load(longline, &c) != 0); /* a line longer than the parser reads is refused, not split */
 	free(longline);
 	if (!failures)
 		printf("config: ok\n");

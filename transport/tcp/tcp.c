@@ -301,17 +301,18 @@ static void tcp_shutdown(struct rm_conn *c)
 	shutdown(tcp(c)->fd, SHUT_RDWR);
 }
 
-static int tcp_set_liveness(struct rm_conn *c, int timeout_ms)
+static int tcp_set_liveness(struct rm_conn *c, int recv_timeout_ms, int send_timeout_ms)
 {
-	int fd = tcp(c)->fd, on = timeout_ms > 0;
-	struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
+	int fd = tcp(c)->fd, on = recv_timeout_ms > 0;
+	struct timeval rtv = {.tv_sec = recv_timeout_ms / 1000, .tv_usec = (recv_timeout_ms % 1000) * 1000};
+	struct timeval stv = {.tv_sec = send_timeout_ms / 1000, .tv_usec = (send_timeout_ms % 1000) * 1000};
 	/* Keepalives: first probe after a third of the timeout of silence, then three more
 	 * a ninth apart, so a vanished host is declared dead within about two thirds of it. */
-	int idle = timeout_ms / 3000 > 0 ? timeout_ms / 3000 : 1;
-	int intvl = timeout_ms / 9000 > 0 ? timeout_ms / 9000 : 1, count = 3;
-	unsigned int user_timeout = on ? (unsigned int)timeout_ms : 0;
-	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) ||
-	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) ||
+	int idle = recv_timeout_ms / 3000 > 0 ? recv_timeout_ms / 3000 : 1;
+	int intvl = recv_timeout_ms / 9000 > 0 ? recv_timeout_ms / 9000 : 1, count = 3;
+	unsigned int user_timeout = send_timeout_ms > 0 ? (unsigned int)send_timeout_ms : 0;
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &rtv, sizeof(rtv)) ||
+	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &stv, sizeof(stv)) ||
 	    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) ||
 	    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout)))
 		return -errno;

@@ -1,0 +1,324 @@
+#!/usr/bin/env python3
+"""remorad when things around it go wrong (issue 16), on the CPU test driver, loopback
+only. One scenario a run; every bound on time is wide, for a loaded CI machine:
+
+  half-open      300 connections that never say hello are closed once hello_timeout has
+                 passed, not before; the daemon's threads fall back; every one is logged
+                 (a few lines a second, the rest counted); a real client works meanwhile
+                 and after; SIGINT then stops the daemon with status 0
+  pending-bound  connections past max_pending_hellos_per_address, then past
+                 max_pending_hellos (from other loopback addresses), are closed at once and
+                 counted in the log, while those within the bounds wait; a real client gets
+                 in once the pending ones are gone
+  sigterm        SIGTERM with two clients connected (one holding memory, one idle): remorad
+                 exits 0 within shutdown_grace, the idle client's next call fails with the
+                 "connection ... lost" line instead of hanging, and no worker is left
+  sigterm-grace  a worker that does not end on SIGTERM (stopped) is killed once
+                 shutdown_grace has passed; remorad still exits 0
+  pool-leave     with a pool (a private etcd) and a lease of 60 s, the member's key is gone
+                 from etcd as soon as remorad has exited after SIGTERM
+
+usage: faults.py SCENARIO REMORAD DRIVER REMORA PROBE
+"""
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import rmwire as w  # noqa: E402
+from etcd_fixture import Etcd  # noqa: E402
+from remorad_fixture import Daemon, wait_for  # noqa: E402
+
+scenario, remorad, driver, remora, probe = sys.argv[1:6]
+failures = []
+MARGIN = 20  # seconds added to every configured bound before a test calls it missed
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+    return cond
+
+
+def probe_env():
+    return {k: v for k, v in os.environ.items() if not k.startswith("REMORA_")}
+
+
+def run_probe(d, *args, timeout=60):
+    p = subprocess.run([remora, "run", "--server", d.server, "--", probe, *args],
+                       capture_output=True, text=True, env=probe_env(), timeout=timeout)
+    return p.returncode == 0 and p.stdout.strip() == "ok", p.stderr.strip()
+
+
+def start_probe(d, *args):
+    return subprocess.Popen([remora, "run", "--server", d.server, "--", probe, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=probe_env(), start_new_session=True)
+
+
+def wait_ready(p, timeout=30):
+    """True once probe p has printed "ready"."""
+    r, _, _ = select.select([p.stdout], [], [], timeout)
+    return bool(r) and p.stdout.readline().strip() == "ready"
+
+
+def end_probe(p):
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
+    p.communicate()
+
+
+def threads(d):
+    with open(f"/proc/{d.proc.pid}/status") as f:
+        return int(re.search(r"^Threads:\s+(\d+)", f.read(), re.M).group(1))
+
+
+def worker_alive(pid):
+    """Whether pid is still a remorad worker, not a zombie."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read()
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return b"--worker-channel" in cmd and state != "Z"
+
+
+def all_threads_stopped(pid):
+    """Whether every thread of pid is stopped (a fatal signal would still reach one that is not)."""
+    try:
+        states = [open(f"/proc/{pid}/task/{t}/stat").read().rsplit(")", 1)[1].split()[0]
+                  for t in os.listdir(f"/proc/{pid}/task")]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return bool(states) and all(s == "T" for s in states)
+
+
+def logged_count(d, line, summary):
+    """Connections the log accounts for: lines matching line, plus the counts of the
+    summary lines (summary has one group, the count)."""
+    text = d.text()
+    return len(re.findall(line, text)) + sum(int(n) for n in re.findall(summary, text))
+
+
+def sessions_opened(d):
+    return len(re.findall(r"session \d+: client ", d.text()))
+
+
+def stop_with(d, sig, limit):
+    """Sends sig to remorad; (exit status or None, seconds it took)."""
+    t0 = time.monotonic()
+    d.proc.send_signal(sig)
+    try:
+        rc = d.proc.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        rc = None
+    return rc, time.monotonic() - t0
+
+
+HALF_OPEN, HELLO_TIMEOUT = 300, 3
+
+
+def half_open(d):
+    base = threads(d)
+    t0 = time.monotonic()
+    socks = [socket.create_connection((d.host, d.port), timeout=10) for _ in range(HALF_OPEN)]
+    peak = wait_for(lambda: (lambda n: n if n >= base + HALF_OPEN else None)(threads(d)), timeout=5)
+    print(f"     daemon threads: {base} before, {peak or threads(d)} with {HALF_OPEN} silent connections")
+    ok, err = run_probe(d, "work", "1")
+    check(ok, f"a real client works while {HALF_OPEN} silent connections are pending ({err[-300:]})")
+
+    closed_at = {}
+    deadline = t0 + HELLO_TIMEOUT + MARGIN
+    while len(closed_at) < len(socks) and time.monotonic() < deadline:
+        open_socks = [s for s in socks if s not in closed_at]
+        readable, _, _ = select.select(open_socks, [], [], 0.5)
+        for s in readable:
+            try:
+                data = s.recv(4096)
+            except ConnectionResetError:
+                data = b""
+            if not data:
+                closed_at[s] = time.monotonic() - t0
+    check(len(closed_at) == HALF_OPEN,
+          f"the daemon closed all {HALF_OPEN} silent connections within hello_timeout ({HELLO_TIMEOUT} s) + "
+          f"{MARGIN} s ({len(closed_at)} closed)")
+    if closed_at:
+        first, last = min(closed_at.values()), max(closed_at.values())
+        print(f"     closed between {first:.1f} s and {last:.1f} s after they were opened")
+        check(first >= HELLO_TIMEOUT - 0.5, f"none was closed before hello_timeout (first after {first:.1f} s)")
+    check(wait_for(lambda: threads(d) <= base, timeout=MARGIN),
+          f"the daemon's threads fall back to {base}, our ends still open (now {threads(d)})")
+    for s in socks:
+        s.close()
+    def count():
+        return logged_count(d, r"no hello within \d+ s; closing", r"(\d+) more connection\(s\) closed without a hello")
+    check(wait_for(lambda: count() >= HALF_OPEN, timeout=10) and count() == HALF_OPEN,
+          f"the log accounts for each of them once ({count()})")
+    lines = len(re.findall(r"no hello within", d.text()))
+    check(lines < HALF_OPEN / 4, f"in a few lines, not one each ({lines} lines)")
+    ok, err = run_probe(d, "work", "1")
+    check(ok, f"a real client works after them ({err[-300:]})")
+    rc, took = stop_with(d, signal.SIGINT, 10 + MARGIN)
+    check(rc == 0, f"SIGINT stops remorad with status 0 (status {rc}, {took:.1f} s)")
+
+
+PER_ADDRESS, IN_ALL = 8, 12
+
+
+def pending_bound(d):
+    base = threads(d)
+
+    def connect(source, n):
+        return [socket.create_connection((d.host, d.port), timeout=10, source_address=(source, 0)) for _ in range(n)]
+
+    def all_closed(socks, timeout):
+        end = time.monotonic() + timeout
+        return all(w.closed_by_peer(s, max(0.01, end - time.monotonic())) for s in socks)
+
+    def none_closed(socks):
+        return not any(w.closed_by_peer(s, 0.2) for s in socks)
+
+    first = connect("127.0.0.1", PER_ADDRESS)
+    check(wait_for(lambda: threads(d) >= base + PER_ADDRESS, timeout=10),
+          f"{PER_ADDRESS} silent connections from 127.0.0.1 are pending")
+    t0 = time.monotonic()
+    extra = connect("127.0.0.1", 6)
+    check(all_closed(extra, 5), f"6 more from 127.0.0.1 are closed at once ({time.monotonic() - t0:.1f} s)")
+    check(none_closed(first), f"the first {PER_ADDRESS} still wait")
+    ok, err = run_probe(d, "work", "1", timeout=60)
+    check(not ok, "a real client from 127.0.0.1 is turned away meanwhile")
+
+    others = connect("127.0.0.2", IN_ALL - PER_ADDRESS)
+    check(wait_for(lambda: threads(d) >= base + IN_ALL, timeout=10),
+          f"{IN_ALL - PER_ADDRESS} from 127.0.0.2 are pending too ({IN_ALL} in all)")
+    t0 = time.monotonic()
+    third = connect("127.0.0.3", 3)
+    check(all_closed(third, 5), f"3 from 127.0.0.3 are closed at once: {IN_ALL} pending in all "
+          f"({time.monotonic() - t0:.1f} s)")
+    check(none_closed(first + others), f"the {IN_ALL} pending ones still wait")
+
+    def refused():
+        return logged_count(d, r"closed at once: \d+ handshakes", r"(\d+) more connection\(s\) closed at once")
+    check(wait_for(lambda: refused() >= 6 + 3 + 1, timeout=10) and refused() == 6 + 3 + 1,
+          f"the log accounts for each connection closed at once ({refused()} of 10, the real client's included)")
+    text = d.text()
+    check("(max_pending_hellos_per_address)" in text and "(max_pending_hellos)" in text,
+          "and names the bound that closed it")
+    for s in first + others:
+        s.close()
+    check(wait_for(lambda: threads(d) <= base, timeout=MARGIN), "their threads end once they close")
+    ok, err = run_probe(d, "work", "1")
+    check(ok, f"a real client gets in once the pending ones are gone ({err[-300:]})")
+
+
+GRACE = 5
+
+
+def sigterm(d):
+    hold = start_probe(d, "hold", "16")
+    idle = start_probe(d, "idle", "10")
+    try:
+        check(wait_ready(hold), "a client holds 16 MiB")
+        check(wait_for(lambda: sessions_opened(d) >= 2, timeout=30), "and another one is connected")
+        time.sleep(1)  # the idle client's first calls
+        workers = list(d.workers().values())
+        check(workers and all(worker_alive(p) for p in workers), f"worker(s) {workers} running")
+        rc, took = stop_with(d, signal.SIGTERM, GRACE + MARGIN)
+        check(rc == 0, f"remorad exits 0 after SIGTERM (status {rc}, {took:.1f} s; grace {GRACE} s)")
+        check(not any(worker_alive(p) for p in workers), "no worker is left running")
+        text = d.text()
+        check("SIGTERM: stopping" in text and re.search(r"worker \d+ stopped \(signal 15\)", text) and
+              re.search(r"info: stopped$", text, re.M), "the log says so, ending with 'stopped'")
+        t0 = time.monotonic()
+        try:
+            _, err = idle.communicate(timeout=10 + MARGIN)
+        except subprocess.TimeoutExpired:
+            err = "(still running)"
+        check(idle.returncode not in (None, 0) and "connection to the GPU server lost" in err and "failed: 46" in err,
+              f"the idle client's next call fails: CUDA_ERROR_DEVICE_UNAVAILABLE and the lost line, no hang "
+              f"(status {idle.returncode} after {time.monotonic() - t0:.1f} s more: {err.strip()[-300:]})")
+    finally:
+        end_probe(hold)
+        end_probe(idle)
+
+
+SHORT_GRACE = 2
+
+
+def sigterm_grace(d):
+    hold = start_probe(d, "hold", "16")
+    workers = []
+    try:
+        check(wait_ready(hold), "a client holds 16 MiB")
+        workers = list(d.workers().values())
+        for pid in workers:
+            os.kill(pid, signal.SIGSTOP)  # it cannot act on SIGTERM until continued
+        check(workers and wait_for(lambda: all(all_threads_stopped(p) for p in workers), timeout=10),
+              f"worker(s) {workers} stopped")
+        rc, took = stop_with(d, signal.SIGTERM, SHORT_GRACE + MARGIN)
+        check(rc == 0 and took >= SHORT_GRACE - 0.5,
+              f"remorad waits shutdown_grace ({SHORT_GRACE} s), then exits 0 (status {rc} after {took:.1f} s)")
+        check(not any(worker_alive(p) for p in workers), "the stopped worker was killed")
+        check("still running after shutdown_grace" in d.text(), "the log says it was killed")
+    finally:
+        for pid in workers:
+            if worker_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        end_probe(hold)
+
+
+LEASE_TTL = 60
+
+
+def pool_leave(d, etcd):
+    key = "/remora/members/faults-member"
+    check(wait_for(lambda: etcd.get(key), timeout=30), "remorad registered in the pool")
+    rc, took = stop_with(d, signal.SIGTERM, 10 + MARGIN)
+    gone = etcd.get(key) is None
+    check(rc == 0, f"remorad exits 0 after SIGTERM (status {rc}, {took:.1f} s)")
+    check(gone, f"its key is gone from etcd once it has exited ({took:.1f} s), not after the lease ({LEASE_TTL} s)")
+    check("pool: left the pool" in d.text(), "the log says it left the pool")
+
+
+SCENARIOS = {
+    "half-open": (half_open, f"hello_timeout = {HELLO_TIMEOUT}\nmax_pending_hellos = 1000\n"
+                  "max_pending_hellos_per_address = 1000\n"),
+    "pending-bound": (pending_bound, f"hello_timeout = 120\nmax_pending_hellos = {IN_ALL}\n"
+                      f"max_pending_hellos_per_address = {PER_ADDRESS}\n"),
+    "sigterm": (sigterm, f"shutdown_grace = {GRACE}\n"),
+    "sigterm-grace": (sigterm_grace, f"shutdown_grace = {SHORT_GRACE}\n"),
+    "pool-leave": (pool_leave, "pool = {endpoint}\nhost_name = faults-member\n" f"lease_ttl = {LEASE_TTL}\n"),
+}
+
+
+def main():
+    fn, config = SCENARIOS[scenario]
+    tmp = tempfile.mkdtemp(prefix="remora-faults-")
+    etcd = Etcd(tmp) if "{endpoint}" in config else None
+    d = None
+    try:
+        d = Daemon(remorad, driver, tmp, scenario, config.replace("{endpoint}", etcd.endpoint if etcd else ""))
+        if etcd:
+            fn(d, etcd)
+        else:
+            fn(d)
+    finally:
+        if d:
+            d.stop()
+        if etcd:
+            etcd.stop()
+    if failures:
+        print("--- remorad log\n" + d.text(), file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
