@@ -1,0 +1,20 @@
+/* Fuzz target `image`: the daemon's inspection of a module image a client sends
+ * (backend/image_inspect.c): cubin (ELF), PTX, fatbin and compressed fatbin entries.
+ * The image is handed over as the daemon has it: n bytes with a NUL at image[n]. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "image_cache.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	uint8_t *image = malloc(size + 1);
+	if (!image)
+		return 0;
+	memcpy(image, data, size);
+	image[size] = 0;
+	rm_image_shareable(image, size);
+	free(image);
+	return 0;
+}

@@ -1,0 +1,309 @@
+#!/usr/bin/env python3
+"""Writes the fuzz targets' seed corpora (tests/fuzz/corpus/TARGET/): valid inputs of each
+kind and regression inputs for known defects. Run again after changing it; the files are
+kept in the repository. Image seeds are copied from a build directory that built
+tests/unit's images with nvcc: make_corpus.py [BUILD_DIR]."""
+import base64
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS = os.path.join(HERE, 'corpus')
+
+# common/wire.h
+FRAME = struct.Struct('<IIQIIQQii')
+MAGIC = 0x524D5231
+F_REPLY, F_ASYNC = 1, 2
+OP_HELLO, OP_STATUS, OP_ATTACH = 0, 0x10000, 0x10001
+# Opcodes of proto/api.spec (fixed, append-only), as the generated api_ops.h numbers them.
+OP = {'cuInit': 1, 'cuDeviceGet': 2, 'cuDeviceGetCount': 3, 'cuDeviceGetName': 4,
+      'cuDevicePrimaryCtxRetain': 13, 'cuCtxSynchronize': 21, 'cuMemAlloc_v2': 27, 'cuMemFree_v2': 28,
+      'cuMemGetInfo_v2': 29, 'cuMemsetD16Async': 34, 'cuMemsetD32Async': 35, 'cuMemcpyHtoD_v2': 36, 'cuMemcpyDtoH_v2': 37,
+      'cuMemcpyDtoD_v2': 38, 'cuModuleLoadData': 43, 'cuModuleUnload': 44, 'cuModuleGetFunction': 45,
+      'cuLaunchKernel': 47, 'cuStreamCreate': 53, 'cuStreamDestroy_v2': 55, 'cuStreamSynchronize': 56,
+      'cuEventCreate': 61, 'cuEventDestroy_v2': 62, 'cuEventRecord': 63, 'cuEventSynchronize': 65,
+      'cuLibraryLoadData': 69}
+ASYNC_OPS = {'cuMemsetD16Async', 'cuMemsetD32Async', 'cuLaunchKernel', 'cuEventRecord'}
+
+
+def alias(n, offset=0):
+    """What fuzz_request.c replaces with the n-th handle the daemon's replies carried, plus offset."""
+    return 0xA11A << 48 | n << 32 | offset
+
+
+def varint(v):
+    v &= (1 << 64) - 1
+    out = b''
+    while True:
+        out += bytes([(v & 0x7F) | (0x80 if v > 0x7F else 0)])
+        v >>= 7
+        if not v:
+            return out
+
+
+def fv(number, v):
+    return varint(number << 3) + varint(v)
+
+
+def fb(number, data):
+    data = data.encode() if isinstance(data, str) else data
+    return varint(number << 3 | 2) + varint(len(data)) + data
+
+
+def frame(op, msg=b'', seq=1, flags=0, bulk=b'', bulk_len=None, ctx=0):
+    return FRAME.pack(MAGIC, op, seq, len(msg), flags, len(bulk) if bulk_len is None else bulk_len, ctx, 0,
+                      0) + msg + bulk
+
+
+class Session:
+    """A request target input: frames after the hello, numbered from 2."""
+
+    def __init__(self):
+        self.data = b''
+        self.seq = 2
+
+    def call(self, name, msg=b'', bulk=b'', ctx=alias(0), **kw):
+        flags = F_ASYNC if name in ASYNC_OPS else 0
+        self.data += frame(OP[name], msg, self.seq, flags, bulk, ctx=ctx, **kw)
+        self.seq += 1
+        return self
+
+
+PTX = (b'.version 8.0\n.target sm_90\n.address_size 64\n\n'
+       b'.visible .entry vecAdd(\n\t.param .u64 a,\n\t.param .u64 b,\n\t.param .u64 c,\n\t.param .u32 n\n)\n'
+       b'{\n\tret;\n}\n')
+PTX_STATEFUL = PTX.replace(b'\n\n', b'\n\n.visible .global .align 4 .u32 counter;\n\n', 1)
+
+
+def context(s):
+    """Handle 0: the primary context of device 0."""
+    return s.call('cuInit', fv(1, 0), ctx=0).call('cuDeviceGet', fv(1, 0), ctx=0) \
+            .call('cuDevicePrimaryCtxRetain', fv(1, 0), ctx=0)
+
+
+def request_seeds():
+    seeds = {}
+    # Handles: 0 context, 1 memory, 2 module, 3 function, 4 stream, 5 event.
+    s = context(Session())
+    s.call('cuMemAlloc_v2', fv(1, 4096))
+    s.call('cuMemcpyHtoD_v2', fv(1, alias(1)) + fv(3, 1) + fv(4, 64), bulk=bytes(range(64)))
+    s.call('cuMemsetD16Async', fv(1, alias(1, 64)) + fv(2, 0x3c00) + fv(3, 32))
+    s.call('cuModuleLoadData', fv(1, 2), bulk=PTX)
+    s.call('cuModuleGetFunction', fv(1, alias(2)) + fb(2, 'vecAdd'))
+    params = struct.pack('<QQQI', alias(1), alias(1, 256), alias(1, 512), 16)
+    s.call('cuLaunchKernel', fv(1, alias(3)) + fv(2, 1) + fv(3, 1) + fv(4, 1) + fv(5, 16) + fv(6, 1) + fv(7, 1) +
+           fb(10, params))
+    s.call('cuStreamCreate', fv(1, 1))
+    s.call('cuEventCreate', fv(1, 0))
+    s.call('cuEventRecord', fv(1, alias(5)) + fv(2, alias(4)))
+    s.call('cuEventSynchronize', fv(1, alias(5)))
+    s.call('cuMemcpyDtoH_v2', fv(1, alias(1, 512)) + fv(2, 64) + fv(4, 1))
+    s.call('cuCtxSynchronize')
+    s.call('cuEventDestroy_v2', fv(1, alias(5)))
+    s.call('cuStreamDestroy_v2', fv(1, alias(4)))
+    s.call('cuModuleUnload', fv(1, alias(2)))
+    s.call('cuMemFree_v2', fv(1, alias(1)))
+    seeds['session'] = s.data
+
+    # Left for the session's end to release: memory, a stream, an event, a private module.
+    s = context(Session())
+    s.call('cuMemAlloc_v2', fv(1, 1 << 20)).call('cuStreamCreate', fv(1, 0)).call('cuEventCreate', fv(1, 2))
+    s.call('cuModuleLoadData', fv(1, 2), bulk=PTX_STATEFUL)
+    s.call('cuMemcpyDtoH_v2', fv(1, alias(1)) + fv(2, 4096) + fv(3, alias(2)) + fv(4, 1))
+    seeds['left-open'] = s.data
+
+    # A kernel that faults the shared context, and the client gone before any reply said so.
+    s = context(Session()).call('cuModuleLoadData', fv(1, 2), bulk=PTX.replace(b'vecAdd', b'faultKernel'))
+    s.call('cuModuleGetFunction', fv(1, alias(1)) + fb(2, 'faultKernel'))
+    s.call('cuLaunchKernel', fv(1, alias(2)) + fv(2, 1) + fv(3, 1) + fv(4, 1) + fv(5, 1) + fv(6, 1) + fv(7, 1) +
+           fb(10, struct.pack('<Q', 8)))
+    seeds['kernel-fault-then-close'] = s.data
+
+    s = context(Session()).call('cuMemGetInfo_v2').call('cuDeviceGetName', fv(1, 64) + fv(2, 64) + fv(3, 0))
+    s.call('cuDeviceGetCount')
+    seeds['queries'] = s.data
+
+    # Regressions. A striped copy over 0x80000001 links overflowed a stack array of 8.
+    s = context(Session()).call('cuMemAlloc_v2', fv(1, 4096))
+    s.call('cuMemcpyHtoD_v2', fv(1, alias(1)) + fv(3, 0x80000001) + fv(4, 16), bulk=bytes(16))
+    seeds['regress-htod-links-0x80000001'] = s.data
+    s = context(Session()).call('cuMemAlloc_v2', fv(1, 4096))
+    s.call('cuMemcpyDtoH_v2', fv(1, alias(1)) + fv(2, 16) + fv(4, 0x80000001))
+    seeds['regress-dtoh-links-0x80000001'] = s.data
+    # Memsets whose length in bytes, N * 2 or N * 4, wrapped past 2^64 to a few bytes
+    # (and cuMemsetD16Async of 2^62+1, whose 2^63+2 bytes do not wrap).
+    for op, unit, n in (('cuMemsetD16Async', 2, (1 << 62) + 1), ('cuMemsetD16Async', 2, (1 << 63) + 1),
+                        ('cuMemsetD32Async', 4, (1 << 62) + 1)):
+        s = context(Session()).call('cuMemAlloc_v2', fv(1, 4096))
+        s.call(op, fv(1, alias(1)) + fv(2, 1) + fv(3, n))
+        seeds['regress-memsetd%d-n-%d' % (unit * 8, n)] = s.data
+    # A first request with a zero-length message (rm_link_read of 0 bytes into no buffer).
+    seeds['regress-empty-message'] = frame(OP['cuCtxSynchronize'], seq=2) + frame(OP['cuInit'], seq=3)
+    # Images the driver reads past: cuModuleLoadData has no length, so the driver takes the
+    # extent an ELF header declares (section headers at 64 KiB of a 64-byte image) ...
+    elf = bytearray(b'\x7fELF\x02\x01\x01' + bytes(57))
+    struct.pack_into('<QHHH', elf, 0x28, 0x10000, 64, 16, 0)
+    s = context(Session()).call('cuModuleLoadData', fv(1, 1), bulk=bytes(elf))
+    s.call('cuModuleLoadData', fv(1, 2), bulk=b'')
+    seeds['regress-image-elf-extent'] = s.data
+    # ... or follows the pointer of a fatbin wrapper (__fatBinC_Wrapper_t: magic, version, data).
+    wrapper = struct.pack('<IIQQ', 0x466243B1, 1, 0x4141414141414141, 0)
+    seeds['regress-image-fatbin-wrapper'] = context(Session()).call('cuModuleLoadData', fv(1, 3), bulk=wrapper).data
+    return seeds
+
+
+def frame_seeds():
+    key = bytes(range(16))
+    params = struct.pack('<QQQI', 0x7f0000001000, 0x7f0000002000, 0x7f0000003000, 16)
+    gpu = fv(1, 0) + fb(2, 'Remora test GPU') + fb(3, 'GPU-00000000-0000-0000-0000-000000000000') + \
+        fv(4, 64 << 20) + fv(5, 60 << 20) + fv(6, 1)
+    client = fv(1, 3) + fb(2, 'anonymous') + fb(3, 'prog') + fb(4, '10.0.0.2:5000') + fv(5, 42) + fv(6, 1) + \
+        fv(7, 4096) + fv(8, 1700000000)
+    return {
+        'hello': frame(OP_HELLO, fv(1, 1) + fv(2, 13000) + fb(3, 'token') + fb(4, 'prog') + fv(5, 42) +
+                       fb(6, varint(0) + varint(1))),
+        'hello-reply': frame(OP_HELLO, fv(1, 1) + fv(2, 13000) + fv(3, 7) + fb(5, key), flags=F_REPLY),
+        'attach': frame(OP_ATTACH, fv(1, 7) + fb(2, key) + fv(3, 1)),
+        'memcpy-htod': frame(OP['cuMemcpyHtoD_v2'], fv(1, 0x7f0000001000) + fv(3, 1) + fv(4, 64), bulk_len=64),
+        'memcpy-dtoh': frame(OP['cuMemcpyDtoH_v2'], fv(1, 0x7f0000001000) + fv(2, 64) + fv(4, 2)),
+        'module-load': frame(OP['cuModuleLoadData'], fv(1, 2), bulk_len=len(PTX)),
+        'launch-kernel': frame(OP['cuLaunchKernel'], fv(1, 0x7f0000009000) + fv(2, 1) + fv(3, 1) + fv(4, 1) +
+                               fv(5, 256) + fv(6, 1) + fv(7, 1) + fb(10, params) + fb(11, bytes(16)),
+                               flags=F_ASYNC),
+        'status-reply': frame(OP_STATUS, fb(1, 'gpu-host-1') + fb(2, 'tcp://10.0.0.1:7700') + fv(3, 0) +
+                              fb(4, 'registered') + fv(5, 13000) + fb(6, gpu) + fb(7, client), flags=F_REPLY),
+        'regress-htod-links-0x80000001': frame(OP['cuMemcpyHtoD_v2'],
+                                               fv(1, 0x7f0000001000) + fv(3, 0x80000001) + fv(4, 16), bulk_len=16),
+        'regress-memsetd16-n-4611686018427387905': frame(OP['cuMemsetD16Async'],
+                                            fv(1, 0x7f0000001000) + fv(2, 1) + fv(3, (1 << 62) + 1), flags=F_ASYNC),
+        'regress-empty-message': frame(OP['cuCtxSynchronize']),
+        'regress-lengths-max': FRAME.pack(MAGIC, 1, 1, 1 << 20, 0, 1 << 40, 0, 0, 0),
+    }
+
+
+def b64(s):
+    return base64.b64encode(s.encode()).decode()
+
+
+MEMBER = {'host': 'gpu-host-1', 'address': 'tcp://10.0.0.1:7700', 'state': 'serving', 'clients': 2, 'pid': 4242,
+          'updated': 1700000000, 'gpus': [{'index': 0, 'name': 'NVIDIA H200', 'uuid': 'GPU-1234',
+                                           'total': 150000000000, 'free': 140000000000, 'clients': 2}]}
+
+
+def range_reply(kvs):
+    return json.dumps({'header': {'cluster_id': '14841639068965178418', 'member_id': '10276657743932975437',
+                                  'revision': '5', 'raft_term': '2'},
+                       'kvs': [{'key': k, 'create_revision': '4', 'mod_revision': '5', 'version': '1', 'value': v}
+                               for k, v in kvs],
+                       'count': str(len(kvs))})
+
+
+def json_seeds():
+    member_kv = [(b64('/remora/members/gpu-host-1'), b64(json.dumps(MEMBER)))]
+    return {
+        'range-reply': range_reply(member_kv),
+        'lease-grant': '{"header":{"revision":"5"},"ID":"7587869524155433998","TTL":"10"}',
+        'member': json.dumps(MEMBER),
+        'escapes': '{"s":"a\\"b\\\\c\\/d\\b\\f\\n\\r\\t\\u00e9\\ud83d\\ude00\\ud800x\\u0000","n":[0,-1,1.5e10,'
+                   '-0.0e-5,12345678901234567890],"t":true,"f":false,"z":null,"e":{},"a":[]}',
+        'deep': '[' * 32 + ']' * 32,
+        'too-deep': '[' * 40 + ']' * 40,
+    }
+
+
+def http_seeds():
+    body = range_reply([(b64('k'), b64('v'))])
+    return {
+        'content-length': 'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s'
+                          % (len(body), body),
+        'chunked': 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{"a":\r\n4\r\n"b"}\r\n0\r\n\r\n',
+        'not-found': 'HTTP/1.1 404 Not Found\r\nContent-Length: 90\r\n\r\n'
+                     '{"error":"etcdserver: requested lease not found","code":5,"message":"etcdserver: requested '
+                     'lease not found"}',
+        'close-delimited': 'HTTP/1.0 200 OK\r\n\r\n{"deleted":"1"}',
+        'bad-lengths': 'HTTP/1.1 200 OK\r\nContent-Length: 99999\r\nTransfer-Encoding: chunked\r\n\r\n'
+                       'ffffffffffffffff\r\nx\r\n',
+    }
+
+
+def etcd_seeds():
+    def call(n, status, body):
+        return bytes([n, status]) + body.encode()
+    members = [(b64('/remora/members/gpu-host-1'), b64(json.dumps(MEMBER))),
+               (b64('/remora/admin/gpu-host-2'), b64('{"decision":"draining"}'))]
+    return {
+        'lease-grant': call(0, 0, '{"header":{"revision":"5"},"ID":"7587869524155433998","TTL":"10"}'),
+        'keepalive': call(1, 0, '{"result":{"header":{},"ID":"7587869524155433998","TTL":"10"}}'),
+        'lease-not-found': call(1, 1, '{"error":"etcdserver: requested lease not found","code":5,'
+                                      '"message":"etcdserver: requested lease not found"}'),
+        'put': call(3, 0, '{"header":{"revision":"6"}}'),
+        'get': call(4, 0, range_reply([(b64('/remora/members/h'), b64('{"host":"h","address":"a"}'))])),
+        'get-prefix': call(5, 0, range_reply(members)),
+        'delete': call(6, 0, '{"header":{},"deleted":"1"}'),
+        'pool-list': call(7, 0, range_reply(members)),
+        'pool-find': call(8, 0, range_reply(members)),
+        'get-admin': call(9, 0, range_reply([(b64('/remora/admin/h'), b64('{"decision":"removed"}'))])),
+        'member': call(10, 0, json.dumps(MEMBER)),
+        'server-error': call(5, 2, '{"error":"etcdserver: too many requests","code":14}'),
+        # An admin record whose key is shorter than the admin prefix (pool.c took the host
+        # name from past the key's end).
+        'regress-short-admin-key': call(7, 0, range_reply([(b64('x'), b64('{"decision":"draining"}'))])),
+        # Unpadded base64 of lengths 4k+2 and 4k+3, as a gateway may send them.
+        'regress-unpadded-base64': call(5, 0, range_reply([('QQ', 'QUI'), ('QUJDRA', 'QUJDREU')])),
+    }
+
+
+def base64_seeds():
+    return {
+        'regress-4k+2': 'QQ', 'regress-4k+3': 'QUI', 'regress-4k+2-long': 'QUJDRA', 'padded': 'QUJDRA==',
+        'text': 'L3JlbW9yYS9tZW1iZXJzL2dwdS1ob3N0LTE=', 'empty': '', 'padding-only': '==',
+        'bad-4k+1': 'QUJDR', 'data-after-padding': 'QQ==QQ==', 'nul': 'AA==',
+    }
+
+
+def write(target, seeds):
+    d = os.path.join(CORPUS, target)
+    os.makedirs(d, exist_ok=True)
+    for name, data in seeds.items():
+        with open(os.path.join(d, name), 'wb') as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+
+
+def main():
+    write('request', request_seeds())
+    write('frame', frame_seeds())
+    write('json', json_seeds())
+    write('http', http_seeds())
+    write('etcd', etcd_seeds())
+    write('base64', base64_seeds())
+    write('image', image_seeds(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, '..', '..', 'build')))
+
+
+def image_seeds(build):
+    """tests/unit's images from build, and fatbins compressed with zstd (nvcc's size mode) and
+    LZ4 (speed mode: the PTX entry) where nvcc is found."""
+    images = {'ptx-vecadd': PTX, 'ptx-stateful': PTX_STATEFUL}
+    nvcc = shutil.which('nvcc') or shutil.which('/usr/local/cuda/bin/nvcc')
+    with tempfile.TemporaryDirectory() as tmp:
+        for src in ('stateless', 'stateful'):
+            for kind in ('cubin', 'ptx', 'fatbin'):
+                path = os.path.join(build, 'tests', 'unit', src + '.' + kind)
+                if os.path.exists(path):
+                    with open(path, 'rb') as f:
+                        images[src + '.' + kind] = f.read()
+            for mode, name in (('size', 'zstd'), ('speed', 'lz4')) if nvcc else ():
+                out = os.path.join(tmp, src + '.' + name + '.fatbin')
+                subprocess.run([nvcc, '-fatbin', '--compress-mode=' + mode, '-o', out,
+                                os.path.join(HERE, '..', 'unit', 'images', src + '.cu')], check=True)
+                with open(out, 'rb') as f:
+                    images[src + '.' + name + '.fatbin'] = f.read()
+    return images
+
+
+if __name__ == '__main__':
+    main()
