@@ -10,6 +10,8 @@ import subprocess
 import time
 import urllib.request
 
+from remorad_fixture import stop_process
+
 
 def free_port():
     with socket.socket() as s:
@@ -58,11 +60,5 @@ class Etcd:
         return base64.b64decode(kvs[0].get("value", "")).decode() if kvs else None
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.log.close()

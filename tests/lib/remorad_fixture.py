@@ -16,6 +16,17 @@ def wait_for(pred, timeout=10.0, step=0.05):
         time.sleep(step)
 
 
+def stop_process(proc, grace=10):
+    """Ends proc: SIGTERM, then SIGKILL once grace seconds have passed."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class Daemon:
     """remorad on the given driver, REMORA_LOG=info, its log in tmp/NAME.log."""
 
@@ -48,11 +59,5 @@ class Daemon:
         return {m.group(2): int(m.group(1)) for m in re.finditer(r"started worker (\d+) for ([^\n]+)", self.text())}
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.log.close()

@@ -5,7 +5,7 @@ second candidate server after it, leave no memory and no socket behind, and a cl
 that reaches a server after one it could not works.
 
 usage: client_lifecycle.py REMORAD DRIVER PROBE LIBDIR
-Skipped (77) where valgrind is not installed.
+Skipped (77) where valgrind is not installed, or under scripts/sanitize.sh.
 """
 import os
 import re
@@ -45,6 +45,9 @@ def sockets_left(report):
 def main():
     if not shutil.which("valgrind"):
         print("valgrind is not installed: skipped")
+        return 77
+    if "asan" in os.environ.get("LD_PRELOAD", ""):
+        print("AddressSanitizer is preloaded (scripts/sanitize.sh), and valgrind cannot run beside it: skipped")
         return 77
     tmp = tempfile.mkdtemp()
     open_d = Daemon(remorad, driver, tmp, "open", "")

@@ -18,7 +18,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from remorad_fixture import wait_for  # noqa: E402
+from remorad_fixture import stop_process, wait_for  # noqa: E402
 
 remorad, driver, remora, probe = sys.argv[1:5]
 meson, source_root = (sys.argv[5:7] + [None, None])[:2]
@@ -107,12 +107,7 @@ class QuotedDaemon:
             return f.read()
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc)
         self.log.close()
 
 
