@@ -74,7 +74,12 @@ int rm_placement_candidates(struct rm_candidates *c)
 	const char *pool = getenv("REMORA_POOL"), *server = getenv("REMORA_SERVER");
 	if (pool && *pool) {
 		c->from = "REMORA_POOL";
-		return from_pool(c, pool);
+		int err = from_pool(c, pool);
+		if (err != -EHOSTUNREACH || !server || !*server)
+			return err;
+		/* The daemons may well be serving while their store is away. */
+		rm_log(RM_LOG_ERROR, "the pool at %s cannot be reached: trying the servers REMORA_SERVER names", pool);
+		c->n = 0;
 	}
 	c->from = server && *server ? "REMORA_SERVER" : "the default";
 	char list[2048];

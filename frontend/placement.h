@@ -2,7 +2,8 @@
  *   REMORA_POOL=http://etcd:2379[,...]  the pool's serving members that have at least
  *                                       REMORA_MIN_FREE_MEMORY free on one GPU, fewest
  *                                       clients first, then most free memory
- *   REMORA_SERVER=host:port[,...]       these, in the order given
+ *   REMORA_SERVER=host:port[,...]       these, in the order given; also when REMORA_POOL
+ *                                       is set but its etcd cannot be reached
  *   neither                             127.0.0.1:7700
  * The caller tries each until one accepts the hello. */
 #ifndef REMORA_PLACEMENT_H

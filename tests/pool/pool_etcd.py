@@ -223,6 +223,9 @@ def main():
         check(rc != 0 and err.count("\n") == 1 and "cannot reach etcd" in err, "etcd unreachable: one line, non-zero")
         rc, out, err = run_probe({"REMORA_POOL": dead}, "free")
         check(rc != 0 and "cannot reach etcd" in err, "a client given an unreachable pool fails clearly")
+        rc, out, err = run_probe({"REMORA_POOL": dead, "REMORA_SERVER": ",".join(addr.values())}, "free")
+        check(rc == 0 and "trying the servers REMORA_SERVER names" in err,
+              f"with REMORA_SERVER as well, it says so and uses those ({err.strip()[-300:]})")
         rc, out, err = cli("status", f"127.0.0.1:{free_port()}")
         check(rc != 0 and err.count("\n") == 1 and "cannot reach remorad" in err, "status of no daemon: one line")
     finally:
