@@ -18,35 +18,39 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Every call passes here: no lock. A heartbeat the thread sends between two calls is
+ * harmless (the client skips heartbeats); what matters is that none goes out inside a
+ * reply, and reply_begun is set under send_lock before a reply's first byte. */
 void rm_liveness_call_begin(struct rm_session *s)
 {
-	pthread_mutex_lock(&s->send_lock);
-	s->call_since_ns = s->heartbeat_ns = now_ns();
-	s->reply_begun = 0;
-	pthread_mutex_unlock(&s->send_lock);
+	uint64_t now = now_ns();
+	__atomic_store_n(&s->reply_begun, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->heartbeat_ns, now, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->call_since_ns, now, __ATOMIC_RELEASE);
 }
 
 void rm_liveness_call_end(struct rm_session *s)
 {
-	pthread_mutex_lock(&s->send_lock);
-	s->call_since_ns = 0;
-	pthread_mutex_unlock(&s->send_lock);
+	__atomic_store_n(&s->call_since_ns, 0, __ATOMIC_RELEASE);
 }
 
 void rm_liveness_reply_begins(struct rm_session *s)
 {
-	s->reply_begun = 1;
+	__atomic_store_n(&s->reply_begun, 1, __ATOMIC_RELAXED);
 }
 
 static void beat_if_due(struct rm_session *s)
 {
+	if (!__atomic_load_n(&s->call_since_ns, __ATOMIC_ACQUIRE))
+		return; /* most sessions, most of the time: no call running */
 	pthread_mutex_lock(&s->send_lock);
 	uint64_t now = now_ns();
-	if (s->call_since_ns && !s->reply_begun && now - s->heartbeat_ns >= (uint64_t)s->heartbeat_ms * 1000000u) {
+	if (__atomic_load_n(&s->call_since_ns, __ATOMIC_ACQUIRE) && !__atomic_load_n(&s->reply_begun, __ATOMIC_RELAXED) &&
+	    now - __atomic_load_n(&s->heartbeat_ns, __ATOMIC_RELAXED) >= (uint64_t)s->heartbeat_ms * 1000000u) {
 		struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_HEARTBEAT, .flags = RM_F_REPLY};
 		if (rm_link_send(&s->link, &f, NULL, NULL, 0))
 			rm_log(RM_LOG_DEBUG, "session %llu: heartbeat not sent", (unsigned long long)s->id);
-		s->heartbeat_ns = now;
+		__atomic_store_n(&s->heartbeat_ns, now, __ATOMIC_RELAXED);
 	}
 	pthread_mutex_unlock(&s->send_lock);
 }

@@ -92,9 +92,9 @@ struct rm_session {
 	/* Liveness (liveness.h): while the session's thread runs a call, a heartbeat goes to
 	 * the client every heartbeat_ms until the call's reply begins. */
 	pthread_mutex_t send_lock; /* who sends a frame on link: a reply, or a heartbeat */
-	uint64_t call_since_ns;    /* when the running call began; 0: none (under send_lock) */
-	uint64_t heartbeat_ns;     /* the last heartbeat, or the call's start (under send_lock) */
-	int reply_begun;           /* the running call's reply is being sent (under send_lock) */
+	uint64_t call_since_ns;    /* when the running call began; 0: none (atomic) */
+	uint64_t heartbeat_ns;     /* the last heartbeat, or the call's start (atomic) */
+	int reply_begun;           /* the running call's reply is being sent (set under send_lock) */
 	uint32_t heartbeat_ms;
 
 	uint8_t attach_key[16];  /* what a copy link's Attach must present (copy_links.h) */
