@@ -18,17 +18,13 @@ import tempfile
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from verdict import check, failures  # noqa: E402
+
 remorad, driver, remora, probe = sys.argv[1:5]
 LEASE_TTL = 2
 MEMORY_MB = {"node-a": 1024, "node-b": 2048, "node-c": 4096}
-failures = []
 procs = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
 
 
 def free_port():

@@ -15,17 +15,11 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from verdict import check, failures  # noqa: E402
 from remorad_fixture import Daemon  # noqa: E402
 
 remorad, driver, probe, libdir = sys.argv[1:5]
-failures = []
 LEAK_EXIT = 99
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
 
 
 def under_valgrind(servers, **env):

@@ -17,16 +17,10 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from verdict import check, failures  # noqa: E402
 from rmwire import FRAME, MAGIC, OP_ATTACH as ATTACH, varint  # noqa: E402
 
 remorad, driver, remora, probe, image = sys.argv[1:6]
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
 
 
 def client(server, *args, **kw):

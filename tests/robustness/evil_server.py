@@ -18,19 +18,13 @@ import sys
 import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from verdict import check, failures  # noqa: E402
 from rmwire import FRAME, F_ASYNC, F_REPLY, MAGIC, OP_HELLO, OP_STATUS, varint  # noqa: E402,F401
 
 CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_PERMITTED = 1, 800
 EVIL_TEXT = "\x1b[2J\nforged line"
 
 remora, probe, drv_query, image, api_spec, api_proto, remora_proto = sys.argv[1:8]
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
 
 
 # --- the wire, by hand: opcodes from api.spec, field numbers and types from the .proto files

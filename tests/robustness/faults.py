@@ -31,20 +31,13 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from verdict import check, failures  # noqa: E402
 import rmwire as w  # noqa: E402
 from etcd_fixture import Etcd  # noqa: E402
 from remorad_fixture import Daemon, wait_for  # noqa: E402
 
 scenario, remorad, driver, remora, probe = sys.argv[1:6]
-failures = []
 MARGIN = 20  # seconds added to every configured bound before a test calls it missed
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-    return cond
 
 
 def probe_env():

@@ -32,6 +32,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from verdict import check, failures  # noqa: E402
 import rmwire as w  # noqa: E402
 from remorad_fixture import Daemon, wait_for  # noqa: E402
 
@@ -42,14 +43,6 @@ CUDA_ERROR_INVALID_IMAGE = 200
 MIB = 1 << 20
 
 scenario, remorad, driver, remora, probe = sys.argv[1:6]
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-    return cond
 
 
 def run_probe(d, *args, timeout=60, env=None):

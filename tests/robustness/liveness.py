@@ -20,20 +20,13 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from verdict import check, failures  # noqa: E402
 from remorad_fixture import Daemon, wait_for  # noqa: E402
 
 TIMEOUT_S = 3   # peer_timeout and REMORA_PEER_TIMEOUT in these scenarios
 MARGIN_S = 15   # a loaded 2-core machine: the bound checked is TIMEOUT_S + MARGIN_S
 
 scenario, remorad, driver, remora, probe, drv_sleep, image = sys.argv[1:8]
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-    return cond
 
 
 def client(d, *args, **env):

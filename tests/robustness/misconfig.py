@@ -18,18 +18,12 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from verdict import check, failures  # noqa: E402
 from remorad_fixture import stop_process, wait_for  # noqa: E402
 
 remorad, driver, remora, probe = sys.argv[1:5]
 meson, source_root = (sys.argv[5:7] + [None, None])[:2]
-failures = []
 QUICK_S = 5  # a refusal takes well under this; a daemon that accepted would still be running
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
 
 
 def clean_env(**extra):

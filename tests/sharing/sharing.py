@@ -30,20 +30,13 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from verdict import check, failures  # noqa: E402
 import remorad_fixture  # noqa: E402
 from remorad_fixture import wait_for  # noqa: E402
 
 MIB = 1 << 20
 scenario, remorad, driver, remora, tenant_probe, probe, image = sys.argv[1:8]
-failures = []
 clients = []  # every client started, killed at the end if still running
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-    return cond
 
 
 def Daemon(tmp, name, config, env=None, args=()):
