@@ -3,7 +3,7 @@
 names, for the pass-through logger (scripts/driver-survey.sh) on a GPU host. Prints one
 line per part with a checksum, so the same script can later compare native and remote.
 
-usage: survey.py [PART...]   parts: resnet50 train18 fft sparse solve threads
+usage: survey.py [PART...]   parts: resnet50 train18 fft sparse solve threads pinned gpt compiled
 """
 import sys
 import threading
@@ -85,7 +85,38 @@ def threads():
     return sum(out)
 
 
+def pinned():
+    h = torch.arange(1 << 20, dtype=torch.float32).pin_memory()
+    d = h.to(dev, non_blocking=True)
+    back = torch.empty_like(h).pin_memory()
+    back.copy_(d * 2, non_blocking=True)
+    torch.cuda.synchronize()
+    return float(back.sum())
+
+
+def gpt():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    layer = nn.TransformerEncoderLayer(128, 4, 512, dropout=0.0, batch_first=True, norm_first=True)
+    m = nn.Sequential(nn.Embedding(256, 128), nn.TransformerEncoder(layer, 2), nn.Linear(128, 256)).to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    x = torch.randint(0, 256, (8, 64), device=dev)
+    for _ in range(3):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = nn.functional.cross_entropy(m(x[:, :-1]).flatten(0, 1).float(), x[:, 1:].flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    torch.cuda.synchronize()
+    return float(loss)
+
+
+def compiled():
+    f = torch.compile(lambda a, b: torch.relu(a @ b + 1.0).sum(dim=1))
+    a = torch.randn(64, 64, device=dev)
+    return float(f(a, a).sum())
+
+
 PARTS = {"resnet50": resnet50, "train18": train18, "fft": fft, "sparse": sparse, "solve": solve,
-         "threads": threads}
+         "threads": threads, "pinned": pinned, "gpt": gpt, "compiled": compiled}
 for name in sys.argv[1:] or PARTS:
     print(f"{name} {PARTS[name]():.6g}", flush=True)
