@@ -215,3 +215,16 @@ void rm_handle_cuFuncGetName(struct rm_session *s, struct rm_request *rq)
 	rm_request_finish(s, rq, r, &rep.base);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
+
+/* The handles filled in become the client's, children of the module like cuModuleGetFunction's. */
+CUresult rm_body_cuModuleEnumerateFunctions(struct rm_session *s, CUfunction *functions, unsigned int numFunctions,
+					    CUmodule mod)
+{
+	if (!rm_drv.cuModuleEnumerateFunctions)
+		return rm_unsupported_by_driver("cuModuleEnumerateFunctions");
+	CUresult r = rm_drv.cuModuleEnumerateFunctions(functions, numFunctions, mod);
+	for (unsigned int i = 0; r == CUDA_SUCCESS && i < numFunctions; i++)
+		if (functions[i])
+			rm_session_own(s, RM_H_FUNCTION, functions[i], (uint64_t)(uintptr_t)mod);
+	return r;
+}

@@ -460,6 +460,52 @@ CUBLASLT_SLOT_LIST(CUBLASLT_UNKNOWN)
 #define CUBLASLT_SLOTS 93
 static rm_slot cublaslt[CUBLASLT_SLOTS];   /* filled once by export_tables_init */
 
+/* ---- 1734dc26: cuBLASLt, before it picks an nvjet GEMM kernel ----
+ * Asked for by cuBLASLt on the fp16/bf16 paths (torchvision ResNet-50's last layer, AMP training),
+ * which call [4] then [13] in pairs; what they compute is not known. cuBLASLt ignores a refusal
+ * and calls through the NULL table (it crashes so with the real driver too, the table refused).
+ * With every slot failing it falls back to other kernels: ResNet-50's output is then the same as
+ * native, bit for bit (H100, cuBLAS 13). So this table is 16 failing slots of the right size. */
+#define NVJET_UNKNOWN(n) UNKNOWN_SLOT(nvjet, n)
+#define NVJET_SLOT_LIST(M) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11) M(12) M(13) M(14) M(15) M(16)
+NVJET_SLOT_LIST(NVJET_UNKNOWN)
+static rm_slot nvjet[17];
+
+/* ---- 6e163fbe: module tools, cuFFT ----
+ * A 98-slot table (NVIDIA's name, from a public symbol table: CU_ETID_ToolsModule). cuFFT calls
+ * [7] once after each cuModuleLoadData of its kernels, and fails its plan (CUFFT_INTERNAL_ERROR)
+ * if [7] fails or the table is refused. */
+
+/* [7] (CUcontext ctx, CUmodule mod, void (*visit)(void *arg, CUfunction f), void *arg): calls
+ * visit for each function of mod. cuFFT's visit stores f in *arg. The driver returned 1 for a
+ * module of one kernel: taken as the number of functions visited. */
+static int tools_module_visit_functions(CUcontext ctx, CUmodule mod, void (*visit)(void *, CUfunction),
+                                        void *arg)
+{
+    (void)ctx;
+    unsigned int count = 0;
+    CUfunction stack[16], *fns = stack;
+    if (!visit || cuModuleGetFunctionCount(&count, mod) != CUDA_SUCCESS)
+        return 0;
+    if (count > sizeof stack / sizeof stack[0] && !(fns = calloc(count, sizeof *fns)))
+        return 0;
+    int visited = 0;
+    if (count && cuModuleEnumerateFunctions(fns, count, mod) == CUDA_SUCCESS)
+        for (unsigned int i = 0; i < count; i++, visited++)
+            visit(arg, fns[i]);
+    if (fns != stack)
+        free(fns);
+    return visited;
+}
+
+#define TOOLS_MODULE_UNKNOWN(n) UNKNOWN_SLOT(tools_module, n)
+#define TOOLS_MODULE_SLOT_LIST(M) \
+    M(1) M(2) M(3) M(4) M(5) M(6) M(8) M(9) DIGITS(M, 1) DIGITS(M, 2) DIGITS(M, 3) DIGITS(M, 4) \
+    DIGITS(M, 5) DIGITS(M, 6) DIGITS(M, 7) DIGITS(M, 8) M(90) M(91) M(92) M(93) M(94) M(95) M(96) \
+    M(97) M(98)
+TOOLS_MODULE_SLOT_LIST(TOOLS_MODULE_UNKNOWN)
+static rm_slot tools_module[99];
+
 /* ---- lookup ---- */
 
 struct known_table {
@@ -484,6 +530,15 @@ static const struct known_table known_tables[] = {
       integrity_table, "integrity check" },
     { UUID(0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2),
       cublaslt, "cuBLASLt" },
+    { UUID(0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45, 0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca),
+      nvjet, "cuBLASLt nvjet (every slot fails)" },
+    { UUID(0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e),
+      tools_module, "module tools" },
+    /* Refused on purpose: the GPU host's libraries go on without them (measured, real driver). */
+    { UUID(0xda, 0x91, 0x51, 0xd3, 0x3a, 0xe6, 0xcc, 0x41, 0xa5, 0xc0, 0x4f, 0x26, 0xd5, 0x33, 0xe3, 0x28),
+      NULL, "da9151d3 (NVRTC, optional)" },
+    { UUID(0x69, 0xa2, 0x8e, 0x9f, 0x24, 0x49, 0x8b, 0x47, 0xb0, 0x30, 0xc5, 0xda, 0x33, 0x0e, 0xa4, 0xe9),
+      NULL, "69a28e9f (NVML, optional)" },
     { UUID(0xf8, 0xcf, 0xf9, 0x51, 0x21, 0x46, 0x8b, 0x4e, 0xb9, 0xe2, 0xfb, 0x46, 0x9e, 0x7c, 0x0d, 0xd9),
       NULL, "f8cff951 (optional)" },
 };
@@ -498,6 +553,15 @@ static void export_tables_init(void)
     cublaslt[4] = SLOT(cublaslt_context_id);
     cublaslt[39] = SLOT(tools_ctx_stream_id);
     cublaslt[51] = SLOT(tools_ctx_stream);
+
+    nvjet[0] = TABLE_SIZE(nvjet);
+#define NVJET_FILL(n) nvjet[n] = SLOT(nvjet_slot##n);
+    NVJET_SLOT_LIST(NVJET_FILL)
+
+    tools_module[0] = TABLE_SIZE(tools_module);
+#define TOOLS_MODULE_FILL(n) tools_module[n] = SLOT(tools_module_slot##n);
+    TOOLS_MODULE_SLOT_LIST(TOOLS_MODULE_FILL)
+    tools_module[7] = SLOT(tools_module_visit_functions);
 }
 
 /* Unknown UUIDs are logged once each; a few distinct ones are remembered. */

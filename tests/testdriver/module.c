@@ -323,6 +323,38 @@ TD_EXPORT CUresult cuModuleGetFunction(CUfunction *pfunc, CUmodule handle, const
 	return find_function(module_from(handle), name, (struct td_function **)pfunc);
 }
 
+TD_EXPORT CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule handle)
+{
+	if (!td_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	struct td_module *m = module_from(handle);
+	if (!m)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!count)
+		return CUDA_ERROR_INVALID_VALUE;
+	*count = 0;
+	for (size_t i = 0; i < MAX_CATALOGUE; i++)
+		*count += m->functions[i].magic != 0;
+	return CUDA_SUCCESS;
+}
+
+/* Fills at most numFunctions handles, in catalogue order. */
+TD_EXPORT CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions, CUmodule handle)
+{
+	unsigned int count;
+	CUresult rc = cuModuleGetFunctionCount(&count, handle);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!functions)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct td_module *m = module_from(handle);
+	unsigned int n = 0;
+	for (size_t i = 0; i < MAX_CATALOGUE && n < numFunctions; i++)
+		if (m->functions[i].magic)
+			functions[n++] = (CUfunction)&m->functions[i];
+	return CUDA_SUCCESS;
+}
+
 TD_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule handle, const char *name)
 {
 	if (!td_initialized())
