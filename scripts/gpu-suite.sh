@@ -2,8 +2,8 @@
 # The GPU suite: run each test program natively and through Remora on a GPU
 # host, and compare their stdout (lines starting with "time_" dropped).
 #
-# usage: scripts/gpu-suite.sh [--only NAME]... [--no-build] [--port N]
-#                             [--timeout SECONDS] [--list]
+# usage: scripts/gpu-suite.sh [--only NAME]... [--no-build] [--no-frameworks]
+#                             [--port N] [--timeout SECONDS] [--list]
 #
 # Builds into build-gpu, starts build-gpu/backend/remorad on 127.0.0.1:PORT
 # (real driver), runs every program twice, prints a table and writes the
@@ -35,6 +35,19 @@ PROGRAMS=(
 	"rt_spin|tests/rtprograms/rt_spin 100000000"
 	"rt_legacy|tests/rtprograms/rt_legacy"
 	"rt_empty|tests/rtprograms/rt_empty 20000"
+	"drv_tables|tests/programs/drv_tables tests/programs/kernels.fatbin"
+)
+# Framework programs (issue 13), run from the repository root with the Python on the
+# PATH (PyTorch and torchvision for CUDA 13); --no-frameworks leaves them out.
+FRAMEWORKS=(
+	"fw_fft|python3 tests/frameworks/models.py fft"
+	"fw_conv|python3 tests/frameworks/models.py conv"
+	"fw_resnet50_b1|python3 tests/frameworks/models.py resnet50 1"
+	"fw_resnet50_b32|python3 tests/frameworks/models.py resnet50 32"
+	"fw_resnet18_amp|python3 tests/frameworks/models.py resnet18_amp"
+	"fw_gpt|python3 tests/frameworks/models.py gpt"
+	"fw_compiled|python3 tests/frameworks/models.py compiled"
+	"fw_threads|python3 tests/frameworks/models.py threads"
 )
 
 BUILD=${REMORA_SUITE_BUILD:-build-gpu}
@@ -51,7 +64,8 @@ while (($#)); do
 	--port) (($# >= 2)) || die "--port needs a number"; PORT=$2; shift 2 ;;
 	--timeout) (($# >= 2)) || die "--timeout needs seconds"; TIMEOUT_S=$2; shift 2 ;;
 	--no-build) DO_BUILD=0; shift ;;
-	--list) for p in "${PROGRAMS[@]}"; do echo "${p%%|*}"; done; exit 0 ;;
+	--no-frameworks) FRAMEWORKS=(); shift ;;
+	--list) for p in "${PROGRAMS[@]}" "${FRAMEWORKS[@]}"; do echo "${p%%|*}"; done; exit 0 ;;
 	-h | --help) sed -n '2,11s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) die "unknown argument '$1' (try --help)" ;;
 	esac
@@ -63,7 +77,7 @@ mkdir -p "$OUTDIR"
 OUTDIR=$(cd "$OUTDIR" && pwd)
 
 selected=()
-for p in "${PROGRAMS[@]}"; do
+for p in "${PROGRAMS[@]}" "${FRAMEWORKS[@]}"; do
 	name=${p%%|*}
 	if ((${#ONLY[@]} == 0)) || [[ " ${ONLY[*]} " == *" $name "* ]]; then
 		selected+=("$p")
@@ -151,6 +165,10 @@ for p in "${selected[@]}"; do
 	name=${p%%|*}
 	read -r -a cmd <<<"${p#*|}"
 	exe=$BUILD/${cmd[0]}
+	# Not a program of the build tree (python3): the one on the PATH.
+	if [[ ! -e $exe ]] && command -v "${cmd[0]}" >/dev/null; then
+		exe=$(command -v "${cmd[0]}")
+	fi
 	args=("${cmd[@]:1}")
 	for i in "${!args[@]}"; do
 		# An argument naming a file in the build tree is passed as that path.

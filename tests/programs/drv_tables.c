@@ -49,12 +49,9 @@ int main(int argc, char **argv)
 	CUfunction fns[MAX_FUNCTIONS];
 	CHECK(cuModuleEnumerateFunctions(fns, count, mod));
 	const char *names[MAX_FUNCTIONS];
-	for (unsigned i = 0; i < count; i++) {
-		int threads = 0;
-		CHECK(cuFuncGetAttribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fns[i]));
-		EXPECT(threads > 0, "function %u: %d threads per block", i, threads);
+	/* The driver loads them lazily: a name, not an attribute, is what every one has yet. */
+	for (unsigned i = 0; i < count; i++)
 		CHECK(cuFuncGetName(&names[i], fns[i]));
-	}
 	qsort(names, count, sizeof names[0], by_name);
 	printf("functions %u:", count);
 	for (unsigned i = 0; i < count; i++)

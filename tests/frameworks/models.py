@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""The framework programs of the GPU suite (issue 13), run natively and through Remora by
+scripts/gpu-frameworks.sh, which compares their stdout with lines starting "time_" dropped.
+Deterministic settings, so results print as exact hex and hashes: native and remote must match
+bit for bit. Each part prints its results and a time_ line.
+
+usage: models.py PART [ARGS]
+  parts: fft conv resnet50 BATCH  resnet18_amp  gpt  compiled  threads
+         mps_worker BATCH ITERS   (ResNet-50 fp16 inference for the sharing experiment)
+"""
+import hashlib
+import os
+import sys
+import threading
+import time
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+torch.manual_seed(0)
+torch.use_deterministic_algorithms(True)
+torch.backends.cudnn.benchmark = False
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+dev = torch.device("cuda")
+
+
+def digest(t):
+    return hashlib.sha256(t.detach().contiguous().cpu().numpy().tobytes()).hexdigest()[:16]
+
+
+def timed(fn, reps):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        out = fn()
+    torch.cuda.synchronize()
+    return out, (time.perf_counter() - t0) / reps * 1e3
+
+
+def fft():
+    g = torch.Generator(device=dev).manual_seed(1)
+    a = torch.randn(1 << 16, device=dev, dtype=torch.complex64, generator=g)
+    b = torch.randn(16, 256, 256, device=dev, generator=g)
+    c = torch.randn(64, 1024, device=dev, dtype=torch.complex64, generator=g)
+    print("fft c2c_1d", digest(torch.fft.fft(a)))
+    print("fft r2c_2d", digest(torch.fft.rfft2(b)))
+    print("fft batched", digest(torch.fft.ifft(torch.fft.fft(c, dim=1), dim=1)))
+    _, ms = timed(lambda: torch.fft.rfft2(b), 50)
+    print(f"time_ms_rfft2 {ms:.3f}")
+
+
+def conv():
+    g = torch.Generator(device=dev).manual_seed(2)
+    x = torch.randn(8, 32, 56, 56, device=dev, generator=g, requires_grad=True)
+    w = torch.randn(64, 32, 3, 3, device=dev, generator=g, requires_grad=True)
+    y = nn.functional.conv2d(x, w, padding=1)
+    y.backward(torch.ones_like(y))
+    print("conv forward", digest(y))
+    print("conv backward_data", digest(x.grad))
+    print("conv backward_filter", digest(w.grad))
+    _, ms = timed(lambda: nn.functional.conv2d(x, w, padding=1), 50)
+    print(f"time_ms_conv {ms:.3f}")
+
+
+def resnet50(batch):
+    import torchvision
+    m = torchvision.models.resnet50(weights=None).half().to(dev).eval()
+    g = torch.Generator(device=dev).manual_seed(3)
+    x = torch.randn(batch, 3, 224, 224, device=dev, dtype=torch.half, generator=g)
+    with torch.no_grad():
+        y = m(x)
+        print(f"resnet50 batch {batch}", digest(y))
+        _, ms = timed(lambda: m(x), 20)
+    print(f"time_ms_per_batch {ms:.3f}")
+    print(f"time_images_per_s {batch / ms * 1e3:.1f}")
+
+
+def resnet18_amp():
+    import torchvision
+    m = torchvision.models.resnet18(weights=None).to(dev)
+    opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+    scaler = torch.amp.GradScaler("cuda")
+    g = torch.Generator(device=dev).manual_seed(4)
+    x = torch.randn(16, 3, 64, 64, device=dev, generator=g)
+    t = torch.randint(0, 1000, (16,), device=dev, generator=g)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for step in range(20):
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = nn.functional.cross_entropy(m(x), t)
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        print("resnet18_amp step", step, float(loss).hex())
+    torch.cuda.synchronize()
+    print(f"time_ms_per_step {(time.perf_counter() - t0) / 20 * 1e3:.3f}")
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x, mask):
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    """A GPT-style decoder: token and position embeddings, causal self-attention blocks."""
+
+    def __init__(self, vocab=512, d=256, heads=8, layers=4, ctx=128):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(ctx, d)
+        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
+        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx):
+        n = idx.shape[1]
+        mask = torch.triu(torch.full((n, n), float("-inf"), device=idx.device), 1)
+        x = self.tok(idx) + self.pos(torch.arange(n, device=idx.device))
+        for b in self.blocks:
+            x = b(x, mask)
+        return self.head(self.ln(x))
+
+
+def gpt():
+    m = GPT().to(dev)
+    print("gpt parameters", sum(p.numel() for p in m.parameters()))
+    opt = torch.optim.AdamW(m.parameters(), lr=3e-4)
+    g = torch.Generator(device=dev).manual_seed(5)
+    data = torch.randint(0, 512, (16, 129), device=dev, generator=g)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for step in range(20):
+        logits = m(data[:, :-1])
+        loss = nn.functional.cross_entropy(logits.flatten(0, 1), data[:, 1:].flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        print("gpt step", step, float(loss).hex())
+    torch.cuda.synchronize()
+    print(f"time_ms_per_step {(time.perf_counter() - t0) / 20 * 1e3:.3f}")
+
+
+def compiled():
+    torch.use_deterministic_algorithms(False)
+    f = torch.compile(lambda a, b: torch.relu(a @ b + 1.0).sum(dim=1))
+    g = torch.Generator(device=dev).manual_seed(6)
+    a = torch.randn(256, 256, device=dev, generator=g)
+    print("compiled", digest(f(a, a)))
+    _, ms = timed(lambda: f(a, a), 50)
+    print(f"time_ms_compiled {ms:.3f}")
+
+
+def threads():
+    """Four threads, each on its own stream; thread k > 0 waits on an event thread k-1 records."""
+    n = 4
+    events = [torch.cuda.Event() for _ in range(n)]
+    recorded = [threading.Event() for _ in range(n)]
+    out = [None] * n
+
+    def work(k):
+        s = torch.cuda.Stream()
+        g = torch.Generator(device=dev).manual_seed(10 + k)
+        with torch.cuda.stream(s):
+            x = torch.randn(512, 512, device=dev, generator=g)
+            if k > 0:
+                recorded[k - 1].wait(60)
+                s.wait_event(events[k - 1])
+                x = x + out[k - 1]
+            for _ in range(20):
+                x = torch.tanh(x @ x / 512)
+            out[k] = x
+            events[k].record(s)
+            recorded[k].set()
+        s.synchronize()
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in reversed(range(n))]
+    t0 = time.perf_counter()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for k in range(n):
+        print("threads", k, digest(out[k]))
+    print(f"time_ms_threads {(time.perf_counter() - t0) * 1e3:.1f}")
+
+
+def mps_worker(batch, iters):
+    """ResNet-50 fp16 inference for the sharing experiment: prints images per second."""
+    import torchvision
+    torch.use_deterministic_algorithms(False)
+    m = torchvision.models.resnet50(weights=None).half().to(dev).eval()
+    x = torch.randn(batch, 3, 224, 224, device=dev, dtype=torch.half)
+    with torch.no_grad():
+        for _ in range(5):
+            m(x)
+        torch.cuda.synchronize()
+        barrier = os.environ.get("MPS_BARRIER")
+        if barrier:  # start together: wait until the barrier file appears
+            while not os.path.exists(barrier):
+                time.sleep(0.005)
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            m(x)
+        torch.cuda.synchronize()
+    print(f"images_per_s {batch * iters / (time.perf_counter() - t0):.1f}")
+
+
+PARTS = {"fft": fft, "conv": conv, "resnet50": resnet50, "resnet18_amp": resnet18_amp, "gpt": gpt,
+         "compiled": compiled, "threads": threads, "mps_worker": mps_worker}
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] not in PARTS:
+        sys.exit(__doc__)
+    PARTS[sys.argv[1]](*(int(a) for a in sys.argv[2:]))
+    sys.stdout.flush()
