@@ -28,6 +28,19 @@ CUresult rm_body_cuDevicePrimaryCtxRetain(struct rm_session *s, CUcontext *pctx,
 	return rm_session_add_ctx(s, dev, pctx);
 }
 
+/* Active is this client's view: whether it has retained the device's context, not whether
+ * another client has. */
+CUresult rm_body_cuDevicePrimaryCtxGetState(struct rm_session *s, CUdevice dev, unsigned int *flags, int *active)
+{
+	CUresult r = rm_drv.cuDevicePrimaryCtxGetState(dev, flags, active);
+	if (r == CUDA_SUCCESS) {
+		*active = 0;
+		for (int i = 0; i < s->nctx; i++)
+			*active |= s->ctxs[i].dev == dev;
+	}
+	return r;
+}
+
 /* The session keeps its use of the context until it ends: releasing is only checked. */
 CUresult rm_body_cuDevicePrimaryCtxRelease_v2(struct rm_session *s, CUdevice dev)
 {

@@ -3,6 +3,7 @@
 #include "client.h"
 
 #include "api.pb-c.h"
+#include "query_cache.h"
 
 RM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
@@ -13,6 +14,7 @@ RM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice de
 	Remora__CuDevicePrimaryCtxRetainRep *rep = NULL;
 	CUresult r = rm_rpc_simple(RM_OP_cuDevicePrimaryCtxRetain, &req.base,
 				   &remora__cu_device_primary_ctx_retain__rep__descriptor, (ProtobufCMessage **)&rep);
+	rm_query_cache_forget(RM_OP_cuDevicePrimaryCtxGetState); /* it is active now */
 	if (r == CUDA_SUCCESS && rep) {
 		*pctx = (CUcontext)(uintptr_t)rep->pctx;
 		rm_ctx_known(*pctx, dev);

@@ -1,0 +1,35 @@
+#!/usr/bin/env python3
+"""Answers the client keeps (proto/api.spec's `cached`) cost no round trip: runs drv_attrcache
+through Remora with every call to the daemon logged (REMORA_TRACE), and counts them. With
+REPEAT = 1000, each cached query must reach the daemon a handful of times at most (once per
+distinct request, again after a call that forgets it), not 1000 times; drv_attrcache itself
+checks that the answers stay true.
+
+usage: query_cache.py WITH_REMORAD REMORAD DRIVER REMORA DRV_ATTRCACHE IMAGE
+"""
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from verdict import check, failures  # noqa: E402
+
+runner, remorad, driver, remora, program, image = sys.argv[1:7]
+REPEAT = 1000
+env = dict(os.environ, REMORA_LOG="debug", REMORA_TRACE="1")
+p = subprocess.run([runner, remorad, driver, remora, program, image, str(REPEAT)], capture_output=True, text=True,
+                   env=env, timeout=300)
+if not check(p.returncode == 0, f"drv_attrcache exits 0 (status {p.returncode})"):
+    print(p.stderr[-4000:])
+calls = {}
+for m in re.finditer(r"debug: (cu\w+) returned", p.stderr):
+    calls[m.group(1)] = calls.get(m.group(1), 0) + 1
+print("calls that reached the daemon:", calls)
+check(calls.get("cuDeviceGetAttribute", 0) >= 1, "cuDeviceGetAttribute is traced at all (the count can be trusted)")
+for name, most in [("cuDeviceGetAttribute", 10), ("cuFuncGetAttribute", 3), ("cuKernelGetAttribute", 3),
+                   ("cuDevicePrimaryCtxGetState", 3)]:
+    check(calls.get(name, 0) <= most, f"{name} reached the daemon {calls.get(name, 0)} times, at most {most}")
+check(calls.get("cuFuncGetAttribute", 0) >= 2, "cuFuncGetAttribute was asked again after cuFuncSetAttribute")
+check(calls.get("cuKernelGetAttribute", 0) >= 2, "cuKernelGetAttribute was asked again after cuKernelSetAttribute")
+sys.exit(1 if failures else 0)
