@@ -411,8 +411,8 @@ CUresult rm_client_call(struct rm_client_conn *c, struct rm_rpc_call *call)
 	if (f.msg_len > RM_MAX_MSG_LEN)
 		return CUDA_ERROR_INVALID_VALUE;
 
-	struct fence fences[16];
-	int nfences = __atomic_load_n(&chan_hi, __ATOMIC_ACQUIRE) ? fences_needed(c, fences, 16) : 0;
+	struct fence fences[RM_MAX_CHANNELS + 1]; /* one per other channel at most */
+	int nfences = __atomic_load_n(&chan_hi, __ATOMIC_ACQUIRE) ? fences_needed(c, fences, RM_MAX_CHANNELS + 1) : 0;
 	pthread_mutex_lock(&c->lock);
 	CUresult result;
 	if (!c->connected) {
