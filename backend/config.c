@@ -32,6 +32,7 @@ void rm_config_defaults(struct rm_daemon_config *c)
 	c->max_pending_hellos_per_address = 64;
 	c->shutdown_grace_s = 10;
 	c->peer_timeout_s = RM_DEFAULT_PEER_TIMEOUT_MS / 1000;
+	c->max_channels = RM_DEFAULT_MAX_CHANNELS;
 	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
 	c->worker_host_memory_limit = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 4 : 4ull << 30;
 }
@@ -137,6 +138,8 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 		bad = parse_int(v, 0, 3600, &c->shutdown_grace_s);
 	else if (!strcmp(key, "peer_timeout"))
 		bad = parse_int(v, 1, 3600, &c->peer_timeout_s);
+	else if (!strcmp(key, "max_channels"))
+		bad = parse_int(v, 0, RM_MAX_CHANNELS, &c->max_channels);
 	else {
 		snprintf(why, whylen, "unknown setting '%s'", key);
 		return -1;

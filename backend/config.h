@@ -55,6 +55,7 @@ struct rm_daemon_config {
 	int shutdown_grace_s;               /* on SIGTERM, how long workers get before SIGKILL */
 
 	int peer_timeout_s;   /* a client silent this long is taken for gone (docs/protocol.md) */
+	int max_channels;     /* client threads' channels per session (docs/protocol.md); 0: none */
 };
 
 /* Fills c with the built-in defaults. */

@@ -34,9 +34,11 @@ CUresult rm_body_cuDevicePrimaryCtxGetState(struct rm_session *s, CUdevice dev, 
 {
 	CUresult r = rm_drv.cuDevicePrimaryCtxGetState(dev, flags, active);
 	if (r == CUDA_SUCCESS) {
+		/* Contexts are appended, never moved: read up to the count published last. */
+		int n = __atomic_load_n(&s->sh->nctx, __ATOMIC_ACQUIRE);
 		*active = 0;
-		for (int i = 0; i < s->nctx; i++)
-			*active |= s->ctxs[i].dev == dev;
+		for (int i = 0; i < n; i++)
+			*active |= s->sh->ctxs[i].dev == dev;
 	}
 	return r;
 }

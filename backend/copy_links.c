@@ -214,12 +214,12 @@ int rm_copy_link_attach(struct rm_session *s, struct rm_conn *conn, uint32_t ind
 	pthread_mutex_init(&l->lock, NULL);
 	pthread_cond_init(&l->changed, NULL);
 	rm_staging_init(&l->staging, LINK_STAGING_SIZE);
-	pthread_mutex_lock(&s->copy_lock);
-	if (index != (uint32_t)s->ncopy_links + 1 || index >= RM_MAX_COPY_LINKS)
+	pthread_mutex_lock(&s->sh->copy_lock);
+	if (index != (uint32_t)s->sh->ncopy_links + 1 || index >= RM_MAX_COPY_LINKS)
 		err = -EPROTO; /* links are attached one after another, from 1 */
 	else if ((err = -pthread_create(&l->thread, NULL, link_main, l)) == 0)
-		s->copy_links[++s->ncopy_links] = l;
-	pthread_mutex_unlock(&s->copy_lock);
+		s->sh->copy_links[++s->sh->ncopy_links] = l;
+	pthread_mutex_unlock(&s->sh->copy_lock);
 	if (err) {
 		l->link.conn = NULL; /* the caller still owns conn */
 		rm_link_close(&l->link);
@@ -230,8 +230,8 @@ int rm_copy_link_attach(struct rm_session *s, struct rm_conn *conn, uint32_t ind
 
 void rm_copy_links_close(struct rm_session *s)
 {
-	for (int i = 1; i <= s->ncopy_links; i++) {
-		struct rm_copy_link *l = s->copy_links[i];
+	for (int i = 1; i <= s->sh->ncopy_links; i++) {
+		struct rm_copy_link *l = s->sh->copy_links[i];
 		pthread_mutex_lock(&l->lock);
 		l->stop = 1;
 		pthread_cond_broadcast(&l->changed);
@@ -239,16 +239,18 @@ void rm_copy_links_close(struct rm_session *s)
 		pthread_join(l->thread, NULL);
 		rm_link_close(&l->link);
 		free(l);
-		s->copy_links[i] = NULL;
+		s->sh->copy_links[i] = NULL;
 	}
-	s->ncopy_links = 0;
+	s->sh->ncopy_links = 0;
 }
 
 /* Runs links 1..links-1's jobs on their threads and link 0's share here (sh0). */
 static void run_striped(struct rm_session *s, struct share *sh0, struct stripe_job *jobs, uint32_t links)
 {
+	if (links > 1) /* one striped copy at a time, whichever channel it comes on */
+		pthread_mutex_lock(&s->sh->copy_lock);
 	for (uint32_t i = 1; i < links; i++) {
-		struct rm_copy_link *l = s->copy_links[i];
+		struct rm_copy_link *l = s->sh->copy_links[i];
 		pthread_mutex_lock(&l->lock);
 		l->job = &jobs[i];
 		pthread_cond_broadcast(&l->changed);
@@ -256,12 +258,14 @@ static void run_striped(struct rm_session *s, struct share *sh0, struct stripe_j
 	}
 	run_share(sh0, &jobs[0]);
 	for (uint32_t i = 1; i < links; i++) {
-		struct rm_copy_link *l = s->copy_links[i];
+		struct rm_copy_link *l = s->sh->copy_links[i];
 		pthread_mutex_lock(&l->lock);
 		while (l->job)
 			pthread_cond_wait(&l->changed, &l->lock);
 		pthread_mutex_unlock(&l->lock);
 	}
+	if (links > 1)
+		pthread_mutex_unlock(&s->sh->copy_lock);
 }
 
 /* Link 0's share goes through the session's own staging buffers, profiled in prof. */
@@ -278,10 +282,10 @@ static CUresult session_share(struct rm_session *s, struct rm_request *rq, struc
 
 static int links_ready(struct rm_session *s, struct rm_request *rq, uint32_t links)
 {
-	if (links >= 1 && links <= RM_MAX_COPY_LINKS && links - 1 <= (uint32_t)s->ncopy_links)
+	if (links >= 1 && links <= RM_MAX_COPY_LINKS && links - 1 <= (uint32_t)s->sh->ncopy_links)
 		return 1;
 	rm_log(RM_LOG_WARN, "session %llu (%s): a copy striped over %u links, %d attached; closing",
-	       (unsigned long long)s->id, s->name, links, s->ncopy_links);
+	       (unsigned long long)s->id, s->name, links, s->sh->ncopy_links);
 	rq->fatal = 1;
 	return 0;
 }

@@ -34,18 +34,19 @@ CUresult rm_body_cuMemFree_v2(struct rm_session *s, CUdeviceptr dptr)
 {
 	if (!dptr) /* freeing 0 is a no-op, as in CUDA */
 		return CUDA_SUCCESS;
-	const struct rm_handle *h = rm_session_find(s, RM_H_MEMORY, dptr);
-	if (!h) {
+	/* Taken before it is freed: of two threads freeing it at once, one frees it, and the
+	 * other cannot free what the driver may meanwhile have given another client. */
+	struct rm_handle h;
+	if (!rm_session_take(s, RM_H_MEMORY, dptr, &h)) {
 		rm_log(RM_LOG_WARN, "session %llu (%s): refused to free 0x%llx, not an allocation of its own",
 		       (unsigned long long)s->id, s->name, (unsigned long long)dptr);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	uint64_t size = h->size;
 	CUresult r = rm_session_free_memory(s, dptr);
-	if (r == CUDA_SUCCESS) {
-		rm_session_disown_value(s, RM_H_MEMORY, dptr);
-		rm_session_uncharge(s, size);
-	}
+	if (r == CUDA_SUCCESS)
+		rm_session_uncharge(s, h.size);
+	else
+		rm_session_own_memory(s, RM_H_MEMORY, dptr, h.size, h.parent);
 	return r;
 }
 
@@ -62,15 +63,18 @@ CUresult rm_body_cuMemGetInfo_v2(struct rm_session *s, size_t *free_b, size_t *t
  * does not know). */
 CUresult rm_body_cuMemGetAddressRange_v2(struct rm_session *s, CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
-	for (size_t i = 0; i < s->nranges; i++) {
-		const struct rm_handle *h = &s->ranges[i];
+	CUresult r = CUDA_ERROR_NOT_FOUND;
+	pthread_mutex_lock(&s->sh->lock);
+	for (size_t i = 0; i < s->sh->nranges && r != CUDA_SUCCESS; i++) {
+		const struct rm_handle *h = &s->sh->ranges[i];
 		if (dptr >= h->value && dptr - h->value < h->size) {
 			*pbase = h->value;
 			*psize = h->size;
-			return CUDA_SUCCESS;
+			r = CUDA_SUCCESS;
 		}
 	}
-	return CUDA_ERROR_NOT_FOUND;
+	pthread_mutex_unlock(&s->sh->lock);
+	return r;
 }
 
 /* Host to device (backend/copy_links.c moves the bytes, over one connection or striped). */

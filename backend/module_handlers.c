@@ -98,7 +98,7 @@ CUresult rm_body_cuLibraryUnload(struct rm_session *s, CUlibrary library)
  * that it goes when they go (dptr=new:body); asking twice records it once. */
 static void own_global(struct rm_session *s, CUdeviceptr p, size_t bytes, const void *parent)
 {
-	if (!rm_session_find(s, RM_H_GLOBAL, p))
+	if (!rm_session_find(s, RM_H_GLOBAL, p, NULL))
 		rm_session_own_memory(s, RM_H_GLOBAL, p, bytes, (uint64_t)(uintptr_t)parent);
 }
 

@@ -240,7 +240,8 @@ static void attach_link(struct rm_link *link, const struct rm_frame *f, struct g
 	}
 	if (settle(g))
 		goto out;
-	struct rm_handoff h = {.attach = 1, .link_index = a->index, .session_id = a->session_id, .slot = -1};
+	struct rm_handoff h = {.attach = 1, .channel = a->channel, .link_index = a->index, .session_id = a->session_id,
+			       .slot = -1};
 	memcpy(h.key, a->key.data, 16);
 	pid_t pid = 0;
 	rm_registry_lock();

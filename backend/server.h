@@ -26,9 +26,11 @@ struct rm_handoff {
 	uint32_t pid;
 	uint32_t heartbeat_ms; /* how often the client wants a heartbeat during a long call; 0: ours */
 	char name[64];
-	/* A copy link instead of a client (copy_links.h): the session it is for, as the
-	 * client presented it; the worker checks the key. */
+	/* A copy link (copy_links.h) or a client thread's channel (docs/protocol.md) instead
+	 * of a client: the session it is for, as the client presented it; the worker checks
+	 * the key. */
 	int attach;
+	int channel;         /* a channel, numbered link_index; else a copy link */
 	uint32_t link_index;
 	uint64_t session_id;
 	uint8_t key[16];

@@ -24,19 +24,20 @@ struct rm_session *rm_session_new(struct rm_conn *conn, const struct rm_daemon_c
 				  const struct rm_handoff *h)
 {
 	struct rm_session *s = calloc(1, sizeof(*s));
-	if (!s)
-		return NULL;
-	if (rm_link_init(&s->link, conn)) {
+	struct rm_session_shared *sh = calloc(1, sizeof(*sh));
+	if (!s || !sh || getrandom(s->attach_key, sizeof(s->attach_key), 0) != (ssize_t)sizeof(s->attach_key) ||
+	    rm_link_init(&s->link, conn)) {
+		free(sh);
 		free(s);
 		return NULL;
 	}
-	if (getrandom(s->attach_key, sizeof(s->attach_key), 0) != (ssize_t)sizeof(s->attach_key)) {
-		s->link.conn = NULL; /* the caller still owns conn */
-		rm_link_close(&s->link);
-		free(s);
-		return NULL;
-	}
-	pthread_mutex_init(&s->copy_lock, NULL);
+	s->sh = sh;
+	pthread_mutex_init(&sh->lock, NULL);
+	pthread_mutex_init(&sh->copy_lock, NULL);
+	pthread_cond_init(&sh->channel_gone, NULL);
+	pthread_cond_init(&sh->progress, NULL);
+	sh->channels[0] = s;
+	s->max_channels = cfg->max_channels;
 	pthread_mutex_init(&s->send_lock, NULL);
 	rm_staging_init(&s->staging, STAGING_SIZE);
 	const struct rm_tenant_config *t = h->tenant < 0 ? &cfg->anonymous : &cfg->tenants[h->tenant];
@@ -103,11 +104,11 @@ static size_t slot_of(uint32_t kind, uint64_t v, size_t cap)
 
 static struct rm_handle *find_slot(struct rm_session *s, uint32_t kind, uint64_t v)
 {
-	if (!s->handles_cap)
+	if (!s->sh->handles_cap)
 		return NULL;
-	for (size_t i = slot_of(kind, v, s->handles_cap), n = 0; n < s->handles_cap;
-	     i = (i + 1) & (s->handles_cap - 1), n++) {
-		struct rm_handle *h = &s->handles[i];
+	for (size_t i = slot_of(kind, v, s->sh->handles_cap), n = 0; n < s->sh->handles_cap;
+	     i = (i + 1) & (s->sh->handles_cap - 1), n++) {
+		struct rm_handle *h = &s->sh->handles[i];
 		if (!h->kind)
 			return NULL;
 		if (h->kind == kind && h->value == v)
@@ -116,9 +117,14 @@ static struct rm_handle *find_slot(struct rm_session *s, uint32_t kind, uint64_t
 	return NULL;
 }
 
-const struct rm_handle *rm_session_find(struct rm_session *s, enum rm_handle_kind kind, uint64_t v)
+int rm_session_find(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, struct rm_handle *out)
 {
-	return find_slot(s, kind, v);
+	pthread_mutex_lock(&s->sh->lock);
+	const struct rm_handle *h = find_slot(s, kind, v);
+	if (h && out)
+		*out = *h;
+	pthread_mutex_unlock(&s->sh->lock);
+	return h != NULL;
 }
 
 /* Rebuilds the table without tombstones, at the size that keeps it at most half full
@@ -126,22 +132,22 @@ const struct rm_handle *rm_session_find(struct rm_session *s, enum rm_handle_kin
 static int grow(struct rm_session *s)
 {
 	size_t cap = 64;
-	while (cap < (s->handles_live + 1) * 2)
+	while (cap < (s->sh->handles_live + 1) * 2)
 		cap *= 2;
-	struct rm_handle *old = s->handles, *t = calloc(cap, sizeof(*t));
+	struct rm_handle *old = s->sh->handles, *t = calloc(cap, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
-	size_t oldcap = s->handles_cap;
-	s->handles = t;
-	s->handles_cap = cap;
-	s->handles_used = 0;
+	size_t oldcap = s->sh->handles_cap;
+	s->sh->handles = t;
+	s->sh->handles_cap = cap;
+	s->sh->handles_used = 0;
 	for (size_t i = 0; i < oldcap; i++)
 		if (old[i].kind && old[i].kind != TOMBSTONE) {
 			size_t j = slot_of(old[i].kind, old[i].value, cap);
 			while (t[j].kind)
 				j = (j + 1) & (cap - 1);
 			t[j] = old[i];
-			s->handles_used++;
+			s->sh->handles_used++;
 		}
 	free(old);
 	return 0;
@@ -149,54 +155,61 @@ static int grow(struct rm_session *s)
 
 static void range_insert(struct rm_session *s, const struct rm_handle *h)
 {
-	if (s->nranges == s->ranges_cap) {
-		size_t cap = s->ranges_cap ? s->ranges_cap * 2 : 64;
-		struct rm_handle *r = realloc(s->ranges, cap * sizeof(*r));
+	if (s->sh->nranges == s->sh->ranges_cap) {
+		size_t cap = s->sh->ranges_cap ? s->sh->ranges_cap * 2 : 64;
+		struct rm_handle *r = realloc(s->sh->ranges, cap * sizeof(*r));
 		if (!r)
 			return;
-		s->ranges = r;
-		s->ranges_cap = cap;
+		s->sh->ranges = r;
+		s->sh->ranges_cap = cap;
 	}
-	size_t i = s->nranges;
-	while (i > 0 && s->ranges[i - 1].value > h->value) {
-		s->ranges[i] = s->ranges[i - 1];
+	size_t i = s->sh->nranges;
+	while (i > 0 && s->sh->ranges[i - 1].value > h->value) {
+		s->sh->ranges[i] = s->sh->ranges[i - 1];
 		i--;
 	}
-	s->ranges[i] = *h;
-	s->nranges++;
+	s->sh->ranges[i] = *h;
+	s->sh->nranges++;
 }
 
 static void range_remove(struct rm_session *s, uint64_t base)
 {
-	for (size_t i = 0; i < s->nranges; i++)
-		if (s->ranges[i].value == base) {
-			memmove(&s->ranges[i], &s->ranges[i + 1], (s->nranges - i - 1) * sizeof(*s->ranges));
-			s->nranges--;
+	for (size_t i = 0; i < s->sh->nranges; i++)
+		if (s->sh->ranges[i].value == base) {
+			memmove(&s->sh->ranges[i], &s->sh->ranges[i + 1], (s->sh->nranges - i - 1) * sizeof(*s->sh->ranges));
+			s->sh->nranges--;
 			return;
 		}
+}
+
+static void own_locked(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, uint64_t size, uint64_t parent)
+{
+	if (find_slot(s, kind, v))
+		return; /* asked for again (cuModuleGetFunction of one function): one record */
+	if ((s->sh->handles_used + 1) * 4 > s->sh->handles_cap * 3 && grow(s)) {
+		rm_log(RM_LOG_ERROR, "session %llu: out of memory recording a handle", (unsigned long long)s->id);
+		return;
+	}
+	struct rm_handle h = {.value = v, .size = size, .parent = parent, .kind = kind};
+	size_t i = slot_of(kind, v, s->sh->handles_cap);
+	while (s->sh->handles[i].kind && s->sh->handles[i].kind != TOMBSTONE)
+		i = (i + 1) & (s->sh->handles_cap - 1);
+	if (!s->sh->handles[i].kind)
+		s->sh->handles_used++;
+	s->sh->handles[i] = h;
+	s->sh->handles_live++;
+	if (kind == RM_H_MEMORY || kind == RM_H_GLOBAL)
+		range_insert(s, &h);
+	if (kind == RM_H_MEMORY)
+		s->sh->mem_bytes += size;
 }
 
 void rm_session_own_memory(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, uint64_t size,
 			   uint64_t parent)
 {
-	if (find_slot(s, kind, v))
-		return; /* asked for again (cuModuleGetFunction of one function): one record */
-	if ((s->handles_used + 1) * 4 > s->handles_cap * 3 && grow(s)) {
-		rm_log(RM_LOG_ERROR, "session %llu: out of memory recording a handle", (unsigned long long)s->id);
-		return;
-	}
-	struct rm_handle h = {.value = v, .size = size, .parent = parent, .kind = kind};
-	size_t i = slot_of(kind, v, s->handles_cap);
-	while (s->handles[i].kind && s->handles[i].kind != TOMBSTONE)
-		i = (i + 1) & (s->handles_cap - 1);
-	if (!s->handles[i].kind)
-		s->handles_used++;
-	s->handles[i] = h;
-	s->handles_live++;
-	if (kind == RM_H_MEMORY || kind == RM_H_GLOBAL)
-		range_insert(s, &h);
-	if (kind == RM_H_MEMORY)
-		s->mem_bytes += size;
+	pthread_mutex_lock(&s->sh->lock);
+	own_locked(s, kind, v, size, parent);
+	pthread_mutex_unlock(&s->sh->lock);
 }
 
 void rm_session_own(struct rm_session *s, enum rm_handle_kind kind, const void *h, uint64_t parent)
@@ -204,27 +217,44 @@ void rm_session_own(struct rm_session *s, enum rm_handle_kind kind, const void *
 	rm_session_own_memory(s, kind, (uint64_t)(uintptr_t)h, 0, parent);
 }
 
-void rm_session_disown_value(struct rm_session *s, enum rm_handle_kind kind, uint64_t v)
+/* Forgets v and its dependents: 1, or 0 when v was not owned. */
+static int disown_locked(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, struct rm_handle *out)
 {
 	struct rm_handle *h = find_slot(s, kind, v);
 	if (!h)
-		return;
+		return 0;
+	if (out)
+		*out = *h;
 	if (kind == RM_H_MEMORY || kind == RM_H_GLOBAL)
 		range_remove(s, v);
 	if (kind == RM_H_MEMORY)
-		s->mem_bytes -= h->size;
+		s->sh->mem_bytes -= h->size;
 	if (kind == RM_H_STREAM)
 		rm_stream_order_remove(s, (CUstream)(uintptr_t)v);
 	h->kind = TOMBSTONE;
-	s->handles_live--;
+	s->sh->handles_live--;
 	/* Only modules, libraries and kernels have dependents (functions, globals, kernels). */
 	if (kind != RM_H_MODULE && kind != RM_H_LIBRARY && kind != RM_H_KERNEL)
-		return;
-	for (size_t i = 0; i < s->handles_cap; i++) {
-		struct rm_handle *c = &s->handles[i];
+		return 1;
+	for (size_t i = 0; i < s->sh->handles_cap; i++) {
+		struct rm_handle *c = &s->sh->handles[i];
 		if (c->kind && c->kind != TOMBSTONE && c->parent == v)
-			rm_session_disown_value(s, c->kind, c->value);
+			disown_locked(s, c->kind, c->value, NULL);
 	}
+	return 1;
+}
+
+int rm_session_take(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, struct rm_handle *out)
+{
+	pthread_mutex_lock(&s->sh->lock);
+	int owned = disown_locked(s, kind, v, out);
+	pthread_mutex_unlock(&s->sh->lock);
+	return owned;
+}
+
+void rm_session_disown_value(struct rm_session *s, enum rm_handle_kind kind, uint64_t v)
+{
+	rm_session_take(s, kind, v, NULL);
 }
 
 void rm_session_disown(struct rm_session *s, enum rm_handle_kind kind, const void *h)
@@ -232,42 +262,57 @@ void rm_session_disown(struct rm_session *s, enum rm_handle_kind kind, const voi
 	rm_session_disown_value(s, kind, (uint64_t)(uintptr_t)h);
 }
 
+/* Context i of the session, or NULL (the list is only appended to). */
+static struct rm_session_ctx *ctx_at(struct rm_session *s, int i)
+{
+	return i < __atomic_load_n(&s->sh->nctx, __ATOMIC_ACQUIRE) ? &s->sh->ctxs[i] : NULL;
+}
+
 CUresult rm_session_use(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, void **out)
 {
 	if (kind == RM_H_CONTEXT) {
-		for (int i = 0; i < s->nctx; i++)
-			if ((uint64_t)(uintptr_t)s->ctxs[i].ctx == v) {
-				*out = s->ctxs[i].ctx;
+		struct rm_session_ctx *c;
+		for (int i = 0; (c = ctx_at(s, i)); i++)
+			if ((uint64_t)(uintptr_t)c->ctx == v) {
+				*out = c->ctx;
 				return CUDA_SUCCESS;
 			}
 		return CUDA_ERROR_INVALID_CONTEXT;
 	}
-	if (find_slot(s, kind, v)) {
+	pthread_mutex_lock(&s->sh->lock);
+	int owned = find_slot(s, kind, v) != NULL, kernel = !owned && kind == RM_H_FUNCTION && find_slot(s, RM_H_KERNEL, v);
+	pthread_mutex_unlock(&s->sh->lock);
+	if (owned) {
 		*out = (void *)(uintptr_t)v;
 		return CUDA_SUCCESS;
 	}
 	/* A CUkernel is accepted wherever a CUfunction is: it stands for its function in the current context. */
-	if (kind == RM_H_FUNCTION && find_slot(s, RM_H_KERNEL, v))
+	if (kernel)
 		return rm_drv.cuKernelGetFunction((CUfunction *)out, (CUkernel)(uintptr_t)v);
 	rm_log(RM_LOG_WARN, "session %llu (%s): refused handle 0x%llx of kind %d it does not own",
 	       (unsigned long long)s->id, s->name, (unsigned long long)v, kind);
 	return CUDA_ERROR_INVALID_HANDLE;
 }
 
-/* The client's per-thread default stream in c: one for all its threads (they share one
- * connection), blocking like CUDA's per-thread streams. */
-static CUresult per_thread_stream(struct rm_session_ctx *c, CUstream *out)
+/* The per-thread default stream of channel chan in c: one per client thread with a
+ * channel of its own, one for the threads sharing the main connection; blocking like
+ * CUDA's per-thread streams. Only the channel's own thread makes it. */
+static CUresult per_thread_stream(struct rm_session_ctx *c, int chan, CUstream *out)
 {
-	if (!c->per_thread) {
-		CUstream st;
+	pthread_mutex_lock(&c->order_lock);
+	CUstream st = c->per_thread[chan];
+	pthread_mutex_unlock(&c->order_lock);
+	if (!st) {
 		CUresult r = rm_stream_pool_take(c->ctx, 0, &st);
 		if (r == CUDA_SUCCESS && (r = rm_stream_order_add(c, st)) != CUDA_SUCCESS)
 			rm_stream_pool_give(st);
 		if (r != CUDA_SUCCESS)
 			return r;
-		c->per_thread = st;
+		pthread_mutex_lock(&c->order_lock);
+		c->per_thread[chan] = st;
+		pthread_mutex_unlock(&c->order_lock);
 	}
-	*out = c->per_thread;
+	*out = st;
 	return CUDA_SUCCESS;
 }
 
@@ -279,7 +324,7 @@ CUresult rm_session_stream(struct rm_session *s, uint64_t v, uint32_t frame_flag
 		if (!s->cur)
 			return CUDA_ERROR_INVALID_CONTEXT;
 		if (per_thread)
-			r = per_thread_stream(s->cur, out);
+			r = per_thread_stream(s->cur, s->chan, out);
 		else
 			*out = s->cur->default_stream, r = CUDA_SUCCESS;
 	} else {
@@ -306,19 +351,23 @@ CUresult rm_session_check_span(struct rm_session *s, uint64_t ptr, uint64_t coun
 
 CUresult rm_session_check_range(struct rm_session *s, uint64_t ptr, uint64_t len)
 {
-	size_t lo = 0, hi = s->nranges;
+	pthread_mutex_lock(&s->sh->lock);
+	int ok = 0;
+	size_t lo = 0, hi = s->sh->nranges;
 	while (lo < hi) { /* the last range with base <= ptr */
 		size_t mid = (lo + hi) / 2;
-		if (s->ranges[mid].value <= ptr)
+		if (s->sh->ranges[mid].value <= ptr)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
 	if (lo > 0) {
-		const struct rm_handle *r = &s->ranges[lo - 1];
-		if (ptr - r->value <= r->size && len <= r->size - (ptr - r->value))
-			return CUDA_SUCCESS;
+		const struct rm_handle *r = &s->sh->ranges[lo - 1];
+		ok = ptr - r->value <= r->size && len <= r->size - (ptr - r->value);
 	}
+	pthread_mutex_unlock(&s->sh->lock);
+	if (ok)
+		return CUDA_SUCCESS;
 	rm_log(RM_LOG_WARN, "session %llu (%s): refused device range 0x%llx+%llu it does not own",
 	       (unsigned long long)s->id, s->name, (unsigned long long)ptr, (unsigned long long)len);
 	return CUDA_ERROR_INVALID_VALUE;
@@ -342,14 +391,14 @@ CUresult rm_session_device_out(struct rm_session *s, CUdevice dev, CUdevice *out
 	return CUDA_ERROR_INVALID_DEVICE; /* a GPU the client does not see */
 }
 
-CUresult rm_session_add_ctx(struct rm_session *s, CUdevice dev, CUcontext *out)
+static CUresult add_ctx_locked(struct rm_session *s, CUdevice dev, CUcontext *out)
 {
-	for (int i = 0; i < s->nctx; i++)
-		if (s->ctxs[i].dev == dev) {
-			*out = s->ctxs[i].ctx;
+	for (int i = 0; i < s->sh->nctx; i++)
+		if (s->sh->ctxs[i].dev == dev) {
+			*out = s->sh->ctxs[i].ctx;
 			return CUDA_SUCCESS;
 		}
-	if (s->nctx == RM_SESSION_MAX_CTX)
+	if (s->sh->nctx == RM_SESSION_MAX_CTX)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	CUcontext ctx;
 	CUresult r = rm_gpu_acquire(dev, &ctx);
@@ -365,17 +414,31 @@ CUresult rm_session_add_ctx(struct rm_session *s, CUdevice dev, CUcontext *out)
 		rm_gpu_release(dev);
 		return r;
 	}
-	s->ctxs[s->nctx++] = (struct rm_session_ctx){.ctx = ctx, .dev = dev, .default_stream = stream};
+	struct rm_session_ctx *c = &s->sh->ctxs[s->sh->nctx];
+	*c = (struct rm_session_ctx){.ctx = ctx, .dev = dev, .default_stream = stream};
+	pthread_mutex_init(&c->order_lock, NULL);
+	__atomic_store_n(&s->sh->nctx, s->sh->nctx + 1, __ATOMIC_RELEASE);
 	*out = ctx;
 	return CUDA_SUCCESS;
 }
 
+/* Held across the context's creation (rm_gpu_acquire), so that two threads' first calls
+ * on a device make one. */
+CUresult rm_session_add_ctx(struct rm_session *s, CUdevice dev, CUcontext *out)
+{
+	pthread_mutex_lock(&s->sh->lock);
+	CUresult r = add_ctx_locked(s, dev, out);
+	pthread_mutex_unlock(&s->sh->lock);
+	return r;
+}
+
+
 CUresult rm_session_enter(struct rm_session *s, uint64_t ctx)
 {
-	struct rm_session_ctx *c = NULL;
-	for (int i = 0; i < s->nctx && !c; i++)
-		if ((uint64_t)(uintptr_t)s->ctxs[i].ctx == ctx)
-			c = &s->ctxs[i];
+	struct rm_session_ctx *c = NULL, *k;
+	for (int i = 0; ctx && !c && (k = ctx_at(s, i)); i++)
+		if ((uint64_t)(uintptr_t)k->ctx == ctx)
+			c = k;
 	if (ctx && !c)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	s->cur = c;
@@ -389,25 +452,56 @@ CUresult rm_session_enter(struct rm_session *s, uint64_t ctx)
 	return CUDA_SUCCESS;
 }
 
+/* The session's streams in c (NULL: all contexts): its legacy and per-thread streams and
+ * those it created, gathered under the locks into a new array (*n of them) so that they
+ * are waited for without. A stream another thread destroys meanwhile went back to the
+ * pool, not to the driver (stream_pool.h): waiting for it is harmless. NULL: no memory. */
+static CUstream *gather_streams(struct rm_session *s, struct rm_session_ctx *only, size_t *n)
+{
+	pthread_mutex_lock(&s->sh->lock);
+	size_t cap = s->sh->handles_live + (size_t)s->sh->nctx * (RM_MAX_CHANNELS + 2) + 1;
+	CUstream *st = malloc(cap * sizeof(*st));
+	*n = 0;
+	for (int k = 0; st && k < s->sh->nctx; k++) {
+		struct rm_session_ctx *c = &s->sh->ctxs[k];
+		if (only && c != only)
+			continue;
+		st[(*n)++] = c->default_stream;
+		pthread_mutex_lock(&c->order_lock);
+		for (int i = 0; i <= RM_MAX_CHANNELS; i++)
+			if (c->per_thread[i])
+				st[(*n)++] = c->per_thread[i];
+		pthread_mutex_unlock(&c->order_lock);
+	}
+	for (size_t i = 0; st && i < s->sh->handles_cap; i++)
+		if (s->sh->handles[i].kind == RM_H_STREAM && *n < cap)
+			st[(*n)++] = (CUstream)(uintptr_t)s->sh->handles[i].value;
+	pthread_mutex_unlock(&s->sh->lock);
+	return st;
+}
+
+/* Waits for the streams gather_streams gives, holding no lock. */
+static CUresult sync_streams(struct rm_session *s, struct rm_session_ctx *only)
+{
+	size_t n;
+	CUstream *st = gather_streams(s, only, &n);
+	if (!st)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	CUresult first = CUDA_SUCCESS;
+	for (size_t i = 0; i < n; i++) {
+		CUresult r = rm_drv.cuStreamSynchronize(st[i]);
+		if (first == CUDA_SUCCESS)
+			first = r;
+	}
+	free(st);
+	return first;
+}
+
 CUresult rm_session_synchronize(struct rm_session *s)
 {
 	if (!s->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	CUresult first = rm_drv.cuStreamSynchronize(s->cur->default_stream);
-	if (s->cur->per_thread) {
-		CUresult r = rm_drv.cuStreamSynchronize(s->cur->per_thread);
-		if (first == CUDA_SUCCESS)
-			first = r;
-	}
-	for (size_t i = 0; i < s->handles_cap; i++) {
-		const struct rm_handle *h = &s->handles[i];
-		if (h->kind == RM_H_STREAM) {
-			CUresult r = rm_drv.cuStreamSynchronize((CUstream)(uintptr_t)h->value);
-			if (first == CUDA_SUCCESS)
-				first = r;
-		}
-	}
-	return first;
+	return sync_streams(s, s->cur);
 }
 
 CUresult rm_session_free_memory(struct rm_session *s, uint64_t ptr)
@@ -416,9 +510,9 @@ CUresult rm_session_free_memory(struct rm_session *s, uint64_t ptr)
 	struct rm_session_ctx *c = NULL;
 	if (rm_drv.cuMemFreeAsync && rm_drv.cuPointerGetAttribute &&
 	    rm_drv.cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, ptr) == CUDA_SUCCESS)
-		for (int i = 0; i < s->nctx && !c; i++)
-			if (s->ctxs[i].ctx == owner)
-				c = &s->ctxs[i];
+		for (int i = 0; !c && ctx_at(s, i); i++)
+			if (s->sh->ctxs[i].ctx == owner)
+				c = &s->sh->ctxs[i];
 	if (!c || c != s->cur)
 		return rm_drv.cuMemFree_v2(ptr);
 	CUresult r = rm_session_synchronize(s);
@@ -432,8 +526,8 @@ CUresult rm_session_free_memory(struct rm_session *s, uint64_t ptr)
 static void free_drained(struct rm_session *s, uint64_t ptr)
 {
 	CUresult r = CUDA_ERROR_NOT_SUPPORTED;
-	if (rm_drv.cuMemFreeAsync && s->nctx)
-		r = rm_drv.cuMemFreeAsync(ptr, s->ctxs[0].default_stream);
+	if (rm_drv.cuMemFreeAsync && s->sh->nctx)
+		r = rm_drv.cuMemFreeAsync(ptr, s->sh->ctxs[0].default_stream);
 	if (r != CUDA_SUCCESS)
 		rm_drv.cuMemFree_v2(ptr);
 }
@@ -445,24 +539,17 @@ size_t rm_session_release_all(struct rm_session *s)
 	static const uint32_t order[] = {RM_H_EVENT, RM_H_STREAM, RM_H_MODULE, RM_H_LIBRARY, RM_H_MEMORY};
 	size_t freed = 0;
 	CUcontext prev = s->thread_ctx;
-	if (s->nctx)
-		rm_drv.cuCtxSetCurrent(s->ctxs[0].ctx);
-	for (int i = 0; i < s->nctx; i++) {
-		rm_drv.cuStreamSynchronize(s->ctxs[i].default_stream);
-		if (s->ctxs[i].per_thread)
-			rm_drv.cuStreamSynchronize(s->ctxs[i].per_thread);
-	}
-	for (size_t i = 0; i < s->handles_cap; i++)
-		if (s->handles[i].kind == RM_H_STREAM)
-			rm_drv.cuStreamSynchronize((CUstream)(uintptr_t)s->handles[i].value);
+	if (s->sh->nctx)
+		rm_drv.cuCtxSetCurrent(s->sh->ctxs[0].ctx);
+	sync_streams(s, NULL);
 	/* A fault of this client's work that no reply reported leaves its context broken for
 	 * everyone: a sticky error shows on any stream of it, and is noted so that the
 	 * context is reset once its clients have left (gpus.h). */
-	for (int i = 0; i < s->nctx; i++)
-		rm_gpu_note_result(s->ctxs[i].dev, rm_drv.cuStreamQuery(s->ctxs[i].default_stream));
+	for (int i = 0; i < s->sh->nctx; i++)
+		rm_gpu_note_result(s->sh->ctxs[i].dev, rm_drv.cuStreamQuery(s->sh->ctxs[i].default_stream));
 	for (size_t k = 0; k < sizeof(order) / sizeof(order[0]); k++)
-		for (size_t i = 0; i < s->handles_cap; i++) {
-			struct rm_handle *h = &s->handles[i];
+		for (size_t i = 0; i < s->sh->handles_cap; i++) {
+			struct rm_handle *h = &s->sh->handles[i];
 			if (h->kind != order[k])
 				continue;
 			void *p = (void *)(uintptr_t)h->value;
@@ -478,11 +565,11 @@ size_t rm_session_release_all(struct rm_session *s)
 			}
 			freed++;
 		}
-	free(s->handles);
-	s->handles = NULL;
-	s->handles_cap = s->handles_used = s->handles_live = 0;
-	s->nranges = 0;
-	s->mem_bytes = 0;
+	free(s->sh->handles);
+	s->sh->handles = NULL;
+	s->sh->handles_cap = s->sh->handles_used = s->sh->handles_live = 0;
+	s->sh->nranges = 0;
+	s->sh->mem_bytes = 0;
 	rm_drv.cuCtxSetCurrent(prev);
 	return freed;
 }
@@ -490,23 +577,104 @@ size_t rm_session_release_all(struct rm_session *s)
 void rm_session_destroy(struct rm_session *s)
 {
 	rm_copy_links_close(s);
-	size_t bytes = s->mem_bytes;
+	size_t bytes = s->sh->mem_bytes;
 	size_t freed = rm_session_release_all(s);
-	if (s->nctx)
-		rm_drv.cuCtxSetCurrent(s->ctxs[0].ctx);
+	if (s->sh->nctx)
+		rm_drv.cuCtxSetCurrent(s->sh->ctxs[0].ctx);
 	rm_staging_close(&s->staging);
-	for (int i = 0; i < s->nctx; i++) {
-		rm_drv.cuCtxSetCurrent(s->ctxs[i].ctx);
-		rm_stream_order_release(&s->ctxs[i]);
-		if (s->ctxs[i].per_thread)
-			rm_stream_pool_give(s->ctxs[i].per_thread);
-		rm_stream_pool_give(s->ctxs[i].default_stream);
-		rm_gpu_release(s->ctxs[i].dev);
+	for (int i = 0; i < s->sh->nctx; i++) {
+		rm_drv.cuCtxSetCurrent(s->sh->ctxs[i].ctx);
+		rm_stream_order_release(&s->sh->ctxs[i]);
+		for (int k = 0; k <= RM_MAX_CHANNELS; k++)
+			if (s->sh->ctxs[i].per_thread[k])
+				rm_stream_pool_give(s->sh->ctxs[i].per_thread[k]);
+		pthread_mutex_destroy(&s->sh->ctxs[i].order_lock);
+		rm_stream_pool_give(s->sh->ctxs[i].default_stream);
+		rm_gpu_release(s->sh->ctxs[i].dev);
 	}
 	rm_drv.cuCtxSetCurrent(NULL);
 	rm_log(RM_LOG_INFO, "session %llu (%s, %s) closed: released %zu handles, %zu bytes of device memory",
 	       (unsigned long long)s->id, s->name, s->peer, freed, bytes);
 	rm_link_close(&s->link);
-	free(s->ranges);
+	free(s->sh->ranges);
+	pthread_cond_destroy(&s->sh->progress);
+	pthread_cond_destroy(&s->sh->channel_gone);
+	pthread_mutex_destroy(&s->sh->copy_lock);
+	pthread_mutex_destroy(&s->sh->lock);
+	free(s->sh);
+	pthread_mutex_destroy(&s->send_lock);
 	free(s);
+}
+
+struct rm_session *rm_session_channel_new(struct rm_session *s, struct rm_conn *conn, int chan)
+{
+	struct rm_session *ch = malloc(sizeof(*ch));
+	if (!ch)
+		return NULL;
+	*ch = *s; /* the identity and the shared state; the rest is the channel's own */
+	ch->chan = chan;
+	ch->done_seq = 0;
+	ch->cur = NULL;
+	ch->thread_ctx = NULL;
+	ch->async_error = CUDA_SUCCESS;
+	ch->call_since_ns = ch->heartbeat_ns = 0;
+	ch->reply_begun = 0;
+	if (rm_link_init(&ch->link, conn)) {
+		free(ch);
+		return NULL;
+	}
+	snprintf(ch->peer, sizeof(ch->peer), "%s", rm_conn_peer(conn));
+	pthread_mutex_init(&ch->send_lock, NULL);
+	rm_staging_init(&ch->staging, STAGING_SIZE);
+	return ch;
+}
+
+void rm_session_channel_close(struct rm_session *ch)
+{
+	struct rm_session_shared *sh = ch->sh;
+	/* Its per-thread streams: drained, forgotten and given back. */
+	for (int i = 0; i < __atomic_load_n(&sh->nctx, __ATOMIC_ACQUIRE); i++) {
+		struct rm_session_ctx *c = &sh->ctxs[i];
+		pthread_mutex_lock(&c->order_lock);
+		CUstream st = c->per_thread[ch->chan];
+		c->per_thread[ch->chan] = NULL;
+		pthread_mutex_unlock(&c->order_lock);
+		if (!st)
+			continue;
+		rm_drv.cuStreamSynchronize(st);
+		rm_stream_order_remove(ch, st);
+		rm_stream_pool_give(st);
+	}
+	rm_staging_close(&ch->staging);
+	rm_drv.cuCtxSetCurrent(NULL);
+	rm_link_close(&ch->link);
+	pthread_mutex_destroy(&ch->send_lock);
+	free(ch);
+}
+
+void rm_session_progress(struct rm_session *s, uint64_t seq)
+{
+	__atomic_store_n(&s->done_seq, seq, __ATOMIC_RELEASE);
+	if (!__atomic_load_n(&s->sh->fence_waiters, __ATOMIC_ACQUIRE))
+		return;
+	pthread_mutex_lock(&s->sh->lock);
+	pthread_cond_broadcast(&s->sh->progress);
+	pthread_mutex_unlock(&s->sh->lock);
+}
+
+void rm_session_fence(struct rm_session *s, uint32_t chan, uint64_t seq)
+{
+	struct rm_session_shared *sh = s->sh;
+	if (chan > RM_MAX_CHANNELS || chan == (uint32_t)s->chan)
+		return;
+	pthread_mutex_lock(&sh->lock);
+	__atomic_add_fetch(&sh->fence_waiters, 1, __ATOMIC_SEQ_CST);
+	for (;;) {
+		struct rm_session *other = sh->channels[chan];
+		if (!other || sh->closing || __atomic_load_n(&other->done_seq, __ATOMIC_ACQUIRE) >= seq)
+			break;
+		pthread_cond_wait(&sh->progress, &sh->lock);
+	}
+	__atomic_sub_fetch(&sh->fence_waiters, 1, __ATOMIC_SEQ_CST);
+	pthread_mutex_unlock(&sh->lock);
 }

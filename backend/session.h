@@ -43,14 +43,21 @@ struct rm_blocking_stream {
 	uint64_t waited_legacy; /* the legacy stream's work count it last waited for */
 };
 
-/* Per-context state of a session. */
+/* Per-context state of a session, shared by its channels. */
 struct rm_session_ctx {
 	CUcontext ctx;
 	CUdevice dev;
 	CUstream default_stream; /* the client's legacy NULL stream: a stream of its own */
+	/* The fields below are guarded by order_lock: held while a call is ordered on the
+	 * legacy stream semantics (stream_order.c), which may wait for a shared hardware
+	 * queue (rm_stream_pool_before_wait) but never for a synchronize. */
+	pthread_mutex_t order_lock;
 	CUevent legacy_done;     /* recorded on it when a blocking stream must wait for it */
 	uint64_t legacy_work;
-	CUstream per_thread;     /* the client's per-thread default stream, made when first named */
+	/* Each channel's per-thread default stream (index: the channel), made when first
+	 * named: a client thread with a channel of its own has a stream of its own, as in
+	 * CUDA; threads sharing the main connection share channel 0's. */
+	CUstream per_thread[RM_MAX_CHANNELS + 1];
 	struct rm_blocking_stream *blocking;
 	int nblocking, blocking_cap;
 };
@@ -59,9 +66,49 @@ struct rm_session_ctx {
 
 struct rm_handoff;
 struct rm_copy_link;
+struct rm_session;
 
+/* What the channels of one session share (docs/protocol.md, "Channels"): what the client
+ * owns, its contexts and its copy links. Each channel's calls run on the channel's own
+ * thread, so this is used concurrently: lock guards the handle table, the owned ranges,
+ * the contexts' list and the channel table, and is never held across a driver call that
+ * waits for the GPU (a synchronize's streams are gathered under it, waited for without). */
+struct rm_session_shared {
+	pthread_mutex_t lock;
+	struct rm_handle *handles; /* open-addressing table keyed by (kind, value) */
+	size_t handles_cap, handles_used, handles_live;
+	struct rm_handle *ranges; /* owned device memory, sorted by base, for range checks */
+	size_t nranges, ranges_cap;
+	uint64_t mem_bytes;
+
+	struct rm_session_ctx ctxs[RM_SESSION_MAX_CTX]; /* appended, never moved */
+	int nctx;
+
+	/* The channels (worker.c): [0] the main connection's, [1 .. max_channels] threads'
+	 * channels, NULL where none. The session closes once the main connection ends,
+	 * after shutting the other channels and waiting for their threads (nchannels). */
+	struct rm_session *channels[RM_MAX_CHANNELS + 1];
+	int nchannels;             /* thread channels whose threads run */
+	int closing;               /* the main connection ended: no channel attaches */
+	pthread_cond_t channel_gone;
+	/* Fences (rm_session_fence): each channel's last finished request's seq. */
+	pthread_cond_t progress;
+	int fence_waiters;
+
+	pthread_mutex_t copy_lock; /* attaching copy links; held by a striped copy throughout */
+	struct rm_copy_link *copy_links[RM_MAX_COPY_LINKS]; /* [1 .. ncopy_links] */
+	int ncopy_links;
+};
+
+/* A channel of a session: one connection of the client and the thread that runs its
+ * calls, in order. Handlers get the channel; what they share with the session's other
+ * channels is behind sh. The identity (id to heartbeat_ms) is copied from the main
+ * channel and never changes. */
 struct rm_session {
 	uint64_t id;
+	int chan;                  /* 0: the session's main connection; 1..: a client thread's */
+	struct rm_session_shared *sh;
+	uint64_t done_seq;         /* the seq of its last finished request (atomic; fences) */
 	struct rm_link link;
 	char peer[64];
 	char name[64];
@@ -76,14 +123,9 @@ struct rm_session {
 	int ndevices;            /* the host GPUs it sees: its ordinal i is host GPU devices[i] */
 	int devices[64];
 
-	struct rm_handle *handles; /* open-addressing table keyed by (kind, value) */
-	size_t handles_cap, handles_used, handles_live;
-	struct rm_handle *ranges; /* owned device memory, sorted by base, for range checks */
-	size_t nranges, ranges_cap;
-	uint64_t mem_bytes;
+	uint8_t attach_key[16];  /* what a copy link's or channel's Attach must present */
+	int max_channels;        /* thread channels allowed (daemon configuration) */
 
-	struct rm_session_ctx ctxs[RM_SESSION_MAX_CTX];
-	int nctx;
 	struct rm_session_ctx *cur; /* the context the current request names */
 	CUcontext thread_ctx;       /* the context current on this session's thread */
 
@@ -97,17 +139,23 @@ struct rm_session {
 	int reply_begun;           /* the running call's reply is being sent (set under send_lock) */
 	uint32_t heartbeat_ms;
 
-	uint8_t attach_key[16];  /* what a copy link's Attach must present (copy_links.h) */
-	pthread_mutex_t copy_lock;
-	struct rm_copy_link *copy_links[RM_MAX_COPY_LINKS]; /* [1 .. ncopy_links] */
-	int ncopy_links;
-
-	struct rm_staging staging; /* copies over the session's own connection */
+	struct rm_staging staging; /* copies over the channel's own connection */
 };
 
 /* A session for a client the accepting process admitted (handoff h). */
 struct rm_session *rm_session_new(struct rm_conn *conn, const struct rm_daemon_config *cfg,
 				  const struct rm_handoff *h);
+/* A channel of s's session for a client thread's connection conn (worker.c), numbered
+ * chan; NULL when out of memory. rm_session_channel_close frees it and what the channel
+ * alone held (its per-thread default streams, drained first). */
+struct rm_session *rm_session_channel_new(struct rm_session *s, struct rm_conn *conn, int chan);
+void rm_session_channel_close(struct rm_session *ch);
+/* Waits until channel chan of s's session has finished its request seq (or is gone):
+ * a call on one channel that another client thread's returned async calls must precede. */
+void rm_session_fence(struct rm_session *s, uint32_t chan, uint64_t seq);
+/* Records that s finished its request seq, waking fences. */
+void rm_session_progress(struct rm_session *s, uint64_t seq);
+
 /* Frees everything the client owns; returns how many handles that was. */
 size_t rm_session_release_all(struct rm_session *s);
 /* Frees everything the client still owns, then the session. */
@@ -159,8 +207,12 @@ void rm_session_own_memory(struct rm_session *s, enum rm_handle_kind kind, uint6
 /* Forgets h, and what h is the parent of. */
 void rm_session_disown(struct rm_session *s, enum rm_handle_kind kind, const void *h);
 void rm_session_disown_value(struct rm_session *s, enum rm_handle_kind kind, uint64_t v);
-/* Looks up an owned handle's record, or NULL. */
-const struct rm_handle *rm_session_find(struct rm_session *s, enum rm_handle_kind kind, uint64_t v);
+/* Copies an owned handle's record into out (may be NULL): 1, or 0 when not owned. */
+int rm_session_find(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, struct rm_handle *out);
+/* Forgets an owned handle as one step, copying its record into out: 1, or 0 when it was
+ * not owned (another thread's call gave it up first). For a call that gives the handle
+ * back to the driver: a handle only one call can take is freed once. */
+int rm_session_take(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, struct rm_handle *out);
 
 /* Gives the session dev's shared context (once per device), creating the client's default stream in it. */
 CUresult rm_session_add_ctx(struct rm_session *s, CUdevice dev, CUcontext *out);

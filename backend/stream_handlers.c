@@ -61,7 +61,7 @@ CUresult rm_body_cuStreamWaitEvent(struct rm_session *s, CUstream hStream, CUeve
 /* The flags the client asked for, not the driver's. */
 CUresult rm_body_cuStreamGetFlags(struct rm_session *s, CUstream hStream, unsigned int *flags)
 {
-	*flags = rm_stream_order_is_blocking(s->cur, hStream) || hStream == s->cur->per_thread ? 0 : CU_STREAM_NON_BLOCKING;
+	*flags = rm_stream_order_is_blocking(s->cur, hStream) ? 0 : CU_STREAM_NON_BLOCKING; /* per-thread streams are blocking */
 	return CUDA_SUCCESS;
 }
 
@@ -80,8 +80,9 @@ CUresult rm_body_cuEventCreate(struct rm_session *s, CUevent *phEvent, unsigned 
  * only a timed record waits. */
 static CUresult before_record(struct rm_session *s, CUevent ev, CUstream st)
 {
-	const struct rm_handle *h = rm_session_find(s, RM_H_EVENT, (uint64_t)(uintptr_t)ev);
-	return h && (h->size & CU_EVENT_DISABLE_TIMING) ? CUDA_SUCCESS : rm_stream_pool_before_submit(st);
+	struct rm_handle h;
+	return rm_session_find(s, RM_H_EVENT, (uint64_t)(uintptr_t)ev, &h) && (h.size & CU_EVENT_DISABLE_TIMING)
+		       ? CUDA_SUCCESS : rm_stream_pool_before_submit(st);
 }
 
 CUresult rm_body_cuEventRecord(struct rm_session *s, CUevent hEvent, CUstream hStream)

@@ -11,7 +11,8 @@
 #include "driver_table.h"
 #include "stream_pool.h"
 
-CUresult rm_stream_order_add(struct rm_session_ctx *c, CUstream st)
+/* Each function takes c->order_lock for what it does (session.h). */
+static CUresult add_locked(struct rm_session_ctx *c, CUstream st)
 {
 	if (c->nblocking == c->blocking_cap) {
 		int cap = c->blocking_cap ? c->blocking_cap * 2 : 8;
@@ -30,16 +31,29 @@ CUresult rm_stream_order_add(struct rm_session_ctx *c, CUstream st)
 	return CUDA_SUCCESS;
 }
 
+CUresult rm_stream_order_add(struct rm_session_ctx *c, CUstream st)
+{
+	pthread_mutex_lock(&c->order_lock);
+	CUresult r = add_locked(c, st);
+	pthread_mutex_unlock(&c->order_lock);
+	return r;
+}
+
 void rm_stream_order_remove(struct rm_session *s, CUstream st)
 {
-	for (int k = 0; k < s->nctx; k++) {
-		struct rm_session_ctx *c = &s->ctxs[k];
-		for (int i = 0; i < c->nblocking; i++)
+	for (int k = 0; k < __atomic_load_n(&s->sh->nctx, __ATOMIC_ACQUIRE); k++) {
+		struct rm_session_ctx *c = &s->sh->ctxs[k];
+		int found = 0;
+		pthread_mutex_lock(&c->order_lock);
+		for (int i = 0; i < c->nblocking && !found; i++)
 			if (c->blocking[i].stream == st) {
 				rm_drv.cuEventDestroy_v2(c->blocking[i].done);
 				c->blocking[i] = c->blocking[--c->nblocking];
-				return;
+				found = 1;
 			}
+		pthread_mutex_unlock(&c->order_lock);
+		if (found)
+			return;
 	}
 }
 
@@ -47,13 +61,25 @@ int rm_stream_order_is_blocking(struct rm_session_ctx *c, CUstream st)
 {
 	if (st == c->default_stream)
 		return 1;
-	for (int i = 0; i < c->nblocking; i++)
-		if (c->blocking[i].stream == st)
-			return 1;
-	return 0;
+	int found = 0;
+	pthread_mutex_lock(&c->order_lock);
+	for (int i = 0; i < c->nblocking && !found; i++)
+		found = c->blocking[i].stream == st;
+	pthread_mutex_unlock(&c->order_lock);
+	return found;
 }
 
+static CUresult before_locked(struct rm_session_ctx *c, CUstream st);
+
 CUresult rm_stream_order_before(struct rm_session_ctx *c, CUstream st)
+{
+	pthread_mutex_lock(&c->order_lock);
+	CUresult r = before_locked(c, st);
+	pthread_mutex_unlock(&c->order_lock);
+	return r;
+}
+
+static CUresult before_locked(struct rm_session_ctx *c, CUstream st)
 {
 	CUresult r = CUDA_SUCCESS;
 	if (st == c->default_stream) {

@@ -27,22 +27,28 @@ static struct rm_session **sessions;
 static size_t nsessions, sessions_cap;
 static pthread_mutex_t sessions_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static int sessions_add(struct rm_session *s)
+/* The sessions' channels, main ones and client threads' (the heartbeat thread visits
+ * each); an attach looks for the main one. */
+static int sessions_add_locked(struct rm_session *s)
 {
-	pthread_mutex_lock(&sessions_lock);
 	if (nsessions == sessions_cap) {
 		size_t cap = sessions_cap ? 2 * sessions_cap : 64;
 		struct rm_session **p = realloc(sessions, cap * sizeof(*p));
-		if (!p) {
-			pthread_mutex_unlock(&sessions_lock);
+		if (!p)
 			return -1;
-		}
 		sessions = p;
 		sessions_cap = cap;
 	}
 	sessions[nsessions++] = s;
-	pthread_mutex_unlock(&sessions_lock);
 	return 0;
+}
+
+static int sessions_add(struct rm_session *s)
+{
+	pthread_mutex_lock(&sessions_lock);
+	int err = sessions_add_locked(s);
+	pthread_mutex_unlock(&sessions_lock);
+	return err;
 }
 
 static void sessions_each(void (*visit)(struct rm_session *s))
@@ -53,14 +59,19 @@ static void sessions_each(void (*visit)(struct rm_session *s))
 	pthread_mutex_unlock(&sessions_lock);
 }
 
-static void sessions_remove(struct rm_session *s)
+static void sessions_remove_locked(struct rm_session *s)
 {
-	pthread_mutex_lock(&sessions_lock);
 	for (size_t i = 0; i < nsessions; i++)
 		if (sessions[i] == s) {
 			sessions[i] = sessions[--nsessions];
 			break;
 		}
+}
+
+static void sessions_remove(struct rm_session *s)
+{
+	pthread_mutex_lock(&sessions_lock);
+	sessions_remove_locked(s);
 	pthread_mutex_unlock(&sessions_lock);
 }
 
@@ -77,6 +88,24 @@ static int welcome(struct rm_session *s, uint32_t seq)
 	rep.heartbeat_ms = (uint32_t)config->peer_timeout_s * 1000 / 6; /* six chances before a timeout */
 	rm_request_finish(s, &rq, CUDA_SUCCESS, &rep.base);
 	return rq.fatal ? -EPIPE : 0;
+}
+
+/* A fence (RM_OP_FENCE): waits, covered by heartbeats, until the channel it names has
+ * finished the request it names. 0, or -1 when the frame is malformed (closing). */
+static int fence(struct rm_session *s, const struct rm_frame *f)
+{
+	uint8_t msg[64];
+	Remora__Fence *m = NULL;
+	if (f->msg_len > sizeof(msg) || rm_link_read(&s->link, msg, f->msg_len) ||
+	    !(m = remora__fence__unpack(NULL, f->msg_len, msg))) {
+		rm_log(RM_LOG_WARN, "session %llu (%s): malformed fence; closing", (unsigned long long)s->id, s->name);
+		return -1;
+	}
+	rm_liveness_call_begin(s);
+	rm_session_fence(s, m->channel, m->seq);
+	rm_liveness_call_end(s);
+	remora__fence__free_unpacked(m, NULL);
+	return 0;
 }
 
 static void serve(struct rm_session *s)
@@ -104,6 +133,11 @@ static void serve(struct rm_session *s)
 		if (rq.frame.op == RM_OP_HEARTBEAT && !rq.frame.msg_len && !rq.frame.bulk_len &&
 		    !(rq.frame.flags & RM_F_REPLY))
 			continue; /* an idle client is alive */
+		if (rq.frame.op == RM_OP_FENCE && !(rq.frame.flags & RM_F_REPLY) && !rq.frame.bulk_len) {
+			if (fence(s, &rq.frame))
+				break;
+			continue;
+		}
 		if (rq.frame.op == RM_OP_HELLO || rq.frame.op >= RM_OP_LIMIT || !rm_op_handlers[rq.frame.op] ||
 		    (rq.frame.flags & RM_F_REPLY)) {
 			rm_log(RM_LOG_WARN, "session %llu (%s): unknown opcode %u; closing", (unsigned long long)s->id,
@@ -131,6 +165,7 @@ static void serve(struct rm_session *s)
 		else
 			rm_op_handlers[rq.frame.op](s, &rq);
 		rm_liveness_call_end(s);
+		rm_session_progress(s, rq.frame.seq);
 		if (rq.fatal) {
 			rm_log(RM_LOG_WARN, "session %llu (%s): protocol error in %s; closing", (unsigned long long)s->id,
 			       s->name, rm_op_names[rq.frame.op]);
@@ -157,9 +192,88 @@ static void *client_main(void *arg)
 		serve(s);
 	}
 	sessions_remove(s);
+	/* The main connection ended: the process is gone (or gave up on the daemon), so its
+	 * threads' channels go too, before what they share. */
+	struct rm_session_shared *sh = s->sh;
+	pthread_mutex_lock(&sh->lock);
+	sh->closing = 1;
+	for (int i = 1; i <= RM_MAX_CHANNELS; i++)
+		if (sh->channels[i])
+			rm_conn_shutdown(sh->channels[i]->link.conn);
+	pthread_cond_broadcast(&sh->progress);
+	while (sh->nchannels)
+		pthread_cond_wait(&sh->channel_gone, &sh->lock);
+	pthread_mutex_unlock(&sh->lock);
 	rm_session_destroy(s);
 	rm_registry_leave(slot);
 	return NULL;
+}
+
+/* A client thread's channel: serves it until it closes, then frees what it alone held.
+ * Its end leaves the session and its other channels be. */
+static void *channel_main(void *arg)
+{
+	struct rm_session *ch = arg;
+	struct rm_session_shared *sh = ch->sh;
+	prctl(PR_SET_TIMERSLACK, 1000UL);
+	serve(ch);
+	rm_log(RM_LOG_INFO, "session %llu (%s): channel %d closed", (unsigned long long)ch->id, ch->name, ch->chan);
+	sessions_remove(ch);
+	pthread_mutex_lock(&sh->lock);
+	sh->channels[ch->chan] = NULL;
+	pthread_cond_broadcast(&sh->progress);
+	pthread_mutex_unlock(&sh->lock);
+	rm_session_channel_close(ch);
+	pthread_mutex_lock(&sh->lock);
+	sh->nchannels--;
+	pthread_cond_broadcast(&sh->channel_gone);
+	pthread_mutex_unlock(&sh->lock);
+	return NULL;
+}
+
+/* Makes conn channel index of session s (its main channel), with a thread of its own,
+ * once the Attach's answer ok is sent on it. Called with sessions_lock held, so s is not
+ * closing under it. 0 (the thread owns conn), or -errno (-EPIPE: ok was not sent). */
+static int channel_attach(struct rm_session *s, struct rm_conn *conn, uint32_t index, const struct iovec *ok)
+{
+	struct rm_session_shared *sh = s->sh;
+	int err = 0;
+	pthread_mutex_lock(&sh->lock);
+	if (sh->closing)
+		err = -ESHUTDOWN;
+	else if (index < 1 || index > (uint32_t)s->max_channels)
+		err = -ERANGE;
+	else if (sh->channels[index])
+		err = -EBUSY;
+	struct rm_session *ch = err ? NULL : rm_session_channel_new(s, conn, (int)index);
+	if (!err && !ch)
+		err = -ENOMEM;
+	if (!err && sessions_add_locked(ch))
+		err = -ENOMEM;
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_t t;
+	if (!err && rm_conn_sendv(conn, ok, 1))
+		err = -EPIPE;
+	if (err && ch)
+		sessions_remove_locked(ch);
+	if (!err) {
+		sh->channels[index] = ch;
+		sh->nchannels++;
+		if ((err = -pthread_create(&t, &attr, channel_main, ch))) {
+			sh->channels[index] = NULL;
+			sh->nchannels--;
+			sessions_remove_locked(ch);
+		}
+	}
+	pthread_attr_destroy(&attr);
+	pthread_mutex_unlock(&sh->lock);
+	if (err && ch) {
+		ch->link.conn = NULL; /* the caller still owns conn */
+		rm_session_channel_close(ch);
+	}
+	return err;
 }
 
 /* Receives one client from the channel: its descriptor and handoff. 0, or -errno; -ECONNRESET at the end. */
@@ -180,15 +294,16 @@ static int receive(int channel, struct rm_handoff *h, int *fd)
 	return 0;
 }
 
-/* Makes conn a copy link of the session h names, if it presents that session's key;
- * answers the Attach either way. */
+/* Makes conn a copy link or a channel of the session h names, if it presents that
+ * session's key; answers the Attach either way. */
 static void attach_link(struct rm_conn *conn, const struct rm_handoff *h)
 {
 	int err = -ESRCH;
+	const char *what = h->channel ? "channel" : "copy link";
 	pthread_mutex_lock(&sessions_lock);
 	for (size_t i = 0; i < nsessions; i++) {
 		struct rm_session *s = sessions[i];
-		if (s->id != h->session_id)
+		if (s->id != h->session_id || s->chan)
 			continue;
 		uint8_t diff = 0; /* compared in full: no early exit to time */
 		for (size_t k = 0; k < sizeof(s->attach_key); k++)
@@ -199,14 +314,22 @@ static void attach_link(struct rm_conn *conn, const struct rm_handoff *h)
 		uint8_t hdr[RM_FRAME_LEN];
 		rm_frame_encode(&f, hdr);
 		struct iovec v = {hdr, sizeof(hdr)};
-		if (!err && !(err = rm_conn_sendv(conn, &v, 1)))
+		if (!err && h->channel) {
+			/* A refused channel is told so (its thread then shares the main connection). */
+			if ((err = channel_attach(s, conn, h->link_index, &v)) && err != -EPIPE) {
+				f.result = CUDA_ERROR_TOO_MANY_PEERS;
+				rm_frame_encode(&f, hdr);
+				rm_conn_sendv(conn, &v, 1);
+			}
+		} else if (!err && !(err = rm_conn_sendv(conn, &v, 1))) {
 			err = rm_copy_link_attach(s, conn, h->link_index);
+		}
 		if (err)
-			rm_log(RM_LOG_WARN, "session %llu (%s): copy link %u refused: %s", (unsigned long long)s->id,
-			       s->name, h->link_index, err == -EACCES ? "wrong key" : strerror(-err));
+			rm_log(RM_LOG_WARN, "session %llu (%s): %s %u refused: %s", (unsigned long long)s->id,
+			       s->name, what, h->link_index, err == -EACCES ? "wrong key" : strerror(-err));
 		else
-			rm_log(RM_LOG_INFO, "session %llu (%s): copy link %u attached", (unsigned long long)s->id, s->name,
-			       h->link_index);
+			rm_log(RM_LOG_INFO, "session %llu (%s): %s %u attached", (unsigned long long)s->id, s->name,
+			       what, h->link_index);
 		if (diff)
 			rm_conn_sendv(conn, &v, 1);
 		break;

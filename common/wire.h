@@ -28,6 +28,8 @@ enum {
 	RM_OP_ATTACH = 0x10001, /* first frame of a copy link: remora.Attach (docs/protocol.md) */
 	RM_OP_HEARTBEAT = 0x10002, /* empty: a client idle on its connection, or a daemon busy
 				    * with the client's call, is alive (docs/protocol.md) */
+	RM_OP_FENCE = 0x10003,     /* async, remora.Fence: the next call of this channel waits
+				    * until another channel has finished a request (docs/protocol.md) */
 };
 
 /* Liveness (docs/protocol.md): a peer silent for its timeout is taken for dead. Each side
@@ -40,6 +42,9 @@ enum {
  * rm_stripe_chunk(n, links) bytes (the last one shorter); chunk k travels on link
  * k % links, each link's chunks in order, as raw bytes. */
 #define RM_MAX_COPY_LINKS 8
+/* Channels (docs/protocol.md): connections of client threads beside the main one, at most. */
+#define RM_MAX_CHANNELS 256
+#define RM_DEFAULT_MAX_CHANNELS 64
 #define RM_STRIPE_MIN_CHUNK (4ull << 20)
 #define RM_STRIPE_MAX_CHUNKS_PER_LINK 256 /* larger copies get larger chunks */
 

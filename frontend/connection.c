@@ -126,10 +126,12 @@ CUresult rm_client_conn_open(struct rm_client_conn *c, const char *server)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	r = CUDA_ERROR_OUT_OF_MEMORY;
-	if (!(c->batch = malloc(RM_CLIENT_BATCH_CAP)))
+	if (!(c->batch = malloc(RM_CLIENT_BATCH_CAP)) || !(c->fenced = calloc(RM_MAX_CHANNELS + 1, sizeof(*c->fenced)))) {
+		free(c->batch);
+		c->batch = NULL;
 		goto fail_batch;
+	}
 	c->batch_len = 0;
-	c->next_seq = 1;
 	c->connected = 1;
 	if ((r = greet(c, server, &hello, &rep)) != CUDA_SUCCESS)
 		goto fail_hello;
@@ -137,6 +139,12 @@ CUresult rm_client_conn_open(struct rm_client_conn *c, const char *server)
 	       c->driver_version);
 	c->copy_links = rm_copy_links_open(tp, addr, rep->session_id, rep->attach_key.data, rep->attach_key.len,
 					   timeout_ms);
+	c->tp = tp;
+	snprintf(c->addr, sizeof(c->addr), "%s", addr);
+	c->keylen = rep->attach_key.len == sizeof(c->key) && strlen(addr) < sizeof(c->addr) ? sizeof(c->key) : 0;
+	if (c->keylen)
+		memcpy(c->key, rep->attach_key.data, sizeof(c->key));
+	c->timeout_ms = timeout_ms;
 	rm_rpc_free(&rep->base);
 	if ((err = rm_client_flusher_start(c)))
 		rm_log(RM_LOG_WARN, "no flusher thread (%s): async calls go out at the next synchronizing call",
@@ -146,9 +154,78 @@ CUresult rm_client_conn_open(struct rm_client_conn *c, const char *server)
 fail_hello:
 	rm_rpc_free(rep ? &rep->base : NULL);
 	c->connected = 0;
+	free(c->fenced);
+	c->fenced = NULL;
 	free(c->batch);
 	c->batch = NULL;
 fail_batch:
+	rm_link_close(&c->link);
+	return r;
+}
+
+/* Sends a channel's Attach on c's link and reads the answer. */
+static CUresult attach_channel(struct rm_client_conn *c, const struct rm_client_conn *main, uint32_t chan)
+{
+	Remora__Attach a = REMORA__ATTACH__INIT;
+	a.session_id = main->session_id;
+	a.key.data = (uint8_t *)main->key;
+	a.key.len = main->keylen;
+	a.index = chan;
+	a.channel = 1;
+	uint8_t msg[128];
+	size_t len = remora__attach__get_packed_size(&a);
+	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_ATTACH, .seq = 1, .msg_len = (uint32_t)len};
+	struct rm_frame rf;
+	if (len > sizeof(msg))
+		return CUDA_ERROR_INVALID_VALUE;
+	remora__attach__pack(&a, msg);
+	if (rm_link_send(&c->link, &f, msg, NULL, 0) || rm_link_read_frame(&c->link, &rf) || rf.op != RM_OP_ATTACH ||
+	    !(rf.flags & RM_F_REPLY) || rf.msg_len || rf.bulk_len)
+		return CUDA_ERROR_DEVICE_UNAVAILABLE;
+	return rf.result == CUDA_ERROR_TOO_MANY_PEERS ? CUDA_ERROR_TOO_MANY_PEERS
+	       : rf.result ? CUDA_ERROR_NOT_PERMITTED : CUDA_SUCCESS;
+}
+
+CUresult rm_client_channel_open(struct rm_client_conn *c, const struct rm_client_conn *main, uint32_t chan)
+{
+	struct rm_conn *conn;
+	if (!main->keylen)
+		return CUDA_ERROR_TOO_MANY_PEERS; /* a daemon without attaching: share the main one */
+	int err = main->tp->dial(main->addr, CONNECT_TIMEOUT_MS, &conn);
+	if (err) {
+		rm_log(RM_LOG_ERROR, "a thread's channel to %s not opened (%s); the thread shares the main connection",
+		       main->addr, strerror(-err));
+		return CUDA_ERROR_DEVICE_UNAVAILABLE;
+	}
+	if (rm_conn_set_liveness(conn, main->timeout_ms, 0))
+		rm_log(RM_LOG_WARN, "a thread's channel to %s has no liveness timeout", main->addr);
+	if (rm_link_init(&c->link, conn)) {
+		rm_conn_close(conn);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+	if (!(c->batch = malloc(RM_CLIENT_BATCH_CAP)) || !(c->fenced = calloc(RM_MAX_CHANNELS + 1, sizeof(*c->fenced))))
+		goto fail;
+	if ((r = attach_channel(c, main, chan)) != CUDA_SUCCESS) {
+		if (r != CUDA_ERROR_TOO_MANY_PEERS)
+			rm_log(RM_LOG_ERROR, "a thread's channel to %s refused (%d); the thread shares the main connection",
+			       main->addr, r);
+		goto fail;
+	}
+	c->chan = chan;
+	c->session_id = main->session_id;
+	c->driver_version = main->driver_version;
+	c->heartbeat_ms = main->heartbeat_ms;
+	c->batch_len = 0;
+	c->connected = 1;
+	if ((err = rm_client_flusher_start(c)))
+		rm_log(RM_LOG_WARN, "a thread's channel has no flusher thread (%s)", strerror(-err));
+	return CUDA_SUCCESS;
+fail:
+	free(c->fenced);
+	c->fenced = NULL;
+	free(c->batch);
+	c->batch = NULL;
 	rm_link_close(&c->link);
 	return r;
 }
@@ -166,5 +243,7 @@ void rm_client_conn_close(struct rm_client_conn *c)
 	free(c->batch);
 	c->batch = NULL;
 	c->batch_len = 0;
+	free(c->fenced);
+	c->fenced = NULL;
 	rm_link_close(&c->link);
 }

@@ -1,7 +1,10 @@
 /* The client library's connection to its daemon: the session's link, the batch of async
  * calls not sent yet with the thread that flushes it, and the copy links.
  * rm_client_conn_open acquires them in that order and rm_client_conn_close releases them
- * in the reverse; a process has one connection (rpc.c), opened at its first call. */
+ * in the reverse; a process has one connection (rpc.c), opened at its first call.
+ * Each other thread of the process that calls gets a channel of its own (rpc.c,
+ * docs/protocol.md "Channels"): a connection of the same kind attached to the session
+ * (rm_client_channel_open), with its batch and flusher but no copy links. */
 #ifndef REMORA_FRONTEND_CONNECTION_H
 #define REMORA_FRONTEND_CONNECTION_H
 
@@ -20,7 +23,6 @@ struct rm_client_conn {
 	struct rm_link link;      /* the session's connection */
 	pthread_mutex_t lock;     /* one call on the link at a time; guards the fields below */
 	int connected;            /* 1 from the hello until lost or closed; 0: calls fail fast */
-	uint64_t next_seq;
 	uint8_t *batch;           /* async calls queued, sent with the next call that sends */
 	size_t batch_len;
 	uint64_t session_id;
@@ -28,6 +30,18 @@ struct rm_client_conn {
 	uint32_t heartbeat_ms;    /* the daemon wants to hear from us this often; 0: no need */
 	uint64_t last_send_ns;    /* when a frame last went out (written under lock, read atomically) */
 	struct rm_copy_links *copy_links; /* NULL: large copies go over the link alone */
+
+	/* Channels (rpc.c). What a channel needs to attach, kept by the main connection. */
+	uint32_t chan;            /* 0: the main connection; else its channel number */
+	const struct rm_transport *tp;
+	char addr[256];
+	uint8_t key[16];
+	size_t keylen;            /* 0: the daemon offers no attaching */
+	int timeout_ms;
+	/* Fences: seqs are unique in the process (rpc.c). Written under lock, read atomically. */
+	uint64_t last_async_seq;  /* the last async call queued */
+	uint64_t synced_seq;      /* the last synchronous call answered: all before it ran */
+	uint64_t *fenced;         /* [channel]: the other channel's seq this one has fenced on */
 
 	/* The flusher (rpc.c): sends a batch whose oldest call has waited long enough, for a
 	 * program that makes no further call, and a heartbeat on a connection idle for
@@ -46,6 +60,10 @@ struct rm_client_conn {
  * session's copy links and flusher. CUDA_SUCCESS, or the CUresult to give the program
  * after one line on stderr saying why; then c holds nothing. */
 CUresult rm_client_conn_open(struct rm_client_conn *c, const char *server);
+/* Attaches c as channel number chan of main's session: CUDA_SUCCESS; CUDA_ERROR_TOO_MANY_PEERS
+ * when the daemon has no room for it (nothing said); else a failure after a line on
+ * stderr. Either way not CUDA_SUCCESS leaves c holding nothing. */
+CUresult rm_client_channel_open(struct rm_client_conn *c, const struct rm_client_conn *main, uint32_t chan);
 /* Ends every call in progress with CUDA_ERROR_DEVICE_UNAVAILABLE, then releases what
  * open acquired, in reverse. */
 void rm_client_conn_close(struct rm_client_conn *c);

@@ -10,9 +10,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "api.pb-c.h"
 #include "copy_links.h"
 #include "environment.h"
 #include "placement.h"
+#include "remora.pb-c.h"
+#include <sched.h>
 
 #define BATCH_FLUSH_AT (64u << 10)  /* flush async calls once this much is queued */
 #define BATCH_INLINE_BULK (16u << 10) /* async bulk up to this size is copied into the batch */
@@ -36,6 +39,24 @@ static struct rm_client_conn process_conn = {
 };
 static pthread_once_t connect_once = PTHREAD_ONCE_INIT;
 static CUresult connect_result = CUDA_ERROR_NOT_INITIALIZED;
+static uint64_t process_seq; /* frames' seqs, unique in the process (fences name them) */
+
+/* Channels (docs/protocol.md): the thread that connected uses process_conn; each other
+ * thread, at its first call, attaches a connection of its own to the session, so that
+ * its calls run on a daemon thread of their own and wait for no other thread's. The
+ * daemon bounds them (max_channels): a thread it refuses shares process_conn. A thread's
+ * channel closes when the thread exits (channel_end). chan_tab holds the open ones for
+ * fences, under chan_lock (written by opening and closing, read by every call's fence
+ * scan while thread channels exist). */
+static struct rm_client_conn *chan_tab[RM_MAX_CHANNELS + 1];
+static uint8_t chan_taken[RM_MAX_CHANNELS + 1];
+static int chan_hi; /* the highest number ever opened (atomic); 0: none, no fences */
+static pthread_rwlock_t chan_lock = PTHREAD_RWLOCK_INITIALIZER;
+static pthread_key_t chan_key;
+static pthread_once_t chan_key_once = PTHREAD_ONCE_INIT;
+static pthread_t connect_thread;
+static __thread struct rm_client_conn *thread_conn;
+static int chan_key_once_failed;
 static __thread int per_thread_depth;
 static int trace_calls; /* REMORA_TRACE set: log every call's result at debug level */
 
@@ -257,6 +278,70 @@ static int append_locked(struct rm_client_conn *c, const struct rm_frame *f, con
 	return 0;
 }
 
+/* A call on one channel comes after every call other threads' channels returned from
+ * before it began, as in CUDA (a handle made, an event recorded, work queued on a stream
+ * by one thread, then used by another): synchronous calls have run when they return, but
+ * async ones only sit in their channel's batch or the daemon's socket. So a call is
+ * preceded by a fence (RM_OP_FENCE) for each other channel with an async call newer than
+ * its last answered synchronous call and than what this channel fenced on before: the
+ * daemon's thread for this channel waits until that channel's thread has run it. The
+ * other channel's batch is sent first, here, rather than after its flusher's delay. */
+struct fence {
+	uint32_t chan;
+	uint64_t seq;
+};
+
+static int fences_needed(struct rm_client_conn *c, struct fence *out, int cap)
+{
+	int n = 0;
+	pthread_rwlock_rdlock(&chan_lock);
+	int hi = __atomic_load_n(&chan_hi, __ATOMIC_ACQUIRE);
+	for (int i = 0; i <= hi && n < cap; i++) {
+		struct rm_client_conn *x = chan_tab[i];
+		if (!x || x == c || !c->fenced)
+			continue;
+		uint64_t a = __atomic_load_n(&x->last_async_seq, __ATOMIC_ACQUIRE);
+		if (a <= __atomic_load_n(&x->synced_seq, __ATOMIC_ACQUIRE) || a <= c->fenced[i])
+			continue;
+		/* Its batch holds the call only while nobody holds its lock for long: a call
+		 * that waits for a reply has sent the batch first. */
+		while (__atomic_load_n(&x->batch_since_ns, __ATOMIC_SEQ_CST)) {
+			if (pthread_mutex_trylock(&x->lock) == 0) {
+				if (x->connected && x->batch_len) {
+					int err = flush_locked(x, NULL, 0);
+					if (err)
+						lost(x, "send", err);
+				}
+				pthread_mutex_unlock(&x->lock);
+				break;
+			}
+			sched_yield();
+		}
+		out[n++] = (struct fence){(uint32_t)i, a};
+	}
+	pthread_rwlock_unlock(&chan_lock);
+	return n;
+}
+
+static CUresult append_fences_locked(struct rm_client_conn *c, const struct fence *fences, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (fences[i].seq <= c->fenced[fences[i].chan])
+			continue;
+		Remora__Fence m = REMORA__FENCE__INIT;
+		m.channel = fences[i].chan;
+		m.seq = fences[i].seq;
+		struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_FENCE, .flags = RM_F_ASYNC,
+				     .seq = __atomic_add_fetch(&process_seq, 1, __ATOMIC_RELAXED),
+				     .msg_len = (uint32_t)protobuf_c_message_get_packed_size(&m.base)};
+		int err = append_locked(c, &f, &m.base, NULL, 0, 0);
+		if (err)
+			return lost(c, "send", err);
+		c->fenced[fences[i].chan] = fences[i].seq;
+	}
+	return CUDA_SUCCESS;
+}
+
 /* Reads the reply to call (frame f sent) off c's link. */
 static CUresult read_reply_locked(struct rm_client_conn *c, const struct rm_frame *f, struct rm_rpc_call *call)
 {
@@ -326,13 +411,17 @@ CUresult rm_client_call(struct rm_client_conn *c, struct rm_rpc_call *call)
 	if (f.msg_len > RM_MAX_MSG_LEN)
 		return CUDA_ERROR_INVALID_VALUE;
 
+	struct fence fences[RM_MAX_CHANNELS + 1]; /* one per other channel at most */
+	int nfences = __atomic_load_n(&chan_hi, __ATOMIC_ACQUIRE) ? fences_needed(c, fences, RM_MAX_CHANNELS + 1) : 0;
 	pthread_mutex_lock(&c->lock);
 	CUresult result;
 	if (!c->connected) {
 		result = CUDA_ERROR_DEVICE_UNAVAILABLE;
 		goto out;
 	}
-	f.seq = c->next_seq++;
+	if (nfences && (result = append_fences_locked(c, fences, nfences)) != CUDA_SUCCESS)
+		goto out;
+	f.seq = __atomic_add_fetch(&process_seq, 1, __ATOMIC_RELAXED);
 	int inline_bulk = bulk_len <= BATCH_INLINE_BULK;
 	int err = append_locked(c, &f, call->req, call->bulk_out, call->nbulk_out, inline_bulk);
 	uint64_t now = 0;
@@ -350,12 +439,15 @@ CUresult rm_client_call(struct rm_client_conn *c, struct rm_rpc_call *call)
 		goto out;
 	}
 	if (flags & RM_F_ASYNC) {
+		__atomic_store_n(&c->last_async_seq, f.seq, __ATOMIC_RELEASE);
 		if (c->batch_len && c->flusher_running)
 			flusher_arm(c);
 		result = CUDA_SUCCESS;
 		goto out;
 	}
 	result = read_reply_locked(c, &f, call);
+	if (c->connected)
+		__atomic_store_n(&c->synced_seq, f.seq, __ATOMIC_RELEASE);
 out:
 	pthread_mutex_unlock(&c->lock);
 	if (result != CUDA_SUCCESS || trace_calls)
@@ -382,7 +474,10 @@ static CUresult do_connect(void)
 static void connect_body(void)
 {
 	rm_client_init();
+	connect_thread = pthread_self();
 	connect_result = do_connect();
+	if (connect_result == CUDA_SUCCESS)
+		chan_tab[0] = &process_conn;
 }
 
 CUresult rm_connect_once(void)
@@ -391,10 +486,94 @@ CUresult rm_connect_once(void)
 	return connect_result;
 }
 
+/* At a thread's exit: what it queued is run (one round trip, so that nothing is left
+ * in flight when the connection closes), then its channel closes. The daemon then
+ * drains and gives back the thread's per-thread streams. */
+static void channel_end(void *arg)
+{
+	struct rm_client_conn *c = arg;
+	thread_conn = &process_conn; /* a later destructor's calls share the main connection */
+	if (__atomic_load_n(&c->last_async_seq, __ATOMIC_ACQUIRE) > __atomic_load_n(&c->synced_seq, __ATOMIC_ACQUIRE)) {
+		Remora__CuDeviceGetCountReq req = REMORA__CU_DEVICE_GET_COUNT__REQ__INIT;
+		struct rm_rpc_call call = {.op = RM_OP_cuDeviceGetCount, .req = &req.base,
+					   .rep_desc = &remora__cu_device_get_count__rep__descriptor};
+		rm_client_call(c, &call);
+		rm_rpc_free(call.rep);
+	}
+	pthread_rwlock_wrlock(&chan_lock);
+	chan_tab[c->chan] = NULL;
+	chan_taken[c->chan] = 0;
+	pthread_rwlock_unlock(&chan_lock);
+	rm_client_conn_close(c);
+	pthread_cond_destroy(&c->flusher_cond);
+	pthread_mutex_destroy(&c->flusher_lock);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+static void chan_key_create(void)
+{
+	if (pthread_key_create(&chan_key, channel_end))
+		chan_key_once_failed = 1;
+}
+
+/* A channel for the calling thread, or NULL: it shares the main connection. */
+static struct rm_client_conn *channel_open(void)
+{
+	pthread_once(&chan_key_once, chan_key_create);
+	if (chan_key_once_failed || !process_conn.keylen)
+		return NULL;
+	uint32_t chan = 0;
+	pthread_rwlock_wrlock(&chan_lock);
+	for (uint32_t i = 1; i <= RM_MAX_CHANNELS && !chan; i++)
+		if (!chan_taken[i])
+			chan = i;
+	if (chan)
+		chan_taken[chan] = 1;
+	pthread_rwlock_unlock(&chan_lock);
+	if (!chan)
+		return NULL;
+	struct rm_client_conn *c = calloc(1, sizeof(*c));
+	if (c) {
+		pthread_mutex_init(&c->lock, NULL);
+		pthread_mutex_init(&c->flusher_lock, NULL);
+		pthread_cond_init(&c->flusher_cond, NULL);
+	}
+	if (!c || rm_client_channel_open(c, &process_conn, chan) != CUDA_SUCCESS ||
+	    pthread_setspecific(chan_key, c)) {
+		if (c && c->connected)
+			rm_client_conn_close(c);
+		free(c);
+		pthread_rwlock_wrlock(&chan_lock);
+		chan_taken[chan] = 0;
+		pthread_rwlock_unlock(&chan_lock);
+		return NULL;
+	}
+	pthread_rwlock_wrlock(&chan_lock);
+	chan_tab[chan] = c;
+	if ((int)chan > chan_hi)
+		__atomic_store_n(&chan_hi, (int)chan, __ATOMIC_RELEASE);
+	pthread_rwlock_unlock(&chan_lock);
+	rm_log(RM_LOG_DEBUG, "thread channel %u attached", chan);
+	return c;
+}
+
+/* The calling thread's connection: its channel, made at its first call, or the main one. */
+static struct rm_client_conn *thread_connection(void)
+{
+	struct rm_client_conn *c = thread_conn;
+	if (c)
+		return c;
+	thread_conn = &process_conn;
+	if (!pthread_equal(pthread_self(), connect_thread) && (c = channel_open()))
+		thread_conn = c;
+	return thread_conn;
+}
+
 CUresult rm_rpc(struct rm_rpc_call *c)
 {
 	CUresult r = rm_connect_once();
-	return r == CUDA_SUCCESS ? rm_client_call(&process_conn, c) : r;
+	return r == CUDA_SUCCESS ? rm_client_call(thread_connection(), c) : r;
 }
 
 void rm_rpc_fail(const char *what, int err)

@@ -98,8 +98,9 @@ static CUresult CUDAAPI fake_kernel_function(CUfunction *f, CUkernel k)
 static struct rm_session *session(void)
 {
 	struct rm_session *s = calloc(1, sizeof(*s));
-	if (!s)
+	if (!s || !(s->sh = calloc(1, sizeof(*s->sh))))
 		abort();
+	pthread_mutex_init(&s->sh->lock, NULL);
 	s->id = 1;
 	snprintf(s->name, sizeof(s->name), "test");
 	return s;
@@ -107,16 +108,24 @@ static struct rm_session *session(void)
 
 static void session_free(struct rm_session *s)
 {
-	free(s->handles);
-	free(s->ranges);
+	free(s->sh->handles);
+	free(s->sh->ranges);
+	free(s->sh);
 	free(s);
+}
+
+/* rm_session_find's copy of the record, or NULL. */
+static const struct rm_handle *find(struct rm_session *s, enum rm_handle_kind kind, uint64_t v)
+{
+	static struct rm_handle copy;
+	return rm_session_find(s, kind, v, &copy) ? &copy : NULL;
 }
 
 static const void *ptr(uint64_t v) { return (const void *)(uintptr_t)v; }
 
 static int owns(struct rm_session *s, enum rm_handle_kind kind, uint64_t v)
 {
-	const struct rm_handle *h = rm_session_find(s, kind, v);
+	const struct rm_handle *h = find(s, kind, v);
 	return h && h->kind == (uint32_t)kind && h->value == v;
 }
 
@@ -135,14 +144,14 @@ static int inside(struct rm_session *s, uint64_t p, uint64_t len)
  * (live records and tombstones), live records no more than used slots. */
 static int table_sound(const struct rm_session *s)
 {
-	return s->handles_cap && !(s->handles_cap & (s->handles_cap - 1)) &&
-	       s->handles_used * 4 <= s->handles_cap * 3 && s->handles_live <= s->handles_used;
+	return s->sh->handles_cap && !(s->sh->handles_cap & (s->sh->handles_cap - 1)) &&
+	       s->sh->handles_used * 4 <= s->sh->handles_cap * 3 && s->sh->handles_live <= s->sh->handles_used;
 }
 
 static int ranges_sorted(const struct rm_session *s)
 {
-	for (size_t i = 1; i < s->nranges; i++)
-		if (s->ranges[i - 1].value >= s->ranges[i].value)
+	for (size_t i = 1; i < s->sh->nranges; i++)
+		if (s->sh->ranges[i - 1].value >= s->sh->ranges[i].value)
 			return 0;
 	return 1;
 }
@@ -163,14 +172,14 @@ static void empty_session(void)
 {
 	struct rm_session *s = session();
 	void *out;
-	EXPECT(!rm_session_find(s, RM_H_STREAM, 0x1000));
+	EXPECT(!find(s, RM_H_STREAM, 0x1000));
 	EXPECT(rm_session_use(s, RM_H_STREAM, 0x1000, &out) == CUDA_ERROR_INVALID_HANDLE);
 	EXPECT(rm_session_use(s, RM_H_CONTEXT, 0x1000, &out) == CUDA_ERROR_INVALID_CONTEXT);
 	EXPECT(!inside(s, 0, 0));
 	EXPECT(!inside(s, 0x1000, 1));
 	EXPECT(rm_session_check_span(s, 0x1000, 0, 4) == CUDA_ERROR_INVALID_VALUE);
 	rm_session_disown_value(s, RM_H_MEMORY, 0x1000); /* nothing to forget: no effect */
-	EXPECT(s->handles_live == 0 && s->nranges == 0);
+	EXPECT(s->sh->handles_live == 0 && s->sh->nranges == 0);
 	session_free(s);
 }
 
@@ -183,23 +192,23 @@ static void kinds_apart(void)
 	rm_session_own_memory(s, RM_H_EVENT, v, CU_EVENT_DISABLE_TIMING, 0);
 	rm_session_own_memory(s, RM_H_MEMORY, v, 4096, 0);
 	EXPECT(owns(s, RM_H_STREAM, v) && owns(s, RM_H_EVENT, v) && owns(s, RM_H_MEMORY, v));
-	EXPECT(rm_session_find(s, RM_H_EVENT, v)->size == CU_EVENT_DISABLE_TIMING);
-	EXPECT(rm_session_find(s, RM_H_STREAM, v)->size == 0);
+	EXPECT(find(s, RM_H_EVENT, v)->size == CU_EVENT_DISABLE_TIMING);
+	EXPECT(find(s, RM_H_STREAM, v)->size == 0);
 	EXPECT(!owns(s, RM_H_MODULE, v) && !usable(s, RM_H_MODULE, v) && !usable(s, RM_H_FUNCTION, v));
-	EXPECT(s->handles_live == 3 && s->mem_bytes == 4096);
+	EXPECT(s->sh->handles_live == 3 && s->sh->mem_bytes == 4096);
 
 	rm_session_disown(s, RM_H_STREAM, ptr(v));
 	EXPECT(!owns(s, RM_H_STREAM, v) && !usable(s, RM_H_STREAM, v));
 	EXPECT(usable(s, RM_H_EVENT, v) && inside(s, v, 4096));
 	rm_session_disown_value(s, RM_H_EVENT, v);
-	EXPECT(!owns(s, RM_H_EVENT, v) && owns(s, RM_H_MEMORY, v) && inside(s, v, 4096) && s->mem_bytes == 4096);
+	EXPECT(!owns(s, RM_H_EVENT, v) && owns(s, RM_H_MEMORY, v) && inside(s, v, 4096) && s->sh->mem_bytes == 4096);
 	rm_session_disown_value(s, RM_H_MEMORY, v);
-	EXPECT(!inside(s, v, 1) && s->mem_bytes == 0 && s->handles_live == 0);
+	EXPECT(!inside(s, v, 1) && s->sh->mem_bytes == 0 && s->sh->handles_live == 0);
 
 	/* Contexts are the session's own list, not the table. */
 	const uint64_t ctx = 0x5550000ull;
-	s->ctxs[0].ctx = (CUcontext)(uintptr_t)ctx;
-	s->nctx = 1;
+	s->sh->ctxs[0].ctx = (CUcontext)(uintptr_t)ctx;
+	s->sh->nctx = 1;
 	rm_session_own(s, RM_H_STREAM, ptr(ctx + 64), 0);
 	EXPECT(usable(s, RM_H_CONTEXT, ctx));
 	void *out;
@@ -231,7 +240,7 @@ static void many_handles(void)
 		v[i] = i % 2 ? 0x7f3a00000000ull + (uint64_t)i * 0x200 : next_random() | 1;
 	for (int i = 0; i < N; i++)
 		rm_session_own(s, RM_H_STREAM, ptr(v[i]), 0);
-	EXPECT(table_sound(s) && s->handles_live == N && s->handles_cap >= N);
+	EXPECT(table_sound(s) && s->sh->handles_live == N && s->sh->handles_cap >= N);
 	int found = 0, strangers = 0;
 	for (int i = 0; i < N; i++) {
 		found += owns(s, RM_H_STREAM, v[i]);
@@ -239,14 +248,14 @@ static void many_handles(void)
 	}
 	EXPECT(found == N && strangers == 0);
 
-	size_t cap = s->handles_cap, used = s->handles_used;
+	size_t cap = s->sh->handles_cap, used = s->sh->handles_used;
 	for (int i = 1; i < N; i += 2)
 		rm_session_disown(s, RM_H_STREAM, ptr(v[i]));
 	found = 0;
 	for (int i = 0; i < N; i++)
 		found += owns(s, RM_H_STREAM, v[i]) == (i % 2 == 0);
 	EXPECT(found == N);
-	EXPECT(s->handles_live == N / 2 && s->handles_used == used && s->handles_cap == cap);
+	EXPECT(s->sh->handles_live == N / 2 && s->sh->handles_used == used && s->sh->handles_cap == cap);
 
 	/* The same values again: each takes a tombstone on its way, none a fresh slot. */
 	for (int i = 1; i < N; i += 2)
@@ -254,28 +263,28 @@ static void many_handles(void)
 	found = 0;
 	for (int i = 0; i < N; i++)
 		found += owns(s, RM_H_STREAM, v[i]);
-	EXPECT(found == N && s->handles_live == N && s->handles_used == used && s->handles_cap == cap);
+	EXPECT(found == N && s->sh->handles_live == N && s->sh->handles_used == used && s->sh->handles_cap == cap);
 
 	/* Tombstones, then growth: the same values as events, while streams come and go. */
 	for (int i = 0; i < N; i += 3)
 		rm_session_disown(s, RM_H_STREAM, ptr(v[i]));
 	int grew = 0, clean_after_growth = 1;
 	for (int i = 0; i < N; i++) {
-		size_t before = s->handles_cap;
+		size_t before = s->sh->handles_cap;
 		rm_session_own_memory(s, RM_H_EVENT, v[i], (uint64_t)i, 0);
-		if (s->handles_cap != before) {
+		if (s->sh->handles_cap != before) {
 			grew++;
-			clean_after_growth &= s->handles_used == s->handles_live;
+			clean_after_growth &= s->sh->handles_used == s->sh->handles_live;
 		}
 	}
 	EXPECT(grew >= 1 && clean_after_growth && table_sound(s));
 	found = 0;
 	for (int i = 0; i < N; i++) {
-		const struct rm_handle *e = rm_session_find(s, RM_H_EVENT, v[i]);
+		const struct rm_handle *e = find(s, RM_H_EVENT, v[i]);
 		found += e && e->size == (uint64_t)i && owns(s, RM_H_STREAM, v[i]) == (i % 3 != 0);
 	}
 	EXPECT(found == N);
-	EXPECT(s->handles_live == N + N - (N + 2) / 3);
+	EXPECT(s->sh->handles_live == N + N - (N + 2) / 3);
 
 	/* Everything goes: nothing is found, and new records still fit. */
 	for (int i = 0; i < N; i++) {
@@ -285,7 +294,7 @@ static void many_handles(void)
 	found = 0;
 	for (int i = 0; i < N; i++)
 		found += owns(s, RM_H_STREAM, v[i]) + owns(s, RM_H_EVENT, v[i]);
-	EXPECT(found == 0 && s->handles_live == 0);
+	EXPECT(found == 0 && s->sh->handles_live == 0);
 	rm_session_own(s, RM_H_MODULE, ptr(v[0]), 0);
 	EXPECT(owns(s, RM_H_MODULE, v[0]) && table_sound(s));
 	session_free(s);
@@ -305,15 +314,15 @@ static void churn(void)
 		rm_session_disown_value(s, RM_H_EVENT, ev);
 		wrong += owns(s, RM_H_EVENT, ev);
 	}
-	EXPECT(wrong == 0 && s->handles_live == 1 && table_sound(s));
-	EXPECT(s->handles_cap <= 256); /* churn clears tombstones rather than growing the table */
+	EXPECT(wrong == 0 && s->sh->handles_live == 1 && table_sound(s));
+	EXPECT(s->sh->handles_cap <= 256); /* churn clears tombstones rather than growing the table */
 	/* One function asked for again and again (cuModuleGetFunction): one record. */
 	rm_session_own(s, RM_H_MODULE, ptr(0xa000), 0);
 	for (int i = 0; i < 100000; i++)
 		rm_session_own(s, RM_H_FUNCTION, ptr(0xa010), 0xa000);
-	EXPECT(s->handles_live == 3 && s->handles_cap <= 256 && owns(s, RM_H_FUNCTION, 0xa010));
+	EXPECT(s->sh->handles_live == 3 && s->sh->handles_cap <= 256 && owns(s, RM_H_FUNCTION, 0xa010));
 	rm_session_disown(s, RM_H_MODULE, ptr(0xa000));
-	EXPECT(!owns(s, RM_H_FUNCTION, 0xa010) && s->handles_live == 1);
+	EXPECT(!owns(s, RM_H_FUNCTION, 0xa010) && s->sh->handles_live == 1);
 	session_free(s);
 }
 
@@ -334,24 +343,24 @@ static void children(void)
 	rm_session_own(s, RM_H_FUNCTION, ptr(0xc110), kernel); /* cuKernelGetFunction's */
 	rm_session_own(s, RM_H_MODULE, ptr(lib_mod), lib);     /* cuLibraryGetModule's */
 	rm_session_own_memory(s, RM_H_MEMORY, 0x300000, 4096, 0);
-	EXPECT(s->handles_live == 12 && s->nranges == 3 && s->mem_bytes == 4096); /* globals are not charged */
+	EXPECT(s->sh->handles_live == 12 && s->sh->nranges == 3 && s->sh->mem_bytes == 4096); /* globals are not charged */
 
 	rm_session_disown(s, RM_H_MODULE, ptr(mod));
 	EXPECT(!owns(s, RM_H_MODULE, mod) && !owns(s, RM_H_FUNCTION, 0xa010) && !owns(s, RM_H_FUNCTION, 0xa020));
 	EXPECT(!owns(s, RM_H_GLOBAL, 0x100000) && !inside(s, 0x100000, 1));
 	EXPECT(owns(s, RM_H_MODULE, mod2) && owns(s, RM_H_FUNCTION, 0xb010) && inside(s, 0x200000, 512));
-	EXPECT(s->handles_live == 8 && s->nranges == 2);
+	EXPECT(s->sh->handles_live == 8 && s->sh->nranges == 2);
 
 	/* A library takes its kernels, their functions and its modules with it. */
 	rm_session_disown(s, RM_H_LIBRARY, ptr(lib));
 	EXPECT(!owns(s, RM_H_LIBRARY, lib) && !owns(s, RM_H_KERNEL, kernel) && !owns(s, RM_H_FUNCTION, 0xc110) &&
 	       !owns(s, RM_H_MODULE, lib_mod));
-	EXPECT(owns(s, RM_H_MODULE, mod2) && inside(s, 0x300000, 4096) && s->handles_live == 4);
+	EXPECT(owns(s, RM_H_MODULE, mod2) && inside(s, 0x300000, 4096) && s->sh->handles_live == 4);
 
 	/* Memory and events have no children, whatever parent field others carry. */
 	rm_session_own(s, RM_H_FUNCTION, ptr(0xd010), 0x300000);
 	rm_session_disown_value(s, RM_H_MEMORY, 0x300000);
-	EXPECT(owns(s, RM_H_FUNCTION, 0xd010) && s->mem_bytes == 0);
+	EXPECT(owns(s, RM_H_FUNCTION, 0xd010) && s->sh->mem_bytes == 0);
 	session_free(s);
 }
 
@@ -365,7 +374,7 @@ static void ranges_at_edges(void)
 	rm_session_own_memory(s, RM_H_MEMORY, top, 4096, 0); /* ends at 2^64 - 1 */
 	rm_session_own_memory(s, RM_H_MEMORY, a, 0x1000, 0); /* b starts where a ends */
 	rm_session_own_memory(s, RM_H_GLOBAL, empty, 0, 0);  /* a global of no bytes */
-	EXPECT(s->nranges == 4 && ranges_sorted(s));
+	EXPECT(s->sh->nranges == 4 && ranges_sorted(s));
 
 	EXPECT(inside(s, a, 0x1000) && inside(s, a + 1, 0xfff) && inside(s, a + 0xfff, 1));
 	EXPECT(!inside(s, a, 0x1001) && !inside(s, a - 1, 1) && !inside(s, a - 1, 2));
@@ -425,7 +434,7 @@ static void many_ranges(void)
 		rm_session_own_memory(s, RM_H_MEMORY, base[order[i]], size[order[i]], 0);
 		total += size[order[i]];
 	}
-	EXPECT(s->nranges == N && ranges_sorted(s) && s->mem_bytes == total);
+	EXPECT(s->sh->nranges == N && ranges_sorted(s) && s->sh->mem_bytes == total);
 	int right = 0;
 	for (int i = 0; i < N; i++)
 		right += inside(s, base[i], size[i]) && inside(s, base[i] + size[i] - 1, 1) &&
@@ -444,7 +453,7 @@ static void many_ranges(void)
 		right += inside(s, base[order[i]], size[order[i]]) == live &&
 		         owns(s, RM_H_MEMORY, base[order[i]]) == live;
 	}
-	EXPECT(right == N && s->nranges == N / 2 && ranges_sorted(s) && s->mem_bytes == total);
+	EXPECT(right == N && s->sh->nranges == N / 2 && ranges_sorted(s) && s->sh->mem_bytes == total);
 	session_free(s);
 }
 
@@ -480,8 +489,8 @@ static void release_all(void)
 		EXPECT(gave[i].what == want[i].what && gave[i].value == want[i].value);
 	EXPECT(freed == 6); /* the five above and the library's module, released with it */
 	EXPECT(uncharged == 8192);
-	EXPECT(!s->handles && !s->handles_cap && !s->handles_live && !s->nranges && !s->mem_bytes);
-	EXPECT(!inside(s, 0x900000, 1) && !rm_session_find(s, RM_H_MODULE, 0xa000));
+	EXPECT(!s->sh->handles && !s->sh->handles_cap && !s->sh->handles_live && !s->sh->nranges && !s->sh->mem_bytes);
+	EXPECT(!inside(s, 0x900000, 1) && !find(s, RM_H_MODULE, 0xa000));
 	session_free(s);
 }
 
