@@ -12,6 +12,8 @@
 #include "driver_table.h"
 #include "log.h"
 #include "registry.h"
+#include "version.h"
+#include "wire.h"
 #include "server.h"
 #include "stream_pool.h"
 
@@ -19,12 +21,14 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: remorad [--config FILE] [--listen ADDR] [--driver PATH] [--ready-file PATH] [--set KEY=VALUE]...\n"
+		"       remorad --help | --version\n"
 		"  --config FILE      read settings from FILE (docs/configuration.md); flags override it\n"
 		"  --listen ADDR      where clients connect (default tcp://0.0.0.0:7700)\n"
 		"  --driver PATH      the CUDA driver library to serve (default libcuda.so.1)\n"
 		"  --ready-file PATH  write the bound address here once listening\n"
 		"  --set KEY=VALUE    any setting of the configuration file's top section\n"
-		"Logs go to stderr; REMORA_LOG=error|warn|info|debug sets how much (default info).\n");
+		"Logs go to stderr; REMORA_LOG=error|warn|info|debug sets how much (default info).\n"
+		"Exit status: 0 after a clean stop, 1 when serving failed, 2 for a bad flag or setting.\n");
 }
 
 static int load_driver(const struct rm_daemon_config *cfg, int *count)
@@ -83,6 +87,7 @@ int main(int argc, char **argv)
 		{"worker-channel", required_argument, NULL, 'W'},
 		{"registry-fd", required_argument, NULL, 'R'},
 		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
 		{0},
 	};
 	static struct rm_daemon_config cfg;
@@ -96,12 +101,12 @@ int main(int argc, char **argv)
 	/* Two passes over the flags: the configuration files first, wherever --config
 	 * appears, so that the other flags override them; the second reports bad flags. */
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "c:l:d:r:s:h", opts, NULL)) != -1)
+	while ((c = getopt_long(argc, argv, "c:l:d:r:s:hV", opts, NULL)) != -1)
 		if (c == 'c' && rm_config_load(&cfg, optarg))
 			return 2;
 	optind = 0;
 	opterr = 1;
-	while ((c = getopt_long(argc, argv, "c:l:d:r:s:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "c:l:d:r:s:hV", opts, NULL)) != -1) {
 		const char *key = NULL, *val = optarg, *flag = NULL;
 		char kv[1024];
 		switch (c) {
@@ -128,6 +133,9 @@ int main(int argc, char **argv)
 		case 'W': channel = atoi(optarg); break;
 		case 'R': registry_fd = atoi(optarg); break;
 		case 'h': usage(stdout); return 0;
+		case 'V':
+			printf("remorad %s (protocol %u, commit %s)\n", RM_VERSION, RM_PROTOCOL_VERSION, RM_COMMIT);
+			return 0;
 		default: usage(stderr); return 2;
 		}
 		if (key && rm_config_set(&cfg, key, val, why, sizeof(why))) {

@@ -25,6 +25,7 @@ struct pool_args {
 	const char *endpoints; /* --pool, else REMORA_POOL */
 	int json;
 	const char *host;      /* the one positional argument, if any */
+	const char *server;    /* --server (status) */
 };
 
 /* Reads --pool URLS, --json and at most one positional argument; 0, or 2 after a usage line. */
@@ -38,6 +39,10 @@ static int parse_args(const char *cmd, int argc, char **argv, struct pool_args *
 			a->endpoints = argv[i] + 7;
 		else if (!strcmp(argv[i], "--json"))
 			a->json = 1;
+		else if (!strcmp(cmd, "status") && !strcmp(argv[i], "--server") && i + 1 < argc)
+			a->server = argv[++i];
+		else if (!strcmp(cmd, "status") && !strncmp(argv[i], "--server=", 9))
+			a->server = argv[i] + 9;
 		else if (argv[i][0] == '-' || a->host) {
 			fprintf(stderr, "remora %s: unexpected argument %s\n", cmd, argv[i]);
 			return 2;
@@ -383,8 +388,15 @@ int cmd_status(int argc, char **argv)
 	int rc = parse_args("status", argc, argv, &a);
 	if (rc)
 		return rc;
+	if (a.server && a.host) {
+		fprintf(stderr, "remora status: give a HOST or --server, not both\n");
+		return 2;
+	}
+	const char *env = getenv("REMORA_SERVER");
 	char addr[256];
-	snprintf(addr, sizeof(addr), "%s", a.host ? a.host : DEFAULT_DAEMON);
+	/* --server, else the HOST argument, else REMORA_SERVER, else the local daemon. */
+	snprintf(addr, sizeof(addr), "%s",
+		 a.server ? a.server : a.host ? a.host : env && *env ? env : DEFAULT_DAEMON);
 	/* A name without a port is a pool member's: look its address up. */
 	if (a.host && !strchr(a.host, ':')) {
 		struct rm_etcd e;

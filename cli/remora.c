@@ -7,11 +7,17 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "version.h"
+#include "wire.h"
+
+/* Exit codes, for every command: 0 done, 1 it failed (the reason on stderr), 2 a usage error;
+ * `remora run` exits as the program does, 127 if it cannot be started. */
 struct subcommand {
 	const char *name;
 	const char *args;
 	const char *summary;
 	int (*run)(int argc, char **argv);
+	int own_help; /* the command answers --help itself, with more than its usage line */
 };
 
 static int cmd_run(int argc, char **argv);
@@ -21,22 +27,22 @@ int cmd_pool(int argc, char **argv);   /* pool.c */
 int cmd_status(int argc, char **argv); /* pool.c */
 
 static const struct subcommand subcommands[] = {
-	{"run", "[--server HOST:PORT] [--token TOKEN] -- PROGRAM [ARGS...]",
-	 "run an unmodified CUDA program on a remote GPU", cmd_run},
+	{"run", "[--server HOST:PORT] [--token TOKEN] [--] PROGRAM [ARGS...]",
+	 "run an unmodified CUDA program on a remote GPU", cmd_run, 0},
 	{"bench", "[--json] [--quick] [--only SECTIONS] [--driver PATH] [--native-lib DIR] ... (--help)",
-	 "on a GPU host: measure natively and through a private remorad, side by side", cmd_bench},
+	 "on a GPU host: measure natively and through a private remorad, side by side", cmd_bench, 1},
 	{"pool", "list [--json] | show HOST | drain HOST | undrain HOST | remove HOST [--pool URL]",
-	 "the GPU pool in etcd (docs/pool.md); URL defaults to REMORA_POOL", cmd_pool},
-	{"status", "[HOST[:PORT]] [--json]", "a daemon's GPUs, clients and memory per client (default 127.0.0.1:7700)",
-	 cmd_status},
-	{"help", "", "show this text", cmd_help},
+	 "the GPU pool in etcd (docs/pool.md); URL defaults to REMORA_POOL", cmd_pool, 0},
+	{"status", "[HOST[:PORT] | --server HOST:PORT] [--json]",
+	 "a daemon's GPUs, clients and memory per client (default REMORA_SERVER, else 127.0.0.1:7700)", cmd_status, 0},
+	{"help", "", "show this text", cmd_help, 0},
 };
 
 #define NSUB (sizeof(subcommands) / sizeof(subcommands[0]))
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: remora COMMAND [ARGS]\n\n");
+	fprintf(f, "usage: remora COMMAND [ARGS]    (remora --version; remora COMMAND --help)\n\n");
 	for (size_t i = 0; i < NSUB; i++)
 		fprintf(f, "  remora %s %s\n      %s\n", subcommands[i].name, subcommands[i].args, subcommands[i].summary);
 	fprintf(f, "\nThe server is REMORA_SERVER (host:port, default 127.0.0.1:7700) unless --server names one.\n");
@@ -124,15 +130,42 @@ static int cmd_run(int argc, char **argv)
 	return 127;
 }
 
+static int is_help(const char *arg)
+{
+	return !strcmp(arg, "--help") || !strcmp(arg, "-h");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
 		usage(stderr);
 		return 2;
 	}
-	for (size_t i = 0; i < NSUB; i++)
-		if (!strcmp(argv[1], subcommands[i].name))
-			return subcommands[i].run(argc - 1, argv + 1);
+	if (is_help(argv[1])) {
+		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "--version")) {
+		printf("remora %s (protocol %u, commit %s)\n", RM_VERSION, RM_PROTOCOL_VERSION, RM_COMMIT);
+		return 0;
+	}
+	for (size_t i = 0; i < NSUB; i++) {
+		const struct subcommand *c = &subcommands[i];
+		if (strcmp(argv[1], c->name))
+			continue;
+		/* COMMAND --help, anywhere before a program's own arguments ("--" or the program). */
+		for (int a = 2; a < argc && !c->own_help; a++) {
+			if (is_help(argv[a])) {
+				printf("usage: remora %s %s\n    %s\n", c->name, c->args, c->summary);
+				return 0;
+			}
+			if (c->run == cmd_run && (!strcmp(argv[a], "--") || argv[a][0] != '-'))
+				break;
+			if (c->run == cmd_run && (!strcmp(argv[a], "--server") || !strcmp(argv[a], "--token")))
+				a++;
+		}
+		return c->run(argc - 1, argv + 1);
+	}
 	fprintf(stderr, "remora: unknown command %s\n", argv[1]);
 	usage(stderr);
 	return 2;
