@@ -55,8 +55,9 @@ static int cmd_help(int argc, char **argv)
 	return 0;
 }
 
-/* Finds the folder holding the client library's libcuda.so.1: REMORA_CLIENT_LIB,
- * else beside this program in the build tree (../frontend) or an install (../lib/remora). */
+/* Finds the folder holding the client library's libcuda.so.1: REMORA_CLIENT_LIB, else
+ * beside this program in the build tree (../frontend) or in an install (the private
+ * directory under libdir, RM_CLIENT_LIB_FROM_BINDIR from meson). */
 static int client_lib_dir(char *out, size_t len)
 {
 	const char *env = getenv("REMORA_CLIENT_LIB");
@@ -70,7 +71,7 @@ static int client_lib_dir(char *out, size_t len)
 		return -errno;
 	self[n] = 0;
 	const char *dir = dirname(self);
-	static const char *candidates[] = {"../frontend", "../lib/remora"};
+	static const char *candidates[] = {"../frontend", RM_CLIENT_LIB_FROM_BINDIR};
 	for (size_t i = 0; i < 2; i++) {
 		char probe[PATH_MAX + 64];
 		snprintf(probe, sizeof(probe), "%s/%s/libcuda.so.1", dir, candidates[i]);
