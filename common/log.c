@@ -6,11 +6,24 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 int rm_log_level = RM_LOG_ERROR;
 static const char *log_prefix = "remora";
+static int to_journal; /* stderr is systemd's journal: priority prefixes, no timestamps */
+
+/* True when stderr is the journal stream systemd named in JOURNAL_STREAM ("DEV:INODE"). */
+static int stderr_is_journal(void)
+{
+	const char *js = getenv("JOURNAL_STREAM");
+	unsigned long long dev, ino;
+	struct stat st;
+	if (!js || sscanf(js, "%llu:%llu", &dev, &ino) != 2 || fstat(STDERR_FILENO, &st))
+		return 0;
+	return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
 
 int rm_log_level_parse(const char *text, int *level)
 {
@@ -32,6 +45,7 @@ int rm_log_init(const char *prefix, int fallback)
 	const char *text = getenv("REMORA_LOG");
 	int level = fallback, err = text && *text ? rm_log_level_parse(text, &level) : 0;
 	log_prefix = prefix;
+	to_journal = stderr_is_journal();
 	rm_log_level = err ? fallback : level;
 	return err;
 }
@@ -39,11 +53,20 @@ int rm_log_init(const char *prefix, int fallback)
 void rm_log_write(int level, const char *fmt, ...)
 {
 	static const char *tags[] = {"error", "warn", "info", "debug"};
-	char line[1024];
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	int n = snprintf(line, sizeof(line), "%s[%d] %s: ", log_prefix, (int)getpid(),
-			 tags[level < 0 ? 0 : level > 3 ? 3 : level]);
+	static const char *priorities[] = {"<3>", "<4>", "<6>", "<7>"}; /* syslog's err, warning, info, debug */
+	int l = level < 0 ? 0 : level > 3 ? 3 : level;
+	char line[1024], stamp[40] = "";
+	if (!to_journal) {
+		/* UTC with microseconds, then the process: the journal adds both itself. */
+		struct timespec ts;
+		struct tm tm;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		gmtime_r(&ts.tv_sec, &tm);
+		size_t k = strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
+		snprintf(stamp + k, sizeof(stamp) - k, ".%06ldZ ", ts.tv_nsec / 1000);
+	}
+	int n = snprintf(line, sizeof(line), "%s%s%s[%d] %s: ", to_journal ? priorities[l] : "", stamp, log_prefix,
+			 (int)getpid(), tags[l]);
 	va_list ap;
 	va_start(ap, fmt);
 	if (n > 0 && (size_t)n < sizeof(line))

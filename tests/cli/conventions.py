@@ -3,7 +3,8 @@
 remorad answers --help and -h with its usage on stdout and exit status 0; --version names
 the version, the protocol and the commit; an unknown command or flag is a usage error
 (status 2); `remora status` reaches the daemon named by --server, by its HOST argument or
-by REMORA_SERVER, in that order.
+by REMORA_SERVER, in that order. Log lines carry a UTC timestamp and the process id, or,
+when stderr is the journal (JOURNAL_STREAM names it), a syslog priority prefix instead.
 
 usage: conventions.py REMORA REMORAD DRIVER
 """
@@ -46,6 +47,25 @@ p = run(remora, "run", "--", "sh", "-c", "echo $1", "sh", "--help")
 check(p.returncode == 0 and p.stdout.strip() == "--help", "remora run -- PROGRAM --help: --help is the program's")
 
 with tempfile.TemporaryDirectory() as tmp:
+    # A client that cannot reach its server logs one error line.
+    errfile = os.path.join(tmp, "stderr")
+    with open(errfile, "w") as f:
+        st = os.fstat(f.fileno())
+        for journal in (False, True):
+            f.seek(0)
+            f.truncate()
+            env = dict(ENV, REMORA_LOG="info", LD_PRELOAD="")
+            if journal:
+                env["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
+            subprocess.run([remorad, "--listen", "tcp://127.0.0.1:1", "--driver", "/nonexistent/libcuda.so.1"],
+                           stderr=f, stdout=subprocess.DEVNULL, env=env, timeout=30)
+            f.flush()
+            line = open(errfile).read().splitlines()[0] if os.path.getsize(errfile) else ""
+            if journal:
+                check(re.match(r"<[0-7]>remorad\[\d+\] \w+: ", line), f"journal: a priority prefix: {line[:80]!r}")
+            else:
+                check(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z remorad\[\d+\] \w+: ", line),
+                      f"a terminal or file: a timestamp and the process id: {line[:80]!r}")
     d = Daemon(remorad, driver, tmp, "cli", "")
     try:
         for args, env, what in [((d.server,), ENV, "HOST argument"),

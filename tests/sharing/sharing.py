@@ -376,7 +376,7 @@ def parent_of(pid):
 
 def session_pid(text, tenant):
     """The pid of the process that logged the session lines of tenant's clients."""
-    return {int(m.group(1)) for m in re.finditer(r"^remorad\[(\d+)\].*session \d+: client .* tenant " + tenant + "$",
+    return {int(m.group(1)) for m in re.finditer(r"^(?:\S+ )?remorad\[(\d+)\].*session \d+: client .* tenant " + tenant + "$",
                                                  text, re.M)}
 
 
@@ -415,7 +415,7 @@ def tenants(tmp):
         rc, out, err = finish(work)
         check(rc == 0 and out.strip() == "ok", f"beta's work loop was not disturbed ({err.strip()})")
         text = d.text()
-        broke = re.findall(r"^remorad\[(\d+)\].*broke the shared context", text, re.M)
+        broke = re.findall(r"^(?:\S+ )?remorad\[(\d+)\].*broke the shared context", text, re.M)
         check(broke == [str(w.get("alpha"))], f"only alpha's worker saw its context broken ({broke})")
         check(alive(w["beta"]), "beta's worker is still running")
         # Until the faulting client's session has ended (a little after its process), a new
