@@ -151,9 +151,7 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	if (channel >= 0) { /* a worker */
-		char name[32];
-		snprintf(name, sizeof(name), "remorad[%d]", (int)getpid());
-		rm_log_init(name, RM_LOG_INFO);
+		rm_log_init("remorad", RM_LOG_INFO); /* a worker's lines differ by their process id */
 		/* Loading code into a shared context waits for every client's kernels: load it
 		 * all when the image arrives rather than at some client's first launch. */
 		setenv("CUDA_MODULE_LOADING", !strcmp(cfg.module_loading, "lazy") ? "LAZY" : "EAGER", 1);

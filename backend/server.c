@@ -30,6 +30,7 @@
 #include "pool_member.h"
 #include "registry.h"
 #include "remora.pb-c.h"
+#include "sd_notify.h"
 #include "text.h"
 
 #define ACCEPT_RETRY_US 100000 /* out of descriptors: how long accept waits before trying again */
@@ -441,6 +442,7 @@ static void *stopper(void *arg)
 	int sig = stop_signal;
 	rm_log(RM_LOG_INFO, "%s: stopping: no new clients; workers get %d s (shutdown_grace) to end",
 	       sig == SIGINT ? "SIGINT" : "SIGTERM", config->shutdown_grace_s);
+	rm_sd_notify("STOPPING=1");
 	rm_handshakes_stop();
 	/* The signal may have come between the accept loop's check and its accept(): interrupt
 	 * the acceptor until it has seen it. */
@@ -525,6 +527,9 @@ int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char
 	}
 	if (rm_pool_member_start(cfg, tp->scheme, bound))
 		rm_log(RM_LOG_WARN, "serving without pool membership");
+	char ready[160];
+	snprintf(ready, sizeof(ready), "READY=1\nSTATUS=listening on %s", bound);
+	rm_sd_notify(ready);
 	int out_of_fds = 0;
 	pthread_sigmask(SIG_UNBLOCK, &stop_signals, NULL);
 	while (!stop_signal) {

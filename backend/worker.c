@@ -5,6 +5,8 @@
 #include "server.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -357,6 +359,65 @@ static void *watch_memory(void *arg)
 	return NULL;
 }
 
+/* ---- stopping: SIGTERM from remorad ----
+ * The handler only writes to a pipe; a thread tells every client that the daemon is going
+ * away (one empty frame, so that its next call fails with a line saying why instead of a
+ * bare "connection lost"), then lets SIGTERM end the worker as before. */
+static int stop_pipe[2] = {-1, -1};
+
+static void on_sigterm(int sig)
+{
+	(void)sig;
+	char c = 1;
+	ssize_t unused = write(stop_pipe[1], &c, 1);
+	(void)unused;
+}
+
+static int told;
+
+static void tell_going_away(struct rm_session *s)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_nsec += 200 * 1000000L; /* a session busy sending to a frozen client is skipped */
+	if (until.tv_nsec >= 1000000000L)
+		until.tv_sec++, until.tv_nsec -= 1000000000L;
+	if (pthread_mutex_timedlock(&s->send_lock, &until))
+		return;
+	/* Not inside a reply being sent (the frame would cut it). */
+	if (!__atomic_load_n(&s->call_since_ns, __ATOMIC_ACQUIRE) || !__atomic_load_n(&s->reply_begun, __ATOMIC_RELAXED)) {
+		struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_GOING_AWAY, .flags = RM_F_REPLY};
+		told += !rm_link_send(&s->link, &f, NULL, NULL, 0);
+	}
+	pthread_mutex_unlock(&s->send_lock);
+}
+
+static void *stopper_main(void *arg)
+{
+	(void)arg;
+	char c;
+	while (read(stop_pipe[0], &c, 1) < 0 && errno == EINTR)
+		;
+	sessions_each(tell_going_away);
+	rm_log(RM_LOG_INFO, "SIGTERM: told %d client connection(s) that the daemon is going away", told);
+	signal(SIGTERM, SIG_DFL);
+	raise(SIGTERM);
+	return NULL;
+}
+
+static void stop_on_sigterm(void)
+{
+	pthread_t t;
+	struct sigaction sa = {.sa_handler = on_sigterm};
+	sigemptyset(&sa.sa_mask);
+	if (pipe2(stop_pipe, O_CLOEXEC) || pthread_create(&t, NULL, stopper_main, NULL)) {
+		rm_log(RM_LOG_WARN, "clients will not be told when this worker stops");
+		return;
+	}
+	pthread_detach(t);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
 int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 {
 	config = cfg;
@@ -368,6 +429,7 @@ int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 	pthread_detach(t);
 	if (rm_liveness_start(sessions_each))
 		rm_log(RM_LOG_WARN, "no heartbeat thread: clients of long calls may take this worker for frozen");
+	stop_on_sigterm();
 	for (;;) {
 		struct rm_handoff h;
 		int fd = -1, err = receive(channel, &h, &fd);

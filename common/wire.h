@@ -30,6 +30,8 @@ enum {
 				    * with the client's call, is alive (docs/protocol.md) */
 	RM_OP_FENCE = 0x10003,     /* async, remora.Fence: the next call of this channel waits
 				    * until another channel has finished a request (docs/protocol.md) */
+	RM_OP_GOING_AWAY = 0x10004, /* empty, from the daemon: it is stopping, and the connection
+				     * ends after this frame (docs/protocol.md) */
 };
 
 /* Liveness (docs/protocol.md): a peer silent for its timeout is taken for dead. Each side

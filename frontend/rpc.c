@@ -119,7 +119,9 @@ void rm_client_conn_stop_locked(struct rm_client_conn *c)
 /* Drops the connection after a transport error; every later call fails fast. */
 static CUresult lost(struct rm_client_conn *c, const char *what, int err)
 {
-	if (c->connected && err == -ETIMEDOUT)
+	if (c->connected && err == -ESHUTDOWN)
+		rm_log(RM_LOG_ERROR, "the GPU server is shutting down: connection to the GPU server lost (%s)", what);
+	else if (c->connected && err == -ETIMEDOUT)
 		rm_log(RM_LOG_ERROR, "the GPU server was silent for longer than REMORA_PEER_TIMEOUT while this "
 		       "client waited on it (%s): it is frozen or unreachable; giving up the connection", what);
 	else if (c->connected)
@@ -179,6 +181,12 @@ static void heartbeat_if_idle(struct rm_client_conn *c)
 	uint64_t due = __atomic_load_n(&c->last_send_ns, __ATOMIC_RELAXED) + (uint64_t)c->heartbeat_ms * 1000000u;
 	if (!c->heartbeat_ms || now_ns() < due || pthread_mutex_trylock(&c->lock))
 		return;
+	/* Idle, nothing may arrive but the daemon's going-away frame: read what did. */
+	if (c->connected && (c->link.rpos < c->link.rlen || rm_conn_readable(c->link.conn))) {
+		struct rm_frame f;
+		int err = rm_link_read_frame(&c->link, &f);
+		lost(c, "while idle", err ? err : f.op == RM_OP_GOING_AWAY ? -ESHUTDOWN : -EPROTO);
+	}
 	if (c->connected) {
 		uint8_t head[RM_FRAME_LEN];
 		struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_HEARTBEAT, .flags = RM_F_ASYNC};
@@ -350,6 +358,8 @@ static CUresult read_reply_locked(struct rm_client_conn *c, const struct rm_fram
 	do /* heartbeats: the daemon is busy with this call, or one before it */
 		err = rm_link_read_frame(&c->link, &rf);
 	while (!err && rf.op == RM_OP_HEARTBEAT && (rf.flags & RM_F_REPLY) && !rf.msg_len && !rf.bulk_len);
+	if (!err && rf.op == RM_OP_GOING_AWAY && (rf.flags & RM_F_REPLY))
+		err = -ESHUTDOWN;
 	if (err)
 		return lost(c, "waiting for a reply", err);
 	if (!(rf.flags & RM_F_REPLY) || rf.seq != f->seq || rf.op != f->op)

@@ -43,6 +43,9 @@ struct rm_transport {
 	/* Reads at least 1 and at most len bytes. Blocks until some arrive.
 	 * Returns the count, or -ECONNRESET once the peer has closed. */
 	ssize_t (*recv_some)(struct rm_conn *c, void *buf, size_t len);
+	/* Whether recv_some would return at once (bytes waiting, or the peer closed): 1 or 0.
+	 * Optional (NULL: unknown). */
+	int (*readable)(struct rm_conn *c);
 	/* Unblocks any thread inside recv_some/sendv of c; they return an error. */
 	void (*shutdown)(struct rm_conn *c);
 	/* From now on recv_some fails with -ETIMEDOUT once the peer has sent nothing for
@@ -73,6 +76,7 @@ static inline ssize_t rm_conn_recv_some(struct rm_conn *c, void *buf, size_t len
 	return c->tp->recv_some(c, buf, len);
 }
 static inline void rm_conn_shutdown(struct rm_conn *c) { c->tp->shutdown(c); }
+static inline int rm_conn_readable(struct rm_conn *c) { return c->tp->readable ? c->tp->readable(c) : 0; }
 static inline int rm_conn_set_liveness(struct rm_conn *c, int recv_timeout_ms, int send_timeout_ms)
 {
 	return c->tp->set_liveness(c, recv_timeout_ms, send_timeout_ms);

@@ -11,10 +11,13 @@ only. One scenario a run; every bound on time is wide, for a loaded CI machine:
                  counted in the log, while those within the bounds wait; a real client gets
                  in once the pending ones are gone
   sigterm        SIGTERM with two clients connected (one holding memory, one idle): remorad
-                 exits 0 within shutdown_grace, the idle client's next call fails with the
-                 "connection ... lost" line instead of hanging, and no worker is left
+                 exits 0 within shutdown_grace, the worker tells its clients it is going
+                 away, the idle client's next call fails with a line saying the server is
+                 shutting down instead of hanging, and no worker is left
   sigterm-grace  a worker that does not end on SIGTERM (stopped) is killed once
                  shutdown_grace has passed; remorad still exits 0
+  sd-notify      with NOTIFY_SOCKET set (as systemd does for Type=notify), remorad sends
+                 READY=1 with its address once it listens, and STOPPING=1 on SIGTERM
   pool-leave     with a pool (a private etcd) and a lease of 60 s, the member's key is gone
                  from etcd as soon as remorad has exited after SIGTERM
 
@@ -228,6 +231,8 @@ def sigterm(d):
         check(rc == 0, f"remorad exits 0 after SIGTERM (status {rc}, {took:.1f} s; grace {GRACE} s)")
         check(not any(worker_alive(p) for p in workers), "no worker is left running")
         text = d.text()
+        check(re.search(r"SIGTERM: told [1-9]\d* client connection\(s\) that the daemon is going away", text),
+              "the worker told its clients it is going away")
         check("SIGTERM: stopping" in text and re.search(r"worker \d+ stopped \(signal 15\)", text) and
               re.search(r"info: stopped$", text, re.M), "the log says so, ending with 'stopped'")
         t0 = time.monotonic()
@@ -235,8 +240,9 @@ def sigterm(d):
             _, err = idle.communicate(timeout=10 + MARGIN)
         except subprocess.TimeoutExpired:
             err = "(still running)"
-        check(idle.returncode not in (None, 0) and "connection to the GPU server lost" in err and "failed: 46" in err,
-              f"the idle client's next call fails: CUDA_ERROR_DEVICE_UNAVAILABLE and the lost line, no hang "
+        check(idle.returncode not in (None, 0) and "the GPU server is shutting down" in err and "failed: 46" in err,
+              f"the idle client's next call fails: CUDA_ERROR_DEVICE_UNAVAILABLE and a line saying the server "
+              f"is shutting down (the daemon's going-away frame), no hang "
               f"(status {idle.returncode} after {time.monotonic() - t0:.1f} s more: {err.strip()[-300:]})")
     finally:
         end_probe(hold)
@@ -281,6 +287,22 @@ def pool_leave(d, etcd):
     check("pool: left the pool" in d.text(), "the log says it left the pool")
 
 
+def sd_notify(d):
+    sock, path = d.notify_socket
+    sock.settimeout(10 + MARGIN)
+    try:
+        msg = sock.recv(4096).decode()
+    except socket.timeout:
+        msg = ""
+    check(msg.startswith("READY=1\n") and f"listening on {d.server}" in msg, f"READY=1 with the address: {msg!r}")
+    rc, took = stop_with(d, signal.SIGTERM, GRACE + MARGIN)
+    try:
+        msg = sock.recv(4096).decode()
+    except socket.timeout:
+        msg = ""
+    check(msg == "STOPPING=1" and rc == 0, f"STOPPING=1 on SIGTERM, then status 0: {msg!r}, {rc}")
+
+
 SCENARIOS = {
     "half-open": (half_open, f"hello_timeout = {HELLO_TIMEOUT}\nmax_pending_hellos = 1000\n"
                   "max_pending_hellos_per_address = 1000\n"),
@@ -288,6 +310,7 @@ SCENARIOS = {
                       f"max_pending_hellos_per_address = {PER_ADDRESS}\n"),
     "sigterm": (sigterm, f"shutdown_grace = {GRACE}\n"),
     "sigterm-grace": (sigterm_grace, f"shutdown_grace = {SHORT_GRACE}\n"),
+    "sd-notify": (sd_notify, f"shutdown_grace = {GRACE}\n"),
     "pool-leave": (pool_leave, "pool = {endpoint}\nhost_name = faults-member\n" f"lease_ttl = {LEASE_TTL}\n"),
 }
 
@@ -298,7 +321,15 @@ def main():
     etcd = Etcd(tmp) if "{endpoint}" in config else None
     d = None
     try:
-        d = Daemon(remorad, driver, tmp, scenario, config.replace("{endpoint}", etcd.endpoint if etcd else ""))
+        env, notify = None, None
+        if scenario == "sd-notify":  # systemd's side of Type=notify: a datagram socket
+            path = os.path.join(tmp, "notify")
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            sock.bind(path)
+            env, notify = {"NOTIFY_SOCKET": path}, (sock, path)
+        d = Daemon(remorad, driver, tmp, scenario, config.replace("{endpoint}", etcd.endpoint if etcd else ""),
+                   env=env)
+        d.notify_socket = notify
         if etcd:
             fn(d, etcd)
         else:

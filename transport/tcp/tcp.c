@@ -279,6 +279,12 @@ static int tcp_sendv(struct rm_conn *conn, const struct iovec *iov_in, int iovcn
 	return 0;
 }
 
+static int tcp_readable(struct rm_conn *conn)
+{
+	struct pollfd p = {.fd = tcp(conn)->fd, .events = POLLIN};
+	return poll(&p, 1, 0) > 0;
+}
+
 static ssize_t tcp_recv_some(struct rm_conn *conn, void *buf, size_t len)
 {
 	struct tcp_conn *c = tcp(conn);
@@ -351,6 +357,7 @@ const struct rm_transport rm_transport_tcp = {
 	.listener_close = tcp_listener_close,
 	.sendv = tcp_sendv,
 	.recv_some = tcp_recv_some,
+	.readable = tcp_readable,
 	.shutdown = tcp_shutdown,
 	.set_liveness = tcp_set_liveness,
 	.peer = tcp_peer,
