@@ -125,6 +125,15 @@ static int check_token(const char *v, char *why, size_t whylen)
 	return 0;
 }
 
+static int check_pool_cache(const char *v, char *why, size_t whylen)
+{
+	if (strlen(v) >= 4096 || strchr(v, '\n')) {
+		snprintf(why, whylen, "not a file name");
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int check_profile(const char *v, char *why, size_t whylen)
 {
 	uint64_t min;
@@ -148,6 +157,7 @@ static const struct setting {
 	{.name = "REMORA_SERVER", .check = check_servers},
 	{.name = "REMORA_POOL", .check = check_pool},
 	{.name = "REMORA_MIN_FREE_MEMORY", .check = check_min_free},
+	{.name = "REMORA_POOL_CACHE", .check = check_pool_cache},
 	{.name = "REMORA_TOKEN", .check = check_token, .empty_checked = 1, .secret = 1},
 	{.name = "REMORA_VISIBLE_DEVICES", .check = check_visible_devices},
 	{.name = "REMORA_PEER_TIMEOUT", .check = check_peer_timeout},

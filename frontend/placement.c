@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "pool_cache.h"
 #include "size.h"
 
 #define DEFAULT_SERVER "127.0.0.1:7700"
@@ -55,7 +56,17 @@ static int from_pool(struct rm_candidates *c, const char *endpoints)
 		return err == -EINVAL || err == -ENOMEM ? err : -EHOSTUNREACH;
 	}
 	int *order = malloc(((size_t)n + 1) * sizeof(*order));
-	int count = order ? rm_placement_order(members, n, min_free, order) : 0;
+	/* Every serving member, kept for when etcd is away; then those that fit. */
+	struct rm_candidates *all = malloc(sizeof(*all));
+	int count = order && all ? rm_placement_order(members, n, 0, order) : 0;
+	if (all) {
+		all->n = 0;
+		for (int i = 0; i < count && all->n < RM_PLACEMENT_MAX; i++)
+			snprintf(all->addr[all->n++], sizeof(all->addr[0]), "%s", members[order[i]].address);
+		rm_pool_cache_write(endpoints, all);
+		free(all);
+	}
+	count = order ? rm_placement_order(members, n, min_free, order) : 0;
 	for (int i = 0; i < count && c->n < RM_PLACEMENT_MAX; i++)
 		snprintf(c->addr[c->n++], sizeof(c->addr[0]), "%s", members[order[i]].address);
 	free(order);
@@ -75,11 +86,20 @@ int rm_placement_candidates(struct rm_candidates *c)
 	if (pool && *pool) {
 		c->from = "REMORA_POOL";
 		int err = from_pool(c, pool);
-		if (err != -EHOSTUNREACH || !server || !*server)
+		if (err != -EHOSTUNREACH)
 			return err;
 		/* The daemons may well be serving while their store is away. */
-		rm_log(RM_LOG_ERROR, "the pool at %s cannot be reached: trying the servers REMORA_SERVER names", pool);
 		c->n = 0;
+		long age;
+		if ((!server || !*server) && !rm_pool_cache_read(pool, c, &age)) {
+			rm_log(RM_LOG_ERROR, "the pool at %s cannot be reached: trying its %d member(s) last seen %ld s ago",
+			       pool, c->n, age);
+			c->from = "the pool's last members";
+			return 0;
+		}
+		if (!server || !*server)
+			return err;
+		rm_log(RM_LOG_ERROR, "the pool at %s cannot be reached: trying the servers REMORA_SERVER names", pool);
 	}
 	c->from = server && *server ? "REMORA_SERVER" : "the default";
 	char list[2048];

@@ -4,6 +4,8 @@
  *                                       clients first, then most free memory
  *   REMORA_SERVER=host:port[,...]       these, in the order given; also when REMORA_POOL
  *                                       is set but its etcd cannot be reached
+ *   REMORA_POOL unreachable, no         the pool's members as last seen (pool_cache.h)
+ *   REMORA_SERVER
  *   neither                             127.0.0.1:7700
  * The caller tries each until one accepts the hello. */
 #ifndef REMORA_PLACEMENT_H
@@ -18,7 +20,7 @@
 struct rm_candidates {
 	int n;
 	char addr[RM_PLACEMENT_MAX][256];
-	const char *from;   /* "REMORA_POOL", "REMORA_SERVER" or "the default" */
+	const char *from;   /* "REMORA_POOL", "REMORA_SERVER", "the pool's last members" or "the default" */
 };
 
 /* Fills c from the environment. Returns 0, or -errno after printing one line on

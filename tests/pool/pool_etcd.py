@@ -116,6 +116,7 @@ def start_daemon(tmp, name, endpoint):
 
 def main():
     tmp = tempfile.mkdtemp(prefix="remora-pool-")
+    os.environ["REMORA_POOL_CACHE"] = os.path.join(tmp, "pool-members")  # never the user's own
     hold = None
     try:
         endpoint = start_etcd(tmp)
@@ -224,6 +225,17 @@ def main():
               f"with REMORA_SERVER as well, it says so and uses those ({err.strip()[-300:]})")
         rc, out, err = cli("status", f"127.0.0.1:{free_port()}")
         check(rc != 0 and err.count("\n") == 1 and "cannot reach remorad" in err, "status of no daemon: one line")
+
+        # etcd gone: a client given only REMORA_POOL tries the members it saw last, and says so.
+        cached = open(os.environ["REMORA_POOL_CACHE"]).read().splitlines()
+        check(cached and cached[0].startswith("remora-pool-members 1 ") and cached[0].endswith(endpoint) and
+              set(cached[1:]) <= set(addr.values()) and len(cached) > 1,
+              f"the pool's serving members were kept ({cached})")
+        procs[0].kill()  # etcd
+        procs[0].wait()
+        rc, out, err = run_probe(pool, "free")
+        check(rc == 0 and "last seen" in err and connected_to(err) in addr.values(),
+              f"etcd away, no REMORA_SERVER: the pool's last members are tried, and it says so ({err.strip()[-300:]})")
     finally:
         for p in ([hold] if hold else []) + procs[::-1]:
             if p.poll() is None:
