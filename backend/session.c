@@ -193,9 +193,9 @@ void rm_session_own_memory(struct rm_session *s, enum rm_handle_kind kind, uint6
 		s->handles_used++;
 	s->handles[i] = h;
 	s->handles_live++;
-	if (kind == RM_H_MEMORY || kind == RM_H_GLOBAL)
+	if (kind == RM_H_MEMORY || kind == RM_H_GLOBAL || kind == RM_H_MAPPING)
 		range_insert(s, &h);
-	if (kind == RM_H_MEMORY)
+	if (kind == RM_H_MEMORY || kind == RM_H_PHYSICAL)
 		s->mem_bytes += size;
 }
 
@@ -209,9 +209,9 @@ void rm_session_disown_value(struct rm_session *s, enum rm_handle_kind kind, uin
 	struct rm_handle *h = find_slot(s, kind, v);
 	if (!h)
 		return;
-	if (kind == RM_H_MEMORY || kind == RM_H_GLOBAL)
+	if (kind == RM_H_MEMORY || kind == RM_H_GLOBAL || kind == RM_H_MAPPING)
 		range_remove(s, v);
-	if (kind == RM_H_MEMORY)
+	if (kind == RM_H_MEMORY || kind == RM_H_PHYSICAL)
 		s->mem_bytes -= h->size;
 	if (kind == RM_H_STREAM)
 		rm_stream_order_remove(s, (CUstream)(uintptr_t)v);
@@ -304,21 +304,31 @@ CUresult rm_session_check_span(struct rm_session *s, uint64_t ptr, uint64_t coun
 	return rm_session_check_range(s, ptr, len);
 }
 
-CUresult rm_session_check_range(struct rm_session *s, uint64_t ptr, uint64_t len)
+/* The last owned range with base <= ptr, or NULL. */
+static const struct rm_handle *range_below(struct rm_session *s, uint64_t ptr)
 {
 	size_t lo = 0, hi = s->nranges;
-	while (lo < hi) { /* the last range with base <= ptr */
+	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
 		if (s->ranges[mid].value <= ptr)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	if (lo > 0) {
-		const struct rm_handle *r = &s->ranges[lo - 1];
-		if (ptr - r->value <= r->size && len <= r->size - (ptr - r->value))
-			return CUDA_SUCCESS;
-	}
+	return lo > 0 ? &s->ranges[lo - 1] : NULL;
+}
+
+const struct rm_handle *rm_session_range_of(struct rm_session *s, uint64_t ptr)
+{
+	const struct rm_handle *r = range_below(s, ptr);
+	return r && ptr - r->value < r->size ? r : NULL;
+}
+
+CUresult rm_session_check_range(struct rm_session *s, uint64_t ptr, uint64_t len)
+{
+	const struct rm_handle *r = range_below(s, ptr);
+	if (r && ptr - r->value <= r->size && len <= r->size - (ptr - r->value))
+		return CUDA_SUCCESS;
 	rm_log(RM_LOG_WARN, "session %llu (%s): refused device range 0x%llx+%llu it does not own",
 	       (unsigned long long)s->id, s->name, (unsigned long long)ptr, (unsigned long long)len);
 	return CUDA_ERROR_INVALID_VALUE;
@@ -439,10 +449,12 @@ static void free_drained(struct rm_session *s, uint64_t ptr)
 }
 
 /* Releases what the client holds, in an order the driver accepts: work
- * drained first, then events, streams, modules and memory. */
+ * drained first, then events, streams, modules, memory, mappings, physical memory,
+ * reservations and, their allocations freed, memory pools. */
 size_t rm_session_release_all(struct rm_session *s)
 {
-	static const uint32_t order[] = {RM_H_EVENT, RM_H_STREAM, RM_H_MODULE, RM_H_LIBRARY, RM_H_MEMORY};
+	static const uint32_t order[] = {RM_H_EVENT,   RM_H_STREAM,   RM_H_MODULE,   RM_H_LIBRARY, RM_H_MEMORY,
+					 RM_H_MAPPING, RM_H_PHYSICAL, RM_H_VA_RANGE, RM_H_MEMPOOL};
 	size_t freed = 0;
 	CUcontext prev = s->thread_ctx;
 	if (s->nctx)
@@ -475,6 +487,14 @@ size_t rm_session_release_all(struct rm_session *s)
 				free_drained(s, h->value);
 				rm_session_uncharge(s, h->size);
 				break;
+			case RM_H_MAPPING: rm_drv.cuMemUnmap(h->value, h->size); break;
+			case RM_H_PHYSICAL:
+				if (!h->parent) /* not released by the client yet */
+					rm_drv.cuMemRelease(h->value);
+				rm_session_uncharge(s, h->size);
+				break;
+			case RM_H_VA_RANGE: rm_drv.cuMemAddressFree(h->value, h->size); break;
+			case RM_H_MEMPOOL: rm_drv.cuMemPoolDestroy(p); break;
 			}
 			freed++;
 		}

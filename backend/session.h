@@ -22,6 +22,10 @@ enum rm_handle_kind {
 	RM_H_KERNEL,      /* CUkernel */
 	RM_H_MEMORY,  /* a device allocation: value is its base, size its length */
 	RM_H_GLOBAL,  /* a module's global: usable memory the client cannot free */
+	RM_H_MEMPOOL,     /* CUmemoryPool */
+	RM_H_PHYSICAL, /* cuMemCreate's memory: size its length, charged until released (parent 1) and unmapped */
+	RM_H_VA_RANGE, /* a cuMemAddressReserve range: value its base, size its length */
+	RM_H_MAPPING,  /* a cuMemMap'ed piece of a range: usable memory; parent its physical allocation */
 };
 
 struct rm_handle {
@@ -51,6 +55,7 @@ struct rm_session_ctx {
 	CUevent legacy_done;     /* recorded on it when a blocking stream must wait for it */
 	uint64_t legacy_work;
 	CUstream per_thread;     /* the client's per-thread default stream, made when first named */
+	CUmemoryPool pool;       /* the client's default memory pool on this GPU, made when first named */
 	struct rm_blocking_stream *blocking;
 	int nblocking, blocking_cap;
 };
@@ -140,6 +145,9 @@ CUresult rm_session_check_range(struct rm_session *s, uint64_t ptr, uint64_t len
 /* rm_session_check_range for count elements of unit bytes: CUDA_ERROR_INVALID_VALUE
  * when count * unit overflows. */
 CUresult rm_session_check_span(struct rm_session *s, uint64_t ptr, uint64_t count, uint64_t unit);
+/* The piece of usable memory (an allocation, global or mapping) the client owns that
+ * holds ptr, or NULL; quietly, for queries that answer "not found" themselves. */
+const struct rm_handle *rm_session_range_of(struct rm_session *s, uint64_t ptr);
 /* Maps the client's device ordinal to the host's GPU. */
 CUresult rm_session_device(struct rm_session *s, int ordinal, CUdevice *out);
 /* Maps a host GPU to the client's ordinal for it (a CUdevice the driver gave back). */
