@@ -102,8 +102,8 @@ RM_EXPORT CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute
 }
 
 /* As the driver's: an attribute that does not apply, or a pointer CUDA does not know
- * (memory of no allocation of this client's), gets its default value, zero, and
- * CUDA_SUCCESS; only an attribute this library does not know is an error. Host memory
+ * (memory of no allocation of this client's), gets its default value, zero (the host
+ * pointer of unknown memory: ptr itself, as an H100's driver answers), and CUDA_SUCCESS; only an attribute this library does not know is an error. Host memory
  * is answered here, device memory by the daemon in one call. */
 RM_EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes,
 						  void **data, CUdeviceptr ptr)
@@ -138,6 +138,10 @@ RM_EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CU
 	else if (r == CUDA_SUCCESS && rep && rep->owned)
 		for (unsigned int i = 0; i < numAttributes; i++)
 			memcpy(data[i], rep->data.data + (size_t)i * RM_POINTER_ATTRIBUTE_SLOT, attribute_size(attributes[i]));
+	else if (r == CUDA_SUCCESS) /* as the driver answers for memory it does not know: the host pointer is ptr */
+		for (unsigned int i = 0; i < numAttributes; i++)
+			if (attributes[i] == CU_POINTER_ATTRIBUTE_HOST_POINTER)
+				memcpy(data[i], &ptr, sizeof(ptr));
 	rm_rpc_free(rep ? &rep->base : NULL);
 	return r;
 }

@@ -434,7 +434,7 @@ TD_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribu
 }
 
 /* As the driver's: an attribute that does not apply, and every attribute of memory it
- * does not know, get zero, not an error. */
+ * does not know, get zero, not an error; but unknown memory's host pointer is itself. */
 TD_EXPORT CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute *attributes, void **data,
 					  CUdeviceptr ptr)
 {
@@ -455,6 +455,8 @@ TD_EXPORT CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribut
 			return CUDA_ERROR_INVALID_VALUE;
 		if (cuPointerGetAttribute(data[i], attributes[i], ptr) != CUDA_SUCCESS)
 			memset(data[i], 0, size);
+		if (attributes[i] == CU_POINTER_ATTRIBUTE_HOST_POINTER && !td_find_alloc(ptr, 1, NULL))
+			*(CUdeviceptr *)data[i] = ptr; /* unknown memory: a host pointer, as the driver says */
 	}
 	return CUDA_SUCCESS;
 }
