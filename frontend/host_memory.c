@@ -5,7 +5,7 @@
  * Mapped memory: the GPU cannot reach this process's memory across a network, so
  * cuMemHostGetDevicePointer gives an allocation a device buffer of its size (a
  * cuMemAlloc of the client's, charged to its quota) and the two copies are kept
- * coherent at synchronization points (docs/status.md, "Mapped host memory"):
+ * coherent at synchronization points (docs/architecture.md, "Memory of every kind"):
  *   - before a kernel launch, a host copy that changed since it last went up goes to
  *     the device buffer, on the launch's stream;
  *   - after a synchronizing call that succeeded (stream, event or context synchronize,
@@ -237,7 +237,7 @@ RM_EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void
 	pthread_mutex_unlock(&host_lock);
 	if (r == CUDA_ERROR_OUT_OF_MEMORY)
 		rm_log(RM_LOG_ERROR, "cuMemHostGetDevicePointer: mapping %zu bytes of host memory would pass the %u bytes "
-		       "this process may map (mapped memory is copied at synchronization points: docs/status.md)",
+		       "this process may map (mapped memory is copied at synchronization points: docs/architecture.md)",
 		       a->size, MAPPED_LIMIT);
 	if (fits) {
 		struct mapping *m = calloc(1, sizeof(*m));

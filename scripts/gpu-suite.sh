@@ -24,6 +24,7 @@ PROGRAMS=(
 	"drv_memcpy|tests/programs/drv_memcpy tests/programs/kernels.fatbin 1024"
 	"drv_spin|tests/programs/drv_spin tests/programs/kernels.fatbin 100000000"
 	"drv_sleep|tests/programs/drv_sleep tests/programs/kernels.fatbin 20000000"
+	"drv_memkinds|tests/programs/drv_memkinds tests/programs/kernels.fatbin"
 	"rt_vecadd|tests/rtprograms/rt_vecadd"
 	"rt_matmul|tests/rtprograms/rt_matmul"
 	"rt_reduce|tests/rtprograms/rt_reduce"
@@ -35,6 +36,7 @@ PROGRAMS=(
 	"rt_spin|tests/rtprograms/rt_spin 100000000"
 	"rt_legacy|tests/rtprograms/rt_legacy"
 	"rt_empty|tests/rtprograms/rt_empty 20000"
+	"rt_memkinds|tests/rtprograms/rt_memkinds"
 )
 
 BUILD=${REMORA_SUITE_BUILD:-build-gpu}
