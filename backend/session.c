@@ -222,7 +222,8 @@ void rm_session_disown_value(struct rm_session *s, enum rm_handle_kind kind, uin
 		return;
 	for (size_t i = 0; i < s->handles_cap; i++) {
 		struct rm_handle *c = &s->handles[i];
-		if (c->kind && c->kind != TOMBSTONE && c->parent == v)
+		/* A mapping's parent is a physical allocation, a physical one's a flag: never a module. */
+		if (c->kind && c->kind != TOMBSTONE && c->kind != RM_H_MAPPING && c->kind != RM_H_PHYSICAL && c->parent == v)
 			rm_session_disown_value(s, c->kind, c->value);
 	}
 }
