@@ -270,9 +270,9 @@ RM_EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void
 	return r;
 }
 
-/* Runs copy(a, arg) on every mapped allocation with the coherence lock held and m's
- * context current; stops at the first error. */
-static CUresult each_mapped(CUresult (*copy)(struct host_alloc *a, void *arg), void *arg)
+/* Runs copy(a, arg, other) on every mapped allocation with the coherence lock held and
+ * its context current (other: not the caller's); stops at the first error. */
+static CUresult each_mapped(CUresult (*copy)(struct host_alloc *a, void *arg, int other), void *arg)
 {
 	CUresult r = CUDA_SUCCESS;
 	pthread_mutex_lock(&coherence_lock);
@@ -287,7 +287,7 @@ static CUresult each_mapped(CUresult (*copy)(struct host_alloc *a, void *arg), v
 			continue;
 		CUcontext cur = rm_ctx_current();
 		int pushed = cur != a->map->ctx && cuCtxPushCurrent_v2(a->map->ctx) == CUDA_SUCCESS;
-		r = copy(a, arg);
+		r = copy(a, arg, pushed);
 		if (pushed)
 			cuCtxPopCurrent_v2(&cur);
 	}
@@ -296,18 +296,20 @@ static CUresult each_mapped(CUresult (*copy)(struct host_alloc *a, void *arg), v
 	return r;
 }
 
-static CUresult push(struct host_alloc *a, void *arg)
+/* On the launch's stream, or the NULL stream of another context's allocation. */
+static CUresult push(struct host_alloc *a, void *arg, int other)
 {
 	struct mapping *m = a->map;
 	if (!memcmp(m->shadow, a->p, a->size))
 		return CUDA_SUCCESS;
 	memcpy(m->shadow, a->p, a->size);
-	return cuMemcpyHtoDAsync_v2(m->dptr, m->shadow, a->size, *(CUstream *)arg);
+	return cuMemcpyHtoDAsync_v2(m->dptr, m->shadow, a->size, other ? NULL : *(CUstream *)arg);
 }
 
-static CUresult pull(struct host_alloc *a, void *arg)
+static CUresult pull(struct host_alloc *a, void *arg, int other)
 {
 	(void)arg;
+	(void)other;
 	struct mapping *m = a->map;
 	CUresult r = cuMemcpyDtoH_v2(m->shadow, m->dptr, a->size);
 	if (r == CUDA_SUCCESS)
