@@ -41,5 +41,8 @@ int rm_request_read_bulk(struct rm_session *s, struct rm_request *rq, void *buf,
 
 /* What a generated handler returns when the loaded driver lacks the function. */
 CUresult rm_unsupported_by_driver(const char *name);
+/* What a body returns for a use of a call Remora does not support (name says which, a
+ * string constant): CUDA_ERROR_NOT_SUPPORTED, logged once per name. */
+CUresult rm_unsupported_use(const char *name);
 
 #endif

@@ -5,6 +5,7 @@
 #include "dispatch.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "copy_profile.h"
 #include "log.h"
@@ -63,18 +64,12 @@ CUresult rm_body_cuMemGetInfo_v2(struct rm_session *s, size_t *free_b, size_t *t
  * does not know). */
 CUresult rm_body_cuMemGetAddressRange_v2(struct rm_session *s, CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
-	CUresult r = CUDA_ERROR_NOT_FOUND;
-	pthread_mutex_lock(&s->sh->lock);
-	for (size_t i = 0; i < s->sh->nranges && r != CUDA_SUCCESS; i++) {
-		const struct rm_handle *h = &s->sh->ranges[i];
-		if (dptr >= h->value && dptr - h->value < h->size) {
-			*pbase = h->value;
-			*psize = h->size;
-			r = CUDA_SUCCESS;
-		}
-	}
-	pthread_mutex_unlock(&s->sh->lock);
-	return r;
+	struct rm_handle h;
+	if (!rm_session_range_of(s, dptr, &h))
+		return CUDA_ERROR_NOT_FOUND;
+	*pbase = h.value;
+	*psize = h.size;
+	return CUDA_SUCCESS;
 }
 
 /* Host to device (backend/copy_links.c moves the bytes, over one connection or striped). */
@@ -151,6 +146,22 @@ void rm_handle_cuMemcpyDtoHAsync_v2(struct rm_session *s, struct rm_request *rq)
 	copy_out(s, rq);
 }
 
+/* The driver's answer for one attribute of owned memory, into data (64 bytes), in the
+ * client's terms: a device ordinal is the client's for that GPU. */
+static CUresult owned_attribute(struct rm_session *s, uint8_t *data, CUpointer_attribute a, uint64_t ptr)
+{
+	if (!rm_drv.cuPointerGetAttribute)
+		return rm_unsupported_by_driver("cuPointerGetAttribute");
+	CUresult r = rm_drv.cuPointerGetAttribute(data, a, ptr);
+	if (r == CUDA_SUCCESS && a == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) {
+		int dev;
+		memcpy(&dev, data, sizeof(dev));
+		r = rm_session_device_out(s, dev, &dev);
+		memcpy(data, &dev, sizeof(dev));
+	}
+	return r;
+}
+
 /* Only memory the client owns is described; any other pointer is refused as
  * one CUDA does not know. */
 void rm_handle_cuPointerGetAttribute(struct rm_session *s, struct rm_request *rq)
@@ -162,11 +173,35 @@ void rm_handle_cuPointerGetAttribute(struct rm_session *s, struct rm_request *rq
 	uint8_t data[64] = {0};
 	CUresult r = rm_session_check_range(s, req->ptr, 1);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuPointerGetAttribute ? rm_drv.cuPointerGetAttribute(data, (CUpointer_attribute)req->attribute, req->ptr)
-						 : rm_unsupported_by_driver("cuPointerGetAttribute");
+		r = owned_attribute(s, data, (CUpointer_attribute)req->attribute, req->ptr);
 	if (r == CUDA_SUCCESS) {
 		rep.data.data = data;
-		rep.data.len = 16; /* the largest attribute, P2P tokens; the client takes its attribute's size */
+		rep.data.len = RM_POINTER_ATTRIBUTE_SLOT; /* the client takes its attribute's size */
+	}
+	rm_request_finish(s, rq, r, &rep.base);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+/* As the driver's cuPointerGetAttributes: an attribute that does not apply, or memory
+ * that is not the client's, gets the default value (the client writes it: owned false),
+ * not an error. */
+void rm_handle_cuPointerGetAttributes(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__PointerAttributes *req = (void *)rm_request_unpack(rq, &remora__pointer_attributes__descriptor);
+	if (!req)
+		return;
+	Remora__PointerAttributesReply rep = REMORA__POINTER_ATTRIBUTES_REPLY__INIT;
+	uint8_t out[RM_MAX_POINTER_ATTRIBUTES * RM_POINTER_ATTRIBUTE_SLOT] = {0};
+	CUresult r = req->n_attributes > RM_MAX_POINTER_ATTRIBUTES ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+	if (r == CUDA_SUCCESS && rm_session_range_of(s, req->ptr, NULL)) {
+		for (size_t i = 0; i < req->n_attributes; i++) {
+			uint8_t data[64] = {0};
+			if (owned_attribute(s, data, (CUpointer_attribute)req->attributes[i], req->ptr) == CUDA_SUCCESS)
+				memcpy(out + i * RM_POINTER_ATTRIBUTE_SLOT, data, RM_POINTER_ATTRIBUTE_SLOT);
+		}
+		rep.owned = 1;
+		rep.data.data = out;
+		rep.data.len = req->n_attributes * RM_POINTER_ATTRIBUTE_SLOT;
 	}
 	rm_request_finish(s, rq, r, &rep.base);
 	protobuf_c_message_free_unpacked(&req->base, NULL);

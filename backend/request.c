@@ -2,6 +2,7 @@
 #include "dispatch.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "gpus.h"
@@ -99,5 +100,24 @@ int rm_request_read_bulk(struct rm_session *s, struct rm_request *rq, void *buf,
 CUresult rm_unsupported_by_driver(const char *name)
 {
 	rm_log(RM_LOG_WARN, "the loaded driver lacks %s", name);
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+CUresult rm_unsupported_use(const char *name)
+{
+	static const char *logged[32];
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	int seen = 0;
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < sizeof(logged) / sizeof(logged[0]) && !seen; i++)
+		if (logged[i] == name)
+			seen = 1;
+		else if (!logged[i]) {
+			logged[i] = name;
+			break;
+		}
+	pthread_mutex_unlock(&lock);
+	if (!seen)
+		rm_log(RM_LOG_WARN, "not supported: %s", name);
 	return CUDA_ERROR_NOT_SUPPORTED;
 }

@@ -127,6 +127,28 @@ int rm_session_find(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, 
 	return h != NULL;
 }
 
+int rm_session_each(struct rm_session *s, enum rm_handle_kind kind, int (*visit)(const struct rm_handle *h, void *arg),
+		    void *arg)
+{
+	int stop = 0;
+	pthread_mutex_lock(&s->sh->lock);
+	for (size_t i = 0; i < s->sh->handles_cap && !stop; i++)
+		if (s->sh->handles[i].kind == (uint32_t)kind)
+			stop = visit(&s->sh->handles[i], arg);
+	pthread_mutex_unlock(&s->sh->lock);
+	return stop;
+}
+
+int rm_session_set_parent(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, uint64_t parent)
+{
+	pthread_mutex_lock(&s->sh->lock);
+	struct rm_handle *h = find_slot(s, kind, v);
+	if (h)
+		h->parent = parent;
+	pthread_mutex_unlock(&s->sh->lock);
+	return h != NULL;
+}
+
 /* Rebuilds the table without tombstones, at the size that keeps it at most half full
  * (so churn with few live handles does not grow it). */
 static int grow(struct rm_session *s)
@@ -198,9 +220,9 @@ static void own_locked(struct rm_session *s, enum rm_handle_kind kind, uint64_t 
 		s->sh->handles_used++;
 	s->sh->handles[i] = h;
 	s->sh->handles_live++;
-	if (kind == RM_H_MEMORY || kind == RM_H_GLOBAL)
+	if (kind == RM_H_MEMORY || kind == RM_H_GLOBAL || kind == RM_H_MAPPING)
 		range_insert(s, &h);
-	if (kind == RM_H_MEMORY)
+	if (kind == RM_H_MEMORY || kind == RM_H_PHYSICAL)
 		s->sh->mem_bytes += size;
 }
 
@@ -225,9 +247,9 @@ static int disown_locked(struct rm_session *s, enum rm_handle_kind kind, uint64_
 		return 0;
 	if (out)
 		*out = *h;
-	if (kind == RM_H_MEMORY || kind == RM_H_GLOBAL)
+	if (kind == RM_H_MEMORY || kind == RM_H_GLOBAL || kind == RM_H_MAPPING)
 		range_remove(s, v);
-	if (kind == RM_H_MEMORY)
+	if (kind == RM_H_MEMORY || kind == RM_H_PHYSICAL)
 		s->sh->mem_bytes -= h->size;
 	if (kind == RM_H_STREAM)
 		rm_stream_order_remove(s, (CUstream)(uintptr_t)v);
@@ -238,7 +260,9 @@ static int disown_locked(struct rm_session *s, enum rm_handle_kind kind, uint64_
 		return 1;
 	for (size_t i = 0; i < s->sh->handles_cap; i++) {
 		struct rm_handle *c = &s->sh->handles[i];
-		if (c->kind && c->kind != TOMBSTONE && c->parent == v)
+		/* A mapping's parent is a physical allocation, a physical one's a flag: never a module. */
+		if (c->kind && c->kind != TOMBSTONE && c->kind != RM_H_MAPPING && c->kind != RM_H_PHYSICAL &&
+		    c->parent == v)
 			disown_locked(s, c->kind, c->value, NULL);
 	}
 	return 1;
@@ -349,22 +373,36 @@ CUresult rm_session_check_span(struct rm_session *s, uint64_t ptr, uint64_t coun
 	return rm_session_check_range(s, ptr, len);
 }
 
-CUresult rm_session_check_range(struct rm_session *s, uint64_t ptr, uint64_t len)
+/* The last owned range with base <= ptr, or NULL. Under sh->lock. */
+static const struct rm_handle *range_below(struct rm_session *s, uint64_t ptr)
 {
-	pthread_mutex_lock(&s->sh->lock);
-	int ok = 0;
 	size_t lo = 0, hi = s->sh->nranges;
-	while (lo < hi) { /* the last range with base <= ptr */
+	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
 		if (s->sh->ranges[mid].value <= ptr)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	if (lo > 0) {
-		const struct rm_handle *r = &s->sh->ranges[lo - 1];
-		ok = ptr - r->value <= r->size && len <= r->size - (ptr - r->value);
-	}
+	return lo > 0 ? &s->sh->ranges[lo - 1] : NULL;
+}
+
+int rm_session_range_of(struct rm_session *s, uint64_t ptr, struct rm_handle *out)
+{
+	pthread_mutex_lock(&s->sh->lock);
+	const struct rm_handle *r = range_below(s, ptr);
+	int found = r && ptr - r->value < r->size;
+	if (found && out)
+		*out = *r;
+	pthread_mutex_unlock(&s->sh->lock);
+	return found;
+}
+
+CUresult rm_session_check_range(struct rm_session *s, uint64_t ptr, uint64_t len)
+{
+	pthread_mutex_lock(&s->sh->lock);
+	const struct rm_handle *r = range_below(s, ptr);
+	int ok = r && ptr - r->value <= r->size && len <= r->size - (ptr - r->value);
 	pthread_mutex_unlock(&s->sh->lock);
 	if (ok)
 		return CUDA_SUCCESS;
@@ -533,10 +571,12 @@ static void free_drained(struct rm_session *s, uint64_t ptr)
 }
 
 /* Releases what the client holds, in an order the driver accepts: work
- * drained first, then events, streams, modules and memory. */
+ * drained first, then events, streams, modules, memory, mappings, physical memory,
+ * reservations and, their allocations freed, memory pools. */
 size_t rm_session_release_all(struct rm_session *s)
 {
-	static const uint32_t order[] = {RM_H_EVENT, RM_H_STREAM, RM_H_MODULE, RM_H_LIBRARY, RM_H_MEMORY};
+	static const uint32_t order[] = {RM_H_EVENT,   RM_H_STREAM,   RM_H_MODULE,   RM_H_LIBRARY, RM_H_MEMORY,
+					 RM_H_MAPPING, RM_H_PHYSICAL, RM_H_VA_RANGE, RM_H_MEMPOOL};
 	size_t freed = 0;
 	CUcontext prev = s->thread_ctx;
 	if (s->sh->nctx)
@@ -562,6 +602,14 @@ size_t rm_session_release_all(struct rm_session *s)
 				free_drained(s, h->value);
 				rm_session_uncharge(s, h->size);
 				break;
+			case RM_H_MAPPING: rm_drv.cuMemUnmap(h->value, h->size); break;
+			case RM_H_PHYSICAL:
+				if (!h->parent) /* not released by the client yet */
+					rm_drv.cuMemRelease(h->value);
+				rm_session_uncharge(s, h->size);
+				break;
+			case RM_H_VA_RANGE: rm_drv.cuMemAddressFree(h->value, h->size); break;
+			case RM_H_MEMPOOL: rm_drv.cuMemPoolDestroy(p); break;
 			}
 			freed++;
 		}

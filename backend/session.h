@@ -22,6 +22,10 @@ enum rm_handle_kind {
 	RM_H_KERNEL,      /* CUkernel */
 	RM_H_MEMORY,  /* a device allocation: value is its base, size its length */
 	RM_H_GLOBAL,  /* a module's global: usable memory the client cannot free */
+	RM_H_MEMPOOL,     /* CUmemoryPool */
+	RM_H_PHYSICAL, /* cuMemCreate's memory: size its length, charged until released (parent 1) and unmapped */
+	RM_H_VA_RANGE, /* a cuMemAddressReserve range: value its base, size its length */
+	RM_H_MAPPING,  /* a cuMemMap'ed piece of a range: usable memory; parent its physical allocation */
 };
 
 struct rm_handle {
@@ -58,6 +62,7 @@ struct rm_session_ctx {
 	 * named: a client thread with a channel of its own has a stream of its own, as in
 	 * CUDA; threads sharing the main connection share channel 0's. */
 	CUstream per_thread[RM_MAX_CHANNELS + 1];
+	CUmemoryPool pool;       /* the client's default memory pool on this GPU, made when first named */
 	struct rm_blocking_stream *blocking;
 	int nblocking, blocking_cap;
 };
@@ -188,6 +193,10 @@ CUresult rm_session_check_range(struct rm_session *s, uint64_t ptr, uint64_t len
 /* rm_session_check_range for count elements of unit bytes: CUDA_ERROR_INVALID_VALUE
  * when count * unit overflows. */
 CUresult rm_session_check_span(struct rm_session *s, uint64_t ptr, uint64_t count, uint64_t unit);
+/* Whether a piece of usable memory (an allocation, global or mapping) the client owns
+ * holds ptr, and if so a copy of its record in *out (may be NULL); quietly, for queries
+ * that answer "not found" themselves. */
+int rm_session_range_of(struct rm_session *s, uint64_t ptr, struct rm_handle *out);
 /* Maps the client's device ordinal to the host's GPU. */
 CUresult rm_session_device(struct rm_session *s, int ordinal, CUdevice *out);
 /* Maps a host GPU to the client's ordinal for it (a CUdevice the driver gave back). */
@@ -209,6 +218,13 @@ void rm_session_disown(struct rm_session *s, enum rm_handle_kind kind, const voi
 void rm_session_disown_value(struct rm_session *s, enum rm_handle_kind kind, uint64_t v);
 /* Copies an owned handle's record into out (may be NULL): 1, or 0 when not owned. */
 int rm_session_find(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, struct rm_handle *out);
+/* Calls visit on each owned handle of kind, under the session's lock (visit must not call
+ * into the session), until one returns nonzero; returns that, or 0. */
+int rm_session_each(struct rm_session *s, enum rm_handle_kind kind, int (*visit)(const struct rm_handle *h, void *arg),
+		    void *arg);
+/* Sets an owned handle's parent field (a mark kinds without parents keep there): 1, or 0
+ * when it is not owned. */
+int rm_session_set_parent(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, uint64_t parent);
 /* Forgets an owned handle as one step, copying its record into out: 1, or 0 when it was
  * not owned (another thread's call gave it up first). For a call that gives the handle
  * back to the driver: a handle only one call can take is freed once. */

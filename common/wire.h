@@ -13,6 +13,8 @@
 #define RM_MAX_BULK_LEN (1ull << 40)       /* bulk part; each op bounds it further */
 #define RM_MAX_IMAGE_LEN (1ull << 30)      /* a module image */
 #define RM_MAX_OUT_BUF (1u << 16)          /* an out[LEN] buffer of a generated call */
+#define RM_MAX_POINTER_ATTRIBUTES 64       /* attributes of one cuPointerGetAttributes */
+#define RM_POINTER_ATTRIBUTE_SLOT 16       /* bytes of one attribute's value on the wire (the largest, P2P tokens) */
 
 /* Frame flags. */
 enum {

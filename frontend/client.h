@@ -67,6 +67,23 @@ void rm_ctx_known(CUcontext ctx, CUdevice dev);
 
 /* Finds the host allocation or registration holding p (any out may be NULL); 1 if there is one. */
 int rm_host_alloc_find(const void *p, void **base, size_t *size, unsigned int *flags);
+/* What is known of the host allocation or registration holding p. */
+struct rm_host_info {
+	void *base;
+	size_t size;
+	unsigned int flags;
+	uint64_t buffer_id;   /* unique among this process's host allocations (high bit set) */
+	CUdeviceptr mapped;   /* its device buffer's base (cuMemHostGetDevicePointer), or 0 */
+};
+int rm_host_alloc_info(const void *p, struct rm_host_info *out);
+
+/* Mapped host memory (host_memory.c): its device buffer is kept coherent at
+ * synchronization points. Before a launch to stream, host copies that changed go up;
+ * after a synchronizing call that succeeded, device copies come back down if work was
+ * submitted since. Both are no-ops while nothing is mapped; rm_mapped_after_sync returns
+ * what the copies give (CUDA_SUCCESS when there is nothing to do). */
+CUresult rm_mapped_before_launch(CUstream stream);
+CUresult rm_mapped_after_sync(void);
 
 /* Library-wide set-up: logging. Idempotent. */
 void rm_client_init(void);

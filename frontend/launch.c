@@ -160,7 +160,9 @@ static CUresult launch(uint32_t op, Remora__LaunchKernel *req, CUfunction f, voi
 		req->params.data = dst;
 		req->params.len = l->size;
 	}
-	r = rm_rpc_simple(op, &req->base, NULL, NULL);
+	r = rm_mapped_before_launch((CUstream)(uintptr_t)req->stream); /* mapped host memory the kernel may read */
+	if (r == CUDA_SUCCESS)
+		r = rm_rpc_simple(op, &req->base, NULL, NULL);
 	free(heap);
 	return r;
 }

@@ -1,4 +1,4 @@
-/* Copies between the program's memory and the GPU, and host allocations.
+/* Copies between the program's memory and the GPU (host allocations: host_memory.c).
  * Copy data travels as bulk, straight from or into the program's buffer. */
 #include "client.h"
 #include "copy_links.h"
@@ -239,9 +239,11 @@ static CUresult copy_from_device(uint32_t op, void *dst, CUdeviceptr src, size_t
 	return r;
 }
 
+/* A blocking copy is a synchronization point: mapped host memory is brought up to date after it. */
 RM_EXPORT CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
-	return copy_to_device(RM_OP_cuMemcpyHtoD_v2, dstDevice, srcHost, ByteCount, NULL);
+	CUresult r = copy_to_device(RM_OP_cuMemcpyHtoD_v2, dstDevice, srcHost, ByteCount, NULL);
+	return r == CUDA_SUCCESS ? rm_mapped_after_sync() : r;
 }
 
 RM_EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
@@ -252,7 +254,8 @@ RM_EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const voi
 
 RM_EXPORT CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
-	return copy_from_device(RM_OP_cuMemcpyDtoH_v2, dstHost, srcDevice, ByteCount, NULL);
+	CUresult r = copy_from_device(RM_OP_cuMemcpyDtoH_v2, dstHost, srcDevice, ByteCount, NULL);
+	return r == CUDA_SUCCESS ? rm_mapped_after_sync() : r;
 }
 
 /* The data must land in the program's memory, so this returns once it has:
@@ -261,131 +264,4 @@ RM_EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDe
 						 CUstream hStream)
 {
 	return copy_from_device(RM_OP_cuMemcpyDtoHAsync_v2, dstHost, srcDevice, ByteCount, hStream);
-}
-
-/* Host allocations: page-aligned and locked where the limits allow, tracked
- * so cuMemFreeHost and cuMemHostGetFlags know them. */
-struct host_alloc {
-	void *p;
-	size_t size;
-	unsigned int flags;
-	int registered; /* the program's own memory, given by cuMemHostRegister */
-	struct host_alloc *next;
-};
-
-static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct host_alloc *host_allocs;
-
-RM_EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
-{
-	if (!pp || !bytesize)
-		return CUDA_ERROR_INVALID_VALUE;
-	struct host_alloc *a = malloc(sizeof(*a));
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	void *p = NULL;
-	if (!a || posix_memalign(&p, page, bytesize)) {
-		free(a);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	mlock(p, bytesize); /* best effort: RLIMIT_MEMLOCK may refuse */
-	a->p = p;
-	a->size = bytesize;
-	a->flags = Flags;
-	a->registered = 0;
-	pthread_mutex_lock(&host_lock);
-	a->next = host_allocs;
-	host_allocs = a;
-	pthread_mutex_unlock(&host_lock);
-	*pp = p;
-	return CUDA_SUCCESS;
-}
-
-RM_EXPORT CUresult CUDAAPI cuMemAllocHost_v2(void **pp, size_t bytesize)
-{
-	return cuMemHostAlloc(pp, bytesize, 0);
-}
-
-/* Unlinks the allocation starting at p of the given origin, or returns NULL. */
-static struct host_alloc *take_host_alloc(void *p, int registered)
-{
-	pthread_mutex_lock(&host_lock);
-	struct host_alloc **link = &host_allocs;
-	while (*link && ((*link)->p != p || (*link)->registered != registered))
-		link = &(*link)->next;
-	struct host_alloc *a = *link;
-	if (a)
-		*link = a->next;
-	pthread_mutex_unlock(&host_lock);
-	return a;
-}
-
-RM_EXPORT CUresult CUDAAPI cuMemFreeHost(void *p)
-{
-	struct host_alloc *a = take_host_alloc(p, 0);
-	if (!a)
-		return CUDA_ERROR_INVALID_VALUE;
-	munlock(a->p, a->size);
-	free(a->p);
-	free(a);
-	return CUDA_SUCCESS;
-}
-
-/* Copies from and to registered memory already go straight from the program's
- * buffer; registering locks it where the limits allow and records it. */
-RM_EXPORT CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
-{
-	if (!p || !bytesize)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (rm_host_alloc_find(p, NULL, NULL, NULL))
-		return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
-	struct host_alloc *a = malloc(sizeof(*a));
-	if (!a)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	mlock(p, bytesize);
-	*a = (struct host_alloc){.p = p, .size = bytesize, .flags = Flags, .registered = 1};
-	pthread_mutex_lock(&host_lock);
-	a->next = host_allocs;
-	host_allocs = a;
-	pthread_mutex_unlock(&host_lock);
-	return CUDA_SUCCESS;
-}
-
-RM_EXPORT CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
-{
-	return cuMemHostRegister_v2(p, bytesize, Flags);
-}
-
-RM_EXPORT CUresult CUDAAPI cuMemHostUnregister(void *p)
-{
-	struct host_alloc *a = take_host_alloc(p, 1);
-	if (!a)
-		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
-	munlock(a->p, a->size);
-	free(a);
-	return CUDA_SUCCESS;
-}
-
-int rm_host_alloc_find(const void *p, void **base, size_t *size, unsigned int *flags)
-{
-	int found = 0;
-	pthread_mutex_lock(&host_lock);
-	for (struct host_alloc *a = host_allocs; a && !found; a = a->next)
-		if ((const char *)p >= (char *)a->p && (const char *)p < (char *)a->p + a->size) {
-			if (base)
-				*base = a->p;
-			if (size)
-				*size = a->size;
-			if (flags)
-				*flags = a->flags;
-			found = 1;
-		}
-	pthread_mutex_unlock(&host_lock);
-	return found;
-}
-
-RM_EXPORT CUresult CUDAAPI cuMemHostGetFlags(unsigned int *pFlags, void *p)
-{
-	if (!pFlags)
-		return CUDA_ERROR_INVALID_VALUE;
-	return rm_host_alloc_find(p, NULL, NULL, pFlags) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }

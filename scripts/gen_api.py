@@ -26,6 +26,7 @@ SCALARS = {
     "cuuint64_t": "uint64", "cuuint32_t": "uint32", "float": "float", "CUdevice": "int32",
     "CUdeviceptr": "uint64", "long long": "int64", "unsigned char": "uint32", "short": "int32",
     "unsigned short": "uint32", "unsigned long": "uint64", "long": "int64",
+    "CUmemGenericAllocationHandle": "uint64",
 }
 
 
@@ -63,7 +64,8 @@ def parse_header(cuda_root):
         params = [] if args in ("", "void") else [Param(a) for a in args.split(",")]
         funcs[name] = Func(name, m.group(1), params)
     enums = set(re.findall(r"typedef enum \w+ \{[^}]*\} (\w+);", flat))
-    structs = set(re.findall(r"typedef struct \w+ \{[^}]*\} (\w+);", flat))
+    # A struct's members may hold one level of nested struct or union (CUmemAllocationProp).
+    structs = set(re.findall(r"typedef struct \w+ \{(?:[^{}]|\{[^{}]*\})*\} (\w+);", flat))
     # typedef chains such as CUuuid -> struct CUuuid_st, CUdevprop -> CUdevprop_v1
     aliases = dict((b, a) for a, b in re.findall(r"typedef (?:struct |enum )?(\w+) (\w+);", flat))
     handles = set(re.findall(r"typedef struct \w+ \*(\w+);", flat))  # CUcontext -> struct CUctx_st *
@@ -518,6 +520,13 @@ def gen_client_stub(fn, entry, fields):
         o.append("\t\treturn CUDA_ERROR_INVALID_VALUE;")
     outs = [f for f in fields if f.dir == "out"]
     rpc = "rm_rpc_cached" if entry.cached else "rm_rpc_simple"
+    # After a synchronizing call, mapped host memory is brought up to date (frontend/host_memory.c).
+    if not outs and entry.syncpoint:
+        o.append(f"\tCUresult r = {rpc}(RM_OP_{fn.name}, &req.base, NULL, NULL);")
+        o += [f"\trm_query_cache_forget(RM_OP_{f});" for f in entry.forgets]
+        o.append("\treturn r == CUDA_SUCCESS ? rm_mapped_after_sync() : r;")
+        o.append("}")
+        return "\n".join(o)
     if not outs:
         if entry.forgets:
             o.append(f"\tCUresult r = {rpc}(RM_OP_{fn.name}, &req.base, NULL, NULL);")
@@ -559,6 +568,8 @@ def gen_client_stub(fn, entry, fields):
             o.append(f"\t\t{'if (' + p.name + ') ' if f.optional else ''}*{p.name} = ({p.base})rep->{f.field};")
     o.append("\t}")
     o.append("\trm_rpc_free(rep ? &rep->base : NULL);")
+    if entry.syncpoint:
+        o.append("\tif (r == CUDA_SUCCESS)\n\t\tr = rm_mapped_after_sync();")
     o.append("\treturn r;")
     o.append("}")
     return "\n".join(o)

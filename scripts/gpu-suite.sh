@@ -24,6 +24,7 @@ PROGRAMS=(
 	"drv_memcpy|tests/programs/drv_memcpy tests/programs/kernels.fatbin 1024"
 	"drv_spin|tests/programs/drv_spin tests/programs/kernels.fatbin 100000000"
 	"drv_sleep|tests/programs/drv_sleep tests/programs/kernels.fatbin 20000000"
+	"drv_memkinds|tests/programs/drv_memkinds tests/programs/kernels.fatbin"
 	"rt_vecadd|tests/rtprograms/rt_vecadd"
 	"rt_matmul|tests/rtprograms/rt_matmul"
 	"rt_reduce|tests/rtprograms/rt_reduce"
@@ -37,6 +38,7 @@ PROGRAMS=(
 	"rt_empty|tests/rtprograms/rt_empty 20000"
 	"drv_tables|tests/programs/drv_tables tests/programs/kernels.fatbin"
 	"drv_attrcache|tests/programs/drv_attrcache tests/programs/kernels.fatbin"
+	"rt_memkinds|tests/rtprograms/rt_memkinds"
 )
 # Framework programs (issue 13), run from the repository root with the Python on the
 # PATH (PyTorch and torchvision for CUDA 13); --no-frameworks leaves them out.

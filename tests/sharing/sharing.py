@@ -14,11 +14,14 @@
              admission counts only the clients that see that GPU
   deviceget  cuDeviceGet under REMORA_VISIBLE_DEVICES
   freestall  a client's cuMemFree does not wait for other clients' kernels
+  memkinds   stream-ordered, pool and virtual memory allocations count against the client's
+             quota (drv_memkinds quota), and a client killed while holding memory of every
+             kind (drv_memkinds hold) leaves nothing behind
   queues     with 2 hardware queues, 6 clients' [timed record; kernel; timed record] on
              their NULL streams take no longer than one client's (queue_sharing = wait),
              while issued as CUDA would (direct) they serialize in the shared queues
 
-usage: sharing.py SCENARIO REMORAD DRIVER REMORA TENANT_PROBE PROBE IMAGE
+usage: sharing.py SCENARIO REMORAD DRIVER REMORA TENANT_PROBE PROBE IMAGE [MEMKINDS]
 """
 import json
 import os
@@ -36,6 +39,7 @@ from remorad_fixture import wait_for  # noqa: E402
 
 MIB = 1 << 20
 scenario, remorad, driver, remora, tenant_probe, probe, image = sys.argv[1:8]
+memkinds = sys.argv[8] if len(sys.argv) > 8 else None
 clients = []  # every client started, killed at the end if still running
 
 
@@ -356,6 +360,37 @@ def release_on_disconnect(tmp):
         d.stop()
 
 
+def memory_kinds(tmp):
+    d = Daemon(tmp, "memkinds-quota", "client_memory_limit = 64M\n")
+    try:
+        rc, out, err = finish(client(d, memkinds, image, "quota", "64"))
+        check(rc == 0 and "quota: ok" in out,
+              f"cuMemAllocAsync, cuMemAllocFromPoolAsync and cuMemCreate past a 64M quota are refused ({err.strip()})")
+        check(d.text().count("refused: over its quota") >= 3, "the log records the refused allocations")
+    finally:
+        d.stop()
+
+    d = Daemon(tmp, "memkinds-release", "tenant_isolation = shared\n", env={"REMORA_TESTDRIVER_MEM_MB": "1024"})
+    try:
+        rc, before, err = info(d)
+        check(rc == 0 and before.get("total") == 1024 * MIB, f"the observer sees the whole GPU ({before}, {err})")
+        h = client(d, memkinds, image, "hold", stdin=subprocess.PIPE)
+        check(h.stdout.readline().strip() == "ready",
+              "a client holds async, pool, VMM and mapped pinned memory")
+        during = info(d)[1].get("free", 0)
+        check(before["free"] - during >= 48 * MIB, f"the observer sees its memory in use ({before['free'] - during} bytes)")
+        h.send_signal(signal.SIGKILL)
+        h.wait()
+        wait_for(lambda: info(d)[1].get("free") == before["free"], timeout=10)
+        after = info(d)[1].get("free")
+        check(after == before["free"], f"after SIGKILL all the memory is free again ({before['free']} -> {after})")
+        check(wait_for(lambda: re.search(r"closed: released \d+ handles, 50335744 bytes of device memory", d.text())),
+              "the log records 48 MiB and 4 KiB of device memory released (async, pool, physical, mapped pinned)")
+        check("refused" not in d.text(), "nothing of the client's was refused")
+    finally:
+        d.stop()
+
+
 # ---------------------------------------------------------------- tenants
 
 def alive(pid):
@@ -645,6 +680,7 @@ SCENARIOS = {
     "release": release_on_disconnect,
     "tenants": tenants,
     "multigpu": multigpu,
+    "memkinds": memory_kinds,
 }
 
 

@@ -16,7 +16,7 @@ static bool side_ok(enum side side, const void *p, size_t bytes)
 static bool pinned(const void *p, size_t bytes)
 {
 	struct td_alloc a;
-	return td_find_alloc((uintptr_t)p, bytes, &a) && a.kind == TD_ALLOC_HOST;
+	return td_find_alloc((uintptr_t)p, bytes, &a) && (a.kind == TD_ALLOC_HOST || a.kind == TD_ALLOC_REGISTERED);
 }
 
 static CUresult copy(void *dst, enum side dst_side, const void *src, enum side src_side,

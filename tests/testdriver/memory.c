@@ -45,7 +45,7 @@ bool td_device_range_ok(const void *addr, size_t bytes)
 	return td_find_alloc((uintptr_t)addr, bytes, NULL);
 }
 
-static CUresult track(void *base, size_t size, enum td_alloc_kind kind, struct td_context *ctx, int device)
+CUresult td_track(void *base, size_t size, enum td_alloc_kind kind, struct td_context *ctx, int device)
 {
 	pthread_mutex_lock(&td_lock);
 	if (alloc_count == alloc_capacity) {
@@ -74,6 +74,60 @@ static void untrack_locked(size_t index)
 	allocs[index] = allocs[--alloc_count];
 }
 
+bool td_untrack(uintptr_t base, enum td_alloc_kind kind)
+{
+	bool found = false;
+	pthread_mutex_lock(&td_lock);
+	for (size_t i = 0; i < alloc_count && !found; i++)
+		if (allocs[i].base == base && allocs[i].kind == kind) {
+			allocs[i] = allocs[--alloc_count];
+			found = true;
+		}
+	pthread_mutex_unlock(&td_lock);
+	return found;
+}
+
+bool td_device_reserve(int device, size_t size)
+{
+	pthread_mutex_lock(&td_lock);
+	bool fits = size <= td_device_total_mem(device) - device_used[device];
+	if (fits)
+		device_used[device] += size;
+	pthread_mutex_unlock(&td_lock);
+	return fits;
+}
+
+void td_device_unreserve(int device, size_t size)
+{
+	pthread_mutex_lock(&td_lock);
+	device_used[device] -= size;
+	pthread_mutex_unlock(&td_lock);
+}
+
+void td_set_alloc_flags(uintptr_t base, unsigned int flags)
+{
+	pthread_mutex_lock(&td_lock);
+	for (size_t i = 0; i < alloc_count; i++)
+		if (allocs[i].base == base)
+			allocs[i].flags = flags;
+	pthread_mutex_unlock(&td_lock);
+}
+
+void td_set_alloc_pool(uintptr_t base, struct td_pool *pool)
+{
+	pthread_mutex_lock(&td_lock);
+	for (size_t i = 0; i < alloc_count; i++)
+		if (allocs[i].base == base)
+			allocs[i].pool = pool;
+	pthread_mutex_unlock(&td_lock);
+}
+
+struct td_pool *td_alloc_pool(uintptr_t ptr)
+{
+	struct td_alloc a;
+	return td_find_alloc(ptr, 1, &a) ? a.pool : NULL;
+}
+
 CUresult td_device_alloc(struct td_context *ctx, int device, size_t bytes, CUdeviceptr *out)
 {
 	size_t size = round_up(bytes, TD_DEVICE_ALIGN);
@@ -85,7 +139,7 @@ CUresult td_device_alloc(struct td_context *ctx, int device, size_t bytes, CUdev
 	if (!fits)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	void *memory = aligned_alloc(TD_DEVICE_ALIGN, size);
-	CUresult rc = memory ? track(memory, size, TD_ALLOC_DEVICE, ctx, device) : CUDA_ERROR_OUT_OF_MEMORY;
+	CUresult rc = memory ? td_track(memory, size, TD_ALLOC_DEVICE, ctx, device) : CUDA_ERROR_OUT_OF_MEMORY;
 	if (rc != CUDA_SUCCESS) {
 		pthread_mutex_lock(&td_lock);
 		device_used[device] -= size;
@@ -117,7 +171,8 @@ void td_free_context_allocs(struct td_context *ctx)
 	pthread_mutex_lock(&td_lock);
 	for (size_t i = 0; i < alloc_count;) {
 		if (allocs[i].ctx == ctx) {
-			free((void *)allocs[i].base);
+			if (allocs[i].kind == TD_ALLOC_DEVICE || allocs[i].kind == TD_ALLOC_HOST)
+				free((void *)allocs[i].base);
 			untrack_locked(i);
 		} else {
 			i++;
@@ -152,6 +207,8 @@ TD_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 		return CUDA_ERROR_INVALID_VALUE;
 	/* Like cudaFree: no queued work may still use it. */
 	td_context_synchronize(a.ctx);
+	if (a.pool)
+		td_pool_freed(a.pool, a.size);
 	td_free_device_range(a.base);
 	return CUDA_SUCCESS;
 }
@@ -170,6 +227,8 @@ TD_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream handle)
 	if (!td_find_alloc(dptr, 1, &a) || a.base != dptr || a.kind != TD_ALLOC_DEVICE || !a.ctx)
 		return CUDA_ERROR_INVALID_VALUE;
 	td_stream_synchronize(s);
+	if (a.pool)
+		td_pool_freed(a.pool, a.size);
 	td_free_device_range(a.base);
 	return CUDA_SUCCESS;
 }
@@ -208,7 +267,6 @@ TD_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CU
 
 TD_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytes, unsigned int flags)
 {
-	(void)flags;
 	struct td_context *ctx;
 	CUresult rc = td_require_context(&ctx);
 	if (rc != CUDA_SUCCESS)
@@ -219,11 +277,12 @@ TD_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytes, unsigned int flags)
 	void *memory = aligned_alloc(page, size);
 	if (!memory)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	rc = track(memory, size, TD_ALLOC_HOST, ctx, ctx->device);
+	rc = td_track(memory, size, TD_ALLOC_HOST, ctx, ctx->device);
 	if (rc != CUDA_SUCCESS) {
 		free(memory);
 		return rc;
 	}
+	td_set_alloc_flags((uintptr_t)memory, flags);
 	*pp = memory;
 	return CUDA_SUCCESS;
 }
@@ -249,6 +308,65 @@ TD_EXPORT CUresult cuMemFreeHost(void *p)
 	return CUDA_SUCCESS;
 }
 
+TD_EXPORT CUresult cuMemHostGetFlags(unsigned int *flags, void *p)
+{
+	struct td_alloc a;
+	if (!td_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!flags || !td_find_alloc((uintptr_t)p, 1, &a) || (a.kind != TD_ALLOC_HOST && a.kind != TD_ALLOC_REGISTERED))
+		return CUDA_ERROR_INVALID_VALUE;
+	*flags = a.flags;
+	return CUDA_SUCCESS;
+}
+
+/* Registered host memory: recorded, never freed here. */
+TD_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned int flags)
+{
+	struct td_context *ctx;
+	CUresult rc = td_require_context(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!p || bytes == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (td_find_alloc((uintptr_t)p, 1, NULL))
+		return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+	rc = td_track(p, bytes, TD_ALLOC_REGISTERED, ctx, ctx->device);
+	if (rc == CUDA_SUCCESS)
+		td_set_alloc_flags((uintptr_t)p, flags);
+	return rc;
+}
+
+TD_EXPORT CUresult cuMemHostRegister(void *p, size_t bytes, unsigned int flags)
+{
+	return cuMemHostRegister_v2(p, bytes, flags);
+}
+
+TD_EXPORT CUresult cuMemHostUnregister(void *p)
+{
+	struct td_context *ctx;
+	CUresult rc = td_require_context(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	td_context_synchronize(ctx);
+	return td_untrack((uintptr_t)p, TD_ALLOC_REGISTERED) ? CUDA_SUCCESS : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+}
+
+/* Unified addressing: pinned memory's device pointer is its host pointer (a kernel of
+ * this driver reaches any tracked allocation). */
+TD_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int flags)
+{
+	struct td_context *ctx;
+	CUresult rc = td_require_context(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	struct td_alloc a;
+	if (!pdptr || flags || !td_find_alloc((uintptr_t)p, 1, &a) ||
+	    (a.kind != TD_ALLOC_HOST && a.kind != TD_ALLOC_REGISTERED))
+		return CUDA_ERROR_INVALID_VALUE;
+	*pdptr = (CUdeviceptr)(uintptr_t)p;
+	return CUDA_SUCCESS;
+}
+
 TD_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
 	if (!td_initialized())
@@ -258,7 +376,7 @@ TD_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribu
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!td_find_alloc(ptr, 1, &a))
 		return CUDA_ERROR_INVALID_VALUE;
-	bool host = a.kind == TD_ALLOC_HOST;
+	bool host = a.kind == TD_ALLOC_HOST || a.kind == TD_ALLOC_REGISTERED;
 	switch (attribute) {
 	case CU_POINTER_ATTRIBUTE_CONTEXT:
 		*(CUcontext *)data = (CUcontext)a.ctx;
@@ -278,7 +396,13 @@ TD_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribu
 		*(unsigned long long *)data = a.buffer_id;
 		break;
 	case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+	case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+	case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+	case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
 		*(int *)data = 0;
+		break;
+	case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+		*(int *)data = a.kind == TD_ALLOC_DEVICE;
 		break;
 	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
 		*(int *)data = a.device;
@@ -292,8 +416,47 @@ TD_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribu
 	case CU_POINTER_ATTRIBUTE_MAPPED:
 		*(int *)data = 1;
 		break;
+	case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
+		*(int *)data = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
+		break;
+	case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+		*(unsigned long long *)data = CU_MEM_HANDLE_TYPE_NONE;
+		break;
+	case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+		if (!a.pool)
+			return CUDA_ERROR_INVALID_VALUE;
+		*(CUmemoryPool *)data = (CUmemoryPool)a.pool;
+		break;
 	default:
 		return CUDA_ERROR_INVALID_VALUE;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* As the driver's: an attribute that does not apply, and every attribute of memory it
+ * does not know, get zero, not an error; but unknown memory's host pointer is itself. */
+TD_EXPORT CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute *attributes, void **data,
+					  CUdeviceptr ptr)
+{
+	if (!td_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!attributes || !data)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned int i = 0; i < count; i++) {
+		size_t size = attributes[i] == CU_POINTER_ATTRIBUTE_P2P_TOKENS ? sizeof(CUDA_POINTER_ATTRIBUTE_P2P_TOKENS) : 8;
+		if (attributes[i] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE || attributes[i] == CU_POINTER_ATTRIBUTE_IS_MANAGED ||
+		    attributes[i] == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL || attributes[i] == CU_POINTER_ATTRIBUTE_MAPPED ||
+		    attributes[i] == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS || attributes[i] == CU_POINTER_ATTRIBUTE_ACCESS_FLAGS ||
+		    attributes[i] == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE ||
+		    attributes[i] == CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE ||
+		    attributes[i] == CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE)
+			size = 4;
+		if (!data[i])
+			return CUDA_ERROR_INVALID_VALUE;
+		if (cuPointerGetAttribute(data[i], attributes[i], ptr) != CUDA_SUCCESS)
+			memset(data[i], 0, size);
+		if (attributes[i] == CU_POINTER_ATTRIBUTE_HOST_POINTER && !td_find_alloc(ptr, 1, NULL))
+			*(CUdeviceptr *)data[i] = ptr; /* unknown memory: a host pointer, as the driver says */
 	}
 	return CUDA_SUCCESS;
 }

@@ -88,7 +88,14 @@ bool td_context_valid(const struct td_context *ctx);
 CUresult td_context_synchronize(struct td_context *ctx);
 
 /* ---- memory (memory.c) ---- */
-enum td_alloc_kind { TD_ALLOC_DEVICE, TD_ALLOC_HOST };
+enum td_alloc_kind {
+	TD_ALLOC_DEVICE,
+	TD_ALLOC_HOST,
+	TD_ALLOC_REGISTERED, /* the program's memory, given by cuMemHostRegister: never freed here */
+	TD_ALLOC_MAPPING,    /* a cuMemMap'ed piece of a reservation (vmm.c): its physical memory's */
+};
+
+struct td_pool;
 
 struct td_alloc {
 	uintptr_t base;
@@ -97,6 +104,8 @@ struct td_alloc {
 	struct td_context *ctx;      /* NULL for a library's globals */
 	int device;
 	uint64_t buffer_id;
+	struct td_pool *pool;        /* a stream-ordered allocation's pool, else NULL */
+	unsigned int flags;          /* host memory: cuMemHostAlloc's or cuMemHostRegister's flags */
 };
 
 /* Finds the allocation holding [addr, addr + bytes); copies it to *out. */
@@ -106,6 +115,20 @@ bool td_device_range_ok(const void *addr, size_t bytes);
 CUresult td_device_alloc(struct td_context *ctx, int device, size_t bytes, CUdeviceptr *out);
 void td_free_context_allocs(struct td_context *ctx);
 void td_free_device_range(uintptr_t base);
+/* Records [base, base + size) as an allocation of kind (memory the caller owns and frees). */
+CUresult td_track(void *base, size_t size, enum td_alloc_kind kind, struct td_context *ctx, int device);
+/* Forgets the record at base without freeing anything; false if there is none of that kind. */
+bool td_untrack(uintptr_t base, enum td_alloc_kind kind);
+/* Charges or returns device memory of device, as cuMemAlloc does; false if it does not fit. */
+bool td_device_reserve(int device, size_t size);
+void td_device_unreserve(int device, size_t size);
+void td_set_alloc_flags(uintptr_t base, unsigned int flags);
+/* Marks the allocation at base as one of pool's (pools.c). */
+void td_set_alloc_pool(uintptr_t base, struct td_pool *pool);
+/* A pool's handle of the allocation holding ptr, or NULL (vmm.c reads it for attributes). */
+struct td_pool *td_alloc_pool(uintptr_t ptr);
+/* Counts a freed allocation of size bytes out of pool's usage (pools.c). */
+void td_pool_freed(struct td_pool *pool, size_t size);
 
 /* ---- streams and events (stream.c) ---- */
 enum td_op_kind {

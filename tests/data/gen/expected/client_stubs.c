@@ -107,14 +107,16 @@ RM_EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
 RM_EXPORT CUresult CUDAAPI cuCtxSynchronize(void)
 {
 	Remora__CuCtxSynchronizeReq req = REMORA__CU_CTX_SYNCHRONIZE__REQ__INIT;
-	return rm_rpc_simple(RM_OP_cuCtxSynchronize, &req.base, NULL, NULL);
+	CUresult r = rm_rpc_simple(RM_OP_cuCtxSynchronize, &req.base, NULL, NULL);
+	return r == CUDA_SUCCESS ? rm_mapped_after_sync() : r;
 }
 
 RM_EXPORT CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
 {
 	Remora__CuCtxSynchronizeV2Req req = REMORA__CU_CTX_SYNCHRONIZE_V2__REQ__INIT;
 	req.ctx = (uint64_t)(uintptr_t)ctx;
-	return rm_rpc_simple(RM_OP_cuCtxSynchronize_v2, &req.base, NULL, NULL);
+	CUresult r = rm_rpc_simple(RM_OP_cuCtxSynchronize_v2, &req.base, NULL, NULL);
+	return r == CUDA_SUCCESS ? rm_mapped_after_sync() : r;
 }
 
 RM_EXPORT CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value)
@@ -262,7 +264,8 @@ RM_EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
 {
 	Remora__CuStreamSynchronizeReq req = REMORA__CU_STREAM_SYNCHRONIZE__REQ__INIT;
 	req.hstream = (uint64_t)(uintptr_t)hStream;
-	return rm_rpc_simple(RM_OP_cuStreamSynchronize, &req.base, NULL, NULL);
+	CUresult r = rm_rpc_simple(RM_OP_cuStreamSynchronize, &req.base, NULL, NULL);
+	return r == CUDA_SUCCESS ? rm_mapped_after_sync() : r;
 }
 
 RM_EXPORT CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
@@ -286,6 +289,8 @@ RM_EXPORT CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hSta
 		*pMilliseconds = (float)rep->pmilliseconds;
 	}
 	rm_rpc_free(rep ? &rep->base : NULL);
+	if (r == CUDA_SUCCESS)
+		r = rm_mapped_after_sync();
 	return r;
 }
 

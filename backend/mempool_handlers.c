@@ -1,0 +1,226 @@
+/* Stream-ordered allocation and memory pools (typed bodies of generated handlers, and the
+ * two attribute calls, whose value is an int or a 64-bit integer as the attribute says).
+ *
+ * Every pool a client uses is its own: the shared context's default pool would mix the
+ * clients' freed memory and its attributes would be everyone's. cuDeviceGetDefaultMemPool
+ * and cuDeviceGetMemPool give the client's default pool on that GPU, made when first
+ * named, and cuMemAllocAsync allocates from it. Each allocation is charged to the
+ * client's quotas like cuMemAlloc and owned as device memory; a pool's cached memory
+ * (freed allocations it keeps, up to its release threshold) is not charged, so a
+ * client's release threshold is held to its memory limit. */
+#include "dispatch.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#include "log.h"
+#include "remora.pb-c.h"
+
+/* The session's context on host GPU dev, or NULL (contexts are appended, never moved). */
+static struct rm_session_ctx *ctx_of_device(struct rm_session *s, CUdevice dev)
+{
+	int n = __atomic_load_n(&s->sh->nctx, __ATOMIC_ACQUIRE);
+	for (int i = 0; i < n; i++)
+		if (s->sh->ctxs[i].dev == dev)
+			return &s->sh->ctxs[i];
+	return NULL;
+}
+
+static CUresult make_default_pool(struct rm_session *s, struct rm_session_ctx *c);
+
+/* The client's default pool on the GPU of context c, made when first named (under the
+ * context's order_lock: two threads naming it first make one). */
+static CUresult default_pool(struct rm_session *s, struct rm_session_ctx *c, CUmemoryPool *out)
+{
+	CUresult r = CUDA_SUCCESS;
+	pthread_mutex_lock(&c->order_lock);
+	if (!c->pool)
+		r = make_default_pool(s, c);
+	*out = c->pool;
+	pthread_mutex_unlock(&c->order_lock);
+	return r;
+}
+
+static CUresult make_default_pool(struct rm_session *s, struct rm_session_ctx *c)
+{
+	{
+		if (!rm_drv.cuMemPoolCreate)
+			return rm_unsupported_by_driver("cuMemPoolCreate");
+		CUmemPoolProps props;
+		memset(&props, 0, sizeof(props));
+		props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+		props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+		props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		props.location.id = c->dev;
+		CUmemoryPool pool;
+		CUresult r = rm_drv.cuMemPoolCreate(&pool, &props);
+		if (r != CUDA_SUCCESS)
+			return r;
+		rm_session_own(s, RM_H_MEMPOOL, pool, 0);
+		__atomic_store_n(&c->pool, pool, __ATOMIC_RELEASE);
+	}
+	return CUDA_SUCCESS;
+}
+
+/* Also the body of cuDeviceGetMemPool: a client cannot set another (cuDeviceSetMemPool is
+ * not forwarded), so its current pool is its default one. */
+CUresult rm_body_cuDeviceGetDefaultMemPool(struct rm_session *s, CUmemoryPool *pool_out, CUdevice dev)
+{
+	struct rm_session_ctx *c = ctx_of_device(s, dev);
+	if (!c) /* its pools live as long as its context of that GPU */
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return default_pool(s, c, pool_out);
+}
+
+/* Charged first, allocated from pool, then owned as device memory of the client's. */
+static CUresult alloc_from(struct rm_session *s, CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream st)
+{
+	if (!rm_drv.cuMemAllocFromPoolAsync)
+		return rm_unsupported_by_driver("cuMemAllocFromPoolAsync");
+	CUresult r = rm_session_charge(s, bytesize);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = rm_drv.cuMemAllocFromPoolAsync(dptr, bytesize, pool, st);
+	if (r == CUDA_SUCCESS)
+		rm_session_own_memory(s, RM_H_MEMORY, *dptr, bytesize, 0);
+	else
+		rm_session_uncharge(s, bytesize);
+	return r;
+}
+
+CUresult rm_body_cuMemAllocAsync(struct rm_session *s, CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	CUmemoryPool pool = NULL;
+	if (!s->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	CUresult r = default_pool(s, s->cur, &pool);
+	return r == CUDA_SUCCESS ? alloc_from(s, dptr, bytesize, pool, hStream) : r;
+}
+
+CUresult rm_body_cuMemAllocFromPoolAsync(struct rm_session *s, CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+					 CUstream hStream)
+{
+	return s->cur ? alloc_from(s, dptr, bytesize, pool, hStream) : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+/* Only an allocation of the client's own (any: cuMemAlloc's too, as CUDA allows); no
+ * longer charged once the free is queued. */
+CUresult rm_body_cuMemFreeAsync(struct rm_session *s, CUdeviceptr dptr, CUstream hStream)
+{
+	if (!rm_drv.cuMemFreeAsync)
+		return rm_unsupported_by_driver("cuMemFreeAsync");
+	/* Taken from the records first: of two threads freeing it, one frees it. */
+	struct rm_handle h;
+	if (!rm_session_take(s, RM_H_MEMORY, dptr, &h)) {
+		rm_log(RM_LOG_WARN, "session %llu (%s): refused to free 0x%llx, not an allocation of its own",
+		       (unsigned long long)s->id, s->name, (unsigned long long)dptr);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	CUresult r = rm_drv.cuMemFreeAsync(dptr, hStream);
+	if (r == CUDA_SUCCESS)
+		rm_session_uncharge(s, h.size);
+	else
+		rm_session_own_memory(s, RM_H_MEMORY, h.value, h.size, h.parent); /* still the client's */
+	return r;
+}
+
+/* A pool of device memory on one of the client's GPUs; nothing shareable with other
+ * processes (no handle types: exporting is not forwarded). */
+CUresult rm_body_cuMemPoolCreate(struct rm_session *s, CUmemoryPool *pool, const CUmemPoolProps *poolProps)
+{
+	CUmemPoolProps props;
+	memcpy(&props, poolProps, sizeof(props));
+	if (props.location.type != CU_MEM_LOCATION_TYPE_DEVICE || props.handleTypes != CU_MEM_HANDLE_TYPE_NONE)
+		return rm_unsupported_use("cuMemPoolCreate of host memory or with shareable handles");
+	CUdevice dev;
+	CUresult r = rm_session_device(s, props.location.id, &dev);
+	if (r != CUDA_SUCCESS)
+		return r;
+	props.location.id = dev;
+	props.win32SecurityAttributes = NULL; /* a pointer of the client's means nothing here */
+	if (!rm_drv.cuMemPoolCreate)
+		return rm_unsupported_by_driver("cuMemPoolCreate");
+	r = rm_drv.cuMemPoolCreate(pool, &props);
+	if (r == CUDA_SUCCESS)
+		rm_session_own(s, RM_H_MEMPOOL, *pool, 0);
+	return r;
+}
+
+/* Not the client's default pool, which lives as long as its session, as a device's does.
+ * Allocations from the pool stay the client's until freed (the driver frees the pool then). */
+CUresult rm_body_cuMemPoolDestroy(struct rm_session *s, CUmemoryPool pool)
+{
+	int n = __atomic_load_n(&s->sh->nctx, __ATOMIC_ACQUIRE);
+	for (int i = 0; i < n; i++)
+		if (__atomic_load_n(&s->sh->ctxs[i].pool, __ATOMIC_ACQUIRE) == pool)
+			return CUDA_ERROR_INVALID_VALUE;
+	if (!rm_drv.cuMemPoolDestroy)
+		return rm_unsupported_by_driver("cuMemPoolDestroy");
+	CUresult r = rm_drv.cuMemPoolDestroy(pool);
+	if (r == CUDA_SUCCESS)
+		rm_session_disown(s, RM_H_MEMPOOL, pool);
+	return r;
+}
+
+static int int_attribute(int32_t attr)
+{
+	return attr == CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES || attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC ||
+	       attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES;
+}
+
+static int u64_attribute(int32_t attr)
+{
+	return attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD || attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT ||
+	       attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH || attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT ||
+	       attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH;
+}
+
+void rm_handle_cuMemPoolSetAttribute(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__MemPoolAttribute *req = (void *)rm_request_unpack(rq, &remora__mem_pool_attribute__descriptor);
+	if (!req)
+		return;
+	CUmemoryPool pool = NULL;
+	CUresult r = rm_session_use(s, RM_H_MEMPOOL, req->pool, (void **)&pool);
+	if (r == CUDA_SUCCESS && !int_attribute(req->attr) && !u64_attribute(req->attr))
+		r = CUDA_ERROR_INVALID_VALUE;
+	if (r == CUDA_SUCCESS && !rm_drv.cuMemPoolSetAttribute)
+		r = rm_unsupported_by_driver("cuMemPoolSetAttribute");
+	if (r == CUDA_SUCCESS && int_attribute(req->attr)) {
+		int v = (int)(int64_t)req->value;
+		r = rm_drv.cuMemPoolSetAttribute(pool, (CUmemPool_attribute)req->attr, &v);
+	} else if (r == CUDA_SUCCESS) {
+		cuuint64_t v = req->value;
+		/* Cached memory is not charged: a client keeps at most its limit of it. */
+		if (req->attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD && s->client_limit && v > s->client_limit)
+			v = s->client_limit;
+		r = rm_drv.cuMemPoolSetAttribute(pool, (CUmemPool_attribute)req->attr, &v);
+	}
+	rm_request_finish(s, rq, r, NULL);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+void rm_handle_cuMemPoolGetAttribute(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__MemPoolAttribute *req = (void *)rm_request_unpack(rq, &remora__mem_pool_attribute__descriptor);
+	if (!req)
+		return;
+	Remora__MemPoolAttributeReply rep = REMORA__MEM_POOL_ATTRIBUTE_REPLY__INIT;
+	CUmemoryPool pool = NULL;
+	CUresult r = rm_session_use(s, RM_H_MEMPOOL, req->pool, (void **)&pool);
+	if (r == CUDA_SUCCESS && !int_attribute(req->attr) && !u64_attribute(req->attr))
+		r = CUDA_ERROR_INVALID_VALUE;
+	if (r == CUDA_SUCCESS && !rm_drv.cuMemPoolGetAttribute)
+		r = rm_unsupported_by_driver("cuMemPoolGetAttribute");
+	if (r == CUDA_SUCCESS && int_attribute(req->attr)) {
+		int v = 0;
+		r = rm_drv.cuMemPoolGetAttribute(pool, (CUmemPool_attribute)req->attr, &v);
+		rep.value = (uint64_t)(int64_t)v;
+	} else if (r == CUDA_SUCCESS) {
+		cuuint64_t v = 0;
+		r = rm_drv.cuMemPoolGetAttribute(pool, (CUmemPool_attribute)req->attr, &v);
+		rep.value = v;
+	}
+	rm_request_finish(s, rq, r, &rep.base);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}

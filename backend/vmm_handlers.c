@@ -1,0 +1,283 @@
+/* Virtual memory management (typed bodies of generated handlers).
+ *
+ * What a client holds: physical allocations (RM_H_PHYSICAL, charged to its quotas like
+ * cuMemAlloc from cuMemCreate until they are both released and unmapped, as the driver
+ * frees them), reserved address ranges (RM_H_VA_RANGE) and the pieces of them it mapped
+ * (RM_H_MAPPING: usable device memory for later pointer checks, the physical allocation
+ * as parent). Device ordinals in locations are the client's, translated both ways; only
+ * device locations are supported. */
+#include "dispatch.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+#define MAX_ACCESS_DESCS 64
+
+/* The calls that check the client's records, call the driver and then update them go one
+ * at a time in a worker, so that two threads of a client cannot both pass a check (a
+ * channel each, docs/protocol.md). They are rare: an allocator growing or shrinking. */
+static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The client's location as the host's: a device location with the client's ordinal. */
+static CUresult location_in(struct rm_session *s, CUmemLocation *loc)
+{
+	if (loc->type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return rm_unsupported_use("virtual memory of a location other than a device");
+	CUdevice dev;
+	CUresult r = rm_session_device(s, loc->id, &dev);
+	if (r == CUDA_SUCCESS)
+		loc->id = dev;
+	return r;
+}
+
+/* A copy of the client's allocation properties the driver may be given. */
+static CUresult prop_in(struct rm_session *s, const CUmemAllocationProp *from, CUmemAllocationProp *prop)
+{
+	memcpy(prop, from, sizeof(*prop));
+	prop->win32HandleMetaData = NULL; /* a pointer of the client's means nothing here */
+	return location_in(s, &prop->location);
+}
+
+CUresult rm_body_cuMemGetAllocationGranularity(struct rm_session *s, size_t *granularity, const CUmemAllocationProp *prop,
+					       CUmemAllocationGranularity_flags option)
+{
+	CUmemAllocationProp p;
+	CUresult r = prop_in(s, prop, &p);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv.cuMemGetAllocationGranularity ? rm_drv.cuMemGetAllocationGranularity(granularity, &p, option)
+							 : rm_unsupported_by_driver("cuMemGetAllocationGranularity");
+	return r;
+}
+
+CUresult rm_body_cuMemCreate(struct rm_session *s, CUmemGenericAllocationHandle *handle, size_t size,
+			     const CUmemAllocationProp *prop, unsigned long long flags)
+{
+	CUmemAllocationProp p;
+	CUresult r = prop_in(s, prop, &p);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (!rm_drv.cuMemCreate)
+		return rm_unsupported_by_driver("cuMemCreate");
+	if ((r = rm_session_charge(s, size)) != CUDA_SUCCESS)
+		return r;
+	r = rm_drv.cuMemCreate(handle, size, &p, flags);
+	if (r == CUDA_SUCCESS)
+		rm_session_own_memory(s, RM_H_PHYSICAL, *handle, size, 0);
+	else
+		rm_session_uncharge(s, size);
+	return r;
+}
+
+/* Whether h is a live (unreleased) physical allocation of the client's; logged if not. */
+static int physical(struct rm_session *s, CUmemGenericAllocationHandle h)
+{
+	struct rm_handle p;
+	if (!rm_session_find(s, RM_H_PHYSICAL, h, &p) || p.parent) {
+		rm_log(RM_LOG_WARN, "session %llu (%s): refused physical allocation 0x%llx it does not own",
+		       (unsigned long long)s->id, s->name, (unsigned long long)h);
+		return 0;
+	}
+	return 1;
+}
+
+static int maps(const struct rm_handle *h, void *handle)
+{
+	return h->parent == *(uint64_t *)handle;
+}
+
+static int mapped(struct rm_session *s, uint64_t handle)
+{
+	return rm_session_each(s, RM_H_MAPPING, maps, &handle);
+}
+
+/* Forgets a released physical allocation no longer mapped, and its charge. */
+static void settle(struct rm_session *s, uint64_t handle)
+{
+	struct rm_handle p;
+	if (!rm_session_find(s, RM_H_PHYSICAL, handle, &p) || !p.parent || mapped(s, handle))
+		return;
+	rm_session_disown_value(s, RM_H_PHYSICAL, handle);
+	rm_session_uncharge(s, p.size);
+}
+
+CUresult rm_body_cuMemRelease(struct rm_session *s, CUmemGenericAllocationHandle handle)
+{
+	pthread_mutex_lock(&vmm_lock);
+	CUresult r = CUDA_ERROR_INVALID_VALUE;
+	if (physical(s, handle)) {
+		r = rm_drv.cuMemRelease ? rm_drv.cuMemRelease(handle) : rm_unsupported_by_driver("cuMemRelease");
+		if (r == CUDA_SUCCESS) {
+			rm_session_set_parent(s, RM_H_PHYSICAL, handle, 1); /* released: freed once unmapped */
+			settle(s, handle);
+		}
+	}
+	pthread_mutex_unlock(&vmm_lock);
+	return r;
+}
+
+CUresult rm_body_cuMemGetAllocationPropertiesFromHandle(struct rm_session *s, CUmemAllocationProp *prop,
+							CUmemGenericAllocationHandle handle)
+{
+	if (!physical(s, handle))
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = rm_drv.cuMemGetAllocationPropertiesFromHandle
+			     ? rm_drv.cuMemGetAllocationPropertiesFromHandle(prop, handle)
+			     : rm_unsupported_by_driver("cuMemGetAllocationPropertiesFromHandle");
+	if (r == CUDA_SUCCESS && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+		CUdevice ord;
+		r = rm_session_device_out(s, prop->location.id, &ord);
+		prop->location.id = ord;
+	}
+	prop->win32HandleMetaData = NULL;
+	return r;
+}
+
+CUresult rm_body_cuMemAddressReserve(struct rm_session *s, CUdeviceptr *ptr, size_t size, size_t alignment,
+				     CUdeviceptr addr, unsigned long long flags)
+{
+	if (!rm_drv.cuMemAddressReserve)
+		return rm_unsupported_by_driver("cuMemAddressReserve");
+	CUresult r = rm_drv.cuMemAddressReserve(ptr, size, alignment, addr, flags); /* addr is only a hint */
+	if (r == CUDA_SUCCESS)
+		rm_session_own_memory(s, RM_H_VA_RANGE, *ptr, size, 0);
+	return r;
+}
+
+struct span {
+	uint64_t ptr, size;
+	int cut;
+};
+
+static int holds(const struct rm_handle *h, void *arg)
+{
+	const struct span *x = arg;
+	return x->ptr >= h->value && x->ptr - h->value <= h->size && x->size <= h->size - (x->ptr - h->value);
+}
+
+/* Whether a reservation of the client's holds [ptr, ptr + size) (logged if not). */
+static int reservation(struct rm_session *s, uint64_t ptr, uint64_t size)
+{
+	struct span x = {ptr, size, 0};
+	if (rm_session_each(s, RM_H_VA_RANGE, holds, &x))
+		return 1;
+	rm_log(RM_LOG_WARN, "session %llu (%s): refused address range 0x%llx+%llu outside its reservations",
+	       (unsigned long long)s->id, s->name, (unsigned long long)ptr, (unsigned long long)size);
+	return 0;
+}
+
+static int overlaps(const struct rm_handle *h, void *arg)
+{
+	const struct span *x = arg;
+	if (h->value >= x->ptr + x->size || x->ptr >= h->value + h->size)
+		return 0;
+	return !x->cut || h->value < x->ptr || h->value + h->size > x->ptr + x->size;
+}
+
+/* Whether a mapping of the client's overlaps [ptr, ptr + size); with cut, one that is
+ * not wholly inside it. */
+static int overlapping(struct rm_session *s, uint64_t ptr, uint64_t size, int cut)
+{
+	struct span x = {ptr, size, cut};
+	return rm_session_each(s, RM_H_MAPPING, overlaps, &x);
+}
+
+/* The whole reservation, with nothing of it mapped. */
+CUresult rm_body_cuMemAddressFree(struct rm_session *s, CUdeviceptr ptr, size_t size)
+{
+	pthread_mutex_lock(&vmm_lock);
+	struct rm_handle h;
+	CUresult r = CUDA_ERROR_INVALID_VALUE;
+	if (rm_session_find(s, RM_H_VA_RANGE, ptr, &h) && h.size == size && !overlapping(s, ptr, size, 0)) {
+		r = rm_drv.cuMemAddressFree ? rm_drv.cuMemAddressFree(ptr, size) : rm_unsupported_by_driver("cuMemAddressFree");
+		if (r == CUDA_SUCCESS)
+			rm_session_disown_value(s, RM_H_VA_RANGE, ptr);
+	}
+	pthread_mutex_unlock(&vmm_lock);
+	return r;
+}
+
+/* Inside a reservation of the client's, of a physical allocation of its own. */
+CUresult rm_body_cuMemMap(struct rm_session *s, CUdeviceptr ptr, size_t size, size_t offset,
+			  CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+	pthread_mutex_lock(&vmm_lock);
+	CUresult r = CUDA_ERROR_INVALID_VALUE;
+	if (size && reservation(s, ptr, size) && physical(s, handle) && !overlapping(s, ptr, size, 0)) {
+		r = rm_drv.cuMemMap ? rm_drv.cuMemMap(ptr, size, offset, handle, flags) : rm_unsupported_by_driver("cuMemMap");
+		if (r == CUDA_SUCCESS)
+			rm_session_own_memory(s, RM_H_MAPPING, ptr, size, handle);
+	}
+	pthread_mutex_unlock(&vmm_lock);
+	return r;
+}
+
+struct inside {
+	uint64_t ptr, size;
+	struct rm_handle *found;
+	size_t n, cap;
+};
+
+static int collect_inside(const struct rm_handle *h, void *arg)
+{
+	struct inside *x = arg;
+	if (h->value < x->ptr || h->value + h->size > x->ptr + x->size)
+		return 0;
+	if (x->n == x->cap) {
+		size_t cap = x->cap ? 2 * x->cap : 8;
+		struct rm_handle *f = realloc(x->found, cap * sizeof(*f));
+		if (!f)
+			return 1;
+		x->found = f, x->cap = cap;
+	}
+	x->found[x->n++] = *h;
+	return 0;
+}
+
+/* Every mapping inside [ptr, ptr + size), which may not cut one. */
+CUresult rm_body_cuMemUnmap(struct rm_session *s, CUdeviceptr ptr, size_t size)
+{
+	pthread_mutex_lock(&vmm_lock);
+	CUresult r = CUDA_ERROR_INVALID_VALUE;
+	if (size && reservation(s, ptr, size) && !overlapping(s, ptr, size, 1)) {
+		r = rm_drv.cuMemUnmap ? rm_drv.cuMemUnmap(ptr, size) : rm_unsupported_by_driver("cuMemUnmap");
+		struct inside x = {ptr, size, NULL, 0, 0};
+		if (r == CUDA_SUCCESS && rm_session_each(s, RM_H_MAPPING, collect_inside, &x))
+			rm_log(RM_LOG_ERROR, "session %llu: out of memory forgetting unmapped ranges", (unsigned long long)s->id);
+		for (size_t i = 0; i < x.n; i++) {
+			rm_session_disown_value(s, RM_H_MAPPING, x.found[i].value);
+			settle(s, x.found[i].parent);
+		}
+		free(x.found);
+	}
+	pthread_mutex_unlock(&vmm_lock);
+	return r;
+}
+
+/* Access for devices of the client's, to mapped memory of its reservations. */
+CUresult rm_body_cuMemSetAccess(struct rm_session *s, CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+				size_t count)
+{
+	CUmemAccessDesc d[MAX_ACCESS_DESCS];
+	if (!count || count > MAX_ACCESS_DESCS || !size || !reservation(s, ptr, size))
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(d, desc, count * sizeof(*d));
+	for (size_t i = 0; i < count; i++) {
+		CUresult r = location_in(s, &d[i].location);
+		if (r != CUDA_SUCCESS)
+			return r;
+	}
+	return rm_drv.cuMemSetAccess ? rm_drv.cuMemSetAccess(ptr, size, d, count) : rm_unsupported_by_driver("cuMemSetAccess");
+}
+
+CUresult rm_body_cuMemGetAccess(struct rm_session *s, unsigned long long *flags, const CUmemLocation *location,
+				CUdeviceptr ptr)
+{
+	CUmemLocation loc = *location;
+	CUresult r = location_in(s, &loc);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv.cuMemGetAccess ? rm_drv.cuMemGetAccess(flags, &loc, ptr) : rm_unsupported_by_driver("cuMemGetAccess");
+	return r;
+}

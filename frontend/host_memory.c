@@ -1,0 +1,333 @@
+/* Host allocations and registrations (page-aligned and locked where the limits allow,
+ * tracked so that cuMemFreeHost, cuMemHostGetFlags and pointer attributes know them),
+ * and mapped host memory.
+ *
+ * Mapped memory: the GPU cannot reach this process's memory across a network, so
+ * cuMemHostGetDevicePointer gives an allocation a device buffer of its size (a
+ * cuMemAlloc of the client's, charged to its quota) and the two copies are kept
+ * coherent at synchronization points (docs/architecture.md, "Memory of every kind"):
+ *   - before a kernel launch, a host copy that changed since it last went up goes to
+ *     the device buffer, on the launch's stream;
+ *   - after a synchronizing call that succeeded (stream, event or context synchronize,
+ *     stream and event queries, blocking copies), if kernels were launched since the
+ *     last time, every device buffer comes back to its host copy.
+ * Host writes made between a launch and the next synchronization are overwritten by
+ * the device's copy; the GPU's writes are seen by the host only after synchronizing.
+ * The device buffers of a process are bounded together by MAPPED_LIMIT. */
+#include "client.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define MAPPED_LIMIT (64u << 20) /* bytes of device buffers for mapped host memory, per process */
+#define HOST_BUFFER_ID_BIT (1ull << 63)
+
+/* A host allocation's device buffer (owned by its struct host_alloc). */
+struct mapping {
+	CUdeviceptr dptr;
+	CUcontext ctx;     /* current when it was made: its copies are made in it */
+	void *shadow;      /* the host copy as it last went up or came down */
+};
+
+struct host_alloc {
+	void *p;
+	size_t size;
+	unsigned int flags;
+	int registered; /* the program's own memory, given by cuMemHostRegister */
+	uint64_t id;
+	struct mapping *map;
+	struct host_alloc *next;
+};
+
+/* host_lock guards the list and each record's fields; coherence_lock orders the
+ * coherence copies and a mapping's removal, and is taken before host_lock, never inside it. */
+static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t coherence_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct host_alloc *host_allocs;
+static uint64_t next_id = 1;
+static size_t mapped_bytes;         /* under host_lock */
+static atomic_int nmapped;          /* allocations with a device buffer */
+static atomic_int launched;         /* a kernel was launched since device buffers last came down */
+static __thread int in_coherence;   /* this thread is making coherence copies */
+
+static void insert(struct host_alloc *a)
+{
+	pthread_mutex_lock(&host_lock);
+	a->id = HOST_BUFFER_ID_BIT | next_id++;
+	a->next = host_allocs;
+	host_allocs = a;
+	pthread_mutex_unlock(&host_lock);
+}
+
+RM_EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+	if (!pp || !bytesize)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct host_alloc *a = calloc(1, sizeof(*a));
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	void *p = NULL;
+	if (!a || posix_memalign(&p, page, bytesize)) {
+		free(a);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	mlock(p, bytesize); /* best effort: RLIMIT_MEMLOCK may refuse */
+	a->p = p;
+	a->size = bytesize;
+	a->flags = Flags;
+	insert(a);
+	*pp = p;
+	return CUDA_SUCCESS;
+}
+
+RM_EXPORT CUresult CUDAAPI cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+	return cuMemHostAlloc(pp, bytesize, 0);
+}
+
+/* Frees a's device buffer, if it has one, in the context it was made in. */
+static void unmap(struct host_alloc *a)
+{
+	struct mapping *m = a->map;
+	if (!m)
+		return;
+	CUcontext cur = rm_ctx_current();
+	int pushed = cur != m->ctx && cuCtxPushCurrent_v2(m->ctx) == CUDA_SUCCESS;
+	CUresult r = cuMemFree_v2(m->dptr);
+	if (r != CUDA_SUCCESS)
+		rm_log(RM_LOG_WARN, "freeing the device buffer of mapped host memory %p: error %d", a->p, (int)r);
+	if (pushed)
+		cuCtxPopCurrent_v2(&cur);
+	pthread_mutex_lock(&host_lock);
+	mapped_bytes -= a->size;
+	pthread_mutex_unlock(&host_lock);
+	atomic_fetch_sub(&nmapped, 1);
+	free(m->shadow);
+	free(m);
+	a->map = NULL;
+}
+
+/* Unlinks the allocation starting at p of the given origin, or returns NULL. */
+static struct host_alloc *take_host_alloc(void *p, int registered)
+{
+	pthread_mutex_lock(&coherence_lock); /* no coherence copy is using it meanwhile */
+	pthread_mutex_lock(&host_lock);
+	struct host_alloc **link = &host_allocs;
+	while (*link && ((*link)->p != p || (*link)->registered != registered))
+		link = &(*link)->next;
+	struct host_alloc *a = *link;
+	if (a)
+		*link = a->next;
+	pthread_mutex_unlock(&host_lock);
+	if (a)
+		unmap(a);
+	pthread_mutex_unlock(&coherence_lock);
+	return a;
+}
+
+RM_EXPORT CUresult CUDAAPI cuMemFreeHost(void *p)
+{
+	struct host_alloc *a = take_host_alloc(p, 0);
+	if (!a)
+		return CUDA_ERROR_INVALID_VALUE;
+	munlock(a->p, a->size);
+	free(a->p);
+	free(a);
+	return CUDA_SUCCESS;
+}
+
+/* Copies from and to registered memory already go straight from the program's
+ * buffer; registering locks it where the limits allow and records it. */
+RM_EXPORT CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+	if (!p || !bytesize)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (rm_host_alloc_find(p, NULL, NULL, NULL))
+		return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+	struct host_alloc *a = calloc(1, sizeof(*a));
+	if (!a)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	mlock(p, bytesize);
+	a->p = p;
+	a->size = bytesize;
+	a->flags = Flags;
+	a->registered = 1;
+	insert(a);
+	return CUDA_SUCCESS;
+}
+
+RM_EXPORT CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
+{
+	return cuMemHostRegister_v2(p, bytesize, Flags);
+}
+
+RM_EXPORT CUresult CUDAAPI cuMemHostUnregister(void *p)
+{
+	struct host_alloc *a = take_host_alloc(p, 1);
+	if (!a)
+		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+	munlock(a->p, a->size);
+	free(a);
+	return CUDA_SUCCESS;
+}
+
+/* Caller holds host_lock. */
+static struct host_alloc *find_locked(const void *p)
+{
+	for (struct host_alloc *a = host_allocs; a; a = a->next)
+		if ((const char *)p >= (char *)a->p && (const char *)p < (char *)a->p + a->size)
+			return a;
+	return NULL;
+}
+
+int rm_host_alloc_info(const void *p, struct rm_host_info *out)
+{
+	pthread_mutex_lock(&host_lock);
+	struct host_alloc *a = find_locked(p);
+	if (a && out)
+		*out = (struct rm_host_info){.base = a->p, .size = a->size, .flags = a->flags, .buffer_id = a->id,
+					     .mapped = a->map ? a->map->dptr : 0};
+	pthread_mutex_unlock(&host_lock);
+	return a != NULL;
+}
+
+int rm_host_alloc_find(const void *p, void **base, size_t *size, unsigned int *flags)
+{
+	struct rm_host_info info;
+	if (!rm_host_alloc_info(p, &info))
+		return 0;
+	if (base)
+		*base = info.base;
+	if (size)
+		*size = info.size;
+	if (flags)
+		*flags = info.flags;
+	return 1;
+}
+
+RM_EXPORT CUresult CUDAAPI cuMemHostGetFlags(unsigned int *pFlags, void *p)
+{
+	if (!pFlags)
+		return CUDA_ERROR_INVALID_VALUE;
+	return rm_host_alloc_find(p, NULL, NULL, pFlags) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Gives the allocation holding p a device buffer, made in the current context and
+ * filled with the host copy, unless it has one. Every pinned allocation and registration
+ * may be mapped, as on a GPU with unified addressing, whatever its flags. */
+RM_EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+	if (!pdptr || !p || Flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUcontext ctx = rm_ctx_current();
+	if (!ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	pthread_mutex_lock(&coherence_lock);
+	pthread_mutex_lock(&host_lock);
+	struct host_alloc *a = find_locked(p);
+	CUresult r = a ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	int fits = a && !a->map && a->size <= MAPPED_LIMIT - mapped_bytes;
+	if (fits)
+		mapped_bytes += a->size; /* reserved while the buffer is made (coherence_lock keeps a) */
+	else if (a && !a->map)
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_unlock(&host_lock);
+	if (r == CUDA_ERROR_OUT_OF_MEMORY)
+		rm_log(RM_LOG_ERROR, "cuMemHostGetDevicePointer: mapping %zu bytes of host memory would pass the %u bytes "
+		       "this process may map (mapped memory is copied at synchronization points: docs/architecture.md)",
+		       a->size, MAPPED_LIMIT);
+	if (fits) {
+		struct mapping *m = calloc(1, sizeof(*m));
+		void *shadow = malloc(a->size);
+		r = m && shadow ? cuMemAlloc_v2(&m->dptr, a->size) : CUDA_ERROR_OUT_OF_MEMORY;
+		if (r == CUDA_SUCCESS) {
+			memcpy(shadow, a->p, a->size);
+			in_coherence = 1;
+			r = cuMemcpyHtoD_v2(m->dptr, shadow, a->size);
+			in_coherence = 0;
+			if (r != CUDA_SUCCESS)
+				cuMemFree_v2(m->dptr);
+		}
+		pthread_mutex_lock(&host_lock);
+		if (r == CUDA_SUCCESS) {
+			m->ctx = ctx;
+			m->shadow = shadow;
+			a->map = m;
+			atomic_fetch_add(&nmapped, 1);
+		} else {
+			mapped_bytes -= a->size;
+			free(shadow);
+			free(m);
+		}
+		pthread_mutex_unlock(&host_lock);
+	}
+	if (r == CUDA_SUCCESS)
+		*pdptr = a->map->dptr + (CUdeviceptr)((char *)p - (char *)a->p);
+	pthread_mutex_unlock(&coherence_lock);
+	return r;
+}
+
+/* Runs copy(a, arg, other) on every mapped allocation with the coherence lock held and
+ * its context current (other: not the caller's); stops at the first error. */
+static CUresult each_mapped(CUresult (*copy)(struct host_alloc *a, void *arg, int other), void *arg)
+{
+	CUresult r = CUDA_SUCCESS;
+	pthread_mutex_lock(&coherence_lock);
+	in_coherence = 1;
+	/* The list may grow meanwhile (at its head); records of mapped allocations stay
+	 * while coherence_lock is held. */
+	pthread_mutex_lock(&host_lock);
+	struct host_alloc *a = host_allocs;
+	pthread_mutex_unlock(&host_lock);
+	for (; a && r == CUDA_SUCCESS; a = a->next) {
+		if (!a->map)
+			continue;
+		CUcontext cur = rm_ctx_current();
+		int pushed = cur != a->map->ctx && cuCtxPushCurrent_v2(a->map->ctx) == CUDA_SUCCESS;
+		r = copy(a, arg, pushed);
+		if (pushed)
+			cuCtxPopCurrent_v2(&cur);
+	}
+	in_coherence = 0;
+	pthread_mutex_unlock(&coherence_lock);
+	return r;
+}
+
+/* On the launch's stream, or the NULL stream of another context's allocation. */
+static CUresult push(struct host_alloc *a, void *arg, int other)
+{
+	struct mapping *m = a->map;
+	if (!memcmp(m->shadow, a->p, a->size))
+		return CUDA_SUCCESS;
+	memcpy(m->shadow, a->p, a->size);
+	return cuMemcpyHtoDAsync_v2(m->dptr, m->shadow, a->size, other ? NULL : *(CUstream *)arg);
+}
+
+static CUresult pull(struct host_alloc *a, void *arg, int other)
+{
+	(void)arg;
+	(void)other;
+	struct mapping *m = a->map;
+	CUresult r = cuMemcpyDtoH_v2(m->shadow, m->dptr, a->size);
+	if (r == CUDA_SUCCESS)
+		memcpy(a->p, m->shadow, a->size);
+	return r;
+}
+
+CUresult rm_mapped_before_launch(CUstream stream)
+{
+	if (!atomic_load(&nmapped) || in_coherence)
+		return CUDA_SUCCESS;
+	atomic_store(&launched, 1);
+	return each_mapped(push, &stream);
+}
+
+CUresult rm_mapped_after_sync(void)
+{
+	if (!atomic_load(&nmapped) || in_coherence || !atomic_exchange(&launched, 0))
+		return CUDA_SUCCESS;
+	return each_mapped(pull, NULL);
+}

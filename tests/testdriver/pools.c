@@ -1,0 +1,237 @@
+/* Stream-ordered allocation and memory pools. A pool is a record of its device,
+ * attributes and usage; its allocations are ordinary device allocations marked with
+ * it. An allocation is usable at once (the stream's order is kept trivially); the
+ * pool keeps nothing cached, so reserved memory is used memory. */
+#include "testdriver.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TD_MAGIC_POOL 0x504f4f4c /* "POOL" */
+
+struct td_pool {
+	uint32_t magic;
+	int device;
+	bool is_default;
+	cuuint64_t release_threshold;
+	int reuse[3];              /* FOLLOW_EVENT_DEPENDENCIES, ALLOW_OPPORTUNISTIC, ALLOW_INTERNAL_DEPENDENCIES */
+	cuuint64_t used, used_high; /* guarded by td_lock */
+};
+
+static struct td_pool default_pools[TD_MAX_DEVICES];
+static struct td_pool *current_pools[TD_MAX_DEVICES];
+
+static struct td_pool *default_pool(int device)
+{
+	struct td_pool *p = &default_pools[device];
+	pthread_mutex_lock(&td_lock);
+	if (!p->magic)
+		*p = (struct td_pool){.magic = TD_MAGIC_POOL, .device = device, .is_default = true, .reuse = {1, 1, 1}};
+	pthread_mutex_unlock(&td_lock);
+	return p;
+}
+
+static CUresult pool_of(CUmemoryPool handle, struct td_pool **out)
+{
+	struct td_pool *p = (struct td_pool *)handle;
+	if (!p || p->magic != TD_MAGIC_POOL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*out = p;
+	return CUDA_SUCCESS;
+}
+
+static CUresult device_ok(CUdevice dev)
+{
+	if (!td_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return dev >= 0 && dev < td_device_count() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+TD_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+	CUresult rc = device_ok(dev);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!pool)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pool = (CUmemoryPool)default_pool(dev);
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+	CUresult rc = device_ok(dev);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!pool)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&td_lock);
+	struct td_pool *p = current_pools[dev];
+	pthread_mutex_unlock(&td_lock);
+	*pool = (CUmemoryPool)(p ? p : default_pool(dev));
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+	struct td_pool *p;
+	CUresult rc = device_ok(dev);
+	if (rc == CUDA_SUCCESS)
+		rc = pool_of(pool, &p);
+	if (rc == CUDA_SUCCESS && p->device != dev)
+		rc = CUDA_ERROR_INVALID_DEVICE;
+	if (rc == CUDA_SUCCESS) {
+		pthread_mutex_lock(&td_lock);
+		current_pools[dev] = p;
+		pthread_mutex_unlock(&td_lock);
+	}
+	return rc;
+}
+
+TD_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+	if (!td_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!pool || !props || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+	    props->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (device_ok(props->location.id) != CUDA_SUCCESS)
+		return CUDA_ERROR_INVALID_DEVICE;
+	struct td_pool *p = calloc(1, sizeof(*p));
+	if (!p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*p = (struct td_pool){.magic = TD_MAGIC_POOL, .device = props->location.id, .reuse = {1, 1, 1}};
+	*pool = (CUmemoryPool)p;
+	return CUDA_SUCCESS;
+}
+
+/* The record stays (its allocations name it) but is no longer a pool. */
+TD_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+	struct td_pool *p;
+	CUresult rc = pool_of(pool, &p);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (p->is_default)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&td_lock);
+	if (current_pools[p->device] == p)
+		current_pools[p->device] = NULL;
+	p->magic = 0;
+	pthread_mutex_unlock(&td_lock);
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+	struct td_pool *p;
+	CUresult rc = pool_of(pool, &p);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!value)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&td_lock);
+	switch (attr) {
+	case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+	case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+	case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+		p->reuse[attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES] = *(int *)value;
+		break;
+	case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: p->release_threshold = *(cuuint64_t *)value; break;
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+	case CU_MEMPOOL_ATTR_USED_MEM_HIGH: /* only resetting to 0 is allowed */
+		if (*(cuuint64_t *)value)
+			rc = CUDA_ERROR_INVALID_VALUE;
+		else
+			p->used_high = p->used;
+		break;
+	default: rc = CUDA_ERROR_INVALID_VALUE; break;
+	}
+	pthread_mutex_unlock(&td_lock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+	struct td_pool *p;
+	CUresult rc = pool_of(pool, &p);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!value)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&td_lock);
+	switch (attr) {
+	case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+	case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+	case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+		*(int *)value = p->reuse[attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES];
+		break;
+	case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *(cuuint64_t *)value = p->release_threshold; break;
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+	case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *(cuuint64_t *)value = p->used; break;
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+	case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *(cuuint64_t *)value = p->used_high; break;
+	default: rc = CUDA_ERROR_INVALID_VALUE; break;
+	}
+	pthread_mutex_unlock(&td_lock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+	(void)minBytesToKeep;
+	struct td_pool *p;
+	return pool_of(pool, &p); /* nothing is cached */
+}
+
+static CUresult alloc_from(struct td_pool *p, CUdeviceptr *dptr, size_t bytes, CUstream stream)
+{
+	struct td_stream *s;
+	CUresult rc = td_resolve_stream(stream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!dptr || !bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!p)
+		p = default_pool(s->ctx->device);
+	if (p->device != s->ctx->device)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = td_device_alloc(s->ctx, p->device, bytes, dptr);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	td_set_alloc_pool(*dptr, p);
+	struct td_alloc a;
+	td_find_alloc(*dptr, 1, &a);
+	pthread_mutex_lock(&td_lock);
+	p->used += a.size;
+	if (p->used > p->used_high)
+		p->used_high = p->used;
+	pthread_mutex_unlock(&td_lock);
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream stream)
+{
+	struct td_context *ctx;
+	CUresult rc = td_require_context(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	pthread_mutex_lock(&td_lock);
+	struct td_pool *p = current_pools[ctx->device];
+	pthread_mutex_unlock(&td_lock);
+	return alloc_from(p, dptr, bytes, stream);
+}
+
+TD_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream stream)
+{
+	struct td_pool *p;
+	CUresult rc = pool_of(pool, &p);
+	return rc == CUDA_SUCCESS ? alloc_from(p, dptr, bytes, stream) : rc;
+}
+
+void td_pool_freed(struct td_pool *p, size_t size)
+{
+	pthread_mutex_lock(&td_lock);
+	p->used -= size;
+	pthread_mutex_unlock(&td_lock);
+}

@@ -1,0 +1,314 @@
+/* Virtual memory management, modelled with the host's: a physical allocation is a
+ * memfd of its size (charged to the device like cuMemAlloc), a reservation an
+ * inaccessible anonymous mapping, and cuMemMap maps the memfd over part of it, so that
+ * two mappings of one allocation alias as on a GPU. A mapped piece is tracked as an
+ * allocation (TD_ALLOC_MAPPING) so that copies and kernels may use it. */
+#include "testdriver.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define TD_MAGIC_PHYS 0x50485953 /* "PHYS" */
+#define GRANULARITY (2u << 20)
+#define MAX_RESERVATIONS 256
+
+struct td_phys {
+	uint32_t magic;
+	int fd;
+	size_t size;
+	CUmemAllocationProp prop;
+	int mappings;    /* guarded by td_lock */
+	bool released;
+};
+
+struct reservation {
+	uintptr_t base;
+	size_t size;
+	int access;      /* CUmemAccess_flags given by cuMemSetAccess */
+};
+
+static struct reservation reservations[MAX_RESERVATIONS]; /* guarded by td_lock */
+
+/* Mapped pieces: which physical allocation backs each (td_alloc has no room for it). */
+struct piece {
+	uintptr_t base;
+	size_t size;
+	struct td_phys *phys;
+};
+static struct piece *pieces;
+static size_t npieces, pieces_cap;
+
+static struct reservation *reservation_of(uintptr_t p, size_t size)
+{
+	for (int i = 0; i < MAX_RESERVATIONS; i++) {
+		struct reservation *r = &reservations[i];
+		if (r->size && p >= r->base && p - r->base <= r->size && size <= r->size - (p - r->base))
+			return r;
+	}
+	return NULL;
+}
+
+static CUresult phys_of(CUmemGenericAllocationHandle h, struct td_phys **out)
+{
+	struct td_phys *p = (struct td_phys *)(uintptr_t)h;
+	if (!p || p->magic != TD_MAGIC_PHYS || p->released)
+		return CUDA_ERROR_INVALID_VALUE;
+	*out = p;
+	return CUDA_SUCCESS;
+}
+
+static CUresult prop_ok(const CUmemAllocationProp *prop)
+{
+	if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	return prop->location.id >= 0 && prop->location.id < td_device_count() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+TD_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+						 CUmemAllocationGranularity_flags option)
+{
+	(void)option;
+	if (!td_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	CUresult rc = prop_ok(prop);
+	if (rc != CUDA_SUCCESS || !granularity)
+		return rc != CUDA_SUCCESS ? rc : CUDA_ERROR_INVALID_VALUE;
+	*granularity = GRANULARITY;
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+			       unsigned long long flags)
+{
+	struct td_context *ctx;
+	CUresult rc = td_require_context(&ctx);
+	if (rc == CUDA_SUCCESS)
+		rc = prop_ok(prop);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!handle || !size || size % GRANULARITY || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!td_device_reserve(prop->location.id, size))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	struct td_phys *p = calloc(1, sizeof(*p));
+	int fd = p ? memfd_create("td-phys", MFD_CLOEXEC) : -1;
+	if (fd < 0 || ftruncate(fd, (off_t)size)) {
+		if (fd >= 0)
+			close(fd);
+		free(p);
+		td_device_unreserve(prop->location.id, size);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*p = (struct td_phys){.magic = TD_MAGIC_PHYS, .fd = fd, .size = size, .prop = *prop};
+	*handle = (CUmemGenericAllocationHandle)(uintptr_t)p;
+	return CUDA_SUCCESS;
+}
+
+/* Caller holds td_lock: frees p once it is released and no longer mapped. */
+static void phys_put_locked(struct td_phys *p)
+{
+	if (!p->released || p->mappings)
+		return;
+	close(p->fd);
+	int device = p->prop.location.id;
+	size_t size = p->size;
+	p->magic = 0;
+	free(p);
+	pthread_mutex_unlock(&td_lock);
+	td_device_unreserve(device, size);
+	pthread_mutex_lock(&td_lock);
+}
+
+TD_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	struct td_phys *p;
+	CUresult rc = phys_of(handle, &p);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	pthread_mutex_lock(&td_lock);
+	p->released = true;
+	phys_put_locked(p);
+	pthread_mutex_unlock(&td_lock);
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
+{
+	struct td_phys *p;
+	CUresult rc = phys_of(handle, &p);
+	if (rc == CUDA_SUCCESS && !prop)
+		rc = CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		*prop = p->prop;
+	return rc;
+}
+
+TD_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+				       unsigned long long flags)
+{
+	(void)addr; /* a hint */
+	if (!td_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!ptr || !size || size % GRANULARITY || flags || (alignment && (alignment & (alignment - 1))))
+		return CUDA_ERROR_INVALID_VALUE;
+	size_t align = alignment > GRANULARITY ? alignment : GRANULARITY;
+	/* Over-reserve and trim to the alignment. */
+	char *m = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	uintptr_t base = ((uintptr_t)m + align - 1) & ~(uintptr_t)(align - 1);
+	if (base > (uintptr_t)m)
+		munmap(m, base - (uintptr_t)m);
+	munmap((char *)base + size, (uintptr_t)m + size + align - (base + size));
+	pthread_mutex_lock(&td_lock);
+	struct reservation *r = NULL;
+	for (int i = 0; i < MAX_RESERVATIONS && !r; i++)
+		if (!reservations[i].size)
+			r = &reservations[i];
+	if (r)
+		*r = (struct reservation){.base = base, .size = size};
+	pthread_mutex_unlock(&td_lock);
+	if (!r) {
+		munmap((void *)base, size);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*ptr = base;
+	return CUDA_SUCCESS;
+}
+
+static bool mapped_within_locked(uintptr_t p, size_t size)
+{
+	for (size_t i = 0; i < npieces; i++)
+		if (pieces[i].base < p + size && p < pieces[i].base + pieces[i].size)
+			return true;
+	return false;
+}
+
+TD_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+	if (!td_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	pthread_mutex_lock(&td_lock);
+	struct reservation *r = reservation_of(ptr, size);
+	CUresult rc = r && r->base == ptr && r->size == size && !mapped_within_locked(ptr, size) ? CUDA_SUCCESS
+												   : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		r->size = 0;
+	pthread_mutex_unlock(&td_lock);
+	if (rc == CUDA_SUCCESS)
+		munmap((void *)(uintptr_t)ptr, size);
+	return rc;
+}
+
+TD_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+			    unsigned long long flags)
+{
+	struct td_context *ctx;
+	struct td_phys *p;
+	CUresult rc = td_require_context(&ctx);
+	if (rc == CUDA_SUCCESS)
+		rc = phys_of(handle, &p);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!size || flags || ptr % GRANULARITY || size % GRANULARITY || offset % GRANULARITY || offset > p->size ||
+	    size > p->size - offset)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&td_lock);
+	rc = reservation_of(ptr, size) && !mapped_within_locked(ptr, size) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS && npieces == pieces_cap) {
+		size_t cap = pieces_cap ? pieces_cap * 2 : 16;
+		struct piece *grown = realloc(pieces, cap * sizeof(*grown));
+		if (grown) {
+			pieces = grown;
+			pieces_cap = cap;
+		} else {
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+		}
+	}
+	if (rc == CUDA_SUCCESS && mmap((void *)(uintptr_t)ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+				       p->fd, (off_t)offset) == MAP_FAILED)
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	if (rc == CUDA_SUCCESS) {
+		pieces[npieces++] = (struct piece){.base = ptr, .size = size, .phys = p};
+		p->mappings++;
+	}
+	pthread_mutex_unlock(&td_lock);
+	if (rc == CUDA_SUCCESS)
+		rc = td_track((void *)(uintptr_t)ptr, size, TD_ALLOC_MAPPING, ctx, p->prop.location.id);
+	return rc;
+}
+
+/* Unmaps every piece inside [ptr, ptr + size), which must not cut one. */
+TD_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+	if (!td_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	struct td_context *ctx = td_current_context();
+	if (ctx)
+		td_context_synchronize(ctx);
+	pthread_mutex_lock(&td_lock);
+	CUresult rc = reservation_of(ptr, size) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < npieces && rc == CUDA_SUCCESS; i++) {
+		struct piece *c = &pieces[i];
+		bool overlaps = c->base < ptr + size && ptr < c->base + c->size;
+		if (overlaps && (c->base < ptr || c->base + c->size > ptr + size))
+			rc = CUDA_ERROR_INVALID_VALUE;
+	}
+	uintptr_t gone[64];
+	size_t ngone = 0;
+	for (size_t i = 0; i < npieces && rc == CUDA_SUCCESS;) {
+		struct piece c = pieces[i];
+		if (c.base >= ptr && c.base + c.size <= ptr + size) {
+			pieces[i] = pieces[--npieces];
+			c.phys->mappings--;
+			phys_put_locked(c.phys);
+			if (ngone < 64)
+				gone[ngone++] = c.base;
+		} else {
+			i++;
+		}
+	}
+	pthread_mutex_unlock(&td_lock);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	for (size_t i = 0; i < ngone; i++)
+		td_untrack(gone[i], TD_ALLOC_MAPPING);
+	mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+	if (!td_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!desc || !count)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < count; i++)
+		if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || desc[i].location.id < 0 ||
+		    desc[i].location.id >= td_device_count())
+			return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&td_lock);
+	struct reservation *r = reservation_of(ptr, size);
+	CUresult rc = r && mapped_within_locked(ptr, size) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		r->access = desc[count - 1].flags;
+	pthread_mutex_unlock(&td_lock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr)
+{
+	if (!td_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!flags || !location)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&td_lock);
+	struct reservation *r = reservation_of(ptr, 1);
+	CUresult rc = r ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (r)
+		*flags = (unsigned long long)r->access;
+	pthread_mutex_unlock(&td_lock);
+	return rc;
+}
