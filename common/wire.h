@@ -13,6 +13,7 @@
 #define RM_MAX_BULK_LEN (1ull << 40)       /* bulk part; each op bounds it further */
 #define RM_MAX_IMAGE_LEN (1ull << 30)      /* a module image */
 #define RM_MAX_OUT_BUF (1u << 16)          /* an out[LEN] buffer of a generated call */
+#define RM_MAX_GRAPH_DEPS 4096             /* node handles in one graph message (dependencies, nodes) */
 
 /* Frame flags. */
 enum {

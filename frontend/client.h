@@ -68,6 +68,13 @@ void rm_ctx_known(CUcontext ctx, CUdevice dev);
 /* Finds the host allocation or registration holding p (any out may be NULL); 1 if there is one. */
 int rm_host_alloc_find(const void *p, void **base, size_t *size, unsigned int *flags);
 
+/* Packs a launch's arguments into req->params as cuLaunchKernel sends them: from extra's
+ * buffer, or from kernelParams at the function's parameter offsets, into scratch when they
+ * fit, else into *heap (for the caller to free). (launch.c) */
+struct Remora__LaunchKernel;
+CUresult rm_pack_kernel_params(CUfunction f, void **kernelParams, void **extra, struct Remora__LaunchKernel *req,
+			       uint8_t *scratch, size_t scratch_len, uint8_t **heap);
+
 /* Library-wide set-up: logging. Idempotent. */
 void rm_client_init(void);
 #define RM_MAX_VISIBLE_DEVICES 64 /* ordinals REMORA_VISIBLE_DEVICES may list */
