@@ -256,8 +256,8 @@ static int disown_locked(struct rm_session *s, enum rm_handle_kind kind, uint64_
 	h->kind = TOMBSTONE;
 	s->sh->handles_live--;
 	/* Only modules, libraries and kernels have dependents (functions, globals, kernels). */
-	if (kind != RM_H_MODULE && kind != RM_H_LIBRARY && kind != RM_H_KERNEL)
-		return 1;
+	if (kind != RM_H_MODULE && kind != RM_H_LIBRARY && kind != RM_H_KERNEL && kind != RM_H_GRAPH)
+		return 1; /* a graph's dependents are its nodes */
 	for (size_t i = 0; i < s->sh->handles_cap; i++) {
 		struct rm_handle *c = &s->sh->handles[i];
 		/* A mapping's parent is a physical allocation, a physical one's a flag: never a module. */
@@ -354,14 +354,26 @@ CUresult rm_session_stream(struct rm_session *s, uint64_t v, uint32_t frame_flag
 	} else {
 		r = rm_session_use(s, RM_H_STREAM, v, (void **)out);
 	}
-	if (r == CUDA_SUCCESS && s->cur)
-		r = rm_stream_order_before(s->cur, *out);
-	return r;
+	if (r != CUDA_SUCCESS || !s->cur)
+		return r;
+	/* During a capture nothing of the daemon's own (ordering events, waits for a shared
+	 * queue) may go onto a capturing stream: it would be captured, or be an illegal call
+	 * that invalidates the capture. And the legacy stream may not be used while one of
+	 * the client's blocking streams captures, as in CUDA. */
+	if (s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0) {
+		if (rm_capture_active(*out))
+			return CUDA_SUCCESS;
+		if (*out == s->cur->default_stream && (r = rm_capture_check_legacy(s->cur)) != CUDA_SUCCESS)
+			return r;
+	}
+	return rm_stream_order_before(s->cur, *out);
 }
 
 CUresult rm_session_stream_submit(struct rm_session *s, uint64_t v, uint32_t frame_flags, CUstream *out)
 {
 	CUresult r = rm_session_stream(s, v, frame_flags, out);
+	if (r == CUDA_SUCCESS && s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 && rm_capture_active(*out))
+		return CUDA_SUCCESS;
 	return r == CUDA_SUCCESS ? rm_stream_pool_before_submit(*out) : r;
 }
 
@@ -575,12 +587,14 @@ static void free_drained(struct rm_session *s, uint64_t ptr)
  * reservations and, their allocations freed, memory pools. */
 size_t rm_session_release_all(struct rm_session *s)
 {
-	static const uint32_t order[] = {RM_H_EVENT,   RM_H_STREAM,   RM_H_MODULE,   RM_H_LIBRARY, RM_H_MEMORY,
-					 RM_H_MAPPING, RM_H_PHYSICAL, RM_H_VA_RANGE, RM_H_MEMPOOL};
+	static const uint32_t order[] = {RM_H_GRAPH_EXEC, RM_H_GRAPH,    RM_H_EVENT,    RM_H_STREAM,
+					 RM_H_MODULE,     RM_H_LIBRARY,  RM_H_MEMORY,   RM_H_MAPPING,
+					 RM_H_PHYSICAL,   RM_H_VA_RANGE, RM_H_MEMPOOL};
 	size_t freed = 0;
 	CUcontext prev = s->thread_ctx;
 	if (s->sh->nctx)
 		rm_drv.cuCtxSetCurrent(s->sh->ctxs[0].ctx);
+	rm_capture_end_all(s); /* a capturing stream can be neither waited for nor reused */
 	sync_streams(s, NULL);
 	/* A fault of this client's work that no reply reported leaves its context broken for
 	 * everyone: a sticky error shows on any stream of it, and is noted so that the
@@ -594,6 +608,8 @@ size_t rm_session_release_all(struct rm_session *s)
 				continue;
 			void *p = (void *)(uintptr_t)h->value;
 			switch (h->kind) {
+			case RM_H_GRAPH_EXEC: rm_drv.cuGraphExecDestroy(p); break;
+			case RM_H_GRAPH: rm_drv.cuGraphDestroy(p); break;
 			case RM_H_EVENT: rm_drv.cuEventDestroy_v2(p); break;
 			case RM_H_STREAM: rm_stream_pool_give(p); break;
 			case RM_H_MODULE: if (!h->parent) rm_image_unload(RM_H_MODULE, p); break; /* else a library's own */

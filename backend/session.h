@@ -26,6 +26,9 @@ enum rm_handle_kind {
 	RM_H_PHYSICAL, /* cuMemCreate's memory: size its length, charged until released (parent 1) and unmapped */
 	RM_H_VA_RANGE, /* a cuMemAddressReserve range: value its base, size its length */
 	RM_H_MAPPING,  /* a cuMemMap'ed piece of a range: usable memory; parent its physical allocation */
+	RM_H_GRAPH,      /* CUgraph */
+	RM_H_GRAPH_EXEC, /* CUgraphExec */
+	RM_H_GRAPH_NODE, /* CUgraphNode */
 };
 
 struct rm_handle {
@@ -65,6 +68,10 @@ struct rm_session_ctx {
 	CUmemoryPool pool;       /* the client's default memory pool on this GPU, made when first named */
 	struct rm_blocking_stream *blocking;
 	int nblocking, blocking_cap;
+	/* Stream captures the client began in this context and has not ended (atomic):
+	 * while there are some, a stream is asked whether it captures before the daemon
+	 * puts anything of its own on it (capture_handlers.c). */
+	int captures;
 };
 
 #define RM_SESSION_MAX_CTX 16
@@ -237,6 +244,15 @@ CUresult rm_session_add_ctx(struct rm_session *s, CUdevice dev, CUcontext *out);
  * work is done: cuMemFree would wait for every client's work in the shared context
  * and hold up their launches meanwhile (H200: 348 ms behind another client's kernel). */
 CUresult rm_session_free_memory(struct rm_session *s, uint64_t ptr);
+
+/* Whether driver stream st takes part in a stream capture (active or invalidated). */
+int rm_capture_active(CUstream st);
+/* Ends every capture of the client's streams, destroying what they made (a client that
+ * went away mid-capture); the contexts' capture counts drop to 0. */
+void rm_capture_end_all(struct rm_session *s);
+/* Whether a call to the legacy stream of c must fail because a blocking stream of the
+ * client captures (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT): that capture is invalidated. */
+CUresult rm_capture_check_legacy(struct rm_session_ctx *c);
 
 /* Waits for every stream of the client in the current context. */
 CUresult rm_session_synchronize(struct rm_session *s);

@@ -46,6 +46,13 @@ CUresult rm_body_cuStreamCreateWithPriority(struct rm_session *s, CUstream *phSt
 /* The stream goes back to the pool; its work still runs to the end, as CUDA's does. */
 CUresult rm_body_cuStreamDestroy_v2(struct rm_session *s, CUstream hStream)
 {
+	CUgraph g = NULL; /* a capture it began ends here: the pool's next user gets a plain stream */
+	if (s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 && rm_capture_active(hStream) &&
+	    rm_drv.cuStreamEndCapture(hStream, &g) == CUDA_SUCCESS) {
+		__atomic_sub_fetch(&s->cur->captures, 1, __ATOMIC_ACQ_REL);
+		if (g)
+			rm_drv.cuGraphDestroy(g);
+	}
 	rm_stream_pool_give(hStream);
 	return CUDA_SUCCESS;
 }
@@ -54,7 +61,9 @@ CUresult rm_body_cuStreamDestroy_v2(struct rm_session *s, CUstream hStream)
  * no other client's work queued behind it. */
 CUresult rm_body_cuStreamWaitEvent(struct rm_session *s, CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
-	CUresult r = rm_stream_pool_before_wait(hStream, hEvent);
+	/* During a capture the event may be a captured one, which may not be queried. */
+	CUresult r = s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 ? CUDA_SUCCESS
+									      : rm_stream_pool_before_wait(hStream, hEvent);
 	return r == CUDA_SUCCESS ? rm_drv.cuStreamWaitEvent(hStream, hEvent, Flags) : r;
 }
 
@@ -81,6 +90,8 @@ CUresult rm_body_cuEventCreate(struct rm_session *s, CUevent *phEvent, unsigned 
 static CUresult before_record(struct rm_session *s, CUevent ev, CUstream st)
 {
 	struct rm_handle h;
+	if (s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 && rm_capture_active(st))
+		return CUDA_SUCCESS; /* captured: nothing runs now */
 	return rm_session_find(s, RM_H_EVENT, (uint64_t)(uintptr_t)ev, &h) && (h.size & CU_EVENT_DISABLE_TIMING)
 		       ? CUDA_SUCCESS : rm_stream_pool_before_submit(st);
 }

@@ -1,35 +1,65 @@
-/* Stream capture: cuStreamBeginCapture is not supported, so no stream is ever
- * capturing and these queries are answered here. */
+/* Stream capture and graph calls whose parameters the generator cannot carry: arrays of
+ * node handles that come back (capture dependencies, a graph's nodes), kernel node
+ * parameters (packed like a launch's), and calls answered here. */
 #include "client.h"
 
-RM_EXPORT CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
-{
-	(void)hStream;
-	if (!captureStatus)
-		return CUDA_ERROR_INVALID_VALUE;
-	*captureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
-	return CUDA_SUCCESS;
-}
+#include <stdlib.h>
+#include <string.h>
 
-RM_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
-						  cuuint64_t *id_out)
+#include "api.pb-c.h"
+#include "remora.pb-c.h"
+
+/* What cuStreamGetCaptureInfo_v2/_v3 hand out: CUDA keeps the array valid until the next
+ * call on the stream; here until the calling thread's next such call. */
+static __thread CUgraphNode *capture_deps;
+static __thread size_t capture_deps_cap;
+
+/* The mode CUDA keeps per thread. The daemon's driver captures in relaxed mode (api.spec):
+ * the mode is kept and exchanged, not enforced. */
+static __thread CUstreamCaptureMode thread_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+static CUresult capture_info(uint32_t op, CUstream hStream, CUstreamCaptureStatus *status, cuuint64_t *id,
+			     CUgraph *graph, const CUgraphNode **deps, size_t *ndeps)
 {
-	if (id_out)
-		*id_out = 0;
-	return cuStreamIsCapturing(hStream, captureStatus_out);
+	if (!status)
+		return CUDA_ERROR_INVALID_VALUE;
+	Remora__CaptureInfo req = REMORA__CAPTURE_INFO__INIT;
+	req.stream = (uint64_t)(uintptr_t)hStream;
+	Remora__CaptureInfoReply *rep = NULL;
+	CUresult r = rm_rpc_simple(op, &req.base, &remora__capture_info_reply__descriptor, (ProtobufCMessage **)&rep);
+	if (r == CUDA_SUCCESS && rep && rep->n_deps > RM_MAX_GRAPH_DEPS)
+		r = rm_rpc_bad_reply("%s: %zu capture dependencies, more than %d", rm_op_names[op], rep->n_deps,
+				     RM_MAX_GRAPH_DEPS);
+	if (r == CUDA_SUCCESS && rep && rep->n_deps > capture_deps_cap) {
+		CUgraphNode *grown = realloc(capture_deps, rep->n_deps * sizeof(*grown));
+		if (!grown)
+			r = CUDA_ERROR_OUT_OF_MEMORY;
+		else
+			capture_deps = grown, capture_deps_cap = rep->n_deps;
+	}
+	if (r == CUDA_SUCCESS && rep) {
+		for (size_t i = 0; i < rep->n_deps; i++)
+			capture_deps[i] = (CUgraphNode)(uintptr_t)rep->deps[i];
+		*status = (CUstreamCaptureStatus)rep->status;
+		if (id && rep->status != CU_STREAM_CAPTURE_STATUS_NONE)
+			*id = rep->id;
+		if (graph)
+			*graph = (CUgraph)(uintptr_t)rep->graph;
+		if (deps)
+			*deps = rep->n_deps ? capture_deps : NULL;
+		if (ndeps)
+			*ndeps = rep->n_deps;
+	}
+	rm_rpc_free(rep ? &rep->base : NULL);
+	return r;
 }
 
 RM_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
 						     cuuint64_t *id_out, CUgraph *graph_out,
 						     const CUgraphNode **dependencies_out, size_t *numDependencies_out)
 {
-	if (graph_out)
-		*graph_out = NULL;
-	if (dependencies_out)
-		*dependencies_out = NULL;
-	if (numDependencies_out)
-		*numDependencies_out = 0;
-	return cuStreamGetCaptureInfo(hStream, captureStatus_out, id_out);
+	return capture_info(RM_OP_cuStreamGetCaptureInfo_v2, hStream, captureStatus_out, id_out, graph_out,
+			    dependencies_out, numDependencies_out);
 }
 
 RM_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
@@ -38,7 +68,184 @@ RM_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamC
 						     const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
 {
 	if (edgeData_out)
-		*edgeData_out = NULL;
-	return cuStreamGetCaptureInfo_v2(hStream, captureStatus_out, id_out, graph_out, dependencies_out,
-					 numDependencies_out);
+		*edgeData_out = NULL; /* every edge is a default one */
+	return capture_info(RM_OP_cuStreamGetCaptureInfo_v3, hStream, captureStatus_out, id_out, graph_out,
+			    dependencies_out, numDependencies_out);
+}
+
+static CUresult update_deps(uint32_t op, CUstream hStream, CUgraphNode *deps, size_t n, unsigned int flags)
+{
+	if ((n && !deps) || n > RM_MAX_GRAPH_DEPS)
+		return CUDA_ERROR_INVALID_VALUE;
+	Remora__CaptureDeps req = REMORA__CAPTURE_DEPS__INIT;
+	req.stream = (uint64_t)(uintptr_t)hStream;
+	req.flags = flags;
+	req.n_deps = n;
+	req.deps = n ? calloc(n, sizeof(*req.deps)) : NULL;
+	if (n && !req.deps)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (size_t i = 0; i < n; i++)
+		req.deps[i] = (uint64_t)(uintptr_t)deps[i];
+	CUresult r = rm_rpc_simple(op, &req.base, NULL, NULL);
+	free(req.deps);
+	return r;
+}
+
+RM_EXPORT CUresult CUDAAPI cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode *dependencies,
+							     size_t numDependencies, unsigned int flags)
+{
+	return update_deps(RM_OP_cuStreamUpdateCaptureDependencies, hStream, dependencies, numDependencies, flags);
+}
+
+RM_EXPORT CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dependencies,
+								const CUgraphEdgeData *dependencyData,
+								size_t numDependencies, unsigned int flags)
+{
+	if (dependencyData)
+		return rm_unsupported("cuStreamUpdateCaptureDependencies_v2 with edge data");
+	return update_deps(RM_OP_cuStreamUpdateCaptureDependencies_v2, hStream, dependencies, numDependencies, flags);
+}
+
+RM_EXPORT CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+	if (!mode || (unsigned)*mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUstreamCaptureMode old = thread_capture_mode;
+	thread_capture_mode = *mode;
+	*mode = old;
+	return CUDA_SUCCESS;
+}
+
+RM_EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
+							CUDA_GRAPH_INSTANTIATE_PARAMS *params)
+{
+	if (!params)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = cuGraphInstantiateWithFlags(phGraphExec, hGraph, params->flags);
+	if (r == CUDA_SUCCESS && (params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD))
+		r = cuGraphUpload(*phGraphExec, params->hUploadStream);
+	params->hErrNode_out = NULL;
+	params->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+	return r;
+}
+
+RM_EXPORT CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
+{
+	if (!numNodes || (nodes && *numNodes > RM_MAX_GRAPH_DEPS))
+		return CUDA_ERROR_INVALID_VALUE;
+	Remora__GraphNodes req = REMORA__GRAPH_NODES__INIT;
+	req.graph = (uint64_t)(uintptr_t)hGraph;
+	req.room = nodes ? *numNodes : 0;
+	Remora__GraphNodesReply *rep = NULL;
+	CUresult r = rm_rpc_simple(RM_OP_cuGraphGetNodes, &req.base, &remora__graph_nodes_reply__descriptor,
+				   (ProtobufCMessage **)&rep);
+	if (r == CUDA_SUCCESS && rep && (rep->n_nodes > req.room || rep->n_nodes > rep->count))
+		r = rm_rpc_bad_reply("cuGraphGetNodes: %zu nodes for room of %llu", rep->n_nodes,
+				     (unsigned long long)req.room);
+	if (r == CUDA_SUCCESS && rep) {
+		for (size_t i = 0; nodes && i < req.room; i++)
+			nodes[i] = i < rep->n_nodes ? (CUgraphNode)(uintptr_t)rep->nodes[i] : NULL;
+		*numNodes = rep->count;
+	}
+	rm_rpc_free(rep ? &rep->base : NULL);
+	return r;
+}
+
+/* Kernel node parameters travel as a launch does: the function, its shape, and the
+ * arguments packed at their offsets (launch.c). */
+static CUresult kernel_node(uint32_t op, Remora__GraphKernelNode *req, const CUDA_KERNEL_NODE_PARAMS *p,
+			    const ProtobufCMessageDescriptor *rep_desc, ProtobufCMessage **rep)
+{
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!p->func)
+		return rm_unsupported("a kernel node given as a CUkernel");
+	Remora__LaunchKernel launch = REMORA__LAUNCH_KERNEL__INIT;
+	launch.func = (uint64_t)(uintptr_t)p->func;
+	launch.grid_x = p->gridDimX;
+	launch.grid_y = p->gridDimY;
+	launch.grid_z = p->gridDimZ;
+	launch.block_x = p->blockDimX;
+	launch.block_y = p->blockDimY;
+	launch.block_z = p->blockDimZ;
+	launch.shared_mem = p->sharedMemBytes;
+	uint8_t packed[4096], *heap;
+	CUresult r = rm_pack_kernel_params(p->func, p->kernelParams, p->extra, &launch, packed, sizeof(packed), &heap);
+	req->launch = &launch;
+	if (r == CUDA_SUCCESS)
+		r = rm_rpc_simple(op, &req->base, rep_desc, rep);
+	free(heap);
+	return r;
+}
+
+RM_EXPORT CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
+						   const CUgraphNode *dependencies, size_t numDependencies,
+						   const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+	if (!phGraphNode || (numDependencies && !dependencies) || numDependencies > RM_MAX_GRAPH_DEPS)
+		return CUDA_ERROR_INVALID_VALUE;
+	Remora__GraphKernelNode req = REMORA__GRAPH_KERNEL_NODE__INIT;
+	req.graph = (uint64_t)(uintptr_t)hGraph;
+	req.n_deps = numDependencies;
+	req.deps = numDependencies ? calloc(numDependencies, sizeof(*req.deps)) : NULL;
+	if (numDependencies && !req.deps)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (size_t i = 0; i < numDependencies; i++)
+		req.deps[i] = (uint64_t)(uintptr_t)dependencies[i];
+	Remora__GraphNodeReply *rep = NULL;
+	CUresult r = kernel_node(RM_OP_cuGraphAddKernelNode_v2, &req, nodeParams, &remora__graph_node_reply__descriptor,
+				 (ProtobufCMessage **)&rep);
+	if (r == CUDA_SUCCESS && rep)
+		*phGraphNode = (CUgraphNode)(uintptr_t)rep->node;
+	rm_rpc_free(rep ? &rep->base : NULL);
+	free(req.deps);
+	return r;
+}
+
+RM_EXPORT CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode,
+							     const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+	Remora__GraphKernelNode req = REMORA__GRAPH_KERNEL_NODE__INIT;
+	req.exec = (uint64_t)(uintptr_t)hGraphExec;
+	req.node = (uint64_t)(uintptr_t)hNode;
+	return kernel_node(RM_OP_cuGraphExecKernelNodeSetParams_v2, &req, nodeParams, NULL, NULL);
+}
+
+/* Written by hand for CUDA's answer on failure: an invalidated or unjoined capture gives
+ * a NULL graph. */
+RM_EXPORT CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+{
+	if (!phGraph)
+		return CUDA_ERROR_INVALID_VALUE;
+	Remora__CuStreamEndCaptureReq req = REMORA__CU_STREAM_END_CAPTURE__REQ__INIT;
+	req.hstream = (uint64_t)(uintptr_t)hStream;
+	Remora__CuStreamEndCaptureRep *rep = NULL;
+	CUresult r = rm_rpc_simple(RM_OP_cuStreamEndCapture, &req.base, &remora__cu_stream_end_capture__rep__descriptor,
+				   (ProtobufCMessage **)&rep);
+	if (r != CUDA_ERROR_DEVICE_UNAVAILABLE)
+		*phGraph = r == CUDA_SUCCESS && rep ? (CUgraph)(uintptr_t)rep->phgraph : NULL;
+	rm_rpc_free(rep ? &rep->base : NULL);
+	return r;
+}
+
+/* Written by hand because the result says why an update failed (CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE). */
+RM_EXPORT CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
+						CUgraphExecUpdateResultInfo *resultInfo)
+{
+	if (!resultInfo)
+		return CUDA_ERROR_INVALID_VALUE;
+	Remora__CuGraphExecUpdateV2Req req = REMORA__CU_GRAPH_EXEC_UPDATE_V2__REQ__INIT;
+	req.hgraphexec = (uint64_t)(uintptr_t)hGraphExec;
+	req.hgraph = (uint64_t)(uintptr_t)hGraph;
+	Remora__CuGraphExecUpdateV2Rep *rep = NULL;
+	CUresult r = rm_rpc_simple(RM_OP_cuGraphExecUpdate_v2, &req.base, &remora__cu_graph_exec_update_v2__rep__descriptor,
+				   (ProtobufCMessage **)&rep);
+	int answered = r == CUDA_SUCCESS || r == CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+	if (answered && rep && rep->resultinfo.len != sizeof(*resultInfo))
+		r = rm_rpc_bad_reply("cuGraphExecUpdate_v2: the reply's resultinfo is %zu bytes, not %zu",
+				     rep->resultinfo.len, sizeof(*resultInfo));
+	else if (answered && rep)
+		memcpy(resultInfo, rep->resultinfo.data, sizeof(*resultInfo));
+	rm_rpc_free(rep ? &rep->base : NULL);
+	return r;
 }

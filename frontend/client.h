@@ -85,6 +85,13 @@ int rm_host_alloc_info(const void *p, struct rm_host_info *out);
 CUresult rm_mapped_before_launch(CUstream stream);
 CUresult rm_mapped_after_sync(void);
 
+/* Packs a launch's arguments into req->params as cuLaunchKernel sends them: from extra's
+ * buffer, or from kernelParams at the function's parameter offsets, into scratch when they
+ * fit, else into *heap (for the caller to free). (launch.c) */
+struct Remora__LaunchKernel;
+CUresult rm_pack_kernel_params(CUfunction f, void **kernelParams, void **extra, struct Remora__LaunchKernel *req,
+			       uint8_t *scratch, size_t scratch_len, uint8_t **heap);
+
 /* Library-wide set-up: logging. Idempotent. */
 void rm_client_init(void);
 #define RM_MAX_VISIBLE_DEVICES 64 /* ordinals REMORA_VISIBLE_DEVICES may list */

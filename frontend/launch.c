@@ -128,14 +128,14 @@ static CUresult describe_attrs(Remora__LaunchKernel *req, const CUlaunchAttribut
 	return CUDA_SUCCESS;
 }
 
-static CUresult launch(uint32_t op, Remora__LaunchKernel *req, CUfunction f, void **kernelParams, void **extra)
+CUresult rm_pack_kernel_params(CUfunction f, void **kernelParams, void **extra, Remora__LaunchKernel *req,
+			       uint8_t *scratch, size_t scratch_len, uint8_t **heap)
 {
+	*heap = NULL;
 	if (!f)
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (kernelParams && extra)
 		return CUDA_ERROR_INVALID_VALUE;
-	uint8_t packed[4096];
-	uint8_t *heap = NULL;
 	CUresult r;
 	if (extra) {
 		const void *buf;
@@ -144,23 +144,32 @@ static CUresult launch(uint32_t op, Remora__LaunchKernel *req, CUfunction f, voi
 			return r;
 		req->params.data = (uint8_t *)buf;
 		req->params.len = size;
-	} else {
-		const struct param_layout *l;
-		if ((r = layout_of(f, &l)) != CUDA_SUCCESS)
-			return r;
-		if (l->count && !kernelParams)
-			return CUDA_ERROR_INVALID_VALUE;
-		uint8_t *dst = l->size <= sizeof(packed) ? packed : (heap = calloc(1, l->size));
-		if (!dst)
-			return CUDA_ERROR_OUT_OF_MEMORY;
-		if (dst == packed)
-			memset(packed, 0, l->size);
-		for (size_t i = 0; i < l->count; i++)
-			memcpy(dst + l->offset[i], kernelParams[i], l->len[i]);
-		req->params.data = dst;
-		req->params.len = l->size;
+		return CUDA_SUCCESS;
 	}
-	r = rm_mapped_before_launch((CUstream)(uintptr_t)req->stream); /* mapped host memory the kernel may read */
+	const struct param_layout *l;
+	if ((r = layout_of(f, &l)) != CUDA_SUCCESS)
+		return r;
+	if (l->count && !kernelParams)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint8_t *dst = l->size <= scratch_len ? scratch : (*heap = calloc(1, l->size));
+	if (!dst)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (dst == scratch)
+		memset(scratch, 0, l->size);
+	for (size_t i = 0; i < l->count; i++)
+		memcpy(dst + l->offset[i], kernelParams[i], l->len[i]);
+	req->params.data = dst;
+	req->params.len = l->size;
+	return CUDA_SUCCESS;
+}
+
+static CUresult launch(uint32_t op, Remora__LaunchKernel *req, CUfunction f, void **kernelParams, void **extra)
+{
+	uint8_t packed[4096];
+	uint8_t *heap;
+	CUresult r = rm_pack_kernel_params(f, kernelParams, extra, req, packed, sizeof(packed), &heap);
+	if (r == CUDA_SUCCESS) /* mapped host memory the kernel may read */
+		r = rm_mapped_before_launch((CUstream)(uintptr_t)req->stream);
 	if (r == CUDA_SUCCESS)
 		r = rm_rpc_simple(op, &req->base, NULL, NULL);
 	free(heap);

@@ -510,7 +510,7 @@ def gen_client_stub(fn, entry, fields):
                 o.append(f"\treq.{f.field}.data = (uint8_t *)&{p.name};")
                 o.append(f"\treq.{f.field}.len = sizeof({p.name});")
         elif f.kind == "buf":
-            checks.append(f"!{p.name}")
+            checks.append(f"(!{p.name} && ({f.len_expr}) != 0)")  # NULL only for no elements
             o.append(f"\treq.{f.field}.data = (uint8_t *){p.name};")
             o.append(f"\treq.{f.field}.len = (size_t)({f.len_expr}) * sizeof(*{p.name});")
         else:

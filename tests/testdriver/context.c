@@ -367,6 +367,8 @@ TD_EXPORT CUresult cuCtxSynchronize_v2(CUcontext handle)
 	CUresult rc = context_or_current(handle, &ctx);
 	if (rc != CUDA_SUCCESS)
 		return rc;
+	if ((rc = td_capture_forbid_context(ctx)) != CUDA_SUCCESS)
+		return rc;
 	return td_context_synchronize(ctx);
 }
 

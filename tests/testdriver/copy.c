@@ -24,7 +24,7 @@ static CUresult copy(void *dst, enum side dst_side, const void *src, enum side s
 {
 	struct td_stream *s;
 	CUresult rc = td_resolve_stream(stream, &s);
-	if (rc != CUDA_SUCCESS)
+	if (rc != CUDA_SUCCESS || (rc = td_capture_usable(s)) != CUDA_SUCCESS)
 		return rc;
 	if (bytes && (!dst || !src))
 		return CUDA_ERROR_INVALID_VALUE;
@@ -93,7 +93,7 @@ static CUresult memset_elements(CUdeviceptr dst, uint32_t value, unsigned width,
 {
 	struct td_stream *s;
 	CUresult rc = td_resolve_stream(stream, &s);
-	if (rc != CUDA_SUCCESS)
+	if (rc != CUDA_SUCCESS || (rc = td_capture_usable(s)) != CUDA_SUCCESS)
 		return rc;
 	if (count && (dst % width || !td_device_range_ok(DEV(dst), count * width)))
 		return CUDA_ERROR_INVALID_VALUE;

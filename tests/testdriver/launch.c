@@ -182,6 +182,8 @@ static CUresult launch(CUfunction hfunc, const unsigned grid[3], const unsigned 
 	CUresult rc = td_resolve_stream(stream, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
+	if ((rc = td_capture_usable(s)) != CUDA_SUCCESS)
+		return rc;
 	struct td_function *f = td_function_from(hfunc);
 	if (!f)
 		return CUDA_ERROR_INVALID_HANDLE;
@@ -206,6 +208,31 @@ static CUresult launch(CUfunction hfunc, const unsigned grid[3], const unsigned 
 	memcpy(op->u.launch.shape.block, block, sizeof op->u.launch.shape.block);
 	op->u.launch.shape.shared_bytes = shared_bytes;
 	td_enqueue(s, op);
+	return CUDA_SUCCESS;
+}
+
+CUresult td_kernel_node_op(const CUDA_KERNEL_NODE_PARAMS *p, struct td_op *op)
+{
+	struct td_function *f = td_function_from(p->func ? (const void *)p->func : (const void *)p->kern);
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	const unsigned grid[3] = { p->gridDimX, p->gridDimY, p->gridDimZ };
+	const unsigned block[3] = { p->blockDimX, p->blockDimY, p->blockDimZ };
+	for (int d = 0; d < 3; d++)
+		if (grid[d] == 0 || block[d] == 0 || block[d] > 1024)
+			return CUDA_ERROR_INVALID_VALUE;
+	if ((unsigned long long)block[0] * block[1] * block[2] > MAX_THREADS_PER_BLOCK ||
+	    p->sharedMemBytes > (unsigned)f->max_dynamic_shared)
+		return CUDA_ERROR_INVALID_VALUE;
+	memset(op, 0, sizeof *op);
+	op->kind = TD_OP_KERNEL;
+	CUresult rc = pack_arguments(f->kernel, p->kernelParams, p->extra, op->u.launch.args);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	op->u.launch.kernel = f->kernel;
+	memcpy(op->u.launch.shape.grid, grid, sizeof grid);
+	memcpy(op->u.launch.shape.block, block, sizeof block);
+	op->u.launch.shape.shared_bytes = p->sharedMemBytes;
 	return CUDA_SUCCESS;
 }
 

@@ -36,17 +36,6 @@
 #define PRIORITY_LEAST 0
 #define PRIORITY_GREATEST (-5)
 
-struct td_event {
-	uint32_t magic;
-	unsigned flags;
-	pthread_mutex_t lock;
-	struct td_stream *stream;    /* last record's stream (a reference), or NULL */
-	uint64_t ticket;             /* last record's ticket in that stream */
-	uint64_t record_id;          /* bumped by each record; a stale record op leaves no timestamp */
-	bool timestamped;
-	uint64_t timestamp_ns;
-	int refs;
-};
 
 static uint64_t now_ns(void)
 {
@@ -56,6 +45,7 @@ static uint64_t now_ns(void)
 }
 
 static void stream_ref(struct td_stream *s) { __atomic_add_fetch(&s->refs, 1, __ATOMIC_ACQ_REL); }
+void td_stream_ref(struct td_stream *s) { stream_ref(s); }
 
 void td_stream_unref(struct td_stream *s)
 {
@@ -72,6 +62,7 @@ static void event_unref(struct td_event *e)
 		return;
 	if (e->stream)
 		td_stream_unref(e->stream);
+	td_capture_event_clear(e);
 	pthread_mutex_destroy(&e->lock);
 	free(e);
 }
@@ -134,6 +125,9 @@ static void run_op(struct td_stream *s, struct td_op *op)
 	case TD_OP_WAIT:
 		td_wait_ticket(op->u.wait.stream, op->u.wait.ticket);
 		td_stream_unref(op->u.wait.stream);
+		break;
+	case TD_OP_EVENT_WAIT:
+	case TD_OP_NOTHING:
 		break;
 	}
 }
@@ -428,6 +422,8 @@ static void append_wait_for(struct td_stream *s, struct td_stream *other)
 
 uint64_t td_enqueue(struct td_stream *s, struct td_op *op)
 {
+	if (__atomic_load_n(&s->capture, __ATOMIC_ACQUIRE) && td_capture_take(s, op))
+		return 0;
 	if (!(s->flags & CU_STREAM_NON_BLOCKING)) {
 		pthread_mutex_lock(&td_lock);
 		if (s->legacy) {
@@ -565,6 +561,8 @@ TD_EXPORT CUresult cuStreamSynchronize(CUstream handle)
 	CUresult rc = td_resolve_stream(handle, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
+	if ((rc = td_capture_forbid(s)) != CUDA_SUCCESS)
+		return rc;
 	td_stream_synchronize(s);
 	return __atomic_load_n(&s->ctx->sticky_error, __ATOMIC_ACQUIRE);
 }
@@ -574,6 +572,8 @@ TD_EXPORT CUresult cuStreamQuery(CUstream handle)
 	struct td_stream *s;
 	CUresult rc = td_resolve_stream(handle, &s);
 	if (rc != CUDA_SUCCESS)
+		return rc;
+	if ((rc = td_capture_forbid(s)) != CUDA_SUCCESS)
 		return rc;
 	pthread_mutex_lock(&s->lock);
 	bool idle = s->completed == s->enqueued;
@@ -647,6 +647,11 @@ TD_EXPORT CUresult cuEventRecordWithFlags(CUevent handle, CUstream stream, unsig
 		return rc;
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
+	if ((rc = td_capture_usable(s)) != CUDA_SUCCESS)
+		return rc;
+	if (td_capture_record(e, s) == 0)
+		return CUDA_SUCCESS;
+	td_capture_event_clear(e);
 	struct td_op *op = td_op_new(TD_OP_RECORD);
 	if (!op)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -725,6 +730,8 @@ TD_EXPORT CUresult cuStreamWaitEvent(CUstream stream, CUevent handle, unsigned i
 		return rc;
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
+	if (td_capture_wait(s, e, &rc) == 0)
+		return rc;
 	struct td_stream *source;
 	uint64_t ticket;
 	if (!last_record(e, &source, &ticket))

@@ -46,7 +46,10 @@ enum td_magic {
 	TD_MAGIC_STREAM = 0x5354524d,  /* "STRM" */
 	TD_MAGIC_EVENT = 0x45564e54,   /* "EVNT" */
 	TD_MAGIC_MODULE = 0x4d4f444c,  /* "MODL" */
-	TD_MAGIC_FUNCTION = 0x46554e43 /* "FUNC" */
+	TD_MAGIC_FUNCTION = 0x46554e43, /* "FUNC" */
+	TD_MAGIC_GRAPH = 0x47525048,    /* "GRPH" */
+	TD_MAGIC_NODE = 0x4e4f4445,     /* "NODE" */
+	TD_MAGIC_EXEC = 0x45584543      /* "EXEC" */
 };
 
 extern pthread_mutex_t td_lock;
@@ -136,7 +139,9 @@ enum td_op_kind {
 	TD_OP_SET,         /* fill with an element of 1, 2 or 4 bytes */
 	TD_OP_KERNEL,
 	TD_OP_RECORD,      /* timestamp an event */
-	TD_OP_WAIT         /* wait until another stream reaches a ticket */
+	TD_OP_WAIT,        /* wait until another stream reaches a ticket */
+	TD_OP_EVENT_WAIT,  /* replayed graph node: wait for an event's last record */
+	TD_OP_NOTHING      /* replayed empty node */
 };
 
 struct td_kernel;
@@ -157,6 +162,7 @@ struct td_op {
 			 unsigned char args[TD_MAX_ARG_BYTES]; } launch;
 		struct { struct td_event *event; uint64_t record_id; } record;
 		struct { struct td_stream *stream; uint64_t ticket; } wait;
+		struct { struct td_event *event; } event_wait;
 	} u;
 	struct td_stream *stream;    /* set by td_enqueue: the op's stream and ticket */
 	uint64_t ticket;
@@ -181,7 +187,27 @@ struct td_stream {
 	int refs;
 	pthread_t worker;
 	struct td_stream *next_in_context;
+	struct td_capture *capture;  /* the capture it takes part in, or NULL (graph.c) */
+	struct td_gnode **deps;      /* while capturing: the nodes its next op depends on */
+	size_t ndeps;
 };
+
+struct td_event {
+	uint32_t magic;
+	unsigned flags;
+	pthread_mutex_t lock;
+	struct td_stream *stream;    /* last record's stream (a reference), or NULL */
+	uint64_t ticket;             /* last record's ticket in that stream */
+	uint64_t record_id;          /* bumped by each record; a stale record op leaves no timestamp */
+	bool timestamped;
+	uint64_t timestamp_ns;
+	int refs;
+	struct td_capture *capture;  /* recorded in a capture: its nodes then (graph.c) */
+	struct td_gnode **cap_nodes;
+	size_t ncap_nodes;
+};
+
+void td_stream_ref(struct td_stream *s);
 
 /* Resolves a CUstream (NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD or a
  * handle) to a stream of the current context. */
@@ -193,6 +219,29 @@ void td_stream_synchronize(struct td_stream *s);
 void td_stream_unref(struct td_stream *s);
 void td_destroy_context_streams(struct td_context *ctx);
 struct td_op *td_op_new(enum td_op_kind kind);
+
+/* ---- stream capture and graphs (graph.c) ---- */
+struct td_capture;
+struct td_gnode;
+
+/* An op enqueued to a capturing stream becomes a node of the capture's graph
+ * instead of running: true when td_enqueue took (and freed) op that way. */
+bool td_capture_take(struct td_stream *s, struct td_op *op);
+/* What work given to s gets: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED once its capture is. */
+CUresult td_capture_usable(struct td_stream *s);
+/* A synchronizing call (synchronize, query) on s while it captures: invalidates the
+ * capture and gives CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; CUDA_SUCCESS when s does not capture. */
+CUresult td_capture_forbid(struct td_stream *s);
+/* cuEventRecord on a capturing stream; cuStreamWaitEvent on an event recorded in a capture.
+ * Return -1 when not a capture matter (the caller goes on as usual). */
+int td_capture_record(struct td_event *e, struct td_stream *s);
+int td_capture_wait(struct td_stream *s, struct td_event *e, CUresult *rc);
+/* The event's capture snapshot is dropped (event destroyed or recorded outside capture). */
+void td_capture_event_clear(struct td_event *e);
+/* A graph kernel node's launch as an op (launch.c). */
+CUresult td_kernel_node_op(const CUDA_KERNEL_NODE_PARAMS *p, struct td_op *op);
+/* A context synchronize while a stream of ctx captures: as td_capture_forbid for each. */
+CUresult td_capture_forbid_context(struct td_context *ctx);
 
 /* ---- failure injection (inject.c) ---- */
 enum td_fail_point { TD_FAIL_MEM_ALLOC_HOST, TD_FAIL_EVENT_CREATE, TD_FAIL_POINTS };

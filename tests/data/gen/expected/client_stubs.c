@@ -233,7 +233,7 @@ RM_EXPORT CUresult CUDAAPI cuFuncSetArgs(CUfunction hfunc, const int *args, unsi
 	req.args.data = (uint8_t *)args;
 	req.args.len = (size_t)(count) * sizeof(*args);
 	req.count = count;
-	if (!args)
+	if ((!args && (count) != 0))
 		return CUDA_ERROR_INVALID_VALUE;
 	return rm_rpc_simple(RM_OP_cuFuncSetArgs, &req.base, NULL, NULL);
 }

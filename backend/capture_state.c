@@ -1,0 +1,67 @@
+/* The daemon's side of stream capture that session.c needs: whether a driver stream
+ * captures, the legacy stream's rule, and ending a departed client's captures
+ * (capture_handlers.c has the calls; it says what is whose). */
+#include "session.h"
+
+#include "driver_table.h"
+
+int rm_capture_active(CUstream st)
+{
+	CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+	return rm_drv.cuStreamIsCapturing && rm_drv.cuStreamIsCapturing(st, &status) == CUDA_SUCCESS &&
+	       status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* A capturing stream's capture is invalidated by an illegal call on it, as the driver
+ * defines: a query (the driver refuses it and invalidates the capture). */
+static void invalidate(CUstream st)
+{
+	rm_drv.cuStreamQuery(st);
+}
+
+CUresult rm_capture_check_legacy(struct rm_session_ctx *c)
+{
+	CUresult r = CUDA_SUCCESS;
+	pthread_mutex_lock(&c->order_lock);
+	for (int i = 0; i < c->nblocking; i++)
+		if (rm_capture_active(c->blocking[i].stream)) {
+			invalidate(c->blocking[i].stream);
+			r = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+		}
+	for (int i = 0; i <= RM_MAX_CHANNELS; i++)
+		if (c->per_thread[i] && rm_capture_active(c->per_thread[i])) {
+			invalidate(c->per_thread[i]);
+			r = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+		}
+	pthread_mutex_unlock(&c->order_lock);
+	return r;
+}
+
+/* Ends what the client's streams capture, origins first (ending a stream that only joined
+ * a capture fails until its origin has ended). */
+void rm_capture_end_all(struct rm_session *s)
+{
+	for (int k = 0; k < s->sh->nctx; k++) {
+		struct rm_session_ctx *c = &s->sh->ctxs[k];
+		if (__atomic_load_n(&c->captures, __ATOMIC_ACQUIRE) == 0)
+			continue;
+		rm_drv.cuCtxSetCurrent(c->ctx);
+		pthread_mutex_lock(&s->sh->lock);
+		for (size_t i = 0; i < s->sh->handles_cap; i++) {
+			if (s->sh->handles[i].kind != RM_H_STREAM)
+				continue;
+			CUstream st = (CUstream)(uintptr_t)s->sh->handles[i].value;
+			CUgraph g = NULL;
+			if (rm_capture_active(st) && rm_drv.cuStreamEndCapture(st, &g) == CUDA_SUCCESS && g)
+				rm_drv.cuGraphDestroy(g);
+		}
+		for (int i = 0; i <= RM_MAX_CHANNELS; i++) {
+			CUgraph g = NULL;
+			if (c->per_thread[i] && rm_capture_active(c->per_thread[i]) &&
+			    rm_drv.cuStreamEndCapture(c->per_thread[i], &g) == CUDA_SUCCESS && g)
+				rm_drv.cuGraphDestroy(g);
+		}
+		pthread_mutex_unlock(&s->sh->lock);
+		__atomic_store_n(&c->captures, 0, __ATOMIC_RELEASE);
+	}
+}

@@ -1,0 +1,230 @@
+/* Graphs (proto/api.spec, "Graphs"): graphs and executable graphs are the client's
+ * handles, owned without a parent (an executable graph or a clone outlives the graph it
+ * came from); nodes are children of their graph, and go with it. Every node handle,
+ * function and device range a client names is checked against what it owns, and a
+ * kernel node's packed parameters against the function's own layout. */
+#include "dispatch.h"
+
+#include <stdlib.h>
+
+#include "remora.pb-c.h"
+
+#define MAX_PARAM_BYTES 32764 /* CUDA's limit on the bytes of a kernel's parameters */
+
+/* Each of n node handles is one the client owns, of graph g. */
+static CUresult check_nodes(struct rm_session *s, CUgraph g, const CUgraphNode *nodes, size_t n)
+{
+	if (n > RM_MAX_GRAPH_DEPS)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < n; i++) {
+		struct rm_handle h;
+		if (!rm_session_find(s, RM_H_GRAPH_NODE, (uint64_t)(uintptr_t)nodes[i], &h) ||
+		    h.parent != (uint64_t)(uintptr_t)g)
+			return CUDA_ERROR_INVALID_VALUE;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* A memset node's rows lie in memory the client owns: height rows of width elements,
+ * pitch bytes apart, without overflow. */
+static CUresult check_memset(struct rm_session *s, const CUDA_MEMSET_NODE_PARAMS *p)
+{
+	uint64_t row, span;
+	if ((p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4) || !p->height)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (__builtin_mul_overflow((uint64_t)p->width, (uint64_t)p->elementSize, &row))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (p->height > 1 && p->pitch < row)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (__builtin_mul_overflow((uint64_t)(p->height - 1), (uint64_t)p->pitch, &span) ||
+	    __builtin_add_overflow(span, row, &span))
+		return CUDA_ERROR_INVALID_VALUE;
+	return rm_session_check_range(s, p->dst, span);
+}
+
+/* An executable graph is the client's until it destroys it, whatever becomes of its graph. */
+CUresult rm_body_cuGraphInstantiateWithFlags(struct rm_session *s, CUgraphExec *phGraphExec, CUgraph hGraph,
+					     unsigned long long flags)
+{
+	CUresult r = rm_drv.cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags);
+	if (r == CUDA_SUCCESS)
+		rm_session_own(s, RM_H_GRAPH_EXEC, *phGraphExec, 0);
+	return r;
+}
+
+CUresult rm_body_cuGraphClone(struct rm_session *s, CUgraph *phGraphClone, CUgraph originalGraph)
+{
+	CUresult r = rm_drv.cuGraphClone(phGraphClone, originalGraph);
+	if (r == CUDA_SUCCESS)
+		rm_session_own(s, RM_H_GRAPH, *phGraphClone, 0);
+	return r;
+}
+
+CUresult rm_body_cuGraphAddEmptyNode(struct rm_session *s, CUgraphNode *phGraphNode, CUgraph hGraph,
+				     const CUgraphNode *dependencies, size_t numDependencies)
+{
+	CUresult r = check_nodes(s, hGraph, dependencies, numDependencies);
+	return r == CUDA_SUCCESS ? rm_drv.cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies) : r;
+}
+
+CUresult rm_body_cuGraphAddMemsetNode(struct rm_session *s, CUgraphNode *phGraphNode, CUgraph hGraph,
+				      const CUgraphNode *dependencies, size_t numDependencies,
+				      const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
+{
+	CUresult r = check_nodes(s, hGraph, dependencies, numDependencies);
+	if (r == CUDA_SUCCESS)
+		r = check_memset(s, memsetParams);
+	return r == CUDA_SUCCESS ? rm_drv.cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, numDependencies,
+								memsetParams, ctx ? ctx : s->cur ? s->cur->ctx : NULL)
+				 : r;
+}
+
+CUresult rm_body_cuGraphExecMemsetNodeSetParams(struct rm_session *s, CUgraphExec hGraphExec, CUgraphNode hNode,
+						const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
+{
+	CUresult r = check_memset(s, memsetParams);
+	return r == CUDA_SUCCESS ? rm_drv.cuGraphExecMemsetNodeSetParams(hGraphExec, hNode, memsetParams,
+									  ctx ? ctx : s->cur ? s->cur->ctx : NULL)
+				 : r;
+}
+
+/* The nodes the result names are of hGraph, which the client owns: they become its. */
+CUresult rm_body_cuGraphExecUpdate_v2(struct rm_session *s, CUgraphExec hGraphExec, CUgraph hGraph,
+				      CUgraphExecUpdateResultInfo *resultInfo)
+{
+	CUresult r = rm_drv.cuGraphExecUpdate_v2(hGraphExec, hGraph, resultInfo);
+	if (resultInfo->errorNode)
+		rm_session_own(s, RM_H_GRAPH_NODE, resultInfo->errorNode, (uint64_t)(uintptr_t)hGraph);
+	if (resultInfo->errorFromNode)
+		rm_session_own(s, RM_H_GRAPH_NODE, resultInfo->errorFromNode, (uint64_t)(uintptr_t)hGraph);
+	return r;
+}
+
+void rm_handle_cuGraphGetNodes(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__GraphNodes *req = (void *)rm_request_unpack(rq, &remora__graph_nodes__descriptor);
+	if (!req)
+		return;
+	Remora__GraphNodesReply rep = REMORA__GRAPH_NODES_REPLY__INIT;
+	void *g = NULL;
+	size_t count = 0;
+	CUgraphNode *nodes = NULL;
+	uint64_t *values = NULL;
+	CUresult r = req->room > RM_MAX_GRAPH_DEPS ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+	if (r == CUDA_SUCCESS)
+		r = rm_session_use(s, RM_H_GRAPH, req->graph, &g);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv.cuGraphGetNodes(g, NULL, &count);
+	size_t give = count < req->room ? count : req->room;
+	if (r == CUDA_SUCCESS && give) {
+		nodes = calloc(count, sizeof(*nodes));
+		values = calloc(give, sizeof(*values));
+		size_t got = count;
+		r = !nodes || !values ? CUDA_ERROR_OUT_OF_MEMORY : rm_drv.cuGraphGetNodes(g, nodes, &got);
+		if (r == CUDA_SUCCESS && got < give)
+			give = got;
+	}
+	for (size_t i = 0; r == CUDA_SUCCESS && i < give; i++) {
+		rm_session_own(s, RM_H_GRAPH_NODE, nodes[i], req->graph);
+		values[i] = (uint64_t)(uintptr_t)nodes[i];
+	}
+	if (r == CUDA_SUCCESS) {
+		rep.count = count;
+		rep.nodes = values;
+		rep.n_nodes = give;
+	}
+	rm_request_finish(s, rq, r, &rep.base);
+	free(values);
+	free(nodes);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+/* The bytes f's parameters span, from the driver's layout of it. */
+static CUresult param_bytes(CUfunction f, size_t *out)
+{
+	size_t end = 0;
+	for (size_t i = 0;; i++) {
+		size_t off = 0, len = 0;
+		CUresult r = rm_drv.cuFuncGetParamInfo ? rm_drv.cuFuncGetParamInfo(f, i, &off, &len)
+						       : rm_unsupported_by_driver("cuFuncGetParamInfo");
+		if (r == CUDA_ERROR_INVALID_VALUE)
+			break;
+		if (r != CUDA_SUCCESS)
+			return r;
+		if (off + len > end)
+			end = off + len;
+	}
+	*out = end;
+	return CUDA_SUCCESS;
+}
+
+/* A kernel node's parameters from the launch message: the function the client's, its
+ * packed arguments exactly as long as the function's parameters. *size must outlive p. */
+static CUresult kernel_params(struct rm_session *s, const Remora__LaunchKernel *l, CUDA_KERNEL_NODE_PARAMS *p,
+			      void **extra, size_t *size)
+{
+	void *f = NULL;
+	size_t want = 0;
+	CUresult r = l ? rm_session_use(s, RM_H_FUNCTION, l->func, &f) : CUDA_ERROR_INVALID_VALUE;
+	if (r == CUDA_SUCCESS)
+		r = param_bytes(f, &want);
+	if (r == CUDA_SUCCESS && (l->params.len != want || want > MAX_PARAM_BYTES))
+		r = CUDA_ERROR_INVALID_VALUE;
+	if (r != CUDA_SUCCESS)
+		return r;
+	*size = l->params.len;
+	extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
+	extra[1] = l->params.data;
+	extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
+	extra[3] = size;
+	extra[4] = CU_LAUNCH_PARAM_END;
+	*p = (CUDA_KERNEL_NODE_PARAMS){.func = f, .gridDimX = l->grid_x, .gridDimY = l->grid_y,
+				       .gridDimZ = l->grid_z, .blockDimX = l->block_x, .blockDimY = l->block_y,
+				       .blockDimZ = l->block_z, .sharedMemBytes = l->shared_mem,
+				       .extra = *size ? extra : NULL};
+	return CUDA_SUCCESS;
+}
+
+void rm_handle_cuGraphAddKernelNode_v2(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__GraphKernelNode *req = (void *)rm_request_unpack(rq, &remora__graph_kernel_node__descriptor);
+	if (!req)
+		return;
+	Remora__GraphNodeReply rep = REMORA__GRAPH_NODE_REPLY__INIT;
+	void *g = NULL, *extra[5];
+	size_t size = 0;
+	CUDA_KERNEL_NODE_PARAMS p;
+	CUgraphNode node = NULL;
+	CUresult r = rm_session_use(s, RM_H_GRAPH, req->graph, &g);
+	if (r == CUDA_SUCCESS)
+		r = check_nodes(s, g, (const CUgraphNode *)req->deps, req->n_deps);
+	if (r == CUDA_SUCCESS)
+		r = kernel_params(s, req->launch, &p, extra, &size);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv.cuGraphAddKernelNode_v2(&node, g, (const CUgraphNode *)req->deps, req->n_deps, &p);
+	if (r == CUDA_SUCCESS) {
+		rm_session_own(s, RM_H_GRAPH_NODE, node, req->graph);
+		rep.node = (uint64_t)(uintptr_t)node;
+	}
+	rm_request_finish(s, rq, r, &rep.base);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+void rm_handle_cuGraphExecKernelNodeSetParams_v2(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__GraphKernelNode *req = (void *)rm_request_unpack(rq, &remora__graph_kernel_node__descriptor);
+	if (!req)
+		return;
+	void *exec = NULL, *node = NULL, *extra[5];
+	size_t size = 0;
+	CUDA_KERNEL_NODE_PARAMS p;
+	CUresult r = rm_session_use(s, RM_H_GRAPH_EXEC, req->exec, &exec);
+	if (r == CUDA_SUCCESS)
+		r = rm_session_use(s, RM_H_GRAPH_NODE, req->node, &node);
+	if (r == CUDA_SUCCESS)
+		r = kernel_params(s, req->launch, &p, extra, &size);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv.cuGraphExecKernelNodeSetParams_v2(exec, node, &p);
+	rm_request_finish(s, rq, r, NULL);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}

@@ -1,0 +1,911 @@
+/* Stream capture and CUDA graphs.
+ *
+ * Capture: a stream taking part in a capture points at it (td_stream.capture)
+ * and holds the nodes its next op depends on (deps).  td_enqueue hands an op
+ * to such a stream to td_capture_take, which makes it a node of the capture's
+ * graph instead of running it.  An event recorded on a capturing stream keeps
+ * that stream's deps; a stream that waits for it joins the capture (or, if it
+ * already takes part, adds them to its deps), so that work forked onto other
+ * streams and joined back through events is one graph, as in CUDA.  Ending the
+ * capture on another stream than its origin, or with a stream whose last work
+ * the origin never waited for, fails as CUDA does.  A synchronize or query of a
+ * capturing stream, or a context synchronize while one captures, invalidates
+ * the capture (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED); work given to a stream
+ * of an invalidated capture gets CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, and so
+ * does its end.  Capture modes are accepted and not enforced.
+ *
+ * Graphs hold nodes (empty, kernel, memset, and what capture made of copies),
+ * each with its dependencies.  Instantiating copies the graph and orders its
+ * nodes topologically; a launch enqueues a copy of each node's op to the
+ * stream in that order, one valid serialisation of the graph.  Node handles
+ * of a graph name the same node (by index) of its instantiations, for the
+ * exec node setters and cuGraphExecUpdate.
+ *
+ * All of it is guarded by one lock, glock; no stream lock is taken under it.
+ */
+#include "testdriver.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define CAPTURE_ENDED 3 /* beside CUstreamCaptureStatus: the capture is over */
+
+struct td_gnode {
+	uint32_t magic;
+	struct td_graph *graph;
+	CUgraphNodeType type;
+	struct td_op op;          /* kernel, copy, memset: what a launch enqueues */
+	struct td_gnode **deps;
+	size_t ndeps;
+	size_t index;             /* its place in graph->nodes */
+};
+
+struct td_graph {
+	uint32_t magic;
+	struct td_gnode **nodes;
+	size_t n, cap;
+};
+
+struct td_capture {
+	uint64_t id;
+	struct td_graph *graph;
+	struct td_stream *origin;
+	int status;               /* CUstreamCaptureStatus, or CAPTURE_ENDED */
+	CUstreamCaptureMode mode;
+};
+
+struct td_exec {
+	uint32_t magic;
+	struct td_graph *source;  /* the graph instantiated (its node handles name ours) */
+	struct td_graph *graph;   /* a private copy */
+	size_t *order;            /* topological order of graph's nodes */
+};
+
+static pthread_mutex_t glock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t capture_ids;
+static __thread CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+static struct td_graph *graph_from(CUgraph h)
+{
+	struct td_graph *g = (struct td_graph *)h;
+	return g && g->magic == TD_MAGIC_GRAPH ? g : NULL;
+}
+
+static struct td_gnode *node_from(CUgraphNode h)
+{
+	struct td_gnode *n = (struct td_gnode *)h;
+	return n && n->magic == TD_MAGIC_NODE ? n : NULL;
+}
+
+static struct td_exec *exec_from(CUgraphExec h)
+{
+	struct td_exec *e = (struct td_exec *)h;
+	return e && e->magic == TD_MAGIC_EXEC ? e : NULL;
+}
+
+static struct td_graph *graph_new(void)
+{
+	struct td_graph *g = calloc(1, sizeof *g);
+	if (g)
+		g->magic = TD_MAGIC_GRAPH;
+	return g;
+}
+
+static void graph_free(struct td_graph *g)
+{
+	if (!g)
+		return;
+	for (size_t i = 0; i < g->n; i++) {
+		g->nodes[i]->magic = 0;
+		free(g->nodes[i]->deps);
+		free(g->nodes[i]);
+	}
+	free(g->nodes);
+	g->magic = 0;
+	free(g);
+}
+
+/* Caller holds glock; deps are nodes of g (checked by the caller). */
+static struct td_gnode *graph_add(struct td_graph *g, CUgraphNodeType type, const struct td_op *op,
+				  struct td_gnode *const *deps, size_t ndeps)
+{
+	if (g->n == g->cap) {
+		size_t cap = g->cap ? g->cap * 2 : 16;
+		struct td_gnode **nodes = realloc(g->nodes, cap * sizeof *nodes);
+		if (!nodes)
+			return NULL;
+		g->nodes = nodes;
+		g->cap = cap;
+	}
+	struct td_gnode *n = calloc(1, sizeof *n);
+	if (!n || (ndeps && !(n->deps = malloc(ndeps * sizeof *deps)))) {
+		free(n);
+		return NULL;
+	}
+	n->magic = TD_MAGIC_NODE;
+	n->graph = g;
+	n->type = type;
+	if (op)
+		n->op = *op;
+	n->op.next = NULL;
+	n->op.stream = NULL;
+	if (ndeps)
+		memcpy(n->deps, deps, ndeps * sizeof *deps);
+	n->ndeps = ndeps;
+	n->index = g->n;
+	g->nodes[g->n++] = n;
+	return n;
+}
+
+/* A copy of g with the same node indices; caller holds glock. */
+static struct td_graph *graph_clone(const struct td_graph *g)
+{
+	struct td_graph *c = graph_new();
+	for (size_t i = 0; c && i < g->n; i++) {
+		const struct td_gnode *n = g->nodes[i];
+		struct td_gnode *deps[n->ndeps ? n->ndeps : 1];
+		for (size_t d = 0; d < n->ndeps; d++)
+			deps[d] = c->nodes[n->deps[d]->index]; /* deps come before their dependents */
+		if (!graph_add(c, n->type, &n->op, deps, n->ndeps)) {
+			graph_free(c);
+			c = NULL;
+		}
+	}
+	return c;
+}
+
+static CUgraphNodeType type_of_op(const struct td_op *op)
+{
+	switch (op->kind) {
+	case TD_OP_KERNEL: return CU_GRAPH_NODE_TYPE_KERNEL;
+	case TD_OP_COPY: return CU_GRAPH_NODE_TYPE_MEMCPY;
+	case TD_OP_SET: return CU_GRAPH_NODE_TYPE_MEMSET;
+	default: return CU_GRAPH_NODE_TYPE_EMPTY;
+	}
+}
+
+static int set_deps(struct td_stream *s, struct td_gnode *const *deps, size_t n)
+{
+	struct td_gnode **copy = n ? malloc(n * sizeof *copy) : NULL;
+	if (n && !copy)
+		return -1;
+	if (n)
+		memcpy(copy, deps, n * sizeof *copy);
+	free(s->deps);
+	s->deps = copy;
+	s->ndeps = n;
+	return 0;
+}
+
+static void leave_capture(struct td_stream *s)
+{
+	free(s->deps);
+	s->deps = NULL;
+	s->ndeps = 0;
+	__atomic_store_n(&s->capture, NULL, __ATOMIC_RELEASE);
+}
+
+/* ---- hooks of stream.c ---- */
+
+bool td_capture_take(struct td_stream *s, struct td_op *op)
+{
+	pthread_mutex_lock(&glock);
+	struct td_capture *c = s->capture;
+	if (!c) {
+		pthread_mutex_unlock(&glock);
+		return false;
+	}
+	if (c->status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+		struct td_gnode *n = graph_add(c->graph, type_of_op(op), op, s->deps, s->ndeps);
+		if (!n || set_deps(s, &n, 1) != 0)
+			c->status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+	}
+	pthread_mutex_unlock(&glock);
+	free(op);
+	return true;
+}
+
+CUresult td_capture_usable(struct td_stream *s)
+{
+	pthread_mutex_lock(&glock);
+	bool invalid = s->capture && s->capture->status != CU_STREAM_CAPTURE_STATUS_ACTIVE;
+	pthread_mutex_unlock(&glock);
+	return invalid ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
+}
+
+CUresult td_capture_forbid(struct td_stream *s)
+{
+	pthread_mutex_lock(&glock);
+	bool capturing = s->capture != NULL;
+	if (capturing)
+		s->capture->status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+	pthread_mutex_unlock(&glock);
+	return capturing ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+CUresult td_capture_forbid_context(struct td_context *ctx)
+{
+	CUresult rc = CUDA_SUCCESS;
+	pthread_mutex_lock(&td_lock);
+	pthread_mutex_lock(&glock);
+	for (struct td_stream *s = ctx->streams; s; s = s->next_in_context)
+		if (s->capture) {
+			s->capture->status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+			rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+		}
+	pthread_mutex_unlock(&glock);
+	pthread_mutex_unlock(&td_lock);
+	return rc;
+}
+
+void td_capture_event_clear(struct td_event *e)
+{
+	pthread_mutex_lock(&glock);
+	free(e->cap_nodes);
+	e->cap_nodes = NULL;
+	e->ncap_nodes = 0;
+	e->capture = NULL;
+	pthread_mutex_unlock(&glock);
+}
+
+int td_capture_record(struct td_event *e, struct td_stream *s)
+{
+	pthread_mutex_lock(&glock);
+	int rc = -1;
+	if (s->capture) {
+		struct td_gnode **nodes = s->ndeps ? malloc(s->ndeps * sizeof *nodes) : NULL;
+		if (s->ndeps && !nodes) {
+			s->capture->status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+		} else {
+			if (s->ndeps)
+				memcpy(nodes, s->deps, s->ndeps * sizeof *nodes);
+			free(e->cap_nodes);
+			e->cap_nodes = nodes;
+			e->ncap_nodes = s->ndeps;
+			e->capture = s->capture;
+		}
+		rc = 0;
+	}
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+int td_capture_wait(struct td_stream *s, struct td_event *e, CUresult *rc)
+{
+	pthread_mutex_lock(&glock);
+	struct td_capture *c = e->capture && e->capture->status != CAPTURE_ENDED ? e->capture : NULL;
+	int taken = 0;
+	*rc = CUDA_SUCCESS;
+	if (!c && s->capture) {
+		/* An event from outside the capture: CUDA refuses to mix the two. */
+		s->capture->status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+		*rc = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+		taken = 1;
+	} else if (c && !s->capture) { /* s joins the capture */
+		if (s->legacy || set_deps(s, e->cap_nodes, e->ncap_nodes) != 0) {
+			c->status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+			*rc = s->legacy ? CUDA_ERROR_STREAM_CAPTURE_IMPLICIT : CUDA_ERROR_OUT_OF_MEMORY;
+		} else {
+			__atomic_store_n(&s->capture, c, __ATOMIC_RELEASE);
+		}
+		taken = 1;
+	} else if (c && s->capture != c) {
+		c->status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+		s->capture->status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+		*rc = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+		taken = 1;
+	} else if (c) { /* both in the capture: the union of the two */
+		struct td_gnode **u = malloc((s->ndeps + e->ncap_nodes + 1) * sizeof *u);
+		size_t n = 0;
+		if (!u) {
+			c->status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+			*rc = CUDA_ERROR_OUT_OF_MEMORY;
+		} else {
+			for (size_t i = 0; i < s->ndeps; i++)
+				u[n++] = s->deps[i];
+			for (size_t i = 0; i < e->ncap_nodes; i++) {
+				size_t k = 0;
+				while (k < n && u[k] != e->cap_nodes[i])
+					k++;
+				if (k == n)
+					u[n++] = e->cap_nodes[i];
+			}
+			free(s->deps);
+			s->deps = u;
+			s->ndeps = n;
+		}
+		taken = 1;
+	}
+	pthread_mutex_unlock(&glock);
+	return taken ? 0 : -1;
+}
+
+/* ---- capture entry points ---- */
+
+TD_EXPORT CUresult cuStreamBeginCapture_v2(CUstream handle, CUstreamCaptureMode mode)
+{
+	struct td_stream *s;
+	CUresult rc = td_resolve_stream(handle, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if ((unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (s->legacy)
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	struct td_capture *c = calloc(1, sizeof *c);
+	struct td_graph *g = graph_new();
+	if (!c || !g) {
+		free(c);
+		free(g);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	pthread_mutex_lock(&glock);
+	if (s->capture) {
+		pthread_mutex_unlock(&glock);
+		free(c);
+		free(g);
+		return CUDA_ERROR_ILLEGAL_STATE;
+	}
+	c->id = ++capture_ids;
+	c->graph = g;
+	c->origin = s;
+	c->mode = mode;
+	c->status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+	s->deps = NULL;
+	s->ndeps = 0;
+	__atomic_store_n(&s->capture, c, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&glock);
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuStreamBeginCapture(CUstream handle)
+{
+	return cuStreamBeginCapture_v2(handle, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+
+/* Marks n and its ancestors; caller holds glock. */
+static void mark_ancestors(const struct td_gnode *n, bool *seen)
+{
+	if (seen[n->index])
+		return;
+	seen[n->index] = true;
+	for (size_t i = 0; i < n->ndeps; i++)
+		mark_ancestors(n->deps[i], seen);
+}
+
+TD_EXPORT CUresult cuStreamEndCapture(CUstream handle, CUgraph *ph)
+{
+	struct td_stream *s;
+	CUresult rc = td_resolve_stream(handle, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!ph)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&td_lock);
+	pthread_mutex_lock(&glock);
+	struct td_capture *c = s->capture;
+	if (!c || c->origin != s) {
+		pthread_mutex_unlock(&glock);
+		pthread_mutex_unlock(&td_lock);
+		return c ? CUDA_ERROR_STREAM_CAPTURE_UNMATCHED : CUDA_ERROR_ILLEGAL_STATE;
+	}
+	/* Every stream forked into the capture must have been joined back into s. */
+	bool *seen = calloc(c->graph->n + 1, sizeof *seen);
+	rc = seen ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+	for (size_t i = 0; seen && i < s->ndeps; i++)
+		mark_ancestors(s->deps[i], seen);
+	for (struct td_stream *t = s->ctx->streams; t; t = t->next_in_context) {
+		if (t->capture != c || t == s)
+			continue;
+		for (size_t i = 0; seen && i < t->ndeps; i++)
+			if (!seen[t->deps[i]->index])
+				rc = CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+		leave_capture(t);
+	}
+	free(seen);
+	leave_capture(s);
+	if (rc == CUDA_SUCCESS && c->status != CU_STREAM_CAPTURE_STATUS_ACTIVE)
+		rc = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+	c->status = CAPTURE_ENDED; /* events may still name it: kept, without its graph */
+	if (rc == CUDA_SUCCESS)
+		*ph = (CUgraph)c->graph;
+	else
+		graph_free(c->graph), *ph = NULL;
+	c->graph = NULL;
+	pthread_mutex_unlock(&glock);
+	pthread_mutex_unlock(&td_lock);
+	return rc;
+}
+
+static CUresult capture_info(CUstream handle, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
+			     const CUgraphNode **deps, size_t *ndeps)
+{
+	struct td_stream *s;
+	CUresult rc = td_resolve_stream(handle, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!status)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&glock);
+	struct td_capture *c = s->capture;
+	*status = c ? (CUstreamCaptureStatus)c->status : CU_STREAM_CAPTURE_STATUS_NONE;
+	if (id && c)
+		*id = c->id;
+	if (graph)
+		*graph = c ? (CUgraph)c->graph : NULL;
+	if (deps)
+		*deps = c ? (const CUgraphNode *)s->deps : NULL;
+	if (ndeps)
+		*ndeps = c ? s->ndeps : 0;
+	pthread_mutex_unlock(&glock);
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuStreamIsCapturing(CUstream handle, CUstreamCaptureStatus *status)
+{
+	return capture_info(handle, status, NULL, NULL, NULL, NULL);
+}
+
+TD_EXPORT CUresult cuStreamGetCaptureInfo(CUstream handle, CUstreamCaptureStatus *status, cuuint64_t *id)
+{
+	return capture_info(handle, status, id, NULL, NULL, NULL);
+}
+
+TD_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream handle, CUstreamCaptureStatus *status, cuuint64_t *id,
+					     CUgraph *graph, const CUgraphNode **deps, size_t *ndeps)
+{
+	return capture_info(handle, status, id, graph, deps, ndeps);
+}
+
+TD_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream handle, CUstreamCaptureStatus *status, cuuint64_t *id,
+					     CUgraph *graph, const CUgraphNode **deps,
+					     const CUgraphEdgeData **edges, size_t *ndeps)
+{
+	if (edges)
+		*edges = NULL; /* all edges are default ones */
+	return capture_info(handle, status, id, graph, deps, ndeps);
+}
+
+TD_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2(CUstream handle, CUgraphNode *deps,
+							const CUgraphEdgeData *edges, size_t n, unsigned int flags)
+{
+	struct td_stream *s;
+	CUresult rc = td_resolve_stream(handle, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if ((n && !deps) || edges || flags > CU_STREAM_SET_CAPTURE_DEPENDENCIES)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&glock);
+	struct td_capture *c = s->capture;
+	if (!c || c->status != CU_STREAM_CAPTURE_STATUS_ACTIVE)
+		rc = c ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_ERROR_ILLEGAL_STATE;
+	for (size_t i = 0; rc == CUDA_SUCCESS && i < n; i++)
+		if (!node_from(deps[i]) || node_from(deps[i])->graph != c->graph)
+			rc = CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS) {
+		struct td_gnode **u = malloc((s->ndeps + n + 1) * sizeof *u);
+		size_t k = 0;
+		if (!u) {
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+		} else {
+			if (flags == CU_STREAM_ADD_CAPTURE_DEPENDENCIES)
+				for (size_t i = 0; i < s->ndeps; i++)
+					u[k++] = s->deps[i];
+			for (size_t i = 0; i < n; i++)
+				u[k++] = (struct td_gnode *)deps[i];
+			free(s->deps);
+			s->deps = u;
+			s->ndeps = k;
+		}
+	}
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuStreamUpdateCaptureDependencies(CUstream handle, CUgraphNode *deps, size_t n,
+						     unsigned int flags)
+{
+	return cuStreamUpdateCaptureDependencies_v2(handle, deps, NULL, n, flags);
+}
+
+TD_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+	if (!mode || (unsigned)*mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUstreamCaptureMode old = thread_mode;
+	thread_mode = *mode;
+	*mode = old;
+	return CUDA_SUCCESS;
+}
+
+/* ---- graphs ---- */
+
+TD_EXPORT CUresult cuGraphCreate(CUgraph *ph, unsigned int flags)
+{
+	if (!td_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!ph || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct td_graph *g = graph_new();
+	if (!g)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*ph = (CUgraph)g;
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuGraphDestroy(CUgraph h)
+{
+	pthread_mutex_lock(&glock);
+	struct td_graph *g = graph_from(h);
+	graph_free(g);
+	pthread_mutex_unlock(&glock);
+	return g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+TD_EXPORT CUresult cuGraphClone(CUgraph *ph, CUgraph h)
+{
+	if (!ph)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&glock);
+	struct td_graph *g = graph_from(h);
+	struct td_graph *c = g ? graph_clone(g) : NULL;
+	pthread_mutex_unlock(&glock);
+	if (!g)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!c)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*ph = (CUgraph)c;
+	return CUDA_SUCCESS;
+}
+
+/* Adds a node after checking its graph and dependencies. */
+static CUresult add_node(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps, CUgraphNodeType type,
+			 const struct td_op *op)
+{
+	if (!ph || (ndeps && !deps))
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&glock);
+	struct td_graph *g = graph_from(h);
+	CUresult rc = g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; rc == CUDA_SUCCESS && i < ndeps; i++) {
+		struct td_gnode *d = node_from(deps[i]);
+		if (!d || d->graph != g)
+			rc = CUDA_ERROR_INVALID_VALUE;
+		for (size_t k = 0; rc == CUDA_SUCCESS && k < i; k++)
+			if (deps[k] == deps[i])
+				rc = CUDA_ERROR_INVALID_VALUE; /* a dependency given twice */
+	}
+	struct td_gnode *n = NULL;
+	if (rc == CUDA_SUCCESS && !(n = graph_add(g, type, op, (struct td_gnode *const *)deps, ndeps)))
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_unlock(&glock);
+	if (rc == CUDA_SUCCESS)
+		*ph = (CUgraphNode)n;
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps)
+{
+	return add_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_EMPTY, NULL);
+}
+
+TD_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps,
+					   const CUDA_KERNEL_NODE_PARAMS *params)
+{
+	struct td_op op;
+	if (!params)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = td_kernel_node_op(params, &op);
+	return rc == CUDA_SUCCESS ? add_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_KERNEL, &op) : rc;
+}
+
+static CUresult memset_op(const CUDA_MEMSET_NODE_PARAMS *p, struct td_op *op)
+{
+	if (!p || (p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4) || !p->width || !p->height)
+		return CUDA_ERROR_INVALID_VALUE;
+	size_t row = p->width * p->elementSize;
+	if (p->height > 1 && p->pitch != row)
+		return CUDA_ERROR_NOT_SUPPORTED; /* the model sets contiguous memory only */
+	if (p->dst % p->elementSize || !td_device_range_ok((void *)(uintptr_t)p->dst, row * p->height))
+		return CUDA_ERROR_INVALID_VALUE;
+	memset(op, 0, sizeof *op);
+	op->kind = TD_OP_SET;
+	op->u.set.dst = (void *)(uintptr_t)p->dst;
+	op->u.set.value = p->value;
+	op->u.set.width = p->elementSize;
+	op->u.set.count = p->width * p->height;
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps,
+					const CUDA_MEMSET_NODE_PARAMS *params, CUcontext ctx)
+{
+	(void)ctx;
+	struct td_op op;
+	CUresult rc = memset_op(params, &op);
+	return rc == CUDA_SUCCESS ? add_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_MEMSET, &op) : rc;
+}
+
+TD_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph h, const CUgraphNode *from, const CUgraphNode *to,
+					     const CUgraphEdgeData *edges, size_t n)
+{
+	if ((n && (!from || !to)) || edges)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&glock);
+	struct td_graph *g = graph_from(h);
+	CUresult rc = g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; rc == CUDA_SUCCESS && i < n; i++) {
+		struct td_gnode *a = node_from(from[i]), *b = node_from(to[i]);
+		if (!a || !b || a->graph != g || b->graph != g || a == b)
+			rc = CUDA_ERROR_INVALID_VALUE;
+	}
+	for (size_t i = 0; rc == CUDA_SUCCESS && i < n; i++) {
+		struct td_gnode *a = (struct td_gnode *)from[i], *b = (struct td_gnode *)to[i];
+		struct td_gnode **deps = realloc(b->deps, (b->ndeps + 1) * sizeof *deps);
+		if (!deps) {
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+			break;
+		}
+		b->deps = deps;
+		b->deps[b->ndeps++] = a;
+	}
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphAddDependencies(CUgraph h, const CUgraphNode *from, const CUgraphNode *to, size_t n)
+{
+	return cuGraphAddDependencies_v2(h, from, to, NULL, n);
+}
+
+TD_EXPORT CUresult cuGraphGetNodes(CUgraph h, CUgraphNode *nodes, size_t *count)
+{
+	if (!count)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&glock);
+	struct td_graph *g = graph_from(h);
+	if (g && nodes) {
+		for (size_t i = 0; i < *count; i++)
+			nodes[i] = i < g->n ? (CUgraphNode)g->nodes[i] : NULL;
+	}
+	if (g)
+		*count = g->n;
+	pthread_mutex_unlock(&glock);
+	return g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+TD_EXPORT CUresult cuGraphNodeGetType(CUgraphNode h, CUgraphNodeType *type)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	if (n && type)
+		*type = n->type;
+	pthread_mutex_unlock(&glock);
+	return n && type ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+TD_EXPORT CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode h, const CUDA_KERNEL_NODE_PARAMS *params)
+{
+	struct td_op op;
+	if (!params)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = td_kernel_node_op(params, &op);
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	if (rc == CUDA_SUCCESS && (!n || n->type != CU_GRAPH_NODE_TYPE_KERNEL))
+		rc = CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		n->op = op;
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+/* ---- executable graphs ---- */
+
+/* Kahn's order of g's nodes into order; -1 for a cycle.  Caller holds glock. */
+static int topological(const struct td_graph *g, size_t *order)
+{
+	size_t *pending = calloc(g->n + 1, sizeof *pending), done = 0;
+	if (!pending)
+		return -1;
+	for (size_t i = 0; i < g->n; i++)
+		pending[i] = g->nodes[i]->ndeps;
+	bool *placed = calloc(g->n + 1, sizeof *placed);
+	while (placed && done < g->n) {
+		size_t before = done;
+		for (size_t i = 0; i < g->n; i++) {
+			if (placed[i] || pending[i])
+				continue;
+			placed[i] = true;
+			order[done++] = i;
+			for (size_t k = 0; k < g->n; k++)
+				for (size_t d = 0; d < g->nodes[k]->ndeps; d++)
+					if (g->nodes[k]->deps[d]->index == i)
+						pending[k]--;
+		}
+		if (done == before)
+			break;
+	}
+	int ok = placed && done == g->n;
+	free(placed);
+	free(pending);
+	return ok ? 0 : -1;
+}
+
+TD_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *pe, CUgraph h, unsigned long long flags)
+{
+	const unsigned long long known = CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |
+					 CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD | CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH |
+					 CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
+	if (!pe || (flags & ~known))
+		return CUDA_ERROR_INVALID_VALUE;
+	struct td_exec *e = calloc(1, sizeof *e);
+	if (!e)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&glock);
+	struct td_graph *g = graph_from(h);
+	CUresult rc = g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS && (!(e->graph = graph_clone(g)) || !(e->order = malloc((g->n + 1) * sizeof(size_t)))))
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	if (rc == CUDA_SUCCESS && topological(e->graph, e->order) != 0)
+		rc = CUDA_ERROR_INVALID_VALUE; /* a cycle */
+	e->source = g;
+	pthread_mutex_unlock(&glock);
+	if (rc != CUDA_SUCCESS) {
+		graph_free(e->graph);
+		free(e->order);
+		free(e);
+		return rc;
+	}
+	e->magic = TD_MAGIC_EXEC;
+	*pe = (CUgraphExec)e;
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *pe, CUgraph h, CUDA_GRAPH_INSTANTIATE_PARAMS *p)
+{
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = cuGraphInstantiateWithFlags(pe, h, p->flags);
+	p->hErrNode_out = NULL;
+	p->result_out = rc == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphExecDestroy(CUgraphExec h)
+{
+	pthread_mutex_lock(&glock);
+	struct td_exec *e = exec_from(h);
+	if (e) {
+		e->magic = 0;
+		graph_free(e->graph);
+		free(e->order);
+		free(e);
+	}
+	pthread_mutex_unlock(&glock);
+	return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+TD_EXPORT CUresult cuGraphUpload(CUgraphExec h, CUstream stream)
+{
+	struct td_stream *s;
+	CUresult rc = td_resolve_stream(stream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	pthread_mutex_lock(&glock);
+	rc = exec_from(h) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+/* Enqueues the exec graph's ops in topological order: launches, copies and sets
+ * run as they would on the stream one after another. */
+TD_EXPORT CUresult cuGraphLaunch(CUgraphExec h, CUstream stream)
+{
+	struct td_stream *s;
+	CUresult rc = td_resolve_stream(stream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (s->capture)
+		return CUDA_ERROR_NOT_SUPPORTED; /* a graph launched into a capture: not modelled */
+	pthread_mutex_lock(&glock);
+	struct td_exec *e = exec_from(h);
+	rc = e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	size_t n = e ? e->graph->n : 0;
+	struct td_op **ops = calloc(n + 1, sizeof *ops);
+	if (rc == CUDA_SUCCESS && !ops)
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	for (size_t i = 0; rc == CUDA_SUCCESS && i < n; i++) {
+		const struct td_gnode *node = e->graph->nodes[e->order[i]];
+		if (node->type == CU_GRAPH_NODE_TYPE_EMPTY)
+			continue;
+		if (!(ops[i] = malloc(sizeof *ops[i])))
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+		else
+			*ops[i] = node->op;
+	}
+	pthread_mutex_unlock(&glock);
+	for (size_t i = 0; i < n; i++)
+		if (ops[i] && rc == CUDA_SUCCESS)
+			td_enqueue(s, ops[i]);
+		else
+			free(ops[i]);
+	free(ops);
+	return rc;
+}
+
+/* The exec's node for node handle h of the graph it was made from; caller holds glock. */
+static struct td_gnode *exec_node(struct td_exec *e, CUgraphNode h)
+{
+	struct td_gnode *n = node_from(h);
+	return e && n && n->graph == e->source && n->index < e->graph->n ? e->graph->nodes[n->index] : NULL;
+}
+
+TD_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec h, CUgraphNode node,
+						     const CUDA_KERNEL_NODE_PARAMS *params)
+{
+	struct td_op op;
+	if (!params)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = td_kernel_node_op(params, &op);
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = exec_node(exec_from(h), node);
+	if (rc == CUDA_SUCCESS && (!n || n->type != CU_GRAPH_NODE_TYPE_KERNEL))
+		rc = CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		n->op = op;
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec h, CUgraphNode node,
+						  const CUDA_MEMSET_NODE_PARAMS *params, CUcontext ctx)
+{
+	(void)ctx;
+	struct td_op op;
+	CUresult rc = memset_op(params, &op);
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = exec_node(exec_from(h), node);
+	if (rc == CUDA_SUCCESS && (!n || n->type != CU_GRAPH_NODE_TYPE_MEMSET))
+		rc = CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		n->op = op;
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+/* Takes g's parameters into the exec when g has its topology: the same nodes, of the
+ * same types, with the same dependencies. */
+TD_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec h, CUgraph hg, CUgraphExecUpdateResultInfo *info)
+{
+	if (!info)
+		return CUDA_ERROR_INVALID_VALUE;
+	memset(info, 0, sizeof *info);
+	pthread_mutex_lock(&glock);
+	struct td_exec *e = exec_from(h);
+	struct td_graph *g = graph_from(hg);
+	CUresult rc = e && g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	CUgraphExecUpdateResult why = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+	if (rc == CUDA_SUCCESS && g->n != e->graph->n)
+		why = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+	for (size_t i = 0; rc == CUDA_SUCCESS && why == CU_GRAPH_EXEC_UPDATE_SUCCESS && i < g->n; i++) {
+		const struct td_gnode *a = g->nodes[i], *b = e->graph->nodes[i];
+		if (a->type != b->type)
+			why = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+		else if (a->ndeps != b->ndeps)
+			why = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+		for (size_t d = 0; why == CU_GRAPH_EXEC_UPDATE_SUCCESS && d < a->ndeps; d++)
+			if (a->deps[d]->index != b->deps[d]->index)
+				why = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+		if (why != CU_GRAPH_EXEC_UPDATE_SUCCESS)
+			info->errorNode = (CUgraphNode)a;
+	}
+	if (rc == CUDA_SUCCESS && why == CU_GRAPH_EXEC_UPDATE_SUCCESS)
+		for (size_t i = 0; i < g->n; i++)
+			e->graph->nodes[i]->op = g->nodes[i]->op;
+	if (rc == CUDA_SUCCESS && why != CU_GRAPH_EXEC_UPDATE_SUCCESS)
+		rc = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+	info->result = why;
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
