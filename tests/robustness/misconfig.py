@@ -89,7 +89,7 @@ class QuotedDaemon:
         ready = os.path.join(tmp, "quoted.addr")
         path = os.path.join(tmp, "quoted.conf")
         with open(path, "w") as f:
-            f.write(f'listen = "tcp://127.0.0.1:0"  # quoted\nready_file = "{ready}"\n')
+            f.write(f'allow_anonymous = yes\nlisten = "tcp://127.0.0.1:0"  # quoted\nready_file = "{ready}"\n')
         self.log_path = os.path.join(tmp, "quoted.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen([remorad, "--config", path, "--driver", driver], stderr=self.log,
