@@ -75,6 +75,7 @@ struct tls_conn {
 	uint8_t secret_tx[SECRET_MAX], secret_rx[SECRET_MAX];
 	size_t secret_len;
 	int secrets;         /* bit 0: tx secret seen, bit 1: rx secret seen */
+	int cert_requested;  /* the server asked for a client certificate this end has not */
 	struct direction tx, rx;
 	uint8_t *wbuf;
 	uint8_t *rbuf;
@@ -120,6 +121,16 @@ static void ssl_why(char *why, size_t whylen, const char *what, const char *file
 	ERR_clear_error();
 }
 
+/* Called where the server asks for a client certificate and none is configured: noted, so
+ * that the client says so instead of failing later on a closed connection. */
+static int no_client_cert(SSL *ssl, X509 **x509, EVP_PKEY **pkey)
+{
+	struct tls_conn *c = SSL_get_app_data(ssl);
+	if (c)
+		c->cert_requested = 1;
+	return 0;
+}
+
 static SSL_CTX *new_ctx(int server)
 {
 	SSL_CTX *ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
@@ -133,6 +144,8 @@ static SSL_CTX *new_ctx(int server)
 	SSL_CTX_set_num_tickets(ctx, 0);
 	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
 	SSL_CTX_set_keylog_callback(ctx, keylog);
+	if (!server)
+		SSL_CTX_set_client_cert_cb(ctx, no_client_cert);
 	return ctx;
 }
 
@@ -373,6 +386,10 @@ static int handshake_done(struct tls_conn *c)
 	const SSL_CIPHER *cipher = SSL_get_current_cipher(c->ssl);
 	uint32_t id = cipher ? SSL_CIPHER_get_id(cipher) : 0;
 	c->suite = id == 0x03001301 ? SUITE_AES128 : id == 0x03001302 ? SUITE_AES256 : SUITE_NONE;
+	if (c->cert_requested) {
+		rm_transport_set_why(-EACCES, "TLS: the server requires a client certificate (REMORA_TLS_CERT, REMORA_TLS_KEY)");
+		return -EACCES;
+	}
 	if (c->suite == SUITE_NONE || c->secrets != 3) {
 		rm_transport_set_why(-EPROTO, "TLS: the handshake agreed on no usable suite");
 		return -EPROTO;
@@ -476,10 +493,8 @@ static int server_handshake(struct tls_conn *c)
 		int r = SSL_accept(c->ssl);
 		err = r == 1 ? handshake_done(c) : handshake_failed(c, r);
 	}
-	if (err) {
-		c->err = err;
-		rm_transport_set_why(err, "%s", rm_transport_why(err)); /* kept for the caller's thread */
-	}
+	if (err)
+		c->err = err; /* every later call fails alike; rm_transport_why(err) says why, in this thread */
 	return err;
 }
 
