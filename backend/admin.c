@@ -38,11 +38,17 @@ static const char *tenant_name(const struct rm_daemon_config *cfg, int t)
 	return t >= 0 && t < cfg->ntenants ? cfg->tenants[t].name : cfg->anonymous.name;
 }
 
-int rm_admin_answer_status(struct rm_link *l, const struct rm_frame *f, const struct rm_daemon_config *cfg)
+int rm_admin_refuse_status(struct rm_link *l, const struct rm_frame *f)
 {
-	int err = f->bulk_len ? -EPROTO : rm_link_skip(l, f->msg_len);
-	if (err)
-		return err;
+	struct rm_frame reply = {.magic = RM_WIRE_MAGIC, .op = RM_OP_STATUS, .seq = f->seq, .flags = RM_F_REPLY,
+				 .result = CUDA_ERROR_NOT_PERMITTED};
+	return rm_link_send(l, &reply, NULL, NULL, 0);
+}
+
+int rm_admin_answer_status(struct rm_link *l, const struct rm_frame *f, const struct rm_daemon_config *cfg,
+			   int view)
+{
+	int err;
 	struct snapshot *s = malloc(sizeof(*s));
 	Remora__StatusReply__Gpu *gpus = calloc(RM_MAX_GPUS, sizeof(*gpus));
 	Remora__StatusReply__Gpu **gpu_ptrs = calloc(RM_MAX_GPUS, sizeof(*gpu_ptrs));
@@ -53,6 +59,13 @@ int rm_admin_answer_status(struct rm_link *l, const struct rm_frame *f, const st
 	if (!s || !gpus || !gpu_ptrs || !clients || !client_ptrs)
 		goto out;
 	take(s);
+	if (view != RM_VIEW_ALL) { /* a tenant sees its own clients only */
+		int n = 0;
+		for (int i = 0; i < s->nclients; i++)
+			if (s->clients[i].tenant == view)
+				s->clients[n++] = s->clients[i];
+		s->nclients = n;
+	}
 
 	char host[128], address[256], membership[16];
 	rm_pool_member_identity(host, sizeof(host), address, sizeof(address), membership, sizeof(membership));

@@ -6,8 +6,16 @@
 #include "config.h"
 #include "link.h"
 
-/* Answers the RM_OP_STATUS frame f (its header read, its message not yet) on l with a
- * remora.StatusReply snapshot of the registry. The caller closes l. Returns 0 or -errno. */
-int rm_admin_answer_status(struct rm_link *l, const struct rm_frame *f, const struct rm_daemon_config *cfg);
+/* Who asks (auth.h): RM_VIEW_ALL for the admin, else the tenant whose clients it sees
+ * (-1: the anonymous tenant's). */
+#define RM_VIEW_ALL (-2)
+
+/* Answers the RM_OP_STATUS frame f (its header and its message read: the caller decided
+ * who asks) on l with a remora.StatusReply snapshot of the registry holding the clients
+ * view may see. The caller closes l. Returns 0 or -errno. */
+int rm_admin_answer_status(struct rm_link *l, const struct rm_frame *f, const struct rm_daemon_config *cfg,
+			   int view);
+/* Refuses a status request: result CUDA_ERROR_NOT_PERMITTED. */
+int rm_admin_refuse_status(struct rm_link *l, const struct rm_frame *f);
 
 #endif

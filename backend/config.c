@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "address.h"
+#include "credential.h"
 #include "log.h"
 #include "size.h"
 #include "wire.h"
@@ -21,7 +22,7 @@ void rm_config_defaults(struct rm_daemon_config *c)
 	snprintf(c->listen, sizeof(c->listen), "tcp://0.0.0.0:7700");
 	snprintf(c->driver, sizeof(c->driver), "libcuda.so.1");
 	c->isolation = RM_ISOLATE_PROCESS;
-	c->allow_anonymous = 1;
+	c->allow_anonymous = 0;
 	snprintf(c->module_loading, sizeof(c->module_loading), "eager");
 	c->hardware_queues = 32;
 	c->queue_sharing_wait = 1;
@@ -119,6 +120,17 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 			c->queue_sharing_wait = !strcmp(v, "wait");
 	} else if (!strcmp(key, "allow_anonymous"))
 		bad = parse_bool(v, &c->allow_anonymous);
+	else if (!strcmp(key, "admin_token"))
+		bad = copy_str(c->admin_token, sizeof(c->admin_token), v) || !*v ||
+		      (rm_credential_is_hash(v) && rm_credential_check_hash(v));
+	else if (!strcmp(key, "admin_cn"))
+		bad = copy_str(c->admin_cn, sizeof(c->admin_cn), v) || !*v;
+	else if (!strcmp(key, "tls_cert"))
+		bad = copy_str(c->tls_cert, sizeof(c->tls_cert), v) || !*v;
+	else if (!strcmp(key, "tls_key"))
+		bad = copy_str(c->tls_key, sizeof(c->tls_key), v) || !*v;
+	else if (!strcmp(key, "tls_client_ca"))
+		bad = copy_str(c->tls_client_ca, sizeof(c->tls_client_ca), v) || !*v;
 	else if (!strcmp(key, "pool"))
 		bad = set_endpoints(c, v);
 	else if (!strcmp(key, "advertise"))
@@ -155,7 +167,8 @@ static int set_tenant(struct rm_tenant_config *t, const char *key, const char *v
 {
 	int bad = 0;
 	if (!strcmp(key, "token"))
-		bad = copy_str(t->token, sizeof(t->token), v) || !*v;
+		bad = copy_str(t->token, sizeof(t->token), v) || !*v ||
+		      (rm_credential_is_hash(v) && rm_credential_check_hash(v));
 	else if (!strcmp(key, "memory_limit"))
 		bad = rm_parse_size(v, &t->memory_limit);
 	else if (!strcmp(key, "client_memory_limit"))
@@ -322,12 +335,8 @@ int rm_config_load(struct rm_daemon_config *c, const char *path)
 	fclose(f);
 	/* Tenants of this file, against each other and those of a file read before. */
 	for (int i = first_tenant; !err && i < c->ntenants; i++) {
-		if (!c->tenants[i].token[0]) {
-			rm_log(RM_LOG_ERROR, "%s:%d: tenant %s has no token", path, tenant_line[i], c->tenants[i].name);
-			err = -1;
-		}
 		for (int j = 0; !err && j < i; j++)
-			if (!strcmp(c->tenants[i].token, c->tenants[j].token) ||
+			if ((c->tenants[i].token[0] && !strcmp(c->tenants[i].token, c->tenants[j].token)) ||
 			    !strcmp(c->tenants[i].name, c->tenants[j].name)) {
 				rm_log(RM_LOG_ERROR, "%s:%d: tenant %s shares a name or a token with tenant %s", path,
 				       tenant_line[i], c->tenants[i].name, c->tenants[j].name);
@@ -337,19 +346,63 @@ int rm_config_load(struct rm_daemon_config *c, const char *path)
 	return err;
 }
 
+int rm_config_check(const struct rm_daemon_config *c, char *why, int whylen)
+{
+	int tls = !strncmp(c->listen, "tls://", 6);
+	for (int i = 0; i < c->ntenants; i++)
+		if (!c->tenants[i].token[0] && !(tls && c->tls_client_ca[0])) {
+			snprintf(why, whylen, "tenant %s has no token, and no client certificate can name it "
+				 "(that needs a tls:// listen address and tls_client_ca)", c->tenants[i].name);
+			return -1;
+		}
+	if (tls && (!c->tls_cert[0] || !c->tls_key[0])) {
+		snprintf(why, whylen, "listen = %s needs tls_cert and tls_key (--tls-cert, --tls-key)", c->listen);
+		return -1;
+	}
+	if (!tls && (c->tls_cert[0] || c->tls_key[0] || c->tls_client_ca[0])) {
+		snprintf(why, whylen, "TLS settings are given but listen = %s is not a tls:// address", c->listen);
+		return -1;
+	}
+	if (c->admin_cn[0] && !c->tls_client_ca[0]) {
+		snprintf(why, whylen, "admin_cn needs tls_client_ca: only a verified certificate names the admin");
+		return -1;
+	}
+	return 0;
+}
+
+/* Every tenant's token is tried, so that the time taken does not say which one matched
+ * (hashes take long; a plain token is compared in constant time). */
 const struct rm_tenant_config *rm_config_tenant(const struct rm_daemon_config *c, const void *token, size_t len)
 {
 	if (!len)
 		return c->allow_anonymous ? &c->anonymous : NULL;
+	const struct rm_tenant_config *found = NULL;
 	for (int i = 0; i < c->ntenants; i++) {
 		const struct rm_tenant_config *t = &c->tenants[i];
-		/* Compared in full whatever matches first, so timing does not reveal a prefix. */
-		size_t tl = strlen(t->token);
-		unsigned diff = tl != len;
-		for (size_t k = 0; k < len; k++)
-			diff |= (unsigned)(((const unsigned char *)token)[k] ^ (k < tl ? (unsigned char)t->token[k] : 0));
-		if (!diff)
-			return t;
+		if (t->token[0] && rm_credential_matches(t->token, token, len) && !found)
+			found = t;
 	}
+	return found;
+}
+
+const struct rm_tenant_config *rm_config_tenant_by_cn(const struct rm_daemon_config *c, const char *cn)
+{
+	for (int i = 0; cn && i < c->ntenants; i++)
+		if (!strcmp(c->tenants[i].name, cn))
+			return &c->tenants[i];
 	return NULL;
+}
+
+int rm_config_is_admin(const struct rm_daemon_config *c, const void *token, size_t len, const char *cn)
+{
+	if (len)
+		return c->admin_token[0] && rm_credential_matches(c->admin_token, token, len);
+	return cn && c->admin_cn[0] && !strcmp(cn, c->admin_cn);
+}
+
+void rm_config_drop_credentials(struct rm_daemon_config *c)
+{
+	for (int i = 0; i < c->ntenants; i++)
+		explicit_bzero(c->tenants[i].token, sizeof(c->tenants[i].token));
+	explicit_bzero(c->admin_token, sizeof(c->admin_token));
 }

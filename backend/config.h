@@ -17,7 +17,7 @@ enum rm_tenant_isolation {
 
 struct rm_tenant_config {
 	char name[64];
-	char token[256];
+	char token[256];       /* in the clear or hashed (credential.h); "": certificate only */
 	uint64_t memory_limit; /* device bytes for all its clients together; 0: the default */
 	uint64_t client_memory_limit; /* per client of this tenant; 0: the default */
 };
@@ -34,7 +34,12 @@ struct rm_daemon_config {
 	char module_loading[16];      /* CUDA_MODULE_LOADING for workers: "eager" (default) or "lazy" */
 	int hardware_queues;          /* CUDA_DEVICE_MAX_CONNECTIONS for workers, 1..32 (default 32) */
 	int queue_sharing_wait;       /* queue_sharing = wait (1, default) | direct (0): stream_pool.h */
-	int allow_anonymous;          /* serve clients presenting no credential, as tenant "anonymous" */
+	int allow_anonymous;          /* serve clients presenting no credential, as tenant "anonymous" (default no) */
+	char admin_token[256];        /* the operator's credential: sees every tenant's clients; "": none */
+	char admin_cn[64];            /* ... or a client certificate of this common name */
+	/* TLS (docs/security.md): a tls:// listen address needs tls_cert and tls_key; with
+	 * tls_client_ca every client presents a certificate signed by it. */
+	char tls_cert[512], tls_key[512], tls_client_ca[512];
 	uint64_t worker_host_memory_limit; /* host bytes a worker holds for its clients: images being
 					    * received, staging buffers (host_memory.h); 0: no limit */
 	struct rm_tenant_config anonymous;
@@ -64,8 +69,19 @@ void rm_config_defaults(struct rm_daemon_config *c);
 int rm_config_load(struct rm_daemon_config *c, const char *path);
 /* Applies one "key = value" setting (the file's syntax, also used for flags); 0 or -1. */
 int rm_config_set(struct rm_daemon_config *c, const char *key, const char *value, char *why, int whylen);
-/* The tenant presenting token, or NULL; a zero-length token is the anonymous tenant. */
+/* What a whole configuration must hold together (after the file and the flags): 0, or -1
+ * with why filled. */
+int rm_config_check(const struct rm_daemon_config *c, char *why, int whylen);
+/* The tenant presenting token, or NULL; a zero-length token is the anonymous tenant (NULL
+ * unless allow_anonymous). Tokens are compared in full, in constant time. */
 const struct rm_tenant_config *rm_config_tenant(const struct rm_daemon_config *c, const void *token,
 						size_t len);
+/* The tenant a verified client certificate's common name names (the tenant's name), or NULL. */
+const struct rm_tenant_config *rm_config_tenant_by_cn(const struct rm_daemon_config *c, const char *cn);
+/* Whether token, or else a verified certificate's common name cn (NULL for none), is the
+ * admin credential. */
+int rm_config_is_admin(const struct rm_daemon_config *c, const void *token, size_t len, const char *cn);
+/* Forgets every credential (a worker needs none: the accepting process checks them). */
+void rm_config_drop_credentials(struct rm_daemon_config *c);
 
 #endif

@@ -26,6 +26,9 @@ static void usage(FILE *f)
 		"  --listen ADDR      where clients connect (default tcp://0.0.0.0:7700)\n"
 		"  --driver PATH      the CUDA driver library to serve (default libcuda.so.1)\n"
 		"  --ready-file PATH  write the bound address here once listening\n"
+		"  --tls-cert FILE    serve TLS 1.3 (listen tls://HOST:PORT) with this certificate chain (PEM)\n"
+		"  --tls-key FILE     ... and its private key\n"
+		"  --tls-client-ca FILE  require client certificates signed by this CA (docs/security.md)\n"
 		"  --set KEY=VALUE    any setting of the configuration file's top section\n"
 		"Logs go to stderr; REMORA_LOG=error|warn|info|debug sets how much (default info).\n"
 		"Exit status: 0 after a clean stop, 1 when serving failed, 2 for a bad flag or setting.\n");
@@ -84,6 +87,9 @@ int main(int argc, char **argv)
 		{"driver", required_argument, NULL, 'd'},
 		{"ready-file", required_argument, NULL, 'r'},
 		{"set", required_argument, NULL, 's'},
+		{"tls-cert", required_argument, NULL, 'C'},
+		{"tls-key", required_argument, NULL, 'K'},
+		{"tls-client-ca", required_argument, NULL, 'A'},
 		{"worker-channel", required_argument, NULL, 'W'},
 		{"registry-fd", required_argument, NULL, 'R'},
 		{"help", no_argument, NULL, 'h'},
@@ -114,6 +120,9 @@ int main(int argc, char **argv)
 		case 'l': key = "listen", flag = "--listen"; break;
 		case 'd': key = "driver", flag = "--driver"; break;
 		case 'r': key = "ready_file", flag = "--ready-file"; break;
+		case 'C': key = "tls_cert", flag = "--tls-cert"; break;
+		case 'K': key = "tls_key", flag = "--tls-key"; break;
+		case 'A': key = "tls_client_ca", flag = "--tls-client-ca"; break;
 		case 's': {
 			if (snprintf(kv, sizeof(kv), "%s", optarg) >= (int)sizeof(kv)) {
 				fprintf(stderr, "remorad: --set %.32s...: longer than %zu bytes\n", optarg, sizeof(kv) - 1);
@@ -148,9 +157,15 @@ int main(int argc, char **argv)
 			argv[optind]);
 		return 2;
 	}
+	if (rm_config_check(&cfg, why, sizeof(why))) {
+		fprintf(stderr, "remorad: %s\n", why);
+		return 2;
+	}
 	signal(SIGPIPE, SIG_IGN);
 
 	if (channel >= 0) { /* a worker */
+		/* The accepting process checks every credential: a worker keeps none. */
+		rm_config_drop_credentials(&cfg);
 		rm_log_init("remorad", RM_LOG_INFO); /* a worker's lines differ by their process id */
 		/* Loading code into a shared context waits for every client's kernels: load it
 		 * all when the image arrives rather than at some client's first launch. */

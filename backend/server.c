@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "admin.h"
+#include "auth.h"
 #include "handshakes.h"
 #include "link.h"
 #include "log.h"
@@ -32,6 +33,9 @@
 #include "remora.pb-c.h"
 #include "sd_notify.h"
 #include "text.h"
+#ifdef RM_HAVE_TLS
+#include "tls.h"
+#endif
 
 #define ACCEPT_RETRY_US 100000 /* out of descriptors: how long accept waits before trying again */
 
@@ -108,9 +112,15 @@ static int start_worker(struct worker *w, const char *tenant_name)
 	return 0;
 }
 
-/* Passes a connection's descriptor and what the worker needs to know of the client. */
-static int hand_over(struct worker *w, int fd, const struct rm_handoff *h)
+/* Passes a connection's descriptor, its transport's state and what the worker needs to
+ * know of the client. */
+static int hand_over(struct worker *w, struct rm_conn *conn, struct rm_handoff *h)
 {
+	size_t state_len = 0;
+	int fd = rm_conn_export_fd(conn, h->transport_state, &state_len);
+	if (fd < 0)
+		return fd;
+	h->transport_state_len = (uint32_t)state_len;
 	char cbuf[CMSG_SPACE(sizeof(int))] = {0};
 	struct iovec iov = {.iov_base = (void *)h, .iov_len = sizeof(*h)};
 	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
@@ -119,7 +129,9 @@ static int hand_over(struct worker *w, int fd, const struct rm_handoff *h)
 	c->cmsg_type = SCM_RIGHTS;
 	c->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	return sendmsg(w->channel, &m, MSG_NOSIGNAL) == (ssize_t)sizeof(*h) ? 0 : -errno;
+	int err = sendmsg(w->channel, &m, MSG_NOSIGNAL) == (ssize_t)sizeof(*h) ? 0 : -errno;
+	explicit_bzero(h->transport_state, sizeof(h->transport_state));
+	return err;
 }
 
 /* Waits for workers to end; frees their clients' slots. A worker is reaped with
@@ -256,20 +268,58 @@ static void attach_link(struct rm_link *link, const struct rm_frame *f, struct g
 	pthread_mutex_lock(&workers_lock);
 	for (size_t i = 0; pid && i < sizeof(workers) / sizeof(workers[0]); i++)
 		if (workers[i].pid == pid)
-			err = workers_stopping ? -ESHUTDOWN : hand_over(&workers[i], rm_conn_export_fd(g->conn), &h);
+			err = workers_stopping ? -ESHUTDOWN : hand_over(&workers[i], g->conn, &h);
 	pthread_mutex_unlock(&workers_lock);
 	if (err) {
 		const char *why = err == -ESRCH ? "no such session"
 				: err == -ESHUTDOWN ? "the daemon is stopping" : strerror(-err);
 		rm_log(RM_LOG_WARN, "client %s: copy link for session %llu refused (%s)", peer,
 		       (unsigned long long)a->session_id, why);
+		if (err == -ESRCH)
+			rm_auth_failed(g->conn, "an attach for a session that does not exist");
+		/* The answer a wrong key gets from the worker (worker.c): an unknown session and a
+		 * wrong key are not told apart. */
 		struct rm_frame rf = {.magic = RM_WIRE_MAGIC, .op = RM_OP_ATTACH, .seq = f->seq, .flags = RM_F_REPLY,
-				      .result = CUDA_ERROR_INVALID_VALUE};
+				      .result = CUDA_ERROR_NOT_PERMITTED};
 		rm_link_send(link, &rf, NULL, NULL, 0);
 	}
 out:
 	if (a)
 		remora__attach__free_unpacked(a, NULL);
+}
+
+/* remora status: who asks decides what it sees (admin.h); a request without an
+ * acceptable credential is refused. */
+static void answer_status(struct rm_link *link, const struct rm_frame *f, struct greeting *g)
+{
+	uint8_t msg[512];
+	Remora__StatusRequest *req = NULL;
+	if (f->bulk_len || f->msg_len > sizeof(msg) || rm_link_read(link, msg, f->msg_len) ||
+	    !(req = remora__status_request__unpack(NULL, f->msg_len, msg))) {
+		if (!settle(g))
+			rm_log(RM_LOG_WARN, "client %s: malformed status request; closing", rm_conn_peer(g->conn));
+		goto out;
+	}
+	int view;
+	char why[200];
+	if (rm_auth_admin(config, g->conn, req->credential.data, req->credential.len)) {
+		view = RM_VIEW_ALL;
+	} else {
+		const struct rm_tenant_config *t = rm_auth_tenant(config, g->conn, req->credential.data,
+								  req->credential.len, why, sizeof(why));
+		view = !t ? -3 : t == &config->anonymous ? -1 : (int)(t - config->tenants);
+		if (!t && !req->credential.len && !rm_conn_identity(g->conn))
+			rm_log(RM_LOG_WARN, "client %s: status refused: %s", rm_conn_peer(g->conn), why);
+	}
+	if (settle(g))
+		goto out;
+	if (view == -3)
+		rm_admin_refuse_status(link, f);
+	else
+		rm_admin_answer_status(link, f, config, view);
+out:
+	if (req)
+		remora__status_request__free_unpacked(req, NULL);
 }
 
 static void *greet(void *arg)
@@ -287,7 +337,7 @@ static void *greet(void *arg)
 	Remora__Hello *hello = NULL;
 	int err = rm_link_read_frame(&link, &f);
 	if (!err && f.op == RM_OP_STATUS) {
-		rm_admin_answer_status(&link, &f, config);
+		answer_status(&link, &f, g);
 		goto out;
 	}
 	if (!err && f.op == RM_OP_ATTACH) {
@@ -297,30 +347,37 @@ static void *greet(void *arg)
 	if (err || f.op != RM_OP_HELLO || f.bulk_len) {
 		if (!settle(g))
 			rm_log(RM_LOG_WARN, "client %s: no valid hello (%s); closing", peer,
-			       err ? strerror(-err) : "unexpected frame");
+			       err ? rm_transport_why(err) : "unexpected frame");
 		goto out;
 	}
 	msg = malloc(f.msg_len ? f.msg_len : 1);
-	if (!msg || rm_link_read(&link, msg, f.msg_len) || settle(g))
+	if (!msg || rm_link_read(&link, msg, f.msg_len))
 		goto out;
 	hello = remora__hello__unpack(NULL, f.msg_len, msg);
 	if (!hello) {
+		settle(g);
 		rm_log(RM_LOG_WARN, "client %s: malformed hello; closing", peer);
 		goto out;
 	}
+	char cred_why[200] = "";
+	/* Checked while the handshake's bounds still hold: a sender slowed down for failed
+	 * credentials waits within them. */
+	const struct rm_tenant_config *t = rm_auth_tenant(config, g->conn, hello->credential.data,
+							  hello->credential.len, cred_why, sizeof(cred_why));
+	if (settle(g))
+		goto out;
 	char why[200] = "";
 	CUresult r = CUDA_SUCCESS;
 	struct rm_handoff h = {.tenant = -1, .hello_seq = (uint32_t)f.seq, .pid = hello->pid,
 			       .heartbeat_ms = hello->heartbeat_ms};
 	rm_text_escape(h.name, sizeof(h.name), hello->client_name ? hello->client_name : "?");
 	uint64_t mask = 0;
-	const struct rm_tenant_config *t = rm_config_tenant(config, hello->credential.data, hello->credential.len);
 	if (hello->protocol_version != RM_PROTOCOL_VERSION) {
 		snprintf(why, sizeof(why), "protocol version mismatch (client %u, daemon %u)", hello->protocol_version,
 			 RM_PROTOCOL_VERSION);
 		r = CUDA_ERROR_NOT_SUPPORTED;
 	} else if (!t) {
-		snprintf(why, sizeof(why), hello->credential.len ? "unknown credential" : "this daemon needs a credential");
+		snprintf(why, sizeof(why), "%s", cred_why);
 		r = CUDA_ERROR_NOT_PERMITTED;
 	} else if (link.rpos != link.rlen) {
 		snprintf(why, sizeof(why), "requests sent before the hello was answered");
@@ -352,7 +409,7 @@ static void *greet(void *arg)
 		rm_registry_lock();
 		c->worker = w->pid;
 		rm_registry_unlock();
-		err = hand_over(w, rm_conn_export_fd(g->conn), &h);
+		err = hand_over(w, g->conn, &h);
 	}
 	pthread_mutex_unlock(&workers_lock);
 	if (err == -ESHUTDOWN) {
@@ -500,15 +557,27 @@ int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char
 		rm_log(RM_LOG_ERROR, "the %s transport cannot hand connections to workers", tp->scheme);
 		return -ENOTSUP;
 	}
+#ifdef RM_HAVE_TLS
+	if (!strcmp(tp->scheme, "tls")) {
+		char why[400];
+		if (rm_tls_server_configure(cfg->tls_cert, cfg->tls_key, cfg->tls_client_ca[0] ? cfg->tls_client_ca : NULL,
+					    why, sizeof(why))) {
+			rm_log(RM_LOG_ERROR, "TLS: %s", why);
+			return -EINVAL;
+		}
+	}
+#endif
 	struct rm_listener *l;
 	int err = tp->listen(addr, &l);
 	if (err) {
-		rm_log(RM_LOG_ERROR, "cannot listen on %s: %s", cfg->listen, strerror(-err));
+		rm_log(RM_LOG_ERROR, "cannot listen on %s: %s", cfg->listen, rm_transport_why(err));
 		return err;
 	}
 	char bound[96];
 	tp->listener_addr(l, bound, sizeof(bound));
-	rm_log(RM_LOG_INFO, "listening on %s", bound);
+	rm_log(RM_LOG_INFO, "listening on %s%s%s", bound, !strcmp(tp->scheme, "tls") ? " (TLS 1.3" : "",
+	       !strcmp(tp->scheme, "tls") ? (cfg->tls_client_ca[0] ? ", client certificates required)" : ")") : "");
+	rm_auth_warn_exposure(cfg, bound);
 	sigset_t stop_signals;
 	pthread_t t, stopping;
 	if ((err = prepare_stopping(&stop_signals, &stopping)) || (err = rm_handshakes_start(cfg))) {

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "transport.h"
 
 /* The accepting process: listens, admits clients and starts workers, each running
  * self_exe with argv and --worker-channel=FD added. Returns -errno once the listener fails. */
@@ -34,6 +35,9 @@ struct rm_handoff {
 	uint32_t link_index;
 	uint64_t session_id;
 	uint8_t key[16];
+	/* What the transport hands over with the descriptor (transport.h export_fd). */
+	uint32_t transport_state_len;
+	uint8_t transport_state[RM_TRANSPORT_STATE_MAX];
 };
 
 #endif

@@ -442,7 +442,10 @@ int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 		}
 		struct rm_conn *conn;
 		struct rm_session *s = NULL;
-		if (tp->adopt_fd(fd, &conn)) {
+		int adopted = h.transport_state_len <= sizeof(h.transport_state)
+				      ? tp->adopt_fd(fd, h.transport_state, h.transport_state_len, &conn) : -EINVAL;
+		explicit_bzero(h.transport_state, sizeof(h.transport_state));
+		if (adopted) {
 			close(fd);
 			conn = NULL;
 		} else if (rm_conn_set_liveness(conn, cfg->peer_timeout_s * 1000, cfg->peer_timeout_s * 1000)) {

@@ -255,7 +255,7 @@ int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *
 		int log = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 		if (log < 0 || dup2(log, STDOUT_FILENO) < 0 || dup2(log, STDERR_FILENO) < 0) /* stdout: the JSON's */
 			_exit(126);
-		char *argv[] = { (char *)remorad, "--listen", "tcp://127.0.0.1:0", "--ready-file", ready_file,
+		char *argv[] = { (char *)remorad, "--listen", "tcp://127.0.0.1:0", "--set", "allow_anonymous=yes", "--ready-file", ready_file,
 				 driver ? "--driver" : NULL, (char *)driver, NULL };
 		execv(remorad, argv);
 		fprintf(stderr, "cannot run %s: %s\n", remorad, strerror(errno));

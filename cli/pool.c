@@ -43,6 +43,8 @@ static int parse_args(const char *cmd, int argc, char **argv, struct pool_args *
 			a->server = argv[++i];
 		else if (!strcmp(cmd, "status") && !strncmp(argv[i], "--server=", 9))
 			a->server = argv[i] + 9;
+		else if (!strcmp(argv[i], "--token") && i + 1 < argc)
+			setenv("REMORA_TOKEN", argv[++i], 1); /* what status presents (docs/security.md) */
 		else if (argv[i][0] == '-' || a->host) {
 			fprintf(stderr, "remora %s: unexpected argument %s\n", cmd, argv[i]);
 			return 2;
@@ -285,9 +287,10 @@ static int fetch_status(const char *addr, Remora__StatusReply **rep, char *why, 
 		return -EINVAL;
 	}
 	struct rm_conn *conn;
+	rm_transport_set_why(0, "%s", "");
 	int err = tp->dial(hostport, STATUS_TIMEOUT_MS, &conn);
 	if (err) {
-		snprintf(why, whylen, "cannot reach remorad at %s: %s", addr, strerror(-err));
+		snprintf(why, whylen, "cannot reach remorad at %s: %s", addr, rm_transport_why(err));
 		return err;
 	}
 	struct rm_link l;
@@ -298,12 +301,31 @@ static int fetch_status(const char *addr, Remora__StatusReply **rep, char *why, 
 		return err;
 	}
 	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_STATUS, .seq = 1}, rf;
-	uint8_t *msg = NULL;
-	err = rm_link_send(&l, &f, NULL, NULL, 0);
+	uint8_t *msg = NULL, req_buf[512];
+	/* The credential: REMORA_TOKEN (a tenant's or the admin's), else the connection's
+	 * client certificate (REMORA_TLS_CERT) if any. */
+	Remora__StatusRequest req = REMORA__STATUS_REQUEST__INIT;
+	const char *token = getenv("REMORA_TOKEN");
+	if (token) {
+		req.credential.data = (uint8_t *)token;
+		req.credential.len = strlen(token);
+	}
+	f.msg_len = (uint32_t)remora__status_request__get_packed_size(&req);
+	err = f.msg_len > sizeof(req_buf) ? -E2BIG : 0;
+	if (!err) {
+		remora__status_request__pack(&req, req_buf);
+		err = rm_link_send(&l, &f, req_buf, NULL, 0);
+	}
 	if (!err)
 		err = rm_link_read_frame(&l, &rf);
 	if (!err && (rf.op != RM_OP_STATUS || !(rf.flags & RM_F_REPLY) || rf.bulk_len))
 		err = -EPROTO;
+	if (!err && rf.result == 800 /* CUDA_ERROR_NOT_PERMITTED */) {
+		snprintf(why, whylen, "remorad at %s refused: status needs a credential it accepts (REMORA_TOKEN or "
+			 "--token: a tenant's token shows its clients, the admin token all; or a client certificate)", addr);
+		rm_link_close(&l);
+		return -EACCES;
+	}
 	if (!err && !(msg = malloc(rf.msg_len ? rf.msg_len : 1)))
 		err = -ENOMEM;
 	if (!err)
@@ -312,7 +334,8 @@ static int fetch_status(const char *addr, Remora__StatusReply **rep, char *why, 
 		err = -EPROTO;
 	if (err)
 		snprintf(why, whylen, "remorad at %s gave no status (%s)%s", addr,
-			 err == -ECONNRESET ? "it closed the connection" : strerror(-err),
+			 *rm_transport_last_why() ? rm_transport_last_why()
+			 : err == -ECONNRESET ? "it closed the connection" : strerror(-err),
 			 err == -ETIMEDOUT ? ": it is frozen or unreachable" : ": is it an older remorad?");
 	free(msg);
 	rm_link_close(&l);

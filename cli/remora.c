@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "credential.h"
 #include "version.h"
 #include "wire.h"
 
@@ -25,6 +26,7 @@ static int cmd_help(int argc, char **argv);
 int cmd_bench(int argc, char **argv); /* bench.c */
 int cmd_pool(int argc, char **argv);   /* pool.c */
 int cmd_status(int argc, char **argv); /* pool.c */
+static int cmd_hash_token(int argc, char **argv);
 
 static const struct subcommand subcommands[] = {
 	{"run", "[--server HOST:PORT] [--token TOKEN] [--] PROGRAM [ARGS...]",
@@ -33,8 +35,11 @@ static const struct subcommand subcommands[] = {
 	 "on a GPU host: measure natively and through a private remorad, side by side", cmd_bench, 1},
 	{"pool", "list [--json] | show HOST | drain HOST | undrain HOST | remove HOST [--pool URL]",
 	 "the GPU pool in etcd (docs/pool.md); URL defaults to REMORA_POOL", cmd_pool, 0},
-	{"status", "[HOST[:PORT] | --server HOST:PORT] [--json]",
-	 "a daemon's GPUs, clients and memory per client (default REMORA_SERVER, else 127.0.0.1:7700)", cmd_status, 0},
+	{"status", "[HOST[:PORT] | --server HOST:PORT] [--json] [--token TOKEN]",
+	 "a daemon's GPUs, and the clients the credential may see (default REMORA_SERVER, else 127.0.0.1:7700)",
+	 cmd_status, 0},
+	{"hash-token", "[TOKEN]", "print the salted hash of TOKEN (else of stdin's first line) for remorad's "
+	 "configuration", cmd_hash_token, 0},
 	{"help", "", "show this text", cmd_help, 0},
 };
 
@@ -46,6 +51,39 @@ static void usage(FILE *f)
 	for (size_t i = 0; i < NSUB; i++)
 		fprintf(f, "  remora %s %s\n      %s\n", subcommands[i].name, subcommands[i].args, subcommands[i].summary);
 	fprintf(f, "\nThe server is REMORA_SERVER (host:port, default 127.0.0.1:7700) unless --server names one.\n");
+}
+
+/* remora hash-token [TOKEN]: the line to put in the configuration instead of the token
+ * (docs/security.md). Without TOKEN it reads stdin's first line, which keeps the token out
+ * of the process list and the shell's history. */
+static int cmd_hash_token(int argc, char **argv)
+{
+	char line[1024], out[RM_TOKEN_HASH_MAX];
+	const char *token = argc > 1 ? argv[1] : NULL;
+	if (argc > 2) {
+		fprintf(stderr, "remora hash-token: one TOKEN at most\n");
+		return 2;
+	}
+	if (!token) {
+		if (!fgets(line, sizeof(line), stdin)) {
+			fprintf(stderr, "remora hash-token: no token on stdin\n");
+			return 2;
+		}
+		line[strcspn(line, "\r\n")] = 0;
+		token = line;
+	}
+	if (!*token) {
+		fprintf(stderr, "remora hash-token: the token is empty\n");
+		return 2;
+	}
+	int err = rm_credential_hash(token, strlen(token), out, sizeof(out));
+	if (err) {
+		fprintf(stderr, "remora hash-token: %s\n",
+			err == -ENOTSUP ? "built without OpenSSL (meson option tls)" : strerror(-err));
+		return 1;
+	}
+	printf("%s\n", out);
+	return 0;
 }
 
 static int cmd_help(int argc, char **argv)

@@ -80,6 +80,7 @@ static CUresult greet(struct rm_client_conn *c, const char *server, Remora__Hell
 		char why[256];
 		rm_log(RM_LOG_ERROR, "the GPU server at %s refused this client: %s", server,
 		       *rep && (*rep)->error && *(*rep)->error ? rm_text_escape(why, sizeof(why), (*rep)->error)
+		       : *rm_transport_last_why()		 ? rm_transport_last_why()
 							: "handshake failed");
 		return r == CUDA_ERROR_DEVICE_UNAVAILABLE ? CUDA_ERROR_NO_DEVICE : r;
 	}
@@ -111,10 +112,11 @@ CUresult rm_client_conn_open(struct rm_client_conn *c, const char *server)
 
 	CUresult r = CUDA_ERROR_NO_DEVICE;
 	struct rm_conn *conn;
+	rm_transport_set_why(0, "%s", ""); /* a reason recorded from here on is this connection's */
 	int err = tp->dial(addr, CONNECT_TIMEOUT_MS, &conn);
 	if (err) {
 		rm_log(RM_LOG_ERROR, "cannot reach the GPU server at %s (%s); start remorad there or set "
-		       "REMORA_SERVER=host:port", server, strerror(-err));
+		       "REMORA_SERVER=host:port", server, rm_transport_why(err));
 		return r;
 	}
 	/* Sends wait as long as the daemon's host answers: the daemon rightly stops reading a
@@ -194,7 +196,7 @@ CUresult rm_client_channel_open(struct rm_client_conn *c, const struct rm_client
 	int err = main->tp->dial(main->addr, CONNECT_TIMEOUT_MS, &conn);
 	if (err) {
 		rm_log(RM_LOG_ERROR, "a thread's channel to %s not opened (%s); the thread shares the main connection",
-		       main->addr, strerror(-err));
+		       main->addr, rm_transport_why(err));
 		return CUDA_ERROR_DEVICE_UNAVAILABLE;
 	}
 	if (rm_conn_set_liveness(conn, main->timeout_ms, 0))

@@ -157,7 +157,7 @@ struct rm_copy_links *rm_copy_links_open(const struct rm_transport *tp, const ch
 		int err = attach(&cl->tab[i], tp, addr, session_id, key, keylen, (uint32_t)i, timeout_ms);
 		if (err) {
 			rm_log(RM_LOG_ERROR, "copy link %ld to %s not attached (%s); large copies use %ld connection(s)",
-			       i, addr, strerror(-err), i);
+			       i, addr, rm_transport_why(err), i);
 			break;
 		}
 		cl->n = cl->attached = (int)i;

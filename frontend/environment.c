@@ -134,6 +134,33 @@ static int check_pool_cache(const char *v, char *why, size_t whylen)
 	return 0;
 }
 
+/* A file the TLS transport will read: it must be readable now. */
+static int check_tls_file(const char *v, char *why, size_t whylen)
+{
+	FILE *f = fopen(v, "r");
+	if (!f) {
+		snprintf(why, whylen, "cannot read it: %s", strerror(errno));
+		return -EINVAL;
+	}
+	fclose(f);
+#ifndef RM_HAVE_TLS
+	snprintf(why, whylen, "this client library was built without TLS (meson option tls)");
+	return -EINVAL;
+#endif
+	return 0;
+}
+
+/* A client certificate needs its key, and the key its certificate. */
+static int check_tls_pair(const char *v, char *why, size_t whylen)
+{
+	const char *cert = getenv("REMORA_TLS_CERT"), *key = getenv("REMORA_TLS_KEY");
+	if ((cert && *cert) != (key && *key)) {
+		snprintf(why, whylen, "a client certificate needs both REMORA_TLS_CERT and REMORA_TLS_KEY");
+		return -EINVAL;
+	}
+	return check_tls_file(v, why, whylen);
+}
+
 static int check_profile(const char *v, char *why, size_t whylen)
 {
 	uint64_t min;
@@ -164,6 +191,9 @@ static const struct setting {
 	{.name = "REMORA_COPY_LINKS", .check = check_copy_links},
 	{.name = "REMORA_STRIPE_MIN", .check = check_stripe_min},
 	{.name = "REMORA_PROFILE", .check = check_profile},
+	{.name = "REMORA_TLS_CA", .check = check_tls_file},
+	{.name = "REMORA_TLS_CERT", .check = check_tls_pair},
+	{.name = "REMORA_TLS_KEY", .check = check_tls_pair},
 };
 
 int rm_client_environment_check(void)

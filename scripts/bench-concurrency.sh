@@ -12,7 +12,7 @@ counts=("$@")
 [ ${#counts[@]} -gt 0 ] || counts=(1 2 4 8 16)
 prog=$build/tests/rtprograms/rt_spin
 dir=$(mktemp -d)
-"$build/backend/remorad" --listen tcp://127.0.0.1:0 --ready-file "$dir/addr" 2>"$dir/remorad.log" &
+"$build/backend/remorad" --listen tcp://127.0.0.1:0 --set allow_anonymous=yes --ready-file "$dir/addr" 2>"$dir/remorad.log" &
 pid=$!
 trap 'kill $pid 2>/dev/null; rm -rf "$dir"' EXIT
 while [ ! -s "$dir/addr" ]; do

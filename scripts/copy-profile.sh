@@ -68,7 +68,7 @@ echo "loopback TCP, $(fact loopback_tcp_cold_mib) MiB not cache resident: 1 stre
 
 # remorad as remora bench starts it (bench/workers.c), profiling copies.
 export REMORA_PROFILE=copies:$MIN
-"$BUILD/backend/remorad" --listen tcp://127.0.0.1:0 --ready-file "$dir/remorad.addr" \
+"$BUILD/backend/remorad" --listen tcp://127.0.0.1:0 --set allow_anonymous=yes --ready-file "$dir/remorad.addr" \
 	${DRIVER:+--driver "$DRIVER"} >"$dir/remorad.log" 2>&1 &
 pid=$!
 for _ in $(seq 600); do [[ -s $dir/remorad.addr ]] && break; sleep 0.05; done

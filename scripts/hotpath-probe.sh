@@ -29,7 +29,7 @@ pid=
 cleanup() { [[ -n $pid ]] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"; }
 trap cleanup EXIT
 
-"$BUILD/backend/remorad" --listen tcp://127.0.0.1:0 --ready-file "$dir/addr" ${DRIVER:+--driver "$DRIVER"} \
+"$BUILD/backend/remorad" --listen tcp://127.0.0.1:0 --set allow_anonymous=yes --ready-file "$dir/addr" ${DRIVER:+--driver "$DRIVER"} \
 	2>"$dir/remorad.log" &
 pid=$!
 for _ in $(seq 100); do [[ -s $dir/addr ]] && break; sleep 0.05; done

@@ -1,6 +1,8 @@
 #!/bin/sh
 # Runs one program through Remora against a private remorad on a free loopback port.
 # usage: with-remorad.sh REMORAD DRIVER REMORA PROGRAM [ARGS...]
+# WITH_REMORAD_TLS=1: over TLS 1.3 (certificates made for the run, tests/lib/make_certs.sh),
+# with four copy links, and the log must show them attached.
 set -eu
 remorad=$1 driver=$2 remora=$3
 shift 3
@@ -11,7 +13,16 @@ cleanup() {
 	rm -rf "$dir"
 }
 trap 'cleanup; exit 1' INT TERM
-"$remorad" --listen tcp://127.0.0.1:0 --driver "$driver" --ready-file "$dir/addr" 2>"$dir/remorad.log" &
+listen=tcp://127.0.0.1:0 scheme= tls_args=
+if [ "${WITH_REMORAD_TLS:-}" = 1 ]; then
+	"$(dirname "$0")/lib/make_certs.sh" "$dir/certs"
+	listen=tls://127.0.0.1:0 scheme=tls://
+	tls_args="--tls-cert $dir/certs/server.pem --tls-key $dir/certs/server.key" # mktemp -d: no blanks
+	export REMORA_TLS_CA="$dir/certs/ca.pem" REMORA_COPY_LINKS=4
+fi
+# shellcheck disable=SC2086
+"$remorad" --listen "$listen" $tls_args --set allow_anonymous=yes --driver "$driver" --ready-file "$dir/addr" \
+	2>"$dir/remorad.log" &
 pid=$!
 i=0
 while [ ! -s "$dir/addr" ]; do
@@ -25,7 +36,11 @@ while [ ! -s "$dir/addr" ]; do
 	sleep 0.05
 done
 status=0
-"$remora" run --server "$(cat "$dir/addr")" -- "$@" || status=$?
+"$remora" run --server "$scheme$(cat "$dir/addr")" -- "$@" || status=$?
+if [ $status -eq 0 ] && [ -n "$scheme" ] && ! grep -q "copy link [0-9]* attached" "$dir/remorad.log"; then
+	echo "with-remorad: over TLS, but no copy link attached" >&2
+	status=1
+fi
 if [ $status -ne 0 ]; then
 	echo "--- remorad log" >&2
 	cat "$dir/remorad.log" >&2

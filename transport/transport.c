@@ -1,6 +1,8 @@
 /* The transports there are, and what every transport shares. */
 #include "transport.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 int rm_transport_profiling;
@@ -8,7 +10,32 @@ __thread struct rm_transport_tally *rm_transport_thread_tally;
 
 static const struct rm_transport *const transports[] = {
 	&rm_transport_tcp,
+#ifdef RM_HAVE_TLS
+	&rm_transport_tls,
+#endif
 };
+
+static __thread int why_err;
+static __thread char why_text[256];
+
+void rm_transport_set_why(int err, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why_text, sizeof(why_text), fmt, ap);
+	va_end(ap);
+	why_err = err;
+}
+
+const char *rm_transport_last_why(void)
+{
+	return why_err ? why_text : "";
+}
+
+const char *rm_transport_why(int err)
+{
+	return err && err == why_err && why_text[0] ? why_text : strerror(err < 0 ? -err : err);
+}
 
 const struct rm_transport *rm_transport_for(const char *url, const char **addr)
 {

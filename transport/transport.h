@@ -59,13 +59,25 @@ struct rm_transport {
 	const char *(*peer)(struct rm_conn *c);
 	void (*close)(struct rm_conn *c);
 	/* Hand-over to another process (remorad's workers): export_fd gives the descriptor
-	 * to pass (the caller then closes c), adopt_fd wraps a passed one. -ENOTSUP where
-	 * the connection cannot travel. */
-	int (*export_fd)(struct rm_conn *c);
-	int (*adopt_fd)(int fd, struct rm_conn **out);
+	 * to pass and writes what else must travel with it (a TLS connection's record state,
+	 * secret: pass it only to a process that is to serve the connection) into state, at
+	 * most RM_TRANSPORT_STATE_MAX bytes, its length into *state_len (state may be NULL
+	 * where the caller knows the transport keeps none); the caller then closes c, which
+	 * leaves the descriptor open. adopt_fd wraps a passed descriptor with that state.
+	 * -ENOTSUP where the connection cannot travel. */
+	int (*export_fd)(struct rm_conn *c, void *state, size_t *state_len);
+	int (*adopt_fd)(int fd, const void *state, size_t state_len, struct rm_conn **out);
+	/* The peer's verified identity: the common name of the certificate it presented and
+	 * this end verified, or NULL (no certificate, or a transport without any). Optional. */
+	const char *(*identity)(struct rm_conn *c);
 };
 
+#define RM_TRANSPORT_STATE_MAX 160
+
 extern const struct rm_transport rm_transport_tcp;
+#ifdef RM_HAVE_TLS
+extern const struct rm_transport rm_transport_tls;
+#endif
 
 static inline int rm_conn_sendv(struct rm_conn *c, const struct iovec *iov, int iovcnt)
 {
@@ -83,7 +95,19 @@ static inline int rm_conn_set_liveness(struct rm_conn *c, int recv_timeout_ms, i
 }
 static inline const char *rm_conn_peer(struct rm_conn *c) { return c->tp->peer(c); }
 static inline void rm_conn_close(struct rm_conn *c) { c->tp->close(c); }
-static inline int rm_conn_export_fd(struct rm_conn *c) { return c->tp->export_fd ? c->tp->export_fd(c) : -ENOTSUP; }
+static inline int rm_conn_export_fd(struct rm_conn *c, void *state, size_t *state_len)
+{
+	return c->tp->export_fd ? c->tp->export_fd(c, state, state_len) : -ENOTSUP;
+}
+static inline const char *rm_conn_identity(struct rm_conn *c) { return c->tp->identity ? c->tp->identity(c) : NULL; }
+
+/* One line saying why the calling thread's last transport call failed with err, where
+ * the transport knew more than errno says (a TLS handshake's reason); strerror(-err)
+ * otherwise. Transports record it with rm_transport_set_why. */
+const char *rm_transport_why(int err);
+/* The calling thread's last recorded reason, whatever call failed; "" for none. */
+const char *rm_transport_last_why(void);
+void rm_transport_set_why(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Profiling a thread's transport calls (common/copy_profile.h): while
  * rm_transport_profiling is nonzero, every transport times and counts the send and

@@ -1,6 +1,6 @@
 /* transport-probe: the conformance check and the yardstick of a transport.
  *
- *   transport-probe [--check] [--rtt N] [--mib N] [URL]
+ *   transport-probe [--check] [--rtt N] [--mib N] [--tls CERT KEY CA] [URL]
  *
  * Listens on URL (default tcp://127.0.0.1:0), dials itself and measures, through
  * the transport's own ops, what every remote call is compared with:
@@ -8,7 +8,8 @@
  *   bulk  N MiB one way, sent in 8 MiB sendv calls and received with recv_some
  *         into one reused 8 MiB buffer (as a copy's payload reaches the staging buffers).
  * --check makes it a test: iovec splitting, bytes arriving exact, shutdown
- * unblocking a reader, a closed peer reported as -ECONNRESET.
+ * unblocking a reader, a closed peer reported as -ECONNRESET, a connection handed over
+ * (export_fd, adopt_fd) carrying on. --tls gives both ends of tls:// their files.
  * Prints "rtt_us=", "bulk_mib_per_s=" lines; exits 0 when every check passed.
  */
 #include "transport.h"
@@ -20,6 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#ifdef RM_HAVE_TLS
+#include "tls.h"
+#endif
 
 #define HEADER_LEN 48
 #define BULK_CHUNK (8u << 20)
@@ -169,14 +174,82 @@ static void *read_one(void *arg)
 }
 
 /* Contract checks beyond the measurements: split iovecs, liveness timeout, shutdown, peer close. */
+struct acceptor {
+	const struct rm_transport *tp;
+	struct rm_listener *l;
+	struct rm_conn *conn;
+	int err;
+};
+
+/* Accepts one connection and writes nothing to it, which ends a handshake that a
+ * transport leaves to the first read or write (TLS). */
+static void *accept_one(void *arg)
+{
+	struct acceptor *a = arg;
+	if (!(a->err = a->tp->accept(a->l, &a->conn)) && (a->err = rm_conn_sendv(a->conn, NULL, 0))) {
+		rm_conn_close(a->conn);
+		a->conn = NULL;
+	}
+	return NULL;
+}
+
+/* A connection handed to another process travels as its descriptor and state: here the
+ * accepted end is exported and adopted again, and must carry on the stream exact. */
+static int check_handover(const struct rm_transport *tp, struct rm_conn *a, struct rm_conn **b)
+{
+	uint8_t state[RM_TRANSPORT_STATE_MAX], out[300], in[300];
+	size_t len = 0;
+	for (size_t i = 0; i < sizeof(out); i++)
+		out[i] = pattern(i * 3);
+	struct iovec v = {out, sizeof(out)};
+	if (rm_conn_sendv(a, &v, 1) || recv_all(*b, in, 100)) /* hand over between two records only */
+		return -EIO;
+	int fd = rm_conn_export_fd(*b, state, &len);
+	if (fd == -EBUSY) { /* the record is still being read: finish it, then hand over */
+		if (recv_all(*b, in + 100, 200))
+			return -EIO;
+		fd = rm_conn_export_fd(*b, state, &len);
+	} else if (fd >= 0 && recv_all(*b, in + 100, 200)) {
+		return -EIO;
+	}
+	if (fd < 0)
+		return fd == -ENOTSUP ? 0 : fd;
+	int dup_fd = dup(fd);
+	rm_conn_close(*b); /* closes fd; the copy lives on, as in the worker */
+	*b = NULL;
+	int err = tp->adopt_fd(dup_fd, state, len, b);
+	if (err) {
+		close(dup_fd);
+		return err;
+	}
+	if (memcmp(in, out, sizeof(out)) || rm_conn_sendv(a, &v, 1) || recv_all(*b, in, sizeof(in)) ||
+	    memcmp(in, out, sizeof(out)) || rm_conn_sendv(*b, &v, 1) || recv_all(a, in, sizeof(in)) ||
+	    memcmp(in, out, sizeof(out)))
+		return -EIO;
+	return 0;
+}
+
 static int check_contract(const struct rm_transport *tp, struct rm_listener *l, const char *addr)
 {
 	struct rm_conn *a, *b;
+	struct acceptor acc = {tp, l, NULL, 0};
+	pthread_t at;
+	pthread_create(&at, NULL, accept_one, &acc);
 	int err = tp->dial(addr, 2000, &a);
-	if (err)
-		return err;
-	if ((err = tp->accept(l, &b))) {
+	pthread_join(at, NULL);
+	if (err || acc.err) {
+		if (!err)
+			rm_conn_close(a);
+		if (acc.conn)
+			rm_conn_close(acc.conn);
+		return err ? err : acc.err;
+	}
+	b = acc.conn;
+	if ((err = check_handover(tp, a, &b))) {
+		fprintf(stderr, "transport-probe: a connection handed over did not carry on: %s\n", strerror(-err));
 		rm_conn_close(a);
+		if (b)
+			rm_conn_close(b);
 		return err;
 	}
 	/* Ten iovecs of odd sizes, some empty, arrive as one exact stream. */
@@ -241,10 +314,21 @@ int main(int argc, char **argv)
 			p.rtt_rounds = strtol(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--mib") && i + 1 < argc)
 			p.bulk_bytes = strtoull(argv[++i], NULL, 10) << 20;
+#ifdef RM_HAVE_TLS
+		else if (!strcmp(argv[i], "--tls") && i + 3 < argc) { /* CERT KEY CA: both ends */
+			char why[300];
+			if (rm_tls_server_configure(argv[i + 1], argv[i + 2], NULL, why, sizeof(why)) ||
+			    rm_tls_client_configure(argv[i + 3], NULL, NULL, why, sizeof(why))) {
+				fprintf(stderr, "transport-probe: %s\n", why);
+				return 2;
+			}
+			i += 3;
+		}
+#endif
 		else if (argv[i][0] != '-')
 			url = argv[i];
 		else {
-			fprintf(stderr, "usage: %s [--check] [--rtt N] [--mib N] [URL]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--check] [--rtt N] [--mib N] [--tls CERT KEY CA] [URL]\n", argv[0]);
 			return 2;
 		}
 	}
@@ -259,7 +343,7 @@ int main(int argc, char **argv)
 	if (!err)
 		err = p.tp->listener_addr(p.listener, bound, sizeof(bound));
 	if (err) {
-		fprintf(stderr, "transport-probe: cannot listen on %s: %s\n", url, strerror(-err));
+		fprintf(stderr, "transport-probe: cannot listen on %s: %s\n", url, rm_transport_why(err));
 		return 1;
 	}
 	pthread_t server;
@@ -276,7 +360,7 @@ int main(int argc, char **argv)
 	if (!err && p.failed)
 		err = -EPROTO;
 	if (err)
-		fprintf(stderr, "transport-probe: %s\n", strerror(-err));
+		fprintf(stderr, "transport-probe: %s\n", rm_transport_why(err));
 	if (c)
 		rm_conn_close(c);
 	if (p.conn)

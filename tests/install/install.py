@@ -46,6 +46,7 @@ with tempfile.TemporaryDirectory() as stage:
     if bins["remora"] and bins["remorad"] and confs:
         ready = os.path.join(stage, "addr")
         d = subprocess.Popen([remorad, "--config", confs[0], "--listen", "tcp://127.0.0.1:0", "--driver", driver,
+                              "--set", "allow_anonymous=yes",
                               "--ready-file", ready], env=env, stderr=subprocess.PIPE, text=True)
         try:
             up = wait_for(lambda: os.path.exists(ready) and open(ready).read().strip(), timeout=20)

@@ -35,6 +35,10 @@ class Daemon:
         conf = os.path.join(tmp, name + ".conf")
         ready = os.path.join(tmp, name + ".addr")
         with open(conf, "w") as f:
+            # Anonymous clients are off by default; the tests that are not about
+            # credentials run their clients without one.
+            if "allow_anonymous" not in config:
+                f.write("allow_anonymous = yes\n")
             f.write(config)
         denv = {k: v for k, v in os.environ.items() if not k.startswith("REMORA_")}
         denv.update(REMORA_LOG="info", **(env or {}))

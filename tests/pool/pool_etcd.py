@@ -102,7 +102,7 @@ def start_etcd(tmp):
 def start_daemon(tmp, name, endpoint):
     conf = os.path.join(tmp, name + ".conf")
     with open(conf, "w") as f:
-        f.write(f"# pool test member\npool = {endpoint}\nhost_name = {name}\nlease_ttl = {LEASE_TTL}\n")
+        f.write(f"# pool test member\nallow_anonymous = yes\npool = {endpoint}\nhost_name = {name}\nlease_ttl = {LEASE_TTL}\n")
     ready = os.path.join(tmp, name + ".addr")
     env = dict(os.environ, REMORA_TESTDRIVER_DEVICES="1", REMORA_TESTDRIVER_MEM_MB=str(MEMORY_MB[name]))
     log = open(os.path.join(tmp, name + ".log"), "w")

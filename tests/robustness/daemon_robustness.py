@@ -67,7 +67,7 @@ def main():
     ready = os.path.join(tmp, "addr")
     log_path = os.path.join(tmp, "remorad.log")
     log = open(log_path, "w")
-    d = subprocess.Popen([remorad, "--listen", "tcp://127.0.0.1:0", "--driver", driver, "--ready-file", ready],
+    d = subprocess.Popen([remorad, "--listen", "tcp://127.0.0.1:0", "--set", "allow_anonymous=yes", "--driver", driver, "--ready-file", ready],
                          stderr=log, env=dict(os.environ, REMORA_LOG="info"))
     try:
         for _ in range(200):

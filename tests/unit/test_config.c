@@ -1,6 +1,7 @@
 /* remorad's configuration parser (backend/config.c): keys, sizes, tenant sections, and
  * what it must refuse, each with the file and line it names. */
 #include "config.h"
+#include "credential.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,7 +52,8 @@ static const struct refusal refusals[] = {
 	{"[tenant research\ntoken = x\n", 1, "expected [tenant NAME]"},
 	{"[tenant]\ntoken = x\n", 1, "expected [tenant NAME]"},
 	{"[tenant a b]\ntoken = x\n", 1, "expected [tenant NAME]"},
-	{"\n[tenant research]\n", 2, "tenant research has no token"},
+	{"[tenant a]\ntoken = pbkdf2-sha256$20000$c2FsdA==$aGFzaA==\n", 2, "bad value"}, /* a hash too short */
+	{"admin_token = pbkdf2-sha256$x$$\n", 1, "bad value"},
 	{"[tenant a]\ntoken = x\n[tenant b]\ntoken = x\n", 3, "tenant b shares a name or a token with tenant a"},
 	{"[tenant a]\ntoken = x\n[tenant a]\ntoken = y\n", 3, "tenant a shares a name or a token with tenant a"},
 	{"[tenant a]\ntoken = x\nlisten = tcp://0.0.0.0:1\n", 3, "unknown tenant setting 'listen'"},
@@ -102,6 +104,33 @@ int main(void)
 
 	rm_config_defaults(&c);
 	EXPECT(c.worker_host_memory_limit > 0); /* the worker's host-memory bound has a default */
+	EXPECT(!c.allow_anonymous);              /* anonymous clients are served only when asked for */
+
+	/* A tenant without a token is reached by a client certificate only, so it needs TLS
+	 * with client certificates; the whole configuration is checked after the flags. */
+	char why[300];
+	EXPECT(load("\n[tenant research]\n", &c) == 0);
+	EXPECT(rm_config_check(&c, why, sizeof(why)) == -1 && strstr(why, "tenant research has no token"));
+	EXPECT(load("listen = tls://127.0.0.1:0\ntls_cert = s.pem\ntls_key = s.key\ntls_client_ca = ca.pem\n"
+		    "admin_cn = ops\n[tenant research]\n", &c) == 0);
+	EXPECT(rm_config_check(&c, why, sizeof(why)) == 0);
+	EXPECT(rm_config_tenant_by_cn(&c, "research") == &c.tenants[0] && !rm_config_tenant_by_cn(&c, "other"));
+	EXPECT(rm_config_is_admin(&c, "", 0, "ops") && !rm_config_is_admin(&c, "", 0, "research"));
+	EXPECT(load("listen = tls://127.0.0.1:0\n", &c) == 0 && rm_config_check(&c, why, sizeof(why)) == -1 &&
+	       strstr(why, "needs tls_cert and tls_key"));
+	EXPECT(load("tls_cert = s.pem\n", &c) == 0 && rm_config_check(&c, why, sizeof(why)) == -1);
+#ifdef RM_HAVE_TLS
+	/* Hashed tokens: the right token matches, a wrong one or a prefix does not. */
+	char hash[RM_TOKEN_HASH_MAX], text[400];
+	EXPECT(rm_credential_hash("h-secret", 8, hash, sizeof(hash)) == 0 && rm_credential_check_hash(hash) == 0);
+	snprintf(text, sizeof(text), "admin_token = %s\n[tenant h]\ntoken = %s\n[tenant p]\ntoken = p-secret\n", hash, hash);
+	EXPECT(load(text, &c) == 0);
+	EXPECT(rm_config_tenant(&c, "h-secret", 8) == &c.tenants[0] && rm_config_tenant(&c, "p-secret", 8) == &c.tenants[1]);
+	EXPECT(!rm_config_tenant(&c, "h-secre", 7) && !rm_config_tenant(&c, "h-secret!", 9) && !rm_config_tenant(&c, hash, strlen(hash)));
+	EXPECT(rm_config_is_admin(&c, "h-secret", 8, NULL) && !rm_config_is_admin(&c, "p-secret", 8, NULL));
+	rm_config_drop_credentials(&c);
+	EXPECT(!rm_config_tenant(&c, "h-secret", 8) && !rm_config_tenant(&c, "p-secret", 8));
+#endif
 
 	for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++) {
 		const struct refusal *r = &refusals[i];

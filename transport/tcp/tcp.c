@@ -340,10 +340,19 @@ static void tcp_close(struct rm_conn *c)
 	free(tcp(c));
 }
 
-static int tcp_export_fd(struct rm_conn *c) { return tcp(c)->fd; }
-
-static int tcp_adopt_fd(int fd, struct rm_conn **out)
+static int tcp_export_fd(struct rm_conn *c, void *state, size_t *state_len)
 {
+	(void)state;
+	if (state_len)
+		*state_len = 0;
+	return tcp(c)->fd;
+}
+
+static int tcp_adopt_fd(int fd, const void *state, size_t state_len, struct rm_conn **out)
+{
+	(void)state;
+	if (state_len)
+		return -EINVAL;
 	*out = conn_new(fd);
 	return *out ? 0 : -ENOMEM;
 }

@@ -1,0 +1,28 @@
+#!/bin/sh
+# Test certificates, made at test time (nothing secret is kept in the repository):
+#   make_certs.sh DIR [CLIENT_CN...]
+# writes into DIR: ca.pem/ca.key (a test CA), server.pem/server.key (signed by it, for
+# 127.0.0.1, ::1 and localhost), other-ca.pem (a CA that signed nothing here: "the wrong
+# CA"), and for each CLIENT_CN client-CN.pem/client-CN.key signed by ca.
+set -eu
+dir=$1
+shift
+mkdir -p "$dir"
+cd "$dir"
+q() { "$@" >/dev/null 2>&1 || { echo "make_certs: $* failed" >&2; "$@"; exit 1; }; }
+key() { q openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1"; }
+key ca.key
+q openssl req -x509 -new -key ca.key -subj "/CN=Remora test CA" -days 2 -out ca.pem
+key other-ca.key
+q openssl req -x509 -new -key other-ca.key -subj "/CN=Another test CA" -days 2 -out other-ca.pem
+key server.key
+q openssl req -new -key server.key -subj "/CN=localhost" -out server.csr
+printf 'subjectAltName=IP:127.0.0.1,IP:::1,DNS:localhost\nextendedKeyUsage=serverAuth\n' > server.ext
+q openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile server.ext -out server.pem
+printf 'extendedKeyUsage=clientAuth\n' > client.ext
+for cn in "$@"; do
+	key "client-$cn.key"
+	q openssl req -new -key "client-$cn.key" -subj "/CN=$cn" -out "client-$cn.csr"
+	q openssl x509 -req -in "client-$cn.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile client.ext \
+		-out "client-$cn.pem"
+done
