@@ -8,6 +8,7 @@
 
 #include "link.h"
 #include "log.h"
+#include "registry.h"
 
 static void (*for_each_session)(void (*visit)(struct rm_session *s));
 
@@ -48,8 +49,19 @@ static void beat_if_due(struct rm_session *s)
 	if (__atomic_load_n(&s->call_since_ns, __ATOMIC_ACQUIRE) && !__atomic_load_n(&s->reply_begun, __ATOMIC_RELAXED) &&
 	    now - __atomic_load_n(&s->heartbeat_ns, __ATOMIC_RELAXED) >= (uint64_t)s->heartbeat_ms * 1000000u) {
 		struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_HEARTBEAT, .flags = RM_F_REPLY};
-		if (rm_link_send(&s->link, &f, NULL, NULL, 0))
+		int err = rm_link_send(&s->link, &f, NULL, NULL, 0);
+		if (err)
 			rm_log(RM_LOG_DEBUG, "session %llu: heartbeat not sent", (unsigned long long)s->id);
+		if (err && s->chan == 0 && !s->left_early) {
+			/* The client is gone while its call runs (a long kernel): its admission place and
+			 * quota are free at once; its memory follows when the call returns and the session
+			 * is released (worker.c). */
+			s->left_early = 1;
+			rm_registry_leave_session(s->slot, s->id);
+			rm_log(RM_LOG_INFO, "session %llu (%s): the client is gone while its call runs: its admission "
+			       "place and quota are free now, its memory once the call ends", (unsigned long long)s->id,
+			       s->name);
+		}
 		__atomic_store_n(&s->heartbeat_ns, now, __ATOMIC_RELAXED);
 	}
 	pthread_mutex_unlock(&s->send_lock);

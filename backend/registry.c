@@ -117,6 +117,16 @@ void rm_registry_leave(int slot)
 	rm_registry_unlock();
 }
 
+void rm_registry_leave_session(int slot, uint64_t session_id)
+{
+	if (slot < 0 || slot >= RM_MAX_CLIENTS)
+		return;
+	rm_registry_lock();
+	if (reg->clients[slot].in_use && reg->clients[slot].session_id == session_id)
+		leave_locked(slot);
+	rm_registry_unlock();
+}
+
 int rm_registry_reap_worker(pid_t worker)
 {
 	int n = 0;
@@ -130,13 +140,15 @@ int rm_registry_reap_worker(pid_t worker)
 	return n;
 }
 
-int rm_registry_charge(int slot, uint64_t bytes, uint64_t client_limit, uint64_t tenant_limit)
+int rm_registry_charge(int slot, uint64_t session_id, uint64_t bytes, uint64_t client_limit, uint64_t tenant_limit)
 {
 	int err = 0;
 	rm_registry_lock();
 	struct rm_client_record *c = &reg->clients[slot];
 	struct rm_tenant_usage *t = &reg->tenants[rm_registry_tenant_slot(c->tenant)];
-	if ((client_limit && (bytes > client_limit || c->mem_bytes > client_limit - bytes)) ||
+	if (!c->in_use || c->session_id != session_id)
+		err = -1;
+	else if ((client_limit && (bytes > client_limit || c->mem_bytes > client_limit - bytes)) ||
 	    (tenant_limit && (bytes > tenant_limit || t->mem_bytes > tenant_limit - bytes)))
 		err = -1;
 	else {
@@ -147,11 +159,15 @@ int rm_registry_charge(int slot, uint64_t bytes, uint64_t client_limit, uint64_t
 	return err;
 }
 
-void rm_registry_uncharge(int slot, uint64_t bytes)
+void rm_registry_uncharge(int slot, uint64_t session_id, uint64_t bytes)
 {
 	rm_registry_lock();
 	struct rm_client_record *c = &reg->clients[slot];
 	struct rm_tenant_usage *t = &reg->tenants[rm_registry_tenant_slot(c->tenant)];
+	if (!c->in_use || c->session_id != session_id) {
+		rm_registry_unlock();
+		return;
+	}
 	c->mem_bytes -= bytes < c->mem_bytes ? bytes : c->mem_bytes;
 	t->mem_bytes -= bytes < t->mem_bytes ? bytes : t->mem_bytes;
 	rm_registry_unlock();

@@ -69,12 +69,17 @@ int rm_registry_tenant_slot(int t);
 int rm_registry_admit(int tenant, uint64_t devices, int max_per_gpu, char *why, size_t whylen);
 /* Frees a client's slot. */
 void rm_registry_leave(int slot);
+/* Frees slot if it still holds session session_id (else it was freed already, and may
+ * be another client's by now); its admission place and charges go with it. */
+void rm_registry_leave_session(int slot, uint64_t session_id);
 /* Frees every slot worker served (it died); returns how many. */
 int rm_registry_reap_worker(pid_t worker);
 
-/* Charges bytes of device memory to a client and its tenant unless that passes
- * client_limit or tenant_limit (0: none); returns 0, or -1 (nothing charged). */
-int rm_registry_charge(int slot, uint64_t bytes, uint64_t client_limit, uint64_t tenant_limit);
-void rm_registry_uncharge(int slot, uint64_t bytes);
+/* Charges bytes of device memory to session session_id in slot and its tenant unless that
+ * passes client_limit or tenant_limit (0: none); returns 0, or -1 (nothing charged; also
+ * when the slot no longer holds that session). Uncharging a slot the session has left
+ * does nothing: its charges went when it left. */
+int rm_registry_charge(int slot, uint64_t session_id, uint64_t bytes, uint64_t client_limit, uint64_t tenant_limit);
+void rm_registry_uncharge(int slot, uint64_t session_id, uint64_t bytes);
 
 #endif

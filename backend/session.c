@@ -62,7 +62,7 @@ struct rm_session *rm_session_new(struct rm_conn *conn, const struct rm_daemon_c
 
 CUresult rm_session_charge(struct rm_session *s, uint64_t bytes)
 {
-	if (!rm_registry_charge(s->slot, bytes, s->client_limit, s->tenant_limit))
+	if (!rm_registry_charge(s->slot, s->id, bytes, s->client_limit, s->tenant_limit))
 		return CUDA_SUCCESS;
 	rm_log(RM_LOG_WARN, "session %llu (%s): allocation of %llu bytes refused: over its quota "
 	       "(client %llu, tenant %s %llu bytes; 0 is none)", (unsigned long long)s->id, s->name,
@@ -71,7 +71,7 @@ CUresult rm_session_charge(struct rm_session *s, uint64_t bytes)
 	return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-void rm_session_uncharge(struct rm_session *s, uint64_t bytes) { rm_registry_uncharge(s->slot, bytes); }
+void rm_session_uncharge(struct rm_session *s, uint64_t bytes) { rm_registry_uncharge(s->slot, s->id, bytes); }
 
 void rm_session_memory_view(struct rm_session *s, size_t *free_b, size_t *total_b)
 {

@@ -119,6 +119,8 @@ struct rm_session_shared {
 struct rm_session {
 	uint64_t id;
 	int chan;                  /* 0: the session's main connection; 1..: a client thread's */
+	int left_early;            /* the client went during a call: its registry slot is freed
+				    * (liveness.c; set and read by the heartbeat thread) */
 	struct rm_session_shared *sh;
 	uint64_t done_seq;         /* the seq of its last finished request (atomic; fences) */
 	struct rm_link link;

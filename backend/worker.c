@@ -206,8 +206,9 @@ static void *client_main(void *arg)
 	while (sh->nchannels)
 		pthread_cond_wait(&sh->channel_gone, &sh->lock);
 	pthread_mutex_unlock(&sh->lock);
+	/* Its admission place and quota go now; the memory follows once its work is drained. */
+	rm_registry_leave_session(slot, s->id);
 	rm_session_destroy(s);
-	rm_registry_leave(slot);
 	return NULL;
 }
 

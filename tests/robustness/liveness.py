@@ -9,9 +9,14 @@
   long-call      a kernel several timeouts long is no false alarm: heartbeats cover it
   long-copy      nor are copies both ways behind such a kernel
   idle-client    a client that makes no call for several timeouts keeps its session
+  killed-mid-kernel  a client killed while it waits behind a 60 s kernel has its admission
+                 place (max_clients_per_gpu = 1) and quota freed at once, long before
+                 the kernel ends: `remora status` shows no client and a new client is
+                 admitted; its session is released when the kernel ends
 
 usage: liveness.py SCENARIO REMORAD DRIVER REMORA PROBE DRV_SLEEP IMAGE
 """
+import json
 import os
 import signal
 import subprocess
@@ -117,6 +122,35 @@ def idle_client(d):
     check("was silent for" not in d.text(), "the daemon kept the session")
 
 
+def killed_mid_kernel(d):
+    status_env = {k: v for k, v in os.environ.items() if not k.startswith("REMORA_")}
+
+    def clients():
+        p = subprocess.run([remora, "status", "--json", "--server", d.server], capture_output=True, text=True,
+                           env=status_env, timeout=30)
+        return json.loads(p.stdout)["clients"] if p.returncode == 0 else None
+
+    a = client(d, probe, "late-copy", image, "60")
+    try:
+        check(wait_for(lambda: clients() and clients()[0]["memory"] > 0, timeout=20),
+              "a client holds memory and waits behind a 60 s kernel")
+        time.sleep(1)
+        a.kill()
+        a.wait()
+        t0 = time.monotonic()
+        freed = wait_for(lambda: clients() == [], timeout=TIMEOUT_S + MARGIN_S)
+        took = time.monotonic() - t0
+        check(freed, f"killed, its admission place and quota are free {took:.1f} s later, the kernel still running "
+              f"(bound {TIMEOUT_S + MARGIN_S} s)")
+        check("the client is gone while its call runs" in d.text(), "the daemon logs why")
+        out, err = client(d, probe, "free").communicate(timeout=60)
+        check(out.strip().isdigit(), f"a new client is admitted (max_clients_per_gpu = 1): {err.strip()[-200:]}")
+    finally:
+        if a.poll() is None:
+            a.kill()
+            a.wait()
+
+
 SCENARIOS = {
     "frozen-worker": frozen_worker,
     "frozen-daemon": frozen_daemon,
@@ -124,12 +158,14 @@ SCENARIOS = {
     "long-call": long_call,
     "long-copy": long_copy,
     "idle-client": idle_client,
+    "killed-mid-kernel": killed_mid_kernel,
 }
 
 
 def main():
     tmp = tempfile.mkdtemp()
-    d = Daemon(remorad, driver, tmp, scenario, f"peer_timeout = {TIMEOUT_S}\n")
+    extra = "max_clients_per_gpu = 1\n" if scenario == "killed-mid-kernel" else ""
+    d = Daemon(remorad, driver, tmp, scenario, f"peer_timeout = {TIMEOUT_S}\n" + extra)
     try:
         SCENARIOS[scenario](d)
         check(d.proc.poll() is None, "remorad is still running")

@@ -33,7 +33,7 @@ struct rm_registry *rm_registry(void) { unused(__func__); }
 void rm_registry_lock(void) { unused(__func__); }
 void rm_registry_unlock(void) { unused(__func__); }
 int rm_registry_tenant_slot(int t) { unused(__func__); }
-int rm_registry_charge(int slot, uint64_t bytes, uint64_t client_limit, uint64_t tenant_limit) { unused(__func__); }
+int rm_registry_charge(int slot, uint64_t session_id, uint64_t bytes, uint64_t client_limit, uint64_t tenant_limit) { unused(__func__); }
 CUresult rm_stream_pool_take(CUcontext ctx, int priority, CUstream *out) { unused(__func__); }
 CUresult rm_stream_pool_before_submit(CUstream st) { unused(__func__); }
 CUresult rm_stream_pool_before_wait(CUstream st, CUevent ev) { unused(__func__); }
@@ -66,7 +66,7 @@ static void record(enum released what, uint64_t value)
 }
 
 void rm_stream_pool_give(CUstream st) { record(GAVE_STREAM, (uint64_t)(uintptr_t)st); }
-void rm_registry_uncharge(int slot, uint64_t bytes) { uncharged += bytes; }
+void rm_registry_uncharge(int slot, uint64_t session_id, uint64_t bytes) { uncharged += bytes; }
 CUresult rm_image_unload(enum rm_handle_kind kind, void *handle)
 {
 	record(kind == RM_H_MODULE ? GAVE_MODULE : GAVE_LIBRARY, (uint64_t)(uintptr_t)handle);
