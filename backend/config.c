@@ -379,7 +379,7 @@ const struct rm_tenant_config *rm_config_tenant(const struct rm_daemon_config *c
 	const struct rm_tenant_config *found = NULL;
 	for (int i = 0; i < c->ntenants; i++) {
 		const struct rm_tenant_config *t = &c->tenants[i];
-		if (t->token[0] && rm_credential_matches(t->token, token, len) && !found)
+		if (!t->retired && t->token[0] && rm_credential_matches(t->token, token, len) && !found)
 			found = t;
 	}
 	return found;
@@ -388,7 +388,7 @@ const struct rm_tenant_config *rm_config_tenant(const struct rm_daemon_config *c
 const struct rm_tenant_config *rm_config_tenant_by_cn(const struct rm_daemon_config *c, const char *cn)
 {
 	for (int i = 0; cn && i < c->ntenants; i++)
-		if (!strcmp(c->tenants[i].name, cn))
+		if (!c->tenants[i].retired && !strcmp(c->tenants[i].name, cn))
 			return &c->tenants[i];
 	return NULL;
 }

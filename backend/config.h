@@ -20,6 +20,7 @@ struct rm_tenant_config {
 	char token[256];       /* in the clear or hashed (credential.h); "": certificate only */
 	uint64_t memory_limit; /* device bytes for all its clients together; 0: the default */
 	uint64_t client_memory_limit; /* per client of this tenant; 0: the default */
+	int retired;           /* gone from the file at a reload: admits no one, its clients go on */
 };
 
 struct rm_daemon_config {

@@ -108,11 +108,18 @@ static void *watch_deadlines(void *arg)
 	return NULL;
 }
 
-int rm_handshakes_start(const struct rm_daemon_config *cfg)
+void rm_handshakes_configure(const struct rm_daemon_config *cfg)
 {
+	pthread_mutex_lock(&hs.lock);
 	hs.timeout_s = cfg->hello_timeout_s;
 	hs.max_total = cfg->max_pending_hellos;
 	hs.max_per_address = cfg->max_pending_hellos_per_address;
+	pthread_mutex_unlock(&hs.lock);
+}
+
+int rm_handshakes_start(const struct rm_daemon_config *cfg)
+{
+	rm_handshakes_configure(cfg);
 	pthread_t t;
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);

@@ -15,6 +15,9 @@
 struct rm_handshake;
 
 /* Starts the deadline thread with cfg's bounds. 0, or -errno. */
+/* Applies the bounds of cfg (hello_timeout, max_pending_hellos...) from now on: at start,
+ * and at each reload of the configuration. */
+void rm_handshakes_configure(const struct rm_daemon_config *cfg);
 int rm_handshakes_start(const struct rm_daemon_config *cfg);
 
 /* Counts conn as pending and starts its deadline. NULL when a bound refuses it (or the

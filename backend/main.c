@@ -79,36 +79,37 @@ static void take_inventory(int count)
 	}
 }
 
-int main(int argc, char **argv)
+static const struct option opts[] = {
+	{"config", required_argument, NULL, 'c'},
+	{"listen", required_argument, NULL, 'l'},
+	{"driver", required_argument, NULL, 'd'},
+	{"ready-file", required_argument, NULL, 'r'},
+	{"set", required_argument, NULL, 's'},
+	{"tls-cert", required_argument, NULL, 'C'},
+	{"tls-key", required_argument, NULL, 'K'},
+	{"tls-client-ca", required_argument, NULL, 'A'},
+	{"worker-channel", required_argument, NULL, 'W'},
+	{"registry-fd", required_argument, NULL, 'R'},
+	{"help", no_argument, NULL, 'h'},
+	{"version", no_argument, NULL, 'V'},
+	{0},
+};
+
+/* Builds cfg from the defaults, the configuration files and the flags of argv (the files
+ * first, wherever --config appears, so that the other flags override them). Returns 0; 2
+ * after a line saying what is wrong; or 1 with *done set when --help or --version
+ * answered. A worker's --worker-channel and --registry-fd go to *channel and *registry_fd. */
+static int read_configuration(int argc, char **argv, struct rm_daemon_config *cfg, int *channel, int *registry_fd,
+			      int *done)
 {
-	static const struct option opts[] = {
-		{"config", required_argument, NULL, 'c'},
-		{"listen", required_argument, NULL, 'l'},
-		{"driver", required_argument, NULL, 'd'},
-		{"ready-file", required_argument, NULL, 'r'},
-		{"set", required_argument, NULL, 's'},
-		{"tls-cert", required_argument, NULL, 'C'},
-		{"tls-key", required_argument, NULL, 'K'},
-		{"tls-client-ca", required_argument, NULL, 'A'},
-		{"worker-channel", required_argument, NULL, 'W'},
-		{"registry-fd", required_argument, NULL, 'R'},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},
-		{0},
-	};
-	static struct rm_daemon_config cfg;
-	rm_config_defaults(&cfg);
-	int channel = -1, registry_fd = -1, c;
+	int c;
 	char why[300];
-	if (rm_log_init("remorad", RM_LOG_INFO)) {
-		fprintf(stderr, "remorad: REMORA_LOG=%s is not a log level (%s)\n", getenv("REMORA_LOG"), RM_LOG_LEVELS);
-		return 2;
-	}
-	/* Two passes over the flags: the configuration files first, wherever --config
-	 * appears, so that the other flags override them; the second reports bad flags. */
+	rm_config_defaults(cfg);
+	*done = 0;
 	opterr = 0;
+	optind = 0;
 	while ((c = getopt_long(argc, argv, "c:l:d:r:s:hV", opts, NULL)) != -1)
-		if (c == 'c' && rm_config_load(&cfg, optarg))
+		if (c == 'c' && rm_config_load(cfg, optarg))
 			return 2;
 	optind = 0;
 	opterr = 1;
@@ -139,15 +140,16 @@ int main(int argc, char **argv)
 			flag = "--set";
 			break;
 		}
-		case 'W': channel = atoi(optarg); break;
-		case 'R': registry_fd = atoi(optarg); break;
-		case 'h': usage(stdout); return 0;
+		case 'W': *channel = atoi(optarg); break;
+		case 'R': *registry_fd = atoi(optarg); break;
+		case 'h': usage(stdout); *done = 1; return 1;
 		case 'V':
 			printf("remorad %s (protocol %u, commit %s)\n", RM_VERSION, RM_PROTOCOL_VERSION, RM_COMMIT);
-			return 0;
+			*done = 1;
+			return 1;
 		default: usage(stderr); return 2;
 		}
-		if (key && rm_config_set(&cfg, key, val, why, sizeof(why))) {
+		if (key && rm_config_set(cfg, key, val, why, sizeof(why))) {
 			fprintf(stderr, "remorad: %s %s: %s\n", flag, optarg, why);
 			return 2;
 		}
@@ -157,13 +159,40 @@ int main(int argc, char **argv)
 			argv[optind]);
 		return 2;
 	}
-	if (rm_config_check(&cfg, why, sizeof(why))) {
+	if (rm_config_check(cfg, why, sizeof(why))) {
 		fprintf(stderr, "remorad: %s\n", why);
 		return 2;
 	}
+	return 0;
+}
+
+static int saved_argc;
+static char **saved_argv;
+
+/* SIGHUP's reading (server.h): the files and flags remorad started with, read again. */
+static int reread_configuration(struct rm_daemon_config *out)
+{
+	int channel = -1, registry_fd = -1, done;
+	return read_configuration(saved_argc, saved_argv, out, &channel, &registry_fd, &done) ? -1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	static struct rm_daemon_config cfg;
+	int channel = -1, registry_fd = -1, done;
+	if (rm_log_init("remorad", RM_LOG_INFO)) {
+		fprintf(stderr, "remorad: REMORA_LOG=%s is not a log level (%s)\n", getenv("REMORA_LOG"), RM_LOG_LEVELS);
+		return 2;
+	}
+	int r = read_configuration(argc, argv, &cfg, &channel, &registry_fd, &done);
+	if (r)
+		return done ? 0 : r;
+	saved_argc = argc;
+	saved_argv = argv;
 	signal(SIGPIPE, SIG_IGN);
 
 	if (channel >= 0) { /* a worker */
+		signal(SIGHUP, SIG_IGN); /* the accepting process reloads; its quotas reach workers through the registry */
 		/* The accepting process checks every credential: a worker keeps none. */
 		rm_config_drop_credentials(&cfg);
 		rm_log_init("remorad", RM_LOG_INFO); /* a worker's lines differ by their process id */
@@ -203,5 +232,5 @@ int main(int argc, char **argv)
 	memcpy(wargv, argv, argc * sizeof(*argv));
 	snprintf(regarg, sizeof(regarg), "--registry-fd=%d", registry_fd);
 	wargv[argc] = regarg;
-	return rm_server_run(&cfg, "/proc/self/exe", wargv) ? 1 : 0;
+	return rm_server_run(&cfg, "/proc/self/exe", wargv, reread_configuration) ? 1 : 0;
 }

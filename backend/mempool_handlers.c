@@ -192,8 +192,9 @@ void rm_handle_cuMemPoolSetAttribute(struct rm_session *s, struct rm_request *rq
 	} else if (r == CUDA_SUCCESS) {
 		cuuint64_t v = req->value;
 		/* Cached memory is not charged: a client keeps at most its limit of it. */
-		if (req->attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD && s->client_limit && v > s->client_limit)
-			v = s->client_limit;
+		uint64_t limit = rm_session_client_limit(s);
+		if (req->attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD && limit && v > limit)
+			v = limit;
 		r = rm_drv.cuMemPoolSetAttribute(pool, (CUmemPool_attribute)req->attr, &v);
 	}
 	rm_request_finish(s, rq, r, NULL);

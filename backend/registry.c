@@ -140,23 +140,47 @@ int rm_registry_reap_worker(pid_t worker)
 	return n;
 }
 
-int rm_registry_charge(int slot, uint64_t session_id, uint64_t bytes, uint64_t client_limit, uint64_t tenant_limit)
+void rm_registry_set_limits(int t, uint64_t memory_limit, uint64_t client_memory_limit)
+{
+	rm_registry_lock();
+	struct rm_tenant_usage *u = &reg->tenants[rm_registry_tenant_slot(t)];
+	u->memory_limit = memory_limit;
+	u->client_memory_limit = client_memory_limit;
+	rm_registry_unlock();
+}
+
+int rm_registry_charge(int slot, uint64_t session_id, uint64_t bytes, uint64_t *client_limit, uint64_t *tenant_limit)
 {
 	int err = 0;
 	rm_registry_lock();
 	struct rm_client_record *c = &reg->clients[slot];
 	struct rm_tenant_usage *t = &reg->tenants[rm_registry_tenant_slot(c->tenant)];
+	uint64_t cl = t->client_memory_limit, tl = t->memory_limit;
 	if (!c->in_use || c->session_id != session_id)
 		err = -1;
-	else if ((client_limit && (bytes > client_limit || c->mem_bytes > client_limit - bytes)) ||
-	    (tenant_limit && (bytes > tenant_limit || t->mem_bytes > tenant_limit - bytes)))
+	else if ((cl && (bytes > cl || c->mem_bytes > cl - bytes)) || (tl && (bytes > tl || t->mem_bytes > tl - bytes)))
 		err = -1;
 	else {
 		c->mem_bytes += bytes;
 		t->mem_bytes += bytes;
 	}
 	rm_registry_unlock();
+	*client_limit = cl;
+	*tenant_limit = tl;
 	return err;
+}
+
+void rm_registry_usage(int slot, uint64_t *client_limit, uint64_t *tenant_limit, uint64_t *client_bytes,
+		       uint64_t *tenant_bytes)
+{
+	rm_registry_lock();
+	const struct rm_client_record *c = &reg->clients[slot];
+	const struct rm_tenant_usage *t = &reg->tenants[rm_registry_tenant_slot(c->tenant)];
+	*client_limit = t->client_memory_limit;
+	*tenant_limit = t->memory_limit;
+	*client_bytes = c->mem_bytes;
+	*tenant_bytes = t->mem_bytes;
+	rm_registry_unlock();
 }
 
 void rm_registry_uncharge(int slot, uint64_t session_id, uint64_t bytes)

@@ -39,6 +39,10 @@ struct rm_client_record {
 struct rm_tenant_usage {
 	uint64_t mem_bytes;    /* device memory all its clients hold */
 	int clients;
+	/* Its quotas as the accepting process last read them (at start and at each SIGHUP),
+	 * defaults resolved; 0: none. Charges are checked against them. */
+	uint64_t memory_limit;        /* all its clients together */
+	uint64_t client_memory_limit; /* each of its clients */
 };
 
 struct rm_registry {
@@ -75,11 +79,16 @@ void rm_registry_leave_session(int slot, uint64_t session_id);
 /* Frees every slot worker served (it died); returns how many. */
 int rm_registry_reap_worker(pid_t worker);
 
+/* Sets tenant t's quotas (0: none), for charges from now on. */
+void rm_registry_set_limits(int t, uint64_t memory_limit, uint64_t client_memory_limit);
 /* Charges bytes of device memory to session session_id in slot and its tenant unless that
- * passes client_limit or tenant_limit (0: none); returns 0, or -1 (nothing charged; also
- * when the slot no longer holds that session). Uncharging a slot the session has left
- * does nothing: its charges went when it left. */
-int rm_registry_charge(int slot, uint64_t session_id, uint64_t bytes, uint64_t client_limit, uint64_t tenant_limit);
+ * passes the tenant's quotas; returns 0, or -1 (nothing charged; also when the slot no
+ * longer holds that session), with the quotas in force in *client_limit and *tenant_limit.
+ * Uncharging a slot the session has left does nothing: its charges went when it left. */
+int rm_registry_charge(int slot, uint64_t session_id, uint64_t bytes, uint64_t *client_limit, uint64_t *tenant_limit);
 void rm_registry_uncharge(int slot, uint64_t session_id, uint64_t bytes);
+/* The quotas of slot's tenant, its client's and its tenant's usage (one snapshot). */
+void rm_registry_usage(int slot, uint64_t *client_limit, uint64_t *tenant_limit, uint64_t *client_bytes,
+		       uint64_t *tenant_bytes);
 
 #endif

@@ -44,7 +44,14 @@ struct worker {
 	int channel; /* our end of its SOCK_SEQPACKET channel */
 };
 
+/* The configuration in force: the one remorad started with, then each that SIGHUP loaded
+ * (reload below). Readers take it once per request with current_config(). */
 static const struct rm_daemon_config *config;
+
+static const struct rm_daemon_config *current_config(void)
+{
+	return __atomic_load_n(&config, __ATOMIC_ACQUIRE);
+}
 static const char *worker_exe;
 static char **worker_argv;
 /* One worker per tenant (the anonymous tenant last), or only workers[0] when shared. */
@@ -64,7 +71,7 @@ static int sigint_caught; /* SIGINT is ours (not ignored, as in a shell's backgr
 
 static struct worker *worker_of(int tenant)
 {
-	return config->isolation == RM_ISOLATE_SHARED ? &workers[0] : &workers[rm_registry_tenant_slot(tenant)];
+	return current_config()->isolation == RM_ISOLATE_SHARED ? &workers[0] : &workers[rm_registry_tenant_slot(tenant)];
 }
 
 /* Starts a worker: this program again, with --worker-channel naming its end of a new channel. */
@@ -108,7 +115,7 @@ static int start_worker(struct worker *w, const char *tenant_name)
 	w->pid = pid;
 	w->channel = sv[0];
 	rm_log(RM_LOG_INFO, "started worker %d for %s", (int)pid,
-	       config->isolation == RM_ISOLATE_SHARED ? "all tenants" : tenant_name);
+	       current_config()->isolation == RM_ISOLATE_SHARED ? "all tenants" : tenant_name);
 	return 0;
 }
 
@@ -302,12 +309,13 @@ static void answer_status(struct rm_link *link, const struct rm_frame *f, struct
 	}
 	int view;
 	char why[200];
-	if (rm_auth_admin(config, g->conn, req->credential.data, req->credential.len)) {
+	const struct rm_daemon_config *cfg = current_config(); /* one configuration for the whole request */
+	if (rm_auth_admin(cfg, g->conn, req->credential.data, req->credential.len)) {
 		view = RM_VIEW_ALL;
 	} else {
-		const struct rm_tenant_config *t = rm_auth_tenant(config, g->conn, req->credential.data,
+		const struct rm_tenant_config *t = rm_auth_tenant(cfg, g->conn, req->credential.data,
 								  req->credential.len, why, sizeof(why));
-		view = !t ? -3 : t == &config->anonymous ? -1 : (int)(t - config->tenants);
+		view = !t ? -3 : t == &cfg->anonymous ? -1 : (int)(t - cfg->tenants);
 		if (!t && !req->credential.len && !rm_conn_identity(g->conn))
 			rm_log(RM_LOG_WARN, "client %s: status refused: %s", rm_conn_peer(g->conn), why);
 	}
@@ -316,7 +324,7 @@ static void answer_status(struct rm_link *link, const struct rm_frame *f, struct
 	if (view == -3)
 		rm_admin_refuse_status(link, f);
 	else
-		rm_admin_answer_status(link, f, config, view);
+		rm_admin_answer_status(link, f, cfg, view);
 out:
 	if (req)
 		remora__status_request__free_unpacked(req, NULL);
@@ -362,7 +370,8 @@ static void *greet(void *arg)
 	char cred_why[200] = "";
 	/* Checked while the handshake's bounds still hold: a sender slowed down for failed
 	 * credentials waits within them. */
-	const struct rm_tenant_config *t = rm_auth_tenant(config, g->conn, hello->credential.data,
+	const struct rm_daemon_config *cfg = current_config(); /* one configuration for the whole hello */
+	const struct rm_tenant_config *t = rm_auth_tenant(cfg, g->conn, hello->credential.data,
 							  hello->credential.len, cred_why, sizeof(cred_why));
 	if (settle(g))
 		goto out;
@@ -385,8 +394,9 @@ static void *greet(void *arg)
 	} else if (visible_devices(hello, &h, &mask, why, sizeof(why))) {
 		r = CUDA_ERROR_INVALID_DEVICE;
 	} else {
-		h.tenant = t == &config->anonymous ? -1 : (int)(t - config->tenants);
-		h.slot = rm_registry_admit(h.tenant, mask, config->max_clients_per_gpu, why, sizeof(why));
+		h.tenant = t == &cfg->anonymous ? -1 : (int)(t - cfg->tenants);
+		snprintf(h.tenant_name, sizeof(h.tenant_name), "%s", t->name);
+		h.slot = rm_registry_admit(h.tenant, mask, cfg->max_clients_per_gpu, why, sizeof(why));
 		if (h.slot < 0)
 			r = CUDA_ERROR_DEVICE_UNAVAILABLE;
 	}
@@ -471,16 +481,17 @@ static void stop_workers(void)
 {
 	struct timespec deadline;
 	clock_gettime(CLOCK_MONOTONIC, &deadline);
-	deadline.tv_sec += config->shutdown_grace_s;
+	const struct rm_daemon_config *cfg = current_config();
+	deadline.tv_sec += cfg->shutdown_grace_s;
 	pthread_mutex_lock(&workers_lock);
 	workers_stopping = 1;
 	int n = signal_workers(SIGTERM);
 	if (n)
-		rm_log(RM_LOG_INFO, "asked %d worker(s) to end; they have %d s", n, config->shutdown_grace_s);
+		rm_log(RM_LOG_INFO, "asked %d worker(s) to end; they have %d s", n, cfg->shutdown_grace_s);
 	n = wait_for_workers(&deadline);
 	if (n) {
 		rm_log(RM_LOG_WARN, "%d worker(s) still running after shutdown_grace (%d s); killing them", n,
-		       config->shutdown_grace_s);
+		       cfg->shutdown_grace_s);
 		signal_workers(SIGKILL);
 		clock_gettime(CLOCK_MONOTONIC, &deadline);
 		deadline.tv_sec += 5; /* SIGKILL is not refused; the kernel may take a moment */
@@ -498,7 +509,7 @@ static void *stopper(void *arg)
 		;
 	int sig = stop_signal;
 	rm_log(RM_LOG_INFO, "%s: stopping: no new clients; workers get %d s (shutdown_grace) to end",
-	       sig == SIGINT ? "SIGINT" : "SIGTERM", config->shutdown_grace_s);
+	       sig == SIGINT ? "SIGINT" : "SIGTERM", current_config()->shutdown_grace_s);
 	rm_sd_notify("STOPPING=1");
 	rm_handshakes_stop();
 	/* The signal may have come between the accept loop's check and its accept(): interrupt
@@ -542,9 +553,197 @@ static int prepare_stopping(sigset_t *stop_signals, pthread_t *t)
 	return 0;
 }
 
-int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char **argv)
+/* ---- reloading: SIGHUP ----
+ * The handler writes to a pipe; a thread reads the configuration again (the files and
+ * flags remorad started with) and, if it is whole, puts in force what can change while
+ * clients are served: tenants (added, their tokens and quotas changed, removed ones
+ * retired: they admit no one, their clients go on), the default quotas, allow_anonymous,
+ * the admin credential, max_clients_per_gpu, the handshake bounds and shutdown_grace.
+ * The rest (where it listens, the driver, TLS files, the pool...) needs a restart and is
+ * logged as such. Quotas reach the workers through the registry: new allocations of
+ * every client are checked against them. A configuration that does not read or check is
+ * refused whole, and the running one stays.
+ * Readers take the configuration once per request (current_config); a replaced one is
+ * kept for the next RETIRED_KEPT reloads, at least RELOAD_GAP_S apart, so that no reader
+ * still holds it when its memory is used again. */
+#define RETIRED_KEPT 4
+#define RELOAD_GAP_S 1
+
+static int (*reread_config)(struct rm_daemon_config *out);
+static struct rm_daemon_config *config_slots[RETIRED_KEPT];
+static int hup_pipe[2] = {-1, -1};
+
+static void on_hup(int sig)
+{
+	(void)sig;
+	char c = 1;
+	ssize_t unused = write(hup_pipe[1], &c, 1);
+	(void)unused;
+}
+
+/* Each tenant's quotas, defaults resolved, into the registry where charges read them. */
+static void publish_limits(const struct rm_daemon_config *c)
+{
+	rm_registry_set_limits(-1, c->anonymous.memory_limit ? c->anonymous.memory_limit : c->tenant_memory_limit,
+			       c->anonymous.client_memory_limit ? c->anonymous.client_memory_limit
+								: c->client_memory_limit);
+	for (int i = 0; i < c->ntenants; i++) {
+		const struct rm_tenant_config *t = &c->tenants[i];
+		rm_registry_set_limits(i, t->memory_limit ? t->memory_limit : c->tenant_memory_limit,
+				       t->client_memory_limit ? t->client_memory_limit : c->client_memory_limit);
+	}
+}
+
+/* The tenants of fresh, in the running configuration's order (a tenant keeps its index,
+ * which names its registry figures and its worker); new ones after them. -1: too many. */
+static int keep_tenant_order(const struct rm_daemon_config *old, const struct rm_daemon_config *fresh,
+			     struct rm_daemon_config *out, int *added, int *retired)
+{
+	int n = old->ntenants;
+	*added = *retired = 0;
+	for (int i = 0; i < old->ntenants; i++) {
+		int j = 0;
+		while (j < fresh->ntenants && strcmp(fresh->tenants[j].name, old->tenants[i].name))
+			j++;
+		if (j < fresh->ntenants) {
+			out->tenants[i] = fresh->tenants[j];
+		} else {
+			out->tenants[i] = old->tenants[i];
+			*retired += !out->tenants[i].retired;
+			out->tenants[i].retired = 1;
+		}
+	}
+	for (int j = 0; j < fresh->ntenants; j++) {
+		int i = 0;
+		while (i < old->ntenants && strcmp(fresh->tenants[j].name, old->tenants[i].name))
+			i++;
+		if (i < old->ntenants)
+			continue;
+		if (n == RM_CONFIG_MAX_TENANTS)
+			return -1;
+		out->tenants[n++] = fresh->tenants[j];
+		(*added)++;
+	}
+	out->ntenants = n;
+	return 0;
+}
+
+/* What a reload cannot change, named if the file changed it. */
+static void note_restart_only(const struct rm_daemon_config *o, const struct rm_daemon_config *n)
+{
+	char which[512] = "";
+#define DIFFERS(field) (memcmp(&o->field, &n->field, sizeof(o->field)) != 0)
+#define NOTE(field, name) \
+	if (DIFFERS(field)) \
+		snprintf(which + strlen(which), sizeof(which) - strlen(which), "%s%s", which[0] ? ", " : "", name)
+	NOTE(listen, "listen");
+	NOTE(driver, "driver");
+	NOTE(isolation, "isolation");
+	NOTE(module_loading, "module_loading");
+	NOTE(hardware_queues, "hardware_queues");
+	NOTE(queue_sharing_wait, "queue_sharing");
+	NOTE(tls_cert, "tls_cert");
+	NOTE(tls_key, "tls_key");
+	NOTE(tls_client_ca, "tls_client_ca");
+	NOTE(worker_host_memory_limit, "worker_host_memory_limit");
+	NOTE(pool_endpoints, "pool");
+	NOTE(advertise, "advertise");
+	NOTE(host_name, "host_name");
+	NOTE(lease_ttl_s, "lease_ttl");
+	NOTE(peer_timeout_s, "peer_timeout");
+	NOTE(max_channels, "max_channels");
+#undef NOTE
+#undef DIFFERS
+	if (which[0])
+		rm_log(RM_LOG_WARN, "SIGHUP: %s changed: they take effect when remorad restarts", which);
+}
+
+static void reload(int generation)
+{
+	struct rm_daemon_config *fresh = calloc(1, sizeof(*fresh));
+	struct rm_daemon_config *next = config_slots[generation % RETIRED_KEPT];
+	if (!next)
+		next = config_slots[generation % RETIRED_KEPT] = malloc(sizeof(*next));
+	if (!fresh || !next) {
+		rm_log(RM_LOG_ERROR, "SIGHUP: out of memory; the running configuration stays");
+		free(fresh);
+		return;
+	}
+	if (reread_config(fresh)) {
+		rm_log(RM_LOG_ERROR, "SIGHUP: the configuration was refused (above); the running one stays");
+		free(fresh);
+		return;
+	}
+	const struct rm_daemon_config *old = current_config();
+	note_restart_only(old, fresh);
+	/* What cannot change stays as it runs; the rest is the file's. */
+	*next = *old;
+	int added, retired;
+	if (keep_tenant_order(old, fresh, next, &added, &retired)) {
+		rm_log(RM_LOG_ERROR, "SIGHUP: more than %d tenants since remorad started; the running configuration stays",
+		       RM_CONFIG_MAX_TENANTS);
+		free(fresh);
+		return;
+	}
+	next->anonymous = fresh->anonymous;
+	next->allow_anonymous = fresh->allow_anonymous;
+	memcpy(next->admin_token, fresh->admin_token, sizeof(next->admin_token));
+	memcpy(next->admin_cn, fresh->admin_cn, sizeof(next->admin_cn));
+	next->max_clients_per_gpu = fresh->max_clients_per_gpu;
+	next->client_memory_limit = fresh->client_memory_limit;
+	next->tenant_memory_limit = fresh->tenant_memory_limit;
+	next->hello_timeout_s = fresh->hello_timeout_s;
+	next->max_pending_hellos = fresh->max_pending_hellos;
+	next->max_pending_hellos_per_address = fresh->max_pending_hellos_per_address;
+	next->shutdown_grace_s = fresh->shutdown_grace_s;
+	explicit_bzero(fresh, sizeof(*fresh));
+	free(fresh);
+	__atomic_store_n(&config, next, __ATOMIC_RELEASE);
+	publish_limits(next);
+	rm_handshakes_configure(next);
+	rm_log(RM_LOG_INFO, "SIGHUP: configuration reloaded: %d tenant(s), %d new, %d retired; quotas apply to "
+	       "allocations from now on, every client stays connected", next->ntenants, added, retired);
+}
+
+static void *reloader(void *arg)
+{
+	(void)arg;
+	int generation = 0;
+	for (;;) {
+		char c;
+		ssize_t n = read(hup_pipe[0], &c, 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return NULL;
+		reload(generation++);
+		sleep(RELOAD_GAP_S); /* and the signals that came meanwhile make one more reload */
+	}
+}
+
+static int prepare_reloading(int (*reread)(struct rm_daemon_config *out))
+{
+	reread_config = reread;
+	pthread_t t;
+	if (!reread || pipe2(hup_pipe, O_CLOEXEC) || fcntl(hup_pipe[1], F_SETFL, O_NONBLOCK) ||
+	    pthread_create(&t, NULL, reloader, NULL)) {
+		signal(SIGHUP, SIG_IGN);
+		return -1;
+	}
+	pthread_detach(t);
+	struct sigaction sa = {.sa_handler = on_hup, .sa_flags = SA_RESTART};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGHUP, &sa, NULL);
+	return 0;
+}
+
+int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char **argv,
+		  int (*reread)(struct rm_daemon_config *out))
 {
 	config = cfg;
+	publish_limits(cfg);
+	if (prepare_reloading(reread))
+		rm_log(RM_LOG_WARN, "SIGHUP will not reload the configuration (no thread for it)");
 	worker_exe = self_exe;
 	worker_argv = argv;
 	const char *addr;

@@ -10,8 +10,11 @@
 #include "transport.h"
 
 /* The accepting process: listens, admits clients and starts workers, each running
- * self_exe with argv and --worker-channel=FD added. Returns -errno once the listener fails. */
-int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char **argv);
+ * self_exe with argv and --worker-channel=FD added. On SIGHUP it calls reread to read the
+ * configuration again (0, or -1 after a line saying why) and applies what can change
+ * while serving (docs/configuration.md, Signals). Returns -errno once the listener fails. */
+int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char **argv,
+		  int (*reread)(struct rm_daemon_config *out));
 
 /* A worker: serves the clients the accepting process passes on channel_fd until
  * that channel closes. Returns the process's exit status. */
@@ -27,6 +30,7 @@ struct rm_handoff {
 	uint32_t pid;
 	uint32_t heartbeat_ms; /* how often the client wants a heartbeat during a long call; 0: ours */
 	char name[64];
+	char tenant_name[64]; /* the tenant's name, as the accepting process knows it now */
 	/* A copy link (copy_links.h) or a client thread's channel (docs/protocol.md) instead
 	 * of a client: the session it is for, as the client presented it; the worker checks
 	 * the key. */

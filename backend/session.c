@@ -40,13 +40,10 @@ struct rm_session *rm_session_new(struct rm_conn *conn, const struct rm_daemon_c
 	s->max_channels = cfg->max_channels;
 	pthread_mutex_init(&s->send_lock, NULL);
 	rm_staging_init(&s->staging, STAGING_SIZE);
-	const struct rm_tenant_config *t = h->tenant < 0 ? &cfg->anonymous : &cfg->tenants[h->tenant];
 	s->slot = h->slot;
 	s->id = rm_registry()->clients[h->slot].session_id;
 	s->tenant = h->tenant;
-	s->tenant_name = t->name;
-	s->client_limit = t->client_memory_limit ? t->client_memory_limit : cfg->client_memory_limit;
-	s->tenant_limit = t->memory_limit ? t->memory_limit : cfg->tenant_memory_limit;
+	snprintf(s->tenant_name, sizeof(s->tenant_name), "%s", h->tenant_name);
 	s->ndevices = h->ndevices;
 	memcpy(s->devices, h->devices, sizeof(s->devices));
 	s->hello_seq = h->hello_seq;
@@ -62,35 +59,40 @@ struct rm_session *rm_session_new(struct rm_conn *conn, const struct rm_daemon_c
 
 CUresult rm_session_charge(struct rm_session *s, uint64_t bytes)
 {
-	if (!rm_registry_charge(s->slot, s->id, bytes, s->client_limit, s->tenant_limit))
+	uint64_t client_limit, tenant_limit;
+	if (!rm_registry_charge(s->slot, s->id, bytes, &client_limit, &tenant_limit))
 		return CUDA_SUCCESS;
 	rm_log(RM_LOG_WARN, "session %llu (%s): allocation of %llu bytes refused: over its quota "
 	       "(client %llu, tenant %s %llu bytes; 0 is none)", (unsigned long long)s->id, s->name,
-	       (unsigned long long)bytes, (unsigned long long)s->client_limit, s->tenant_name,
-	       (unsigned long long)s->tenant_limit);
+	       (unsigned long long)bytes, (unsigned long long)client_limit, s->tenant_name,
+	       (unsigned long long)tenant_limit);
 	return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 void rm_session_uncharge(struct rm_session *s, uint64_t bytes) { rm_registry_uncharge(s->slot, s->id, bytes); }
 
+uint64_t rm_session_client_limit(struct rm_session *s)
+{
+	uint64_t client_limit, tenant_limit, mine, tenant;
+	rm_registry_usage(s->slot, &client_limit, &tenant_limit, &mine, &tenant);
+	return client_limit;
+}
+
 void rm_session_memory_view(struct rm_session *s, size_t *free_b, size_t *total_b)
 {
-	struct rm_registry *reg = rm_registry();
-	rm_registry_lock();
-	uint64_t mine = reg->clients[s->slot].mem_bytes;
-	uint64_t tenant = reg->tenants[rm_registry_tenant_slot(s->tenant)].mem_bytes;
-	rm_registry_unlock();
-	if (s->client_limit) {
-		if (*total_b > s->client_limit)
-			*total_b = s->client_limit;
-		uint64_t left = s->client_limit > mine ? s->client_limit - mine : 0;
+	uint64_t client_limit, tenant_limit, mine, tenant;
+	rm_registry_usage(s->slot, &client_limit, &tenant_limit, &mine, &tenant);
+	if (client_limit) {
+		if (*total_b > client_limit)
+			*total_b = client_limit;
+		uint64_t left = client_limit > mine ? client_limit - mine : 0;
 		if (*free_b > left)
 			*free_b = left;
 	}
-	if (s->tenant_limit) {
-		if (*total_b > s->tenant_limit)
-			*total_b = s->tenant_limit;
-		uint64_t left = s->tenant_limit > tenant ? s->tenant_limit - tenant : 0;
+	if (tenant_limit) {
+		if (*total_b > tenant_limit)
+			*total_b = tenant_limit;
+		uint64_t left = tenant_limit > tenant ? tenant_limit - tenant : 0;
 		if (*free_b > left)
 			*free_b = left;
 	}

@@ -131,9 +131,7 @@ struct rm_session {
 
 	int slot;                /* its registry slot */
 	int tenant;              /* configuration tenant index; -1: anonymous */
-	const char *tenant_name;
-	uint64_t client_limit;   /* device memory limits in bytes; 0: none */
-	uint64_t tenant_limit;
+	char tenant_name[64];
 	int ndevices;            /* the host GPUs it sees: its ordinal i is host GPU devices[i] */
 	int devices[64];
 
@@ -217,6 +215,8 @@ CUresult rm_session_charge(struct rm_session *s, uint64_t bytes);
 void rm_session_uncharge(struct rm_session *s, uint64_t bytes);
 /* The client's view of device memory: the device's, narrowed by its quotas. */
 void rm_session_memory_view(struct rm_session *s, size_t *free_b, size_t *total_b);
+/* The device memory one client of its tenant may hold now (registry.h); 0: no limit. */
+uint64_t rm_session_client_limit(struct rm_session *s);
 
 /* Records that the client now owns h (size: bytes of memory; parent: owning module). */
 void rm_session_own(struct rm_session *s, enum rm_handle_kind kind, const void *h, uint64_t parent);

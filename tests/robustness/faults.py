@@ -16,6 +16,10 @@ only. One scenario a run; every bound on time is wide, for a loaded CI machine:
                  shutting down instead of hanging, and no worker is left
   sigterm-grace  a worker that does not end on SIGTERM (stopped) is killed once
                  shutdown_grace has passed; remorad still exits 0
+  sighup         SIGHUP reloads the configuration: a raised client quota applies to the
+                 next allocation, a new tenant's token works and a removed one's is
+                 refused, while a connected client keeps its session and memory; a
+                 configuration that does not read is refused whole, the running one stays
   sd-notify      with NOTIFY_SOCKET set (as systemd does for Type=notify), remorad sends
                  READY=1 with its address once it listens, and STOPPING=1 on SIGTERM
   pool-leave     with a pool (a private etcd) and a lease of 60 s, the member's key is gone
@@ -287,6 +291,48 @@ def pool_leave(d, etcd):
     check("pool: left the pool" in d.text(), "the log says it left the pool")
 
 
+def sighup(d):
+    conf = d.log_path[:-len(".log")] + ".conf"
+
+    def reload(text, expect):
+        before = d.text().count("SIGHUP:")
+        with open(conf, "w") as f:
+            f.write(text)
+        d.proc.send_signal(signal.SIGHUP)
+        return wait_for(lambda: d.text().count("SIGHUP:") > before and expect in d.text(), timeout=10 + MARGIN)
+
+    def probe_as(token, *args):
+        env = probe_env()
+        if token:
+            env["REMORA_TOKEN"] = token
+        return subprocess.run([remora, "run", "--server", d.server, "--", probe, *args], capture_output=True,
+                              text=True, env=env, timeout=60)
+
+    hold = start_probe(d, "hold", "32")
+    try:
+        check(wait_ready(hold), "a client holds 32 MiB (client_memory_limit 64M)")
+        p = probe_as(None, "hold", "128")
+        check(p.returncode != 0, "128 MiB is over the 64M quota: refused")
+        check(probe_as("t-research", "free").returncode == 0, "tenant research's token works")
+        ok = reload("allow_anonymous = yes\nclient_memory_limit = 256M\n[tenant lab]\ntoken = t-lab\n",
+                    "configuration reloaded")
+        check(ok, "SIGHUP: the configuration is reloaded")
+        check("1 new, 1 retired" in d.text(), "with tenant lab new and research retired")
+        big = start_probe(d, "hold", "128")
+        check(wait_ready(big), "the raised quota (256M) applies to the next client's 128 MiB")
+        end_probe(big)
+        check(hold.poll() is None, "the connected client kept its session")
+        check(probe_as("t-lab", "free").returncode == 0, "the new tenant's token works")
+        p = probe_as("t-research", "free")
+        check(p.returncode != 0, "the removed tenant's token is refused")
+        ok = reload("client_memory_limit = \"oops\n", "the running one stays")
+        check(ok, "a configuration that does not read is refused, the running one stays")
+        check(probe_as("t-lab", "free").returncode == 0, "and serves on: the new tenant's token still works")
+        check(d.proc.poll() is None, "remorad is still running")
+    finally:
+        end_probe(hold)
+
+
 def sd_notify(d):
     sock, path = d.notify_socket
     sock.settimeout(10 + MARGIN)
@@ -311,6 +357,7 @@ SCENARIOS = {
     "sigterm": (sigterm, f"shutdown_grace = {GRACE}\n"),
     "sigterm-grace": (sigterm_grace, f"shutdown_grace = {SHORT_GRACE}\n"),
     "sd-notify": (sd_notify, f"shutdown_grace = {GRACE}\n"),
+    "sighup": (sighup, "allow_anonymous = yes\nclient_memory_limit = 64M\n[tenant research]\ntoken = t-research\n"),
     "pool-leave": (pool_leave, "pool = {endpoint}\nhost_name = faults-member\n" f"lease_ttl = {LEASE_TTL}\n"),
 }
 

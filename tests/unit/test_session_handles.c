@@ -33,7 +33,8 @@ struct rm_registry *rm_registry(void) { unused(__func__); }
 void rm_registry_lock(void) { unused(__func__); }
 void rm_registry_unlock(void) { unused(__func__); }
 int rm_registry_tenant_slot(int t) { unused(__func__); }
-int rm_registry_charge(int slot, uint64_t session_id, uint64_t bytes, uint64_t client_limit, uint64_t tenant_limit) { unused(__func__); }
+int rm_registry_charge(int slot, uint64_t session_id, uint64_t bytes, uint64_t *client_limit, uint64_t *tenant_limit) { unused(__func__); }
+void rm_registry_usage(int slot, uint64_t *client_limit, uint64_t *tenant_limit, uint64_t *client_bytes, uint64_t *tenant_bytes) { unused(__func__); }
 CUresult rm_stream_pool_take(CUcontext ctx, int priority, CUstream *out) { unused(__func__); }
 CUresult rm_stream_pool_before_submit(CUstream st) { unused(__func__); }
 CUresult rm_stream_pool_before_wait(CUstream st, CUevent ev) { unused(__func__); }
