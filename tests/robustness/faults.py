@@ -20,6 +20,11 @@ only. One scenario a run; every bound on time is wide, for a loaded CI machine:
                  next allocation, a new tenant's token works and a removed one's is
                  refused, while a connected client keeps its session and memory; a
                  configuration that does not read is refused whole, the running one stays
+  killed-restarted  remorad and its worker killed (SIGKILL) while a client works: the
+                 client's call fails at once with a clear line; remorad started again on
+                 the same address serves a new client
+  client-killed-copying  a client killed in the middle of its copies: the daemon releases
+                 its session and memory, and another client works meanwhile and after
   sd-notify      with NOTIFY_SOCKET set (as systemd does for Type=notify), remorad sends
                  READY=1 with its address once it listens, and STOPPING=1 on SIGTERM
   pool-leave     with a pool (a private etcd) and a lease of 60 s, the member's key is gone
@@ -333,6 +338,58 @@ def sighup(d):
         end_probe(hold)
 
 
+def killed_restarted(d):
+    work = start_probe(d, "work", "60")
+    try:
+        check(wait_for(lambda: sessions_opened(d) >= 1, timeout=30), "a client works")
+        time.sleep(1)
+        workers = list(d.workers().values())
+        d.proc.kill()  # no SIGTERM: no going-away frame, no grace
+        d.proc.wait()
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        t0 = time.monotonic()
+        try:
+            _, err = work.communicate(timeout=10 + MARGIN)
+        except subprocess.TimeoutExpired:
+            err = "(still running)"
+        took = time.monotonic() - t0
+        check(work.returncode not in (None, 0) and "connection to the GPU server lost" in err,
+              f"the working client's call fails {took:.1f} s after the kill, saying the connection was lost "
+              f"({err.strip()[-200:]})")
+        d.log.close()
+        again = Daemon(remorad, driver, os.path.dirname(d.log_path), "restarted", "",
+                       args=("--listen", f"tcp://{d.server}"))
+        try:
+            check(again.server == d.server, f"remorad starts again on the same address {d.server}")
+            ok, err = run_probe(again, "work", "2")
+            check(ok, f"and serves a new client ({err[-200:]})")
+        finally:
+            again.stop()
+    finally:
+        end_probe(work)
+
+
+def client_killed_copying(d):
+    big = start_probe(d, "stripes")  # copies up to 64 MiB both ways, in a loop of sizes
+    try:
+        check(wait_for(lambda: sessions_opened(d) >= 1, timeout=30), "a client copies")
+        time.sleep(1.5)
+        os.killpg(big.pid, signal.SIGKILL)
+        big.communicate()
+        t0 = time.monotonic()
+        released = wait_for(lambda: re.search(r"session \d+ \(probe, [^)]*\) closed: released", d.text()),
+                            timeout=10 + MARGIN)
+        check(released, f"killed mid-copy, its session is released ({time.monotonic() - t0:.1f} s)")
+        ok, err = run_probe(d, "work", "2")
+        check(ok, f"another client works after ({err[-200:]})")
+    finally:
+        end_probe(big)
+
+
 def sd_notify(d):
     sock, path = d.notify_socket
     sock.settimeout(10 + MARGIN)
@@ -357,6 +414,8 @@ SCENARIOS = {
     "sigterm": (sigterm, f"shutdown_grace = {GRACE}\n"),
     "sigterm-grace": (sigterm_grace, f"shutdown_grace = {SHORT_GRACE}\n"),
     "sd-notify": (sd_notify, f"shutdown_grace = {GRACE}\n"),
+    "killed-restarted": (killed_restarted, ""),
+    "client-killed-copying": (client_killed_copying, ""),
     "sighup": (sighup, "allow_anonymous = yes\nclient_memory_limit = 64M\n[tenant research]\ntoken = t-research\n"),
     "pool-leave": (pool_leave, "pool = {endpoint}\nhost_name = faults-member\n" f"lease_ttl = {LEASE_TTL}\n"),
 }
