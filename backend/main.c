@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "driver_table.h"
+#include "host_nvml.h"
 #include "log.h"
 #include "registry.h"
 #include "version.h"
@@ -149,6 +150,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
+	rm_host_nvml_configure(cfg.host_nvml);
 
 	if (channel >= 0) { /* a worker */
 		char name[32];

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "copy_links.h"
+#include "device_state.h"
 #include "dispatch.h"
 #include "gpus.h"
 #include "host_memory.h"
@@ -138,8 +139,10 @@ static void serve(struct rm_session *s)
 				break;
 			continue;
 		}
-		if (rq.frame.op == RM_OP_HELLO || rq.frame.op >= RM_OP_LIMIT || !rm_op_handlers[rq.frame.op] ||
-		    (rq.frame.flags & RM_F_REPLY)) {
+		/* The generated calls' handlers, and the reserved opcodes a session may call. */
+		rm_op_handler handler = rq.frame.op < RM_OP_LIMIT ? rm_op_handlers[rq.frame.op]
+				      : rq.frame.op == RM_OP_DEVICE_STATE ? rm_handle_device_state : NULL;
+		if (rq.frame.op == RM_OP_HELLO || !handler || (rq.frame.flags & RM_F_REPLY)) {
 			rm_log(RM_LOG_WARN, "session %llu (%s): unknown opcode %u; closing", (unsigned long long)s->id,
 			       s->name, rq.frame.op);
 			break;
@@ -163,12 +166,12 @@ static void serve(struct rm_session *s)
 		if (r != CUDA_SUCCESS)
 			rm_request_finish(s, &rq, r, NULL);
 		else
-			rm_op_handlers[rq.frame.op](s, &rq);
+			handler(s, &rq);
 		rm_liveness_call_end(s);
 		rm_session_progress(s, rq.frame.seq);
 		if (rq.fatal) {
 			rm_log(RM_LOG_WARN, "session %llu (%s): protocol error in %s; closing", (unsigned long long)s->id,
-			       s->name, rm_op_names[rq.frame.op]);
+			       s->name, rq.frame.op < RM_OP_LIMIT ? rm_op_names[rq.frame.op] : "a reserved call");
 			break;
 		}
 		if (rq.bulk_left && rm_link_skip(&s->link, rq.bulk_left))

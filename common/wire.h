@@ -30,6 +30,18 @@ enum {
 				    * with the client's call, is alive (docs/protocol.md) */
 	RM_OP_FENCE = 0x10003,     /* async, remora.Fence: the next call of this channel waits
 				    * until another channel has finished a request (docs/protocol.md) */
+	RM_OP_DEVICE_STATE = 0x10004, /* remora.DeviceState: what NVML tells of a GPU the client
+				       * sees (docs/operations.md, the NVML shim) */
+};
+
+/* Bits of remora.DeviceStateReply's valid: the GPU host's NVML gave that figure. */
+enum {
+	RM_NVML_HAS_UTILIZATION = 1,
+	RM_NVML_HAS_TEMPERATURE = 2,
+	RM_NVML_HAS_POWER = 4,
+	RM_NVML_HAS_BRAND = 8,
+	RM_NVML_HAS_DRIVER_VERSION = 16,
+	RM_NVML_HAS_POWER_LIMIT = 32,
 };
 
 /* Liveness (docs/protocol.md): a peer silent for its timeout is taken for dead. Each side
