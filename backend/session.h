@@ -60,11 +60,13 @@ struct rm_session_ctx {
 	CUstream per_thread[RM_MAX_CHANNELS + 1];
 	struct rm_blocking_stream *blocking;
 	int nblocking, blocking_cap;
+	struct rm_kernel_timers *timers; /* kernel_timing.h; made at the first timed launch (under sh->lock) */
 };
 
 #define RM_SESSION_MAX_CTX 16
 
 struct rm_handoff;
+struct rm_kernel_timers;
 struct rm_copy_link;
 struct rm_session;
 

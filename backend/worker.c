@@ -17,6 +17,7 @@
 #include "dispatch.h"
 #include "gpus.h"
 #include "host_memory.h"
+#include "kernel_timing.h"
 #include "liveness.h"
 #include "log.h"
 #include "registry.h"
@@ -109,6 +110,19 @@ static int fence(struct rm_session *s, const struct rm_frame *f)
 	return 0;
 }
 
+/* Counts a finished call against the client (registry.h, accounting); a synchronizing
+ * call also collects the kernel times its wait has made known (rm_kernel_timing_collect). */
+static void account(struct rm_session *s, const struct rm_request *rq)
+{
+	struct rm_usage *u = &rm_registry()->clients[s->slot].usage;
+	enum rm_call_kind kind = rm_call_kind(rq->frame.op);
+	rm_usage_add(&u->calls[kind], 1);
+	if (rq->replied && rq->result != CUDA_SUCCESS)
+		rm_usage_add(&u->errors, 1);
+	if (kind == RM_CALL_SYNC)
+		rm_kernel_timing_collect(s);
+}
+
 static void serve(struct rm_session *s)
 {
 	struct rm_request rq;
@@ -168,6 +182,7 @@ static void serve(struct rm_session *s)
 		else
 			handler(s, &rq);
 		rm_liveness_call_end(s);
+		account(s, &rq);
 		rm_session_progress(s, rq.frame.seq);
 		if (rq.fatal) {
 			rm_log(RM_LOG_WARN, "session %llu (%s): protocol error in %s; closing", (unsigned long long)s->id,
@@ -363,6 +378,7 @@ static void *watch_memory(void *arg)
 int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 {
 	config = cfg;
+	rm_kernel_timing_enable(cfg->kernel_timing);
 	rm_host_memory_set_limit(cfg->worker_host_memory_limit);
 	const char *addr;
 	const struct rm_transport *tp = rm_transport_for(cfg->listen, &addr);
