@@ -1,7 +1,8 @@
 /* Asks NVML what a monitoring agent, nvidia-smi or PyTorch asks, as they do: libnvidia-ml.so.1
  * dlopened by name. Prints key=value lines for tests/nvml/nvml_shim.py; after the first
  * round it allocates device memory through the driver API and asks again.
- * usage: nvml_query [ALLOC_MIB] */
+ * usage: nvml_query [ALLOC_MIB [HOLD_SECONDS]]: HOLD_SECONDS keeps the memory (and the
+ * session) that long before the end, for tests that look at a client while it runs. */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -141,6 +142,9 @@ int main(int argc, char **argv)
 		}
 		printf("pid=%d\nallocated=%zu\n", (int)getpid(), alloc);
 		memory(d, "after");
+		fflush(stdout);
+		if (argc > 2)
+			sleep((unsigned int)atoi(argv[2]));
 	}
 	MUST(nvmlShutdown());
 	printf("shutdown_again_rc=%d\n", nvmlShutdown());
