@@ -153,6 +153,16 @@ with tempfile.TemporaryDirectory() as tmp:
         check(m is not None and int(m.group(1)) >= 1, "the tenant's sessions are kept after its client left")
         m = re.search(r'remora_tenant_fb_peak_bytes\{tenant="anonymous",Hostname="[^"]*"\} (\d+)', text)
         check(m is not None and int(m.group(1)) >= 16 * MiB, "the tenant's peak memory is kept")
+        # Accounting in remora status --json: the client that left is in the history.
+        p = subprocess.run([remora, "status", "--server", d.server, "--json"], capture_output=True, text=True,
+                           timeout=30, env=ENV)
+        st = json.loads(p.stdout)
+        hist = [h for h in st.get("history", []) if h["program"] == "nvml_query"]
+        check(len(hist) == 1 and hist[0]["usage"]["peak_memory"] >= 16 * MiB and hist[0]["until"] >= hist[0]["since"],
+              f"status --json keeps the client that left: {hist}")
+        ten = [t for t in st.get("tenants", []) if t["name"] == "anonymous"]
+        check(len(ten) == 1 and ten[0]["sessions"] == 1 and ten[0]["usage"]["calls"]["memory"] >= 1,
+              f"status --json: the tenant's totals {ten}")
     finally:
         if client:
             stop_process(client)
