@@ -7,6 +7,7 @@
 #include "driver_table.h"
 #include "registry.h"
 #include "session.h"
+#include "stream_pool.h"
 
 #define RING 64
 
@@ -59,7 +60,11 @@ static struct rm_kernel_timers *timers_of(struct rm_session *s, struct rm_sessio
 int rm_kernel_timing_before(struct rm_session *s, CUstream st)
 {
 	struct rm_kernel_timers *t;
-	if (!enabled || !s->cur || !rm_drv.cuEventElapsedTime || !(t = timers_of(s, s->cur)))
+	/* A timed record after the kernel in a hardware queue other clients' streams share
+	 * would hold up their work queued behind it until the kernel ends (stream_pool.h):
+	 * such a launch goes untimed. */
+	if (!enabled || !s->cur || !rm_drv.cuEventElapsedTime || rm_stream_pool_queue_shared(st) ||
+	    !(t = timers_of(s, s->cur)))
 		return -1;
 	pthread_mutex_lock(&t->lock);
 	int i = t->next;

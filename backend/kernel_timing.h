@@ -1,7 +1,9 @@
 /* GPU time for accounting: each launch of a client is bracketed by two events on its
  * stream, from a small ring per context; a pair is read once its end has passed (at the
  * client's synchronizing calls, when the ring comes round, and at the session's end),
- * never waited for. A launch that finds its ring slot still running goes untimed. */
+ * never waited for. A launch that finds its ring slot still running goes untimed, and so
+ * does one on a stream whose hardware queue other client streams share: there the end
+ * record, queued behind the running kernel, would hold up their work (stream_pool.h). */
 #ifndef REMORA_KERNEL_TIMING_H
 #define REMORA_KERNEL_TIMING_H
 
