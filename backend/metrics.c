@@ -166,7 +166,8 @@ char *rm_metrics_render(const struct rm_snapshot *s, const struct rm_daemon_conf
 			size_t *len)
 {
 	struct buf b = {.cap = 1 << 16};
-	enum { NT = RM_CONFIG_MAX_TENANTS + 1, ID = 512 };
+	/* A row's labels: each value escaped from at most 128 bytes (256), four of them fit. */
+	enum { NT = RM_CONFIG_MAX_TENANTS + 1, ID = 2048 };
 	char host[300];
 	char *ids = malloc((size_t)(RM_MAX_CLIENTS + NT) * ID);
 	const char **idp = calloc(RM_MAX_CLIENTS + NT, sizeof(*idp));
