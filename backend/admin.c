@@ -11,31 +11,19 @@
 #include "driver_table.h"
 #include "pool_member.h"
 #include "registry.h"
+#include "snapshot.h"
 #include "remora.pb-c.h"
 
-struct snapshot {
-	int ngpus, nclients, draining;
-	struct rm_gpu_record gpus[RM_MAX_GPUS];
-	struct rm_client_record clients[RM_MAX_CLIENTS];
-};
-
-static void take(struct snapshot *s)
+static void fill_usage(Remora__StatusReply__Usage *m, const struct rm_usage *u)
 {
-	struct rm_registry *reg = rm_registry();
-	rm_registry_lock();
-	s->ngpus = reg->ngpus;
-	s->draining = reg->draining;
-	memcpy(s->gpus, reg->gpus, sizeof(s->gpus));
-	s->nclients = 0;
-	for (int i = 0; i < RM_MAX_CLIENTS; i++)
-		if (reg->clients[i].in_use)
-			s->clients[s->nclients++] = reg->clients[i];
-	rm_registry_unlock();
-}
-
-static const char *tenant_name(const struct rm_daemon_config *cfg, int t)
-{
-	return t >= 0 && t < cfg->ntenants ? cfg->tenants[t].name : cfg->anonymous.name;
+	remora__status_reply__usage__init(m);
+	m->n_calls = RM_CALL_KINDS;
+	m->calls = (uint64_t *)u->calls;
+	m->errors = u->errors;
+	m->bytes_htod = u->bytes_htod;
+	m->bytes_dtoh = u->bytes_dtoh;
+	m->gpu_ns = u->gpu_ns;
+	m->peak_bytes = u->peak_mem_bytes;
 }
 
 int rm_admin_refuse_status(struct rm_link *l, const struct rm_frame *f)
@@ -49,16 +37,25 @@ int rm_admin_answer_status(struct rm_link *l, const struct rm_frame *f, const st
 			   int view)
 {
 	int err;
-	struct snapshot *s = malloc(sizeof(*s));
+	struct rm_snapshot *s = malloc(sizeof(*s));
 	Remora__StatusReply__Gpu *gpus = calloc(RM_MAX_GPUS, sizeof(*gpus));
 	Remora__StatusReply__Gpu **gpu_ptrs = calloc(RM_MAX_GPUS, sizeof(*gpu_ptrs));
 	Remora__StatusReply__Client *clients = calloc(RM_MAX_CLIENTS, sizeof(*clients));
 	Remora__StatusReply__Client **client_ptrs = calloc(RM_MAX_CLIENTS, sizeof(*client_ptrs));
+	/* Usage: one per client, tenant and finished client. */
+	enum { NT = RM_CONFIG_MAX_TENANTS + 1, NU = RM_MAX_CLIENTS + NT + RM_HISTORY };
+	Remora__StatusReply__Usage *usages = calloc(NU, sizeof(*usages));
+	Remora__StatusReply__Tenant *tenants = calloc(NT, sizeof(*tenants));
+	Remora__StatusReply__Tenant **tenant_ptrs = calloc(NT, sizeof(*tenant_ptrs));
+	Remora__StatusReply__Finished *fin = calloc(RM_HISTORY, sizeof(*fin));
+	Remora__StatusReply__Finished **fin_ptrs = calloc(RM_HISTORY, sizeof(*fin_ptrs));
+	int nu = 0;
 	uint8_t *buf = NULL;
 	err = -ENOMEM;
-	if (!s || !gpus || !gpu_ptrs || !clients || !client_ptrs)
+	if (!s || !gpus || !gpu_ptrs || !clients || !client_ptrs || !usages || !tenants || !tenant_ptrs || !fin ||
+	    !fin_ptrs)
 		goto out;
-	take(s);
+	rm_snapshot_take(s);
 	if (view != RM_VIEW_ALL) { /* a tenant sees its own clients only */
 		int n = 0;
 		for (int i = 0; i < s->nclients; i++)
@@ -93,7 +90,10 @@ int rm_admin_answer_status(struct rm_link *l, const struct rm_frame *f, const st
 		Remora__StatusReply__Client *c = &clients[i];
 		remora__status_reply__client__init(c);
 		c->session_id = r->session_id;
-		c->tenant = (char *)tenant_name(cfg, r->tenant);
+		c->tenant = (char *)rm_tenant_name(cfg, r->tenant);
+		c->usage = &usages[nu];
+		fill_usage(&usages[nu++], &r->usage);
+		c->memory_limit = rm_tenant_client_limit(cfg, r->tenant);
 		c->name = (char *)r->name;
 		c->peer = (char *)r->peer;
 		c->pid = r->pid;
@@ -104,6 +104,44 @@ int rm_admin_answer_status(struct rm_link *l, const struct rm_frame *f, const st
 	}
 	rep.n_clients = (size_t)s->nclients;
 	rep.clients = client_ptrs;
+	rep.n_call_kinds = RM_CALL_KINDS;
+	rep.call_kinds = (char **)rm_call_kind_names;
+	for (int slot = 0; slot < NT; slot++) {
+		const struct rm_tenant_usage *u = &s->tenants[slot];
+		if (!u->sessions)
+			continue;
+		int t = rm_tenant_of_slot(slot);
+		if (view != RM_VIEW_ALL && t != view)
+			continue;
+		Remora__StatusReply__Tenant *m = &tenants[rep.n_tenants];
+		remora__status_reply__tenant__init(m);
+		m->name = (char *)rm_tenant_name(cfg, t);
+		m->clients = (uint32_t)(u->clients > 0 ? u->clients : 0);
+		m->sessions = u->sessions;
+		m->mem_bytes = u->mem_bytes;
+		m->memory_limit = rm_tenant_limit(cfg, t);
+		m->usage = &usages[nu];
+		fill_usage(&usages[nu++], &u->departed);
+		tenant_ptrs[rep.n_tenants++] = m;
+	}
+	rep.tenants = tenant_ptrs;
+	for (int i = 0; i < s->nhistory; i++) {
+		const struct rm_client_history *h = &s->history[i];
+		if (view != RM_VIEW_ALL && h->tenant != view)
+			continue;
+		Remora__StatusReply__Finished *m = &fin[rep.n_history];
+		remora__status_reply__finished__init(m);
+		m->session_id = h->session_id;
+		m->tenant = (char *)rm_tenant_name(cfg, h->tenant);
+		m->name = (char *)h->name;
+		m->pid = h->pid;
+		m->since = h->since;
+		m->until = h->until;
+		m->usage = &usages[nu];
+		fill_usage(&usages[nu++], &h->usage);
+		fin_ptrs[rep.n_history++] = m;
+	}
+	rep.history = fin_ptrs;
 
 	size_t len = remora__status_reply__get_packed_size(&rep);
 	if (len > RM_MAX_MSG_LEN || !(buf = malloc(len ? len : 1)))
@@ -114,6 +152,11 @@ int rm_admin_answer_status(struct rm_link *l, const struct rm_frame *f, const st
 	err = rm_link_send(l, &reply, buf, NULL, 0);
 out:
 	free(buf);
+	free(fin_ptrs);
+	free(fin);
+	free(tenant_ptrs);
+	free(tenants);
+	free(usages);
 	free(client_ptrs);
 	free(clients);
 	free(gpu_ptrs);

@@ -20,6 +20,8 @@ void rm_config_defaults(struct rm_daemon_config *c)
 {
 	memset(c, 0, sizeof(*c));
 	snprintf(c->listen, sizeof(c->listen), "tcp://0.0.0.0:7700");
+	snprintf(c->host_nvml, sizeof(c->host_nvml), "libnvidia-ml.so.1");
+	c->kernel_timing = 1;
 	snprintf(c->driver, sizeof(c->driver), "libcuda.so.1");
 	c->isolation = RM_ISOLATE_PROCESS;
 	c->allow_anonymous = 0;
@@ -89,6 +91,13 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 	char detail[200] = "";
 	if (!strcmp(key, "listen"))
 		bad = rm_address_check(v, 1, detail, sizeof(detail)) || copy_str(c->listen, sizeof(c->listen), v);
+	else if (!strcmp(key, "host_nvml"))
+		bad = copy_str(c->host_nvml, sizeof(c->host_nvml), v);
+	else if (!strcmp(key, "kernel_timing"))
+		bad = parse_bool(v, &c->kernel_timing);
+	else if (!strcmp(key, "metrics_listen"))
+		bad = (*v && rm_address_check(v, 1, detail, sizeof(detail))) ||
+		      copy_str(c->metrics_listen, sizeof(c->metrics_listen), v);
 	else if (!strcmp(key, "driver"))
 		bad = copy_str(c->driver, sizeof(c->driver), v) || !*v;
 	else if (!strcmp(key, "ready_file"))

@@ -62,6 +62,11 @@ struct rm_daemon_config {
 
 	int peer_timeout_s;   /* a client silent this long is taken for gone (docs/protocol.md) */
 	int max_channels;     /* client threads' channels per session (docs/protocol.md); 0: none */
+
+	/* Operations (docs/operations.md). */
+	char host_nvml[512];      /* the host's NVML library, for utilization, temperature, power; "": none */
+	char metrics_listen[256]; /* where Prometheus scrapes /metrics, "host:port"; "": no metrics */
+	int kernel_timing;        /* bracket each launch with events for its client's GPU time */
 };
 
 /* Fills c with the built-in defaults. */

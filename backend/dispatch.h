@@ -17,6 +17,7 @@ struct rm_request {
 	uint64_t bulk_left;    /* bulk bytes not read yet; the server skips what a handler leaves */
 	int replied;
 	int fatal;             /* set when the connection must close */
+	CUresult result;       /* what it was finished with (accounting) */
 };
 
 /* A handler reads its message (and bulk, if any), calls the driver and

@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "driver_table.h"
+#include "host_nvml.h"
 #include "log.h"
 #include "registry.h"
 #include "version.h"
@@ -190,6 +191,7 @@ int main(int argc, char **argv)
 	saved_argc = argc;
 	saved_argv = argv;
 	signal(SIGPIPE, SIG_IGN);
+	rm_host_nvml_configure(cfg.host_nvml);
 
 	if (channel >= 0) { /* a worker */
 		signal(SIGHUP, SIG_IGN); /* the accepting process reloads; its quotas reach workers through the registry */

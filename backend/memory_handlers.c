@@ -9,6 +9,7 @@
 
 #include "copy_profile.h"
 #include "log.h"
+#include "registry.h"
 #include "remora.pb-c.h"
 
 /* Typed bodies of generated handlers (proto/api.spec, daemon_handlers.h). */
@@ -88,6 +89,8 @@ static void copy_in(struct rm_session *s, struct rm_request *rq, int wait)
 	if (r == CUDA_SUCCESS)
 		r = rm_session_check_range(s, req->dst, n);
 	r = rm_copy_in(s, rq, r, stream, req->dst, n, links, &prof);
+	if (r == CUDA_SUCCESS)
+		rm_usage_add(&rm_registry()->clients[s->slot].usage.bytes_htod, n);
 	if (r == CUDA_SUCCESS && wait && !rq->fatal) {
 		uint64_t mark = rm_copy_profile_mark(&prof);
 		r = rm_drv.cuStreamSynchronize(stream);
@@ -128,8 +131,11 @@ static void copy_out(struct rm_session *s, struct rm_request *rq)
 	if (r == CUDA_SUCCESS)
 		r = rm_drv.cuStreamSynchronize(stream);
 	rm_copy_profile_add(&prof, &prof.wait, mark);
-	if (r == CUDA_SUCCESS)
+	if (r == CUDA_SUCCESS) {
 		rm_copy_out(s, rq, stream, req->src, n, req->links > 1 ? req->links : 1, &prof);
+		if (!rq->fatal)
+			rm_usage_add(&rm_registry()->clients[s->slot].usage.bytes_dtoh, n);
+	}
 	else
 		rm_request_finish(s, rq, r, NULL);
 	rm_copy_profile_end(&prof);

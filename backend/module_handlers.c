@@ -7,6 +7,7 @@
 
 #include "host_memory.h"
 #include "image_cache.h"
+#include "kernel_timing.h"
 #include "log.h"
 #include "remora.pb-c.h"
 
@@ -157,6 +158,7 @@ static void launch(struct rm_session *s, struct rm_request *rq, int ex)
 		size_t size = req->params.len;
 		void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, req->params.data, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
 				 CU_LAUNCH_PARAM_END};
+		int timer = rm_kernel_timing_before(s, cfg.hStream);
 		if (ex)
 			r = rm_drv.cuLaunchKernelEx ? rm_drv.cuLaunchKernelEx(&cfg, func, NULL, size ? extra : NULL)
 						    : rm_unsupported_by_driver("cuLaunchKernelEx");
@@ -164,6 +166,7 @@ static void launch(struct rm_session *s, struct rm_request *rq, int ex)
 			r = rm_drv.cuLaunchKernel(func, cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX,
 						  cfg.blockDimY, cfg.blockDimZ, cfg.sharedMemBytes, cfg.hStream, NULL,
 						  size ? extra : NULL);
+		rm_kernel_timing_after(s, timer, cfg.hStream, r);
 	}
 	rm_request_finish(s, rq, r, NULL);
 	protobuf_c_message_free_unpacked(&req->base, NULL);

@@ -10,7 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api_ops.h"
 #include "log.h"
+#include "wire.h"
 
 static struct rm_registry *reg;
 
@@ -88,6 +90,7 @@ int rm_registry_admit(int tenant, uint64_t devices, int max_per_gpu, char *why, 
 		if (devices >> g & 1)
 			reg->gpus[g].clients++;
 	reg->tenants[rm_registry_tenant_slot(tenant)].clients++;
+	reg->tenants[rm_registry_tenant_slot(tenant)].sessions++;
 out:
 	rm_registry_unlock();
 	return slot;
@@ -105,6 +108,17 @@ static void leave_locked(int slot)
 	struct rm_tenant_usage *t = &reg->tenants[rm_registry_tenant_slot(c->tenant)];
 	t->clients--;
 	t->mem_bytes -= c->mem_bytes < t->mem_bytes ? c->mem_bytes : t->mem_bytes;
+	rm_usage_merge(&t->departed, &c->usage);
+	struct rm_client_history *h = &reg->history[reg->history_count++ % RM_HISTORY];
+	memset(h, 0, sizeof(*h));
+	h->session_id = c->session_id;
+	h->tenant = c->tenant;
+	memcpy(h->name, c->name, sizeof(h->name));
+	h->name[sizeof(h->name) - 1] = 0;
+	h->pid = c->pid;
+	h->since = c->since;
+	h->until = (int64_t)time(NULL);
+	h->usage = c->usage;
 	memset(c, 0, sizeof(*c));
 }
 
@@ -163,6 +177,10 @@ int rm_registry_charge(int slot, uint64_t session_id, uint64_t bytes, uint64_t *
 	else {
 		c->mem_bytes += bytes;
 		t->mem_bytes += bytes;
+		if (c->mem_bytes > c->usage.peak_mem_bytes)
+			c->usage.peak_mem_bytes = c->mem_bytes;
+		if (t->mem_bytes > t->peak_mem_bytes)
+			t->peak_mem_bytes = t->mem_bytes;
 	}
 	rm_registry_unlock();
 	*client_limit = cl;
@@ -195,4 +213,60 @@ void rm_registry_uncharge(int slot, uint64_t session_id, uint64_t bytes)
 	c->mem_bytes -= bytes < c->mem_bytes ? bytes : c->mem_bytes;
 	t->mem_bytes -= bytes < t->mem_bytes ? bytes : t->mem_bytes;
 	rm_registry_unlock();
+}
+
+void rm_usage_merge(struct rm_usage *into, const struct rm_usage *what)
+{
+	for (int k = 0; k < RM_CALL_KINDS; k++)
+		into->calls[k] += what->calls[k];
+	into->errors += what->errors;
+	into->bytes_htod += what->bytes_htod;
+	into->bytes_dtoh += what->bytes_dtoh;
+	into->gpu_ns += what->gpu_ns;
+	if (what->peak_mem_bytes > into->peak_mem_bytes)
+		into->peak_mem_bytes = what->peak_mem_bytes;
+}
+
+const char *const rm_call_kind_names[RM_CALL_KINDS] = {
+	[RM_CALL_LAUNCH] = "launch", [RM_CALL_COPY] = "copy", [RM_CALL_MEMORY] = "memory",
+	[RM_CALL_SYNC] = "sync", [RM_CALL_MODULE] = "module", [RM_CALL_STREAM] = "stream",
+	[RM_CALL_QUERY] = "query", [RM_CALL_OTHER] = "other",
+};
+
+/* From the call's name: the first rule that matches. */
+static enum rm_call_kind kind_of_name(const char *n)
+{
+	static const struct {
+		const char *part;
+		enum rm_call_kind kind;
+	} rules[] = {
+		{"Launch", RM_CALL_LAUNCH}, {"Memcpy", RM_CALL_COPY}, {"Synchronize", RM_CALL_SYNC},
+		{"Query", RM_CALL_SYNC}, {"ElapsedTime", RM_CALL_SYNC}, {"Memset", RM_CALL_MEMORY},
+		{"cuMem", RM_CALL_MEMORY}, {"Pointer", RM_CALL_MEMORY}, {"GetGlobal", RM_CALL_MEMORY},
+		{"Module", RM_CALL_MODULE}, {"Library", RM_CALL_MODULE}, {"Kernel", RM_CALL_MODULE},
+		{"Func", RM_CALL_MODULE}, {"Occupancy", RM_CALL_MODULE}, {"Stream", RM_CALL_STREAM},
+		{"Event", RM_CALL_STREAM}, {"cuDevice", RM_CALL_QUERY}, {"cuCtx", RM_CALL_QUERY},
+		{"cuInit", RM_CALL_QUERY},
+	};
+	for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++)
+		if (strstr(n, rules[i].part))
+			return rules[i].kind;
+	return RM_CALL_OTHER;
+}
+
+static uint8_t kinds[RM_OP_LIMIT];
+
+static void make_kinds(void)
+{
+	for (uint32_t i = 0; i < RM_OP_LIMIT; i++)
+		kinds[i] = (uint8_t)(rm_op_names[i] ? kind_of_name(rm_op_names[i]) : RM_CALL_OTHER);
+}
+
+enum rm_call_kind rm_call_kind(uint32_t op)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	if (op >= RM_OP_LIMIT)
+		return op == RM_OP_DEVICE_STATE ? RM_CALL_QUERY : RM_CALL_OTHER;
+	pthread_once(&once, make_kinds);
+	return (enum rm_call_kind)kinds[op];
 }

@@ -14,6 +14,36 @@
 
 #define RM_MAX_GPUS 64
 #define RM_MAX_CLIENTS 1024
+#define RM_HISTORY 128 /* clients that left, kept for accounting (the newest) */
+
+/* Kinds of calls, for accounting (rm_call_kind). */
+enum rm_call_kind {
+	RM_CALL_LAUNCH, RM_CALL_COPY, RM_CALL_MEMORY, RM_CALL_SYNC, RM_CALL_MODULE, RM_CALL_STREAM,
+	RM_CALL_QUERY, RM_CALL_OTHER, RM_CALL_KINDS
+};
+extern const char *const rm_call_kind_names[RM_CALL_KINDS];
+/* The kind of a call with opcode op (proto/api.spec's, or a reserved one). */
+enum rm_call_kind rm_call_kind(uint32_t op);
+
+/* What a client used (docs/operations.md, Accounting). The counters only grow; the worker
+ * serving the client adds to them without the lock (relaxed atomics: each is exact, a
+ * snapshot of several may be a call apart). */
+struct rm_usage {
+	uint64_t calls[RM_CALL_KINDS];
+	uint64_t errors;         /* calls that returned other than CUDA_SUCCESS */
+	uint64_t bytes_htod;     /* copied host to device */
+	uint64_t bytes_dtoh;
+	uint64_t gpu_ns;         /* kernel time, measured with events on its streams */
+	uint64_t peak_mem_bytes; /* the most device memory it held at once (under the lock) */
+};
+
+/* Adds n to a usage counter of the registry (any process, no lock). */
+static inline void rm_usage_add(uint64_t *counter, uint64_t n)
+{
+	__atomic_fetch_add(counter, n, __ATOMIC_RELAXED);
+}
+/* into += what, counter by counter; the peak is the larger. */
+void rm_usage_merge(struct rm_usage *into, const struct rm_usage *what);
 
 struct rm_gpu_record {
 	char name[128];
@@ -34,6 +64,17 @@ struct rm_client_record {
 	uint64_t devices;      /* bit i: the client may use GPU i */
 	uint64_t mem_bytes;    /* device memory it holds now */
 	int64_t since;         /* when it connected, seconds since the epoch */
+	struct rm_usage usage;
+};
+
+/* A client that left, for accounting. */
+struct rm_client_history {
+	uint64_t session_id;
+	int tenant;
+	char name[64];
+	uint32_t pid;
+	int64_t since, until;  /* seconds since the epoch */
+	struct rm_usage usage;
 };
 
 struct rm_tenant_usage {
@@ -43,6 +84,9 @@ struct rm_tenant_usage {
 	 * defaults resolved; 0: none. Charges are checked against them. */
 	uint64_t memory_limit;        /* all its clients together */
 	uint64_t client_memory_limit; /* each of its clients */
+	uint64_t sessions;     /* clients ever admitted */
+	uint64_t peak_mem_bytes; /* the most its clients held at once */
+	struct rm_usage departed; /* what clients that left used, in all */
 };
 
 struct rm_registry {
@@ -53,6 +97,8 @@ struct rm_registry {
 	struct rm_gpu_record gpus[RM_MAX_GPUS];
 	struct rm_tenant_usage tenants[RM_CONFIG_MAX_TENANTS + 1]; /* the last one is anonymous */
 	struct rm_client_record clients[RM_MAX_CLIENTS];
+	struct rm_client_history history[RM_HISTORY]; /* a ring: the oldest overwritten */
+	uint64_t history_count; /* clients that ever left; history[(count-1) % RM_HISTORY] the last */
 };
 
 /* Creates the registry in new shared memory; returns its descriptor (for workers), or -errno. */

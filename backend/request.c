@@ -54,6 +54,7 @@ static int send_reply(struct rm_session *s, struct rm_request *rq, CUresult r, c
 
 void rm_request_finish(struct rm_session *s, struct rm_request *rq, CUresult r, const ProtobufCMessage *rep)
 {
+	rq->result = r;
 	if (r != CUDA_SUCCESS && s->cur)
 		rm_gpu_note_result(s->cur->dev, r);
 	if (rq->frame.flags & RM_F_ASYNC) {

@@ -28,6 +28,7 @@
 #include "handshakes.h"
 #include "link.h"
 #include "log.h"
+#include "metrics.h"
 #include "pool_member.h"
 #include "registry.h"
 #include "remora.pb-c.h"
@@ -51,6 +52,11 @@ static const struct rm_daemon_config *config;
 static const struct rm_daemon_config *current_config(void)
 {
 	return __atomic_load_n(&config, __ATOMIC_ACQUIRE);
+}
+
+const struct rm_daemon_config *rm_server_config(void)
+{
+	return current_config();
 }
 static const char *worker_exe;
 static char **worker_argv;
@@ -781,6 +787,10 @@ int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char
 	pthread_t t, stopping;
 	if ((err = prepare_stopping(&stop_signals, &stopping)) || (err = rm_handshakes_start(cfg))) {
 		rm_log(RM_LOG_ERROR, "cannot start: %s", strerror(-err));
+		tp->listener_close(l);
+		return err;
+	}
+	if ((err = rm_metrics_start(cfg))) {
 		tp->listener_close(l);
 		return err;
 	}

@@ -16,6 +16,9 @@
 int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char **argv,
 		  int (*reread)(struct rm_daemon_config *out));
 
+/* The accepting process's configuration in force (the last SIGHUP's, else the first). */
+const struct rm_daemon_config *rm_server_config(void);
+
 /* A worker: serves the clients the accepting process passes on channel_fd until
  * that channel closes. Returns the process's exit status. */
 int rm_worker_run(const struct rm_daemon_config *cfg, int channel_fd);

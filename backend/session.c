@@ -12,6 +12,7 @@
 #include "driver_table.h"
 #include "gpus.h"
 #include "image_cache.h"
+#include "kernel_timing.h"
 #include "log.h"
 #include "registry.h"
 #include "server.h"
@@ -650,6 +651,7 @@ void rm_session_destroy(struct rm_session *s)
 	rm_staging_close(&s->staging);
 	for (int i = 0; i < s->sh->nctx; i++) {
 		rm_drv.cuCtxSetCurrent(s->sh->ctxs[i].ctx);
+		rm_kernel_timing_release(s, &s->sh->ctxs[i]);
 		rm_stream_order_release(&s->sh->ctxs[i]);
 		for (int k = 0; k <= RM_MAX_CHANNELS; k++)
 			if (s->sh->ctxs[i].per_thread[k])

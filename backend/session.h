@@ -72,11 +72,13 @@ struct rm_session_ctx {
 	 * while there are some, a stream is asked whether it captures before the daemon
 	 * puts anything of its own on it (capture_handlers.c). */
 	int captures;
+	struct rm_kernel_timers *timers; /* kernel_timing.h; made at the first timed launch (under sh->lock) */
 };
 
 #define RM_SESSION_MAX_CTX 16
 
 struct rm_handoff;
+struct rm_kernel_timers;
 struct rm_copy_link;
 struct rm_session;
 

@@ -183,11 +183,9 @@ void rm_stream_pool_give(CUstream st)
 	pthread_rwlock_unlock(&lock);
 }
 
-/* st's entry when its queue serves more than one client stream and waiting is on. */
-static struct pool_stream *shared_entry(CUstream st)
+/* st's entry when its queue serves more than one client stream. */
+static struct pool_stream *queue_shared(CUstream st)
 {
-	if (!wait_shared)
-		return NULL;
 	struct pool_stream *shared = NULL;
 	pthread_rwlock_rdlock(&lock);
 	struct pool_stream *e = lookup(st);
@@ -197,6 +195,17 @@ static struct pool_stream *shared_entry(CUstream st)
 				shared = e;
 	pthread_rwlock_unlock(&lock);
 	return shared;
+}
+
+/* st's entry when its queue serves more than one client stream and waiting is on. */
+static struct pool_stream *shared_entry(CUstream st)
+{
+	return wait_shared ? queue_shared(st) : NULL;
+}
+
+int rm_stream_pool_queue_shared(CUstream st)
+{
+	return queue_shared(st) != NULL;
 }
 
 /* Polls until call stops answering CUDA_ERROR_NOT_READY, sleeping a little longer each

@@ -39,6 +39,10 @@ CUresult rm_stream_pool_before_submit(CUstream st);
 /* Before st is made to wait for ev: when st's queue is shared, waits until ev is done. */
 CUresult rm_stream_pool_before_wait(CUstream st, CUevent ev);
 
+/* Whether st's hardware queue serves more than one client stream now (whatever
+ * queue_sharing says): where a timed event record after a kernel would hold up others. */
+int rm_stream_pool_queue_shared(CUstream st);
+
 /* Forgets ctx's streams (its context is being reset). */
 void rm_stream_pool_forget_context(CUcontext ctx);
 

@@ -15,9 +15,11 @@
 #include <unistd.h>
 
 #include "copy_links.h"
+#include "device_state.h"
 #include "dispatch.h"
 #include "gpus.h"
 #include "host_memory.h"
+#include "kernel_timing.h"
 #include "liveness.h"
 #include "log.h"
 #include "registry.h"
@@ -110,6 +112,19 @@ static int fence(struct rm_session *s, const struct rm_frame *f)
 	return 0;
 }
 
+/* Counts a finished call against the client (registry.h, accounting); a synchronizing
+ * call also collects the kernel times its wait has made known (rm_kernel_timing_collect). */
+static void account(struct rm_session *s, const struct rm_request *rq)
+{
+	struct rm_usage *u = &rm_registry()->clients[s->slot].usage;
+	enum rm_call_kind kind = rm_call_kind(rq->frame.op);
+	rm_usage_add(&u->calls[kind], 1);
+	if (rq->replied && rq->result != CUDA_SUCCESS)
+		rm_usage_add(&u->errors, 1);
+	if (kind == RM_CALL_SYNC)
+		rm_kernel_timing_collect(s);
+}
+
 static void serve(struct rm_session *s)
 {
 	struct rm_request rq;
@@ -140,8 +155,10 @@ static void serve(struct rm_session *s)
 				break;
 			continue;
 		}
-		if (rq.frame.op == RM_OP_HELLO || rq.frame.op >= RM_OP_LIMIT || !rm_op_handlers[rq.frame.op] ||
-		    (rq.frame.flags & RM_F_REPLY)) {
+		/* The generated calls' handlers, and the reserved opcodes a session may call. */
+		rm_op_handler handler = rq.frame.op < RM_OP_LIMIT ? rm_op_handlers[rq.frame.op]
+				      : rq.frame.op == RM_OP_DEVICE_STATE ? rm_handle_device_state : NULL;
+		if (rq.frame.op == RM_OP_HELLO || !handler || (rq.frame.flags & RM_F_REPLY)) {
 			rm_log(RM_LOG_WARN, "session %llu (%s): unknown opcode %u; closing", (unsigned long long)s->id,
 			       s->name, rq.frame.op);
 			break;
@@ -165,12 +182,13 @@ static void serve(struct rm_session *s)
 		if (r != CUDA_SUCCESS)
 			rm_request_finish(s, &rq, r, NULL);
 		else
-			rm_op_handlers[rq.frame.op](s, &rq);
+			handler(s, &rq);
 		rm_liveness_call_end(s);
+		account(s, &rq);
 		rm_session_progress(s, rq.frame.seq);
 		if (rq.fatal) {
 			rm_log(RM_LOG_WARN, "session %llu (%s): protocol error in %s; closing", (unsigned long long)s->id,
-			       s->name, rm_op_names[rq.frame.op]);
+			       s->name, rq.frame.op < RM_OP_LIMIT ? rm_op_names[rq.frame.op] : "a reserved call");
 			break;
 		}
 		if (rq.bulk_left && rm_link_skip(&s->link, rq.bulk_left))
@@ -422,6 +440,7 @@ static void stop_on_sigterm(void)
 int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 {
 	config = cfg;
+	rm_kernel_timing_enable(cfg->kernel_timing);
 	rm_host_memory_set_limit(cfg->worker_host_memory_limit);
 	const char *addr;
 	const struct rm_transport *tp = rm_transport_for(cfg->listen, &addr);

@@ -342,6 +342,21 @@ static int fetch_status(const char *addr, Remora__StatusReply **rep, char *why, 
 	return err;
 }
 
+/* "usage":{...} of accounting (docs/operations.md); absent usage prints zeros. */
+static void print_usage_json(const Remora__StatusReply *r, const Remora__StatusReply__Usage *u)
+{
+	printf(",\"usage\":{\"calls\":{");
+	for (size_t k = 0; u && k < u->n_calls && k < r->n_call_kinds; k++) {
+		printf("%s", k ? "," : "");
+		print_json_string(r->call_kinds[k]);
+		printf(":%llu", (unsigned long long)u->calls[k]);
+	}
+	printf("},\"errors\":%llu,\"bytes_htod\":%llu,\"bytes_dtoh\":%llu,\"gpu_seconds\":%.9f,\"peak_memory\":%llu}",
+	       (unsigned long long)(u ? u->errors : 0), (unsigned long long)(u ? u->bytes_htod : 0),
+	       (unsigned long long)(u ? u->bytes_dtoh : 0), u ? (double)u->gpu_ns / 1e9 : 0.0,
+	       (unsigned long long)(u ? u->peak_bytes : 0));
+}
+
 static void print_status(const Remora__StatusReply *r, int json)
 {
 	if (json) {
@@ -370,8 +385,33 @@ static void print_status(const Remora__StatusReply *r, int json)
 			print_json_string(c->name);
 			printf(",\"peer\":");
 			print_json_string(c->peer);
-			printf(",\"pid\":%u,\"gpu_mask\":%llu,\"memory\":%llu,\"since\":%lld}", c->pid,
-			       (unsigned long long)c->gpu_mask, (unsigned long long)c->mem_bytes, (long long)c->since);
+			printf(",\"pid\":%u,\"gpu_mask\":%llu,\"memory\":%llu,\"memory_limit\":%llu,\"since\":%lld", c->pid,
+			       (unsigned long long)c->gpu_mask, (unsigned long long)c->mem_bytes,
+			       (unsigned long long)c->memory_limit, (long long)c->since);
+			print_usage_json(r, c->usage);
+			printf("}");
+		}
+		printf("],\"tenants\":[");
+		for (size_t i = 0; i < r->n_tenants; i++) {
+			const Remora__StatusReply__Tenant *t = r->tenants[i];
+			printf("%s{\"name\":", i ? "," : "");
+			print_json_string(t->name);
+			printf(",\"clients\":%u,\"sessions\":%llu,\"memory\":%llu,\"memory_limit\":%llu", t->clients,
+			       (unsigned long long)t->sessions, (unsigned long long)t->mem_bytes,
+			       (unsigned long long)t->memory_limit);
+			print_usage_json(r, t->usage);
+			printf("}");
+		}
+		printf("],\"history\":[");
+		for (size_t i = 0; i < r->n_history; i++) {
+			const Remora__StatusReply__Finished *h = r->history[i];
+			printf("%s{\"session\":%llu,\"tenant\":", i ? "," : "", (unsigned long long)h->session_id);
+			print_json_string(h->tenant);
+			printf(",\"program\":");
+			print_json_string(h->name);
+			printf(",\"pid\":%u,\"since\":%lld,\"until\":%lld", h->pid, (long long)h->since, (long long)h->until);
+			print_usage_json(r, h->usage);
+			printf("}");
 		}
 		printf("]}\n");
 		return;
@@ -402,6 +442,18 @@ static void print_status(const Remora__StatusReply *r, int json)
 		       rm_text_escape(tenant, sizeof(tenant), c->tenant), rm_text_escape(name, sizeof(name), c->name), c->pid,
 		       rm_text_escape(peer, sizeof(peer), c->peer), gpus, (double)c->mem_bytes / (1 << 20),
 		       fmt_time(when, sizeof(when), c->since, "%H:%M:%S"));
+	}
+	if (r->n_tenants)
+		printf("\n%-12s %8s %9s %14s %14s %14s %12s\n", "TENANT", "CLIENTS", "SESSIONS", "GPU_SECONDS", "HTOD_MIB",
+		       "DTOH_MIB", "PEAK_MIB");
+	for (size_t i = 0; i < r->n_tenants; i++) {
+		const Remora__StatusReply__Tenant *t = r->tenants[i];
+		const Remora__StatusReply__Usage *u = t->usage;
+		char name[TEXT_MAX];
+		printf("%-12s %8u %9llu %14.3f %14.1f %14.1f %12.1f\n", rm_text_escape(name, sizeof(name), t->name), t->clients,
+		       (unsigned long long)t->sessions, u ? (double)u->gpu_ns / 1e9 : 0.0,
+		       u ? (double)u->bytes_htod / (1 << 20) : 0.0, u ? (double)u->bytes_dtoh / (1 << 20) : 0.0,
+		       u ? (double)u->peak_bytes / (1 << 20) : 0.0);
 	}
 }
 

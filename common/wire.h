@@ -35,6 +35,18 @@ enum {
 				    * until another channel has finished a request (docs/protocol.md) */
 	RM_OP_GOING_AWAY = 0x10004, /* empty, from the daemon: it is stopping, and the connection
 				     * ends after this frame (docs/protocol.md) */
+	RM_OP_DEVICE_STATE = 0x10005, /* remora.DeviceState: what NVML tells of a GPU the client
+				       * sees (docs/operations.md, the NVML shim) */
+};
+
+/* Bits of remora.DeviceStateReply's valid: the GPU host's NVML gave that figure. */
+enum {
+	RM_NVML_HAS_UTILIZATION = 1,
+	RM_NVML_HAS_TEMPERATURE = 2,
+	RM_NVML_HAS_POWER = 4,
+	RM_NVML_HAS_BRAND = 8,
+	RM_NVML_HAS_DRIVER_VERSION = 16,
+	RM_NVML_HAS_POWER_LIMIT = 32,
 };
 
 /* Liveness (docs/protocol.md): a peer silent for its timeout is taken for dead. Each side

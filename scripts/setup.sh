@@ -16,6 +16,14 @@ if [ -n "$need" ]; then
 	$SUDO apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need >/dev/null
 fi
+# prometheus: scrapes remorad's metrics in the metrics-prometheus test (tests/metrics);
+# without its recommends (exporters that would start as services).
+if ! dpkg -s prometheus >/dev/null 2>&1; then
+	echo "setup: installing prometheus"
+	if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
 if [ ! -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda.h" ]; then
 	echo "setup: the CUDA toolkit is missing (no ${CUDA_HOME:-/usr/local/cuda}/include/cuda.h); install it, or set CUDA_HOME" >&2
 	exit 1

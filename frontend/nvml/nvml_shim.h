@@ -1,0 +1,13 @@
+/* The NVML shim (libnvidia-ml.so.1): what its files share. Its surface is proto/nvml.spec;
+ * the functions of class impl are in nvml.c, the rest generated (scripts/gen_nvml.py). */
+#ifndef REMORA_NVML_SHIM_H
+#define REMORA_NVML_SHIM_H
+
+#include "nvml_abi.h"
+
+#define RM_NVML_EXPORT __attribute__((visibility("default")))
+
+/* What every unsupported function returns, logging its name once. */
+int rm_nvml_unsupported(const char *name);
+
+#endif

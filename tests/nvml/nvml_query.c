@@ -1,0 +1,152 @@
+/* Asks NVML what a monitoring agent, nvidia-smi or PyTorch asks, as they do: libnvidia-ml.so.1
+ * dlopened by name. Prints key=value lines for tests/nvml/nvml_shim.py; after the first
+ * round it allocates device memory through the driver API and asks again.
+ * usage: nvml_query [ALLOC_MIB [HOLD_SECONDS]]: HOLD_SECONDS keeps the memory (and the
+ * session) that long before the end, for tests that look at a client while it runs. */
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "nvml_abi.h"
+
+#define FN(name, ...) static nvmlReturn_t (*name)(__VA_ARGS__)
+FN(nvmlInit_v2, void);
+FN(nvmlShutdown, void);
+FN(nvmlDeviceGetCount_v2, unsigned int *);
+FN(nvmlDeviceGetHandleByIndex_v2, unsigned int, nvmlDevice_t *);
+FN(nvmlDeviceGetHandleByUUID, const char *, nvmlDevice_t *);
+FN(nvmlDeviceGetHandleByPciBusId_v2, const char *, nvmlDevice_t *);
+FN(nvmlDeviceGetIndex, nvmlDevice_t, unsigned int *);
+FN(nvmlDeviceGetName, nvmlDevice_t, char *, unsigned int);
+FN(nvmlDeviceGetUUID, nvmlDevice_t, char *, unsigned int);
+FN(nvmlDeviceGetPciInfo_v3, nvmlDevice_t, nvmlPciInfo_t *);
+FN(nvmlDeviceGetMemoryInfo, nvmlDevice_t, nvmlMemory_t *);
+FN(nvmlDeviceGetMemoryInfo_v2, nvmlDevice_t, nvmlMemory_v2_t *);
+FN(nvmlDeviceGetCudaComputeCapability, nvmlDevice_t, int *, int *);
+FN(nvmlDeviceGetUtilizationRates, nvmlDevice_t, nvmlUtilization_t *);
+FN(nvmlDeviceGetTemperature, nvmlDevice_t, nvmlTemperatureSensors_t, unsigned int *);
+FN(nvmlDeviceGetFanSpeed, nvmlDevice_t, unsigned int *);
+FN(nvmlDeviceGetComputeRunningProcesses_v3, nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
+FN(nvmlSystemGetCudaDriverVersion_v2, int *);
+FN(nvmlSystemGetDriverVersion, char *, unsigned int);
+static const char *(*nvmlErrorString)(nvmlReturn_t);
+
+static void *lib;
+
+static void *need(const char *name)
+{
+	void *p = dlsym(lib, name);
+	if (!p) {
+		fprintf(stderr, "nvml_query: libnvidia-ml.so.1 lacks %s\n", name);
+		exit(1);
+	}
+	return p;
+}
+#define LOAD(name) *(void **)&name = need(#name)
+
+#define MUST(call)                                                                       \
+	do {                                                                             \
+		nvmlReturn_t r_ = (call);                                                \
+		if (r_ != NVML_SUCCESS) {                                                \
+			fprintf(stderr, "nvml_query: %s: %d (%s)\n", #call, r_, nvmlErrorString(r_)); \
+			exit(1);                                                         \
+		}                                                                        \
+	} while (0)
+
+static void memory(nvmlDevice_t d, const char *when)
+{
+	nvmlMemory_t m;
+	nvmlMemory_v2_t m2 = {.version = nvmlMemory_v2};
+	MUST(nvmlDeviceGetMemoryInfo(d, &m));
+	MUST(nvmlDeviceGetMemoryInfo_v2(d, &m2));
+	printf("%s.total=%llu\n%s.free=%llu\n%s.used=%llu\n%s.v2_total=%llu\n", when, m.total, when, m.free, when, m.used,
+	       when, m2.total);
+	nvmlProcessInfo_t p[4];
+	unsigned int n = 4;
+	MUST(nvmlDeviceGetComputeRunningProcesses_v3(d, &n, p));
+	printf("%s.processes=%u\n", when, n);
+	for (unsigned int i = 0; i < n; i++)
+		printf("%s.process=%u:%llu\n", when, p[i].pid, p[i].usedGpuMemory);
+}
+
+int main(int argc, char **argv)
+{
+	size_t alloc = (argc > 1 ? strtoull(argv[1], NULL, 0) : 16) << 20;
+	if (!(lib = dlopen("libnvidia-ml.so.1", RTLD_NOW))) {
+		fprintf(stderr, "nvml_query: %s\n", dlerror());
+		return 1;
+	}
+	LOAD(nvmlInit_v2); LOAD(nvmlShutdown); LOAD(nvmlDeviceGetCount_v2); LOAD(nvmlDeviceGetHandleByIndex_v2);
+	LOAD(nvmlDeviceGetHandleByUUID); LOAD(nvmlDeviceGetHandleByPciBusId_v2); LOAD(nvmlDeviceGetIndex);
+	LOAD(nvmlDeviceGetName); LOAD(nvmlDeviceGetUUID); LOAD(nvmlDeviceGetPciInfo_v3);
+	LOAD(nvmlDeviceGetMemoryInfo); LOAD(nvmlDeviceGetMemoryInfo_v2); LOAD(nvmlDeviceGetCudaComputeCapability);
+	LOAD(nvmlDeviceGetUtilizationRates); LOAD(nvmlDeviceGetTemperature); LOAD(nvmlDeviceGetFanSpeed);
+	LOAD(nvmlDeviceGetComputeRunningProcesses_v3); LOAD(nvmlSystemGetCudaDriverVersion_v2);
+	LOAD(nvmlSystemGetDriverVersion); LOAD(nvmlErrorString);
+
+	MUST(nvmlInit_v2());
+	unsigned int count;
+	MUST(nvmlDeviceGetCount_v2(&count));
+	printf("count=%u\n", count);
+	int cuda;
+	MUST(nvmlSystemGetCudaDriverVersion_v2(&cuda));
+	printf("cuda_driver=%d\n", cuda);
+	char text[128];
+	printf("driver_version_rc=%d\n", nvmlSystemGetDriverVersion(text, sizeof(text)));
+	for (unsigned int i = 0; i < count; i++) {
+		nvmlDevice_t d, by_uuid, by_pci;
+		unsigned int idx = 99;
+		char name[96], uuid[96];
+		nvmlPciInfo_t pci;
+		int major, minor;
+		MUST(nvmlDeviceGetHandleByIndex_v2(i, &d));
+		MUST(nvmlDeviceGetName(d, name, sizeof(name)));
+		MUST(nvmlDeviceGetUUID(d, uuid, sizeof(uuid)));
+		MUST(nvmlDeviceGetPciInfo_v3(d, &pci));
+		MUST(nvmlDeviceGetCudaComputeCapability(d, &major, &minor));
+		MUST(nvmlDeviceGetHandleByUUID(uuid, &by_uuid));
+		MUST(nvmlDeviceGetHandleByPciBusId_v2(pci.busId, &by_pci));
+		MUST(nvmlDeviceGetIndex(by_uuid, &idx));
+		printf("gpu%u.name=%s\ngpu%u.uuid=%s\ngpu%u.bus_id=%s\ngpu%u.cc=%d.%d\n", i, name, i, uuid, i, pci.busId, i,
+		       major, minor);
+		printf("gpu%u.lookups=%s\n", i, by_uuid == d && by_pci == d && idx == i ? "agree" : "disagree");
+		printf("gpu%u.short_name_rc=%d\n", i, nvmlDeviceGetName(d, name, 4));
+		nvmlUtilization_t u;
+		unsigned int v;
+		printf("gpu%u.utilization_rc=%d\n", i, nvmlDeviceGetUtilizationRates(d, &u));
+		printf("gpu%u.temperature_rc=%d\n", i, nvmlDeviceGetTemperature(d, NVML_TEMPERATURE_GPU, &v));
+		printf("gpu%u.fan_rc=%d\n", i, nvmlDeviceGetFanSpeed(d, &v));
+	}
+	nvmlDevice_t bad;
+	printf("bad_index_rc=%d\n", nvmlDeviceGetHandleByIndex_v2(count, &bad));
+	printf("unknown_uuid_rc=%d\n", nvmlDeviceGetHandleByUUID("GPU-00000000-0000-0000-0000-000000000000", &bad));
+	printf("error_string_3=%s\n", nvmlErrorString(NVML_ERROR_NOT_SUPPORTED));
+	if (count) {
+		nvmlDevice_t d;
+		MUST(nvmlDeviceGetHandleByIndex_v2(0, &d));
+		memory(d, "before");
+		CUcontext ctx;
+		CUdeviceptr p;
+		CUresult r = cuInit(0);
+		if (r == CUDA_SUCCESS)
+			r = cuDevicePrimaryCtxRetain(&ctx, 0);
+		if (r == CUDA_SUCCESS)
+			r = cuCtxSetCurrent(ctx);
+		if (r == CUDA_SUCCESS)
+			r = cuMemAlloc(&p, alloc);
+		if (r != CUDA_SUCCESS) {
+			fprintf(stderr, "nvml_query: allocating %zu bytes: %d\n", alloc, r);
+			return 1;
+		}
+		printf("pid=%d\nallocated=%zu\n", (int)getpid(), alloc);
+		memory(d, "after");
+		fflush(stdout);
+		if (argc > 2)
+			sleep((unsigned int)atoi(argv[2]));
+	}
+	MUST(nvmlShutdown());
+	printf("shutdown_again_rc=%d\n", nvmlShutdown());
+	return 0;
+}
