@@ -7,7 +7,8 @@ need=""
 # etcd-server: the pool's store, started by the pool tests (tests/pool).
 # libssl-dev: TLS 1.3 and hashed tokens (meson option tls); openssl: the TLS tests make their certificates.
 # iproute2: the partition tests put client and daemon in network namespaces (tests/robustness).
-for p in meson ninja-build pkg-config gcc python3 protobuf-c-compiler libprotobuf-c-dev binutils etcd-server libssl-dev openssl iproute2; do
+# scdoc: the man pages (dist/man).
+for p in meson ninja-build pkg-config gcc python3 protobuf-c-compiler libprotobuf-c-dev binutils etcd-server libssl-dev openssl iproute2 scdoc; do
 	dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 if [ -n "$need" ]; then

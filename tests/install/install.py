@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """The installed tree works (issue 18): `meson install` into a staging directory places
 remora, remorad, the client library in a private directory (no libcuda.so.1 anywhere
-else), the systemd unit naming the installed remorad, the example configuration and bash
-completion; the installed remorad starts from the installed example configuration, and
+else), the systemd unit naming the installed remorad, the example configuration, bash
+completion and the man pages (when scdoc is installed); the installed remorad starts from the installed example configuration, and
 the installed `remora run` runs a driver-API program through it (the CPU test driver
 stands in for a GPU).
 
 usage: install.py MESON BUILD_ROOT DRIVER PROGRAM IMAGE
 """
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,6 +43,10 @@ with tempfile.TemporaryDirectory() as stage:
     confs = files.get("remorad.conf.example", [])
     check(len(confs) == 1, "the example configuration is installed")
     check(len(files.get("remora", [])) == 2, "bash completion is installed (a file named remora besides the program)")
+    if shutil.which("scdoc"):
+        pages = {p: [f for f in files.get(p, []) if f"/man{p.rsplit('.', 1)[1]}/" in f]
+                 for p in ("remora.1", "remorad.8", "remorad.conf.5")}
+        check(all(len(v) == 1 for v in pages.values()), f"the man pages are installed in their sections: {pages}")
 
     if bins["remora"] and bins["remorad"] and confs:
         ready = os.path.join(stage, "addr")
