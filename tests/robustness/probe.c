@@ -11,6 +11,9 @@
  *                     that the session still works; prints "ok"
  *   probe idle SECS   allocates and fills memory, makes no call for SECS seconds, then reads
  *                     it back; prints "ok"
+ *   probe soak IMAGE SECS  for SECS seconds: allocates, copies 64 KiB of floats in, scales
+ *                     them with a kernel (scaleArray), copies them back and checks them,
+ *                     frees; prints "ok"
  *   probe late-copy IMAGE SECS  copies 32 MiB from the device, then 32 MiB to it, each behind
  *                     a kernel of SECS seconds (sleepNs) on the same stream; checks the bytes;
  *                     prints "ok" */
@@ -116,6 +119,37 @@ int main(int argc, char **argv)
 				fprintf(stderr, "probe: round %d read back different data\n", rounds);
 				return 1;
 			}
+			rounds++;
+		}
+		printf("ok\n");
+		return 0;
+	}
+	if (!strcmp(argv[1], "soak") && argc > 3) {
+		CUmodule mod;
+		CUfunction scale;
+		CHECK(cuModuleLoad(&mod, argv[2]));
+		CHECK(cuModuleGetFunction(&scale, mod, "scaleArray"));
+		double end = now() + atof(argv[3]);
+		enum { N = 16384 };
+		static float in[N], out[N];
+		int rounds = 0;
+		while (now() < end || rounds < 3) {
+			CUdeviceptr p;
+			for (int i = 0; i < N; i++)
+				in[i] = (float)(i + rounds);
+			CHECK(cuMemAlloc(&p, sizeof(in)));
+			CHECK(cuMemcpyHtoD(p, in, sizeof(in)));
+			float factor = 2.0f;
+			int n = N;
+			void *params[] = {&p, &factor, &n};
+			CHECK(cuLaunchKernel(scale, (N + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, params, NULL));
+			CHECK(cuMemcpyDtoH(out, p, sizeof(out)));
+			CHECK(cuMemFree(p));
+			for (int i = 0; i < N; i++)
+				if (out[i] != 2.0f * in[i]) {
+					fprintf(stderr, "probe: round %d element %d is %g, not %g\n", rounds, i, out[i], 2.0 * in[i]);
+					return 1;
+				}
 			rounds++;
 		}
 		printf("ok\n");
