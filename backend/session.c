@@ -11,6 +11,7 @@
 #include "copy_links.h"
 #include "driver_table.h"
 #include "gpus.h"
+#include "host_functions.h"
 #include "image_cache.h"
 #include "log.h"
 #include "registry.h"
@@ -57,6 +58,7 @@ struct rm_session *rm_session_new(struct rm_conn *conn, const struct rm_daemon_c
 		s->heartbeat_ms = RM_MIN_HEARTBEAT_MS;
 	snprintf(s->name, sizeof(s->name), "%s", h->name);
 	snprintf(s->peer, sizeof(s->peer), "%s", rm_conn_peer(conn));
+	sh->hostfn = rm_hostfn_hub_new(s, cfg->peer_timeout_s);
 	return s;
 }
 
@@ -641,6 +643,9 @@ size_t rm_session_release_all(struct rm_session *s)
 void rm_session_destroy(struct rm_session *s)
 {
 	rm_copy_links_close(s);
+	/* Host functions still queued on its streams return at once from now on. */
+	rm_hostfn_hub_release(s->sh->hostfn);
+	s->sh->hostfn = NULL;
 	size_t bytes = s->sh->mem_bytes;
 	size_t freed = rm_session_release_all(s);
 	if (s->sh->nctx)

@@ -35,6 +35,12 @@ enum {
 				    * until another channel has finished a request (docs/protocol.md) */
 	RM_OP_GOING_AWAY = 0x10004, /* empty, from the daemon: it is stopping, and the connection
 				     * ends after this frame (docs/protocol.md) */
+	/* Host functions (docs/protocol.md, "Host functions"), all empty: */
+	RM_OP_HOST_LISTEN = 0x10005, /* a channel becomes the session's callback channel;
+				      * answered by an empty reply frame */
+	RM_OP_HOST_CALL = 0x10006,   /* daemon to callback channel, flagged a reply: run host
+				      * function seq (the id its cuLaunchHostFunc gave), then answer */
+	RM_OP_HOST_DONE = 0x10007,   /* async, on the callback channel: host function seq returned */
 };
 
 /* Liveness (docs/protocol.md): a peer silent for its timeout is taken for dead. Each side

@@ -92,6 +92,10 @@ struct Remora__LaunchKernel;
 CUresult rm_pack_kernel_params(CUfunction f, void **kernelParams, void **extra, struct Remora__LaunchKernel *req,
 			       uint8_t *scratch, size_t scratch_len, uint8_t **heap);
 
+/* Whether the calling thread is running a program's host function (host_functions.c):
+ * then every call to the daemon is refused with CUDA_ERROR_NOT_PERMITTED. */
+int rm_hostfn_running(void);
+
 /* Library-wide set-up: logging. Idempotent. */
 void rm_client_init(void);
 #define RM_MAX_VISIBLE_DEVICES 64 /* ordinals REMORA_VISIBLE_DEVICES may list */
