@@ -560,7 +560,10 @@ CUresult rm_session_free_memory(struct rm_session *s, uint64_t ptr)
 {
 	CUcontext owner = NULL;
 	struct rm_session_ctx *c = NULL;
-	if (rm_drv.cuMemFreeAsync && rm_drv.cuPointerGetAttribute &&
+	int managed = 0; /* managed memory: not cuMemFreeAsync's to free (cuMemFree waits) */
+	if (rm_drv.cuPointerGetAttribute)
+		rm_drv.cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, ptr);
+	if (!managed && rm_drv.cuMemFreeAsync && rm_drv.cuPointerGetAttribute &&
 	    rm_drv.cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, ptr) == CUDA_SUCCESS)
 		for (int i = 0; !c && ctx_at(s, i); i++)
 			if (s->sh->ctxs[i].ctx == owner)

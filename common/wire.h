@@ -15,6 +15,9 @@
 #define RM_MAX_OUT_BUF (1u << 16)          /* an out[LEN] buffer of a generated call */
 #define RM_MAX_POINTER_ATTRIBUTES 64       /* attributes of one cuPointerGetAttributes */
 #define RM_POINTER_ATTRIBUTE_SLOT 16       /* bytes of one attribute's value on the wire (the largest, P2P tokens) */
+#define RM_MANAGED_ALIGN (64u << 10)       /* a managed allocation is a whole number of these
+					    * (docs/managed-memory.md): the client maps it page by page */
+#define RM_MAX_RANGE_ATTRIBUTE 1024        /* bytes of one cuMemRangeGetAttribute answer */
 #define RM_MAX_GRAPH_DEPS 4096             /* node handles in one graph message (dependencies, nodes) */
 
 /* Frame flags. */

@@ -449,6 +449,7 @@ CUresult rm_client_call(struct rm_client_conn *c, struct rm_rpc_call *call)
 		goto out;
 	}
 	if (flags & RM_F_ASYNC) {
+		rm_managed_note_work(); /* it may write managed memory: brought down at the next sync */
 		__atomic_store_n(&c->last_async_seq, f.seq, __ATOMIC_RELEASE);
 		if (c->batch_len && c->flusher_running)
 			flusher_arm(c);

@@ -96,6 +96,7 @@ enum td_alloc_kind {
 	TD_ALLOC_HOST,
 	TD_ALLOC_REGISTERED, /* the program's memory, given by cuMemHostRegister: never freed here */
 	TD_ALLOC_MAPPING,    /* a cuMemMap'ed piece of a reservation (vmm.c): its physical memory's */
+	TD_ALLOC_MANAGED,    /* cuMemAllocManaged (managed.c): mmap'ed in a range of its own */
 };
 
 struct td_pool;
@@ -108,7 +109,11 @@ struct td_alloc {
 	int device;
 	uint64_t buffer_id;
 	struct td_pool *pool;        /* a stream-ordered allocation's pool, else NULL */
-	unsigned int flags;          /* host memory: cuMemHostAlloc's or cuMemHostRegister's flags */
+	unsigned int flags;          /* host memory: cuMemHostAlloc's or cuMemHostRegister's flags;
+				      * managed: its attach flags */
+	int read_mostly;             /* managed: CU_MEM_ADVISE_SET_READ_MOSTLY given */
+	int preferred;               /* managed: the preferred location's device, CU_DEVICE_CPU or -2 (none) */
+	int last_prefetch;           /* managed: the last prefetch's destination, or -2 (none) */
 };
 
 /* Finds the allocation holding [addr, addr + bytes); copies it to *out. */
@@ -126,6 +131,8 @@ bool td_untrack(uintptr_t base, enum td_alloc_kind kind);
 bool td_device_reserve(int device, size_t size);
 void td_device_unreserve(int device, size_t size);
 void td_set_alloc_flags(uintptr_t base, unsigned int flags);
+/* Updates the managed allocation holding ptr under td_lock: false if there is none. */
+bool td_managed_update(uintptr_t ptr, void (*update)(struct td_alloc *a, const void *arg), const void *arg);
 /* Marks the allocation at base as one of pool's (pools.c). */
 void td_set_alloc_pool(uintptr_t base, struct td_pool *pool);
 /* A pool's handle of the allocation holding ptr, or NULL (vmm.c reads it for attributes). */
