@@ -613,8 +613,8 @@ size_t rm_session_release_all(struct rm_session *s)
 				continue;
 			void *p = (void *)(uintptr_t)h->value;
 			switch (h->kind) {
-			case RM_H_GRAPH_EXEC: rm_drv.cuGraphExecDestroy(p); break;
-			case RM_H_GRAPH: rm_drv.cuGraphDestroy(p); break;
+			case RM_H_GRAPH_EXEC: if (rm_drv.cuGraphExecDestroy) rm_drv.cuGraphExecDestroy(p); break;
+			case RM_H_GRAPH: if (rm_drv.cuGraphDestroy) rm_drv.cuGraphDestroy(p); break;
 			case RM_H_EVENT: rm_drv.cuEventDestroy_v2(p); break;
 			case RM_H_STREAM: rm_stream_pool_give(p); break;
 			case RM_H_MODULE: if (!h->parent) rm_image_unload(RM_H_MODULE, p); break; /* else a library's own */
