@@ -118,7 +118,9 @@ static CUresult ready(void)
 	struct rm_client_conn *c = rm_channel_open_spare();
 	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_HOST_LISTEN, .seq = 1}, rf;
 	const char *why = c ? NULL : "no channel could be attached (the daemon's max_channels?)";
-	if (!why && (rm_link_send(&c->link, &f, NULL, NULL, 0) || rm_link_read_frame(&c->link, &rf) ||
+	/* Sent under the channel's lock (its flusher may send a heartbeat meanwhile); read
+	 * without it, as this channel's link is read only here and by callback_main. */
+	if (!why && (rm_client_send_frame(c, &f) || rm_link_read_frame(&c->link, &rf) ||
 		     rf.op != RM_OP_HOST_LISTEN || !(rf.flags & RM_F_REPLY) || rf.msg_len || rf.bulk_len))
 		why = "the GPU server did not answer";
 	else if (!why && rf.result)
