@@ -41,6 +41,8 @@ CUresult rm_body_cuStreamBeginCapture_v2(struct rm_session *s, CUstream hStream,
  * error (invalidated, unjoined) is over too. */
 CUresult rm_body_cuStreamEndCapture(struct rm_session *s, CUstream hStream, CUgraph *phGraph)
 {
+	if (!rm_drv.cuStreamEndCapture)
+		return rm_unsupported_by_driver("cuStreamEndCapture");
 	CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
 	CUgraph capturing = NULL;
 	if (rm_drv.cuStreamGetCaptureInfo_v2)
@@ -66,7 +68,8 @@ CUresult rm_body_cuStreamIsCapturing(struct rm_session *s, CUstream hStream, CUs
 		if (r != CUDA_SUCCESS)
 			return r;
 	}
-	return rm_drv.cuStreamIsCapturing(hStream, captureStatus);
+	return rm_drv.cuStreamIsCapturing ? rm_drv.cuStreamIsCapturing(hStream, captureStatus)
+					   : rm_unsupported_by_driver("cuStreamIsCapturing");
 }
 
 CUresult rm_body_cuStreamGetCaptureInfo(struct rm_session *s, CUstream hStream,

@@ -41,6 +41,8 @@ CUresult rm_capture_check_legacy(struct rm_session_ctx *c)
  * a capture fails until its origin has ended). */
 void rm_capture_end_all(struct rm_session *s)
 {
+	if (!rm_drv.cuStreamEndCapture || !rm_drv.cuGraphDestroy)
+		return; /* a driver without graphs made no capture */
 	for (int k = 0; k < s->sh->nctx; k++) {
 		struct rm_session_ctx *c = &s->sh->ctxs[k];
 		if (__atomic_load_n(&c->captures, __ATOMIC_ACQUIRE) == 0)

@@ -46,6 +46,8 @@ static CUresult check_memset(struct rm_session *s, const CUDA_MEMSET_NODE_PARAMS
 CUresult rm_body_cuGraphInstantiateWithFlags(struct rm_session *s, CUgraphExec *phGraphExec, CUgraph hGraph,
 					     unsigned long long flags)
 {
+	if (!rm_drv.cuGraphInstantiateWithFlags)
+		return rm_unsupported_by_driver("cuGraphInstantiateWithFlags");
 	CUresult r = rm_drv.cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags);
 	if (r == CUDA_SUCCESS)
 		rm_session_own(s, RM_H_GRAPH_EXEC, *phGraphExec, 0);
@@ -54,6 +56,8 @@ CUresult rm_body_cuGraphInstantiateWithFlags(struct rm_session *s, CUgraphExec *
 
 CUresult rm_body_cuGraphClone(struct rm_session *s, CUgraph *phGraphClone, CUgraph originalGraph)
 {
+	if (!rm_drv.cuGraphClone)
+		return rm_unsupported_by_driver("cuGraphClone");
 	CUresult r = rm_drv.cuGraphClone(phGraphClone, originalGraph);
 	if (r == CUDA_SUCCESS)
 		rm_session_own(s, RM_H_GRAPH, *phGraphClone, 0);
@@ -92,6 +96,8 @@ CUresult rm_body_cuGraphExecMemsetNodeSetParams(struct rm_session *s, CUgraphExe
 CUresult rm_body_cuGraphExecUpdate_v2(struct rm_session *s, CUgraphExec hGraphExec, CUgraph hGraph,
 				      CUgraphExecUpdateResultInfo *resultInfo)
 {
+	if (!rm_drv.cuGraphExecUpdate_v2)
+		return rm_unsupported_by_driver("cuGraphExecUpdate_v2");
 	CUresult r = rm_drv.cuGraphExecUpdate_v2(hGraphExec, hGraph, resultInfo);
 	if (resultInfo->errorNode)
 		rm_session_own(s, RM_H_GRAPH_NODE, resultInfo->errorNode, (uint64_t)(uintptr_t)hGraph);
@@ -113,6 +119,8 @@ void rm_handle_cuGraphGetNodes(struct rm_session *s, struct rm_request *rq)
 	CUresult r = req->room > RM_MAX_GRAPH_DEPS ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 	if (r == CUDA_SUCCESS)
 		r = rm_session_use(s, RM_H_GRAPH, req->graph, &g);
+	if (r == CUDA_SUCCESS && !rm_drv.cuGraphGetNodes)
+		r = rm_unsupported_by_driver("cuGraphGetNodes");
 	if (r == CUDA_SUCCESS)
 		r = rm_drv.cuGraphGetNodes(g, NULL, &count);
 	size_t give = count < req->room ? count : req->room;
@@ -200,6 +208,8 @@ void rm_handle_cuGraphAddKernelNode_v2(struct rm_session *s, struct rm_request *
 		r = check_nodes(s, g, (const CUgraphNode *)req->deps, req->n_deps);
 	if (r == CUDA_SUCCESS)
 		r = kernel_params(s, req->launch, &p, extra, &size);
+	if (r == CUDA_SUCCESS && !rm_drv.cuGraphAddKernelNode_v2)
+		r = rm_unsupported_by_driver("cuGraphAddKernelNode_v2");
 	if (r == CUDA_SUCCESS)
 		r = rm_drv.cuGraphAddKernelNode_v2(&node, g, (const CUgraphNode *)req->deps, req->n_deps, &p);
 	if (r == CUDA_SUCCESS) {
@@ -223,6 +233,8 @@ void rm_handle_cuGraphExecKernelNodeSetParams_v2(struct rm_session *s, struct rm
 		r = rm_session_use(s, RM_H_GRAPH_NODE, req->node, &node);
 	if (r == CUDA_SUCCESS)
 		r = kernel_params(s, req->launch, &p, extra, &size);
+	if (r == CUDA_SUCCESS && !rm_drv.cuGraphExecKernelNodeSetParams_v2)
+		r = rm_unsupported_by_driver("cuGraphExecKernelNodeSetParams_v2");
 	if (r == CUDA_SUCCESS)
 		r = rm_drv.cuGraphExecKernelNodeSetParams_v2(exec, node, &p);
 	rm_request_finish(s, rq, r, NULL);

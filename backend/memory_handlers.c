@@ -212,3 +212,51 @@ void rm_handle_cuPointerGetAttributes(struct rm_session *s, struct rm_request *r
 	rm_request_finish(s, rq, r, &rep.base);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
+
+/* Managed memory (docs/managed-memory.md): a whole number of RM_MANAGED_ALIGN bytes, so that
+ * the client can map its copy at the same address page by page; charged like cuMemAlloc,
+ * and zeroed, since the client's copy starts as zeros. It is host memory here as well, so
+ * the daemon's own CPU writes it. */
+CUresult rm_body_cuMemAllocManaged(struct rm_session *s, CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+	if (!s->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!bytesize || bytesize > SIZE_MAX - RM_MANAGED_ALIGN)
+		return CUDA_ERROR_INVALID_VALUE;
+	size_t size = (bytesize + RM_MANAGED_ALIGN - 1) / RM_MANAGED_ALIGN * RM_MANAGED_ALIGN;
+	CUresult r = rm_session_charge(s, size);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = rm_drv.cuMemAllocManaged ? rm_drv.cuMemAllocManaged(dptr, size, flags)
+				     : rm_unsupported_by_driver("cuMemAllocManaged");
+	if (r == CUDA_SUCCESS) {
+		memset((void *)(uintptr_t)*dptr, 0, size);
+		rm_session_own_memory(s, RM_H_MEMORY, *dptr, size, 0);
+	} else {
+		rm_session_uncharge(s, size);
+	}
+	return r;
+}
+
+void rm_handle_cuMemRangeGetAttribute(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__RangeAttribute *req = (void *)rm_request_unpack(rq, &remora__range_attribute__descriptor);
+	if (!req)
+		return;
+	Remora__RangeAttributeReply rep = REMORA__RANGE_ATTRIBUTE_REPLY__INIT;
+	uint8_t data[RM_MAX_RANGE_ATTRIBUTE];
+	CUresult r = req->size && req->size <= sizeof(data) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (r == CUDA_SUCCESS)
+		r = rm_session_check_range(s, req->ptr, req->count);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv.cuMemRangeGetAttribute
+			    ? rm_drv.cuMemRangeGetAttribute(data, req->size, (CUmem_range_attribute)req->attribute,
+							    req->ptr, req->count)
+			    : rm_unsupported_by_driver("cuMemRangeGetAttribute");
+	if (r == CUDA_SUCCESS) {
+		rep.data.data = data;
+		rep.data.len = req->size;
+	}
+	rm_request_finish(s, rq, r, &rep.base);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}

@@ -11,6 +11,7 @@
 #include "copy_links.h"
 #include "driver_table.h"
 #include "gpus.h"
+#include "host_functions.h"
 #include "image_cache.h"
 #include "kernel_timing.h"
 #include "log.h"
@@ -55,6 +56,7 @@ struct rm_session *rm_session_new(struct rm_conn *conn, const struct rm_daemon_c
 		s->heartbeat_ms = RM_MIN_HEARTBEAT_MS;
 	snprintf(s->name, sizeof(s->name), "%s", h->name);
 	snprintf(s->peer, sizeof(s->peer), "%s", rm_conn_peer(conn));
+	sh->hostfn = rm_hostfn_hub_new(s, cfg->peer_timeout_s);
 	return s;
 }
 
@@ -561,7 +563,10 @@ CUresult rm_session_free_memory(struct rm_session *s, uint64_t ptr)
 {
 	CUcontext owner = NULL;
 	struct rm_session_ctx *c = NULL;
-	if (rm_drv.cuMemFreeAsync && rm_drv.cuPointerGetAttribute &&
+	int managed = 0; /* managed memory: not cuMemFreeAsync's to free (cuMemFree waits) */
+	if (rm_drv.cuPointerGetAttribute)
+		rm_drv.cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, ptr);
+	if (!managed && rm_drv.cuMemFreeAsync && rm_drv.cuPointerGetAttribute &&
 	    rm_drv.cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, ptr) == CUDA_SUCCESS)
 		for (int i = 0; !c && ctx_at(s, i); i++)
 			if (s->sh->ctxs[i].ctx == owner)
@@ -611,8 +616,8 @@ size_t rm_session_release_all(struct rm_session *s)
 				continue;
 			void *p = (void *)(uintptr_t)h->value;
 			switch (h->kind) {
-			case RM_H_GRAPH_EXEC: rm_drv.cuGraphExecDestroy(p); break;
-			case RM_H_GRAPH: rm_drv.cuGraphDestroy(p); break;
+			case RM_H_GRAPH_EXEC: if (rm_drv.cuGraphExecDestroy) rm_drv.cuGraphExecDestroy(p); break;
+			case RM_H_GRAPH: if (rm_drv.cuGraphDestroy) rm_drv.cuGraphDestroy(p); break;
 			case RM_H_EVENT: rm_drv.cuEventDestroy_v2(p); break;
 			case RM_H_STREAM: rm_stream_pool_give(p); break;
 			case RM_H_MODULE: if (!h->parent) rm_image_unload(RM_H_MODULE, p); break; /* else a library's own */
@@ -644,6 +649,9 @@ size_t rm_session_release_all(struct rm_session *s)
 void rm_session_destroy(struct rm_session *s)
 {
 	rm_copy_links_close(s);
+	/* Host functions still queued on its streams return at once from now on. */
+	rm_hostfn_hub_release(s->sh->hostfn);
+	s->sh->hostfn = NULL;
 	size_t bytes = s->sh->mem_bytes;
 	size_t freed = rm_session_release_all(s);
 	if (s->sh->nctx)

@@ -80,6 +80,7 @@ struct rm_session_ctx {
 struct rm_handoff;
 struct rm_kernel_timers;
 struct rm_copy_link;
+struct rm_hostfn_hub;
 struct rm_session;
 
 /* What the channels of one session share (docs/protocol.md, "Channels"): what the client
@@ -109,6 +110,8 @@ struct rm_session_shared {
 	pthread_cond_t progress;
 	int fence_waiters;
 
+	struct rm_hostfn_hub *hostfn; /* host functions' callback channel (host_functions.h); NULL: none */
+
 	pthread_mutex_t copy_lock; /* attaching copy links; held by a striped copy throughout */
 	struct rm_copy_link *copy_links[RM_MAX_COPY_LINKS]; /* [1 .. ncopy_links] */
 	int ncopy_links;
@@ -121,6 +124,8 @@ struct rm_session_shared {
 struct rm_session {
 	uint64_t id;
 	int chan;                  /* 0: the session's main connection; 1..: a client thread's */
+	int callbacks;             /* the session's callback channel: it carries host functions'
+				    * calls and answers, nothing else (host_functions.h) */
 	int left_early;            /* the client went during a call: its registry slot is freed
 				    * (liveness.c; set and read by the heartbeat thread) */
 	struct rm_session_shared *sh;

@@ -18,6 +18,7 @@
 #include "device_state.h"
 #include "dispatch.h"
 #include "gpus.h"
+#include "host_functions.h"
 #include "host_memory.h"
 #include "kernel_timing.h"
 #include "liveness.h"
@@ -150,6 +151,25 @@ static void serve(struct rm_session *s)
 		if (rq.frame.op == RM_OP_HEARTBEAT && !rq.frame.msg_len && !rq.frame.bulk_len &&
 		    !(rq.frame.flags & RM_F_REPLY))
 			continue; /* an idle client is alive */
+		if (rq.frame.op == RM_OP_HOST_LISTEN && !rq.frame.msg_len && !rq.frame.bulk_len &&
+		    !(rq.frame.flags & RM_F_REPLY)) {
+			if ((err = rm_hostfn_listen(s))) {
+				rm_log(RM_LOG_WARN, "session %llu (%s): channel %d refused as callback channel (%s); closing",
+				       (unsigned long long)s->id, s->name, s->chan, strerror(-err));
+				break;
+			}
+			continue;
+		}
+		if (s->callbacks) { /* a callback channel carries answers, nothing else */
+			if (rq.frame.op == RM_OP_HOST_DONE && !rq.frame.msg_len && !rq.frame.bulk_len &&
+			    !(rq.frame.flags & RM_F_REPLY)) {
+				rm_hostfn_done(s, rq.frame.seq);
+				continue;
+			}
+			rm_log(RM_LOG_WARN, "session %llu (%s): opcode %u on its callback channel; closing",
+			       (unsigned long long)s->id, s->name, rq.frame.op);
+			break;
+		}
 		if (rq.frame.op == RM_OP_FENCE && !(rq.frame.flags & RM_F_REPLY) && !rq.frame.bulk_len) {
 			if (fence(s, &rq.frame))
 				break;
@@ -239,6 +259,7 @@ static void *channel_main(void *arg)
 	prctl(PR_SET_TIMERSLACK, 1000UL);
 	serve(ch);
 	rm_log(RM_LOG_INFO, "session %llu (%s): channel %d closed", (unsigned long long)ch->id, ch->name, ch->chan);
+	rm_hostfn_channel_gone(ch); /* waiting host functions go on without it */
 	sessions_remove(ch);
 	pthread_mutex_lock(&sh->lock);
 	sh->channels[ch->chan] = NULL;

@@ -15,6 +15,9 @@
 #define RM_MAX_OUT_BUF (1u << 16)          /* an out[LEN] buffer of a generated call */
 #define RM_MAX_POINTER_ATTRIBUTES 64       /* attributes of one cuPointerGetAttributes */
 #define RM_POINTER_ATTRIBUTE_SLOT 16       /* bytes of one attribute's value on the wire (the largest, P2P tokens) */
+#define RM_MANAGED_ALIGN (64u << 10)       /* a managed allocation is a whole number of these
+					    * (docs/managed-memory.md): the client maps it page by page */
+#define RM_MAX_RANGE_ATTRIBUTE 1024        /* bytes of one cuMemRangeGetAttribute answer */
 #define RM_MAX_GRAPH_DEPS 4096             /* node handles in one graph message (dependencies, nodes) */
 
 /* Frame flags. */
@@ -37,6 +40,12 @@ enum {
 				     * ends after this frame (docs/protocol.md) */
 	RM_OP_DEVICE_STATE = 0x10005, /* remora.DeviceState: what NVML tells of a GPU the client
 				       * sees (docs/operations.md, the NVML shim) */
+	/* Host functions (docs/protocol.md, "Host functions"), all empty: */
+	RM_OP_HOST_LISTEN = 0x10006, /* a channel becomes the session's callback channel;
+				      * answered by an empty reply frame */
+	RM_OP_HOST_CALL = 0x10007,   /* daemon to callback channel, flagged a reply: run host
+				      * function seq (the id its cuLaunchHostFunc gave), then answer */
+	RM_OP_HOST_DONE = 0x10008,   /* async, on the callback channel: host function seq returned */
 };
 
 /* Bits of remora.DeviceStateReply's valid: the GPU host's NVML gave that figure. */

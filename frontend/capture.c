@@ -249,3 +249,14 @@ RM_EXPORT CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph 
 	rm_rpc_free(rep ? &rep->base : NULL);
 	return r;
 }
+
+/* As a kernel launch: mapped and managed host memory the graph's kernels may read goes up
+ * first, on the launch's stream. */
+RM_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraph, CUstream hStream)
+{
+	Remora__CuGraphLaunchReq req = REMORA__CU_GRAPH_LAUNCH__REQ__INIT;
+	req.hgraph = (uint64_t)(uintptr_t)hGraph;
+	req.hstream = (uint64_t)(uintptr_t)hStream;
+	CUresult r = rm_mapped_before_launch(hStream);
+	return r == CUDA_SUCCESS ? rm_rpc_simple(RM_OP_cuGraphLaunch, &req.base, NULL, NULL) : r;
+}

@@ -92,6 +92,20 @@ struct Remora__LaunchKernel;
 CUresult rm_pack_kernel_params(CUfunction f, void **kernelParams, void **extra, struct Remora__LaunchKernel *req,
 			       uint8_t *scratch, size_t scratch_len, uint8_t **heap);
 
+/* Managed memory (managed.c): rm_managed_push sends what the host changed before work on
+ * stream that may read it; rm_managed_pull brings what the device changed down after a
+ * synchronizing call, if work was sent since (rm_managed_note_work: any async call, any
+ * copy to the device). No-ops while nothing is managed. rm_managed_holds: whether
+ * [p, p+n) lies in one managed allocation. */
+CUresult rm_managed_push(CUstream stream);
+CUresult rm_managed_pull(void);
+void rm_managed_note_work(void);
+int rm_managed_holds(CUdeviceptr p, size_t n);
+
+/* Whether the calling thread is running a program's host function (host_functions.c):
+ * then every call to the daemon is refused with CUDA_ERROR_NOT_PERMITTED. */
+int rm_hostfn_running(void);
+
 /* Library-wide set-up: logging. Idempotent. */
 void rm_client_init(void);
 #define RM_MAX_VISIBLE_DEVICES 64 /* ordinals REMORA_VISIBLE_DEVICES may list */

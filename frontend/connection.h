@@ -50,6 +50,8 @@ struct rm_client_conn {
 	uint64_t batch_since_ns;  /* when the oldest queued call was queued; 0: none queued */
 	uint64_t last_async_ns;   /* when the last async call was queued */
 	int flusher_armed;
+	int reader;               /* another thread reads the link (the callback channel,
+				   * host_functions.c): the flusher only sends heartbeats */
 	int flusher_running;      /* its thread was started and is to be joined */
 	pthread_t flusher;
 	pthread_mutex_t flusher_lock;
@@ -70,6 +72,12 @@ void rm_client_conn_close(struct rm_client_conn *c);
 
 /* Makes call on c (client.h's rm_rpc on a given connection). */
 CUresult rm_client_call(struct rm_client_conn *c, struct rm_rpc_call *call);
+/* Sends frame f (no message, no bulk) on c under its lock: 0, or -errno after c is lost. */
+int rm_client_send_frame(struct rm_client_conn *c, const struct rm_frame *f);
+/* Opens a channel of the session that no thread's calls use (the callback channel):
+ * NULL when the daemon has no room or none could be opened. rm_channel_close_spare ends it. */
+struct rm_client_conn *rm_channel_open_spare(void);
+void rm_channel_close_spare(struct rm_client_conn *c);
 /* Starts the flusher thread: 0 or -errno. */
 int rm_client_flusher_start(struct rm_client_conn *c);
 /* Marks c lost (calls fail fast from now on), unblocks a call waiting on its link and

@@ -319,6 +319,9 @@ static CUresult pull(struct host_alloc *a, void *arg, int other)
 
 CUresult rm_mapped_before_launch(CUstream stream)
 {
+	CUresult r = rm_managed_push(stream);
+	if (r != CUDA_SUCCESS)
+		return r;
 	if (!atomic_load(&nmapped) || in_coherence)
 		return CUDA_SUCCESS;
 	atomic_store(&launched, 1);
@@ -327,6 +330,9 @@ CUresult rm_mapped_before_launch(CUstream stream)
 
 CUresult rm_mapped_after_sync(void)
 {
+	CUresult r = rm_managed_pull();
+	if (r != CUDA_SUCCESS)
+		return r;
 	if (!atomic_load(&nmapped) || in_coherence || !atomic_exchange(&launched, 0))
 		return CUDA_SUCCESS;
 	return each_mapped(pull, NULL);

@@ -242,6 +242,7 @@ static CUresult copy_from_device(uint32_t op, void *dst, CUdeviceptr src, size_t
 /* A blocking copy is a synchronization point: mapped host memory is brought up to date after it. */
 RM_EXPORT CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
+	rm_managed_note_work();
 	CUresult r = copy_to_device(RM_OP_cuMemcpyHtoD_v2, dstDevice, srcHost, ByteCount, NULL);
 	return r == CUDA_SUCCESS ? rm_mapped_after_sync() : r;
 }
@@ -254,7 +255,9 @@ RM_EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const voi
 
 RM_EXPORT CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
-	CUresult r = copy_from_device(RM_OP_cuMemcpyDtoH_v2, dstHost, srcDevice, ByteCount, NULL);
+	CUresult r = rm_managed_push(NULL); /* what the host wrote in managed memory the copy reads */
+	if (r == CUDA_SUCCESS)
+		r = copy_from_device(RM_OP_cuMemcpyDtoH_v2, dstHost, srcDevice, ByteCount, NULL);
 	return r == CUDA_SUCCESS ? rm_mapped_after_sync() : r;
 }
 
@@ -263,5 +266,6 @@ RM_EXPORT CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice,
 RM_EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
 						 CUstream hStream)
 {
-	return copy_from_device(RM_OP_cuMemcpyDtoHAsync_v2, dstHost, srcDevice, ByteCount, hStream);
+	CUresult r = rm_managed_push(hStream);
+	return r == CUDA_SUCCESS ? copy_from_device(RM_OP_cuMemcpyDtoHAsync_v2, dstHost, srcDevice, ByteCount, hStream) : r;
 }

@@ -182,7 +182,7 @@ static void heartbeat_if_idle(struct rm_client_conn *c)
 	if (!c->heartbeat_ms || now_ns() < due || pthread_mutex_trylock(&c->lock))
 		return;
 	/* Idle, nothing may arrive but the daemon's going-away frame: read what did. */
-	if (c->connected && (c->link.rpos < c->link.rlen || rm_conn_readable(c->link.conn))) {
+	if (c->connected && !c->reader && (c->link.rpos < c->link.rlen || rm_conn_readable(c->link.conn))) {
 		struct rm_frame f;
 		int err = rm_link_read_frame(&c->link, &f);
 		lost(c, "while idle", err ? err : f.op == RM_OP_GOING_AWAY ? -ESHUTDOWN : -EPROTO);
@@ -449,6 +449,7 @@ CUresult rm_client_call(struct rm_client_conn *c, struct rm_rpc_call *call)
 		goto out;
 	}
 	if (flags & RM_F_ASYNC) {
+		rm_managed_note_work(); /* it may write managed memory: brought down at the next sync */
 		__atomic_store_n(&c->last_async_seq, f.seq, __ATOMIC_RELEASE);
 		if (c->batch_len && c->flusher_running)
 			flusher_arm(c);
@@ -580,8 +581,80 @@ static struct rm_client_conn *thread_connection(void)
 	return thread_conn;
 }
 
+int rm_client_send_frame(struct rm_client_conn *c, const struct rm_frame *f)
+{
+	uint8_t head[RM_FRAME_LEN];
+	struct iovec v = {head, sizeof(head)};
+	rm_frame_encode(f, head);
+	pthread_mutex_lock(&c->lock);
+	int err = c->connected ? flush_locked(c, &v, 1) : -ENOTCONN;
+	if (err && c->connected)
+		lost(c, "send", err);
+	pthread_mutex_unlock(&c->lock);
+	return err;
+}
+
+/* A channel number no thread uses, taken; 0 when none is free. */
+static uint32_t channel_number_take(void)
+{
+	uint32_t chan = 0;
+	pthread_rwlock_wrlock(&chan_lock);
+	for (uint32_t i = 1; i <= RM_MAX_CHANNELS && !chan; i++)
+		if (!chan_taken[i])
+			chan = i;
+	if (chan)
+		chan_taken[chan] = 1;
+	pthread_rwlock_unlock(&chan_lock);
+	return chan;
+}
+
+static void channel_number_give(uint32_t chan)
+{
+	pthread_rwlock_wrlock(&chan_lock);
+	chan_taken[chan] = 0;
+	pthread_rwlock_unlock(&chan_lock);
+}
+
+struct rm_client_conn *rm_channel_open_spare(void)
+{
+	if (rm_connect_once() != CUDA_SUCCESS || !process_conn.keylen)
+		return NULL;
+	uint32_t chan = channel_number_take();
+	struct rm_client_conn *c = chan ? calloc(1, sizeof(*c)) : NULL;
+	if (!c) {
+		if (chan)
+			channel_number_give(chan);
+		return NULL;
+	}
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->flusher_lock, NULL);
+	pthread_cond_init(&c->flusher_cond, NULL);
+	c->reader = 1;
+	if (rm_client_channel_open(c, &process_conn, chan) != CUDA_SUCCESS) {
+		c->chan = chan;
+		rm_channel_close_spare(c);
+		return NULL;
+	}
+	return c;
+}
+
+void rm_channel_close_spare(struct rm_client_conn *c)
+{
+	uint32_t chan = c->chan;
+	if (c->connected)
+		rm_client_conn_close(c);
+	pthread_cond_destroy(&c->flusher_cond);
+	pthread_mutex_destroy(&c->flusher_lock);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+	if (chan)
+		channel_number_give(chan);
+}
+
 CUresult rm_rpc(struct rm_rpc_call *c)
 {
+	if (rm_hostfn_running())
+		return CUDA_ERROR_NOT_PERMITTED; /* a host function may not call CUDA (it would wait for itself) */
 	CUresult r = rm_connect_once();
 	return r == CUDA_SUCCESS ? rm_client_call(thread_connection(), c) : r;
 }

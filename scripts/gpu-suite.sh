@@ -40,6 +40,8 @@ PROGRAMS=(
 	"drv_attrcache|tests/programs/drv_attrcache tests/programs/kernels.fatbin"
 	"rt_memkinds|tests/rtprograms/rt_memkinds"
 	"drv_graphs|tests/programs/drv_graphs tests/programs/kernels.fatbin 1000"
+	"drv_hostfn|tests/programs/drv_hostfn tests/programs/kernels.fatbin"
+	"drv_managed|tests/programs/drv_managed tests/programs/kernels.fatbin"
 )
 # Framework programs (issue 13), run from the repository root with the Python on the
 # PATH (PyTorch and torchvision for CUDA 13); --no-frameworks leaves them out.

@@ -15,7 +15,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from verdict import check, failures  # noqa: E402
-from remorad_fixture import Daemon  # noqa: E402
+from remorad_fixture import Daemon, wait_for  # noqa: E402
 
 root, libdir, remorad, driver, program, image = sys.argv[1:7]
 prolog = os.path.join(root, "dist", "slurm", "task-prolog.sh")
@@ -40,10 +40,10 @@ with tempfile.TemporaryDirectory() as tmp:
         p = subprocess.run(["sh", prolog], capture_output=True, text=True,
                            env=dict(base, REMORA_SLURM_ENV=conf), timeout=30)
         check(p.returncode == 0 and not p.stdout.strip(), "a job that did not ask for remote GPUs gets nothing")
+        check(wait_for(lambda: "closed: released" in d.text(), timeout=30),
+              "the task's session was served and released by remorad")
     finally:
         d.stop()
-    log = open(d.log_path).read()
-    check("closed: released" in log, "the task's session was served and released by remorad")
 
 try:
     import yaml

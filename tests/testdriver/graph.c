@@ -160,6 +160,7 @@ static CUgraphNodeType type_of_op(const struct td_op *op)
 	case TD_OP_KERNEL: return CU_GRAPH_NODE_TYPE_KERNEL;
 	case TD_OP_COPY: return CU_GRAPH_NODE_TYPE_MEMCPY;
 	case TD_OP_SET: return CU_GRAPH_NODE_TYPE_MEMSET;
+	case TD_OP_HOST: return CU_GRAPH_NODE_TYPE_HOST;
 	default: return CU_GRAPH_NODE_TYPE_EMPTY;
 	}
 }

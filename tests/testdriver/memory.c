@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static struct td_alloc *allocs;       /* guarded by td_lock */
@@ -69,7 +70,7 @@ CUresult td_track(void *base, size_t size, enum td_alloc_kind kind, struct td_co
 /* Removes the entry at index; caller holds td_lock and frees the memory. */
 static void untrack_locked(size_t index)
 {
-	if (allocs[index].kind == TD_ALLOC_DEVICE)
+	if (allocs[index].kind == TD_ALLOC_DEVICE || allocs[index].kind == TD_ALLOC_MANAGED)
 		device_used[allocs[index].device] -= allocs[index].size;
 	allocs[index] = allocs[--alloc_count];
 }
@@ -151,19 +152,42 @@ CUresult td_device_alloc(struct td_context *ctx, int device, size_t bytes, CUdev
 	return CUDA_SUCCESS;
 }
 
+bool td_managed_update(uintptr_t ptr, void (*update)(struct td_alloc *a, const void *arg), const void *arg)
+{
+	pthread_mutex_lock(&td_lock);
+	struct td_alloc *a = find_locked(ptr, 1);
+	bool found = a && a->kind == TD_ALLOC_MANAGED;
+	if (found)
+		update(a, arg);
+	pthread_mutex_unlock(&td_lock);
+	return found;
+}
+
+/* Gives an allocation's memory back: managed memory is a mapping of its own. */
+static void release_memory(const struct td_alloc *a)
+{
+	if (a->kind == TD_ALLOC_MANAGED) {
+		munmap((void *)a->base, a->size);
+	} else if (a->kind == TD_ALLOC_DEVICE || a->kind == TD_ALLOC_HOST) {
+		free((void *)a->base);
+	}
+}
+
 void td_free_device_range(uintptr_t base)
 {
-	void *memory = NULL;
 	pthread_mutex_lock(&td_lock);
 	for (size_t i = 0; i < alloc_count; i++) {
 		if (allocs[i].base == base) {
-			memory = (void *)base;
+			struct td_alloc a = allocs[i];
 			untrack_locked(i);
+			if (a.kind == TD_ALLOC_MANAGED)
+				release_memory(&a);
+			else
+				free((void *)a.base);
 			break;
 		}
 	}
 	pthread_mutex_unlock(&td_lock);
-	free(memory);
 }
 
 void td_free_context_allocs(struct td_context *ctx)
@@ -171,9 +195,9 @@ void td_free_context_allocs(struct td_context *ctx)
 	pthread_mutex_lock(&td_lock);
 	for (size_t i = 0; i < alloc_count;) {
 		if (allocs[i].ctx == ctx) {
-			if (allocs[i].kind == TD_ALLOC_DEVICE || allocs[i].kind == TD_ALLOC_HOST)
-				free((void *)allocs[i].base);
+			struct td_alloc a = allocs[i];
 			untrack_locked(i);
+			release_memory(&a);
 		} else {
 			i++;
 		}
@@ -203,7 +227,8 @@ TD_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 	if (!dptr)
 		return CUDA_SUCCESS;
 	struct td_alloc a;
-	if (!td_find_alloc(dptr, 1, &a) || a.base != dptr || a.kind != TD_ALLOC_DEVICE || !a.ctx)
+	if (!td_find_alloc(dptr, 1, &a) || a.base != dptr || (a.kind != TD_ALLOC_DEVICE && a.kind != TD_ALLOC_MANAGED) ||
+	    !a.ctx)
 		return CUDA_ERROR_INVALID_VALUE;
 	/* Like cudaFree: no queued work may still use it. */
 	td_context_synchronize(a.ctx);
@@ -388,7 +413,7 @@ TD_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribu
 		*(CUdeviceptr *)data = ptr;
 		break;
 	case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-		if (!host)
+		if (!host && a.kind != TD_ALLOC_MANAGED)
 			return CUDA_ERROR_INVALID_VALUE;
 		*(void **)data = (void *)(uintptr_t)ptr;
 		break;
@@ -396,6 +421,8 @@ TD_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribu
 		*(unsigned long long *)data = a.buffer_id;
 		break;
 	case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+		*(int *)data = a.kind == TD_ALLOC_MANAGED;
+		break;
 	case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
 	case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
 	case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:

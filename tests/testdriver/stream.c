@@ -126,6 +126,12 @@ static void run_op(struct td_stream *s, struct td_op *op)
 		td_wait_ticket(op->u.wait.stream, op->u.wait.ticket);
 		td_stream_unref(op->u.wait.stream);
 		break;
+	case TD_OP_HOST:
+		/* As CUDA: not run once the context is broken; run on the stream's own thread,
+		 * so the stream's later work waits until it returns. */
+		if (!broken)
+			op->u.host.fn(op->u.host.data);
+		break;
 	case TD_OP_EVENT_WAIT:
 	case TD_OP_NOTHING:
 		break;
@@ -802,4 +808,50 @@ TD_EXPORT CUresult cuEventDestroy_v2(CUevent handle)
 TD_EXPORT CUresult cuEventDestroy(CUevent handle)
 {
 	return cuEventDestroy_v2(handle);
+}
+
+TD_EXPORT CUresult cuLaunchHostFunc(CUstream stream, CUhostFn fn, void *userData)
+{
+	struct td_stream *s;
+	if (!fn)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = td_resolve_stream(stream, &s);
+	if (rc == CUDA_SUCCESS)
+		rc = td_capture_usable(s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	struct td_op *op = td_op_new(TD_OP_HOST);
+	if (!op)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	op->u.host.fn = fn;
+	op->u.host.data = userData;
+	td_enqueue(s, op);
+	return CUDA_SUCCESS;
+}
+
+struct td_callback {
+	CUstreamCallback cb;
+	CUstream stream;
+	void *data;
+};
+
+static void CUDA_CB run_callback(void *arg)
+{
+	struct td_callback *c = arg;
+	c->cb(c->stream, CUDA_SUCCESS, c->data);
+	free(c);
+}
+
+TD_EXPORT CUresult cuStreamAddCallback(CUstream stream, CUstreamCallback callback, void *userData, unsigned int flags)
+{
+	if (!callback || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct td_callback *c = malloc(sizeof(*c));
+	if (!c)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*c = (struct td_callback){callback, stream, userData};
+	CUresult rc = cuLaunchHostFunc(stream, run_callback, c);
+	if (rc != CUDA_SUCCESS)
+		free(c);
+	return rc;
 }

@@ -96,6 +96,7 @@ enum td_alloc_kind {
 	TD_ALLOC_HOST,
 	TD_ALLOC_REGISTERED, /* the program's memory, given by cuMemHostRegister: never freed here */
 	TD_ALLOC_MAPPING,    /* a cuMemMap'ed piece of a reservation (vmm.c): its physical memory's */
+	TD_ALLOC_MANAGED,    /* cuMemAllocManaged (managed.c): mmap'ed in a range of its own */
 };
 
 struct td_pool;
@@ -108,7 +109,11 @@ struct td_alloc {
 	int device;
 	uint64_t buffer_id;
 	struct td_pool *pool;        /* a stream-ordered allocation's pool, else NULL */
-	unsigned int flags;          /* host memory: cuMemHostAlloc's or cuMemHostRegister's flags */
+	unsigned int flags;          /* host memory: cuMemHostAlloc's or cuMemHostRegister's flags;
+				      * managed: its attach flags */
+	int read_mostly;             /* managed: CU_MEM_ADVISE_SET_READ_MOSTLY given */
+	int preferred;               /* managed: the preferred location's device, CU_DEVICE_CPU or -2 (none) */
+	int last_prefetch;           /* managed: the last prefetch's destination, or -2 (none) */
 };
 
 /* Finds the allocation holding [addr, addr + bytes); copies it to *out. */
@@ -126,6 +131,8 @@ bool td_untrack(uintptr_t base, enum td_alloc_kind kind);
 bool td_device_reserve(int device, size_t size);
 void td_device_unreserve(int device, size_t size);
 void td_set_alloc_flags(uintptr_t base, unsigned int flags);
+/* Updates the managed allocation holding ptr under td_lock: false if there is none. */
+bool td_managed_update(uintptr_t ptr, void (*update)(struct td_alloc *a, const void *arg), const void *arg);
 /* Marks the allocation at base as one of pool's (pools.c). */
 void td_set_alloc_pool(uintptr_t base, struct td_pool *pool);
 /* A pool's handle of the allocation holding ptr, or NULL (vmm.c reads it for attributes). */
@@ -141,7 +148,8 @@ enum td_op_kind {
 	TD_OP_RECORD,      /* timestamp an event */
 	TD_OP_WAIT,        /* wait until another stream reaches a ticket */
 	TD_OP_EVENT_WAIT,  /* replayed graph node: wait for an event's last record */
-	TD_OP_NOTHING      /* replayed empty node */
+	TD_OP_NOTHING,     /* replayed empty node */
+	TD_OP_HOST         /* a host function (cuLaunchHostFunc), run by the stream's worker */
 };
 
 struct td_kernel;
@@ -163,6 +171,7 @@ struct td_op {
 		struct { struct td_event *event; uint64_t record_id; } record;
 		struct { struct td_stream *stream; uint64_t ticket; } wait;
 		struct { struct td_event *event; } event_wait;
+		struct { CUhostFn fn; void *data; } host;
 	} u;
 	struct td_stream *stream;    /* set by td_enqueue: the op's stream and ticket */
 	uint64_t ticket;

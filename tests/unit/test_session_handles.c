@@ -17,6 +17,7 @@
 #include "image_cache.h"
 #include "log.h"
 #include "registry.h"
+#include "host_functions.h"
 #include "stream_pool.h"
 
 #include "expect.h"
@@ -45,6 +46,8 @@ void rm_copy_links_close(struct rm_session *s) { unused(__func__); }
 void rm_kernel_timing_release(struct rm_session *s, struct rm_session_ctx *c) { (void)s; (void)c; }
 void rm_staging_init(struct rm_staging *st, size_t size) { unused(__func__); }
 void rm_staging_close(struct rm_staging *st) { unused(__func__); }
+struct rm_hostfn_hub *rm_hostfn_hub_new(const struct rm_session *s, int timeout_s) { unused(__func__); }
+void rm_hostfn_hub_release(struct rm_hostfn_hub *hub) { unused(__func__); }
 
 /* ---- what rm_session_release_all and rm_session_use call: recorded ---- */
 

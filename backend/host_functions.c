@@ -1,0 +1,228 @@
+/* Host functions through the client's callback channel (host_functions.h).
+ *
+ * Locking: hub->lock guards the hub; a call sends under it, taking the channel's
+ * send_lock inside it (nothing takes them the other way round), so the channel cannot be
+ * freed while a frame goes out: rm_hostfn_channel_gone takes hub->lock first. */
+#include "host_functions.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "dispatch.h"
+#include "log.h"
+#include "remora.pb-c.h"
+
+struct waiting {
+	uint64_t id;
+	int done;
+	struct waiting *next;
+};
+
+struct rm_hostfn_hub {
+	pthread_mutex_t lock;
+	pthread_cond_t answered; /* a call was answered, or the channel went */
+	int refs;                /* the session's, and one per call the driver holds */
+	int closed;              /* the session is gone: nothing more is sent */
+	struct rm_session *ch;   /* the callback channel; NULL: none (yet, or any more) */
+	struct waiting *waiting; /* calls sent and not answered */
+	int timeout_s;
+	uint64_t session_id;
+	char name[64];
+};
+
+/* What the driver's host function gets: one per cuLaunchHostFunc. */
+struct call {
+	struct rm_hostfn_hub *hub;
+	uint64_t id;
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+struct rm_hostfn_hub *rm_hostfn_hub_new(const struct rm_session *s, int timeout_s)
+{
+	struct rm_hostfn_hub *hub = calloc(1, sizeof(*hub));
+	pthread_condattr_t attr;
+	if (!hub)
+		return NULL;
+	pthread_mutex_init(&hub->lock, NULL);
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&hub->answered, &attr);
+	pthread_condattr_destroy(&attr);
+	hub->refs = 1;
+	hub->timeout_s = timeout_s > 0 ? timeout_s : 30;
+	hub->session_id = s->id;
+	snprintf(hub->name, sizeof(hub->name), "%s", s->name);
+	return hub;
+}
+
+static void hub_unref_locked(struct rm_hostfn_hub *hub)
+{
+	if (--hub->refs) {
+		pthread_mutex_unlock(&hub->lock);
+		return;
+	}
+	pthread_mutex_unlock(&hub->lock);
+	pthread_cond_destroy(&hub->answered);
+	pthread_mutex_destroy(&hub->lock);
+	free(hub);
+}
+
+void rm_hostfn_hub_release(struct rm_hostfn_hub *hub)
+{
+	if (!hub)
+		return;
+	pthread_mutex_lock(&hub->lock);
+	hub->closed = 1;
+	hub->ch = NULL;
+	pthread_cond_broadcast(&hub->answered);
+	hub_unref_locked(hub);
+}
+
+int rm_hostfn_listen(struct rm_session *ch)
+{
+	struct rm_hostfn_hub *hub = ch->sh->hostfn;
+	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_HOST_LISTEN, .flags = RM_F_REPLY};
+	int err = 0;
+	if (!hub)
+		return -ENOMEM;
+	pthread_mutex_lock(&hub->lock);
+	if (hub->ch || hub->closed || ch->chan == 0)
+		err = -EBUSY; /* one per session, and never the main connection */
+	pthread_mutex_lock(&ch->send_lock);
+	if (err) {
+		f.result = CUDA_ERROR_NOT_PERMITTED;
+		rm_link_send(&ch->link, &f, NULL, NULL, 0);
+	} else if (rm_link_send(&ch->link, &f, NULL, NULL, 0)) {
+		err = -EPIPE;
+	} else {
+		/* From now on the channel is "in a call" for the liveness thread: heartbeats keep
+		 * the client's callback thread, which only reads, from taking us for frozen. */
+		uint64_t now = now_ns();
+		__atomic_store_n(&ch->reply_begun, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&ch->heartbeat_ns, now, __ATOMIC_RELAXED);
+		__atomic_store_n(&ch->call_since_ns, now, __ATOMIC_RELEASE);
+		ch->callbacks = 1;
+		hub->ch = ch;
+	}
+	pthread_mutex_unlock(&ch->send_lock);
+	pthread_mutex_unlock(&hub->lock);
+	if (!err)
+		rm_log(RM_LOG_INFO, "session %llu (%s): channel %d is its callback channel (host functions)",
+		       (unsigned long long)ch->id, ch->name, ch->chan);
+	return err;
+}
+
+void rm_hostfn_done(struct rm_session *ch, uint64_t id)
+{
+	struct rm_hostfn_hub *hub = ch->sh->hostfn;
+	pthread_mutex_lock(&hub->lock);
+	for (struct waiting *w = hub->waiting; w; w = w->next)
+		if (w->id == id)
+			w->done = 1;
+	pthread_cond_broadcast(&hub->answered);
+	pthread_mutex_unlock(&hub->lock);
+}
+
+void rm_hostfn_channel_gone(struct rm_session *ch)
+{
+	struct rm_hostfn_hub *hub = ch->sh->hostfn;
+	if (!hub || !ch->callbacks)
+		return;
+	pthread_mutex_lock(&hub->lock);
+	if (hub->ch == ch)
+		hub->ch = NULL;
+	pthread_cond_broadcast(&hub->answered);
+	pthread_mutex_unlock(&hub->lock);
+}
+
+/* The driver's host function: sends the call and waits for its answer, the channel's end,
+ * or the peer timeout. It runs on a thread of the driver's that other clients' host
+ * functions may wait for, so it never waits longer. */
+static void CUDA_CB run_call(void *arg)
+{
+	struct call *c = arg;
+	struct rm_hostfn_hub *hub = c->hub;
+	struct waiting w = {.id = c->id};
+	pthread_mutex_lock(&hub->lock);
+	struct rm_session *ch = hub->ch;
+	int err = -ENOTCONN;
+	if (ch && !hub->closed) {
+		struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_HOST_CALL, .flags = RM_F_REPLY, .seq = c->id};
+		pthread_mutex_lock(&ch->send_lock);
+		err = rm_link_send(&ch->link, &f, NULL, NULL, 0);
+		pthread_mutex_unlock(&ch->send_lock);
+	}
+	if (!err) {
+		w.next = hub->waiting;
+		hub->waiting = &w;
+		uint64_t until = now_ns() + (uint64_t)hub->timeout_s * 1000000000u;
+		struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
+		while (!w.done && hub->ch == ch && !hub->closed)
+			if (pthread_cond_timedwait(&hub->answered, &hub->lock, &ts) == ETIMEDOUT)
+				break;
+		struct waiting **p = &hub->waiting;
+		while (*p != &w)
+			p = &(*p)->next;
+		*p = w.next;
+		if (!w.done && hub->ch == ch && !hub->closed)
+			rm_log(RM_LOG_WARN, "session %llu (%s): host function %llu unanswered after %d s; the stream "
+			       "goes on without it", (unsigned long long)hub->session_id, hub->name,
+			       (unsigned long long)c->id, hub->timeout_s);
+	}
+	if (!w.done)
+		rm_log(RM_LOG_DEBUG, "session %llu (%s): host function %llu not run by the client",
+		       (unsigned long long)hub->session_id, hub->name, (unsigned long long)c->id);
+	free(c);
+	hub_unref_locked(hub);
+}
+
+void rm_handle_cuLaunchHostFunc(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__HostFunc *req = (void *)rm_request_unpack(rq, &remora__host_func__descriptor);
+	if (!req)
+		return;
+	struct rm_hostfn_hub *hub = s->sh->hostfn;
+	CUstream st = NULL;
+	CUresult r = CUDA_SUCCESS;
+	if (!hub)
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	if (r == CUDA_SUCCESS) {
+		pthread_mutex_lock(&hub->lock);
+		if (!hub->ch)
+			r = rm_unsupported_use("cuLaunchHostFunc without a callback channel");
+		pthread_mutex_unlock(&hub->lock);
+	}
+	if (r == CUDA_SUCCESS)
+		r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &st);
+	/* A captured host function would become a graph node calling run_call at every
+	 * launch with one call's record: not done yet. */
+	if (r == CUDA_SUCCESS && s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) && rm_capture_active(st))
+		r = rm_unsupported_use("cuLaunchHostFunc during stream capture");
+	if (r == CUDA_SUCCESS && !rm_drv.cuLaunchHostFunc)
+		r = rm_unsupported_by_driver("cuLaunchHostFunc");
+	struct call *c = r == CUDA_SUCCESS ? malloc(sizeof(*c)) : NULL;
+	if (r == CUDA_SUCCESS && !c)
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	if (c) {
+		c->hub = hub;
+		c->id = req->id;
+		pthread_mutex_lock(&hub->lock);
+		hub->refs++;
+		pthread_mutex_unlock(&hub->lock);
+		if ((r = rm_drv.cuLaunchHostFunc(st, run_call, c)) != CUDA_SUCCESS) {
+			free(c);
+			pthread_mutex_lock(&hub->lock);
+			hub_unref_locked(hub);
+		}
+	}
+	rm_request_finish(s, rq, r, NULL);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}

@@ -1,0 +1,192 @@
+/* Host functions: cuLaunchHostFunc and cuStreamAddCallback run the program's function in
+ * this process, in stream order (docs/protocol.md, "Host functions").
+ *
+ * At the first one, the process opens its callback channel: a channel of the session that
+ * no thread's calls use, made the session's callback channel by RM_OP_HOST_LISTEN, and a
+ * thread that reads it. The launch travels as an async cuLaunchHostFunc naming the stream
+ * and an id; the daemon's stream reaches it and sends RM_OP_HOST_CALL with that id on the
+ * callback channel; the thread runs the function (in the order the calls come, one at a
+ * time, as CUDA's own host-function thread does) and answers RM_OP_HOST_DONE, and only then
+ * does the stream go on. The daemon sends heartbeats on the channel while it is open (it
+ * only ever waits there), and the channel's flusher sends the client's.
+ *
+ * The ids are this process's: a call naming an id not pending is answered and ignored, so
+ * nothing the daemon sends makes this process call an address of the daemon's choosing.
+ * A host function that calls CUDA gets CUDA_ERROR_NOT_PERMITTED (rm_rpc): CUDA forbids
+ * it, and here the call would wait for the stream that waits for the function. */
+#include "client.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "connection.h"
+#include "remora.pb-c.h"
+
+#define BUCKETS 256
+
+struct pending {
+	uint64_t id;
+	CUhostFn fn;             /* cuLaunchHostFunc's, or NULL */
+	CUstreamCallback cb;     /* cuStreamAddCallback's, or NULL */
+	CUstream stream;         /* the stream a callback is told of */
+	void *data;
+	struct pending *next;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* the table, the state */
+static struct pending *table[BUCKETS];
+static uint64_t next_id = 1;
+static int state;            /* 0: no callback channel yet; 1: open; -1: none to be had */
+static struct rm_client_conn *chan;
+static __thread int running; /* this thread is in a program's host function */
+
+int rm_hostfn_running(void) { return running; }
+
+static struct pending *take(uint64_t id)
+{
+	pthread_mutex_lock(&lock);
+	struct pending **p = &table[id % BUCKETS];
+	while (*p && (*p)->id != id)
+		p = &(*p)->next;
+	struct pending *e = *p;
+	if (e)
+		*p = e->next;
+	pthread_mutex_unlock(&lock);
+	return e;
+}
+
+/* Reads calls until the channel ends; runs each and answers it. */
+static void *callback_main(void *arg)
+{
+	struct rm_client_conn *c = arg;
+	const char *why = NULL;
+	for (;;) {
+		struct rm_frame f;
+		int err = rm_link_read_frame(&c->link, &f);
+		if (err) {
+			why = err == -ETIMEDOUT ? "the GPU server was silent" : "connection lost";
+			break;
+		}
+		if (f.op == RM_OP_HEARTBEAT && (f.flags & RM_F_REPLY) && !f.msg_len && !f.bulk_len)
+			continue;
+		if (f.op == RM_OP_GOING_AWAY) {
+			why = "the GPU server is shutting down";
+			break;
+		}
+		if (f.op != RM_OP_HOST_CALL || !(f.flags & RM_F_REPLY) || f.msg_len || f.bulk_len) {
+			why = "unexpected frame";
+			break;
+		}
+		struct pending *e = take(f.seq);
+		if (e) {
+			running = 1;
+			if (e->fn)
+				e->fn(e->data);
+			else
+				e->cb(e->stream, CUDA_SUCCESS, e->data);
+			running = 0;
+			free(e);
+		} else {
+			rm_log(RM_LOG_WARN, "the GPU server asked for host function %llu, which is not pending",
+			       (unsigned long long)f.seq);
+		}
+		struct rm_frame done = {.magic = RM_WIRE_MAGIC, .op = RM_OP_HOST_DONE, .flags = RM_F_ASYNC, .seq = f.seq};
+		if (rm_client_send_frame(c, &done)) {
+			why = "connection lost";
+			break;
+		}
+	}
+	/* Pending functions stay unrun: their streams went on (or the session is over). */
+	rm_log(RM_LOG_ERROR, "host functions' channel closed (%s): later host functions fail", why);
+	pthread_mutex_lock(&lock);
+	state = -1;
+	pthread_mutex_unlock(&lock);
+	return NULL;
+}
+
+/* Opens the callback channel and its thread at the first host function. */
+static CUresult ready(void)
+{
+	pthread_mutex_lock(&lock);
+	CUresult r = state == 1 ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
+	if (state) {
+		pthread_mutex_unlock(&lock);
+		return r;
+	}
+	struct rm_client_conn *c = rm_channel_open_spare();
+	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_HOST_LISTEN, .seq = 1}, rf;
+	const char *why = c ? NULL : "no channel could be attached (the daemon's max_channels?)";
+	/* Sent under the channel's lock (its flusher may send a heartbeat meanwhile); read
+	 * without it, as this channel's link is read only here and by callback_main. */
+	if (!why && (rm_client_send_frame(c, &f) || rm_link_read_frame(&c->link, &rf) ||
+		     rf.op != RM_OP_HOST_LISTEN || !(rf.flags & RM_F_REPLY) || rf.msg_len || rf.bulk_len))
+		why = "the GPU server did not answer";
+	else if (!why && rf.result)
+		why = "the GPU server refused it";
+	pthread_t t;
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (!why && pthread_create(&t, &attr, callback_main, c))
+		why = "no thread";
+	pthread_attr_destroy(&attr);
+	if (why) {
+		rm_log(RM_LOG_ERROR, "host functions are not available: their channel could not be opened (%s)", why);
+		if (c)
+			rm_channel_close_spare(c);
+		state = -1;
+	} else {
+		chan = c; /* kept for the process's life */
+		state = 1;
+		r = CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+static CUresult launch(CUstream stream, CUhostFn fn, CUstreamCallback cb, void *data)
+{
+	if (running)
+		return CUDA_ERROR_NOT_PERMITTED;
+	CUresult r = rm_connect_once();
+	if (r == CUDA_SUCCESS)
+		r = ready();
+	struct pending *e = r == CUDA_SUCCESS ? malloc(sizeof(*e)) : NULL;
+	if (r == CUDA_SUCCESS && !e)
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	if (r != CUDA_SUCCESS)
+		return r;
+	*e = (struct pending){.fn = fn, .cb = cb, .stream = stream, .data = data};
+	pthread_mutex_lock(&lock);
+	e->id = next_id++;
+	e->next = table[e->id % BUCKETS];
+	table[e->id % BUCKETS] = e;
+	pthread_mutex_unlock(&lock);
+	Remora__HostFunc req = REMORA__HOST_FUNC__INIT;
+	req.stream = (uint64_t)(uintptr_t)stream;
+	req.id = e->id;
+	struct rm_rpc_call call = {.op = RM_OP_cuLaunchHostFunc, .req = &req.base};
+	uint64_t id = e->id;
+	if ((r = rm_rpc(&call)) != CUDA_SUCCESS)
+		free(take(id)); /* not sent: never called */
+	return r;
+}
+
+RM_EXPORT CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
+{
+	if (!fn)
+		return CUDA_ERROR_INVALID_VALUE;
+	return launch(hStream, fn, NULL, userData);
+}
+
+/* Told CUDA_SUCCESS as status: an error of the stream's earlier work is reported at the
+ * next synchronizing call instead. */
+RM_EXPORT CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData,
+					       unsigned int flags)
+{
+	if (!callback || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	return launch(hStream, NULL, callback, userData);
+}
