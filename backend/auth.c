@@ -146,7 +146,8 @@ int rm_auth_admin(const struct rm_daemon_config *cfg, struct rm_conn *conn, cons
 
 void rm_auth_warn_exposure(const struct rm_daemon_config *cfg, const char *bound)
 {
-	int loopback = !strncmp(bound, "127.", 4) || !strncmp(bound, "[::1]", 5) || !strncmp(bound, "localhost:", 10);
+	int loopback = !strncmp(bound, "127.", 4) || !strncmp(bound, "[::1]", 5) || !strncmp(bound, "localhost:", 10) ||
+		       !strncmp(cfg->listen, "unix:", 5); /* a Unix socket: this host only */
 	if (loopback)
 		return;
 	int tls = !strncmp(cfg->listen, "tls://", 6);

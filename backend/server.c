@@ -130,18 +130,25 @@ static int start_worker(struct worker *w, const char *tenant_name)
 static int hand_over(struct worker *w, struct rm_conn *conn, struct rm_handoff *h)
 {
 	size_t state_len = 0;
-	int fd = rm_conn_export_fd(conn, h->transport_state, &state_len);
-	if (fd < 0)
-		return fd;
+	int fds[2] = {-1, -1}; /* the connection's descriptor and its transport's second one */
+	fds[0] = rm_conn_export_fd(conn, h->transport_state, &state_len, &fds[1]);
+	if (fds[0] < 0)
+		return fds[0];
 	h->transport_state_len = (uint32_t)state_len;
-	char cbuf[CMSG_SPACE(sizeof(int))] = {0};
+	int nfds = fds[1] >= 0 ? 2 : 1;
+	union {
+		char buf[CMSG_SPACE(2 * sizeof(int))];
+		struct cmsghdr align;
+	} cbuf;
+	memset(&cbuf, 0, sizeof(cbuf));
 	struct iovec iov = {.iov_base = (void *)h, .iov_len = sizeof(*h)};
-	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
+			   .msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int))};
 	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
 	c->cmsg_level = SOL_SOCKET;
 	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+	memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
 	int err = sendmsg(w->channel, &m, MSG_NOSIGNAL) == (ssize_t)sizeof(*h) ? 0 : -errno;
 	explicit_bzero(h->transport_state, sizeof(h->transport_state));
 	return err;

@@ -319,20 +319,32 @@ static int channel_attach(struct rm_session *s, struct rm_conn *conn, uint32_t i
 }
 
 /* Receives one client from the channel: its descriptor and handoff. 0, or -errno; -ECONNRESET at the end. */
-static int receive(int channel, struct rm_handoff *h, int *fd)
+/* A hand-over: the connection's descriptor in fds[0], its transport's second one (shm:
+ * the rings' memfd) in fds[1] or -1. */
+static int receive(int channel, struct rm_handoff *h, int fds[2])
 {
-	char cbuf[CMSG_SPACE(sizeof(int))];
+	union {
+		char buf[CMSG_SPACE(2 * sizeof(int))];
+		struct cmsghdr align;
+	} cbuf;
 	struct iovec iov = {.iov_base = h, .iov_len = sizeof(*h)};
-	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf, .msg_controllen = sizeof(cbuf.buf)};
 	ssize_t n = recvmsg(channel, &m, MSG_CMSG_CLOEXEC);
 	if (n == 0)
 		return -ECONNRESET;
 	if (n < 0)
 		return errno == EINTR ? -EINTR : -errno;
 	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-	if (n != (ssize_t)sizeof(*h) || !c || c->cmsg_type != SCM_RIGHTS)
+	size_t nfds = c && c->cmsg_type == SCM_RIGHTS ? (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) : 0;
+	fds[0] = fds[1] = -1;
+	if (nfds >= 1 && nfds <= 2)
+		memcpy(fds, CMSG_DATA(c), nfds * sizeof(int));
+	if (n != (ssize_t)sizeof(*h) || nfds < 1 || nfds > 2) {
+		for (int i = 0; i < 2; i++)
+			if (fds[i] >= 0)
+				close(fds[i]);
 		return -EPROTO;
-	memcpy(fd, CMSG_DATA(c), sizeof(int));
+	}
 	return 0;
 }
 
@@ -473,7 +485,7 @@ int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 	stop_on_sigterm();
 	for (;;) {
 		struct rm_handoff h;
-		int fd = -1, err = receive(channel, &h, &fd);
+		int fds[2] = {-1, -1}, err = receive(channel, &h, fds), fd = fds[0];
 		if (err == -EINTR)
 			continue;
 		if (err) {
@@ -484,10 +496,12 @@ int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 		struct rm_conn *conn;
 		struct rm_session *s = NULL;
 		int adopted = h.transport_state_len <= sizeof(h.transport_state)
-				      ? tp->adopt_fd(fd, h.transport_state, h.transport_state_len, &conn) : -EINVAL;
+				      ? tp->adopt_fd(fd, fds[1], h.transport_state, h.transport_state_len, &conn) : -EINVAL;
 		explicit_bzero(h.transport_state, sizeof(h.transport_state));
 		if (adopted) {
 			close(fd);
+			if (fds[1] >= 0)
+				close(fds[1]);
 			conn = NULL;
 		} else if (rm_conn_set_liveness(conn, cfg->peer_timeout_s * 1000, cfg->peer_timeout_s * 1000)) {
 			rm_log(RM_LOG_WARN, "client %s: its connection has no liveness timeout", h.name);

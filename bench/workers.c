@@ -242,10 +242,12 @@ out:
 	return failed;
 }
 
-int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *driver, const char *tmpdir)
+int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *driver, const char *tmpdir, bool shm)
 {
-	char ready_file[PATH_MAX];
+	char ready_file[PATH_MAX], listen[PATH_MAX + 8] = "tcp://127.0.0.1:0";
 	snprintf(ready_file, sizeof ready_file, "%s/remorad.addr", tmpdir);
+	if (shm)
+		snprintf(listen, sizeof listen, "unix:%s/remorad.sock", tmpdir);
 	snprintf(d->log, sizeof d->log, "%s/remorad.log", tmpdir);
 	d->addr[0] = 0;
 	d->pid = fork();
@@ -255,7 +257,7 @@ int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *
 		int log = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 		if (log < 0 || dup2(log, STDOUT_FILENO) < 0 || dup2(log, STDERR_FILENO) < 0) /* stdout: the JSON's */
 			_exit(126);
-		char *argv[] = { (char *)remorad, "--listen", "tcp://127.0.0.1:0", "--set", "allow_anonymous=yes", "--ready-file", ready_file,
+		char *argv[] = { (char *)remorad, "--listen", listen, "--set", "allow_anonymous=yes", "--ready-file", ready_file,
 				 driver ? "--driver" : NULL, (char *)driver, NULL };
 		execv(remorad, argv);
 		fprintf(stderr, "cannot run %s: %s\n", remorad, strerror(errno));
@@ -266,7 +268,9 @@ int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *
 		int status;
 		FILE *f = fopen(ready_file, "re");
 		if (f) {
-			bool got = fgets(d->addr, sizeof d->addr, f) != NULL;
+			size_t at = shm ? 5 : 0; /* the ready file holds the socket path; the client wants unix:PATH */
+			memcpy(d->addr, "unix:", at);
+			bool got = fgets(d->addr + at, (int)(sizeof d->addr - at), f) != NULL;
 			fclose(f);
 			d->addr[strcspn(d->addr, "\r\n")] = 0;
 			if (got && d->addr[0])

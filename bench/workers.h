@@ -49,7 +49,9 @@ struct bench_daemon {
 
 /* Starts remorad (with --driver driver unless NULL) and waits for its
  * address; 0 or -errno, with a message on stderr. */
-int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *driver, const char *tmpdir);
+/* shm: the daemon listens on a Unix socket in tmpdir and clients use the shared-memory
+ * transport (unix:PATH) instead of loopback TCP. */
+int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *driver, const char *tmpdir, bool shm);
 void bench_daemon_stop(struct bench_daemon *d);
 
 #endif

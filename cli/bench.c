@@ -25,7 +25,7 @@
 
 struct bench_config {
 	const char *remorad, *driver, *native_lib, *client_lib, *workers;
-	bool quick, json;
+	bool quick, json, shm;
 	const char *only;
 	int clients[32], nclients;
 	long long spin_iters;
@@ -60,11 +60,12 @@ static const struct {
 static const char usage_text[] =
 	"usage: remora bench [--json] [--quick] [--only SECTION[,SECTION...]] [--concurrency N,N,...]\n"
 	"                    [--spin-iters N] [--remorad PATH] [--driver PATH] [--native-lib DIR]\n"
-	"                    [--client-lib DIR] [--workers DIR]\n"
+	"                    [--client-lib DIR] [--workers DIR] [--transport tcp|shm]\n"
 	"--json prints one JSON document on stdout and the table on stderr.\n"
 	"Sections: launch, memcpy, memset, event, concurrency, cublas (loopback TCP is always measured).\n"
 	"Native runs use the libcuda.so.1 the loader finds (or the one in --native-lib DIR); remote runs\n"
-	"use Remora's, against a remorad this command starts (with --driver PATH when given).\n";
+	"use Remora's, against a remorad this command starts (with --driver PATH when given), over\n"
+	"loopback TCP or, with --transport shm, shared memory (unix:PATH, for clients on the GPU host).\n";
 
 static void size_name(char *out, size_t len, size_t bytes)
 {
@@ -474,6 +475,8 @@ static int parse_args(struct bench_config *cfg, int argc, char **argv)
 			return 1;
 		else if (!v)
 			goto bad;
+		else if (!strcmp(a, "--transport") && (!strcmp(v, "tcp") || !strcmp(v, "shm")))
+			cfg->shm = !strcmp(v, "shm"), i++;
 		else if (!strcmp(a, "--only"))
 			cfg->only = v, i++;
 		else if (!strcmp(a, "--concurrency"))
@@ -582,7 +585,7 @@ int cmd_bench(int argc, char **argv)
 		fprintf(stderr, "remora bench: mkdtemp: %s\n", strerror(errno));
 		return 1;
 	}
-	if (bench_daemon_start(&daemon, cfg.remorad, cfg.driver, run.tmpdir)) {
+	if (bench_daemon_start(&daemon, cfg.remorad, cfg.driver, run.tmpdir, cfg.shm)) {
 		fprintf(stderr, "remora bench: logs kept in %s\n", run.tmpdir);
 		return 1;
 	}
@@ -591,6 +594,7 @@ int cmd_bench(int argc, char **argv)
 
 	record_facts(&run);
 	bench_add_fact(&run.results, "spin_iters", true, "%lld", cfg.spin_iters);
+	bench_add_fact(&run.results, "transport", false, "%s", cfg.shm ? "shm" : "tcp");
 	char list[256] = "";
 	for (int i = 0; i < cfg.nclients; i++)
 		snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", i ? "," : "", cfg.clients[i]);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/un.h>
 
 #include "transport.h"
 
@@ -13,9 +14,25 @@
 int rm_address_check(const char *url, int port_zero_ok, char *why, size_t whylen)
 {
 	const char *addr;
-	if (!rm_transport_for(url, &addr)) {
-		snprintf(why, whylen, "'%s' names no transport of this build (tcp://HOST:PORT or HOST:PORT)", url);
+	const struct rm_transport *tp = rm_transport_for(url, &addr);
+	if (!tp) {
+		snprintf(why, whylen, "'%s' names no transport of this build (tcp://HOST:PORT or HOST:PORT%s)", url,
+#ifdef RM_HAVE_SHM
+			 ", unix:PATH"
+#else
+			 "; unix:PATH needs a build with -Dshm"
+#endif
+		);
 		return -EINVAL;
+	}
+	if (!strcmp(tp->scheme, "unix")) { /* a socket path, or @NAME in the abstract namespace */
+		size_t n = strlen(addr);
+		if (n == 0 || n >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+			snprintf(why, whylen, "'%s': a Unix socket path of 1 to %zu bytes", url,
+				 sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+			return -EINVAL;
+		}
+		return 0;
 	}
 	const char *colon = strrchr(addr, ':');
 	if (!colon) {

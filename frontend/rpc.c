@@ -425,6 +425,7 @@ CUresult rm_client_call(struct rm_client_conn *c, struct rm_rpc_call *call)
 	int nfences = __atomic_load_n(&chan_hi, __ATOMIC_ACQUIRE) ? fences_needed(c, fences, RM_MAX_CHANNELS + 1) : 0;
 	pthread_mutex_lock(&c->lock);
 	CUresult result;
+	int waited = 0;
 	if (!c->connected) {
 		result = CUDA_ERROR_DEVICE_UNAVAILABLE;
 		goto out;
@@ -456,13 +457,15 @@ CUresult rm_client_call(struct rm_client_conn *c, struct rm_rpc_call *call)
 		result = CUDA_SUCCESS;
 		goto out;
 	}
+	waited = 1;
 	result = read_reply_locked(c, &f, call);
 	if (c->connected)
 		__atomic_store_n(&c->synced_seq, f.seq, __ATOMIC_RELEASE);
 out:
 	pthread_mutex_unlock(&c->lock);
-	if (result != CUDA_SUCCESS || trace_calls)
-		rm_log(RM_LOG_DEBUG, "%s returned %d", call->op < RM_OP_LIMIT ? rm_op_names[call->op] : "?", result);
+	if (result != CUDA_SUCCESS || trace_calls) /* "waited": a round trip (counted in hotpath.md) */
+		rm_log(RM_LOG_DEBUG, "%s returned %d%s", call->op < RM_OP_LIMIT ? rm_op_names[call->op] : "?", result,
+		       waited ? " (waited)" : "");
 	return result;
 }
 

@@ -3,6 +3,8 @@
 # usage: with-remorad.sh REMORAD DRIVER REMORA PROGRAM [ARGS...]
 # WITH_REMORAD_TLS=1: over TLS 1.3 (certificates made for the run, tests/lib/make_certs.sh),
 # with four copy links, and the log must show them attached.
+# WITH_REMORAD_SHM=1: over shared memory (unix:PATH, a socket in the run's directory),
+# with four copy links likewise.
 set -eu
 remorad=$1 driver=$2 remora=$3
 shift 3
@@ -19,6 +21,9 @@ if [ "${WITH_REMORAD_TLS:-}" = 1 ]; then
 	listen=tls://127.0.0.1:0 scheme=tls://
 	tls_args="--tls-cert $dir/certs/server.pem --tls-key $dir/certs/server.key" # mktemp -d: no blanks
 	export REMORA_TLS_CA="$dir/certs/ca.pem" REMORA_COPY_LINKS=4
+elif [ "${WITH_REMORAD_SHM:-}" = 1 ]; then
+	listen=unix:$dir/remorad.sock scheme=unix:
+	export REMORA_COPY_LINKS=4
 fi
 # shellcheck disable=SC2086
 "$remorad" --listen "$listen" $tls_args --set allow_anonymous=yes --driver "$driver" --ready-file "$dir/addr" \
@@ -38,12 +43,13 @@ done
 status=0
 "$remora" run --server "$scheme$(cat "$dir/addr")" -- "$@" || status=$?
 if [ $status -eq 0 ] && [ -n "$scheme" ] && ! grep -q "copy link [0-9]* attached" "$dir/remorad.log"; then
-	echo "with-remorad: over TLS, but no copy link attached" >&2
+	echo "with-remorad: over $scheme, but no copy link attached" >&2
 	status=1
 fi
 if [ $status -ne 0 ]; then
 	echo "--- remorad log" >&2
 	cat "$dir/remorad.log" >&2
 fi
+[ -n "${WITH_REMORAD_KEEPLOG:-}" ] && cat "$dir/remorad.log" >&2
 cleanup || true
 exit $status

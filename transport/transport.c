@@ -13,6 +13,9 @@ static const struct rm_transport *const transports[] = {
 #ifdef RM_HAVE_TLS
 	&rm_transport_tls,
 #endif
+#ifdef RM_HAVE_SHM
+	&rm_transport_shm,
+#endif
 };
 
 static __thread int why_err;
@@ -40,6 +43,14 @@ const char *rm_transport_why(int err)
 const struct rm_transport *rm_transport_for(const char *url, const char **addr)
 {
 	const char *sep = strstr(url, "://");
+	if (!strncmp(url, "unix:", 5)) { /* unix:PATH as well as unix://PATH */
+#ifdef RM_HAVE_SHM
+		*addr = url + (sep == url + 4 ? 7 : 5);
+		return &rm_transport_shm;
+#else
+		return NULL;
+#endif
+	}
 	if (!sep) {
 		*addr = url;
 		return &rm_transport_tcp;

@@ -62,11 +62,14 @@ struct rm_transport {
 	 * to pass and writes what else must travel with it (a TLS connection's record state,
 	 * secret: pass it only to a process that is to serve the connection) into state, at
 	 * most RM_TRANSPORT_STATE_MAX bytes, its length into *state_len (state may be NULL
-	 * where the caller knows the transport keeps none); the caller then closes c, which
-	 * leaves the descriptor open. adopt_fd wraps a passed descriptor with that state.
-	 * -ENOTSUP where the connection cannot travel. */
-	int (*export_fd)(struct rm_conn *c, void *state, size_t *state_len);
-	int (*adopt_fd)(int fd, const void *state, size_t state_len, struct rm_conn **out);
+	 * where the caller knows the transport keeps none); a connection that holds a second
+	 * descriptor (shm: its rings' memfd) writes it into *extra_fd, else -1 (extra_fd may
+	 * be NULL where the caller knows there is none: -ENOTSUP if there is). The caller then
+	 * closes c, which leaves the descriptors open in flight. adopt_fd wraps a passed
+	 * descriptor with that state and second descriptor (-1: none); on failure both remain
+	 * the caller's. -ENOTSUP where the connection cannot travel. */
+	int (*export_fd)(struct rm_conn *c, void *state, size_t *state_len, int *extra_fd);
+	int (*adopt_fd)(int fd, int extra_fd, const void *state, size_t state_len, struct rm_conn **out);
 	/* The peer's verified identity: the common name of the certificate it presented and
 	 * this end verified, or NULL (no certificate, or a transport without any). Optional. */
 	const char *(*identity)(struct rm_conn *c);
@@ -77,6 +80,9 @@ struct rm_transport {
 extern const struct rm_transport rm_transport_tcp;
 #ifdef RM_HAVE_TLS
 extern const struct rm_transport rm_transport_tls;
+#endif
+#ifdef RM_HAVE_SHM
+extern const struct rm_transport rm_transport_shm; /* unix:PATH, shm/shm.c */
 #endif
 
 static inline int rm_conn_sendv(struct rm_conn *c, const struct iovec *iov, int iovcnt)
@@ -95,9 +101,11 @@ static inline int rm_conn_set_liveness(struct rm_conn *c, int recv_timeout_ms, i
 }
 static inline const char *rm_conn_peer(struct rm_conn *c) { return c->tp->peer(c); }
 static inline void rm_conn_close(struct rm_conn *c) { c->tp->close(c); }
-static inline int rm_conn_export_fd(struct rm_conn *c, void *state, size_t *state_len)
+static inline int rm_conn_export_fd(struct rm_conn *c, void *state, size_t *state_len, int *extra_fd)
 {
-	return c->tp->export_fd ? c->tp->export_fd(c, state, state_len) : -ENOTSUP;
+	if (extra_fd)
+		*extra_fd = -1;
+	return c->tp->export_fd ? c->tp->export_fd(c, state, state_len, extra_fd) : -ENOTSUP;
 }
 static inline const char *rm_conn_identity(struct rm_conn *c) { return c->tp->identity ? c->tp->identity(c) : NULL; }
 
@@ -119,8 +127,9 @@ struct rm_transport_tally {
 extern int rm_transport_profiling;
 extern __thread struct rm_transport_tally *rm_transport_thread_tally;
 
-/* Picks the transport for url ("tcp://host:port" or plain "host:port") and
- * points *addr at the part after the scheme. NULL for an unknown scheme. */
+/* Picks the transport for url ("tcp://host:port" or plain "host:port"; "unix:PATH" or
+ * "unix://PATH" for shared memory) and points *addr at the part after the scheme. NULL
+ * for an unknown scheme, or one this build lacks. */
 const struct rm_transport *rm_transport_for(const char *url, const char **addr);
 
 #endif

@@ -204,22 +204,25 @@ static int check_handover(const struct rm_transport *tp, struct rm_conn *a, stru
 	struct iovec v = {out, sizeof(out)};
 	if (rm_conn_sendv(a, &v, 1) || recv_all(*b, in, 100)) /* hand over between two records only */
 		return -EIO;
-	int fd = rm_conn_export_fd(*b, state, &len);
+	int extra = -1;
+	int fd = rm_conn_export_fd(*b, state, &len, &extra);
 	if (fd == -EBUSY) { /* the record is still being read: finish it, then hand over */
 		if (recv_all(*b, in + 100, 200))
 			return -EIO;
-		fd = rm_conn_export_fd(*b, state, &len);
+		fd = rm_conn_export_fd(*b, state, &len, &extra);
 	} else if (fd >= 0 && recv_all(*b, in + 100, 200)) {
 		return -EIO;
 	}
 	if (fd < 0)
 		return fd == -ENOTSUP ? 0 : fd;
-	int dup_fd = dup(fd);
-	rm_conn_close(*b); /* closes fd; the copy lives on, as in the worker */
+	int dup_fd = dup(fd), dup_extra = extra >= 0 ? dup(extra) : -1;
+	rm_conn_close(*b); /* closes fd (and extra); the copies live on, as in the worker */
 	*b = NULL;
-	int err = tp->adopt_fd(dup_fd, state, len, b);
+	int err = tp->adopt_fd(dup_fd, dup_extra, state, len, b);
 	if (err) {
 		close(dup_fd);
+		if (dup_extra >= 0)
+			close(dup_extra);
 		return err;
 	}
 	if (memcmp(in, out, sizeof(out)) || rm_conn_sendv(a, &v, 1) || recv_all(*b, in, sizeof(in)) ||

@@ -16,7 +16,7 @@ int main(void)
 	int sv[2];
 	struct rm_conn *conn;
 	struct rm_link l;
-	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) || rm_transport_tcp.adopt_fd(sv[0], NULL, 0, &conn) ||
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) || rm_transport_tcp.adopt_fd(sv[0], -1, NULL, 0, &conn) ||
 	    rm_link_init(&l, conn))
 		return 1;
 	static unsigned char data[200000];

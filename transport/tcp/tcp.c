@@ -340,16 +340,19 @@ static void tcp_close(struct rm_conn *c)
 	free(tcp(c));
 }
 
-static int tcp_export_fd(struct rm_conn *c, void *state, size_t *state_len)
+static int tcp_export_fd(struct rm_conn *c, void *state, size_t *state_len, int *extra_fd)
 {
 	(void)state;
+	(void)extra_fd;
 	if (state_len)
 		*state_len = 0;
 	return tcp(c)->fd;
 }
 
-static int tcp_adopt_fd(int fd, const void *state, size_t state_len, struct rm_conn **out)
+static int tcp_adopt_fd(int fd, int extra_fd, const void *state, size_t state_len, struct rm_conn **out)
 {
+	if (extra_fd >= 0)
+		return -EINVAL;
 	(void)state;
 	if (state_len)
 		return -EINVAL;

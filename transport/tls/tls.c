@@ -663,7 +663,7 @@ static struct tls_conn *conn_new(struct rm_conn *raw, int server)
 	c->base.tp = &rm_transport_tls;
 	c->raw = raw;
 	c->server = server;
-	c->fd = rm_conn_export_fd(raw, NULL, NULL);
+	c->fd = rm_conn_export_fd(raw, NULL, NULL, NULL);
 	return c;
 }
 
@@ -816,8 +816,9 @@ static void tls_close(struct rm_conn *conn)
 
 /* The records' state goes with the descriptor. Only between records: data read and not
  * yet given out cannot travel. */
-static int tls_export_fd(struct rm_conn *conn, void *state, size_t *state_len)
+static int tls_export_fd(struct rm_conn *conn, void *state, size_t *state_len, int *extra_fd)
 {
+	(void)extra_fd; /* none */
 	struct tls_conn *c = tls(conn);
 	if (c->ssl || c->err || !c->tx.ctx)
 		return c->err ? c->err : -ENOTCONN;
@@ -835,10 +836,10 @@ static int tls_export_fd(struct rm_conn *conn, void *state, size_t *state_len)
 	return c->fd;
 }
 
-static int tls_adopt_fd(int fd, const void *state, size_t state_len, struct rm_conn **out)
+static int tls_adopt_fd(int fd, int extra_fd, const void *state, size_t state_len, struct rm_conn **out)
 {
 	struct handover h;
-	if (state_len != sizeof(h))
+	if (state_len != sizeof(h) || extra_fd >= 0)
 		return -EINVAL;
 	memcpy(&h, state, sizeof(h));
 	if (h.version != 1 || (h.suite != SUITE_AES128 && h.suite != SUITE_AES256))
@@ -862,7 +863,7 @@ static int tls_adopt_fd(int fd, const void *state, size_t state_len, struct rm_c
 	/* The descriptor is wrapped last: on failure it is still the caller's to close. */
 	int err = records_start(c, 0);
 	if (!err)
-		err = rm_transport_tcp.adopt_fd(fd, NULL, 0, &c->raw);
+		err = rm_transport_tcp.adopt_fd(fd, -1, NULL, 0, &c->raw);
 	if (err) {
 		conn_free(c);
 		return err;
