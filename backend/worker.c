@@ -5,6 +5,7 @@
 #include "server.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -247,6 +248,13 @@ static void *client_main(void *arg)
 	/* Its admission place and quota go now; the memory follows once its work is drained. */
 	rm_registry_leave_session(slot, s->id);
 	rm_session_destroy(s);
+	/* The last client gone: what the allocator keeps for its threads (an arena each, staging
+	 * buffers freed) goes back to the host, so an idle worker holds little. */
+	pthread_mutex_lock(&sessions_lock);
+	int idle = nsessions == 0;
+	pthread_mutex_unlock(&sessions_lock);
+	if (idle)
+		malloc_trim(0);
 	return NULL;
 }
 
