@@ -139,13 +139,16 @@ CUresult td_device_alloc(struct td_context *ctx, int device, size_t bytes, CUdev
 	pthread_mutex_unlock(&td_lock);
 	if (!fits)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	void *memory = aligned_alloc(TD_DEVICE_ALIGN, size);
+	void *memory = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (memory == MAP_FAILED)
+		memory = NULL;
 	CUresult rc = memory ? td_track(memory, size, TD_ALLOC_DEVICE, ctx, device) : CUDA_ERROR_OUT_OF_MEMORY;
 	if (rc != CUDA_SUCCESS) {
 		pthread_mutex_lock(&td_lock);
 		device_used[device] -= size;
 		pthread_mutex_unlock(&td_lock);
-		free(memory);
+		if (memory)
+			munmap(memory, size);
 		return rc;
 	}
 	*out = (CUdeviceptr)(uintptr_t)memory;
@@ -166,9 +169,9 @@ bool td_managed_update(uintptr_t ptr, void (*update)(struct td_alloc *a, const v
 /* Gives an allocation's memory back: managed memory is a mapping of its own. */
 static void release_memory(const struct td_alloc *a)
 {
-	if (a->kind == TD_ALLOC_MANAGED) {
+	if (a->kind == TD_ALLOC_MANAGED || a->kind == TD_ALLOC_DEVICE) {
 		munmap((void *)a->base, a->size);
-	} else if (a->kind == TD_ALLOC_DEVICE || a->kind == TD_ALLOC_HOST) {
+	} else if (a->kind == TD_ALLOC_HOST) {
 		free((void *)a->base);
 	}
 }
@@ -180,10 +183,7 @@ void td_free_device_range(uintptr_t base)
 		if (allocs[i].base == base) {
 			struct td_alloc a = allocs[i];
 			untrack_locked(i);
-			if (a.kind == TD_ALLOC_MANAGED)
-				release_memory(&a);
-			else
-				free((void *)a.base);
+			release_memory(&a);
 			break;
 		}
 	}
