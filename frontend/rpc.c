@@ -531,12 +531,9 @@ static void chan_key_create(void)
 		chan_key_once_failed = 1;
 }
 
-/* A channel for the calling thread, or NULL: it shares the main connection. */
-static struct rm_client_conn *channel_open(void)
+/* A channel number no thread uses, taken; 0 when none is free. */
+static uint32_t channel_number_take(void)
 {
-	pthread_once(&chan_key_once, chan_key_create);
-	if (chan_key_once_failed || !process_conn.keylen)
-		return NULL;
 	uint32_t chan = 0;
 	pthread_rwlock_wrlock(&chan_lock);
 	for (uint32_t i = 1; i <= RM_MAX_CHANNELS && !chan; i++)
@@ -545,6 +542,23 @@ static struct rm_client_conn *channel_open(void)
 	if (chan)
 		chan_taken[chan] = 1;
 	pthread_rwlock_unlock(&chan_lock);
+	return chan;
+}
+
+static void channel_number_give(uint32_t chan)
+{
+	pthread_rwlock_wrlock(&chan_lock);
+	chan_taken[chan] = 0;
+	pthread_rwlock_unlock(&chan_lock);
+}
+
+/* A channel for the calling thread, or NULL: it shares the main connection. */
+static struct rm_client_conn *channel_open(void)
+{
+	pthread_once(&chan_key_once, chan_key_create);
+	if (chan_key_once_failed || !process_conn.keylen)
+		return NULL;
+	uint32_t chan = channel_number_take();
 	if (!chan)
 		return NULL;
 	struct rm_client_conn *c = calloc(1, sizeof(*c));
@@ -558,9 +572,7 @@ static struct rm_client_conn *channel_open(void)
 		if (c && c->connected)
 			rm_client_conn_close(c);
 		free(c);
-		pthread_rwlock_wrlock(&chan_lock);
-		chan_taken[chan] = 0;
-		pthread_rwlock_unlock(&chan_lock);
+		channel_number_give(chan);
 		return NULL;
 	}
 	pthread_rwlock_wrlock(&chan_lock);
@@ -595,27 +607,6 @@ int rm_client_send_frame(struct rm_client_conn *c, const struct rm_frame *f)
 		lost(c, "send", err);
 	pthread_mutex_unlock(&c->lock);
 	return err;
-}
-
-/* A channel number no thread uses, taken; 0 when none is free. */
-static uint32_t channel_number_take(void)
-{
-	uint32_t chan = 0;
-	pthread_rwlock_wrlock(&chan_lock);
-	for (uint32_t i = 1; i <= RM_MAX_CHANNELS && !chan; i++)
-		if (!chan_taken[i])
-			chan = i;
-	if (chan)
-		chan_taken[chan] = 1;
-	pthread_rwlock_unlock(&chan_lock);
-	return chan;
-}
-
-static void channel_number_give(uint32_t chan)
-{
-	pthread_rwlock_wrlock(&chan_lock);
-	chan_taken[chan] = 0;
-	pthread_rwlock_unlock(&chan_lock);
 }
 
 struct rm_client_conn *rm_channel_open_spare(void)
