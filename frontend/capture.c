@@ -121,7 +121,8 @@ RM_EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec *phGraphExec
 {
 	if (!params)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult r = cuGraphInstantiateWithFlags(phGraphExec, hGraph, params->flags);
+	/* The driver refuses the upload flag in cuGraphInstantiateWithFlags: the upload is ours. */
+	CUresult r = cuGraphInstantiateWithFlags(phGraphExec, hGraph, params->flags & ~CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD);
 	if (r == CUDA_SUCCESS && (params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD))
 		r = cuGraphUpload(*phGraphExec, params->hUploadStream);
 	params->hErrNode_out = NULL;

@@ -733,7 +733,7 @@ static int topological(const struct td_graph *g, size_t *order)
 	return ok ? 0 : -1;
 }
 
-TD_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *pe, CUgraph h, unsigned long long flags)
+static CUresult instantiate(CUgraphExec *pe, CUgraph h, unsigned long long flags)
 {
 	const unsigned long long known = CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |
 					 CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD | CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH |
@@ -763,11 +763,19 @@ TD_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *pe, CUgraph h, unsig
 	return CUDA_SUCCESS;
 }
 
+/* As the driver (580, measured): the upload flag needs the stream only WithParams gives. */
+TD_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *pe, CUgraph h, unsigned long long flags)
+{
+	if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD)
+		return CUDA_ERROR_INVALID_VALUE;
+	return instantiate(pe, h, flags);
+}
+
 TD_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *pe, CUgraph h, CUDA_GRAPH_INSTANTIATE_PARAMS *p)
 {
 	if (!p)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = cuGraphInstantiateWithFlags(pe, h, p->flags);
+	CUresult rc = instantiate(pe, h, p->flags);
 	p->hErrNode_out = NULL;
 	p->result_out = rc == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
 	return rc;
