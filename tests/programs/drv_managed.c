@@ -5,7 +5,7 @@
  *    memory sees the host's writes; a captured graph launched after the host wrote;
  *  - prefetches (to the device, to the host), advice and stream attachment accepted,
  *    and the range attributes say what was asked;
- *  - freed, the memory is free again (give or take what a driver keeps pooled). */
+ *  - freed without an error. */
 #include "drv_common.h"
 
 #define N 4096
@@ -141,11 +141,9 @@ int main(int argc, char **argv)
 	CHECK(cuMemFree(db));
 	CHECK(cuMemFree(dc));
 	CHECK(cuMemFree(plain));
-	/* A GPU's driver may keep freed pages in its suballocator (the H100 kept some: measured),
-	 * so freed memory is back give or take a few MiB; not printed, since native and remote
-	 * need not agree to the byte. */
-	CHECK(cuMemGetInfo(&free1, &total));
-	EXPECT(free1 + (8u << 20) >= free0, "freed, free memory is %zu, was %zu", free1, free0);
+	/* Not checked: that cuMemGetInfo shows the memory back. The H100's driver kept 126 MiB
+	 * after these frees (its own state for the managed memory and the graph), so it is no
+	 * property of CUDA; the daemon's release of a client's memory is the sharing tests'. */
 	CHECK(cuStreamDestroy(s));
 	CHECK(cuModuleUnload(module));
 	drv_close_device0();
