@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 
+#include "call_profile.h"
 #include "host_memory.h"
 #include "image_cache.h"
 #include "kernel_timing.h"
@@ -158,7 +159,10 @@ static void launch(struct rm_session *s, struct rm_request *rq, int ex)
 		size_t size = req->params.len;
 		void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, req->params.data, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
 				 CU_LAUNCH_PARAM_END};
+		uint64_t part = rm_call_part_begin();
 		int timer = rm_kernel_timing_before(s, cfg.hStream);
+		rm_call_part_end(RM_PART_KERNEL_TIMING, part);
+		part = rm_call_part_begin();
 		if (ex)
 			r = rm_drv.cuLaunchKernelEx ? rm_drv.cuLaunchKernelEx(&cfg, func, NULL, size ? extra : NULL)
 						    : rm_unsupported_by_driver("cuLaunchKernelEx");
@@ -166,7 +170,10 @@ static void launch(struct rm_session *s, struct rm_request *rq, int ex)
 			r = rm_drv.cuLaunchKernel(func, cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX,
 						  cfg.blockDimY, cfg.blockDimZ, cfg.sharedMemBytes, cfg.hStream, NULL,
 						  size ? extra : NULL);
+		rm_call_part_end(RM_PART_DRIVER_LAUNCH, part);
+		part = rm_call_part_begin();
 		rm_kernel_timing_after(s, timer, cfg.hStream, r);
+		rm_call_part_end(RM_PART_KERNEL_TIMING, part);
 	}
 	rm_request_finish(s, rq, r, NULL);
 	protobuf_c_message_free_unpacked(&req->base, NULL);

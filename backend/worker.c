@@ -21,6 +21,7 @@
 #include "gpus.h"
 #include "host_functions.h"
 #include "host_memory.h"
+#include "call_profile.h"
 #include "kernel_timing.h"
 #include "liveness.h"
 #include "log.h"
@@ -132,9 +133,12 @@ static void serve(struct rm_session *s)
 	struct rm_request rq;
 	uint8_t *msgbuf = NULL;
 	size_t msgcap = 0;
+	struct rm_call_profile *profile = rm_call_profile_begin();
 	for (;;) {
 		memset(&rq, 0, sizeof(rq));
+		uint64_t read_ns = profile ? rm_call_profile_now_ns() : 0;
 		int err = rm_link_read_frame(&s->link, &rq.frame);
+		rm_call_profile_read(profile, read_ns);
 		if (err == -ECONNRESET) {
 			rm_log(RM_LOG_INFO, "session %llu (%s): client disconnected", (unsigned long long)s->id, s->name);
 			break;
@@ -198,6 +202,7 @@ static void serve(struct rm_session *s)
 			break;
 		}
 		rq.bulk_left = rq.frame.bulk_len;
+		uint64_t call_ns = profile ? rm_call_profile_now_ns() : 0;
 		rm_liveness_call_begin(s);
 		CUresult r = rm_session_enter(s, rq.frame.ctx);
 		if (r != CUDA_SUCCESS)
@@ -207,6 +212,7 @@ static void serve(struct rm_session *s)
 		rm_liveness_call_end(s);
 		account(s, &rq);
 		rm_session_progress(s, rq.frame.seq);
+		rm_call_profile_call(profile, rq.frame.op, call_ns);
 		if (rq.fatal) {
 			rm_log(RM_LOG_WARN, "session %llu (%s): protocol error in %s; closing", (unsigned long long)s->id,
 			       s->name, rq.frame.op < RM_OP_LIMIT ? rm_op_names[rq.frame.op] : "a reserved call");
@@ -217,6 +223,7 @@ static void serve(struct rm_session *s)
 		if (!rq.replied)
 			rm_request_finish(s, &rq, CUDA_ERROR_UNKNOWN, NULL);
 	}
+	rm_call_profile_end(profile, s->id);
 	free(msgbuf);
 }
 

@@ -22,27 +22,47 @@ uint64_t rm_copy_profile_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-int rm_copy_profile_parse(const char *text, uint64_t *min)
+int rm_profile_parse(const char *text, uint64_t *copies_min, int *calls)
 {
-	*min = DEFAULT_MIN_BYTES;
-	if (strncmp(text, "copies", 6) || (text[6] && text[6] != ':'))
-		return -EINVAL;
-	return text[6] == ':' && rm_parse_size(text + 7, min) ? -EINVAL : 0;
+	*copies_min = 0;
+	*calls = 0;
+	char item[64];
+	for (const char *p = text; *p;) {
+		size_t n = strcspn(p, ",");
+		if (n == 0 || n >= sizeof(item))
+			return -EINVAL;
+		memcpy(item, p, n);
+		item[n] = 0;
+		p += n + (p[n] == ',');
+		if (!strcmp(item, "calls")) {
+			*calls = 1;
+		} else if (!strcmp(item, "copies")) {
+			*copies_min = DEFAULT_MIN_BYTES;
+		} else if (!strncmp(item, "copies:", 7)) {
+			if (rm_parse_size(item + 7, copies_min) || !*copies_min)
+				return -EINVAL;
+		} else {
+			return -EINVAL;
+		}
+	}
+	return 0;
 }
 
-/* Reads REMORA_PROFILE once: "copies" or "copies:SIZE" turns copy profiles on.
+/* Reads REMORA_PROFILE once: an item "copies" or "copies:SIZE" turns copy profiles on.
  * Racing threads read the same environment and store the same values. */
 static int read_mode(void)
 {
 	const char *v = getenv("REMORA_PROFILE");
-	uint64_t min;
-	int on = 0;
-	if (v && *v && !rm_copy_profile_parse(v, &min)) {
-		on = 1;
-		__atomic_store_n(&min_bytes, min, __ATOMIC_RELAXED);
-		__atomic_store_n(&rm_transport_profiling, 1, __ATOMIC_RELAXED);
+	uint64_t min = 0;
+	int calls, on = 0;
+	if (v && *v && !rm_profile_parse(v, &min, &calls)) {
+		on = min != 0;
+		if (on) {
+			__atomic_store_n(&min_bytes, min, __ATOMIC_RELAXED);
+			__atomic_store_n(&rm_transport_profiling, 1, __ATOMIC_RELAXED);
+		}
 	} else if (v && *v) {
-		fprintf(stderr, "remora-profile: REMORA_PROFILE=%s not understood (copies or copies:SIZE); off\n", v);
+		fprintf(stderr, "remora-profile: REMORA_PROFILE=%s not understood (items copies, copies:SIZE, calls); off\n", v);
 	}
 	__atomic_store_n(&rm_copy_profile_mode, on, __ATOMIC_RELEASE);
 	return on;

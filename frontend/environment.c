@@ -164,8 +164,9 @@ static int check_tls_pair(const char *v, char *why, size_t whylen)
 static int check_profile(const char *v, char *why, size_t whylen)
 {
 	uint64_t min;
-	if (rm_copy_profile_parse(v, &min)) {
-		snprintf(why, whylen, "expected copies or copies:SIZE (e.g. copies:256M)");
+	int calls;
+	if (rm_profile_parse(v, &min, &calls)) {
+		snprintf(why, whylen, "expected a comma-separated list of copies, copies:SIZE (e.g. copies:256M) and calls");
 		return -EINVAL;
 	}
 	return 0;
