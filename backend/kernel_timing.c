@@ -1,4 +1,4 @@
-/* Kernel time per client (kernel_timing.h). */
+/* Kernel time per client, in spans (kernel_timing.h). */
 #include "kernel_timing.h"
 
 #include <pthread.h>
@@ -11,15 +11,17 @@
 
 #define RING 64
 
-enum { SLOT_FREE, SLOT_RECORDING, SLOT_PENDING };
+enum { SLOT_FREE, SLOT_OPEN, SLOT_PENDING };
 
 struct rm_kernel_timers {
-	pthread_mutex_t lock; /* guards the slots' states and next */
+	pthread_mutex_t lock; /* guards every slot's state, stream and chan */
 	struct {
 		CUevent start, end; /* made at the slot's first use */
+		CUstream stream;    /* an open span's */
+		int chan;           /* the channel that opened it */
 		int state;
 	} slot[RING];
-	int next;
+	int open; /* slots in SLOT_OPEN */
 };
 
 static int enabled = 1;
@@ -57,45 +59,74 @@ static struct rm_kernel_timers *timers_of(struct rm_session *s, struct rm_sessio
 	return t;
 }
 
-int rm_kernel_timing_before(struct rm_session *s, CUstream st)
+/* A free slot (lock held), reaping finished spans when none is; -1 when all run. */
+static int free_slot_locked(struct rm_session *s, struct rm_kernel_timers *t)
+{
+	for (int i = 0; i < RING; i++)
+		if (t->slot[i].state == SLOT_FREE)
+			return i;
+	for (int i = 0; i < RING; i++)
+		if (reap_locked(s, t, i))
+			return i;
+	return -1;
+}
+
+void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st)
 {
 	struct rm_kernel_timers *t;
-	/* A timed record after the kernel in a hardware queue other clients' streams share
-	 * would hold up their work queued behind it until the kernel ends (stream_pool.h):
-	 * such a launch goes untimed. */
 	if (!enabled || !s->cur || !rm_drv.cuEventElapsedTime || rm_stream_pool_queue_shared(st) ||
+	    (__atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 && rm_capture_active(st)) ||
 	    !(t = timers_of(s, s->cur)))
-		return -1;
+		return;
 	pthread_mutex_lock(&t->lock);
-	int i = t->next;
-	int free_slot = reap_locked(s, t, i);
-	if (free_slot) {
-		t->slot[i].state = SLOT_RECORDING;
-		t->next = (i + 1) % RING;
+	int i = -1;
+	for (int k = 0; t->open > 0 && k < RING && i < 0; k++)
+		if (t->slot[k].state == SLOT_OPEN && t->slot[k].stream == st && t->slot[k].chan == s->chan)
+			i = k;
+	if (i >= 0 || (i = free_slot_locked(s, t)) < 0) { /* already open, or untimed */
+		pthread_mutex_unlock(&t->lock);
+		return;
 	}
-	pthread_mutex_unlock(&t->lock);
-	if (!free_slot)
-		return -1;
 	if ((!t->slot[i].start && rm_drv.cuEventCreate(&t->slot[i].start, CU_EVENT_DEFAULT) != CUDA_SUCCESS) ||
 	    (!t->slot[i].end && rm_drv.cuEventCreate(&t->slot[i].end, CU_EVENT_DEFAULT) != CUDA_SUCCESS) ||
 	    rm_drv.cuEventRecord(t->slot[i].start, st) != CUDA_SUCCESS) {
-		pthread_mutex_lock(&t->lock);
-		t->slot[i].state = SLOT_FREE;
 		pthread_mutex_unlock(&t->lock);
-		return -1;
+		return;
 	}
-	return i;
+	t->slot[i].state = SLOT_OPEN;
+	t->slot[i].stream = st;
+	t->slot[i].chan = s->chan;
+	__atomic_add_fetch(&t->open, 1, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&t->lock);
 }
 
-void rm_kernel_timing_after(struct rm_session *s, int i, CUstream st, CUresult launch)
+/* Closes the open spans of chan in context c (chan < 0: every channel's). */
+static void close_spans(struct rm_session_ctx *c, int chan)
 {
-	if (i < 0 || i >= RING)
+	struct rm_kernel_timers *t = c->timers;
+	if (!t || !__atomic_load_n(&t->open, __ATOMIC_RELAXED))
 		return;
-	struct rm_kernel_timers *t = s->cur->timers;
-	int pending = launch == CUDA_SUCCESS && rm_drv.cuEventRecord(t->slot[i].end, st) == CUDA_SUCCESS;
 	pthread_mutex_lock(&t->lock);
-	t->slot[i].state = pending ? SLOT_PENDING : SLOT_FREE;
+	for (int i = 0; t->open > 0 && i < RING; i++) {
+		if (t->slot[i].state != SLOT_OPEN || (chan >= 0 && t->slot[i].chan != chan))
+			continue;
+		int recorded = rm_drv.cuEventRecord(t->slot[i].end, t->slot[i].stream) == CUDA_SUCCESS;
+		t->slot[i].state = recorded ? SLOT_PENDING : SLOT_FREE;
+		__atomic_sub_fetch(&t->open, 1, __ATOMIC_RELAXED);
+	}
 	pthread_mutex_unlock(&t->lock);
+}
+
+void rm_kernel_timing_close(struct rm_session *s)
+{
+	for (int k = 0;; k++) {
+		pthread_mutex_lock(&s->sh->lock);
+		struct rm_session_ctx *c = k < s->sh->nctx ? &s->sh->ctxs[k] : NULL;
+		pthread_mutex_unlock(&s->sh->lock);
+		if (!c)
+			break;
+		close_spans(c, s->chan);
+	}
 }
 
 void rm_kernel_timing_collect(struct rm_session *s)
@@ -121,6 +152,7 @@ void rm_kernel_timing_release(struct rm_session *s, struct rm_session_ctx *c)
 	struct rm_kernel_timers *t = c->timers;
 	if (!t)
 		return;
+	close_spans(c, -1);
 	for (int i = 0; i < RING; i++) {
 		reap_locked(s, t, i);
 		if (t->slot[i].start)

@@ -160,7 +160,7 @@ static void launch(struct rm_session *s, struct rm_request *rq, int ex)
 		void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, req->params.data, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
 				 CU_LAUNCH_PARAM_END};
 		uint64_t part = rm_call_part_begin();
-		int timer = rm_kernel_timing_before(s, cfg.hStream);
+		rm_kernel_timing_before_launch(s, cfg.hStream);
 		rm_call_part_end(RM_PART_KERNEL_TIMING, part);
 		part = rm_call_part_begin();
 		if (ex)
@@ -171,9 +171,6 @@ static void launch(struct rm_session *s, struct rm_request *rq, int ex)
 						  cfg.blockDimY, cfg.blockDimZ, cfg.sharedMemBytes, cfg.hStream, NULL,
 						  size ? extra : NULL);
 		rm_call_part_end(RM_PART_DRIVER_LAUNCH, part);
-		part = rm_call_part_begin();
-		rm_kernel_timing_after(s, timer, cfg.hStream, r);
-		rm_call_part_end(RM_PART_KERNEL_TIMING, part);
 	}
 	rm_request_finish(s, rq, r, NULL);
 	protobuf_c_message_free_unpacked(&req->base, NULL);

@@ -136,6 +136,8 @@ static void serve(struct rm_session *s)
 	struct rm_call_profile *profile = rm_call_profile_begin();
 	for (;;) {
 		memset(&rq, 0, sizeof(rq));
+		if (!rm_link_buffered(&s->link)) /* the client's batch is done, or it waits */
+			rm_kernel_timing_close(s);
 		uint64_t read_ns = profile ? rm_call_profile_now_ns() : 0;
 		int err = rm_link_read_frame(&s->link, &rq.frame);
 		rm_call_profile_read(profile, read_ns);
@@ -203,6 +205,8 @@ static void serve(struct rm_session *s)
 		}
 		rq.bulk_left = rq.frame.bulk_len;
 		uint64_t call_ns = profile ? rm_call_profile_now_ns() : 0;
+		if (rq.frame.op >= RM_OP_LIMIT || !(rm_op_flags[rq.frame.op] & RM_OPF_ASYNC))
+			rm_kernel_timing_close(s); /* the client waits for this call */
 		rm_liveness_call_begin(s);
 		CUresult r = rm_session_enter(s, rq.frame.ctx);
 		if (r != CUDA_SUCCESS)

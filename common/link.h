@@ -18,6 +18,11 @@ int rm_link_init(struct rm_link *l, struct rm_conn *conn);
 /* Closes the connection and frees the buffer. */
 void rm_link_close(struct rm_link *l);
 
+/* Whether bytes read from the connection wait in the buffer. */
+static inline int rm_link_buffered(const struct rm_link *l)
+{
+	return l->rpos < l->rlen;
+}
 /* Reads exactly len bytes (from the buffer first, large reads straight into buf). */
 int rm_link_read(struct rm_link *l, void *buf, size_t len);
 /* Reads and discards len bytes. */
