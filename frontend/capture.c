@@ -18,11 +18,92 @@ static __thread size_t capture_deps_cap;
  * the mode is kept and exchanged, not enforced. */
 static __thread CUstreamCaptureMode thread_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
+/* Captures this process began and has not ended (atomic). While there are none, every
+ * stream's capture status is NONE and is answered here, with no round trip: PyTorch asks
+ * before many allocations and launches. An uncertain end keeps the count up (asking the
+ * daemon is never wrong). */
+static int captures_open;
+
+static int no_capture_open(void)
+{
+	return __atomic_load_n(&captures_open, __ATOMIC_ACQUIRE) <= 0;
+}
+
+/* Written by hand to count the captures begun. */
+RM_EXPORT CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
+{
+	Remora__CuStreamBeginCaptureV2Req req = REMORA__CU_STREAM_BEGIN_CAPTURE_V2__REQ__INIT;
+	req.hstream = (uint64_t)(uintptr_t)hStream;
+	req.mode = mode;
+	__atomic_add_fetch(&captures_open, 1, __ATOMIC_ACQ_REL); /* before: a racing query asks */
+	CUresult r = rm_rpc_simple(RM_OP_cuStreamBeginCapture_v2, &req.base, NULL, NULL);
+	if (r != CUDA_SUCCESS)
+		__atomic_sub_fetch(&captures_open, 1, __ATOMIC_ACQ_REL);
+	return r;
+}
+
+RM_EXPORT CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream)
+{
+	return cuStreamBeginCapture_v2(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+
+RM_EXPORT CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+	if (!captureStatus)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (no_capture_open()) {
+		*captureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
+		return CUDA_SUCCESS;
+	}
+	Remora__CuStreamIsCapturingReq req = REMORA__CU_STREAM_IS_CAPTURING__REQ__INIT;
+	req.hstream = (uint64_t)(uintptr_t)hStream;
+	Remora__CuStreamIsCapturingRep *rep = NULL;
+	CUresult r = rm_rpc_simple(RM_OP_cuStreamIsCapturing, &req.base, &remora__cu_stream_is_capturing__rep__descriptor,
+				   (ProtobufCMessage **)&rep);
+	if (r == CUDA_SUCCESS && rep)
+		*captureStatus = (CUstreamCaptureStatus)rep->capturestatus;
+	rm_rpc_free(rep ? &rep->base : NULL);
+	return r;
+}
+
+RM_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+						  cuuint64_t *id_out)
+{
+	if (!captureStatus_out)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (no_capture_open()) {
+		*captureStatus_out = CU_STREAM_CAPTURE_STATUS_NONE;
+		return CUDA_SUCCESS;
+	}
+	Remora__CuStreamGetCaptureInfoReq req = REMORA__CU_STREAM_GET_CAPTURE_INFO__REQ__INIT;
+	req.hstream = (uint64_t)(uintptr_t)hStream;
+	Remora__CuStreamGetCaptureInfoRep *rep = NULL;
+	CUresult r = rm_rpc_simple(RM_OP_cuStreamGetCaptureInfo, &req.base,
+				   &remora__cu_stream_get_capture_info__rep__descriptor, (ProtobufCMessage **)&rep);
+	if (r == CUDA_SUCCESS && rep) {
+		*captureStatus_out = (CUstreamCaptureStatus)rep->capturestatus_out;
+		if (id_out)
+			*id_out = rep->id_out;
+	}
+	rm_rpc_free(rep ? &rep->base : NULL);
+	return r;
+}
+
 static CUresult capture_info(uint32_t op, CUstream hStream, CUstreamCaptureStatus *status, cuuint64_t *id,
 			     CUgraph *graph, const CUgraphNode **deps, size_t *ndeps)
 {
 	if (!status)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (no_capture_open()) {
+		*status = CU_STREAM_CAPTURE_STATUS_NONE;
+		if (graph)
+			*graph = NULL;
+		if (deps)
+			*deps = NULL;
+		if (ndeps)
+			*ndeps = 0;
+		return CUDA_SUCCESS;
+	}
 	Remora__CaptureInfo req = REMORA__CAPTURE_INFO__INIT;
 	req.stream = (uint64_t)(uintptr_t)hStream;
 	Remora__CaptureInfoReply *rep = NULL;
@@ -225,6 +306,9 @@ RM_EXPORT CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph
 				   (ProtobufCMessage **)&rep);
 	if (r != CUDA_ERROR_DEVICE_UNAVAILABLE)
 		*phGraph = r == CUDA_SUCCESS && rep ? (CUgraph)(uintptr_t)rep->phgraph : NULL;
+	if (r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED || r == CUDA_ERROR_STREAM_CAPTURE_UNJOINED)
+		if (__atomic_sub_fetch(&captures_open, 1, __ATOMIC_ACQ_REL) < 0) /* ended one begun elsewhere */
+			__atomic_store_n(&captures_open, 0, __ATOMIC_RELEASE);
 	rm_rpc_free(rep ? &rep->base : NULL);
 	return r;
 }

@@ -1,6 +1,8 @@
 /* query_cache.c - answers to fixed queries kept in the client (query_cache.h).
  *
- * A hash table of (opcode, packed request) -> packed reply under one lock. It holds at most
+ * A hash table of (opcode, current context, packed request) -> packed reply under one lock;
+ * for a setting, (opcode, current context, packed request with the value zeroed) -> the
+ * packed request that set it. It holds at most
  * MAX_ENTRIES answers; past that it starts again empty, which costs round trips, never a wrong
  * answer. A hit unpacks a fresh reply, so callers free it as they free the daemon's. */
 #include "query_cache.h"
@@ -13,7 +15,8 @@
 
 #define BUCKETS 4096
 #define MAX_ENTRIES 65536
-#define MAX_KEY 1024 /* bytes of packed request: larger ones are not kept */
+#define MAX_REQUEST 1024 /* bytes of packed request: larger ones are not kept */
+#define MAX_KEY (sizeof(uint64_t) + MAX_REQUEST)
 
 struct entry {
 	struct entry *next;
@@ -83,41 +86,61 @@ static ProtobufCMessage *lookup(uint32_t op, const uint8_t *key, size_t len, con
 	return rep;
 }
 
-static void keep(uint32_t op, const uint8_t *key, size_t len, const ProtobufCMessage *rep)
+/* Keeps value for (op, key), in place of what was kept for it. */
+static void keep(uint32_t op, const uint8_t *key, size_t len, const uint8_t *value, size_t value_len)
 {
-	size_t value_len = rep ? protobuf_c_message_get_packed_size(rep) : 0;
 	struct entry *e = malloc(sizeof *e + len);
-	uint8_t *value = malloc(value_len ? value_len : 1);
-	if (!e || !value) {
+	uint8_t *copy = malloc(value_len ? value_len : 1);
+	if (!e || !copy) {
 		free(e);
-		free(value);
+		free(copy);
 		return;
 	}
 	e->op = op;
 	e->key_len = (uint32_t)len;
 	e->value_len = (uint32_t)value_len;
 	memcpy(e->key, key, len);
-	if (rep)
-		protobuf_c_message_pack(rep, value);
-	e->value = value;
+	memcpy(copy, value, value_len);
+	e->value = copy;
 	pthread_mutex_lock(&lock);
 	if (entries >= MAX_ENTRIES)
 		forget_where(any, 0);
 	uint32_t b = hash(op, key, len);
+	for (struct entry **link = &buckets[b]; *link; link = &(*link)->next) {
+		struct entry *old = *link;
+		if (old->op == op && old->key_len == len && memcmp(old->key, key, len) == 0) {
+			*link = old->next;
+			free(old->value);
+			free(old);
+			entries--;
+			break;
+		}
+	}
 	e->next = buckets[b];
 	buckets[b] = e;
 	entries++;
 	pthread_mutex_unlock(&lock);
 }
 
+/* The key of req: the current context, then the packed request; 0 when too large. */
+static size_t make_key(const ProtobufCMessage *req, uint8_t key[MAX_KEY])
+{
+	size_t len = protobuf_c_message_get_packed_size(req);
+	if (len > MAX_REQUEST)
+		return 0;
+	uint64_t ctx = (uint64_t)(uintptr_t)rm_ctx_current();
+	memcpy(key, &ctx, sizeof(ctx));
+	protobuf_c_message_pack(req, key + sizeof(ctx));
+	return sizeof(ctx) + len;
+}
+
 CUresult rm_rpc_cached(uint32_t op, const ProtobufCMessage *req, const ProtobufCMessageDescriptor *rep_desc,
 		       ProtobufCMessage **rep)
 {
 	uint8_t key[MAX_KEY];
-	size_t len = protobuf_c_message_get_packed_size(req);
-	if (len > sizeof key)
+	size_t len = make_key(req, key);
+	if (!len)
 		return rm_rpc_simple(op, req, rep_desc, rep);
-	protobuf_c_message_pack(req, key);
 	int found;
 	ProtobufCMessage *kept = lookup(op, key, len, rep_desc, &found);
 	if (found && (kept || !rep_desc)) {
@@ -129,11 +152,58 @@ CUresult rm_rpc_cached(uint32_t op, const ProtobufCMessage *req, const ProtobufC
 	}
 	ProtobufCMessage *fresh = NULL;
 	CUresult r = rm_rpc_simple(op, req, rep_desc, &fresh);
-	if (r == CUDA_SUCCESS)
-		keep(op, key, len, fresh);
+	if (r == CUDA_SUCCESS) {
+		uint8_t small[256], *value = small;
+		size_t value_len = fresh ? protobuf_c_message_get_packed_size(fresh) : 0;
+		if (value_len > sizeof(small))
+			value = malloc(value_len);
+		if (value) {
+			if (fresh)
+				protobuf_c_message_pack(fresh, value);
+			keep(op, key, len, value, value_len);
+		}
+		if (value != small)
+			free(value);
+	}
 	if (rep)
 		*rep = fresh;
 	else
 		rm_rpc_free(fresh);
+	return r;
+}
+
+/* Whether (op, key) holds exactly the packed request set (a lookup's byte compare). */
+static int holds(uint32_t op, const uint8_t *key, size_t len, const uint8_t *set, size_t set_len)
+{
+	int same = 0;
+	pthread_mutex_lock(&lock);
+	for (struct entry *e = buckets[hash(op, key, len)]; e; e = e->next)
+		if (e->op == op && e->key_len == len && memcmp(e->key, key, len) == 0) {
+			same = e->value_len == set_len && memcmp(e->value, set, set_len) == 0;
+			break;
+		}
+	pthread_mutex_unlock(&lock);
+	return same;
+}
+
+CUresult rm_rpc_setting(uint32_t op, ProtobufCMessage *req, void *value, size_t size, int *sent)
+{
+	uint8_t key[MAX_KEY], set[MAX_REQUEST], saved[16];
+	size_t set_len = protobuf_c_message_get_packed_size(req), len = 0;
+	*sent = 1;
+	if (set_len <= sizeof(set) && size <= sizeof(saved)) {
+		protobuf_c_message_pack(req, set);
+		memcpy(saved, value, size); /* the target: the request without its value */
+		memset(value, 0, size);
+		len = make_key(req, key);
+		memcpy(value, saved, size);
+	}
+	if (len && holds(op, key, len, set, set_len)) {
+		*sent = 0;
+		return CUDA_SUCCESS;
+	}
+	CUresult r = rm_rpc_simple(op, req, NULL, NULL);
+	if (len && r == CUDA_SUCCESS)
+		keep(op, key, len, set, set_len);
 	return r;
 }

@@ -4,7 +4,13 @@
  * packed message is the key) and gets later answers here, with no round trip: device
  * attributes, a kernel's or function's attributes, a primary context's state. A call that can
  * change such an answer is annotated `forgets=NAME,...`, and its stub forgets every answer of
- * those calls once it has been sent. Only successful answers are kept. */
+ * those calls once it has been sent. Only successful answers are kept. Answers are kept per
+ * current context: a kernel's function, for one, is the context's.
+ *
+ * A call annotated `sets=P` sets the value P for the target its other parameters name (a
+ * kernel's attribute, say). The client keeps, per target and context, the request that last
+ * set it successfully; setting the same value again succeeds here, unsent, and forgets
+ * nothing. A target forgotten (its module unloaded) is sent again. */
 #ifndef REMORA_QUERY_CACHE_H
 #define REMORA_QUERY_CACHE_H
 
@@ -17,7 +23,11 @@
 CUresult rm_rpc_cached(uint32_t op, const ProtobufCMessage *req, const ProtobufCMessageDescriptor *rep_desc,
 		       ProtobufCMessage **rep);
 
-/* Forgets every answer kept for op. */
+/* A setting call: sent, and *sent 1, unless the same request set the target last (then
+ * CUDA_SUCCESS and *sent 0). value points at the request's value field, of size bytes. */
+CUresult rm_rpc_setting(uint32_t op, ProtobufCMessage *req, void *value, size_t size, int *sent);
+
+/* Forgets every answer or setting kept for op. */
 void rm_query_cache_forget(uint32_t op);
 
 #endif

@@ -141,6 +141,7 @@ class SpecEntry:
         self.syncpoint = "syncpoint" in notes
         self.cached = "cached" in notes
         self.forgets = []      # forgets=NAME,...: cached calls whose answers this call makes stale
+        self.sets = None       # sets=PARAM: the setting's value; a repeat of a set that holds is not sent
         self.body = None       # the body its handler calls: its own name (body), or another call's
         self.body_args = None  # body=NAME(ARG, ...): the arguments it passes to NAME's body
         self.via = None        # via=NAME: the stream-ordered call that does its work
@@ -167,6 +168,10 @@ class SpecEntry:
                 self.forgets = v.split(",")
                 if not all(re.fullmatch(r"\w+", f) for f in self.forgets):
                     self.fail(f"{n}: expected forgets=NAME,...")
+            elif k == "sets":
+                if not re.fullmatch(r"\w+", v):
+                    self.fail(f"{n}: expected sets=PARAM")
+                self.sets = v
             elif k == "via":
                 if not re.fullmatch(r"\w+", v):
                     self.fail(f"{n}: expected via=NAME")
@@ -223,14 +228,18 @@ def check_entry(e, fn, by_name, funcs, exports):
         e.fail("an async call has no reply to carry earlier errors: async and syncpoint")
     if e.body and e.via:
         e.fail("body and via both say what does the call's work: give one")
-    if (e.cached or e.forgets) and e.cls != "gen":
-        e.fail("cached and forgets=... are honoured by a generated client stub: class gen only")
+    if (e.cached or e.forgets or e.sets) and e.cls != "gen":
+        e.fail("cached, forgets=... and sets=... are honoured by a generated client stub: class gen only")
     if e.cached and e.async_:
         e.fail("an async call has no answer to keep: async and cached")
+    if e.sets:
+        p = params.get(e.sets)
+        if p is None or p.stars or e.cached or e.async_ or e.syncpoint:
+            e.fail(f"sets={e.sets}: expected a parameter passed by value, of a call that waits and is not cached")
     for f in e.forgets:
         t = by_name.get(f)
-        if t is None or not t.cached:
-            e.fail(f"forgets={f}: no entry named {f} is annotated cached")
+        if t is None or not (t.cached or t.sets):
+            e.fail(f"forgets={f}: no entry named {f} is annotated cached or sets=...")
     for k, notes in e.ann.items():
         if k not in params:
             e.fail(f"{k}={','.join(notes)}: {e.name} has no parameter {k} "
@@ -525,6 +534,19 @@ def gen_client_stub(fn, entry, fields):
         o.append(f"\tCUresult r = {rpc}(RM_OP_{fn.name}, &req.base, NULL, NULL);")
         o += [f"\trm_query_cache_forget(RM_OP_{f});" for f in entry.forgets]
         o.append("\treturn r == CUDA_SUCCESS ? rm_mapped_after_sync() : r;")
+        o.append("}")
+        return "\n".join(o)
+    if entry.sets:
+        if outs:
+            entry.fail(f"sets={entry.sets}: a setting call has no outputs")
+        field = next(f.field for f in fields if f.p.name == entry.sets)
+        o.append("\tint sent;")
+        o.append(f"\tCUresult r = rm_rpc_setting(RM_OP_{fn.name}, &req.base, &req.{field}, sizeof(req.{field}), &sent);")
+        if entry.forgets:
+            o.append("\tif (sent) {")
+            o += [f"\t\trm_query_cache_forget(RM_OP_{f});" for f in entry.forgets]
+            o.append("\t}")
+        o.append("\treturn r;")
         o.append("}")
         return "\n".join(o)
     if not outs:

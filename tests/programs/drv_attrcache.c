@@ -1,7 +1,11 @@
 /* drv_attrcache: answers a client keeps (proto/api.spec's `cached`) stay true. Device
  * attributes asked many times; a function's and a kernel's attributes read, changed with
  * cuFuncSetAttribute and cuKernelSetAttribute, and read again; the primary context's state
- * before and after it is retained. Prints what it read (the same natively and remotely).
+ * before and after it is retained. Then what PyTorch asks around each launch, REPEAT times: a
+ * kernel's attribute set to the value it holds, the kernel's function, its attributes and
+ * occupancy, the context's id, a stream's capture status; then the value changed, changed
+ * back and set after a change through the function, each read again; a stream's capture
+ * status while it captures. Prints what it read (the same natively and remotely).
  *   drv_attrcache IMAGE [REPEAT] */
 #include "drv_common.h"
 
@@ -58,6 +62,50 @@ int main(int argc, char **argv)
 	EXPECT(smem == 4096, "after cuKernelSetAttribute(4096): %d", smem);
 	printf("kernel dynamic shared memory after set: %d\n", smem);
 
+	CUfunction kf = NULL;
+	CUstream st;
+	CHECK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+	unsigned long long ctx_id = 0, id;
+	for (int i = 0; i < repeat; i++) {
+		CUfunction g;
+		int blocks = 0;
+		CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+		CHECK(cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 4096, k, dev));
+		CHECK(cuKernelGetAttribute(&smem, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k, dev));
+		CHECK(cuKernelGetFunction(&g, k));
+		CHECK(cuFuncGetAttribute(&smem, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g));
+		CHECK(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, g, 128, 1024, 0));
+		CHECK(cuCtxGetId(NULL, &id));
+		CHECK(cuStreamIsCapturing(st, &cs));
+		EXPECT(i == 0 || (g == kf && id == ctx_id), "round %d: another function or context id", i);
+		EXPECT(smem == 4096 && blocks > 0 && cs == CU_STREAM_CAPTURE_STATUS_NONE,
+		       "round %d: smem %d, %d blocks, capture status %d", i, smem, blocks, (int)cs);
+		kf = g;
+		ctx_id = id;
+	}
+	printf("kernel attribute set %d times to what it holds: %d\n", repeat, smem);
+	CHECK(cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 8192, k, dev));
+	CHECK(cuKernelGetAttribute(&smem, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k, dev));
+	EXPECT(smem == 8192, "after cuKernelSetAttribute(8192): %d", smem);
+	CHECK(cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 4096, k, dev));
+	CHECK(cuKernelGetAttribute(&smem, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k, dev));
+	EXPECT(smem == 4096, "after cuKernelSetAttribute(4096) again: %d", smem);
+	CHECK(cuFuncSetAttribute(kf, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024));
+	CHECK(cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 4096, k, dev));
+	CHECK(cuKernelGetAttribute(&smem, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k, dev));
+	EXPECT(smem == 4096, "after cuFuncSetAttribute(1024) and cuKernelSetAttribute(4096): %d", smem);
+	printf("kernel attribute changed and back: %d\n", smem);
+	CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+	CUgraph graph;
+	CHECK(cuStreamBeginCapture(st, CU_STREAM_CAPTURE_MODE_RELAXED));
+	CHECK(cuStreamIsCapturing(st, &cs));
+	EXPECT(cs == CU_STREAM_CAPTURE_STATUS_ACTIVE, "capture status while capturing: %d", (int)cs);
+	CHECK(cuStreamEndCapture(st, &graph));
+	CHECK(cuStreamIsCapturing(st, &cs));
+	EXPECT(cs == CU_STREAM_CAPTURE_STATUS_NONE, "capture status after the capture: %d", (int)cs);
+	printf("capture status during and after a capture: checked\n");
+	CHECK(cuGraphDestroy(graph));
+	CHECK(cuStreamDestroy(st));
 	CHECK(cuLibraryUnload(lib));
 	CHECK(cuModuleUnload(mod));
 	drv_close_device0();

@@ -2,8 +2,9 @@
 """Answers the client keeps (proto/api.spec's `cached`) cost no round trip: runs drv_attrcache
 through Remora with every call to the daemon logged (REMORA_TRACE), and counts them. With
 REPEAT = 1000, each cached query must reach the daemon a handful of times at most (once per
-distinct request, again after a call that forgets it), not 1000 times; drv_attrcache itself
-checks that the answers stay true.
+distinct request, again after a call that forgets it), not 1000 times; a setting (`sets=`)
+repeated with the value it holds is not sent; a stream's capture status is asked only while a
+capture is open; drv_attrcache itself checks that the answers stay true.
 
 usage: query_cache.py WITH_REMORAD REMORAD DRIVER REMORA DRV_ATTRCACHE IMAGE
 """
@@ -27,9 +28,14 @@ for m in re.finditer(r"debug: (cu\w+) returned", p.stderr):
     calls[m.group(1)] = calls.get(m.group(1), 0) + 1
 print("calls that reached the daemon:", calls)
 check(calls.get("cuDeviceGetAttribute", 0) >= 1, "cuDeviceGetAttribute is traced at all (the count can be trusted)")
-for name, most in [("cuDeviceGetAttribute", 10), ("cuFuncGetAttribute", 3), ("cuKernelGetAttribute", 3),
-                   ("cuDevicePrimaryCtxGetState", 3)]:
+for name, most in [("cuDeviceGetAttribute", 10), ("cuFuncGetAttribute", 6), ("cuKernelGetAttribute", 8),
+                   ("cuDevicePrimaryCtxGetState", 3), ("cuKernelGetFunction", 2), ("cuCtxGetId", 2),
+                   ("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 2), ("cuStreamIsCapturing", 2),
+                   ("cuKernelSetAttribute", 4)]:
     check(calls.get(name, 0) <= most, f"{name} reached the daemon {calls.get(name, 0)} times, at most {most}")
 check(calls.get("cuFuncGetAttribute", 0) >= 2, "cuFuncGetAttribute was asked again after cuFuncSetAttribute")
 check(calls.get("cuKernelGetAttribute", 0) >= 2, "cuKernelGetAttribute was asked again after cuKernelSetAttribute")
+# Set to what it held 1000 times: sent once; then 8192, 4096 and 4096 after cuFuncSetAttribute.
+check(calls.get("cuKernelSetAttribute", 0) == 4, "cuKernelSetAttribute was sent for each change, and only then")
+check(calls.get("cuStreamIsCapturing", 0) >= 1, "cuStreamIsCapturing was asked while a capture was open")
 sys.exit(1 if failures else 0)

@@ -31,6 +31,8 @@ static void context_activate(struct td_context *ctx, int device, unsigned flags)
 	ctx->device = device;
 	ctx->flags = flags;
 	ctx->active = true;
+	static unsigned long long ids;
+	ctx->id = __atomic_add_fetch(&ids, 1, __ATOMIC_RELAXED);
 	ctx->sticky_error = CUDA_SUCCESS;
 	memcpy(ctx->limits, default_limits, sizeof default_limits);
 }
@@ -412,6 +414,18 @@ TD_EXPORT CUresult cuCtxGetApiVersion(CUcontext handle, unsigned int *version)
 	if (!version)
 		return CUDA_ERROR_INVALID_VALUE;
 	*version = 3020;
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuCtxGetId(CUcontext handle, unsigned long long *id)
+{
+	struct td_context *ctx;
+	CUresult rc = context_or_current(handle, &ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!id)
+		return CUDA_ERROR_INVALID_VALUE;
+	*id = ctx->id;
 	return CUDA_SUCCESS;
 }
 

@@ -73,6 +73,7 @@ struct td_context {
 	bool primary;
 	int primary_refs;            /* primary context: cuDevicePrimaryCtxRetain count */
 	bool active;                 /* false once destroyed or primary refcount reached 0 */
+	unsigned long long id;       /* cuCtxGetId: unique per activation in the process */
 	CUresult sticky_error;       /* set by a faulting kernel, never cleared */
 	size_t limits[CU_LIMIT_MAX];
 	struct td_stream *legacy_stream;  /* created on first use */
