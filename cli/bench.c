@@ -35,7 +35,7 @@ struct bench_run {
 	const struct bench_config *cfg;
 	struct bench_results results;
 	struct bench_side native, remote;
-	char worker[PATH_MAX], image[PATH_MAX], cublas[PATH_MAX], tmpdir[64];
+	char worker[PATH_MAX], image[PATH_MAX], cublas[PATH_MAX], torch[PATH_MAX], tmpdir[64];
 	double tcp_gbps, tcp_rtt_us;
 };
 
@@ -45,6 +45,7 @@ static int section_memset(struct bench_run *run);
 static int section_event(struct bench_run *run);
 static int section_concurrency(struct bench_run *run);
 static int section_cublas(struct bench_run *run);
+static int section_torch(struct bench_run *run);
 
 /* Each returns 0 when its section ran (ok or skipped) and -1 when it failed. */
 static const struct {
@@ -54,6 +55,7 @@ static const struct {
 	{ "launch", section_launch },         { "memcpy", section_memcpy },
 	{ "memset", section_memset },         { "event", section_event },
 	{ "concurrency", section_concurrency }, { "cublas", section_cublas },
+	{ "torch", section_torch },
 };
 #define NSECTIONS (sizeof sections / sizeof sections[0])
 
@@ -62,7 +64,8 @@ static const char usage_text[] =
 	"                    [--spin-iters N] [--remorad PATH] [--driver PATH] [--native-lib DIR]\n"
 	"                    [--client-lib DIR] [--workers DIR] [--transport tcp|shm]\n"
 	"--json prints one JSON document on stdout and the table on stderr.\n"
-	"Sections: launch, memcpy, memset, event, concurrency, cublas (loopback TCP is always measured).\n"
+	"Sections: launch, memcpy, memset, event, concurrency, cublas, torch (loopback TCP is always\n"
+	"measured); torch runs PyTorch steps with the python3 on the PATH, and is skipped without one.\n"
 	"Native runs use the libcuda.so.1 the loader finds (or the one in --native-lib DIR); remote runs\n"
 	"use Remora's, against a remorad this command starts (with --driver PATH when given), over\n"
 	"loopback TCP or, with --transport shm, shared memory (unix:PATH, for clients on the GPU host).\n";
@@ -350,6 +353,62 @@ static int section_cublas(struct bench_run *run)
 	return rc;
 }
 
+/* One PyTorch step of bench/torch_worker.py, native and remote: its time per step, remote
+ * over native (at most limit), and whether both computed the same bits. Returns what
+ * run_both does, or 1 when PyTorch cannot run here (*why says so). */
+static int torch_part(struct bench_run *run, const char *part, const char *steps, const char *metric, double limit,
+		      char *why, size_t why_len)
+{
+	char *argv[] = { "/usr/bin/env", "python3", run->torch, (char *)part, (char *)steps, NULL };
+	struct bench_output nat, rem;
+	char reason[600];
+	int rc = run_both(run, "torch", argv, &nat, &rem, reason, sizeof reason);
+	const char *unsupported = bench_output_get(&nat, "unsupported");
+	if (nat.exit_status == 3 && unsupported) {
+		snprintf(why, why_len, "%s", unsupported);
+		rc = 1;
+	} else {
+		struct bench_row *row = pair_row(run, "torch", &nat, &rem, "ms_per_step", "ms", metric);
+		if (row && limit > 0) {
+			row->goal = BENCH_AT_MOST;
+			row->limit = limit;
+		}
+		const char *a = bench_output_get(&nat, "result_hex"), *b = bench_output_get(&rem, "result_hex");
+		char key[64];
+		snprintf(key, sizeof key, "torch_%s_same_result", part);
+		bench_add_fact(&run->results, key, false, "%s", a && b && !strcmp(a, b) ? "yes" : "no");
+		if (rc)
+			snprintf(why, why_len, "%s", reason);
+		else if (!a || !b || strcmp(a, b))
+			rc = -1, snprintf(why, why_len, "%s: native and remote results differ (%s, %s)", part,
+					  a ? a : "none", b ? b : "none");
+	}
+	bench_output_free(&nat);
+	bench_output_free(&rem);
+	return rc;
+}
+
+/* Launch-bound PyTorch (issue 15's targets): a small CNN's training step, 1.15x native over
+ * shared memory and 1.5x over TCP at most; ResNet-50 batch-1 inference at least 0.9 of
+ * native over shared memory (time at most 1/0.9). */
+static int section_torch(struct bench_run *run)
+{
+	char why[600];
+	bool quick = run->cfg->quick, shm = run->cfg->shm;
+	int rc = torch_part(run, "cnn_train", quick ? "20" : "300", "CNN training step (batch 32, 32x32)",
+			    shm ? 1.15 : 1.5, why, sizeof why);
+	if (rc == 1) {
+		bench_set_section(&run->results, "torch", "skipped", why);
+		return 0;
+	}
+	if (rc == 0)
+		rc = torch_part(run, "resnet50_b1", quick ? "10" : "200", "ResNet-50 fp16 inference, batch 1",
+				shm ? 1.0 / 0.9 : 0, why, sizeof why);
+	if (rc == 0 && !quick)
+		rc = torch_part(run, "gpt_train", "50", "GPT-style training step (4 layers, d=256)", 0, why, sizeof why);
+	return finish_section(run, "torch", rc ? -1 : 0, why);
+}
+
 /* Context for the copy targets, which stay against loopback_tcp_gbps: the same
  * writes moving a buffer that is not cache resident into another, as a large
  * copy does, over 1, 2 and 4 streams at once (what striping a copy over several
@@ -553,8 +612,9 @@ static int find_paths(struct bench_run *run, struct bench_config *cfg)
 	snprintf(run->worker, sizeof run->worker, "%s/bench_worker", cfg->workers);
 	snprintf(run->image, sizeof run->image, "%s/bench_kernels.fatbin", cfg->workers);
 	snprintf(run->cublas, sizeof run->cublas, "%s/bench_cublas", cfg->workers);
-	const char *need[] = { run->worker, run->image, run->cublas, cfg->remorad };
-	for (size_t i = 0; i < 4; i++)
+	snprintf(run->torch, sizeof run->torch, "%s/torch_worker.py", cfg->workers);
+	const char *need[] = { run->worker, run->image, run->cublas, run->torch, cfg->remorad };
+	for (size_t i = 0; i < 5; i++)
 		if (access(need[i], R_OK)) {
 			fprintf(stderr, "remora bench: %s: %s\n", need[i], strerror(errno));
 			return -1;

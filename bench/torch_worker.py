@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""PyTorch steps for `remora bench --only torch` and scripts/roundtrips.sh: a launch-bound
+training step of a small CNN, ResNet-50 inference and a GPT-style training step. Prints
+key=value lines (bench/workers.h): ms_per_step, and result_hex of the last step (native and
+remote must agree bit for bit: deterministic settings). Exits 3 with unsupported=WHY where
+PyTorch or a CUDA device is missing (the bench then skips its section).
+
+usage: torch_worker.py PART [STEPS]     parts: cnn_train  resnet50_b1  gpt_train
+With REMORA_STEP_MARKS set, writes "remora-steps begin N" and "remora-steps end" on stderr
+around the timed steps, after warm-up (scripts/roundtrips.sh counts calls between them).
+"""
+import os
+import sys
+import time
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+try:
+    import torch
+    import torch.nn as nn
+except ImportError as e:
+    print(f"unsupported=no PyTorch ({e})")
+    sys.exit(3)
+if not torch.cuda.is_available():
+    print("unsupported=PyTorch finds no CUDA device")
+    sys.exit(3)
+
+torch.manual_seed(0)
+torch.use_deterministic_algorithms(True)
+torch.backends.cudnn.benchmark = False
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+dev = torch.device("cuda")
+
+
+def cnn_train():
+    """Three convolutions (strided, no pooling: deterministic backward) and a linear layer on
+    32x32 images, batch 32: launch-bound."""
+    m = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, stride=2, padding=1),
+                      nn.ReLU(), nn.Conv2d(64, 64, 3, stride=2, padding=1), nn.ReLU(), nn.Flatten(),
+                      nn.Linear(64 * 8 * 8, 10)).to(dev)
+    opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+    g = torch.Generator(device=dev).manual_seed(1)
+    x = torch.randn(32, 3, 32, 32, device=dev, generator=g)
+    t = torch.randint(0, 10, (32,), device=dev, generator=g)
+
+    def step():
+        loss = nn.functional.cross_entropy(m(x), t)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def resnet50_b1():
+    import torchvision
+    m = torchvision.models.resnet50(weights=None).half().to(dev).eval()
+    g = torch.Generator(device=dev).manual_seed(3)
+    x = torch.randn(1, 3, 224, 224, device=dev, dtype=torch.half, generator=g)
+
+    def step():
+        with torch.no_grad():
+            return m(x).float().sum()
+    return step
+
+
+def gpt_train():
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "frameworks"))
+    from models import GPT
+    m = GPT().to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=3e-4)
+    g = torch.Generator(device=dev).manual_seed(5)
+    data = torch.randint(0, 512, (16, 129), device=dev, generator=g)
+
+    def step():
+        logits = m(data[:, :-1])
+        loss = nn.functional.cross_entropy(logits.flatten(0, 1), data[:, 1:].flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+PARTS = {"cnn_train": cnn_train, "resnet50_b1": resnet50_b1, "gpt_train": gpt_train}
+
+
+def main():
+    if len(sys.argv) < 2 or sys.argv[1] not in PARTS:
+        sys.exit(__doc__)
+    steps = int(sys.argv[2]) if len(sys.argv) > 2 else 50
+    step = PARTS[sys.argv[1]]()
+    for _ in range(5):  # warm-up: cuDNN's choices, the caching allocator's pools, lazy loading
+        step()
+    torch.cuda.synchronize()
+    marks = os.environ.get("REMORA_STEP_MARKS")
+    if marks:
+        os.write(2, f"remora-steps begin {steps}\n".encode())
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        loss = step()
+    torch.cuda.synchronize()
+    ms = (time.perf_counter() - t0) / steps * 1e3
+    if marks:
+        os.write(2, b"remora-steps end\n")
+    print(f"ms_per_step={ms:.4f}")
+    print(f"result_hex={float(loss.detach()).hex()}")
+
+
+if __name__ == "__main__":
+    main()
