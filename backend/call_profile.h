@@ -4,7 +4,8 @@
  * common/copy_profile.h) makes each session's thread tally, per opcode, the calls it ran
  * and the time inside their handlers, the time it waited for frames, and, inside a
  * kernel launch, the driver's cuLaunchKernel and the kernel-time events
- * (kernel_timing.h). When the session ends it logs, at info level:
+ * (kernel_timing.h), in a context or stream synchronize the driver's stream waits, and
+ * the sending of replies. When the session ends it logs, at info level:
  *
  *   remora-profile side=daemon session=N wall_ms=... calls=... in_calls_ms=... reading_ms=...
  *   remora-profile side=daemon session=N op=cuLaunchKernel calls=... mean_us=... total_ms=...
@@ -20,7 +21,7 @@
 struct rm_call_profile;
 
 /* The parts of a call timed separately. */
-enum rm_call_part { RM_PART_DRIVER_LAUNCH, RM_PART_KERNEL_TIMING, RM_PARTS };
+enum rm_call_part { RM_PART_DRIVER_LAUNCH, RM_PART_KERNEL_TIMING, RM_PART_DRIVER_SYNC, RM_PART_REPLY, RM_PARTS };
 
 /* The calling thread's profile (a session's thread), or NULL when profiling is off. */
 struct rm_call_profile *rm_call_profile_begin(void);

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "call_profile.h"
 #include "gpus.h"
 #include "liveness.h"
 #include "log.h"
@@ -67,8 +68,10 @@ void rm_request_finish(struct rm_session *s, struct rm_request *rq, CUresult r, 
 		rq->replied = 1;
 		return;
 	}
+	uint64_t part = rm_call_part_begin();
 	if (send_reply(s, rq, r, rep, 0))
 		rq->fatal = 1;
+	rm_call_part_end(RM_PART_REPLY, part);
 }
 
 int rm_request_reply_bulk(struct rm_session *s, struct rm_request *rq, uint64_t bulk_len)

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "call_profile.h"
 #include "copy_links.h"
 #include "driver_table.h"
 #include "gpus.h"
@@ -229,6 +230,17 @@ static void own_locked(struct rm_session *s, enum rm_handle_kind kind, uint64_t 
 		range_insert(s, &h);
 	if (kind == RM_H_MEMORY || kind == RM_H_PHYSICAL)
 		s->sh->mem_bytes += size;
+	if (kind == RM_H_STREAM && s->sh->nstreams == s->sh->streams_cap) {
+		size_t cap = s->sh->streams_cap ? 2 * s->sh->streams_cap : 16;
+		CUstream *grown = realloc(s->sh->streams, cap * sizeof(*grown));
+		if (grown)
+			s->sh->streams = grown, s->sh->streams_cap = cap;
+	}
+	if (kind == RM_H_STREAM && s->sh->nstreams < s->sh->streams_cap)
+		s->sh->streams[s->sh->nstreams++] = (CUstream)(uintptr_t)v;
+	else if (kind == RM_H_STREAM)
+		rm_log(RM_LOG_ERROR, "session %llu: out of memory recording a stream: a synchronize will not wait for it",
+		       (unsigned long long)s->id);
 }
 
 void rm_session_own_memory(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, uint64_t size,
@@ -256,8 +268,14 @@ static int disown_locked(struct rm_session *s, enum rm_handle_kind kind, uint64_
 		range_remove(s, v);
 	if (kind == RM_H_MEMORY || kind == RM_H_PHYSICAL)
 		s->sh->mem_bytes -= h->size;
-	if (kind == RM_H_STREAM)
+	if (kind == RM_H_STREAM) {
 		rm_stream_order_remove(s, (CUstream)(uintptr_t)v);
+		for (size_t i = 0; i < s->sh->nstreams; i++)
+			if (s->sh->streams[i] == (CUstream)(uintptr_t)v) {
+				s->sh->streams[i] = s->sh->streams[--s->sh->nstreams];
+				break;
+			}
+	}
 	h->kind = TOMBSTONE;
 	s->sh->handles_live--;
 	/* Only modules, libraries and kernels have dependents (functions, globals, kernels). */
@@ -514,7 +532,7 @@ CUresult rm_session_enter(struct rm_session *s, uint64_t ctx)
 static CUstream *gather_streams(struct rm_session *s, struct rm_session_ctx *only, size_t *n)
 {
 	pthread_mutex_lock(&s->sh->lock);
-	size_t cap = s->sh->handles_live + (size_t)s->sh->nctx * (RM_MAX_CHANNELS + 2) + 1;
+	size_t cap = s->sh->nstreams + (size_t)s->sh->nctx * (RM_MAX_CHANNELS + 2) + 1;
 	CUstream *st = malloc(cap * sizeof(*st));
 	*n = 0;
 	for (int k = 0; st && k < s->sh->nctx; k++) {
@@ -528,9 +546,8 @@ static CUstream *gather_streams(struct rm_session *s, struct rm_session_ctx *onl
 				st[(*n)++] = c->per_thread[i];
 		pthread_mutex_unlock(&c->order_lock);
 	}
-	for (size_t i = 0; st && i < s->sh->handles_cap; i++)
-		if (s->sh->handles[i].kind == RM_H_STREAM && *n < cap)
-			st[(*n)++] = (CUstream)(uintptr_t)s->sh->handles[i].value;
+	for (size_t i = 0; st && i < s->sh->nstreams; i++)
+		st[(*n)++] = s->sh->streams[i];
 	pthread_mutex_unlock(&s->sh->lock);
 	return st;
 }
@@ -543,11 +560,13 @@ static CUresult sync_streams(struct rm_session *s, struct rm_session_ctx *only)
 	if (!st)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	CUresult first = CUDA_SUCCESS;
+	uint64_t part = rm_call_part_begin();
 	for (size_t i = 0; i < n; i++) {
 		CUresult r = rm_drv.cuStreamSynchronize(st[i]);
 		if (first == CUDA_SUCCESS)
 			first = r;
 	}
+	rm_call_part_end(RM_PART_DRIVER_SYNC, part);
 	free(st);
 	return first;
 }
@@ -640,6 +659,7 @@ size_t rm_session_release_all(struct rm_session *s)
 	free(s->sh->handles);
 	s->sh->handles = NULL;
 	s->sh->handles_cap = s->sh->handles_used = s->sh->handles_live = 0;
+	s->sh->nstreams = 0; /* given back above */
 	s->sh->nranges = 0;
 	s->sh->mem_bytes = 0;
 	rm_drv.cuCtxSetCurrent(prev);
@@ -673,6 +693,7 @@ void rm_session_destroy(struct rm_session *s)
 	       (unsigned long long)s->id, s->name, s->peer, freed, bytes);
 	rm_link_close(&s->link);
 	free(s->sh->ranges);
+	free(s->sh->streams);
 	pthread_cond_destroy(&s->sh->progress);
 	pthread_cond_destroy(&s->sh->channel_gone);
 	pthread_mutex_destroy(&s->sh->copy_lock);

@@ -94,6 +94,9 @@ struct rm_session_shared {
 	size_t handles_cap, handles_used, handles_live;
 	struct rm_handle *ranges; /* owned device memory, sorted by base, for range checks */
 	size_t nranges, ranges_cap;
+	CUstream *streams; /* the streams it created: what a synchronize waits for, without a
+			    * walk of the handle table */
+	size_t nstreams, streams_cap;
 	uint64_t mem_bytes;
 
 	struct rm_session_ctx ctxs[RM_SESSION_MAX_CTX]; /* appended, never moved */

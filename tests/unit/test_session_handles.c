@@ -115,6 +115,7 @@ static void session_free(struct rm_session *s)
 {
 	free(s->sh->handles);
 	free(s->sh->ranges);
+	free(s->sh->streams);
 	free(s->sh);
 	free(s);
 }
