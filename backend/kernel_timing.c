@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "driver_table.h"
 #include "registry.h"
@@ -18,6 +19,7 @@ struct rm_kernel_timers {
 	struct {
 		CUevent start, end; /* made at the slot's first use */
 		CUstream stream;    /* an open span's */
+		uint64_t open_ns;   /* when it was opened (CLOCK_MONOTONIC) */
 		int chan;           /* the channel that opened it */
 		int state;
 	} slot[RING];
@@ -26,13 +28,20 @@ struct rm_kernel_timers {
 
 static int enabled = 1;
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 void rm_kernel_timing_enable(int on) { enabled = on; }
 
 static void add_time(struct rm_session *s, CUevent start, CUevent end)
 {
 	float ms = 0;
 	if (rm_drv.cuEventElapsedTime(&ms, start, end) == CUDA_SUCCESS && ms > 0)
-		rm_usage_add(&rm_registry()->clients[s->slot].usage.gpu_ns, (uint64_t)((double)ms * 1e6));
+		rm_registry_add_gpu_time(s->slot, s->id, (uint64_t)((double)ms * 1e6));
 }
 
 /* Reads slot i if its end has passed (lock held): 1 when the slot is free afterwards. */
@@ -95,20 +104,24 @@ void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st)
 	}
 	t->slot[i].state = SLOT_OPEN;
 	t->slot[i].stream = st;
+	t->slot[i].open_ns = now_ns();
 	t->slot[i].chan = s->chan;
 	__atomic_add_fetch(&t->open, 1, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&t->lock);
 }
 
-/* Closes the open spans of chan in context c (chan < 0: every channel's). */
-static void close_spans(struct rm_session_ctx *c, int chan)
+/* Closes the open spans of chan in context c (chan < 0: every channel's) opened at least
+ * min_age_ns ago. */
+static void close_spans(struct rm_session_ctx *c, int chan, uint64_t min_age_ns)
 {
 	struct rm_kernel_timers *t = c->timers;
 	if (!t || !__atomic_load_n(&t->open, __ATOMIC_RELAXED))
 		return;
+	uint64_t now = min_age_ns ? now_ns() : 0;
 	pthread_mutex_lock(&t->lock);
 	for (int i = 0; t->open > 0 && i < RING; i++) {
-		if (t->slot[i].state != SLOT_OPEN || (chan >= 0 && t->slot[i].chan != chan))
+		if (t->slot[i].state != SLOT_OPEN || (chan >= 0 && t->slot[i].chan != chan) ||
+		    now - t->slot[i].open_ns < min_age_ns)
 			continue;
 		int recorded = rm_drv.cuEventRecord(t->slot[i].end, t->slot[i].stream) == CUDA_SUCCESS;
 		t->slot[i].state = recorded ? SLOT_PENDING : SLOT_FREE;
@@ -117,7 +130,7 @@ static void close_spans(struct rm_session_ctx *c, int chan)
 	pthread_mutex_unlock(&t->lock);
 }
 
-void rm_kernel_timing_close(struct rm_session *s)
+void rm_kernel_timing_close(struct rm_session *s, uint64_t min_age_ns)
 {
 	for (int k = 0;; k++) {
 		pthread_mutex_lock(&s->sh->lock);
@@ -125,7 +138,7 @@ void rm_kernel_timing_close(struct rm_session *s)
 		pthread_mutex_unlock(&s->sh->lock);
 		if (!c)
 			break;
-		close_spans(c, s->chan);
+		close_spans(c, s->chan, min_age_ns);
 	}
 }
 
@@ -147,13 +160,42 @@ void rm_kernel_timing_collect(struct rm_session *s)
 	}
 }
 
+void rm_kernel_timing_settle(struct rm_session *s, int wait_ms)
+{
+	for (int k = 0;; k++) {
+		pthread_mutex_lock(&s->sh->lock);
+		struct rm_session_ctx *c = k < s->sh->nctx ? &s->sh->ctxs[k] : NULL;
+		pthread_mutex_unlock(&s->sh->lock);
+		if (!c)
+			break;
+		close_spans(c, -1, 0);
+	}
+	for (int waited_ms = 0;; waited_ms++) {
+		int pending = 0;
+		for (int k = 0; k < s->sh->nctx; k++) {
+			struct rm_kernel_timers *t = s->sh->ctxs[k].timers;
+			if (!t)
+				continue;
+			pthread_mutex_lock(&t->lock);
+			for (int i = 0; i < RING; i++)
+				pending += !reap_locked(s, t, i);
+			pthread_mutex_unlock(&t->lock);
+		}
+		if (!pending || waited_ms >= wait_ms)
+			return;
+		nanosleep(&(struct timespec){0, 1000000}, NULL);
+	}
+}
+
 void rm_kernel_timing_release(struct rm_session *s, struct rm_session_ctx *c)
 {
 	struct rm_kernel_timers *t = c->timers;
 	if (!t)
 		return;
-	close_spans(c, -1);
+	close_spans(c, -1, 0);
 	for (int i = 0; i < RING; i++) {
+		if (t->slot[i].state == SLOT_PENDING) /* the session's work is drained: ends come at once */
+			rm_drv.cuEventSynchronize(t->slot[i].end);
 		reap_locked(s, t, i);
 		if (t->slot[i].start)
 			rm_drv.cuEventDestroy_v2(t->slot[i].start);

@@ -4,7 +4,10 @@
  * run a call the client waits for. A span is the time the client's work occupied its
  * stream, from its first kernel's start to its last kernel's end: an upper bound of the
  * kernels' time that also counts gaps within one batch. So a stream of launches costs
- * two event records per batch, not two per launch (docs/hotpath.md). Events come from a
+ * two event records per batch, not two per launch (docs/hotpath.md). Before a call the
+ * client waits for, only spans older than RM_SPAN_EARLY_CLOSE_NS are closed; younger ones
+ * are closed once its reply is sent, off the client's path: their end then also counts the
+ * wait's last microseconds. Events come from a
  * small ring per context; a span is read once its end has passed (at the client's
  * synchronizing calls, when the ring is full, and at the session's end), never waited
  * for. Launches go untimed where no slot is free, on a capturing stream, and on a stream
@@ -12,6 +15,8 @@
  * the running kernel, would hold up their work (stream_pool.h). */
 #ifndef REMORA_KERNEL_TIMING_H
 #define REMORA_KERNEL_TIMING_H
+
+#include <stdint.h>
 
 #include <cuda.h>
 
@@ -23,11 +28,19 @@ void rm_kernel_timing_enable(int on);
 /* Before a launch on stream st of the session's current context: opens a span on st
  * unless one of the calling channel's is open there. */
 void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st);
-/* Closes the calling channel's open spans (records their end events). */
-void rm_kernel_timing_close(struct rm_session *s);
+#define RM_SPAN_EARLY_CLOSE_NS 200000u
+
+/* Closes the calling channel's open spans opened at least min_age_ns ago (records their
+ * end events). */
+void rm_kernel_timing_close(struct rm_session *s, uint64_t min_age_ns);
 /* Adds the time of every finished span of the session's contexts to its usage. */
 void rm_kernel_timing_collect(struct rm_session *s);
-/* The session's end: collects what finished, then frees context c's events (c current). */
+/* The client has gone: closes every open span and collects the spans that end within
+ * wait_ms, before the session's usage goes to the history (a span that ends later is
+ * not counted: the kernel it waits for may run long). */
+void rm_kernel_timing_settle(struct rm_session *s, int wait_ms);
+/* The session's end, its work drained: collects every span, then frees context c's events
+ * (c current). */
 void rm_kernel_timing_release(struct rm_session *s, struct rm_session_ctx *c);
 
 #endif

@@ -215,6 +215,17 @@ void rm_registry_uncharge(int slot, uint64_t session_id, uint64_t bytes)
 	rm_registry_unlock();
 }
 
+void rm_registry_add_gpu_time(int slot, uint64_t session_id, uint64_t ns)
+{
+	if (slot < 0 || slot >= RM_MAX_CLIENTS)
+		return;
+	rm_registry_lock();
+	struct rm_client_record *c = &reg->clients[slot];
+	if (c->in_use && c->session_id == session_id)
+		rm_usage_add(&c->usage.gpu_ns, ns);
+	rm_registry_unlock();
+}
+
 void rm_usage_merge(struct rm_usage *into, const struct rm_usage *what)
 {
 	for (int k = 0; k < RM_CALL_KINDS; k++)

@@ -133,6 +133,8 @@ void rm_registry_set_limits(int t, uint64_t memory_limit, uint64_t client_memory
  * Uncharging a slot the session has left does nothing: its charges went when it left. */
 int rm_registry_charge(int slot, uint64_t session_id, uint64_t bytes, uint64_t *client_limit, uint64_t *tenant_limit);
 void rm_registry_uncharge(int slot, uint64_t session_id, uint64_t bytes);
+/* Adds ns of kernel time to session session_id's usage, unless slot holds another by now. */
+void rm_registry_add_gpu_time(int slot, uint64_t session_id, uint64_t ns);
 /* The quotas of slot's tenant, its client's and its tenant's usage (one snapshot). */
 void rm_registry_usage(int slot, uint64_t *client_limit, uint64_t *tenant_limit, uint64_t *client_bytes,
 		       uint64_t *tenant_bytes);

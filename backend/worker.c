@@ -137,7 +137,7 @@ static void serve(struct rm_session *s)
 	for (;;) {
 		memset(&rq, 0, sizeof(rq));
 		if (!rm_link_buffered(&s->link)) /* the client's batch is done, or it waits */
-			rm_kernel_timing_close(s);
+			rm_kernel_timing_close(s, 0);
 		uint64_t read_ns = profile ? rm_call_profile_now_ns() : 0;
 		int err = rm_link_read_frame(&s->link, &rq.frame);
 		rm_call_profile_read(profile, read_ns);
@@ -205,8 +205,9 @@ static void serve(struct rm_session *s)
 		}
 		rq.bulk_left = rq.frame.bulk_len;
 		uint64_t call_ns = profile ? rm_call_profile_now_ns() : 0;
-		if (rq.frame.op >= RM_OP_LIMIT || !(rm_op_flags[rq.frame.op] & RM_OPF_ASYNC))
-			rm_kernel_timing_close(s); /* the client waits for this call */
+		int waits = rq.frame.op >= RM_OP_LIMIT || !(rm_op_flags[rq.frame.op] & RM_OPF_ASYNC);
+		if (waits)
+			rm_kernel_timing_close(s, RM_SPAN_EARLY_CLOSE_NS);
 		rm_liveness_call_begin(s);
 		CUresult r = rm_session_enter(s, rq.frame.ctx);
 		if (r != CUDA_SUCCESS)
@@ -214,6 +215,8 @@ static void serve(struct rm_session *s)
 		else
 			handler(s, &rq);
 		rm_liveness_call_end(s);
+		if (waits) /* replied: the young spans' ends, off the client's path */
+			rm_kernel_timing_close(s, 0);
 		account(s, &rq);
 		rm_session_progress(s, rq.frame.seq);
 		rm_call_profile_call(profile, rq.frame.op, call_ns);
@@ -256,7 +259,9 @@ static void *client_main(void *arg)
 	while (sh->nchannels)
 		pthread_cond_wait(&sh->channel_gone, &sh->lock);
 	pthread_mutex_unlock(&sh->lock);
-	/* Its admission place and quota go now; the memory follows once its work is drained. */
+	/* Its admission place and quota go now, with the kernel time known; the memory follows
+	 * once its work is drained. */
+	rm_kernel_timing_settle(s, 200);
 	rm_registry_leave_session(slot, s->id);
 	rm_session_destroy(s);
 	/* The last client gone: what the allocator keeps for its threads (an arena each, staging
