@@ -42,24 +42,29 @@ static size_t take(char *data, size_t size, size_t nmemb, void *arg)
 
 /* Whether rc, on an https:// endpoint, is TLS refusing: a certificate not trusted either
  * way. With TLS 1.3 etcd's refusal of a client certificate arrives as an alert on the
- * first read. */
-static int tls_refusal(CURLcode rc, const char *detail)
+ * first read after the handshake or, racing it, as the connection closing: so a
+ * connection that got through TCP and closed before any HTTP answer is taken for one. */
+static int tls_refusal(CURLcode rc, int connected)
 {
-	return rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_PEER_FAILED_VERIFICATION ||
-	       ((rc == CURLE_RECV_ERROR || rc == CURLE_SEND_ERROR) && strstr(detail, "SSL"));
+	if (rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_PEER_FAILED_VERIFICATION)
+		return 1;
+	return connected && rc != CURLE_OPERATION_TIMEDOUT && rc != CURLE_OUT_OF_MEMORY && rc != CURLE_WRITE_ERROR &&
+	       rc != CURLE_FILESIZE_EXCEEDED && rc != CURLE_SSL_CERTPROBLEM && rc != CURLE_SSL_CACERT_BADFILE;
 }
 
 /* -errno and e->error for a request that got no answer. */
-static int failed(struct rm_etcd *e, const char *endpoint, CURLcode rc, long os_errno, const struct sink *s,
-		  const char *detail)
+static int failed(struct rm_etcd *e, const char *endpoint, CURLcode rc, long os_errno, int connected,
+		  const struct sink *s, const char *detail)
 {
 	int https = !strncmp(endpoint, "https://", 8), err;
 	if (s->too_long) {
 		snprintf(e->error, sizeof(e->error), "etcd at %s sent more than %u bytes", endpoint, RM_ETCD_MAX_REPLY);
 		return -EMSGSIZE;
 	}
-	if (https && tls_refusal(rc, detail)) {
-		snprintf(e->error, sizeof(e->error), "TLS with etcd at %s failed: %s", endpoint, detail);
+	if (https && tls_refusal(rc, connected)) {
+		int closed = !strstr(detail, "SSL") && !strstr(detail, "certificate");
+		snprintf(e->error, sizeof(e->error), "TLS with etcd at %s failed: %s%s", endpoint, detail,
+			 closed ? " (etcd closed the connection: does it want a client certificate it trusts?)" : "");
 		return -EACCES;
 	}
 	switch (rc) {
@@ -145,12 +150,14 @@ int rm_etcd_post(struct rm_etcd *e, const char *endpoint, const char *path, cons
 	if (rc == CURLE_OK) {
 		curl->easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
 	} else {
+		curl_off_t connect_us = 0;
 		curl->easy_getinfo(h, CURLINFO_OS_ERRNO, &os_errno);
+		curl->easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &connect_us);
 		if (rc == CURLE_FILESIZE_EXCEEDED)
 			s.too_long = 1;
 		if (!detail[0])
 			snprintf(detail, sizeof(detail), "libcurl error %d", (int)rc);
-		err = failed(e, endpoint, rc, os_errno, &s, detail);
+		err = failed(e, endpoint, rc, os_errno, connect_us > 0, &s, detail);
 	}
 	curl->easy_cleanup(h);
 	curl->slist_free_all(headers);
