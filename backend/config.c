@@ -147,6 +147,16 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 		      copy_str(c->advertise, sizeof(c->advertise), v);
 	else if (!strcmp(key, "host_name"))
 		bad = copy_str(c->host_name, sizeof(c->host_name), v);
+	else if (!strcmp(key, "pool_ca"))
+		bad = copy_str(c->pool_ca, sizeof(c->pool_ca), v);
+	else if (!strcmp(key, "pool_cert"))
+		bad = copy_str(c->pool_cert, sizeof(c->pool_cert), v);
+	else if (!strcmp(key, "pool_key"))
+		bad = copy_str(c->pool_key, sizeof(c->pool_key), v);
+	else if (!strcmp(key, "pool_user"))
+		bad = copy_str(c->pool_user, sizeof(c->pool_user), v);
+	else if (!strcmp(key, "pool_password_file"))
+		bad = copy_str(c->pool_password_file, sizeof(c->pool_password_file), v);
 	else if (!strcmp(key, "lease_ttl"))
 		bad = parse_int(v, 2, 3600, &c->lease_ttl_s);
 	else if (!strcmp(key, "hello_timeout"))
@@ -370,6 +380,15 @@ int rm_config_check(const struct rm_daemon_config *c, char *why, int whylen)
 	}
 	if (!tls && (c->tls_cert[0] || c->tls_key[0] || c->tls_client_ca[0])) {
 		snprintf(why, whylen, "TLS settings are given but listen = %s is not a tls:// address", c->listen);
+		return -1;
+	}
+	if (!c->pool_cert[0] != !c->pool_key[0]) {
+		snprintf(why, whylen, "pool_cert and pool_key go together: etcd's --client-cert-auth needs both");
+		return -1;
+	}
+	if (!c->pool_user[0] != !c->pool_password_file[0]) {
+		snprintf(why, whylen, "pool_user and pool_password_file go together (the password is not written in "
+			 "the configuration)");
 		return -1;
 	}
 	if (c->admin_cn[0] && !c->tls_client_ca[0]) {

@@ -53,6 +53,10 @@ struct rm_daemon_config {
 	char advertise[256];  /* the address clients are told to use; "" derives it from listen */
 	char host_name[128];  /* the member's name in the pool; "" uses the host name */
 	int lease_ttl_s;
+	/* A secured etcd (docs/pool.md): pool_ca verifies its certificate, pool_cert and
+	 * pool_key are this daemon's, pool_user is one of etcd's users whose password is
+	 * the first line of pool_password_file (read when the registration starts). */
+	char pool_ca[512], pool_cert[512], pool_key[512], pool_user[128], pool_password_file[512];
 
 	/* Before the hello (handshakes.h), and stopping (docs/configuration.md, Signals). */
 	int hello_timeout_s;                /* a connection that has not said hello by then is closed */

@@ -214,6 +214,24 @@ static void derive_address(const char *scheme, const char *bound, char *out, siz
 	}
 }
 
+/* The TLS files and the user of the configuration, with the password from its file. */
+static int set_credentials(const struct rm_daemon_config *cfg, struct rm_etcd *e)
+{
+	struct rm_etcd_credentials c = {0};
+	snprintf(c.ca_file, sizeof(c.ca_file), "%s", cfg->pool_ca);
+	snprintf(c.cert_file, sizeof(c.cert_file), "%s", cfg->pool_cert);
+	snprintf(c.key_file, sizeof(c.key_file), "%s", cfg->pool_key);
+	snprintf(c.user, sizeof(c.user), "%s", cfg->pool_user);
+	int err = 0;
+	if (cfg->pool_password_file[0])
+		err = rm_etcd_read_password(cfg->pool_password_file, c.password, sizeof(c.password), e->error,
+					    sizeof(e->error));
+	if (!err)
+		err = rm_etcd_set_credentials(e, &c);
+	explicit_bzero(c.password, sizeof(c.password));
+	return err;
+}
+
 int rm_pool_member_start(const struct rm_daemon_config *cfg, const char *scheme, const char *bound)
 {
 	pthread_mutex_lock(&identity_lock);
@@ -239,8 +257,11 @@ int rm_pool_member_start(const struct rm_daemon_config *cfg, const char *scheme,
 		strcat(list, cfg->pool_endpoints[i]);
 	}
 	int err = rm_etcd_init(&st->etcd, list);
+	if (!err)
+		err = set_credentials(cfg, &st->etcd);
 	if (err) {
 		rm_log(RM_LOG_ERROR, "pool: %s", st->etcd.error);
+		rm_etcd_close(&st->etcd);
 		free(st);
 		return err;
 	}

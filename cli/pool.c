@@ -4,6 +4,7 @@
  * are escaped here before they reach the terminal (common/text.h; in JSON as \u00NN);
  * pool records arrive escaped from pool/pool.c. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,12 +24,48 @@ int cmd_status(int argc, char **argv);
 
 struct pool_args {
 	const char *endpoints; /* --pool, else REMORA_POOL */
+	/* --pool-ca, --pool-cert, --pool-key, --pool-user, --pool-password-file; each else
+	 * its REMORA_POOL_* variable (etcd.h) */
+	const char *ca, *cert, *key, *user, *password_file;
 	int json;
 	const char *host;      /* the one positional argument, if any */
 	const char *server;    /* --server (status) */
 };
 
-/* Reads --pool URLS, --json and at most one positional argument; 0, or 2 after a usage line. */
+/* Takes "--pool-ca VALUE" and the other credential options; 1 when name is one of them. */
+static int pool_option(const char *name, const char *value, struct pool_args *a)
+{
+	static const struct {
+		const char *name;
+		size_t offset;
+	} options[] = {
+		{"--pool-ca", offsetof(struct pool_args, ca)},
+		{"--pool-cert", offsetof(struct pool_args, cert)},
+		{"--pool-key", offsetof(struct pool_args, key)},
+		{"--pool-user", offsetof(struct pool_args, user)},
+		{"--pool-password-file", offsetof(struct pool_args, password_file)},
+	};
+	for (size_t i = 0; value && i < sizeof(options) / sizeof(options[0]); i++)
+		if (!strcmp(name, options[i].name)) {
+			*(const char **)((char *)a + options[i].offset) = value;
+			return 1;
+		}
+	return 0;
+}
+
+/* Copies an option's value over what the environment gave; -1 when it does not fit. */
+static int override(char *dst, size_t cap, const char *value)
+{
+	if (!value)
+		return 0;
+	if (strlen(value) >= cap)
+		return -1;
+	memcpy(dst, value, strlen(value) + 1);
+	return 0;
+}
+
+/* Reads --pool URLS, --json, the credential options and at most one positional
+ * argument; 0, or 2 after a usage line. */
 static int parse_args(const char *cmd, int argc, char **argv, struct pool_args *a)
 {
 	a->endpoints = getenv("REMORA_POOL");
@@ -39,6 +76,8 @@ static int parse_args(const char *cmd, int argc, char **argv, struct pool_args *
 			a->endpoints = argv[i] + 7;
 		else if (!strcmp(argv[i], "--json"))
 			a->json = 1;
+		else if (pool_option(argv[i], i + 1 < argc ? argv[i + 1] : NULL, a))
+			i++;
 		else if (!strcmp(cmd, "status") && !strcmp(argv[i], "--server") && i + 1 < argc)
 			a->server = argv[++i];
 		else if (!strcmp(cmd, "status") && !strncmp(argv[i], "--server=", 9))
@@ -60,7 +99,21 @@ static int open_pool(const char *cmd, const struct pool_args *a, struct rm_etcd 
 		fprintf(stderr, "remora %s: no pool given: use --pool http://HOST:PORT or set REMORA_POOL\n", cmd);
 		return 2;
 	}
-	if (rm_etcd_init(e, a->endpoints)) {
+	struct rm_etcd_credentials c;
+	int err = rm_etcd_init(e, a->endpoints);
+	if (!err)
+		err = rm_etcd_credentials_from_env(&c, e->error, sizeof(e->error));
+	if (!err && (override(c.ca_file, sizeof(c.ca_file), a->ca) || override(c.cert_file, sizeof(c.cert_file), a->cert) ||
+		     override(c.key_file, sizeof(c.key_file), a->key) || override(c.user, sizeof(c.user), a->user))) {
+		snprintf(e->error, sizeof(e->error), "a --pool-* option's value is too long");
+		err = -EINVAL;
+	}
+	if (!err && a->password_file)
+		err = rm_etcd_read_password(a->password_file, c.password, sizeof(c.password), e->error, sizeof(e->error));
+	if (!err)
+		err = rm_etcd_set_credentials(e, &c);
+	explicit_bzero(c.password, sizeof(c.password));
+	if (err) {
 		char t[TEXT_MAX];
 		fprintf(stderr, "remora %s: %s\n", cmd, rm_text_escape(t, sizeof(t), e->error));
 		return 2;
@@ -241,7 +294,9 @@ int cmd_pool(int argc, char **argv)
 {
 	static const char usage[] =
 		"usage: remora pool list [--json] | show HOST [--json] | drain HOST | undrain HOST | remove HOST\n"
-		"       [--pool http://HOST:PORT[,...]]  (default: REMORA_POOL)\n";
+		"       [--pool http[s]://HOST:PORT[,...]]  (default: REMORA_POOL)\n"
+		"       [--pool-ca FILE] [--pool-cert FILE --pool-key FILE] [--pool-user NAME --pool-password-file FILE]\n"
+		"       (defaults: REMORA_POOL_CA, _CERT, _KEY, _USER, _PASSWORD_FILE or _PASSWORD)\n";
 	if (argc < 2) {
 		fputs(usage, stderr);
 		return 2;
@@ -271,10 +326,13 @@ int cmd_pool(int argc, char **argv)
 	if (rc)
 		return rc;
 	if (!strcmp(sub, "list"))
-		return pool_list(&e, &a);
-	if (!strcmp(sub, "show"))
-		return pool_show(&e, &a);
-	return pool_decide(&e, &a, sub);
+		rc = pool_list(&e, &a);
+	else if (!strcmp(sub, "show"))
+		rc = pool_show(&e, &a);
+	else
+		rc = pool_decide(&e, &a, sub);
+	rm_etcd_close(&e);
+	return rc;
 }
 
 /* Asks the daemon at addr for its status; *rep is the unpacked reply. */
@@ -480,10 +538,12 @@ int cmd_status(int argc, char **argv)
 			free(m);
 			return rc ? rc : 1;
 		}
-		if (rm_pool_find(&e, a.host, m) || !m->registered) {
+		int err = rm_pool_find(&e, a.host, m);
+		rm_etcd_close(&e);
+		if (err || !m->registered) {
 			char t[TEXT_MAX];
 			fprintf(stderr, "remora status: %s\n",
-				m->registered ? rm_text_escape(t, sizeof(t), e.error) : "no registered host of that name in the pool");
+				err ? rm_text_escape(t, sizeof(t), e.error) : "no registered host of that name in the pool");
 			free(m);
 			return 1;
 		}

@@ -33,7 +33,7 @@ static const struct subcommand subcommands[] = {
 	 "run an unmodified CUDA program on a remote GPU", cmd_run, 0},
 	{"bench", "[--json] [--quick] [--only SECTIONS] [--driver PATH] [--native-lib DIR] ... (--help)",
 	 "on a GPU host: measure natively and through a private remorad, side by side", cmd_bench, 1},
-	{"pool", "list [--json] | show HOST | drain HOST | undrain HOST | remove HOST [--pool URL]",
+	{"pool", "list [--json] | show HOST | drain HOST | undrain HOST | remove HOST [--pool URL] [--pool-user NAME ...]",
 	 "the GPU pool in etcd (docs/pool.md); URL defaults to REMORA_POOL", cmd_pool, 0},
 	{"status", "[HOST[:PORT] | --server HOST:PORT] [--json] [--token TOKEN]",
 	 "a daemon's GPUs, and the clients the credential may see (default REMORA_SERVER, else 127.0.0.1:7700)",

@@ -47,13 +47,21 @@ static int from_pool(struct rm_candidates *c, const char *endpoints)
 		return -EINVAL;
 	}
 	struct rm_etcd e;
+	struct rm_etcd_credentials cred;
 	struct rm_pool_member *members = NULL;
 	int n = 0, err = rm_etcd_init(&e, endpoints);
+	if (!err && (err = rm_etcd_credentials_from_env(&cred, e.error, sizeof(e.error))) == 0)
+		err = rm_etcd_set_credentials(&e, &cred);
+	explicit_bzero(cred.password, sizeof(cred.password));
 	if (!err)
 		err = rm_pool_list(&e, &members, &n);
+	rm_etcd_close(&e);
 	if (err) {
 		rm_log(RM_LOG_ERROR, "REMORA_POOL: %s", e.error);
-		return err == -EINVAL || err == -ENOMEM ? err : -EHOSTUNREACH;
+		/* Only an etcd that did not answer lets the client go on to other servers: a
+		 * refusal or a wrong setting is the administrator's to fix. */
+		return err == -EINVAL || err == -ENOMEM || err == -EACCES || err == -ENOSYS || err == -ENAMETOOLONG
+			       ? err : -EHOSTUNREACH;
 	}
 	int *order = malloc(((size_t)n + 1) * sizeof(*order));
 	/* Every serving member, kept for when etcd is away; then those that fit. */

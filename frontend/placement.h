@@ -1,5 +1,5 @@
 /* Where the client library connects (docs/pool.md): the daemons to try, in order.
- *   REMORA_POOL=http://etcd:2379[,...]  the pool's serving members that have at least
+ *   REMORA_POOL=http[s]://etcd:2379[,...] the pool's serving members that have at least
  *                                       REMORA_MIN_FREE_MEMORY free on one GPU, fewest
  *                                       clients first, then most free memory
  *   REMORA_SERVER=host:port[,...]       these, in the order given; also when REMORA_POOL
@@ -24,7 +24,9 @@ struct rm_candidates {
 };
 
 /* Fills c from the environment. Returns 0, or -errno after printing one line on
- * stderr: -EHOSTUNREACH etcd unreachable, -ENOENT no member fits, -EINVAL a bad setting. */
+ * stderr: -EHOSTUNREACH etcd unreachable, -ENOENT no member fits, -EACCES etcd refused
+ * (TLS, its user or password: REMORA_POOL_CA and the others of etcd.h), -EINVAL a bad
+ * setting. Only an unreachable etcd falls back to REMORA_SERVER or the last members. */
 int rm_placement_candidates(struct rm_candidates *c);
 
 /* The placement order of n members: fills order with the indexes of the serving ones

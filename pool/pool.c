@@ -6,31 +6,49 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
+#include "json_read.h"
 #include "text.h"
+
+#define TEXT_MAX 1024 /* the longest string of a record read; what fits its field is kept */
+
+/* Adds key = v to o; nonzero when out of memory. */
+static int add(struct json_object *o, const char *key, struct json_object *v)
+{
+	if (!v || json_object_object_add(o, key, v)) {
+		json_object_put(v);
+		return -1;
+	}
+	return 0;
+}
 
 char *rm_pool_member_json(const struct rm_pool_member *m)
 {
-	struct rm_buf b = {0};
-	rm_buf_printf(&b, "{\"host\":");
-	rm_buf_json_string(&b, m->host);
-	rm_buf_printf(&b, ",\"address\":");
-	rm_buf_json_string(&b, m->address);
-	rm_buf_printf(&b, ",\"state\":");
-	rm_buf_json_string(&b, m->state);
-	rm_buf_printf(&b, ",\"clients\":%d,\"pid\":%d,\"updated\":%lld,\"gpus\":[", m->clients, m->pid,
-		      (long long)m->updated);
-	for (int i = 0; i < m->ngpus; i++) {
+	struct json_object *o = json_object_new_object(), *gpus = json_object_new_array();
+	int bad = !o || !gpus;
+	for (int i = 0; i < m->ngpus && !bad; i++) {
 		const struct rm_pool_gpu *g = &m->gpus[i];
-		rm_buf_printf(&b, "%s{\"index\":%d,\"name\":", i ? "," : "", g->index);
-		rm_buf_json_string(&b, g->name);
-		rm_buf_printf(&b, ",\"uuid\":");
-		rm_buf_json_string(&b, g->uuid);
-		rm_buf_printf(&b, ",\"total\":%llu,\"free\":%llu,\"clients\":%d}", (unsigned long long)g->total_bytes,
-			      (unsigned long long)g->free_bytes, g->clients);
+		struct json_object *gj = json_object_new_object();
+		bad = !gj || add(gj, "index", json_object_new_int(g->index)) ||
+		      add(gj, "name", json_object_new_string(g->name)) || add(gj, "uuid", json_object_new_string(g->uuid)) ||
+		      add(gj, "total", json_object_new_uint64(g->total_bytes)) ||
+		      add(gj, "free", json_object_new_uint64(g->free_bytes)) ||
+		      add(gj, "clients", json_object_new_int(g->clients)) || json_object_array_add(gpus, gj);
+		if (bad)
+			json_object_put(gj);
 	}
-	rm_buf_printf(&b, "]}");
-	return rm_buf_take(&b);
+	bad = bad || add(o, "host", json_object_new_string(m->host)) ||
+	      add(o, "address", json_object_new_string(m->address)) ||
+	      add(o, "state", json_object_new_string(m->state)) || add(o, "clients", json_object_new_int(m->clients)) ||
+	      add(o, "pid", json_object_new_int(m->pid)) || add(o, "updated", json_object_new_int64(m->updated));
+	if (!bad) {
+		bad = add(o, "gpus", gpus);
+		gpus = NULL; /* o owns it, or add() released it */
+	}
+	const char *text = bad ? NULL : json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+	char *out = text ? strdup(text) : NULL;
+	json_object_put(gpus);
+	json_object_put(o);
+	return out;
 }
 
 /* Records come from etcd, which anyone with write access to it can fill: their text is
@@ -40,33 +58,51 @@ static void copy(char *dst, size_t cap, const char *src)
 	rm_text_escape(dst, cap, src ? src : "");
 }
 
+/* Integers of a record that must fit an int; 0 otherwise. */
+static int small_int(struct json_object *j, const char *key, int dflt)
+{
+	int64_t v = rm_json_int(j, key, dflt);
+	return v >= INT32_MIN && v <= INT32_MAX ? (int)v : dflt;
+}
+
+/* Bytes of memory: no negative figure. */
+static uint64_t bytes(struct json_object *j, const char *key)
+{
+	int64_t v = rm_json_int(j, key, 0);
+	return v > 0 ? (uint64_t)v : 0;
+}
+
 int rm_pool_member_parse(const char *json, struct rm_pool_member *m)
 {
 	memset(m, 0, sizeof(*m));
-	struct rm_json *j = rm_json_parse(json, strlen(json));
-	const char *host = rm_json_str(j, "host"), *address = rm_json_str(j, "address");
-	if (!host || !address) {
-		rm_json_free(j);
+	struct json_object *j = rm_json_parse(json, strlen(json));
+	const char *host = rm_json_string(j, "host", TEXT_MAX), *address = rm_json_string(j, "address", TEXT_MAX);
+	if (!host || !address || !*host) {
+		json_object_put(j);
 		return -EPROTO;
 	}
 	copy(m->host, sizeof(m->host), host);
 	copy(m->address, sizeof(m->address), address);
-	copy(m->state, sizeof(m->state), rm_json_str(j, "state"));
-	m->clients = (int)rm_json_int(j, "clients", 0);
-	m->pid = (int)rm_json_int(j, "pid", 0);
+	copy(m->state, sizeof(m->state), rm_json_string(j, "state", TEXT_MAX));
+	m->clients = small_int(j, "clients", 0);
+	m->pid = small_int(j, "pid", 0);
 	m->updated = rm_json_int(j, "updated", 0);
-	const struct rm_json *gpus = rm_json_get(j, "gpus");
-	for (const struct rm_json *g = gpus ? gpus->child : NULL; g && m->ngpus < RM_POOL_MAX_GPUS; g = g->next) {
+	struct json_object *gpus = rm_json_member(j, "gpus", json_type_array);
+	size_t n = gpus ? json_object_array_length(gpus) : 0;
+	for (size_t i = 0; i < n && m->ngpus < RM_POOL_MAX_GPUS; i++) {
+		struct json_object *g = json_object_array_get_idx(gpus, i);
+		if (!json_object_is_type(g, json_type_object))
+			continue;
 		struct rm_pool_gpu *out = &m->gpus[m->ngpus++];
-		out->index = (int)rm_json_int(g, "index", m->ngpus - 1);
-		copy(out->name, sizeof(out->name), rm_json_str(g, "name"));
-		copy(out->uuid, sizeof(out->uuid), rm_json_str(g, "uuid"));
-		out->total_bytes = (uint64_t)rm_json_int(g, "total", 0);
-		out->free_bytes = (uint64_t)rm_json_int(g, "free", 0);
-		out->clients = (int)rm_json_int(g, "clients", 0);
+		out->index = small_int(g, "index", m->ngpus - 1);
+		copy(out->name, sizeof(out->name), rm_json_string(g, "name", TEXT_MAX));
+		copy(out->uuid, sizeof(out->uuid), rm_json_string(g, "uuid", TEXT_MAX));
+		out->total_bytes = bytes(g, "total");
+		out->free_bytes = bytes(g, "free");
+		out->clients = small_int(g, "clients", 0);
 	}
 	m->registered = 1;
-	rm_json_free(j);
+	json_object_put(j);
 	return 0;
 }
 
@@ -88,11 +124,11 @@ uint64_t rm_pool_max_free(const struct rm_pool_member *m)
 
 static int parse_decision(const char *json, char *out, int len)
 {
-	struct rm_json *j = rm_json_parse(json, strlen(json));
-	const char *d = rm_json_str(j, "decision");
+	struct json_object *j = rm_json_parse(json, strlen(json));
+	const char *d = rm_json_string(j, "decision", 16);
 	int ok = d && (!strcmp(d, "draining") || !strcmp(d, "removed"));
 	snprintf(out, (size_t)len, "%s", ok ? d : "");
-	rm_json_free(j);
+	json_object_put(j);
 	return ok ? 0 : -EPROTO;
 }
 

@@ -4,11 +4,14 @@
 # or wherever -Dtoolkit_dir points; it is not in Debian's archive.
 set -eu
 need=""
-# etcd-server: the pool's store, started by the pool tests (tests/pool).
+# etcd-server: the pool's store, started by the pool tests (tests/pool); etcd-client: its
+# etcdctl, with which the secured-pool test enables users and roles.
+# libcurl4-openssl-dev, libjson-c-dev: the pool reaches etcd's JSON gateway over HTTP(S)
+# with libcurl and reads its answers with json-c (pool/, docs/pool.md).
 # libssl-dev: TLS 1.3 and hashed tokens (meson option tls); openssl: the TLS tests make their certificates.
 # iproute2: the partition tests put client and daemon in network namespaces (tests/robustness).
 # scdoc: the man pages (dist/man).
-for p in meson ninja-build pkg-config gcc python3 protobuf-c-compiler libprotobuf-c-dev binutils etcd-server libssl-dev openssl iproute2 scdoc; do
+for p in meson ninja-build pkg-config gcc python3 protobuf-c-compiler libprotobuf-c-dev binutils etcd-server etcd-client libcurl4-openssl-dev libjson-c-dev libssl-dev openssl iproute2 scdoc; do
 	dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 if [ -n "$need" ]; then

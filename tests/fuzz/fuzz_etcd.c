@@ -1,33 +1,41 @@
 /* Fuzz target `etcd`: what pool/etcd.c and pool/pool.c make of an etcd gateway's
- * answer (range replies to kvs, leases, pool member and admin records). This file
- * stands in for pool/http.c: its rm_http_post answers every request with the input,
- * so no socket or server is involved and the fuzzer drives the answer directly
- * (the http target covers how that answer is read off a socket).
+ * answer (range replies to kvs, leases, tokens, errors, pool member and admin records),
+ * read with json-c. This file stands in for pool/etcd_http.c: its rm_etcd_post answers
+ * every request with the input, so no socket or server is involved and the fuzzer
+ * drives the answer directly (libcurl reads the real ones off the socket).
  *
- * Input: byte 0 picks the call, byte 1 the HTTP status (0: 200, 1: 404, 2: 500, else
- * 200); the rest is the reply body, given to every request the call makes (or, for
- * byte 0 = 10 mod 11, a member's record parsed on its own). */
+ * Input: byte 0 picks the call, byte 1 the HTTP status (0: 200, 1: 404, 2: 500, 3: 401,
+ * else 200) and, from bit 7 of byte 0, whether the client has a user (so that the
+ * answer is taken for a token first); the rest is the reply body, given to every request
+ * the call makes (or, for byte 0 = 10 mod 11, a member's record parsed on its own). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "etcd.h"
-#include "http.h"
+#include "etcd_post.h"
 #include "pool.h"
 
 static const uint8_t *body;
 static size_t body_len;
 static int body_status;
 
-int rm_http_post(const char *endpoint, const char *path, const char *request, int timeout_ms, int *status,
-		 char **reply)
+int rm_etcd_post(struct rm_etcd *e, const char *endpoint, const char *path, const char *request, const char *token,
+		 long *status, char **reply, size_t *reply_len)
 {
+	/* A token is sent only once it passed the checks a header needs. */
+	for (const char *t = token; t && *t; t++)
+		if (*t < 0x21 || *t > 0x7e)
+			abort();
+	if (token && strlen(token) >= sizeof(e->token))
+		abort();
 	*reply = malloc(body_len + 1);
 	if (!*reply)
 		return -ENOMEM;
 	memcpy(*reply, body, body_len);
 	(*reply)[body_len] = 0;
+	*reply_len = body_len;
 	*status = body_status;
 	return 0;
 }
@@ -60,21 +68,24 @@ static void check_members(struct rm_pool_member *list, int n, int err)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static const int statuses[] = {200, 404, 500};
+	static const int statuses[] = {200, 404, 500, 401};
 	if (size < 2)
 		return 0;
 	body = data + 2;
 	body_len = size - 2;
-	body_status = data[1] < 3 ? statuses[data[1]] : 200;
+	body_status = data[1] < 4 ? statuses[data[1]] : 200;
 	struct rm_etcd e;
 	if (rm_etcd_init(&e, "http://127.0.0.1:2379"))
+		abort();
+	struct rm_etcd_credentials user = {.user = "remora", .password = "secret"};
+	if ((data[0] & 0x80) && rm_etcd_set_credentials(&e, &user))
 		abort();
 	int64_t lease = 0;
 	char *value = NULL, admin[16];
 	struct rm_etcd_kv *kvs = NULL;
 	struct rm_pool_member m, *list = NULL;
 	int n = 0, deleted = 0, err;
-	switch (data[0] % 11) {
+	switch ((data[0] & 0x7f) % 11) {
 	case 0:
 		err = rm_etcd_lease_grant(&e, 10, &lease);
 		if (!err && !lease)
@@ -111,7 +122,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		break;
 	}
 	}
-	if (!memchr(e.error, 0, sizeof(e.error)))
+	if (!memchr(e.error, 0, sizeof(e.error)) || !memchr(e.token, 0, sizeof(e.token)))
 		abort();
+	rm_etcd_close(&e);
 	return 0;
 }

@@ -203,34 +203,6 @@ def range_reply(kvs):
                        'count': str(len(kvs))})
 
 
-def json_seeds():
-    member_kv = [(b64('/remora/members/gpu-host-1'), b64(json.dumps(MEMBER)))]
-    return {
-        'range-reply': range_reply(member_kv),
-        'lease-grant': '{"header":{"revision":"5"},"ID":"7587869524155433998","TTL":"10"}',
-        'member': json.dumps(MEMBER),
-        'escapes': '{"s":"a\\"b\\\\c\\/d\\b\\f\\n\\r\\t\\u00e9\\ud83d\\ude00\\ud800x\\u0000","n":[0,-1,1.5e10,'
-                   '-0.0e-5,12345678901234567890],"t":true,"f":false,"z":null,"e":{},"a":[]}',
-        'deep': '[' * 32 + ']' * 32,
-        'too-deep': '[' * 40 + ']' * 40,
-    }
-
-
-def http_seeds():
-    body = range_reply([(b64('k'), b64('v'))])
-    return {
-        'content-length': 'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s'
-                          % (len(body), body),
-        'chunked': 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{"a":\r\n4\r\n"b"}\r\n0\r\n\r\n',
-        'not-found': 'HTTP/1.1 404 Not Found\r\nContent-Length: 90\r\n\r\n'
-                     '{"error":"etcdserver: requested lease not found","code":5,"message":"etcdserver: requested '
-                     'lease not found"}',
-        'close-delimited': 'HTTP/1.0 200 OK\r\n\r\n{"deleted":"1"}',
-        'bad-lengths': 'HTTP/1.1 200 OK\r\nContent-Length: 99999\r\nTransfer-Encoding: chunked\r\n\r\n'
-                       'ffffffffffffffff\r\nx\r\n',
-    }
-
-
 def etcd_seeds():
     def call(n, status, body):
         return bytes([n, status]) + body.encode()
@@ -255,6 +227,22 @@ def etcd_seeds():
         'regress-short-admin-key': call(7, 0, range_reply([(b64('x'), b64('{"decision":"draining"}'))])),
         # Unpadded base64 of lengths 4k+2 and 4k+3, as a gateway may send them.
         'regress-unpadded-base64': call(5, 0, range_reply([('QQ', 'QUI'), ('QUJDRA', 'QUJDREU')])),
+        # With a user (bit 7 of byte 0): the same body answers /v3/auth/authenticate and the call.
+        'auth-token': call(0x80 | 7, 0, json.dumps(dict(json.loads(range_reply(members)), token='aBcDeF.42'))),
+        'auth-token-bad': call(0x80 | 4, 0, '{"token":"a b\\r\\nX-Evil: 1","kvs":[]}'),
+        'auth-failed': call(0x80 | 5, 2, '{"error":"etcdserver: authentication failed, invalid user ID or password",'
+                                          '"code":3,"message":"etcdserver: authentication failed, invalid user ID or password"}'),
+        'invalid-token': call(0x80 | 3, 3, '{"error":"etcdserver: invalid auth token","code":16,'
+                                            '"message":"etcdserver: invalid auth token"}'),
+        'permission-denied': call(3, 2, '{"error":"etcdserver: permission denied","code":7,'
+                                        '"message":"etcdserver: permission denied"}'),
+        'user-empty': call(5, 2, '{"error":"etcdserver: user name is empty","code":3,'
+                                 '"message":"etcdserver: user name is empty"}'),
+        # What the removed hand-written parser was fed: escapes, deep nesting, big numbers.
+        'member-escapes': call(10, 0, json.dumps(dict(MEMBER, host='h\u00e9\ud83d\ude00\u0000x',
+                                                      clients=12345678901234567890))),
+        'too-deep': call(5, 0, '{"kvs":' + '[' * 40 + ']' * 40 + '}'),
+        'trailing': call(4, 0, range_reply([]) + ' x'),
     }
 
 
@@ -277,8 +265,6 @@ def write(target, seeds):
 def main():
     write('request', request_seeds())
     write('frame', frame_seeds())
-    write('json', json_seeds())
-    write('http', http_seeds())
     write('etcd', etcd_seeds())
     write('base64', base64_seeds())
     write('image', image_seeds(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, '..', '..', 'build')))

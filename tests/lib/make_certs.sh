@@ -1,10 +1,20 @@
 #!/bin/sh
 # Test certificates, made at test time (nothing secret is kept in the repository):
-#   make_certs.sh DIR [CLIENT_CN...]
+#   make_certs.sh [--etcd] DIR [CLIENT_CN...]
 # writes into DIR: ca.pem/ca.key (a test CA), server.pem/server.key (signed by it, for
 # 127.0.0.1, ::1 and localhost), other-ca.pem (a CA that signed nothing here: "the wrong
 # CA"), and for each CLIENT_CN client-CN.pem/client-CN.key signed by ca.
+# --etcd: as etcd's JSON gateway wants them (docs/pool.md): the server's certificate also
+# for client authentication (the gateway dials etcd with it), and the clients' without a
+# common name (the gateway refuses one): subject O=CLIENT_CN.
 set -eu
+etcd=
+subject=CN
+if [ "$1" = --etcd ]; then
+	etcd=1
+	subject=O
+	shift
+fi
 dir=$1
 shift
 mkdir -p "$dir"
@@ -17,12 +27,12 @@ key other-ca.key
 q openssl req -x509 -new -key other-ca.key -subj "/CN=Another test CA" -days 2 -out other-ca.pem
 key server.key
 q openssl req -new -key server.key -subj "/CN=localhost" -out server.csr
-printf 'subjectAltName=IP:127.0.0.1,IP:::1,DNS:localhost\nextendedKeyUsage=serverAuth\n' > server.ext
+printf 'subjectAltName=IP:127.0.0.1,IP:::1,DNS:localhost\nextendedKeyUsage=serverAuth%s\n' "${etcd:+,clientAuth}" > server.ext
 q openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile server.ext -out server.pem
 printf 'extendedKeyUsage=clientAuth\n' > client.ext
 for cn in "$@"; do
 	key "client-$cn.key"
-	q openssl req -new -key "client-$cn.key" -subj "/CN=$cn" -out "client-$cn.csr"
+	q openssl req -new -key "client-$cn.key" -subj "/$subject=$cn" -out "client-$cn.csr"
 	q openssl x509 -req -in "client-$cn.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile client.ext \
 		-out "client-$cn.pem"
 done
