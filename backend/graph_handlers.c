@@ -11,8 +11,7 @@
 
 #define MAX_PARAM_BYTES 32764 /* CUDA's limit on the bytes of a kernel's parameters */
 
-/* Each of n node handles is one the client owns, of graph g. */
-static CUresult check_nodes(struct rm_session *s, CUgraph g, const CUgraphNode *nodes, size_t n)
+CUresult rm_graph_check_nodes(struct rm_session *s, CUgraph g, const CUgraphNode *nodes, size_t n)
 {
 	if (n > RM_MAX_GRAPH_DEPS)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -25,9 +24,7 @@ static CUresult check_nodes(struct rm_session *s, CUgraph g, const CUgraphNode *
 	return CUDA_SUCCESS;
 }
 
-/* A memset node's rows lie in memory the client owns: height rows of width elements,
- * pitch bytes apart, without overflow. */
-static CUresult check_memset(struct rm_session *s, const CUDA_MEMSET_NODE_PARAMS *p)
+CUresult rm_graph_check_memset(struct rm_session *s, const CUDA_MEMSET_NODE_PARAMS *p)
 {
 	uint64_t row, span;
 	if ((p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4) || !p->height)
@@ -67,7 +64,7 @@ CUresult rm_body_cuGraphClone(struct rm_session *s, CUgraph *phGraphClone, CUgra
 CUresult rm_body_cuGraphAddEmptyNode(struct rm_session *s, CUgraphNode *phGraphNode, CUgraph hGraph,
 				     const CUgraphNode *dependencies, size_t numDependencies)
 {
-	CUresult r = check_nodes(s, hGraph, dependencies, numDependencies);
+	CUresult r = rm_graph_check_nodes(s, hGraph, dependencies, numDependencies);
 	return r == CUDA_SUCCESS ? rm_drv.cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies) : r;
 }
 
@@ -75,9 +72,9 @@ CUresult rm_body_cuGraphAddMemsetNode(struct rm_session *s, CUgraphNode *phGraph
 				      const CUgraphNode *dependencies, size_t numDependencies,
 				      const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
-	CUresult r = check_nodes(s, hGraph, dependencies, numDependencies);
+	CUresult r = rm_graph_check_nodes(s, hGraph, dependencies, numDependencies);
 	if (r == CUDA_SUCCESS)
-		r = check_memset(s, memsetParams);
+		r = rm_graph_check_memset(s, memsetParams);
 	return r == CUDA_SUCCESS ? rm_drv.cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, numDependencies,
 								memsetParams, ctx ? ctx : s->cur ? s->cur->ctx : NULL)
 				 : r;
@@ -86,7 +83,7 @@ CUresult rm_body_cuGraphAddMemsetNode(struct rm_session *s, CUgraphNode *phGraph
 CUresult rm_body_cuGraphExecMemsetNodeSetParams(struct rm_session *s, CUgraphExec hGraphExec, CUgraphNode hNode,
 						const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
-	CUresult r = check_memset(s, memsetParams);
+	CUresult r = rm_graph_check_memset(s, memsetParams);
 	return r == CUDA_SUCCESS ? rm_drv.cuGraphExecMemsetNodeSetParams(hGraphExec, hNode, memsetParams,
 									  ctx ? ctx : s->cur ? s->cur->ctx : NULL)
 				 : r;
@@ -205,7 +202,7 @@ void rm_handle_cuGraphAddKernelNode_v2(struct rm_session *s, struct rm_request *
 	CUgraphNode node = NULL;
 	CUresult r = rm_session_use(s, RM_H_GRAPH, req->graph, &g);
 	if (r == CUDA_SUCCESS)
-		r = check_nodes(s, g, (const CUgraphNode *)req->deps, req->n_deps);
+		r = rm_graph_check_nodes(s, g, (const CUgraphNode *)req->deps, req->n_deps);
 	if (r == CUDA_SUCCESS)
 		r = kernel_params(s, req->launch, &p, extra, &size);
 	if (r == CUDA_SUCCESS && !rm_drv.cuGraphAddKernelNode_v2)
@@ -237,6 +234,25 @@ void rm_handle_cuGraphExecKernelNodeSetParams_v2(struct rm_session *s, struct rm
 		r = rm_unsupported_by_driver("cuGraphExecKernelNodeSetParams_v2");
 	if (r == CUDA_SUCCESS)
 		r = rm_drv.cuGraphExecKernelNodeSetParams_v2(exec, node, &p);
+	rm_request_finish(s, rq, r, NULL);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+void rm_handle_cuGraphKernelNodeSetParams_v2(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__GraphKernelNode *req = (void *)rm_request_unpack(rq, &remora__graph_kernel_node__descriptor);
+	if (!req)
+		return;
+	void *node = NULL, *extra[5];
+	size_t size = 0;
+	CUDA_KERNEL_NODE_PARAMS p;
+	CUresult r = rm_session_use(s, RM_H_GRAPH_NODE, req->node, &node);
+	if (r == CUDA_SUCCESS)
+		r = kernel_params(s, req->launch, &p, extra, &size);
+	if (r == CUDA_SUCCESS && !rm_drv.cuGraphKernelNodeSetParams_v2)
+		r = rm_unsupported_by_driver("cuGraphKernelNodeSetParams_v2");
+	if (r == CUDA_SUCCESS)
+		r = rm_drv.cuGraphKernelNodeSetParams_v2(node, &p);
 	rm_request_finish(s, rq, r, NULL);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }

@@ -20,22 +20,27 @@ struct waiting {
 	struct waiting *next;
 };
 
-struct rm_hostfn_hub {
-	pthread_mutex_t lock;
-	pthread_cond_t answered; /* a call was answered, or the channel went */
-	int refs;                /* the session's, and one per call the driver holds */
-	int closed;              /* the session is gone: nothing more is sent */
-	struct rm_session *ch;   /* the callback channel; NULL: none (yet, or any more) */
-	struct waiting *waiting; /* calls sent and not answered */
-	int timeout_s;
-	uint64_t session_id;
-	char name[64];
-};
-
-/* What the driver's host function gets: one per cuLaunchHostFunc. */
+/* What the driver's host function gets: one per cuLaunchHostFunc, or one per host node
+ * id (kept: it runs at every launch of a graph holding the node, until the hub goes). */
 struct call {
 	struct rm_hostfn_hub *hub;
 	uint64_t id;
+	int kept;
+	struct call *next; /* in hub->kept */
+};
+
+struct rm_hostfn_hub {
+	pthread_mutex_t lock;
+	pthread_cond_t answered; /* a call was answered, or the channel went */
+	int refs;                /* the session's, and one per one-shot call the driver holds */
+	int closed;              /* the session is gone: nothing more is sent */
+	struct rm_session *ch;   /* the callback channel; NULL: none (yet, or any more) */
+	struct waiting *waiting; /* calls sent and not answered, newest first */
+	struct call *kept;       /* host nodes' calls, freed with the hub */
+	size_t nkept;
+	int timeout_s;
+	uint64_t session_id;
+	char name[64];
 };
 
 static uint64_t now_ns(void)
@@ -70,12 +75,17 @@ static void hub_unref_locked(struct rm_hostfn_hub *hub)
 		return;
 	}
 	pthread_mutex_unlock(&hub->lock);
+	while (hub->kept) {
+		struct call *c = hub->kept;
+		hub->kept = c->next;
+		free(c);
+	}
 	pthread_cond_destroy(&hub->answered);
 	pthread_mutex_destroy(&hub->lock);
 	free(hub);
 }
 
-void rm_hostfn_hub_release(struct rm_hostfn_hub *hub)
+void rm_hostfn_hub_close(struct rm_hostfn_hub *hub)
 {
 	if (!hub)
 		return;
@@ -83,6 +93,15 @@ void rm_hostfn_hub_release(struct rm_hostfn_hub *hub)
 	hub->closed = 1;
 	hub->ch = NULL;
 	pthread_cond_broadcast(&hub->answered);
+	pthread_mutex_unlock(&hub->lock);
+}
+
+void rm_hostfn_hub_release(struct rm_hostfn_hub *hub)
+{
+	if (!hub)
+		return;
+	rm_hostfn_hub_close(hub);
+	pthread_mutex_lock(&hub->lock);
 	hub_unref_locked(hub);
 }
 
@@ -120,13 +139,18 @@ int rm_hostfn_listen(struct rm_session *ch)
 	return err;
 }
 
+/* A host node's id may wait more than once (two executable graphs of one graph): the
+ * client answers in the order the calls went, so the oldest wait of id is the one answered. */
 void rm_hostfn_done(struct rm_session *ch, uint64_t id)
 {
 	struct rm_hostfn_hub *hub = ch->sh->hostfn;
+	struct waiting *oldest = NULL;
 	pthread_mutex_lock(&hub->lock);
 	for (struct waiting *w = hub->waiting; w; w = w->next)
-		if (w->id == id)
-			w->done = 1;
+		if (w->id == id && !w->done)
+			oldest = w;
+	if (oldest)
+		oldest->done = 1;
 	pthread_cond_broadcast(&hub->answered);
 	pthread_mutex_unlock(&hub->lock);
 }
@@ -155,7 +179,8 @@ static void CUDA_CB run_call(void *arg)
 	struct rm_session *ch = hub->ch;
 	int err = -ENOTCONN;
 	if (ch && !hub->closed) {
-		struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_HOST_CALL, .flags = RM_F_REPLY, .seq = c->id};
+		struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = c->kept ? RM_OP_HOST_NODE_CALL : RM_OP_HOST_CALL,
+				     .flags = RM_F_REPLY, .seq = c->id};
 		pthread_mutex_lock(&ch->send_lock);
 		err = rm_link_send(&ch->link, &f, NULL, NULL, 0);
 		pthread_mutex_unlock(&ch->send_lock);
@@ -180,8 +205,43 @@ static void CUDA_CB run_call(void *arg)
 	if (!w.done)
 		rm_log(RM_LOG_DEBUG, "session %llu (%s): host function %llu not run by the client",
 		       (unsigned long long)hub->session_id, hub->name, (unsigned long long)c->id);
+	if (c->kept) {
+		pthread_mutex_unlock(&hub->lock);
+		return;
+	}
 	free(c);
 	hub_unref_locked(hub);
+}
+
+/* The hub's kept call for id, made at its first use; caller holds hub->lock. */
+static struct call *kept_call_locked(struct rm_hostfn_hub *hub, uint64_t id)
+{
+	struct call *c = hub->kept;
+	while (c && c->id != id)
+		c = c->next;
+	if (c || hub->nkept >= RM_MAX_HOST_NODES || !(c = calloc(1, sizeof(*c))))
+		return c;
+	*c = (struct call){.hub = hub, .id = id, .kept = 1, .next = hub->kept};
+	hub->kept = c;
+	hub->nkept++;
+	return c;
+}
+
+CUresult rm_hostfn_node(struct rm_hostfn_hub *hub, uint64_t id, CUDA_HOST_NODE_PARAMS *out)
+{
+	CUresult r = CUDA_SUCCESS;
+	if (!hub)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&hub->lock);
+	struct call *c = hub->ch ? kept_call_locked(hub, id) : NULL;
+	if (!hub->ch)
+		r = rm_unsupported_use("a host node without a callback channel");
+	else if (!c)
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_unlock(&hub->lock);
+	if (c)
+		*out = (CUDA_HOST_NODE_PARAMS){.fn = run_call, .userData = c};
+	return r;
 }
 
 void rm_handle_cuLaunchHostFunc(struct rm_session *s, struct rm_request *rq)
@@ -202,14 +262,19 @@ void rm_handle_cuLaunchHostFunc(struct rm_session *s, struct rm_request *rq)
 	}
 	if (r == CUDA_SUCCESS)
 		r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &st);
-	/* A captured host function would become a graph node calling run_call at every
-	 * launch with one call's record: not done yet. */
-	if (r == CUDA_SUCCESS && s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) && rm_capture_active(st))
-		r = rm_unsupported_use("cuLaunchHostFunc during stream capture");
 	if (r == CUDA_SUCCESS && !rm_drv.cuLaunchHostFunc)
 		r = rm_unsupported_by_driver("cuLaunchHostFunc");
-	struct call *c = r == CUDA_SUCCESS ? malloc(sizeof(*c)) : NULL;
-	if (r == CUDA_SUCCESS && !c)
+	/* Captured, it becomes a host node: a kept call, run at every launch of the graph. */
+	int captured = r == CUDA_SUCCESS && s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) &&
+		       rm_capture_active(st);
+	if (captured) {
+		CUDA_HOST_NODE_PARAMS node;
+		r = rm_hostfn_node(hub, req->id, &node);
+		if (r == CUDA_SUCCESS)
+			r = rm_drv.cuLaunchHostFunc(st, node.fn, node.userData);
+	}
+	struct call *c = r == CUDA_SUCCESS && !captured ? calloc(1, sizeof(*c)) : NULL;
+	if (r == CUDA_SUCCESS && !captured && !c)
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 	if (c) {
 		c->hub = hub;

@@ -6,12 +6,18 @@
  *
  * A hub per session holds the callback channel and the waiting calls. It is reference
  * counted: a call the driver has not run yet keeps it, and may run after the session is
- * gone. No wait lasts for ever: a closed callback channel (the client went) ends every
+ * gone. A graph's host node (cuGraphAddHostNode, or cuLaunchHostFunc captured) is a call
+ * the hub keeps, sent as RM_OP_HOST_NODE_CALL at every launch, until the hub goes: the
+ * session closes the hub, waits for its streams and destroys its graphs, then releases it.
+ * No wait lasts for ever: a closed callback channel (the client went) ends every
  * wait at once, and a call unanswered for peer_timeout is given up, with a line. */
 #ifndef REMORA_HOST_FUNCTIONS_H
 #define REMORA_HOST_FUNCTIONS_H
 
+#include <cuda.h>
 #include <stdint.h>
+
+#define RM_MAX_HOST_NODES 65536 /* host node ids a session keeps (distinct functions and data) */
 
 struct rm_session;
 struct rm_hostfn_hub;
@@ -19,8 +25,16 @@ struct rm_hostfn_hub;
 /* A hub for session s (its identity for log lines), waiting at most timeout_s for an
  * answer; NULL when out of memory (host functions are then refused). */
 struct rm_hostfn_hub *rm_hostfn_hub_new(const struct rm_session *s, int timeout_s);
-/* The session is gone: every wait ends, no call is sent; drops the session's reference. */
+/* The session is going: every wait ends, no call is sent from now on. */
+void rm_hostfn_hub_close(struct rm_hostfn_hub *hub);
+/* The session is gone, its graphs destroyed and streams idle: closes the hub and drops
+ * the session's reference (the kept calls go with the hub). */
 void rm_hostfn_hub_release(struct rm_hostfn_hub *hub);
+
+/* The driver's function and argument for a host node running the client's host function
+ * id at every launch (the same record for every node of that id). CUDA_ERROR_NOT_SUPPORTED
+ * without a callback channel; CUDA_ERROR_OUT_OF_MEMORY past RM_MAX_HOST_NODES ids. */
+CUresult rm_hostfn_node(struct rm_hostfn_hub *hub, uint64_t id, CUDA_HOST_NODE_PARAMS *out);
 
 /* Channel ch asks to be its session's callback channel (RM_OP_HOST_LISTEN): answers it and
  * from then on keeps it covered by heartbeats. 0, or -errno when the frame must close ch

@@ -669,11 +669,14 @@ size_t rm_session_release_all(struct rm_session *s)
 void rm_session_destroy(struct rm_session *s)
 {
 	rm_copy_links_close(s);
-	/* Host functions still queued on its streams return at once from now on. */
-	rm_hostfn_hub_release(s->sh->hostfn);
+	/* Host functions still queued on its streams return at once from now on; the hub's
+	 * records for host nodes go once no graph can run them. */
+	struct rm_hostfn_hub *hostfn = s->sh->hostfn;
+	rm_hostfn_hub_close(hostfn);
 	s->sh->hostfn = NULL;
 	size_t bytes = s->sh->mem_bytes;
 	size_t freed = rm_session_release_all(s);
+	rm_hostfn_hub_release(hostfn);
 	if (s->sh->nctx)
 		rm_drv.cuCtxSetCurrent(s->sh->ctxs[0].ctx);
 	rm_staging_close(&s->staging);

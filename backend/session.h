@@ -266,6 +266,12 @@ void rm_capture_end_all(struct rm_session *s);
  * client captures (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT): that capture is invalidated. */
 CUresult rm_capture_check_legacy(struct rm_session_ctx *c);
 
+/* Each of n node handles is one the client owns, of graph g (graph_handlers.c). */
+CUresult rm_graph_check_nodes(struct rm_session *s, CUgraph g, const CUgraphNode *nodes, size_t n);
+/* A memset node's rows lie in memory the client owns: height rows of width elements,
+ * pitch bytes apart, without overflow. */
+CUresult rm_graph_check_memset(struct rm_session *s, const CUDA_MEMSET_NODE_PARAMS *p);
+
 /* Waits for every stream of the client in the current context. */
 CUresult rm_session_synchronize(struct rm_session *s);
 

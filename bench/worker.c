@@ -13,6 +13,10 @@
  *                                 in powers of 4 (µs per copy, GB/s)
  *   memset MAX_BYTES              cuMemsetD32 of 4 KiB .. MAX in powers of 16
  *   event N                       cuEventRecord + cuEventSynchronize (µs each)
+ *   graph NODES LAUNCHES          a graph of NODES empty kernels in a chain, launched
+ *                                 LAUNCHES times in a row: issue and until the last
+ *                                 has run (µs per graph launch); and one empty
+ *                                 kernel's async launch beside it (µs)
  *   spin ITERS                    the concurrency client: set up, write one byte
  *                                 to fd 3, wait for EOF on fd 4, then time one
  *                                 <<<1,1>>> spinFma with events (ms), and the
@@ -285,6 +289,51 @@ static void run_spin(CUmodule module, long long iters)
 	CHECK(cuMemFree(out));
 }
 
+static void run_graph(CUmodule module, long long nodes, long long launches)
+{
+	CUfunction empty;
+	CUgraph graph;
+	CUgraphExec exec;
+	CUgraphNode prev = NULL, node;
+	CHECK(cuModuleGetFunction(&empty, module, "emptyKernel"));
+	CHECK(cuGraphCreate(&graph, 0));
+	CUDA_KERNEL_NODE_PARAMS p = { 0 };
+	p.func = empty;
+	p.gridDimX = p.gridDimY = p.gridDimZ = 1;
+	p.blockDimX = p.blockDimY = p.blockDimZ = 1;
+	for (long long i = 0; i < nodes; i++, prev = node)
+		CHECK(cuGraphAddKernelNode(&node, graph, prev ? &prev : NULL, prev ? 1 : 0, &p));
+	CHECK(cuGraphInstantiate(&exec, graph, 0));
+	CUstream stream;
+	CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+	CHECK(cuGraphUpload(exec, stream));
+	for (int i = 0; i < 10; i++) /* warm-up */
+		CHECK(cuGraphLaunch(exec, stream));
+	for (int i = 0; i < 100; i++)
+		CHECK(cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, stream, NULL, NULL));
+	CHECK(cuStreamSynchronize(stream));
+
+	double t = now_us();
+	for (long long i = 0; i < launches; i++)
+		CHECK(cuGraphLaunch(exec, stream));
+	double issued = now_us();
+	CHECK(cuStreamSynchronize(stream));
+	double done = now_us();
+	printf("graph_launch_us=%.4f\n", (issued - t) / (double)launches);
+	printf("graph_launch_drain_us=%.4f\n", (done - t) / (double)launches);
+
+	t = now_us();
+	for (long long i = 0; i < launches; i++)
+		CHECK(cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, stream, NULL, NULL));
+	issued = now_us();
+	CHECK(cuStreamSynchronize(stream));
+	printf("graph_async_launch_us=%.4f\n", (issued - t) / (double)launches);
+
+	CHECK(cuGraphExecDestroy(exec));
+	CHECK(cuGraphDestroy(graph));
+	CHECK(cuStreamDestroy(stream));
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -306,6 +355,8 @@ int main(int argc, char **argv)
 		run_memset((size_t)parse_count(argv[3]));
 	else if (!strcmp(section, "event") && argc == 4)
 		run_event(parse_count(argv[3]));
+	else if (!strcmp(section, "graph") && argc == 5)
+		run_graph(module, parse_count(argv[3]), parse_count(argv[4]));
 	else if (!strcmp(section, "spin") && argc == 4)
 		run_spin(module, parse_count(argv[3]));
 	else {

@@ -43,6 +43,7 @@ static int section_launch(struct bench_run *run);
 static int section_memcpy(struct bench_run *run);
 static int section_memset(struct bench_run *run);
 static int section_event(struct bench_run *run);
+static int section_graph(struct bench_run *run);
 static int section_concurrency(struct bench_run *run);
 static int section_cublas(struct bench_run *run);
 static int section_torch(struct bench_run *run);
@@ -54,6 +55,7 @@ static const struct {
 } sections[] = {
 	{ "launch", section_launch },         { "memcpy", section_memcpy },
 	{ "memset", section_memset },         { "event", section_event },
+	{ "graph", section_graph },
 	{ "concurrency", section_concurrency }, { "cublas", section_cublas },
 	{ "torch", section_torch },
 };
@@ -64,8 +66,9 @@ static const char usage_text[] =
 	"                    [--spin-iters N] [--remorad PATH] [--driver PATH] [--native-lib DIR]\n"
 	"                    [--client-lib DIR] [--workers DIR] [--transport tcp|shm]\n"
 	"--json prints one JSON document on stdout and the table on stderr.\n"
-	"Sections: launch, memcpy, memset, event, concurrency, cublas, torch (loopback TCP is always\n"
-	"measured); torch runs PyTorch steps with the python3 on the PATH, and is skipped without one.\n"
+	"Sections: launch, memcpy, memset, event, graph, concurrency, cublas, torch (loopback TCP is\n"
+	"always measured); torch runs PyTorch steps with the python3 on the PATH, and is skipped\n"
+	"without one.\n"
 	"Native runs use the libcuda.so.1 the loader finds (or the one in --native-lib DIR); remote runs\n"
 	"use Remora's, against a remorad this command starts (with --driver PATH when given), over\n"
 	"loopback TCP or, with --transport shm, shared memory (unix:PATH, for clients on the GPU host).\n";
@@ -223,6 +226,33 @@ static int section_event(struct bench_run *run)
 	bench_output_free(&nat);
 	bench_output_free(&rem);
 	return finish_section(run, "event", rc, reason);
+}
+
+/* A graph of 100 empty kernels launched over and over: per launch, issued and until
+ * the last has run. Issue 14's target: the remote launch of the whole graph costs at
+ * most 1.5x a native graph launch plus one native asynchronous launch. */
+static int section_graph(struct bench_run *run)
+{
+	const char *launches = run->cfg->quick ? "50" : "1000";
+	char *argv[] = { run->worker, run->image, "graph", "100", (char *)launches, NULL };
+	struct bench_output nat, rem;
+	char reason[600], metric[80];
+	int rc = run_both(run, "graph", argv, &nat, &rem, reason, sizeof reason);
+	double async_us = number_or_nan(&nat, "graph_async_launch_us");
+	snprintf(metric, sizeof metric, "graph of 100 kernels, %s launches in a row", launches);
+	pair_row(run, "graph", &nat, &rem, "graph_launch_us", "us", metric);
+	snprintf(metric, sizeof metric, "graph of 100 kernels, until the last has run");
+	struct bench_row *row = pair_row(run, "graph", &nat, &rem, "graph_launch_drain_us", "us", metric);
+	if (row) {
+		row->ratio = row->remote / (row->native + async_us);
+		row->ratio_of = "remote/(native+1 native async launch)";
+		row->goal = BENCH_AT_MOST;
+		row->limit = 1.5;
+	}
+	pair_row(run, "graph", &nat, &rem, "graph_async_launch_us", "us", "one async kernel launch beside it");
+	bench_output_free(&nat);
+	bench_output_free(&rem);
+	return finish_section(run, "graph", rc, reason);
 }
 
 /* N gated clients on one side; their mean kernel time, or NAN with the first failure in reason. */

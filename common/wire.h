@@ -46,6 +46,8 @@ enum {
 	RM_OP_HOST_CALL = 0x10007,   /* daemon to callback channel, flagged a reply: run host
 				      * function seq (the id its cuLaunchHostFunc gave), then answer */
 	RM_OP_HOST_DONE = 0x10008,   /* async, on the callback channel: host function seq returned */
+	RM_OP_HOST_NODE_CALL = 0x10009, /* as RM_OP_HOST_CALL, for a graph's host node: the client
+					 * keeps function seq, as the node runs at every launch */
 };
 
 /* Bits of remora.DeviceStateReply's valid: the GPU host's NVML gave that figure. */

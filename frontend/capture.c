@@ -293,6 +293,24 @@ RM_EXPORT CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphE
 	return kernel_node(RM_OP_cuGraphExecKernelNodeSetParams_v2, &req, nodeParams, NULL, NULL);
 }
 
+RM_EXPORT CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+	Remora__GraphKernelNode req = REMORA__GRAPH_KERNEL_NODE__INIT;
+	req.node = (uint64_t)(uintptr_t)hNode;
+	return kernel_node(RM_OP_cuGraphKernelNodeSetParams_v2, &req, nodeParams, NULL, NULL);
+}
+
+/* CUDA 12.3's form, with data for each edge: only default (all-zero) edges travel. */
+RM_EXPORT CUresult CUDAAPI cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
+						     const CUgraphEdgeData *edgeData, size_t numDependencies)
+{
+	static const CUgraphEdgeData plain;
+	for (size_t i = 0; edgeData && i < numDependencies; i++)
+		if (memcmp(&edgeData[i], &plain, sizeof(plain)))
+			return rm_unsupported("cuGraphAddDependencies_v2 with edge data");
+	return cuGraphAddDependencies(hGraph, from, to, numDependencies);
+}
+
 /* Written by hand for CUDA's answer on failure: an invalidated or unjoined capture gives
  * a NULL graph. */
 RM_EXPORT CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)

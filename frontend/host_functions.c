@@ -10,6 +10,11 @@
  * does the stream go on. The daemon sends heartbeats on the channel while it is open (it
  * only ever waits there), and the channel's flusher sends the client's.
  *
+ * A graph's host node (cuGraphAddHostNode and its setters, or cuLaunchHostFunc on a
+ * capturing stream) runs at every launch of the graph: the daemon names it in
+ * RM_OP_HOST_NODE_CALL, and its entry is kept for the process's life (one per distinct
+ * function and data given to a node; one per captured cuLaunchHostFunc).
+ *
  * The ids are this process's: a call naming an id not pending is answered and ignored, so
  * nothing the daemon sends makes this process call an address of the daemon's choosing.
  * A host function that calls CUDA gets CUDA_ERROR_NOT_PERMITTED (rm_rpc): CUDA forbids
@@ -22,6 +27,7 @@
 #include <string.h>
 
 #include "connection.h"
+#include "api.pb-c.h"
 #include "remora.pb-c.h"
 
 #define BUCKETS 256
@@ -32,6 +38,7 @@ struct pending {
 	CUstreamCallback cb;     /* cuStreamAddCallback's, or NULL */
 	CUstream stream;         /* the stream a callback is told of */
 	void *data;
+	int kept;                /* a graph's host node: run at every launch, never taken */
 	struct pending *next;
 };
 
@@ -44,14 +51,18 @@ static __thread int running; /* this thread is in a program's host function */
 
 int rm_hostfn_running(void) { return running; }
 
-static struct pending *take(uint64_t id)
+/* The entry of id, taken out of the table unless it is a host node's or becomes one
+ * (as_node: the daemon runs it as a graph's host node); NULL when not pending. */
+static struct pending *take(uint64_t id, int as_node)
 {
 	pthread_mutex_lock(&lock);
 	struct pending **p = &table[id % BUCKETS];
 	while (*p && (*p)->id != id)
 		p = &(*p)->next;
 	struct pending *e = *p;
-	if (e)
+	if (e && as_node)
+		e->kept = 1;
+	if (e && !e->kept)
 		*p = e->next;
 	pthread_mutex_unlock(&lock);
 	return e;
@@ -75,11 +86,12 @@ static void *callback_main(void *arg)
 			why = "the GPU server is shutting down";
 			break;
 		}
-		if (f.op != RM_OP_HOST_CALL || !(f.flags & RM_F_REPLY) || f.msg_len || f.bulk_len) {
+		int as_node = f.op == RM_OP_HOST_NODE_CALL;
+		if ((f.op != RM_OP_HOST_CALL && !as_node) || !(f.flags & RM_F_REPLY) || f.msg_len || f.bulk_len) {
 			why = "unexpected frame";
 			break;
 		}
-		struct pending *e = take(f.seq);
+		struct pending *e = take(f.seq, as_node);
 		if (e) {
 			running = 1;
 			if (e->fn)
@@ -87,7 +99,8 @@ static void *callback_main(void *arg)
 			else
 				e->cb(e->stream, CUDA_SUCCESS, e->data);
 			running = 0;
-			free(e);
+			if (!e->kept)
+				free(e);
 		} else {
 			rm_log(RM_LOG_WARN, "the GPU server asked for host function %llu, which is not pending",
 			       (unsigned long long)f.seq);
@@ -170,8 +183,99 @@ static CUresult launch(CUstream stream, CUhostFn fn, CUstreamCallback cb, void *
 	struct rm_rpc_call call = {.op = RM_OP_cuLaunchHostFunc, .req = &req.base};
 	uint64_t id = e->id;
 	if ((r = rm_rpc(&call)) != CUDA_SUCCESS)
-		free(take(id)); /* not sent: never called */
+		free(take(id, 0)); /* not sent: never called */
 	return r;
+}
+
+/* The id of host node function fn with data: the kept entry of the pair, made at its first use. */
+static CUresult node_id(CUhostFn fn, void *data, uint64_t *id)
+{
+	if (running)
+		return CUDA_ERROR_NOT_PERMITTED;
+	CUresult r = rm_connect_once();
+	if (r == CUDA_SUCCESS)
+		r = ready();
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct pending *e = NULL;
+	pthread_mutex_lock(&lock);
+	for (size_t b = 0; b < BUCKETS && !e; b++)
+		for (e = table[b]; e && !(e->kept && e->fn == fn && e->data == data); e = e->next)
+			;
+	if (!e && (e = calloc(1, sizeof(*e)))) {
+		*e = (struct pending){.id = next_id++, .fn = fn, .data = data, .kept = 1};
+		e->next = table[e->id % BUCKETS];
+		table[e->id % BUCKETS] = e;
+	}
+	if (e)
+		*id = e->id;
+	pthread_mutex_unlock(&lock);
+	return e ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* Host node parameters as they travel: the function's id in place of its address. */
+static CUresult node_params(const CUDA_HOST_NODE_PARAMS *p, CUDA_HOST_NODE_PARAMS *wire)
+{
+	uint64_t id = 0;
+	if (!p || !p->fn)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = node_id(p->fn, p->userData, &id);
+	*wire = (CUDA_HOST_NODE_PARAMS){.fn = NULL, .userData = (void *)(uintptr_t)id};
+	return r;
+}
+
+RM_EXPORT CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+					      const CUgraphNode *dependencies, size_t numDependencies,
+					      const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+	CUDA_HOST_NODE_PARAMS wire;
+	if (!phGraphNode || (numDependencies && !dependencies) || numDependencies > RM_MAX_GRAPH_DEPS)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = node_params(nodeParams, &wire);
+	if (r != CUDA_SUCCESS)
+		return r;
+	Remora__CuGraphAddHostNodeReq req = REMORA__CU_GRAPH_ADD_HOST_NODE__REQ__INIT;
+	req.hgraph = (uint64_t)(uintptr_t)hGraph;
+	req.dependencies.data = (uint8_t *)dependencies;
+	req.dependencies.len = numDependencies * sizeof(*dependencies);
+	req.numdependencies = numDependencies;
+	req.nodeparams.data = (uint8_t *)&wire;
+	req.nodeparams.len = sizeof(wire);
+	Remora__CuGraphAddHostNodeRep *rep = NULL;
+	r = rm_rpc_simple(RM_OP_cuGraphAddHostNode, &req.base, &remora__cu_graph_add_host_node__rep__descriptor,
+			  (ProtobufCMessage **)&rep);
+	if (r == CUDA_SUCCESS && rep)
+		*phGraphNode = (CUgraphNode)(uintptr_t)rep->phgraphnode;
+	rm_rpc_free(rep ? &rep->base : NULL);
+	return r;
+}
+
+RM_EXPORT CUresult CUDAAPI cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+	CUDA_HOST_NODE_PARAMS wire;
+	CUresult r = node_params(nodeParams, &wire);
+	if (r != CUDA_SUCCESS)
+		return r;
+	Remora__CuGraphHostNodeSetParamsReq req = REMORA__CU_GRAPH_HOST_NODE_SET_PARAMS__REQ__INIT;
+	req.hnode = (uint64_t)(uintptr_t)hNode;
+	req.nodeparams.data = (uint8_t *)&wire;
+	req.nodeparams.len = sizeof(wire);
+	return rm_rpc_simple(RM_OP_cuGraphHostNodeSetParams, &req.base, NULL, NULL);
+}
+
+RM_EXPORT CUresult CUDAAPI cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+							const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+	CUDA_HOST_NODE_PARAMS wire;
+	CUresult r = node_params(nodeParams, &wire);
+	if (r != CUDA_SUCCESS)
+		return r;
+	Remora__CuGraphExecHostNodeSetParamsReq req = REMORA__CU_GRAPH_EXEC_HOST_NODE_SET_PARAMS__REQ__INIT;
+	req.hgraphexec = (uint64_t)(uintptr_t)hGraphExec;
+	req.hnode = (uint64_t)(uintptr_t)hNode;
+	req.nodeparams.data = (uint8_t *)&wire;
+	req.nodeparams.len = sizeof(wire);
+	return rm_rpc_simple(RM_OP_cuGraphExecHostNodeSetParams, &req.base, NULL, NULL);
 }
 
 RM_EXPORT CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)

@@ -40,6 +40,7 @@ PROGRAMS=(
 	"drv_attrcache|tests/programs/drv_attrcache tests/programs/kernels.fatbin"
 	"rt_memkinds|tests/rtprograms/rt_memkinds"
 	"drv_graphs|tests/programs/drv_graphs tests/programs/kernels.fatbin 1000"
+	"drv_graph_nodes|tests/programs/drv_graph_nodes tests/programs/kernels.fatbin 1000"
 	"drv_hostfn|tests/programs/drv_hostfn tests/programs/kernels.fatbin"
 	"drv_managed|tests/programs/drv_managed tests/programs/kernels.fatbin"
 )
@@ -54,6 +55,7 @@ FRAMEWORKS=(
 	"fw_gpt|python3 tests/frameworks/models.py gpt"
 	"fw_compiled|python3 tests/frameworks/models.py compiled"
 	"fw_threads|python3 tests/frameworks/models.py threads"
+	"fw_cudagraph|python3 tests/frameworks/models.py cudagraph 50"
 )
 
 BUILD=${REMORA_SUITE_BUILD:-build-gpu}

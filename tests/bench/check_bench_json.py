@@ -9,7 +9,7 @@ import math
 import subprocess
 import sys
 
-SECTIONS = {"tcp", "launch", "memcpy", "memset", "event", "concurrency", "cublas"}
+SECTIONS = {"tcp", "launch", "memcpy", "memset", "event", "graph", "concurrency", "cublas"}
 failures = []
 
 
@@ -78,6 +78,18 @@ def main():
         check(f"N={n} mean client wall / 1 client" in metrics, f"concurrency N={n} client wall missing")
     targets = [f for f in figures if f["target"]]
     check(any(f["ratio_of"].startswith("remote/(native+1.5") for f in targets), "launch+sync target missing")
+    check(any(f["section"] == "graph" and f["ratio_of"].startswith("remote/(native+1 native async")
+              for f in targets), "graph launch target missing")
+
+    only = subprocess.run([remora, "bench", "--quick", "--json", "--only", "graph"] + options, capture_output=True,
+                          text=True, timeout=100)
+    sys.stderr.write(only.stderr)
+    check(only.returncode == 0, f"--only graph exited {only.returncode}")
+    if only.returncode == 0:
+        odoc = json.loads(only.stdout)
+        ran = {s["name"] for s in odoc["sections"] if s["status"] == "ok"}
+        check(ran == {"tcp", "graph"}, f"--only graph ran {sorted(ran)}")
+        check(len([f for f in odoc["figures"] if f["section"] == "graph"]) == 3, "--only graph: not 3 figures")
 
     if failures:
         sys.exit("bench JSON check failed:\n  " + "\n  ".join(failures))

@@ -5,7 +5,7 @@ Deterministic settings, so results print as exact hex and hashes: native and rem
 bit for bit. Each part prints its results and a time_ line.
 
 usage: models.py PART [ARGS]
-  parts: fft conv resnet50 BATCH  resnet18_amp  gpt  compiled  threads
+  parts: fft conv resnet50 BATCH  resnet18_amp  gpt  compiled  threads  cudagraph [REPLAYS]
          mps_worker BATCH ITERS   (ResNet-50 fp16 inference for the sharing experiment)
 """
 import hashlib
@@ -193,6 +193,69 @@ def threads():
     print(f"time_ms_threads {(time.perf_counter() - t0) * 1e3:.1f}")
 
 
+def cudagraph(replays=20):
+    """torch.cuda.graph: a small MLP's whole training step (forward, loss, backward, SGD step)
+    captured once, as PyTorch's documentation does it (static inputs, warm-up on a side stream,
+    gradients set to None before the capture), and replayed on new data copied into the static
+    inputs. The same steps run uncaptured from the same start must give the same losses."""
+    g = torch.Generator(device=dev).manual_seed(7)
+    xs = torch.randn(replays, 64, 128, device=dev, generator=g)
+    ts = torch.randint(0, 10, (replays, 64), device=dev, generator=g)
+    warmups = 3
+
+    def make():
+        torch.manual_seed(8)
+        m = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 10)).to(dev)
+        return m, torch.optim.SGD(m.parameters(), lr=0.1)
+
+    def step(m, opt, x, t):
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(m(x), t)
+        loss.backward()
+        opt.step()
+        return loss
+
+    # Captured: warm up on a side stream, capture one step, replay it on each batch.
+    m, opt = make()
+    static_x, static_t = xs[0].clone(), ts[0].clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        warm = [step(m, opt, static_x, static_t).detach().clone() for _ in range(warmups)]
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        static_loss = nn.functional.cross_entropy(m(static_x), static_t)
+        static_loss.backward()
+        opt.step()
+    captured = []
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(replays):
+        static_x.copy_(xs[i])
+        static_t.copy_(ts[i])
+        graph.replay()
+        captured.append(static_loss.detach().clone())
+    torch.cuda.synchronize()
+    ms = (time.perf_counter() - t0) / replays * 1e3
+
+    # Uncaptured: the same warm-up and steps from the same initial weights.
+    m2, opt2 = make()
+    warm2 = [step(m2, opt2, xs[0], ts[0]).detach().clone() for _ in range(warmups)]
+    plain = [step(m2, opt2, xs[i], ts[i]).detach().clone() for i in range(replays)]
+
+    for i, loss in enumerate(torch.stack(warm).cpu().tolist()):
+        print("cudagraph warmup", i, float(loss).hex())
+    for i, loss in enumerate(torch.stack(captured).cpu().tolist()):
+        print("cudagraph replay", i, float(loss).hex())
+    print("cudagraph weights", digest(torch.cat([p.detach().flatten() for p in m.parameters()])))
+    same_losses = torch.equal(torch.stack(warm + captured), torch.stack(warm2 + plain))
+    same_weights = all(torch.equal(a, b) for a, b in zip(m.parameters(), m2.parameters()))
+    print("cudagraph captured_equals_uncaptured losses", same_losses, "weights", same_weights)
+    print(f"time_ms_per_replay {ms:.3f}")
+
+
 def mps_worker(batch, iters):
     """ResNet-50 fp16 inference for the sharing experiment: prints images per second."""
     import torchvision
@@ -215,7 +278,7 @@ def mps_worker(batch, iters):
 
 
 PARTS = {"fft": fft, "conv": conv, "resnet50": resnet50, "resnet18_amp": resnet18_amp, "gpt": gpt,
-         "compiled": compiled, "threads": threads, "mps_worker": mps_worker}
+         "compiled": compiled, "threads": threads, "cudagraph": cudagraph, "mps_worker": mps_worker}
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in PARTS:
         sys.exit(__doc__)

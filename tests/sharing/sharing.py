@@ -7,7 +7,8 @@
   quota      client_memory_limit and tenant_memory_limit, as cuMemAlloc and cuMemGetInfo see them
   admission  max_clients_per_gpu refuses at connect with a clear message; credentials
   release    a client killed while holding memory and handles leaves nothing behind:
-             device memory, handles and its quota charge
+             device memory, handles and its quota charge; then one holding managed memory,
+             graphs (one with a host node) and an executable graph
   tenants    a worker process per tenant; a fault in one tenant leaves another's work
              alone; tenant_isolation = shared puts every tenant in one worker
   multigpu   REMORA_VISIBLE_DEVICES selects and orders the GPUs a client sees; per-GPU
@@ -173,6 +174,23 @@ INTRUSIONS = {
     "cuKernelGetFunction": "CUDA_ERROR_INVALID_HANDLE",
     "cuLaunchKernel(kernel, extra)": "CUDA_ERROR_INVALID_HANDLE",
     "cuLibraryUnload": "CUDA_ERROR_INVALID_HANDLE",
+    "cuGraphLaunch": "CUDA_ERROR_INVALID_HANDLE",
+    "cuGraphUpload": "CUDA_ERROR_INVALID_HANDLE",
+    "cuGraphInstantiate": "CUDA_ERROR_INVALID_HANDLE",
+    "cuGraphClone": "CUDA_ERROR_INVALID_HANDLE",
+    "cuGraphGetNodes": "CUDA_ERROR_INVALID_HANDLE",
+    "cuGraphAddEmptyNode(graph)": "CUDA_ERROR_INVALID_HANDLE",
+    "cuGraphAddEmptyNode(dependency)": "CUDA_ERROR_INVALID_VALUE",
+    "cuGraphAddDependencies": "CUDA_ERROR_INVALID_VALUE",
+    "cuGraphNodeGetType": "CUDA_ERROR_INVALID_HANDLE",
+    "cuGraphAddMemsetNode(memory)": "CUDA_ERROR_INVALID_VALUE",
+    "cuGraphExecMemsetNodeSetParams": "CUDA_ERROR_INVALID_HANDLE",
+    "cuGraphAddMemcpyNode(from)": "CUDA_ERROR_INVALID_VALUE",
+    "cuGraphAddMemcpyNode(into)": "CUDA_ERROR_INVALID_VALUE",
+    "cuGraphAddChildGraphNode": "CUDA_ERROR_INVALID_HANDLE",
+    "cuGraphExecUpdate": "CUDA_ERROR_INVALID_HANDLE",
+    "cuGraphExecDestroy": "CUDA_ERROR_INVALID_HANDLE",
+    "cuGraphDestroy": "CUDA_ERROR_INVALID_HANDLE",
     "cuEventDestroy": "CUDA_ERROR_INVALID_HANDLE",
     "cuStreamDestroy": "CUDA_ERROR_INVALID_HANDLE",
 }
@@ -185,10 +203,11 @@ def isolation(tmp):
         owner = client(d, tenant_probe, "owner", image, stdin=subprocess.PIPE)
         line = owner.stdout.readline()
         m = re.match(r"handles ctx=(\S+) ptr=(\S+) stream=(\S+) event=(\S+) module=(\S+) func=(\S+) global=(\S+) "
-                     r"library=(\S+) kernel=(\S+)", line)
+                     r"library=(\S+) kernel=(\S+) graph=(\S+) node=(\S+) exec=(\S+)", line)
         if not check(m is not None, f"the owner published its handles ({line.strip() or owner.stderr.read()})"):
             return
-        h = dict(zip(["ctx", "ptr", "stream", "event", "module", "func", "global", "library", "kernel"], m.groups()))
+        h = dict(zip(["ctx", "ptr", "stream", "event", "module", "func", "global", "library", "kernel", "graph", "node",
+                      "exec"], m.groups()))
         rc, out, err = finish(client(d, tenant_probe, "intrude", image, *m.groups()))
         lines = out.splitlines()
         check(f"ctx {h['ctx']}" in lines, f"the intruder shares the owner's context {h['ctx']}")
@@ -205,7 +224,7 @@ def isolation(tmp):
         owner.stdin.write("check\n")
         owner.stdin.flush()
         check(owner.stdout.readline().strip() == "intact",
-              "the owner's data, global, stream, event, module, function, library and kernel are intact and work")
+              "the owner's data, global, stream, event, module, function, library, kernel and graph are intact and work")
         owner.stdin.close()
         check(owner.wait(timeout=30) == 0, f"the owner releases everything cleanly ({owner.stderr.read().strip()})")
 
@@ -356,6 +375,25 @@ def release_on_disconnect(tmp):
         release(p)
         check(wait_for(lambda: re.search(r"closed: released 7 handles, 268435456 bytes of device memory", d.text())),
               "the log records 7 handles (4 allocations, stream, event, module) and 256 MiB released")
+
+        # Graphs, executable graphs and managed memory go with a killed client too.
+        g = client(d, tenant_probe, "graphs", image, "64", token="alpha-secret")
+        check(g.stdout.readline().strip() == "ready",
+              f"a client holds 64M of managed memory, a captured graph with a host function, its executable "
+              f"graph and a graph built explicitly ({g.stderr.read() if g.poll() is not None else ''})")
+        during = info(d)[1].get("free", 0)
+        check(before["free"] - during >= 64 * MIB, f"the observer sees its managed memory in use ({before['free'] - during} bytes)")
+        g.send_signal(signal.SIGKILL)
+        g.wait()
+        wait_for(lambda: info(d)[1].get("free") == before["free"], timeout=10)
+        after = info(d)[1].get("free")
+        check(after == before["free"], f"after SIGKILL the managed memory is free again ({before['free']} -> {after})")
+        check(wait_for(lambda: re.search(r"closed: released 6 handles, 67108864 bytes of device memory", d.text())),
+              "the log records 6 handles (managed memory, stream, module, two graphs, an executable graph) and 64 MiB "
+              "released")
+        q = {}
+        wait_for(lambda: q.update(info(d, token="alpha-secret")[1]) or q.get("free") == 300 * MIB, timeout=10)
+        check(q.get("free") == 300 * MIB, f"alpha's quota charge for the managed memory is released (free {q.get('free')})")
     finally:
         d.stop()
 

@@ -18,6 +18,11 @@
  *   tenant_probe hold IMAGE MIB N
  *       loads IMAGE, creates a stream and an event, allocates N pieces of MIB MiB and
  *       fills them with a kernel; prints "ready" and waits to be killed
+ *   tenant_probe graphs IMAGE MIB
+ *       loads IMAGE, allocates MIB MiB of managed memory and captures a graph that fills
+ *       it and runs a host function; instantiates and launches it (checking the fill on
+ *       the host and that the host function ran), builds a second graph explicitly (a
+ *       memset node); prints "ready" and waits to be killed
  *   tenant_probe sleep IMAGE MS
  *       launches a kernel that sleeps MS milliseconds on its NULL stream, prints
  *       "launched", waits with cuCtxSynchronize and prints "slept ELAPSED_MS"
@@ -37,11 +42,12 @@
  *   tenant_probe owner IMAGE
  *       client A of the isolation test: allocates and fills memory, creates a stream and
  *       an event, loads IMAGE as a module (a function, a global) and as a library (a
- *       kernel); prints "handles ctx=.. ptr=.. stream=.. event=.. module=.. func=..
- *       global=.. library=.. kernel=..", then at
+ *       kernel), builds a graph (a memset node) and instantiates it; prints "handles
+ *       ctx=.. ptr=.. stream=.. event=.. module=.. func=.. global=.. library=.. kernel=..
+ *       graph=.. node=.. exec=..", then at
  *       the line "check" on stdin verifies its data is intact and its handles work and
  *       prints "intact"; at the end of stdin releases everything and exits
- *   tenant_probe intrude IMAGE CTX PTR STREAM EVENT MODULE FUNC GLOBAL LIBRARY KERNEL
+ *   tenant_probe intrude IMAGE CTX PTR STREAM EVENT MODULE FUNC GLOBAL LIBRARY KERNEL GRAPH NODE EXEC
  *       client B: tries A's values in every call that names a pointer or handle and
  *       prints "refused WHAT RESULT" for each call refused as CUDA refuses an invalid
  *       one, "FAIL WHAT ..." otherwise; then does the same work with its own objects
@@ -246,6 +252,42 @@ static int mode_hold(const char *image, size_t mib, int n)
 		pause();
 }
 
+static void CUDA_CB count_run(void *arg) { ++*(int *)arg; }
+
+static int mode_graphs(const char *image, size_t mib)
+{
+	CUmodule mod;
+	CUfunction f;
+	CUstream s;
+	CUdeviceptr m;
+	CUgraph captured, built;
+	CUgraphNode node;
+	CUgraphExec exec;
+	static int runs;
+	CUcontext ctx = open_device0();
+	CHECK(cuModuleLoad(&mod, image));
+	CHECK(cuModuleGetFunction(&f, mod, "fillU32"));
+	CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	CHECK(cuMemAllocManaged(&m, mib * MIB, CU_MEM_ATTACH_GLOBAL));
+	CHECK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+	fill(f, s, m, 0x5a5a5a5au, (int)(mib * MIB / 4));
+	CHECK(cuLaunchHostFunc(s, count_run, &runs));
+	CHECK(cuStreamEndCapture(s, &captured));
+	CHECK(cuGraphInstantiate(&exec, captured, 0));
+	CHECK(cuGraphLaunch(exec, s));
+	CHECK(cuStreamSynchronize(s));
+	unsigned *words = (unsigned *)(uintptr_t)m;
+	EXPECT(runs == 1 && words[0] == 0x5a5a5a5au && words[mib * MIB / 4 - 1] == 0x5a5a5a5au,
+	       "the captured graph: host function ran %d times, managed memory reads 0x%x", runs, words[0]);
+	CUDA_MEMSET_NODE_PARAMS p = {.dst = m, .value = 0, .elementSize = 4, .width = 1024, .height = 1};
+	CHECK(cuGraphCreate(&built, 0));
+	CHECK(cuGraphAddMemsetNode(&node, built, NULL, 0, &p, ctx));
+	printf("ready\n");
+	fflush(stdout);
+	for (;;)
+		pause();
+}
+
 /* The whole of a kernel image file, NUL-terminated (PTX is text). */
 static void *read_image(const char *path)
 {
@@ -272,6 +314,9 @@ static int mode_owner(const char *image)
 	CUfunction f, again, kf;
 	CUlibrary lib;
 	CUkernel k, kagain;
+	CUgraph graph;
+	CUgraphNode node;
+	CUgraphExec exec;
 	char line[64];
 	void *code = read_image(image);
 	CUcontext ctx = open_device0();
@@ -287,9 +332,16 @@ static int mode_owner(const char *image)
 	CHECK(cuLibraryLoadData(&lib, code, NULL, NULL, 0, NULL, NULL, 0));
 	CHECK(cuLibraryGetKernel(&k, lib, "fillU32"));
 	CHECK(cuEventRecord(e, s));
-	printf("handles ctx=%p ptr=0x%llx stream=%p event=%p module=%p func=%p global=0x%llx library=%p kernel=%p\n",
+	/* A graph whose memset writes the last 1024 words as they are. */
+	CUDA_MEMSET_NODE_PARAMS m = {.dst = p + (WORDS - 1024) * 4, .value = pattern(WORDS - 1024),
+				     .elementSize = 4, .width = 1, .height = 1};
+	CHECK(cuGraphCreate(&graph, 0));
+	CHECK(cuGraphAddMemsetNode(&node, graph, NULL, 0, &m, ctx));
+	CHECK(cuGraphInstantiate(&exec, graph, 0));
+	printf("handles ctx=%p ptr=0x%llx stream=%p event=%p module=%p func=%p global=0x%llx library=%p kernel=%p "
+	       "graph=%p node=%p exec=%p\n",
 	       (void *)ctx, (unsigned long long)p, (void *)s, (void *)e, (void *)mod, (void *)f,
-	       (unsigned long long)global, (void *)lib, (void *)k);
+	       (unsigned long long)global, (void *)lib, (void *)k, (void *)graph, (void *)node, (void *)exec);
 	fflush(stdout);
 	while (read_line(line, sizeof(line)) && strcmp(line, "check"))
 		;
@@ -305,6 +357,13 @@ static int mode_owner(const char *image)
 	CHECK(cuKernelGetFunction(&kf, k));
 	CHECK(cuStreamQuery(s));
 	CHECK(cuEventQuery(e));
+	size_t count = 0;
+	CUgraphNodeType type;
+	CHECK(cuGraphGetNodes(graph, NULL, &count));
+	CHECK(cuGraphNodeGetType(node, &type));
+	EXPECT(count == 1 && type == CU_GRAPH_NODE_TYPE_MEMSET, "the graph has %zu nodes, the first of type %d", count,
+	       (int)type);
+	CHECK(cuGraphLaunch(exec, s));
 	/* The function, kernel, stream and event still work: fill the first 1024 words on the stream. */
 	fill(kf, s, p, 0x5a5a5a5au, 1024);
 	fill(f, s, p, 0xa5a5a5a5u, 1024);
@@ -319,6 +378,8 @@ static int mode_owner(const char *image)
 		printf("intact\n");
 	fflush(stdout);
 	drain_stdin();
+	CHECK(cuGraphExecDestroy(exec));
+	CHECK(cuGraphDestroy(graph));
 	CHECK(cuLibraryUnload(lib));
 	CHECK(cuModuleUnload(mod));
 	CHECK(cuEventDestroy(e));
@@ -357,6 +418,9 @@ static int mode_intrude(const char *image, char **v)
 	CUfunction afunc = (CUfunction)(uintptr_t)strtoull(v[5], NULL, 0);
 	CUlibrary alib = (CUlibrary)(uintptr_t)strtoull(v[7], NULL, 0);
 	CUkernel akernel = (CUkernel)(uintptr_t)strtoull(v[8], NULL, 0);
+	CUgraph agraph = (CUgraph)(uintptr_t)strtoull(v[9], NULL, 0);
+	CUgraphNode anode = (CUgraphNode)(uintptr_t)strtoull(v[10], NULL, 0);
+	CUgraphExec aexec = (CUgraphExec)(uintptr_t)strtoull(v[11], NULL, 0);
 	const size_t bytes = WORDS * 4;
 	unsigned *host = calloc(WORDS, 4), *back = calloc(WORDS, 4);
 	CUdeviceptr mine, mine2, out;
@@ -447,6 +511,48 @@ static int mode_intrude(const char *image, char **v)
 	ASYNC_CALL("cuLaunchKernel(kernel, extra)", cuLaunchKernel((CUfunction)akernel, 1, 1, 1, 16, 1, 1, 0, s, NULL, extra),
 		   CUDA_ERROR_INVALID_HANDLE);
 	SYNC_CALL("cuLibraryUnload", cuLibraryUnload(alib), CUDA_ERROR_INVALID_HANDLE);
+
+	/* Graphs, their nodes and executable graphs; nodes of B's own naming A's memory. */
+	CUgraph g, gclone;
+	CUgraphNode gnode, gmine;
+	CUgraphExec gexec;
+	CUgraphNodeType gtype;
+	CUgraphExecUpdateResultInfo ginfo;
+	size_t gcount = 0;
+	CHECK(cuGraphCreate(&g, 0));
+	CHECK(cuGraphAddEmptyNode(&gmine, g, NULL, 0));
+	ASYNC_CALL("cuGraphLaunch", cuGraphLaunch(aexec, s), CUDA_ERROR_INVALID_HANDLE);
+	ASYNC_CALL("cuGraphUpload", cuGraphUpload(aexec, s), CUDA_ERROR_INVALID_HANDLE);
+	SYNC_CALL("cuGraphInstantiate", cuGraphInstantiate(&gexec, agraph, 0), CUDA_ERROR_INVALID_HANDLE);
+	SYNC_CALL("cuGraphClone", cuGraphClone(&gclone, agraph), CUDA_ERROR_INVALID_HANDLE);
+	SYNC_CALL("cuGraphGetNodes", cuGraphGetNodes(agraph, NULL, &gcount), CUDA_ERROR_INVALID_HANDLE);
+	SYNC_CALL("cuGraphAddEmptyNode(graph)", cuGraphAddEmptyNode(&gnode, agraph, NULL, 0), CUDA_ERROR_INVALID_HANDLE);
+	SYNC_CALL("cuGraphAddEmptyNode(dependency)", cuGraphAddEmptyNode(&gnode, g, &anode, 1), CUDA_ERROR_INVALID_VALUE);
+	SYNC_CALL("cuGraphAddDependencies", cuGraphAddDependencies(g, &anode, &gmine, NULL, 1), CUDA_ERROR_INVALID_VALUE);
+	SYNC_CALL("cuGraphNodeGetType", cuGraphNodeGetType(anode, &gtype), CUDA_ERROR_INVALID_HANDLE);
+	CUDA_MEMSET_NODE_PARAMS gm = {.dst = aptr, .value = 0, .elementSize = 4, .width = 16, .height = 1};
+	SYNC_CALL("cuGraphAddMemsetNode(memory)", cuGraphAddMemsetNode(&gnode, g, NULL, 0, &gm, ctx),
+		  CUDA_ERROR_INVALID_VALUE);
+	SYNC_CALL("cuGraphExecMemsetNodeSetParams", cuGraphExecMemsetNodeSetParams(aexec, anode, &gm, ctx),
+		  CUDA_ERROR_INVALID_HANDLE);
+	CUDA_MEMCPY3D gc = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = aptr, .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+			    .dstDevice = mine, .WidthInBytes = 4096, .Height = 1, .Depth = 1};
+	SYNC_CALL("cuGraphAddMemcpyNode(from)", cuGraphAddMemcpyNode(&gnode, g, NULL, 0, &gc, ctx),
+		  CUDA_ERROR_INVALID_VALUE);
+	gc.srcDevice = mine;
+	gc.dstDevice = aptr;
+	SYNC_CALL("cuGraphAddMemcpyNode(into)", cuGraphAddMemcpyNode(&gnode, g, NULL, 0, &gc, ctx),
+		  CUDA_ERROR_INVALID_VALUE);
+	SYNC_CALL("cuGraphAddChildGraphNode", cuGraphAddChildGraphNode(&gnode, g, NULL, 0, agraph),
+		  CUDA_ERROR_INVALID_HANDLE);
+	SYNC_CALL("cuGraphExecUpdate", cuGraphExecUpdate(aexec, g, &ginfo), CUDA_ERROR_INVALID_HANDLE);
+	SYNC_CALL("cuGraphExecDestroy", cuGraphExecDestroy(aexec), CUDA_ERROR_INVALID_HANDLE);
+	SYNC_CALL("cuGraphDestroy", cuGraphDestroy(agraph), CUDA_ERROR_INVALID_HANDLE);
+	CHECK(cuGraphInstantiate(&gexec, g, 0));
+	CHECK(cuGraphLaunch(gexec, s));
+	CHECK(cuStreamSynchronize(s));
+	CHECK(cuGraphExecDestroy(gexec));
+	CHECK(cuGraphDestroy(g));
 
 	/* Destroying them last: had any of these gone through, A would notice. */
 	SYNC_CALL("cuEventDestroy", cuEventDestroy(aevent), CUDA_ERROR_INVALID_HANDLE);
@@ -604,9 +710,12 @@ int main(int argc, char **argv)
 		return mode_quick();
 	if (argc == 3 && !strcmp(argv[1], "owner"))
 		return mode_owner(argv[2]);
-	if (argc == 12 && !strcmp(argv[1], "intrude"))
+	if (argc == 4 && !strcmp(argv[1], "graphs"))
+		return mode_graphs(argv[2], strtoull(argv[3], NULL, 10));
+	if (argc == 15 && !strcmp(argv[1], "intrude"))
 		return mode_intrude(argv[2], argv + 3);
-	fprintf(stderr, "usage: tenant_probe info | alloc MIB... | quota LIMIT_MIB CHUNK_MIB | hold IMAGE MIB N |\n"
-			"       sleep IMAGE MS | timed IMAGE MS | records IMAGE MS | quick | owner IMAGE | intrude IMAGE CTX PTR STREAM EVENT MODULE FUNC GLOBAL LIBRARY KERNEL\n");
+	fprintf(stderr, "usage: tenant_probe info | alloc MIB... | quota LIMIT_MIB CHUNK_MIB | hold IMAGE MIB N | graphs IMAGE MIB |\n"
+			"       sleep IMAGE MS | timed IMAGE MS | records IMAGE MS | quick | owner IMAGE |\n"
+			"       intrude IMAGE CTX PTR STREAM EVENT MODULE FUNC GLOBAL LIBRARY KERNEL GRAPH NODE EXEC\n");
 	return 2;
 }

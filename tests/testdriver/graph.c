@@ -14,10 +14,12 @@
  * of an invalidated capture gets CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, and so
  * does its end.  Capture modes are accepted and not enforced.
  *
- * Graphs hold nodes (empty, kernel, memset, and what capture made of copies),
- * each with its dependencies.  Instantiating copies the graph and orders its
- * nodes topologically; a launch enqueues a copy of each node's op to the
- * stream in that order, one valid serialisation of the graph.  Node handles
+ * Graphs hold nodes (empty, kernel, memset, memcpy, host, event record and
+ * wait, child graph), each with its dependencies.  Instantiating copies the
+ * graph and orders its nodes topologically; a launch enqueues a copy of each
+ * node's op to the stream in that order, one valid serialisation of the graph:
+ * an event node records or waits on the stream there, a child graph's nodes
+ * go in its own order.  Node handles
  * of a graph name the same node (by index) of its instantiations, for the
  * exec node setters and cuGraphExecUpdate.
  *
@@ -34,7 +36,9 @@ struct td_gnode {
 	uint32_t magic;
 	struct td_graph *graph;
 	CUgraphNodeType type;
-	struct td_op op;          /* kernel, copy, memset: what a launch enqueues */
+	struct td_op op;          /* kernel, copy, memset, host: what a launch enqueues */
+	CUevent event;            /* an event node's */
+	struct td_graph *child;   /* a child graph node's own copy of the child */
 	struct td_gnode **deps;
 	size_t ndeps;
 	size_t index;             /* its place in graph->nodes */
@@ -96,6 +100,7 @@ static void graph_free(struct td_graph *g)
 	if (!g)
 		return;
 	for (size_t i = 0; i < g->n; i++) {
+		graph_free(g->nodes[i]->child);
 		g->nodes[i]->magic = 0;
 		free(g->nodes[i]->deps);
 		free(g->nodes[i]);
@@ -137,19 +142,34 @@ static struct td_gnode *graph_add(struct td_graph *g, CUgraphNodeType type, cons
 	return n;
 }
 
-/* A copy of g with the same node indices; caller holds glock. */
+/* Gives node n of a graph the event and the copy of a child graph that node from has;
+ * -1 when out of memory.  Caller holds glock. */
+static struct td_graph *graph_clone(const struct td_graph *g);
+static int copy_extras(struct td_gnode *n, const struct td_gnode *from)
+{
+	n->event = from->event;
+	n->child = NULL;
+	return from->child && !(n->child = graph_clone(from->child)) ? -1 : 0;
+}
+
+/* A copy of g with the same node indices; caller holds glock.  The nodes first, then
+ * their dependencies: cuGraphAddDependencies may make a node depend on a later one. */
 static struct td_graph *graph_clone(const struct td_graph *g)
 {
 	struct td_graph *c = graph_new();
 	for (size_t i = 0; c && i < g->n; i++) {
 		const struct td_gnode *n = g->nodes[i];
-		struct td_gnode *deps[n->ndeps ? n->ndeps : 1];
-		for (size_t d = 0; d < n->ndeps; d++)
-			deps[d] = c->nodes[n->deps[d]->index]; /* deps come before their dependents */
-		if (!graph_add(c, n->type, &n->op, deps, n->ndeps)) {
-			graph_free(c);
-			c = NULL;
-		}
+		struct td_gnode *copy = graph_add(c, n->type, &n->op, NULL, 0);
+		if (copy && copy_extras(copy, n) == 0 && (!n->ndeps || (copy->deps = malloc(n->ndeps * sizeof *n->deps))))
+			continue;
+		graph_free(c);
+		c = NULL;
+	}
+	for (size_t i = 0; c && i < g->n; i++) {
+		struct td_gnode *copy = c->nodes[i];
+		copy->ndeps = g->nodes[i]->ndeps;
+		for (size_t d = 0; d < copy->ndeps; d++)
+			copy->deps[d] = c->nodes[g->nodes[i]->deps[d]->index];
 	}
 	return c;
 }
@@ -559,9 +579,10 @@ TD_EXPORT CUresult cuGraphClone(CUgraph *ph, CUgraph h)
 	return CUDA_SUCCESS;
 }
 
-/* Adds a node after checking its graph and dependencies. */
+/* Adds a node after checking its graph and dependencies; an event node's event, a child
+ * graph node's graph (copied) in extras. */
 static CUresult add_node(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps, CUgraphNodeType type,
-			 const struct td_op *op)
+			 const struct td_op *op, const struct td_gnode *extras)
 {
 	if (!ph || (ndeps && !deps))
 		return CUDA_ERROR_INVALID_VALUE;
@@ -579,6 +600,12 @@ static CUresult add_node(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, si
 	struct td_gnode *n = NULL;
 	if (rc == CUDA_SUCCESS && !(n = graph_add(g, type, op, (struct td_gnode *const *)deps, ndeps)))
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	if (rc == CUDA_SUCCESS && extras && copy_extras(n, extras) != 0) {
+		g->nodes[--g->n] = NULL; /* the node just added, last */
+		free(n->deps);
+		free(n);
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	pthread_mutex_unlock(&glock);
 	if (rc == CUDA_SUCCESS)
 		*ph = (CUgraphNode)n;
@@ -587,7 +614,7 @@ static CUresult add_node(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, si
 
 TD_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps)
 {
-	return add_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_EMPTY, NULL);
+	return add_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_EMPTY, NULL, NULL);
 }
 
 TD_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps,
@@ -597,7 +624,7 @@ TD_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *ph, CUgraph h, const CUg
 	if (!params)
 		return CUDA_ERROR_INVALID_VALUE;
 	CUresult rc = td_kernel_node_op(params, &op);
-	return rc == CUDA_SUCCESS ? add_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_KERNEL, &op) : rc;
+	return rc == CUDA_SUCCESS ? add_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_KERNEL, &op, NULL) : rc;
 }
 
 static CUresult memset_op(const CUDA_MEMSET_NODE_PARAMS *p, struct td_op *op)
@@ -624,7 +651,7 @@ TD_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *ph, CUgraph h, const CUgrap
 	(void)ctx;
 	struct td_op op;
 	CUresult rc = memset_op(params, &op);
-	return rc == CUDA_SUCCESS ? add_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_MEMSET, &op) : rc;
+	return rc == CUDA_SUCCESS ? add_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_MEMSET, &op, NULL) : rc;
 }
 
 TD_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph h, const CUgraphNode *from, const CUgraphNode *to,
@@ -697,6 +724,197 @@ TD_EXPORT CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode h, const CUDA_KERNE
 		rc = CUDA_ERROR_INVALID_VALUE;
 	if (rc == CUDA_SUCCESS)
 		n->op = op;
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+/* ---- memcpy, host, event and child graph nodes ---- */
+
+static struct td_gnode *exec_node(struct td_exec *e, CUgraphNode h);
+
+static CUresult copy_op(const CUDA_MEMCPY3D *p, struct td_op *op)
+{
+	if (!p || !p->WidthInBytes || !p->Height || !p->Depth)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (p->Height > 1 || p->Depth > 1 || p->srcXInBytes || p->dstXInBytes || p->srcY || p->dstY || p->srcZ ||
+	    p->dstZ)
+		return CUDA_ERROR_NOT_SUPPORTED; /* the model copies one contiguous range */
+	bool src_dev = p->srcMemoryType == CU_MEMORYTYPE_DEVICE || p->srcMemoryType == CU_MEMORYTYPE_UNIFIED;
+	bool dst_dev = p->dstMemoryType == CU_MEMORYTYPE_DEVICE || p->dstMemoryType == CU_MEMORYTYPE_UNIFIED;
+	const void *src = src_dev ? (const void *)(uintptr_t)p->srcDevice : p->srcHost;
+	void *dst = dst_dev ? (void *)(uintptr_t)p->dstDevice : p->dstHost;
+	if ((!src_dev && p->srcMemoryType != CU_MEMORYTYPE_HOST) || (!dst_dev && p->dstMemoryType != CU_MEMORYTYPE_HOST))
+		return CUDA_ERROR_NOT_SUPPORTED; /* arrays */
+	if (!src || !dst || (src_dev && !td_device_range_ok(src, p->WidthInBytes)) ||
+	    (dst_dev && !td_device_range_ok(dst, p->WidthInBytes)))
+		return CUDA_ERROR_INVALID_VALUE;
+	memset(op, 0, sizeof *op);
+	op->kind = TD_OP_COPY;
+	op->u.copy.dst = dst;
+	op->u.copy.src = src;
+	op->u.copy.bytes = p->WidthInBytes;
+	return CUDA_SUCCESS;
+}
+
+static CUresult host_op(const CUDA_HOST_NODE_PARAMS *p, struct td_op *op)
+{
+	if (!p || !p->fn)
+		return CUDA_ERROR_INVALID_VALUE;
+	memset(op, 0, sizeof *op);
+	op->kind = TD_OP_HOST;
+	op->u.host.fn = p->fn;
+	op->u.host.data = p->userData;
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps,
+					const CUDA_MEMCPY3D *params, CUcontext ctx)
+{
+	(void)ctx;
+	struct td_op op;
+	CUresult rc = copy_op(params, &op);
+	return rc == CUDA_SUCCESS ? add_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_MEMCPY, &op, NULL) : rc;
+}
+
+TD_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps,
+				      const CUDA_HOST_NODE_PARAMS *params)
+{
+	struct td_op op;
+	CUresult rc = host_op(params, &op);
+	return rc == CUDA_SUCCESS ? add_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_HOST, &op, NULL) : rc;
+}
+
+static CUresult add_event_node(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps,
+			       CUgraphNodeType type, CUevent event)
+{
+	struct td_event *e = (struct td_event *)event;
+	if (!e || e->magic != TD_MAGIC_EVENT)
+		return CUDA_ERROR_INVALID_HANDLE;
+	struct td_gnode extras = {.event = event};
+	return add_node(ph, h, deps, ndeps, type, NULL, &extras);
+}
+
+TD_EXPORT CUresult cuGraphAddEventRecordNode(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps,
+					     CUevent event)
+{
+	return add_event_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_EVENT_RECORD, event);
+}
+
+TD_EXPORT CUresult cuGraphAddEventWaitNode(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps,
+					   CUevent event)
+{
+	return add_event_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_WAIT_EVENT, event);
+}
+
+TD_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps,
+					    CUgraph child)
+{
+	pthread_mutex_lock(&glock);
+	struct td_graph *c = graph_from(child);
+	pthread_mutex_unlock(&glock);
+	if (!c || child == h)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct td_gnode extras = {.child = c};
+	return add_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_GRAPH, NULL, &extras);
+}
+
+/* Sets node n's op or event when it is of type; caller holds glock. */
+static CUresult set_node(struct td_gnode *n, CUgraphNodeType type, const struct td_op *op, CUevent event)
+{
+	if (!n || n->type != type)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (op)
+		n->op = *op;
+	else
+		n->event = event;
+	return CUDA_SUCCESS;
+}
+
+/* A graph node's setter (exec NULL) or an executable graph's (exec's node for h). */
+static CUresult set_params(CUgraphExec exec, CUgraphNode h, CUgraphNodeType type, CUresult made,
+			   const struct td_op *op, CUevent event)
+{
+	if (made != CUDA_SUCCESS)
+		return made;
+	if (!op && (!event || ((struct td_event *)event)->magic != TD_MAGIC_EVENT))
+		return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = exec ? exec_node(exec_from(exec), h) : node_from(h);
+	CUresult rc = set_node(n, type, op, event);
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphMemcpyNodeSetParams(CUgraphNode h, const CUDA_MEMCPY3D *params)
+{
+	struct td_op op;
+	return set_params(NULL, h, CU_GRAPH_NODE_TYPE_MEMCPY, copy_op(params, &op), &op, NULL);
+}
+
+TD_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec e, CUgraphNode h, const CUDA_MEMCPY3D *params,
+						  CUcontext ctx)
+{
+	(void)ctx;
+	struct td_op op;
+	return set_params(e, h, CU_GRAPH_NODE_TYPE_MEMCPY, copy_op(params, &op), &op, NULL);
+}
+
+TD_EXPORT CUresult cuGraphMemsetNodeSetParams(CUgraphNode h, const CUDA_MEMSET_NODE_PARAMS *params)
+{
+	struct td_op op;
+	return set_params(NULL, h, CU_GRAPH_NODE_TYPE_MEMSET, memset_op(params, &op), &op, NULL);
+}
+
+TD_EXPORT CUresult cuGraphHostNodeSetParams(CUgraphNode h, const CUDA_HOST_NODE_PARAMS *params)
+{
+	struct td_op op;
+	return set_params(NULL, h, CU_GRAPH_NODE_TYPE_HOST, host_op(params, &op), &op, NULL);
+}
+
+TD_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec e, CUgraphNode h, const CUDA_HOST_NODE_PARAMS *params)
+{
+	struct td_op op;
+	return set_params(e, h, CU_GRAPH_NODE_TYPE_HOST, host_op(params, &op), &op, NULL);
+}
+
+TD_EXPORT CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode h, CUevent event)
+{
+	return set_params(NULL, h, CU_GRAPH_NODE_TYPE_EVENT_RECORD, CUDA_SUCCESS, NULL, event);
+}
+
+TD_EXPORT CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode h, CUevent event)
+{
+	return set_params(NULL, h, CU_GRAPH_NODE_TYPE_WAIT_EVENT, CUDA_SUCCESS, NULL, event);
+}
+
+TD_EXPORT CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec e, CUgraphNode h, CUevent event)
+{
+	return set_params(e, h, CU_GRAPH_NODE_TYPE_EVENT_RECORD, CUDA_SUCCESS, NULL, event);
+}
+
+TD_EXPORT CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec e, CUgraphNode h, CUevent event)
+{
+	return set_params(e, h, CU_GRAPH_NODE_TYPE_WAIT_EVENT, CUDA_SUCCESS, NULL, event);
+}
+
+/* The exec's child graph node takes a copy of child, which must have its topology (as
+ * cuGraphExecUpdate asks): checked here by node count and types only. */
+TD_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec e, CUgraphNode h, CUgraph child)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = exec_node(exec_from(e), h);
+	struct td_graph *c = graph_from(child), *copy = NULL;
+	CUresult rc = n && c && n->type == CU_GRAPH_NODE_TYPE_GRAPH && c->n == n->child->n ? CUDA_SUCCESS
+											: CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; rc == CUDA_SUCCESS && i < c->n; i++)
+		if (c->nodes[i]->type != n->child->nodes[i]->type)
+			rc = CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS && !(copy = graph_clone(c)))
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	if (rc == CUDA_SUCCESS) {
+		graph_free(n->child);
+		n->child = copy;
+	}
 	pthread_mutex_unlock(&glock);
 	return rc;
 }
@@ -807,8 +1025,61 @@ TD_EXPORT CUresult cuGraphUpload(CUgraphExec h, CUstream stream)
 	return rc;
 }
 
-/* Enqueues the exec graph's ops in topological order: launches, copies and sets
- * run as they would on the stream one after another. */
+/* What a launch does for one node, in order: enqueue op, or record or wait on event. */
+struct step {
+	struct td_op *op;
+	CUgraphNodeType type;
+	CUevent event;
+};
+
+struct steps {
+	struct step *v;
+	size_t n, cap;
+};
+
+/* Appends g's nodes in order (a child graph's own nodes in their topological order)
+ * to out; caller holds glock.  CUDA_ERROR_OUT_OF_MEMORY, or CUDA_ERROR_INVALID_VALUE
+ * for a child graph with a cycle. */
+static CUresult collect(const struct td_graph *g, const size_t *order, struct steps *out)
+{
+	CUresult rc = CUDA_SUCCESS;
+	for (size_t i = 0; rc == CUDA_SUCCESS && i < g->n; i++) {
+		const struct td_gnode *node = g->nodes[order[i]];
+		if (node->type == CU_GRAPH_NODE_TYPE_EMPTY)
+			continue;
+		if (node->type == CU_GRAPH_NODE_TYPE_GRAPH) {
+			size_t *sub = malloc((node->child->n + 1) * sizeof *sub);
+			rc = !sub ? CUDA_ERROR_OUT_OF_MEMORY
+				  : topological(node->child, sub) != 0 ? CUDA_ERROR_INVALID_VALUE
+								       : collect(node->child, sub, out);
+			free(sub);
+			continue;
+		}
+		if (out->n == out->cap) {
+			size_t cap = out->cap ? out->cap * 2 : 16;
+			struct step *v = realloc(out->v, cap * sizeof *v);
+			if (!v) {
+				rc = CUDA_ERROR_OUT_OF_MEMORY;
+				break;
+			}
+			out->v = v;
+			out->cap = cap;
+		}
+		struct step *st = &out->v[out->n++];
+		*st = (struct step){.type = node->type, .event = node->event};
+		if (node->type != CU_GRAPH_NODE_TYPE_EVENT_RECORD && node->type != CU_GRAPH_NODE_TYPE_WAIT_EVENT) {
+			if ((st->op = malloc(sizeof *st->op)))
+				*st->op = node->op;
+			else
+				rc = CUDA_ERROR_OUT_OF_MEMORY;
+		}
+	}
+	return rc;
+}
+
+/* Enqueues the exec graph's ops in topological order: launches, copies, sets and host
+ * functions run as they would on the stream one after another, event nodes record and
+ * wait there. */
 TD_EXPORT CUresult cuGraphLaunch(CUgraphExec h, CUstream stream)
 {
 	struct td_stream *s;
@@ -817,29 +1088,23 @@ TD_EXPORT CUresult cuGraphLaunch(CUgraphExec h, CUstream stream)
 		return rc;
 	if (s->capture)
 		return CUDA_ERROR_NOT_SUPPORTED; /* a graph launched into a capture: not modelled */
+	struct steps steps = {0};
 	pthread_mutex_lock(&glock);
 	struct td_exec *e = exec_from(h);
-	rc = e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-	size_t n = e ? e->graph->n : 0;
-	struct td_op **ops = calloc(n + 1, sizeof *ops);
-	if (rc == CUDA_SUCCESS && !ops)
-		rc = CUDA_ERROR_OUT_OF_MEMORY;
-	for (size_t i = 0; rc == CUDA_SUCCESS && i < n; i++) {
-		const struct td_gnode *node = e->graph->nodes[e->order[i]];
-		if (node->type == CU_GRAPH_NODE_TYPE_EMPTY)
-			continue;
-		if (!(ops[i] = malloc(sizeof *ops[i])))
-			rc = CUDA_ERROR_OUT_OF_MEMORY;
-		else
-			*ops[i] = node->op;
-	}
+	rc = e ? collect(e->graph, e->order, &steps) : CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_unlock(&glock);
-	for (size_t i = 0; i < n; i++)
-		if (ops[i] && rc == CUDA_SUCCESS)
-			td_enqueue(s, ops[i]);
+	for (size_t i = 0; i < steps.n; i++) {
+		struct step *st = &steps.v[i];
+		if (rc != CUDA_SUCCESS)
+			free(st->op);
+		else if (st->op)
+			td_enqueue(s, st->op);
+		else if (st->type == CU_GRAPH_NODE_TYPE_EVENT_RECORD)
+			rc = cuEventRecordWithFlags(st->event, stream, 0);
 		else
-			free(ops[i]);
-	free(ops);
+			rc = cuStreamWaitEvent(stream, st->event, 0);
+	}
+	free(steps.v);
 	return rc;
 }
 
@@ -909,9 +1174,17 @@ TD_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec h, CUgraph hg, CUgraphExecUp
 		if (why != CU_GRAPH_EXEC_UPDATE_SUCCESS)
 			info->errorNode = (CUgraphNode)a;
 	}
-	if (rc == CUDA_SUCCESS && why == CU_GRAPH_EXEC_UPDATE_SUCCESS)
-		for (size_t i = 0; i < g->n; i++)
-			e->graph->nodes[i]->op = g->nodes[i]->op;
+	for (size_t i = 0; rc == CUDA_SUCCESS && why == CU_GRAPH_EXEC_UPDATE_SUCCESS && i < g->n; i++) {
+		struct td_gnode *to = e->graph->nodes[i];
+		struct td_graph *child = to->child;
+		to->op = g->nodes[i]->op;
+		if (copy_extras(to, g->nodes[i]) != 0) {
+			to->child = child;
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+		} else {
+			graph_free(child);
+		}
+	}
 	if (rc == CUDA_SUCCESS && why != CU_GRAPH_EXEC_UPDATE_SUCCESS)
 		rc = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
 	info->result = why;

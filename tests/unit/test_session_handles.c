@@ -48,6 +48,7 @@ void rm_staging_init(struct rm_staging *st, size_t size) { unused(__func__); }
 void rm_staging_close(struct rm_staging *st) { unused(__func__); }
 struct rm_hostfn_hub *rm_hostfn_hub_new(const struct rm_session *s, int timeout_s) { unused(__func__); }
 void rm_hostfn_hub_release(struct rm_hostfn_hub *hub) { unused(__func__); }
+void rm_hostfn_hub_close(struct rm_hostfn_hub *hub) { unused(__func__); }
 
 /* ---- what rm_session_release_all and rm_session_use call: recorded ---- */
 
