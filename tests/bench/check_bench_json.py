@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """Runs `remora bench --quick --json` with the given options and checks the
 document: every section present and run, every figure a positive number on
-both sides, targets well formed, cuBLAS either measured or skipped with a
-reason.  Also checks that a bad option is refused.
+both sides, targets well formed, cuBLAS and PyTorch either measured or skipped
+with a reason.  Also checks that a bad option is refused.
 usage: check_bench_json.py REMORA [BENCH OPTIONS...]"""
 import json
 import math
 import subprocess
 import sys
 
-SECTIONS = {"tcp", "launch", "memcpy", "memset", "event", "graph", "concurrency", "cublas"}
+SECTIONS = {"tcp", "launch", "memcpy", "memset", "event", "graph", "concurrency", "cublas", "torch"}
 failures = []
 
 
@@ -46,8 +46,8 @@ def main():
     status = {s["name"]: s for s in doc["sections"]}
     check(set(status) == SECTIONS, f"sections {sorted(status)}")
     for name, s in status.items():
-        if name == "cublas" and s["status"] == "skipped":
-            check(isinstance(s["reason"], str) and s["reason"], "cublas skipped without a reason")
+        if name in ("cublas", "torch") and s["status"] == "skipped":
+            check(isinstance(s["reason"], str) and s["reason"], f"{name} skipped without a reason")
         else:
             check(s["status"] == "ok", f"section {name}: {s['status']}: {s['reason']}")
 
@@ -70,7 +70,9 @@ def main():
             check(t["met"] is not None or skipped, f"{where}: target not judged")
 
     for name in SECTIONS - {"tcp"}:
-        check(by_section.get(name), f"no figures for section {name}")
+        # torch skipped where PyTorch is missing has no rows at all; every other section has its figures.
+        check(by_section.get(name) or (name == "torch" and status.get(name, {}).get("status") == "skipped"),
+              f"no figures for section {name}")
     check(len(by_section.get("memcpy", [])) == 5 * 4, "memcpy: not 4 KiB .. 1 MiB x 2 kinds x 2 directions")
     metrics = {f["metric"] for f in figures}
     for n in (1, 2):
