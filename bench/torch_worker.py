@@ -65,7 +65,9 @@ def resnet50_b1():
 
 
 def gpt_train():
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "frameworks"))
+    # models.py is beside this file in the build tree, in tests/frameworks in the source tree.
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:0] = [here, os.path.join(here, "..", "tests", "frameworks")]
     from models import GPT
     m = GPT().to(dev)
     opt = torch.optim.AdamW(m.parameters(), lr=3e-4)

@@ -384,10 +384,11 @@ static int section_cublas(struct bench_run *run)
 }
 
 /* One PyTorch step of bench/torch_worker.py, native and remote: its time per step, remote
- * over native (at most limit), and whether both computed the same bits. Returns what
- * run_both does, or 1 when PyTorch cannot run here (*why says so). */
-static int torch_part(struct bench_run *run, const char *part, const char *steps, const char *metric, double limit,
-		      char *why, size_t why_len)
+ * over native (at most limit), and whether both computed the same bits (the fact named
+ * fact, a string that outlives the run). Returns what run_both does, or 1 when PyTorch
+ * cannot run here (*why says so). */
+static int torch_part(struct bench_run *run, const char *part, const char *fact, const char *steps,
+		      const char *metric, double limit, char *why, size_t why_len)
 {
 	char *argv[] = { "/usr/bin/env", "python3", run->torch, (char *)part, (char *)steps, NULL };
 	struct bench_output nat, rem;
@@ -404,9 +405,7 @@ static int torch_part(struct bench_run *run, const char *part, const char *steps
 			row->limit = limit;
 		}
 		const char *a = bench_output_get(&nat, "result_hex"), *b = bench_output_get(&rem, "result_hex");
-		char key[64];
-		snprintf(key, sizeof key, "torch_%s_same_result", part);
-		bench_add_fact(&run->results, key, false, "%s", a && b && !strcmp(a, b) ? "yes" : "no");
+		bench_add_fact(&run->results, fact, false, "%s", a && b && !strcmp(a, b) ? "yes" : "no");
 		if (rc)
 			snprintf(why, why_len, "%s", reason);
 		else if (!a || !b || strcmp(a, b))
@@ -425,17 +424,17 @@ static int section_torch(struct bench_run *run)
 {
 	char why[600];
 	bool quick = run->cfg->quick, shm = run->cfg->shm;
-	int rc = torch_part(run, "cnn_train", quick ? "20" : "300", "CNN training step (batch 32, 32x32)",
+	int rc = torch_part(run, "cnn_train", "torch_cnn_train_same_result", quick ? "20" : "300", "CNN training step (batch 32, 32x32)",
 			    shm ? 1.15 : 1.5, why, sizeof why);
 	if (rc == 1) {
 		bench_set_section(&run->results, "torch", "skipped", why);
 		return 0;
 	}
 	if (rc == 0)
-		rc = torch_part(run, "resnet50_b1", quick ? "10" : "200", "ResNet-50 fp16 inference, batch 1",
+		rc = torch_part(run, "resnet50_b1", "torch_resnet50_b1_same_result", quick ? "10" : "200", "ResNet-50 fp16 inference, batch 1",
 				shm ? 1.0 / 0.9 : 0, why, sizeof why);
 	if (rc == 0 && !quick)
-		rc = torch_part(run, "gpt_train", "50", "GPT-style training step (4 layers, d=256)", 0, why, sizeof why);
+		rc = torch_part(run, "gpt_train", "torch_gpt_train_same_result", "50", "GPT-style training step (4 layers, d=256)", 0, why, sizeof why);
 	return finish_section(run, "torch", rc ? -1 : 0, why);
 }
 
