@@ -24,6 +24,7 @@ static void fill_usage(Remora__StatusReply__Usage *m, const struct rm_usage *u)
 	m->bytes_dtoh = u->bytes_dtoh;
 	m->gpu_ns = u->gpu_ns;
 	m->peak_bytes = u->peak_mem_bytes;
+	m->queue_wait_ns = u->queue_wait_ns;
 }
 
 int rm_admin_refuse_status(struct rm_link *l, const struct rm_frame *f)

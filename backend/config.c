@@ -102,6 +102,8 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 		bad = copy_str(c->driver, sizeof(c->driver), v) || !*v;
 	else if (!strcmp(key, "ready_file"))
 		bad = copy_str(c->ready_file, sizeof(c->ready_file), v);
+	else if (!strcmp(key, "user"))
+		bad = copy_str(c->user, sizeof(c->user), v) || !*v;
 	else if (!strcmp(key, "max_clients_per_gpu"))
 		bad = parse_int(v, 0, 1 << 20, &c->max_clients_per_gpu);
 	else if (!strcmp(key, "client_memory_limit"))

@@ -27,6 +27,7 @@ struct rm_daemon_config {
 	char listen[256];       /* transport address, e.g. tcp://0.0.0.0:7700 */
 	char driver[512];       /* the driver library dlopened */
 	char ready_file[512];   /* written with the bound address once listening; "" for none */
+	char user[64];          /* run as this user once listening (privileges.h); "": as started */
 
 	int max_clients_per_gpu;      /* 0: no limit */
 	uint64_t client_memory_limit; /* device bytes per client; 0: no limit */

@@ -21,12 +21,14 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: remorad [--config FILE] [--listen ADDR] [--driver PATH] [--ready-file PATH] [--set KEY=VALUE]...\n"
+		"usage: remorad [--config FILE] [--listen ADDR] [--driver PATH] [--ready-file PATH] [--user NAME]\n"
+		"               [--set KEY=VALUE]...\n"
 		"       remorad --help | --version\n"
 		"  --config FILE      read settings from FILE (docs/configuration.md); flags override it\n"
 		"  --listen ADDR      where clients connect (default tcp://0.0.0.0:7700)\n"
 		"  --driver PATH      the CUDA driver library to serve (default libcuda.so.1)\n"
 		"  --ready-file PATH  write the bound address here once listening\n"
+		"  --user NAME        once listening, run on as this user (started as root; docs/security.md)\n"
 		"  --tls-cert FILE    serve TLS 1.3 (listen tls://HOST:PORT) with this certificate chain (PEM)\n"
 		"  --tls-key FILE     ... and its private key\n"
 		"  --tls-client-ca FILE  require client certificates signed by this CA (docs/security.md)\n"
@@ -89,6 +91,7 @@ static const struct option opts[] = {
 	{"tls-cert", required_argument, NULL, 'C'},
 	{"tls-key", required_argument, NULL, 'K'},
 	{"tls-client-ca", required_argument, NULL, 'A'},
+	{"user", required_argument, NULL, 'u'},
 	{"worker-channel", required_argument, NULL, 'W'},
 	{"registry-fd", required_argument, NULL, 'R'},
 	{"help", no_argument, NULL, 'h'},
@@ -125,6 +128,7 @@ static int read_configuration(int argc, char **argv, struct rm_daemon_config *cf
 		case 'C': key = "tls_cert", flag = "--tls-cert"; break;
 		case 'K': key = "tls_key", flag = "--tls-key"; break;
 		case 'A': key = "tls_client_ca", flag = "--tls-client-ca"; break;
+		case 'u': key = "user", flag = "--user"; break;
 		case 's': {
 			if (snprintf(kv, sizeof(kv), "%s", optarg) >= (int)sizeof(kv)) {
 				fprintf(stderr, "remorad: --set %.32s...: longer than %zu bytes\n", optarg, sizeof(kv) - 1);

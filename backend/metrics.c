@@ -149,6 +149,10 @@ static void usage(struct buf *b, const char *who, int n, const char *const *ids,
 	family(b, name, "counter", "Kernel time, measured with events on the daemon's streams.");
 	for (int i = 0; i < n; i++)
 		put(b, "%s{%s} %.9f\n", name, ids[i], (double)u[i]->gpu_ns / 1e9);
+	snprintf(name, sizeof(name), "remora_%s_queue_wait_seconds_total", who);
+	family(b, name, "counter", "Time calls were held because a hardware queue was shared with other clients.");
+	for (int i = 0; i < n; i++)
+		put(b, "%s{%s} %.9f\n", name, ids[i], (double)u[i]->queue_wait_ns / 1e9);
 	snprintf(name, sizeof(name), "remora_%s_fb_peak_bytes", who);
 	family(b, name, "gauge", "The most device memory held at once.");
 	for (int i = 0; i < n; i++)

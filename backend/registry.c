@@ -234,6 +234,7 @@ void rm_usage_merge(struct rm_usage *into, const struct rm_usage *what)
 	into->bytes_htod += what->bytes_htod;
 	into->bytes_dtoh += what->bytes_dtoh;
 	into->gpu_ns += what->gpu_ns;
+	into->queue_wait_ns += what->queue_wait_ns;
 	if (what->peak_mem_bytes > into->peak_mem_bytes)
 		into->peak_mem_bytes = what->peak_mem_bytes;
 }

@@ -34,6 +34,7 @@ struct rm_usage {
 	uint64_t bytes_htod;     /* copied host to device */
 	uint64_t bytes_dtoh;
 	uint64_t gpu_ns;         /* kernel time, measured with events on its streams */
+	uint64_t queue_wait_ns;  /* calls held because a hardware queue was shared (stream_pool.h) */
 	uint64_t peak_mem_bytes; /* the most device memory it held at once (under the lock) */
 };
 

@@ -30,6 +30,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "pool_member.h"
+#include "privileges.h"
 #include "registry.h"
 #include "remora.pb-c.h"
 #include "sd_notify.h"
@@ -658,6 +659,7 @@ static void note_restart_only(const struct rm_daemon_config *o, const struct rm_
 	NOTE(tls_cert, "tls_cert");
 	NOTE(tls_key, "tls_key");
 	NOTE(tls_client_ca, "tls_client_ca");
+	NOTE(user, "user");
 	NOTE(worker_host_memory_limit, "worker_host_memory_limit");
 	NOTE(pool_endpoints, "pool");
 	NOTE(advertise, "advertise");
@@ -750,6 +752,45 @@ static int prepare_reloading(int (*reread)(struct rm_daemon_config *out))
 	return 0;
 }
 
+/* `user` (privileges.h): once every listener is bound, every key read and the ready file
+ * written, the accepting process becomes the user, a Unix socket given to it first. The
+ * configuration is then read again as that user, as each worker (which runs this program
+ * again) and each SIGHUP will read it: a file the user cannot read stops remorad here,
+ * not at the first client. 0, or -1 after a line saying why. */
+static int become_user(const struct rm_daemon_config *cfg, const char *scheme, const char *addr)
+{
+	struct rm_identity id;
+	char why[300];
+	if (!cfg->user[0])
+		return 0;
+	if (rm_identity_lookup(cfg->user, &id, why, sizeof(why))) {
+		rm_log(RM_LOG_ERROR, "cannot run as %s: %s", cfg->user, why);
+		return -1;
+	}
+	if (!strcmp(scheme, "unix") && addr[0] != '@' && chown(addr, id.uid, id.gid)) {
+		rm_log(RM_LOG_ERROR, "cannot run as %s: chown %s: %s", cfg->user, addr, strerror(errno));
+		return -1;
+	}
+	if (rm_identity_assume(&id, why, sizeof(why))) {
+		rm_log(RM_LOG_ERROR, "cannot run as %s: %s; not serving", cfg->user, why);
+		return -1;
+	}
+	struct rm_daemon_config *again = calloc(1, sizeof(*again));
+	int unreadable = !again || (reread_config && reread_config(again));
+	if (again)
+		explicit_bzero(again, sizeof(*again));
+	free(again);
+	if (unreadable) {
+		rm_log(RM_LOG_ERROR, "running as %s, the configuration cannot be read again (above): workers and "
+		       "SIGHUP read it as that user; make it readable by %s (docs/security.md)", id.name, id.name);
+		return -1;
+	}
+	int ngroups = getgroups(0, NULL);
+	rm_log(RM_LOG_INFO, "running as user %s (uid %u, gid %u, %d group(s)); root given up", id.name,
+	       (unsigned)id.uid, (unsigned)id.gid, ngroups);
+	return 0;
+}
+
 int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char **argv,
 		  int (*reread)(struct rm_daemon_config *out))
 {
@@ -809,6 +850,10 @@ int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char
 			fprintf(f, "%s\n", bound);
 			fclose(f);
 		}
+	}
+	if (become_user(cfg, tp->scheme, addr)) {
+		tp->listener_close(l);
+		return -EPERM;
 	}
 	if (rm_pool_member_start(cfg, tp->scheme, bound))
 		rm_log(RM_LOG_WARN, "serving without pool membership");

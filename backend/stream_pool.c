@@ -36,6 +36,8 @@ static int npools;
 static struct pool_stream **index_tab;
 static size_t index_cap, index_used;
 static pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
+/* How long this thread's calls were held for a shared queue since it last asked. */
+static __thread uint64_t waited_ns;
 
 void rm_stream_pool_configure(int hardware_queues, int wait_when_shared)
 {
@@ -215,12 +217,31 @@ int rm_stream_pool_queue_shared(CUstream st)
 #define POLL(call)                                                                     \
 	do {                                                                           \
 		long sleep_ns_ = 10000;                                                \
+		uint64_t since_ = 0;                                                   \
 		while ((r = (call)) == CUDA_ERROR_NOT_READY) {                         \
+			if (!since_)                                                   \
+				since_ = now_ns();                                     \
 			nanosleep(&(struct timespec){0, sleep_ns_}, NULL);             \
 			if (sleep_ns_ < 500000)                                        \
 				sleep_ns_ *= 2;                                        \
 		}                                                                      \
+		if (since_)                                                            \
+			waited_ns += now_ns() - since_;                                \
 	} while (0)
+
+static uint64_t now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+uint64_t rm_stream_pool_take_waited_ns(void)
+{
+	uint64_t ns = waited_ns;
+	waited_ns = 0;
+	return ns;
+}
 
 CUresult rm_stream_pool_before_submit(CUstream st)
 {

@@ -21,6 +21,7 @@
 #define REMORA_STREAM_POOL_H
 
 #include <cuda.h>
+#include <stdint.h>
 
 /* Sets the hardware queue count the workers' driver was given, and whether calls
  * wait in the daemon when their stream's queue is shared (queue_sharing = wait). */
@@ -38,6 +39,9 @@ void rm_stream_pool_give(CUstream st);
 CUresult rm_stream_pool_before_submit(CUstream st);
 /* Before st is made to wait for ev: when st's queue is shared, waits until ev is done. */
 CUresult rm_stream_pool_before_wait(CUstream st, CUevent ev);
+/* How long the calling thread's calls were held by the two above (for a shared queue)
+ * since it last asked, in nanoseconds; the count starts again at 0. */
+uint64_t rm_stream_pool_take_waited_ns(void);
 
 /* Whether st's hardware queue serves more than one client stream now (whatever
  * queue_sharing says): where a timed event record after a kernel would hold up others. */

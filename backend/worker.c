@@ -27,6 +27,7 @@
 #include "log.h"
 #include "registry.h"
 #include "remora.pb-c.h"
+#include "stream_pool.h"
 
 static const struct rm_daemon_config *config;
 /* The sessions being served, for copy links that ask for theirs. */
@@ -115,13 +116,17 @@ static int fence(struct rm_session *s, const struct rm_frame *f)
 	return 0;
 }
 
-/* Counts a finished call against the client (registry.h, accounting); a synchronizing
- * call also collects the kernel times its wait has made known (rm_kernel_timing_collect). */
+/* Counts a finished call against the client (registry.h, accounting), with the time it
+ * was held for a shared hardware queue; a synchronizing call also collects the kernel
+ * times its wait has made known (rm_kernel_timing_collect). */
 static void account(struct rm_session *s, const struct rm_request *rq)
 {
 	struct rm_usage *u = &rm_registry()->clients[s->slot].usage;
 	enum rm_call_kind kind = rm_call_kind(rq->frame.op);
 	rm_usage_add(&u->calls[kind], 1);
+	uint64_t waited = rm_stream_pool_take_waited_ns();
+	if (waited)
+		rm_usage_add(&u->queue_wait_ns, waited);
 	if (rq->replied && rq->result != CUDA_SUCCESS)
 		rm_usage_add(&u->errors, 1);
 	if (kind == RM_CALL_SYNC)

@@ -18,10 +18,18 @@ struct bench_row {
 	const char *ratio_of;  /* what the ratio divides, e.g. "remote/native" */
 	enum bench_goal goal;  /* the target applies to the ratio */
 	double limit;
+	const char *transport; /* how the remote figure was reached: "tcp", "shm", "tls" */
+	/* Against another transport's same row (bench_compare_transports): the target the
+	 * comparison has, and whether its ratio is a difference (other - baseline) instead. */
+	enum bench_goal cmp_goal;
+	double cmp_limit;
+	bool cmp_difference;
+	const char *baseline;  /* comparison rows: the transport compared against */
 };
 
 struct bench_section {
 	const char *name;
+	const char *transport;
 	const char *status; /* "ok", "failed", "skipped" or "not selected" */
 	char reason[320];
 };
@@ -35,10 +43,15 @@ struct bench_fact {
 struct bench_results {
 	struct bench_row *rows;
 	int nrows, cap_rows;
-	struct bench_section sections[16];
+	struct bench_section sections[32];
 	int nsections;
-	struct bench_fact facts[32];
+	struct bench_fact facts[40];
 	int nfacts;
+	const char *transport; /* rows and sections added from now on are this transport's */
+	/* One transport against another (bench_compare_transports): native holds the
+	 * baseline transport's remote figure, remote the other's. */
+	struct bench_row *compare;
+	int ncompare, cap_compare;
 };
 
 /* Adds a row with ratio remote/native and no target; the caller changes those
@@ -48,6 +61,10 @@ struct bench_row *bench_add_row(struct bench_results *r, const char *section, co
 void bench_set_section(struct bench_results *r, const char *name, const char *status, const char *reason);
 void bench_add_fact(struct bench_results *r, const char *key, bool is_number, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* For every row of a transport other than baseline, a comparison row against baseline's
+ * row of the same section and metric: ratio other/baseline, or other - baseline where
+ * the row says so, with the row's comparison target. */
+void bench_compare_transports(struct bench_results *r, const char *baseline);
 /* 1 met, 0 missed, -1 no target or nothing to judge. */
 int bench_row_met(const struct bench_row *row);
 void bench_print_table(const struct bench_results *r, FILE *f);

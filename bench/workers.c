@@ -47,6 +47,19 @@ bool bench_output_number(const struct bench_output *out, const char *key, double
 	return *end == 0;
 }
 
+int bench_output_copy(struct bench_output *to, const struct bench_output *from)
+{
+	*to = *from;
+	to->kv = NULL;
+	if (from->count && !(to->kv = malloc((size_t)from->count * sizeof *to->kv))) {
+		to->count = 0;
+		return -1;
+	}
+	if (from->count)
+		memcpy(to->kv, from->kv, (size_t)from->count * sizeof *to->kv);
+	return 0;
+}
+
 void bench_output_free(struct bench_output *out)
 {
 	free(out->kv);
@@ -123,6 +136,8 @@ static void exec_worker(const struct bench_side *side, char *const argv[], const
 	}
 	if (side->server)
 		setenv("REMORA_SERVER", side->server, 1);
+	if (side->tls_ca)
+		setenv("REMORA_TLS_CA", side->tls_ca, 1);
 	execv(argv[0], argv);
 	fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
 	_exit(127);
@@ -242,13 +257,21 @@ out:
 	return failed;
 }
 
-int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *driver, const char *tmpdir, bool shm)
+const char *const bench_transport_names[] = { [BENCH_TCP] = "tcp", [BENCH_SHM] = "shm", [BENCH_TLS] = "tls" };
+
+int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *driver, const char *dir,
+		       enum bench_transport transport)
 {
-	char ready_file[PATH_MAX], listen[PATH_MAX + 8] = "tcp://127.0.0.1:0";
-	snprintf(ready_file, sizeof ready_file, "%s/remorad.addr", tmpdir);
+	char ready_file[PATH_MAX], listen[PATH_MAX + 8] = "tcp://127.0.0.1:0", cert[PATH_MAX], key[PATH_MAX];
+	bool shm = transport == BENCH_SHM, tls = transport == BENCH_TLS;
+	snprintf(ready_file, sizeof ready_file, "%s/remorad.addr", dir);
 	if (shm)
-		snprintf(listen, sizeof listen, "unix:%s/remorad.sock", tmpdir);
-	snprintf(d->log, sizeof d->log, "%s/remorad.log", tmpdir);
+		snprintf(listen, sizeof listen, "unix:%s/remorad.sock", dir);
+	if (tls)
+		snprintf(listen, sizeof listen, "tls://127.0.0.1:0");
+	snprintf(cert, sizeof cert, "%s/cert.pem", dir);
+	snprintf(key, sizeof key, "%s/key.pem", dir);
+	snprintf(d->log, sizeof d->log, "%s/remorad.log", dir);
 	d->addr[0] = 0;
 	d->pid = fork();
 	if (d->pid < 0)
@@ -257,8 +280,16 @@ int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *
 		int log = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 		if (log < 0 || dup2(log, STDOUT_FILENO) < 0 || dup2(log, STDERR_FILENO) < 0) /* stdout: the JSON's */
 			_exit(126);
-		char *argv[] = { (char *)remorad, "--listen", listen, "--set", "allow_anonymous=yes", "--ready-file", ready_file,
-				 driver ? "--driver" : NULL, (char *)driver, NULL };
+		char *argv[16] = { (char *)remorad, "--listen", listen, "--set", "allow_anonymous=yes", "--ready-file",
+				   ready_file };
+		int n = 7;
+		if (tls) {
+			argv[n++] = "--tls-cert", argv[n++] = cert;
+			argv[n++] = "--tls-key", argv[n++] = key;
+		}
+		if (driver)
+			argv[n++] = "--driver", argv[n++] = (char *)driver;
+		argv[n] = NULL;
 		execv(remorad, argv);
 		fprintf(stderr, "cannot run %s: %s\n", remorad, strerror(errno));
 		_exit(127);
@@ -268,8 +299,11 @@ int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *
 		int status;
 		FILE *f = fopen(ready_file, "re");
 		if (f) {
-			size_t at = shm ? 5 : 0; /* the ready file holds the socket path; the client wants unix:PATH */
-			memcpy(d->addr, "unix:", at);
+			/* The ready file holds host:port, or the socket path: the client wants unix:PATH
+			 * for shared memory and tls://host:port for TLS. */
+			const char *scheme = shm ? "unix:" : tls ? "tls://" : "";
+			size_t at = strlen(scheme);
+			memcpy(d->addr, scheme, at);
 			bool got = fgets(d->addr + at, (int)(sizeof d->addr - at), f) != NULL;
 			fclose(f);
 			d->addr[strcspn(d->addr, "\r\n")] = 0;

@@ -12,6 +12,7 @@ struct bench_side {
 	const char *name;    /* "native" or "remote": names its output files too */
 	const char *lib_dir; /* put first on LD_LIBRARY_PATH (a libcuda.so.1's folder), or NULL */
 	const char *server;  /* REMORA_SERVER, or NULL */
+	const char *tls_ca;  /* REMORA_TLS_CA, or NULL */
 };
 
 struct bench_kv {
@@ -31,6 +32,8 @@ const char *bench_output_get(const struct bench_output *out, const char *key);
 /* The value of key as a number; false when absent or not a number. */
 bool bench_output_number(const struct bench_output *out, const char *key, double *value);
 void bench_output_free(struct bench_output *out);
+/* to = a copy of from (its own key=value array); 0, or -1 when out of memory. */
+int bench_output_copy(struct bench_output *to, const struct bench_output *from);
 
 /* Runs n copies of argv on one side at once and waits for them all, at most
  * timeout_s seconds (then kills them).  With gate, each worker gets a pipe on
@@ -40,18 +43,23 @@ void bench_output_free(struct bench_output *out);
 int bench_run_workers(const struct bench_side *side, char *const argv[], int n, bool gate, int timeout_s,
 		      const char *tmpdir, struct bench_output *outs);
 
+/* How the remote side reaches its remorad. */
+enum bench_transport { BENCH_TCP, BENCH_SHM, BENCH_TLS };
+extern const char *const bench_transport_names[]; /* "tcp", "shm", "tls" */
+
 /* A remorad on a free loopback port. */
 struct bench_daemon {
 	pid_t pid;
-	char addr[128];     /* host:port for REMORA_SERVER */
+	char addr[128];     /* REMORA_SERVER: host:port, unix:PATH or tls://host:port */
 	char log[PATH_MAX]; /* its stderr */
 };
 
-/* Starts remorad (with --driver driver unless NULL) and waits for its
- * address; 0 or -errno, with a message on stderr. */
-/* shm: the daemon listens on a Unix socket in tmpdir and clients use the shared-memory
- * transport (unix:PATH) instead of loopback TCP. */
-int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *driver, const char *tmpdir, bool shm);
+/* Starts remorad (with --driver driver unless NULL) and waits for its address; 0 or
+ * -errno, with a message on stderr. Its ready file and log go in dir. BENCH_TCP: loopback
+ * TCP; BENCH_SHM: a Unix socket in dir, clients on the shared-memory transport (unix:PATH);
+ * BENCH_TLS: loopback TLS with dir/cert.pem and dir/key.pem (selfsigned.h). */
+int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *driver, const char *dir,
+		       enum bench_transport transport);
 void bench_daemon_stop(struct bench_daemon *d);
 
 #endif

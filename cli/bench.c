@@ -7,6 +7,11 @@
 #include "loopback.h"
 #include "results.h"
 #include "workers.h"
+#ifdef RM_HAVE_TLS
+#include "selfsigned.h"
+#include "tls.h"
+#include "transport.h"
+#endif
 
 #include <errno.h>
 #include <ftw.h>
@@ -16,27 +21,41 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #define MIB ((size_t)1 << 20)
 #define WORKER_TIMEOUT_S 600
 #define MAX_CONCURRENCY 1024
+#define MAX_TRANSPORTS 3
+#define MAX_CACHED 64
 
 struct bench_config {
 	const char *remorad, *driver, *native_lib, *client_lib, *workers;
-	bool quick, json, shm;
+	bool quick, json;
+	enum bench_transport transports[MAX_TRANSPORTS]; /* the first is the baseline of comparisons */
+	int ntransports;
 	const char *only;
 	int clients[32], nclients;
 	long long spin_iters;
 };
 
+/* A native run's output, kept for the next transport's pass (one native run a key). */
+struct native_result {
+	char key[48];
+	struct bench_output out;
+};
+
 struct bench_run {
 	const struct bench_config *cfg;
 	struct bench_results results;
-	struct bench_side native, remote;
+	struct bench_side native, remote; /* remote: the transport of this pass */
 	char worker[PATH_MAX], image[PATH_MAX], cublas[PATH_MAX], torch[PATH_MAX], tmpdir[64];
+	enum bench_transport transport; /* this pass's */
 	double tcp_gbps, tcp_rtt_us;
+	struct native_result cached[MAX_CACHED];
+	int ncached;
 };
 
 static int section_launch(struct bench_run *run);
@@ -64,14 +83,16 @@ static const struct {
 static const char usage_text[] =
 	"usage: remora bench [--json] [--quick] [--only SECTION[,SECTION...]] [--concurrency N,N,...]\n"
 	"                    [--spin-iters N] [--remorad PATH] [--driver PATH] [--native-lib DIR]\n"
-	"                    [--client-lib DIR] [--workers DIR] [--transport tcp|shm]\n"
+	"                    [--client-lib DIR] [--workers DIR] [--transport T[,T...]]\n"
 	"--json prints one JSON document on stdout and the table on stderr.\n"
 	"Sections: launch, memcpy, memset, event, graph, concurrency, cublas, torch (loopback TCP is\n"
 	"always measured); torch runs PyTorch steps with the python3 on the PATH, and is skipped\n"
 	"without one.\n"
 	"Native runs use the libcuda.so.1 the loader finds (or the one in --native-lib DIR); remote runs\n"
 	"use Remora's, against a remorad this command starts (with --driver PATH when given), over\n"
-	"loopback TCP or, with --transport shm, shared memory (unix:PATH, for clients on the GPU host).\n";
+	"loopback TCP (tcp, the default), shared memory (shm: unix:PATH, for clients on the GPU host) or\n"
+	"loopback TLS 1.3 (tls: a throwaway self-signed certificate). Several, e.g. --transport tcp,tls,\n"
+	"run the remote side once over each (natively once) and compare each with the first.\n";
 
 static void size_name(char *out, size_t len, size_t bytes)
 {
@@ -97,14 +118,43 @@ static bool selected(const struct bench_config *cfg, const char *name)
 	return false;
 }
 
-/* Runs argv natively and then remotely; 0 when both succeeded, else -1 with
- * the reasons in reason. */
+/* The native side's outputs of n copies of argv under key: run on the first pass, the
+ * copies kept for the passes of the other transports. Returns the number that failed. */
+static int run_native(struct bench_run *run, const char *key, char *const argv[], int n, bool gate,
+		      struct bench_output *outs)
+{
+	int first = -1;
+	for (int i = 0; i < run->ncached && first < 0; i++)
+		if (!strcmp(run->cached[i].key, key))
+			first = i;
+	if (first >= 0 && first + n <= run->ncached) {
+		int failed = 0;
+		for (int i = 0; i < n; i++) {
+			if (bench_output_copy(&outs[i], &run->cached[first + i].out))
+				outs[i].exit_status = -1, snprintf(outs[i].reason, sizeof outs[i].reason, "out of memory");
+			failed += outs[i].exit_status != 0;
+		}
+		return failed;
+	}
+	int failed = bench_run_workers(&run->native, argv, n, gate, WORKER_TIMEOUT_S, run->tmpdir, outs);
+	if (run->cfg->ntransports > 1 && run->ncached + n <= MAX_CACHED)
+		for (int i = 0; i < n; i++) {
+			struct native_result *c = &run->cached[run->ncached];
+			snprintf(c->key, sizeof c->key, "%s", key);
+			if (!bench_output_copy(&c->out, &outs[i]))
+				run->ncached++;
+		}
+	return failed;
+}
+
+/* Runs argv natively (once, for the first transport; section is its key) and then remotely;
+ * 0 when both succeeded, else -1 with the reasons in reason. */
 static int run_both(struct bench_run *run, const char *section, char *const argv[], struct bench_output *nat,
 		    struct bench_output *rem, char *reason, size_t len)
 {
 	fprintf(stderr, "remora bench: %s native\n", section);
-	bench_run_workers(&run->native, argv, 1, false, WORKER_TIMEOUT_S, run->tmpdir, nat);
-	fprintf(stderr, "remora bench: %s remote\n", section);
+	run_native(run, section, argv, 1, false, nat);
+	fprintf(stderr, "remora bench: %s %s\n", section, run->remote.name);
 	bench_run_workers(&run->remote, argv, 1, false, WORKER_TIMEOUT_S, run->tmpdir, rem);
 	reason[0] = 0;
 	if (nat->exit_status)
@@ -157,6 +207,10 @@ static int section_launch(struct bench_run *run)
 		row->ratio_of = "remote/(native+1.5 TCP RTT)";
 		row->goal = BENCH_AT_MOST;
 		row->limit = 1.0;
+		/* Against another transport (issue 17: TLS within +3 us of plaintext). */
+		row->cmp_difference = true;
+		row->cmp_goal = BENCH_AT_MOST;
+		row->cmp_limit = 3.0;
 	}
 	bench_output_free(&nat);
 	bench_output_free(&rem);
@@ -188,6 +242,9 @@ static int section_memcpy(struct bench_run *run)
 					row->ratio_of = "remote/loopback TCP";
 					row->goal = BENCH_AT_LEAST;
 					row->limit = 0.85;
+					/* Against another transport (issue 17: TLS at least 0.8 of plaintext). */
+					row->cmp_goal = BENCH_AT_LEAST;
+					row->cmp_limit = 0.8;
 				}
 			}
 	bench_output_free(&nat);
@@ -276,7 +333,12 @@ static struct spin_result spin_clients(struct bench_run *run, const struct bench
 		return (struct spin_result){NAN, NAN, NAN};
 	}
 	fprintf(stderr, "remora bench: concurrency %d %s\n", n, side->name);
-	bench_run_workers(side, argv, n, true, WORKER_TIMEOUT_S, run->tmpdir, outs);
+	char key[48];
+	snprintf(key, sizeof key, "spin %d", n);
+	if (side == &run->native)
+		run_native(run, key, argv, n, true, outs);
+	else
+		bench_run_workers(side, argv, n, true, WORKER_TIMEOUT_S, run->tmpdir, outs);
 	for (int i = 0; i < n; i++) {
 		double ms, wall;
 		if (outs[i].exit_status == 0 && bench_output_number(&outs[i], "spin_ms", &ms) &&
@@ -393,7 +455,7 @@ static int torch_part(struct bench_run *run, const char *part, const char *fact,
 	char *argv[] = { "/usr/bin/env", "python3", run->torch, (char *)part, (char *)steps, NULL };
 	struct bench_output nat, rem;
 	char reason[600];
-	int rc = run_both(run, "torch", argv, &nat, &rem, reason, sizeof reason);
+	int rc = run_both(run, part, argv, &nat, &rem, reason, sizeof reason);
 	const char *unsupported = bench_output_get(&nat, "unsupported");
 	if (nat.exit_status == 3 && unsupported) {
 		snprintf(why, why_len, "%s", unsupported);
@@ -423,7 +485,7 @@ static int torch_part(struct bench_run *run, const char *part, const char *fact,
 static int section_torch(struct bench_run *run)
 {
 	char why[600];
-	bool quick = run->cfg->quick, shm = run->cfg->shm;
+	bool quick = run->cfg->quick, shm = run->transport == BENCH_SHM;
 	int rc = torch_part(run, "cnn_train", "torch_cnn_train_same_result", quick ? "20" : "300", "CNN training step (batch 32, 32x32)",
 			    shm ? 1.15 : 1.5, why, sizeof why);
 	if (rc == 1) {
@@ -536,6 +598,27 @@ static int parse_clients(struct bench_config *cfg, const char *list)
 	return 0;
 }
 
+/* Parses T[,T...] of tcp, shm and tls, each once; 0, or -1. */
+static int parse_transports(struct bench_config *cfg, const char *list)
+{
+	cfg->ntransports = 0;
+	for (const char *p = list; *p;) {
+		size_t len = strcspn(p, ",");
+		int t = -1;
+		for (int k = BENCH_TCP; k <= BENCH_TLS; k++)
+			if (strlen(bench_transport_names[k]) == len && !strncmp(p, bench_transport_names[k], len))
+				t = k;
+		for (int i = 0; i < cfg->ntransports; i++)
+			if ((int)cfg->transports[i] == t)
+				t = -1;
+		if (t < 0 || cfg->ntransports == MAX_TRANSPORTS)
+			return -1;
+		cfg->transports[cfg->ntransports++] = (enum bench_transport)t;
+		p += len + (p[len] == ',');
+	}
+	return cfg->ntransports ? 0 : -1;
+}
+
 /* path = this program's folder + "/" + rel, when it exists. */
 static bool beside_self(char *path, size_t len, const char *rel)
 {
@@ -563,8 +646,8 @@ static int parse_args(struct bench_config *cfg, int argc, char **argv)
 			return 1;
 		else if (!v)
 			goto bad;
-		else if (!strcmp(a, "--transport") && (!strcmp(v, "tcp") || !strcmp(v, "shm")))
-			cfg->shm = !strcmp(v, "shm"), i++;
+		else if (!strcmp(a, "--transport") && !parse_transports(cfg, v))
+			i++;
 		else if (!strcmp(a, "--only"))
 			cfg->only = v, i++;
 		else if (!strcmp(a, "--concurrency"))
@@ -584,6 +667,15 @@ static int parse_args(struct bench_config *cfg, int argc, char **argv)
 		else
 			goto bad;
 	}
+	if (!cfg->ntransports)
+		cfg->transports[cfg->ntransports++] = BENCH_TCP;
+#ifndef RM_HAVE_TLS
+	for (int t = 0; t < cfg->ntransports; t++)
+		if (cfg->transports[t] == BENCH_TLS) {
+			fprintf(stderr, "remora bench: --transport tls: this build has no TLS (meson option tls)\n");
+			return -1;
+		}
+#endif
 	if (!cfg->spin_iters)
 		/* About 170 ms per kernel on an H200 (docs/status.md: 1e8 take 846 ms). */
 		cfg->spin_iters = cfg->quick ? 200000 : 20000000;
@@ -657,11 +749,91 @@ static int remove_entry(const char *path, const struct stat *st, int type, struc
 	return remove(path);
 }
 
+#ifdef RM_HAVE_TLS
+/* Whether kernel TLS offload (kTLS) carries the records of a connection like the clients':
+ * one dialled here to the daemon with the same CA, then closed. The daemon's side of the
+ * same host does what its kernel allows, as this one does. */
+static void record_ktls(struct bench_run *run, const char *addr, const char *ca)
+{
+	char why[300] = "";
+	const char *hostport;
+	const struct rm_transport *tp = rm_transport_for(addr, &hostport);
+	struct rm_conn *c = NULL;
+	int err = -EINVAL;
+	if (tp && !rm_tls_client_configure(ca, NULL, NULL, why, sizeof why) && !(err = tp->dial(hostport, 5000, &c))) {
+		int k = rm_tls_last_ktls();
+		rm_conn_close(c);
+		bench_add_fact(&run->results, "tls_ktls_tx", true, "%s", k & 1 ? "true" : "false");
+		bench_add_fact(&run->results, "tls_ktls_rx", true, "%s", k & 2 ? "true" : "false");
+		return;
+	}
+	fprintf(stderr, "remora bench: kTLS probe: %s\n", why[0] ? why : rm_transport_why(err));
+	bench_add_fact(&run->results, "tls_ktls_tx", true, "null");
+	bench_add_fact(&run->results, "tls_ktls_rx", true, "null");
+}
+#endif
+
+/* Makes dir (private) and, for TLS, its certificate; 0 or -1 after a line. */
+static int prepare_transport(enum bench_transport t, const char *dir)
+{
+	if (mkdir(dir, 0700)) {
+		fprintf(stderr, "remora bench: mkdir %s: %s\n", dir, strerror(errno));
+		return -1;
+	}
+#ifdef RM_HAVE_TLS
+	char why[300];
+	if (t == BENCH_TLS && bench_selfsigned_write(dir, why, sizeof why)) {
+		fprintf(stderr, "remora bench: %s\n", why);
+		return -1;
+	}
+#else
+	(void)t;
+#endif
+	return 0;
+}
+
+/* Every selected section over one transport: remorad started for it, stopped after.
+ * Returns the number of sections that failed (the daemon not starting counts one). */
+static int run_pass(struct bench_run *run, enum bench_transport t, bool first)
+{
+	const struct bench_config *cfg = run->cfg;
+	const char *name = bench_transport_names[t];
+	static char remote_name[MAX_TRANSPORTS][16];
+	char dir[PATH_MAX], ca[PATH_MAX + 16];
+	struct bench_daemon daemon = { 0 };
+	int failed = 0;
+	snprintf(dir, sizeof dir, "%s/%s", run->tmpdir, name);
+	snprintf(ca, sizeof ca, "%s/cert.pem", dir);
+	if (prepare_transport(t, dir) || bench_daemon_start(&daemon, cfg->remorad, cfg->driver, dir, t))
+		return 1;
+	snprintf(remote_name[t], sizeof remote_name[t], cfg->ntransports > 1 ? "remote-%s" : "remote", name);
+	run->remote = (struct bench_side){ remote_name[t], cfg->client_lib, daemon.addr, t == BENCH_TLS ? ca : NULL };
+	run->results.transport = NULL; /* facts and the loopback figures belong to no transport */
+	if (first) {
+		record_facts(run);
+		failed += measure_tcp(run) != 0;
+	}
+#ifdef RM_HAVE_TLS
+	if (t == BENCH_TLS)
+		record_ktls(run, daemon.addr, ca);
+#endif
+	run->results.transport = name;
+	run->transport = t;
+	for (size_t s = 0; s < NSECTIONS; s++) {
+		if (!selected(cfg, sections[s].name))
+			bench_set_section(&run->results, sections[s].name, "not selected", NULL);
+		else
+			failed += sections[s].run(run) != 0;
+	}
+	bench_daemon_stop(&daemon);
+	run->remote.server = NULL;
+	return failed;
+}
+
 int cmd_bench(int argc, char **argv)
 {
 	struct bench_config cfg = { 0 };
 	struct bench_run run = { .cfg = &cfg };
-	struct bench_daemon daemon = { 0 };
 	int rc = parse_args(&cfg, argc, argv), failed = 0;
 	if (rc) {
 		fputs(usage_text, rc > 0 ? stdout : stderr);
@@ -674,28 +846,23 @@ int cmd_bench(int argc, char **argv)
 		fprintf(stderr, "remora bench: mkdtemp: %s\n", strerror(errno));
 		return 1;
 	}
-	if (bench_daemon_start(&daemon, cfg.remorad, cfg.driver, run.tmpdir, cfg.shm)) {
-		fprintf(stderr, "remora bench: logs kept in %s\n", run.tmpdir);
-		return 1;
-	}
-	run.native = (struct bench_side){ "native", cfg.native_lib, NULL };
-	run.remote = (struct bench_side){ "remote", cfg.client_lib, daemon.addr };
-
-	record_facts(&run);
-	bench_add_fact(&run.results, "spin_iters", true, "%lld", cfg.spin_iters);
-	bench_add_fact(&run.results, "transport", false, "%s", cfg.shm ? "shm" : "tcp");
+	run.native = (struct bench_side){ "native", cfg.native_lib, NULL, NULL };
 	char list[256] = "";
+	for (int t = 0; t < cfg.ntransports; t++)
+		snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", t ? "," : "",
+			 bench_transport_names[cfg.transports[t]]);
+	bench_add_fact(&run.results, "transport", false, "%s", list);
+	bench_add_fact(&run.results, "spin_iters", true, "%lld", cfg.spin_iters);
+	list[0] = 0;
 	for (int i = 0; i < cfg.nclients; i++)
 		snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", i ? "," : "", cfg.clients[i]);
 	bench_add_fact(&run.results, "concurrency", false, "%s", list);
-	failed += measure_tcp(&run) != 0;
-	for (size_t s = 0; s < NSECTIONS; s++) {
-		if (!selected(&cfg, sections[s].name))
-			bench_set_section(&run.results, sections[s].name, "not selected", NULL);
-		else
-			failed += sections[s].run(&run) != 0;
-	}
-	bench_daemon_stop(&daemon);
+	for (int t = 0; t < cfg.ntransports; t++)
+		failed += run_pass(&run, cfg.transports[t], t == 0);
+	if (cfg.ntransports > 1)
+		bench_compare_transports(&run.results, bench_transport_names[cfg.transports[0]]);
+	for (int i = 0; i < run.ncached; i++)
+		bench_output_free(&run.cached[i].out);
 
 	/* With --json the table goes to stderr, so one run gives both. */
 	bench_print_table(&run.results, cfg.json ? stderr : stdout);

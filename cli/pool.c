@@ -409,10 +409,11 @@ static void print_usage_json(const Remora__StatusReply *r, const Remora__StatusR
 		print_json_string(r->call_kinds[k]);
 		printf(":%llu", (unsigned long long)u->calls[k]);
 	}
-	printf("},\"errors\":%llu,\"bytes_htod\":%llu,\"bytes_dtoh\":%llu,\"gpu_seconds\":%.9f,\"peak_memory\":%llu}",
+	printf("},\"errors\":%llu,\"bytes_htod\":%llu,\"bytes_dtoh\":%llu,\"gpu_seconds\":%.9f,\"peak_memory\":%llu,"
+	       "\"queue_wait_seconds\":%.9f}",
 	       (unsigned long long)(u ? u->errors : 0), (unsigned long long)(u ? u->bytes_htod : 0),
 	       (unsigned long long)(u ? u->bytes_dtoh : 0), u ? (double)u->gpu_ns / 1e9 : 0.0,
-	       (unsigned long long)(u ? u->peak_bytes : 0));
+	       (unsigned long long)(u ? u->peak_bytes : 0), u ? (double)u->queue_wait_ns / 1e9 : 0.0);
 }
 
 static void print_status(const Remora__StatusReply *r, int json)

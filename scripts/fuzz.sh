@@ -2,7 +2,7 @@
 # Runs the libFuzzer targets of tests/fuzz (docs/testing.md, "Fuzzing") for SECONDS each
 # (default 60), each over a copy of its seed corpus, and reports every crash file.
 #
-#   scripts/fuzz.sh [SECONDS] [TARGET...]        targets: frame image etcd base64 request
+#   scripts/fuzz.sh [SECONDS] [TARGET...]        targets: every tests/fuzz/fuzz_TARGET.c (default all)
 #
 # Builds in a clang build directory of its own, set up on first use with -Dfuzzing=enabled.
 # Environment: BUILD_DIR (default build-fuzz), CC (default clang, else clang-14),
@@ -15,7 +15,7 @@ set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-60}
 [ $# -gt 0 ] && shift
-targets=${*:-frame image etcd base64 request}
+targets=${*:-$(cd "$root/tests/fuzz" && ls fuzz_*.c | sed 's/^fuzz_//; s/\.c$//')}
 build=${BUILD_DIR:-$root/build-fuzz}
 case $build in /*) ;; *) build=$root/$build ;; esac
 

@@ -1,7 +1,12 @@
 #!/bin/sh
-# Sets up a fresh machine, builds Remora and runs every CI-safe test (no GPU needed).
-# Ends with one line "N passed, N failed, N skipped"; exits non-zero when a test failed.
-# Arguments go to meson test (e.g. --suite unit).
+# Sets up a fresh machine, builds Remora and runs every CI-safe test (no GPU needed), then
+# the sanitizer run: a second build (build-asan/, AddressSanitizer and UndefinedBehavior-
+# Sanitizer) running the integration suites under the `sanitize` test setup
+# (scripts/sanitize.sh; docs/testing.md, "Sanitizers").
+# Ends with one line "N passed, N failed, N skipped" counting both runs; exits non-zero
+# when a test of either failed.
+# Arguments go to the first meson test (e.g. --suite unit), and then no sanitizer run is
+# made; REMORA_CI_SANITIZE=no leaves it out too.
 set -eu
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -14,5 +19,12 @@ ninja -C build
 rm -f build/meson-logs/testlog*.json
 status=0
 meson test -C build --print-errorlogs "$@" || status=$?
-python3 scripts/test_summary.py build/meson-logs
+logs=build/meson-logs
+if [ $# -eq 0 ] && [ "${REMORA_CI_SANITIZE:-yes}" != no ]; then
+	start=$(date +%s)
+	scripts/sanitize.sh || status=1
+	echo "sanitize: $(($(date +%s) - start)) s (build and tests)"
+	logs="$logs build-asan/meson-logs"
+fi
+python3 scripts/test_summary.py $logs
 exit "$status"

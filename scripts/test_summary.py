@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Prints the one line CI reads after `meson test`: "N passed, N failed, N skipped",
-counted from the newest test log (testlog*.json) in LOGDIR.
+counted from the newest test log (testlog*.json) of each LOGDIR, summed (scripts/test.sh
+gives the main build's and the sanitizer build's).
 
-usage: test_summary.py LOGDIR
+usage: test_summary.py LOGDIR...
 Passed: OK and EXPECTEDFAIL; skipped: SKIP; failed: every other result (FAIL, ERROR,
-TIMEOUT, INTERRUPT, UNEXPECTEDPASS). No log at all counts nothing.
+TIMEOUT, INTERRUPT, UNEXPECTEDPASS). A LOGDIR with no log counts nothing.
 """
 import glob
 import json
@@ -12,9 +13,9 @@ import os
 import sys
 
 
-def main():
-    logs = glob.glob(os.path.join(sys.argv[1], "testlog*.json"))
+def count(logdir):
     passed = failed = skipped = 0
+    logs = glob.glob(os.path.join(logdir, "testlog*.json"))
     if logs:
         with open(max(logs, key=os.path.getmtime)) as f:
             for line in f:
@@ -27,7 +28,12 @@ def main():
                     skipped += 1
                 else:
                     failed += 1
-    print(f"{passed} passed, {failed} failed, {skipped} skipped")
+    return passed, failed, skipped
+
+
+def main():
+    totals = [sum(c) for c in zip(*(count(d) for d in sys.argv[1:]))] or [0, 0, 0]
+    print(f"{totals[0]} passed, {totals[1]} failed, {totals[2]} skipped")
 
 
 if __name__ == "__main__":

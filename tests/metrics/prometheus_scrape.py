@@ -137,8 +137,14 @@ with tempfile.TemporaryDirectory() as tmp:
               "the client's quota series")
         j = prom_query(pport, 'up{job="remorad"}')
         check(bool(j and j["data"]["result"]) and j["data"]["result"][0]["value"][1] == "1", "the target is up")
+        # Time held for a shared hardware queue: a counter per client and per tenant.
+        for who, sel in (("client", 'program="nvml_query"'), ("tenant", 'tenant="anonymous"')):
+            j = prom_query(pport, f'remora_{who}_queue_wait_seconds_total{{{sel}}}')
+            check(bool(j and j["data"]["result"]) and float(j["data"]["result"][0]["value"][1]) >= 0,
+                  f"the {who}'s queue wait series: {j and j['data']['result']}")
         stop_process(client)
         client = None
+
         def scrape():
             return raw(mport, b"GET /metrics HTTP/1.1\r\n\r\n").decode()
 
@@ -163,6 +169,8 @@ with tempfile.TemporaryDirectory() as tmp:
         ten = [t for t in st.get("tenants", []) if t["name"] == "anonymous"]
         check(len(ten) == 1 and ten[0]["sessions"] == 1 and ten[0]["usage"]["calls"]["memory"] >= 1,
               f"status --json: the tenant's totals {ten}")
+        check(len(ten) == 1 and ten[0]["usage"].get("queue_wait_seconds", -1) >= 0 and
+              hist and hist[0]["usage"].get("queue_wait_seconds", -1) >= 0, "status --json: queue_wait_seconds")
     finally:
         if client:
             stop_process(client)
