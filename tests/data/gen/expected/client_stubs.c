@@ -124,8 +124,11 @@ RM_EXPORT CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value)
 	Remora__CuCtxSetLimitReq req = REMORA__CU_CTX_SET_LIMIT__REQ__INIT;
 	req.limit = limit;
 	req.value = value;
-	CUresult r = rm_rpc_simple(RM_OP_cuCtxSetLimit, &req.base, NULL, NULL);
-	rm_query_cache_forget(RM_OP_cuDeviceGetUuid);
+	int sent;
+	CUresult r = rm_rpc_setting(RM_OP_cuCtxSetLimit, &req.base, &req.value, sizeof(req.value), &sent);
+	if (sent) {
+		rm_query_cache_forget(RM_OP_cuDeviceGetUuid);
+	}
 	return r;
 }
 
