@@ -130,61 +130,53 @@ static void close_spans(struct rm_session_ctx *c, int chan, uint64_t min_age_ns)
 	pthread_mutex_unlock(&t->lock);
 }
 
-void rm_kernel_timing_close(struct rm_session *s, uint64_t min_age_ns)
+/* Context k of the session, or NULL past the last (contexts are appended, never moved). */
+static struct rm_session_ctx *ctx_at(struct rm_session *s, int k)
 {
-	for (int k = 0;; k++) {
-		pthread_mutex_lock(&s->sh->lock);
-		struct rm_session_ctx *c = k < s->sh->nctx ? &s->sh->ctxs[k] : NULL;
-		pthread_mutex_unlock(&s->sh->lock);
-		if (!c)
-			break;
-		close_spans(c, s->chan, min_age_ns);
-	}
+	pthread_mutex_lock(&s->sh->lock);
+	struct rm_session_ctx *c = k < s->sh->nctx ? &s->sh->ctxs[k] : NULL;
+	pthread_mutex_unlock(&s->sh->lock);
+	return c;
 }
 
-void rm_kernel_timing_collect(struct rm_session *s)
+void rm_kernel_timing_close(struct rm_session *s, uint64_t min_age_ns)
 {
-	for (int k = 0; k < RM_SESSION_MAX_CTX; k++) {
-		pthread_mutex_lock(&s->sh->lock);
-		struct rm_kernel_timers *t = k < s->sh->nctx ? s->sh->ctxs[k].timers : NULL;
-		int more = k < s->sh->nctx;
+	struct rm_session_ctx *c;
+	for (int k = 0; (c = ctx_at(s, k)); k++)
+		close_spans(c, s->chan, min_age_ns);
+}
+
+/* Reads every finished span of the session's contexts: the number still running. */
+static int reap_all(struct rm_session *s)
+{
+	struct rm_session_ctx *c;
+	int running = 0;
+	for (int k = 0; (c = ctx_at(s, k)); k++) {
+		pthread_mutex_lock(&s->sh->lock); /* timers_of sets it under this lock */
+		struct rm_kernel_timers *t = c->timers;
 		pthread_mutex_unlock(&s->sh->lock);
-		if (!more)
-			break;
 		if (!t)
 			continue;
 		pthread_mutex_lock(&t->lock);
 		for (int i = 0; i < RING; i++)
-			reap_locked(s, t, i);
+			running += !reap_locked(s, t, i);
 		pthread_mutex_unlock(&t->lock);
 	}
+	return running;
+}
+
+void rm_kernel_timing_collect(struct rm_session *s)
+{
+	reap_all(s);
 }
 
 void rm_kernel_timing_settle(struct rm_session *s, int wait_ms)
 {
-	for (int k = 0;; k++) {
-		pthread_mutex_lock(&s->sh->lock);
-		struct rm_session_ctx *c = k < s->sh->nctx ? &s->sh->ctxs[k] : NULL;
-		pthread_mutex_unlock(&s->sh->lock);
-		if (!c)
-			break;
+	struct rm_session_ctx *c;
+	for (int k = 0; (c = ctx_at(s, k)); k++)
 		close_spans(c, -1, 0);
-	}
-	for (int waited_ms = 0;; waited_ms++) {
-		int pending = 0;
-		for (int k = 0; k < s->sh->nctx; k++) {
-			struct rm_kernel_timers *t = s->sh->ctxs[k].timers;
-			if (!t)
-				continue;
-			pthread_mutex_lock(&t->lock);
-			for (int i = 0; i < RING; i++)
-				pending += !reap_locked(s, t, i);
-			pthread_mutex_unlock(&t->lock);
-		}
-		if (!pending || waited_ms >= wait_ms)
-			return;
+	for (int waited_ms = 0; reap_all(s) && waited_ms < wait_ms; waited_ms++)
 		nanosleep(&(struct timespec){0, 1000000}, NULL);
-	}
 }
 
 void rm_kernel_timing_release(struct rm_session *s, struct rm_session_ctx *c)

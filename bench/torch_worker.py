@@ -13,7 +13,11 @@ import os
 import sys
 import time
 
-os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+# models.py (the framework programs' deterministic settings, and their GPT) is beside this
+# file in the build tree, in tests/frameworks in the source tree.
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "tests", "frameworks")]
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS starts, as models.py
 try:
     import torch
     import torch.nn as nn
@@ -23,13 +27,7 @@ except ImportError as e:
 if not torch.cuda.is_available():
     print("unsupported=PyTorch finds no CUDA device")
     sys.exit(3)
-
-torch.manual_seed(0)
-torch.use_deterministic_algorithms(True)
-torch.backends.cudnn.benchmark = False
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
-dev = torch.device("cuda")
+from models import GPT, dev  # noqa: E402  (seeds and deterministic settings on import)
 
 
 def cnn_train():
@@ -65,10 +63,6 @@ def resnet50_b1():
 
 
 def gpt_train():
-    # models.py is beside this file in the build tree, in tests/frameworks in the source tree.
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:0] = [here, os.path.join(here, "..", "tests", "frameworks")]
-    from models import GPT
     m = GPT().to(dev)
     opt = torch.optim.AdamW(m.parameters(), lr=3e-4)
     g = torch.Generator(device=dev).manual_seed(5)
