@@ -137,6 +137,12 @@ static nvmlReturn_t device_of(nvmlDevice_t d, int *ordinal)
 	return NVML_SUCCESS;
 }
 
+int rm_nvml_is_device(nvmlDevice_t d)
+{
+	int ordinal;
+	return device_of(d, &ordinal) == NVML_SUCCESS;
+}
+
 static nvmlReturn_t copy_string(char *dst, unsigned int len, const char *src)
 {
 	if (!dst)

@@ -5,8 +5,10 @@
  * session) that long before the end, for tests that look at a client while it runs. */
 #include <cuda.h>
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "nvml_abi.h"
@@ -32,6 +34,7 @@ FN(nvmlDeviceGetComputeRunningProcesses_v3, nvmlDevice_t, unsigned int *, nvmlPr
 FN(nvmlSystemGetCudaDriverVersion_v2, int *);
 FN(nvmlSystemGetDriverVersion, char *, unsigned int);
 static const char *(*nvmlErrorString)(nvmlReturn_t);
+FN(nvmlInternalGetExportTable, const void **, const void *);
 
 static void *lib;
 
@@ -71,6 +74,31 @@ static void memory(nvmlDevice_t d, const char *when)
 		printf("%s.process=%u:%llu\n", when, p[i].pid, p[i].usedGpuMemory);
 }
 
+/* nvidia-smi's private table (frontend/nvml/private_table.c): its size, the device of
+ * slot 81 and the process list of slot 213 (entries of 4128 bytes: pid first). */
+static void private_table(nvmlDevice_t d)
+{
+	static const unsigned char id[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
+					     0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
+	static const unsigned char other[16] = {1, 2, 3};
+	const void **table = NULL;
+	MUST(nvmlInternalGetExportTable((const void **)&table, id));
+	printf("private.size=%zu\n", (size_t)(uintptr_t)table[0]);
+	nvmlDevice_t found = NULL;
+	nvmlReturn_t (*by_index)(uintptr_t, nvmlDevice_t *, uintptr_t) = (void *)table[81];
+	printf("private.by_index=%s\n", by_index(0, &found, 0x22) == NVML_SUCCESS && found == d ? "agrees" : "differs");
+	static unsigned char entries[4][4128];
+	unsigned int n = 4;
+	nvmlReturn_t (*list)(nvmlDevice_t, unsigned int *, void *) = (void *)table[213];
+	nvmlReturn_t r = list(d, &n, entries);
+	unsigned int pid = 0;
+	memcpy(&pid, entries[0], sizeof(pid));
+	printf("private.processes_rc=%d\nprivate.processes=%u\nprivate.process=%u:%s\n", r, n, pid,
+	       (const char *)entries[0] + 32);
+	const void *none = NULL;
+	printf("private.other_table_rc=%d\n", nvmlInternalGetExportTable(&none, other));
+}
+
 int main(int argc, char **argv)
 {
 	size_t alloc = (argc > 1 ? strtoull(argv[1], NULL, 0) : 16) << 20;
@@ -84,7 +112,7 @@ int main(int argc, char **argv)
 	LOAD(nvmlDeviceGetMemoryInfo); LOAD(nvmlDeviceGetMemoryInfo_v2); LOAD(nvmlDeviceGetCudaComputeCapability);
 	LOAD(nvmlDeviceGetUtilizationRates); LOAD(nvmlDeviceGetTemperature); LOAD(nvmlDeviceGetFanSpeed);
 	LOAD(nvmlDeviceGetComputeRunningProcesses_v3); LOAD(nvmlSystemGetCudaDriverVersion_v2);
-	LOAD(nvmlSystemGetDriverVersion); LOAD(nvmlErrorString);
+	LOAD(nvmlSystemGetDriverVersion); LOAD(nvmlErrorString); LOAD(nvmlInternalGetExportTable);
 
 	MUST(nvmlInit_v2());
 	unsigned int count;
@@ -142,6 +170,7 @@ int main(int argc, char **argv)
 		}
 		printf("pid=%d\nallocated=%zu\n", (int)getpid(), alloc);
 		memory(d, "after");
+		private_table(d);
 		fflush(stdout);
 		if (argc > 2)
 			sleep((unsigned int)atoi(argv[2]));

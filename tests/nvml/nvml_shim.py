@@ -67,6 +67,12 @@ with tempfile.TemporaryDirectory() as tmp:
         pid, _, held = out.get("after.process", ":").partition(":")
         check(pid == out.get("pid") and int(held or 0) >= 16 * MiB, f"process {out.get('after.process')}")
         # Not answered: a generated stub, and what only a host NVML tells.
+        check(int(out.get("private.size", 0)) > 648, f"nvidia-smi's private table is there ({out.get('private.size')})")
+        check(out.get("private.by_index") == "agrees", "its slot 81 finds the device by index")
+        check(out.get("private.processes_rc") == "0" and out.get("private.processes") == "1" and
+              out.get("private.process", "").startswith(out.get("pid", "?") + ":nvml_query"),
+              f"its slot 213 lists this client ({out.get('private.process')})")
+        check(out.get("private.other_table_rc") == str(NOT_SUPPORTED), "another private table: NOT_SUPPORTED")
         check(out.get("gpu0.fan_rc") == str(NOT_SUPPORTED), f"fan speed: NOT_SUPPORTED ({out.get('gpu0.fan_rc')})")
         for k in ("gpu0.utilization_rc", "gpu0.temperature_rc", "driver_version_rc"):
             check(out.get(k) == str(NOT_SUPPORTED), f"{k}: NOT_SUPPORTED without a host NVML ({out.get(k)})")
