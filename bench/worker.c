@@ -22,6 +22,9 @@
  *                                 <<<1,1>>> spinFma with events (ms), and the
  *                                 wall time from the start to the end of the
  *                                 stop event's synchronize (ms)
+ *   latency N                     the latency client: set up and wait as spin does,
+ *                                 then N times launch + cuCtxSynchronize, each timed:
+ *                                 the median and the 99th percentile (µs)
  */
 #include <cuda.h>
 #include <errno.h>
@@ -248,6 +251,48 @@ static float host_spin(long long iters)
 	return x;
 }
 
+/* Tells `remora bench` this client is set up (a byte on fd 3), then waits for everyone's
+ * start (end of file on fd 4: the bench closes its end once all are ready). */
+static void wait_for_go(void)
+{
+	char byte = 'r', sink;
+	if (write(READY_FD, &byte, 1) != 1)
+		die("cannot signal ready on fd 3");
+	close(READY_FD);
+	while (read(GO_FD, &sink, 1) > 0)
+		;
+}
+
+static int compare_doubles(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static void run_latency(CUmodule module, long long n)
+{
+	CUfunction empty;
+	double *us = malloc((size_t)n * sizeof(*us));
+	if (!us)
+		die("latency: out of memory");
+	CHECK(cuModuleGetFunction(&empty, module, "emptyKernel"));
+	for (int i = 0; i < 100; i++) { /* warm-up */
+		CHECK(cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
+		CHECK(cuCtxSynchronize());
+	}
+	wait_for_go();
+	for (long long i = 0; i < n; i++) {
+		double t = now_us();
+		CHECK(cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
+		CHECK(cuCtxSynchronize());
+		us[i] = now_us() - t;
+	}
+	qsort(us, (size_t)n, sizeof(*us), compare_doubles);
+	printf("latency_p50_us=%.4f\n", us[n / 2]);
+	printf("latency_p99_us=%.4f\n", us[(n * 99) / 100]);
+	free(us);
+}
+
 static void run_spin(CUmodule module, long long iters)
 {
 	CUfunction spin, empty;
@@ -261,12 +306,7 @@ static void run_spin(CUmodule module, long long iters)
 	CHECK(cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
 	CHECK(cuCtxSynchronize());
 
-	char byte = 'r', sink;
-	if (write(READY_FD, &byte, 1) != 1)
-		die("spin: cannot signal ready on fd 3");
-	close(READY_FD);
-	while (read(GO_FD, &sink, 1) > 0) /* the driver closes its end to start everyone */
-		;
+	wait_for_go();
 	void *params[] = { &out, &iters };
 	double go_us = now_us();
 	CHECK(cuEventRecord(start, NULL));
@@ -337,7 +377,7 @@ static void run_graph(CUmodule module, long long nodes, long long launches)
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: bench_worker IMAGE info|launch|memcpy|memset|event|spin [ARGS]\n");
+		fprintf(stderr, "usage: bench_worker IMAGE info|launch|memcpy|memset|event|graph|spin|latency [ARGS]\n");
 		return 2;
 	}
 	const char *section = argv[2];
@@ -359,6 +399,8 @@ int main(int argc, char **argv)
 		run_graph(module, parse_count(argv[3]), parse_count(argv[4]));
 	else if (!strcmp(section, "spin") && argc == 4)
 		run_spin(module, parse_count(argv[3]));
+	else if (!strcmp(section, "latency") && argc == 4)
+		run_latency(module, parse_count(argv[3]));
 	else {
 		fprintf(stderr, "bench_worker: unknown section or wrong arguments: %s\n", section);
 		return 2;

@@ -66,6 +66,7 @@ static int section_graph(struct bench_run *run);
 static int section_concurrency(struct bench_run *run);
 static int section_cublas(struct bench_run *run);
 static int section_torch(struct bench_run *run);
+static int section_latency(struct bench_run *run);
 
 /* Each returns 0 when its section ran (ok or skipped) and -1 when it failed. */
 static const struct {
@@ -75,8 +76,8 @@ static const struct {
 	{ "launch", section_launch },         { "memcpy", section_memcpy },
 	{ "memset", section_memset },         { "event", section_event },
 	{ "graph", section_graph },
-	{ "concurrency", section_concurrency }, { "cublas", section_cublas },
-	{ "torch", section_torch },
+	{ "concurrency", section_concurrency }, { "latency", section_latency },
+	{ "cublas", section_cublas },         { "torch", section_torch },
 };
 #define NSECTIONS (sizeof sections / sizeof sections[0])
 
@@ -85,7 +86,7 @@ static const char usage_text[] =
 	"                    [--spin-iters N] [--remorad PATH] [--driver PATH] [--native-lib DIR]\n"
 	"                    [--client-lib DIR] [--workers DIR] [--transport T[,T...]]\n"
 	"--json prints one JSON document on stdout and the table on stderr.\n"
-	"Sections: launch, memcpy, memset, event, graph, concurrency, cublas, torch (loopback TCP is\n"
+	"Sections: launch, memcpy, memset, event, graph, concurrency, latency, cublas, torch (loopback TCP is\n"
 	"always measured); torch runs PyTorch steps with the python3 on the PATH, and is skipped\n"
 	"without one.\n"
 	"Native runs use the libcuda.so.1 the loader finds (or the one in --native-lib DIR); remote runs\n"
@@ -443,6 +444,71 @@ static int section_cublas(struct bench_run *run)
 	bench_output_free(&nat);
 	bench_output_free(&rem);
 	return rc;
+}
+
+#define LATENCY_CLIENTS 16
+
+static int compare_doubles(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* The median of the clients' medians and the largest of their 99th percentiles of
+ * launch + synchronize, n busy clients at once on one side; NAN where one failed. */
+static void latency_clients(struct bench_run *run, const struct bench_side *side, int n, double *p50, double *p99,
+			    char *reason, size_t len)
+{
+	char iters[16];
+	snprintf(iters, sizeof iters, "%d", run->cfg->quick ? 200 : 5000);
+	char *argv[] = { run->worker, run->image, "latency", iters, NULL };
+	struct bench_output outs[LATENCY_CLIENTS];
+	double medians[LATENCY_CLIENTS];
+	fprintf(stderr, "remora bench: latency %d %s\n", n, side->name);
+	if (side == &run->native)
+		run_native(run, "latency", argv, n, true, outs);
+	else
+		bench_run_workers(side, argv, n, true, WORKER_TIMEOUT_S, run->tmpdir, outs);
+	*p50 = *p99 = 0;
+	for (int i = 0; i < n; i++) {
+		double a, b;
+		if (outs[i].exit_status == 0 && bench_output_number(&outs[i], "latency_p50_us", &a) &&
+		    bench_output_number(&outs[i], "latency_p99_us", &b)) {
+			medians[i] = a;
+			*p99 = b > *p99 ? b : *p99;
+		} else if (isfinite(*p50)) {
+			snprintf(reason, len, "%s client %d: %s", side->name, i,
+				 outs[i].reason[0] ? outs[i].reason : "no latency_p50_us or latency_p99_us reported");
+			*p50 = *p99 = NAN;
+		}
+		bench_output_free(&outs[i]);
+	}
+	if (isfinite(*p50)) {
+		qsort(medians, (size_t)n, sizeof(*medians), compare_doubles);
+		*p50 = medians[n / 2];
+	}
+}
+
+/* Issue 15's tail target: with 16 busy clients, each one's launch + synchronize has a 99th
+ * percentile at most twice the median. */
+static int section_latency(struct bench_run *run)
+{
+	double np50, np99, rp50, rp99;
+	char reason[320] = "";
+	latency_clients(run, &run->native, LATENCY_CLIENTS, &np50, &np99, reason, sizeof reason);
+	latency_clients(run, &run->remote, LATENCY_CLIENTS, &rp50, &rp99, reason, sizeof reason);
+	bench_add_row(&run->results, "latency", "us", np50, rp50, "launch + synchronize p50, %d clients at once",
+		      LATENCY_CLIENTS);
+	bench_add_row(&run->results, "latency", "us", np99, rp99, "launch + synchronize p99 (the slowest client's)");
+	struct bench_row *row = bench_add_row(&run->results, "latency", "x", np99 / np50, rp99 / rp50,
+					      "launch + synchronize p99 / p50, %d clients", LATENCY_CLIENTS);
+	if (row) {
+		row->ratio = row->remote;
+		row->ratio_of = "remote p99/p50";
+		row->goal = BENCH_AT_MOST;
+		row->limit = 2.0;
+	}
+	return finish_section(run, "latency", isfinite(np50) && isfinite(rp50) ? 0 : -1, reason);
 }
 
 /* One PyTorch step of bench/torch_worker.py, native and remote: its time per step, remote

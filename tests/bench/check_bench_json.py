@@ -9,7 +9,7 @@ import math
 import subprocess
 import sys
 
-SECTIONS = {"tcp", "launch", "memcpy", "memset", "event", "graph", "concurrency", "cublas", "torch"}
+SECTIONS = {"tcp", "launch", "memcpy", "memset", "event", "graph", "concurrency", "latency", "cublas", "torch"}
 failures = []
 
 
