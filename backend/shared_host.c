@@ -125,16 +125,16 @@ static CUresult share(struct rm_session *s, const Remora__HostShare *m)
 		       (unsigned long long)s->id, s->name, (unsigned long long)m->addr, rm_transport_why(fd));
 		return fd == -EOPNOTSUPP ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
 	}
-	if (!s->cur) { /* after the descriptor is taken, so that the next share takes its own */
-		close(fd);
-		return CUDA_ERROR_INVALID_CONTEXT;
-	}
 	void *map = NULL;
 	size_t map_len = 0;
 	int err = map_client_memfd(s, fd, m, &map, &map_len);
 	close(fd); /* the mapping holds the file */
 	if (err)
 		return err == -ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
+	if (!s->cur) { /* registering needs a context; the client then has none either */
+		munmap(map, map_len);
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
 	pthread_rwlock_wrlock(&sh->shared_lock);
 	CUresult r = admit_locked(s, m, map_len);
 	struct rm_shared_region *grown = NULL;
