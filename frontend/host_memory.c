@@ -92,6 +92,11 @@ static int memfd_map(size_t len, void **p, int *fd, uint64_t *ino)
 	void *map = err ? MAP_FAILED : mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, m, 0);
 	if (!err && map == MAP_FAILED)
 		err = -errno;
+	/* Faulted in here, as CUDA's pinned memory is at allocation: the pages are this
+	 * process's (its memory cgroup's), not the daemon's that registers them. Best effort:
+	 * a kernel before 5.14 leaves it to the registration. */
+	if (!err)
+		madvise(map, len, MADV_POPULATE_WRITE);
 	if (err) {
 		close(m);
 		return err;
