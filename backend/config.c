@@ -36,6 +36,7 @@ void rm_config_defaults(struct rm_daemon_config *c)
 	c->shutdown_grace_s = 10;
 	c->peer_timeout_s = RM_DEFAULT_PEER_TIMEOUT_MS / 1000;
 	c->max_channels = RM_DEFAULT_MAX_CHANNELS;
+	c->shared_pinned_limit = 16ull << 30;
 	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
 	c->worker_host_memory_limit = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 4 : 4ull << 30;
 }
@@ -173,6 +174,8 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 		bad = parse_int(v, 1, 3600, &c->peer_timeout_s);
 	else if (!strcmp(key, "max_channels"))
 		bad = parse_int(v, 0, RM_MAX_CHANNELS, &c->max_channels);
+	else if (!strcmp(key, "shared_pinned_limit"))
+		bad = rm_parse_size(v, &c->shared_pinned_limit);
 	else {
 		snprintf(why, whylen, "unknown setting '%s'", key);
 		return -1;

@@ -67,6 +67,7 @@ struct rm_daemon_config {
 
 	int peer_timeout_s;   /* a client silent this long is taken for gone (docs/protocol.md) */
 	int max_channels;     /* client threads' channels per session (docs/protocol.md); 0: none */
+	uint64_t shared_pinned_limit; /* bytes of pinned memory a session may share (docs/hotpath.md); 0: none */
 
 	/* Operations (docs/operations.md). */
 	char host_nvml[512];      /* the host's NVML library, for utilization, temperature, power; "": none */

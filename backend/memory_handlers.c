@@ -3,6 +3,7 @@
  * engine overlap (hand-written handlers: their data travels as bulk). */
 #include "copy_links.h"
 #include "dispatch.h"
+#include "shared_host.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,11 @@ static void copy_in(struct rm_session *s, struct rm_request *rq, int wait)
 	Remora__MemcpyHtoD *req = (void *)rm_request_unpack(rq, &remora__memcpy_hto_d__descriptor);
 	if (!req)
 		return;
+	if (req->shared) { /* from shared pinned memory (shared_host.h): no bytes to move here */
+		rm_shared_copy(s, rq, 1, req->dst, req->shared, req->shared_offset, req->count, req->stream, wait);
+		protobuf_c_message_free_unpacked(&req->base, NULL);
+		return;
+	}
 	uint32_t links = req->links > 1 ? req->links : 1;
 	uint64_t n = links > 1 ? req->count : rq->frame.bulk_len;
 	struct rm_copy_profile prof;
@@ -114,11 +120,16 @@ void rm_handle_cuMemcpyHtoDAsync_v2(struct rm_session *s, struct rm_request *rq)
 
 /* Device to host: earlier work of the stream is waited for first so its error
  * comes back as the result; then backend/copy_links.c sends the bytes. */
-static void copy_out(struct rm_session *s, struct rm_request *rq)
+static void copy_out(struct rm_session *s, struct rm_request *rq, int wait)
 {
 	Remora__MemcpyDtoH *req = (void *)rm_request_unpack(rq, &remora__memcpy_dto_h__descriptor);
 	if (!req)
 		return;
+	if (req->shared) { /* into shared pinned memory: the Async form returns once queued */
+		rm_shared_copy(s, rq, 0, req->src, req->shared, req->shared_offset, req->count, req->stream, wait);
+		protobuf_c_message_free_unpacked(&req->base, NULL);
+		return;
+	}
 	uint64_t n = req->count;
 	struct rm_copy_profile prof;
 	rm_copy_profile_begin(&prof, "daemon", rm_op_names[rq->frame.op], n);
@@ -144,12 +155,12 @@ static void copy_out(struct rm_session *s, struct rm_request *rq)
 
 void rm_handle_cuMemcpyDtoH_v2(struct rm_session *s, struct rm_request *rq)
 {
-	copy_out(s, rq);
+	copy_out(s, rq, 1);
 }
 
 void rm_handle_cuMemcpyDtoHAsync_v2(struct rm_session *s, struct rm_request *rq)
 {
-	copy_out(s, rq);
+	copy_out(s, rq, 0);
 }
 
 /* The driver's answer for one attribute of owned memory, into data (64 bytes), in the

@@ -18,6 +18,7 @@
 #include "log.h"
 #include "registry.h"
 #include "server.h"
+#include "shared_host.h"
 #include "stream_pool.h"
 
 #define STAGING_SIZE (8u << 20)
@@ -37,6 +38,8 @@ struct rm_session *rm_session_new(struct rm_conn *conn, const struct rm_daemon_c
 	s->sh = sh;
 	pthread_mutex_init(&sh->lock, NULL);
 	pthread_mutex_init(&sh->copy_lock, NULL);
+	pthread_rwlock_init(&sh->shared_lock, NULL);
+	sh->shared_limit = cfg->shared_pinned_limit;
 	pthread_cond_init(&sh->channel_gone, NULL);
 	pthread_cond_init(&sh->progress, NULL);
 	sh->channels[0] = s;
@@ -578,6 +581,11 @@ CUresult rm_session_synchronize(struct rm_session *s)
 	return sync_streams(s, s->cur);
 }
 
+CUresult rm_session_synchronize_all(struct rm_session *s)
+{
+	return sync_streams(s, NULL);
+}
+
 CUresult rm_session_free_memory(struct rm_session *s, uint64_t ptr)
 {
 	CUcontext owner = NULL;
@@ -679,6 +687,8 @@ void rm_session_destroy(struct rm_session *s)
 	rm_hostfn_hub_release(hostfn);
 	if (s->sh->nctx)
 		rm_drv.cuCtxSetCurrent(s->sh->ctxs[0].ctx);
+	uint64_t shared_bytes;
+	int shared = rm_shared_host_release_all(s, &shared_bytes); /* its work drained above */
 	rm_staging_close(&s->staging);
 	for (int i = 0; i < s->sh->nctx; i++) {
 		rm_drv.cuCtxSetCurrent(s->sh->ctxs[i].ctx);
@@ -692,14 +702,16 @@ void rm_session_destroy(struct rm_session *s)
 		rm_gpu_release(s->sh->ctxs[i].dev);
 	}
 	rm_drv.cuCtxSetCurrent(NULL);
-	rm_log(RM_LOG_INFO, "session %llu (%s, %s) closed: released %zu handles, %zu bytes of device memory",
-	       (unsigned long long)s->id, s->name, s->peer, freed, bytes);
+	rm_log(RM_LOG_INFO, "session %llu (%s, %s) closed: released %zu handles, %zu bytes of device memory, "
+	       "%d shared pinned regions (%llu bytes)", (unsigned long long)s->id, s->name, s->peer, freed, bytes,
+	       shared, (unsigned long long)shared_bytes);
 	rm_link_close(&s->link);
 	free(s->sh->ranges);
 	free(s->sh->streams);
 	pthread_cond_destroy(&s->sh->progress);
 	pthread_cond_destroy(&s->sh->channel_gone);
 	pthread_mutex_destroy(&s->sh->copy_lock);
+	pthread_rwlock_destroy(&s->sh->shared_lock);
 	pthread_mutex_destroy(&s->sh->lock);
 	free(s->sh);
 	pthread_mutex_destroy(&s->send_lock);

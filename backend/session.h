@@ -82,6 +82,7 @@ struct rm_kernel_timers;
 struct rm_copy_link;
 struct rm_hostfn_hub;
 struct rm_session;
+struct rm_shared_region;
 
 /* What the channels of one session share (docs/protocol.md, "Channels"): what the client
  * owns, its contexts and its copy links. Each channel's calls run on the channel's own
@@ -118,6 +119,16 @@ struct rm_session_shared {
 	pthread_mutex_t copy_lock; /* attaching copy links; held by a striped copy throughout */
 	struct rm_copy_link *copy_links[RM_MAX_COPY_LINKS]; /* [1 .. ncopy_links] */
 	int ncopy_links;
+
+	/* Shared pinned memory (shared_host.h): the client's regions, sorted by address. Not
+	 * handles: a primary context reset (rm_session_release_all) leaves them, as the client
+	 * keeps using its allocations. shared_lock is held for reading by a copy while it finds
+	 * its region and queues the copy, for writing by a share or unshare. */
+	pthread_rwlock_t shared_lock;
+	struct rm_shared_region *shared;
+	int nshared;
+	uint64_t shared_bytes;
+	uint64_t shared_limit; /* shared_pinned_limit; 0: no sharing */
 };
 
 /* A channel of a session: one connection of the client and the thread that runs its
@@ -274,5 +285,7 @@ CUresult rm_graph_check_memset(struct rm_session *s, const CUDA_MEMSET_NODE_PARA
 
 /* Waits for every stream of the client in the current context. */
 CUresult rm_session_synchronize(struct rm_session *s);
+/* Waits for every stream of the client in every context. */
+CUresult rm_session_synchronize_all(struct rm_session *s);
 
 #endif

@@ -27,6 +27,7 @@
 #include "log.h"
 #include "registry.h"
 #include "remora.pb-c.h"
+#include "shared_host.h"
 #include "stream_pool.h"
 
 static const struct rm_daemon_config *config;
@@ -189,7 +190,9 @@ static void serve(struct rm_session *s)
 		}
 		/* The generated calls' handlers, and the reserved opcodes a session may call. */
 		rm_op_handler handler = rq.frame.op < RM_OP_LIMIT ? rm_op_handlers[rq.frame.op]
-				      : rq.frame.op == RM_OP_DEVICE_STATE ? rm_handle_device_state : NULL;
+				      : rq.frame.op == RM_OP_DEVICE_STATE ? rm_handle_device_state
+				      : rq.frame.op == RM_OP_HOST_SHARE ? rm_handle_host_share
+				      : rq.frame.op == RM_OP_HOST_UNSHARE ? rm_handle_host_unshare : NULL;
 		if (rq.frame.op == RM_OP_HELLO || !handler || (rq.frame.flags & RM_F_REPLY)) {
 			rm_log(RM_LOG_WARN, "session %llu (%s): unknown opcode %u; closing", (unsigned long long)s->id,
 			       s->name, rq.frame.op);

@@ -48,7 +48,14 @@ enum {
 	RM_OP_HOST_DONE = 0x10008,   /* async, on the callback channel: host function seq returned */
 	RM_OP_HOST_NODE_CALL = 0x10009, /* as RM_OP_HOST_CALL, for a graph's host node: the client
 					 * keeps function seq, as the node runs at every launch */
+	/* Shared pinned memory (docs/hotpath.md), over a transport that passes descriptors: */
+	RM_OP_HOST_SHARE = 0x1000A,   /* remora.HostShare: the memfd passed just before this frame
+				       * is the client's pinned allocation addr; empty reply */
+	RM_OP_HOST_UNSHARE = 0x1000B, /* remora.HostShare (addr only): no longer shared; empty reply */
 };
+
+/* Shared pinned memory: regions one session may share at most (each at least a page). */
+#define RM_MAX_SHARED_REGIONS 4096
 
 /* Bits of remora.DeviceStateReply's valid: the GPU host's NVML gave that figure. */
 enum {

@@ -29,6 +29,11 @@ static int no_capture_open(void)
 	return __atomic_load_n(&captures_open, __ATOMIC_ACQUIRE) <= 0;
 }
 
+int rm_capture_any_open(void)
+{
+	return !no_capture_open();
+}
+
 /* Written by hand to count the captures begun. */
 RM_EXPORT CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {

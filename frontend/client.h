@@ -28,6 +28,10 @@ struct rm_rpc_call {
 	void *before_bulk_in_arg;
 	const ProtobufCMessageDescriptor *rep_desc;
 	ProtobufCMessage *rep;        /* out: unpacked reply, free with rm_rpc_free */
+	const int *pass_fd;           /* passed to the daemon just before the frame (transport.h
+				       * send_fd); NULL: none. CUDA_ERROR_NOT_SUPPORTED, nothing sent,
+				       * where the connection cannot */
+	int async;                    /* sent async (no reply) whatever the op's flags say */
 };
 
 /* Sends the call; unless its op is async, waits for the reply. Returns the
@@ -76,6 +80,14 @@ struct rm_host_info {
 	CUdeviceptr mapped;   /* its device buffer's base (cuMemHostGetDevicePointer), or 0 */
 };
 int rm_host_alloc_info(const void *p, struct rm_host_info *out);
+/* Whether [p, p + n) lies inside one pinned allocation shared with the daemon
+ * (docs/hotpath.md, "Shared pinned memory"): 1 with the region's address and p's offset in
+ * it, else 0. */
+int rm_host_shared_find(const void *p, size_t n, uint64_t *region, uint64_t *offset);
+/* Whether the calling thread's connection passes descriptors (its daemon is on this host). */
+int rm_rpc_passes_fds(void);
+/* Whether a stream capture may be open in this process (capture.c). */
+int rm_capture_any_open(void);
 
 /* Mapped host memory (host_memory.c): its device buffer is kept coherent at
  * synchronization points. Before a launch to stream, host copies that changed go up;

@@ -13,18 +13,30 @@
  *     last time, every device buffer comes back to its host copy.
  * Host writes made between a launch and the next synchronization are overwritten by
  * the device's copy; the GPU's writes are seen by the host only after synchronizing.
- * The device buffers of a process are bounded together by MAPPED_LIMIT. */
+ * The device buffers of a process are bounded together by MAPPED_LIMIT.
+ *
+ * Shared pinned memory (docs/hotpath.md): where the connection passes descriptors (the
+ * daemon is on this host), an allocation of SHARE_MIN bytes or more is made from a sealed
+ * memfd and shared with the daemon, which registers it with the driver; copies from and to
+ * it then carry only where they are (memory.c). A share the daemon refuses leaves the
+ * allocation plain memory of this process, copied over the connection as before. */
 #include "client.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include "remora.pb-c.h"
 
 #define MAPPED_LIMIT (64u << 20) /* bytes of device buffers for mapped host memory, per process */
 #define HOST_BUFFER_ID_BIT (1ull << 63)
+#define SHARE_MIN (64u << 10)    /* smaller allocations are not worth a descriptor and a round trip */
 
 /* A host allocation's device buffer (owned by its struct host_alloc). */
 struct mapping {
@@ -38,6 +50,9 @@ struct host_alloc {
 	size_t size;
 	unsigned int flags;
 	int registered; /* the program's own memory, given by cuMemHostRegister */
+	int from_memfd; /* a MAP_SHARED mapping of a memfd (size_mapped bytes), not posix_memalign's */
+	int shared;     /* ... that the daemon registered (RM_OP_HOST_SHARE) */
+	size_t size_mapped;
 	uint64_t id;
 	struct mapping *map;
 	struct host_alloc *next;
@@ -63,6 +78,88 @@ static void insert(struct host_alloc *a)
 	pthread_mutex_unlock(&host_lock);
 }
 
+/* A sealed memfd of len bytes (whole pages) mapped shared into *p, its descriptor in *fd
+ * and inode in *ino: 0 or -errno, nothing left behind on failure. */
+static int memfd_map(size_t len, void **p, int *fd, uint64_t *ino)
+{
+	struct stat st;
+	int err = 0;
+	int m = memfd_create("remora-pinned", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (m < 0)
+		return -errno;
+	if (ftruncate(m, (off_t)len) || fcntl(m, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) || fstat(m, &st))
+		err = -errno;
+	void *map = err ? MAP_FAILED : mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, m, 0);
+	if (!err && map == MAP_FAILED)
+		err = -errno;
+	/* Faulted in here, as CUDA's pinned memory is at allocation: the pages are this
+	 * process's (its memory cgroup's), not the daemon's that registers them. Best effort:
+	 * a kernel before 5.14 leaves it to the registration. */
+	if (!err)
+		madvise(map, len, MADV_POPULATE_WRITE);
+	if (err) {
+		close(m);
+		return err;
+	}
+	*p = map;
+	*fd = m;
+	*ino = (uint64_t)st.st_ino;
+	return 0;
+}
+
+/* Makes a's memory a memfd mapping shared with the daemon, where the connection and the
+ * daemon allow; 0 leaves a as it was (the caller allocates it the usual way). */
+static int share_new(struct host_alloc *a, size_t bytesize, size_t page)
+{
+	if (bytesize < SHARE_MIN || !rm_rpc_passes_fds() || !rm_ctx_current())
+		return 0;
+	size_t len = (bytesize + page - 1) & ~(page - 1);
+	int fd = -1;
+	uint64_t ino = 0;
+	void *p = NULL;
+	int err = memfd_map(len, &p, &fd, &ino);
+	if (err) {
+		rm_log(RM_LOG_DEBUG, "cuMemHostAlloc: no memfd for %zu bytes (%s): not shared", bytesize, strerror(-err));
+		return 0;
+	}
+	Remora__HostShare req = REMORA__HOST_SHARE__INIT;
+	req.addr = (uint64_t)(uintptr_t)p;
+	req.length = bytesize;
+	req.inode = ino;
+	struct rm_rpc_call c = {.op = RM_OP_HOST_SHARE, .req = &req.base, .pass_fd = &fd};
+	CUresult r = rm_rpc(&c);
+	close(fd); /* the mapping holds the file; the daemon has its own descriptor */
+	a->p = p;
+	a->from_memfd = 1;
+	a->size_mapped = len;
+	a->shared = r == CUDA_SUCCESS;
+	if (!a->shared) {
+		rm_log(RM_LOG_DEBUG, "cuMemHostAlloc: %zu bytes not shared with the daemon (error %d): copied over "
+		       "the connection", bytesize, (int)r);
+		mlock(p, len);
+	}
+	return 1;
+}
+
+/* Gives back a's memory: unshared first (the daemon drains the client's work on it),
+ * then unmapped or freed. */
+static void host_memory_free(struct host_alloc *a)
+{
+	if (a->shared) {
+		Remora__HostShare req = REMORA__HOST_SHARE__INIT;
+		req.addr = (uint64_t)(uintptr_t)a->p;
+		CUresult r = rm_rpc_simple(RM_OP_HOST_UNSHARE, &req.base, NULL, NULL);
+		if (r != CUDA_SUCCESS) /* the daemon lost or gone: it released the region with the session */
+			rm_log(RM_LOG_DEBUG, "cuMemFreeHost: unsharing %p: error %d", a->p, (int)r);
+	}
+	if (a->from_memfd) {
+		munmap(a->p, a->size_mapped);
+	} else {
+		munlock(a->p, a->size);
+		free(a->p);
+	}
+}
+
 RM_EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
 	if (!pp || !bytesize)
@@ -70,11 +167,16 @@ RM_EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned i
 	struct host_alloc *a = calloc(1, sizeof(*a));
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	void *p = NULL;
-	if (!a || posix_memalign(&p, page, bytesize)) {
+	if (!a)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (share_new(a, bytesize, page)) {
+		p = a->p;
+	} else if (posix_memalign(&p, page, bytesize)) {
 		free(a);
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	} else {
+		mlock(p, bytesize); /* best effort: RLIMIT_MEMLOCK may refuse */
 	}
-	mlock(p, bytesize); /* best effort: RLIMIT_MEMLOCK may refuse */
 	a->p = p;
 	a->size = bytesize;
 	a->flags = Flags;
@@ -133,8 +235,7 @@ RM_EXPORT CUresult CUDAAPI cuMemFreeHost(void *p)
 	struct host_alloc *a = take_host_alloc(p, 0);
 	if (!a)
 		return CUDA_ERROR_INVALID_VALUE;
-	munlock(a->p, a->size);
-	free(a->p);
+	host_memory_free(a);
 	free(a);
 	return CUDA_SUCCESS;
 }
@@ -192,6 +293,20 @@ int rm_host_alloc_info(const void *p, struct rm_host_info *out)
 					     .mapped = a->map ? a->map->dptr : 0};
 	pthread_mutex_unlock(&host_lock);
 	return a != NULL;
+}
+
+int rm_host_shared_find(const void *p, size_t n, uint64_t *region, uint64_t *offset)
+{
+	pthread_mutex_lock(&host_lock);
+	struct host_alloc *a = find_locked(p);
+	size_t off = a ? (size_t)((const char *)p - (char *)a->p) : 0;
+	int shared = a && a->shared && n <= a->size - off;
+	if (shared) {
+		*region = (uint64_t)(uintptr_t)a->p;
+		*offset = off;
+	}
+	pthread_mutex_unlock(&host_lock);
+	return shared;
 }
 
 int rm_host_alloc_find(const void *p, void **base, size_t *size, unsigned int *flags)

@@ -1,5 +1,7 @@
 /* Copies between the program's memory and the GPU (host allocations: host_memory.c).
- * Copy data travels as bulk, straight from or into the program's buffer. */
+ * Copy data travels as bulk, straight from or into the program's buffer; a copy whose
+ * host side lies in pinned memory shared with the daemon (docs/hotpath.md) carries only
+ * where it is, and the daemon's driver copies it. */
 #include "client.h"
 #include "copy_links.h"
 
@@ -164,12 +166,53 @@ static void start_links_in(void *arg)
 	rm_copy_links_start(in->cl, 1, in->dst, in->n, in->links);
 }
 
+/* A copy from or to shared pinned memory, when [host, host + n) lies in such: 1 with *r
+ * set, else 0 (the copy's bytes travel). The Async forms return once the daemon has the
+ * copy: an HtoDAsync is sent async anyway, a DtoHAsync is made so, as the bytes land in
+ * this process's memory without a reply. Not while a capture may be open: a graph would
+ * keep the daemon's mapping of memory that can be unshared before the graph runs. */
+static int copy_shared(uint32_t op, int to_device, CUdeviceptr dptr, const void *host, size_t n, CUstream stream,
+		       CUresult *r)
+{
+	uint64_t region, off;
+	if (!rm_host_shared_find(host, n, &region, &off) || rm_capture_any_open())
+		return 0;
+	struct rm_copy_profile prof;
+	rm_copy_profile_begin(&prof, "client", rm_op_names[op], n);
+	prof.host = "shared";
+	Remora__MemcpyHtoD in = REMORA__MEMCPY_HTO_D__INIT;
+	Remora__MemcpyDtoH out = REMORA__MEMCPY_DTO_H__INIT;
+	struct rm_rpc_call c = {.op = op};
+	if (to_device) {
+		in.dst = dptr;
+		in.stream = (uint64_t)(uintptr_t)stream;
+		in.count = n;
+		in.shared = region;
+		in.shared_offset = off;
+		c.req = &in.base;
+	} else {
+		out.src = dptr;
+		out.stream = (uint64_t)(uintptr_t)stream;
+		out.count = n;
+		out.shared = region;
+		out.shared_offset = off;
+		c.req = &out.base;
+		c.async = op == RM_OP_cuMemcpyDtoHAsync_v2;
+	}
+	*r = rm_rpc(&c);
+	rm_copy_profile_end(&prof);
+	return 1;
+}
+
 static CUresult copy_to_device(uint32_t op, CUdeviceptr dst, const void *src, size_t n, CUstream stream)
 {
 	if (!n)
 		return CUDA_SUCCESS;
 	if (!src)
 		return CUDA_ERROR_INVALID_VALUE;
+	CUresult shared_r;
+	if (copy_shared(op, 1, dst, src, n, stream, &shared_r))
+		return shared_r;
 	Remora__MemcpyHtoD req = REMORA__MEMCPY_HTO_D__INIT;
 	req.dst = dst;
 	req.stream = (uint64_t)(uintptr_t)stream;
@@ -201,6 +244,9 @@ static CUresult copy_from_device(uint32_t op, void *dst, CUdeviceptr src, size_t
 		return CUDA_SUCCESS;
 	if (!dst)
 		return CUDA_ERROR_INVALID_VALUE;
+	CUresult shared_r;
+	if (copy_shared(op, 0, src, dst, n, stream, &shared_r))
+		return shared_r;
 	Remora__MemcpyDtoH req = REMORA__MEMCPY_DTO_H__INIT;
 	req.src = src;
 	req.count = n;
@@ -262,7 +308,8 @@ RM_EXPORT CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice,
 }
 
 /* The data must land in the program's memory, so this returns once it has:
- * stronger than CUDA promises, never weaker. */
+ * stronger than CUDA promises, never weaker; into shared pinned memory it returns once
+ * queued, as CUDA's does. */
 RM_EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
 						 CUstream hStream)
 {

@@ -408,7 +408,7 @@ CUresult rm_client_call(struct rm_client_conn *c, struct rm_rpc_call *call)
 	uint64_t bulk_len = 0;
 	for (int i = 0; i < call->nbulk_out; i++)
 		bulk_len += call->bulk_out[i].iov_len;
-	uint32_t flags = call->op < RM_OP_LIMIT ? rm_op_flags[call->op] & RM_OPF_ASYNC : 0;
+	uint32_t flags = (call->op < RM_OP_LIMIT ? rm_op_flags[call->op] & RM_OPF_ASYNC : 0) | (call->async ? RM_F_ASYNC : 0);
 	struct rm_frame f = {
 		.magic = RM_WIRE_MAGIC,
 		.op = call->op,
@@ -432,6 +432,17 @@ CUresult rm_client_call(struct rm_client_conn *c, struct rm_rpc_call *call)
 	}
 	if (nfences && (result = append_fences_locked(c, fences, nfences)) != CUDA_SUCCESS)
 		goto out;
+	if (call->pass_fd) { /* on its way before the frame is: the daemon takes it at the frame */
+		int err = rm_conn_send_fd(c->link.conn, *call->pass_fd);
+		if (err == -EOPNOTSUPP) {
+			result = CUDA_ERROR_NOT_SUPPORTED;
+			goto out;
+		}
+		if (err) {
+			result = lost(c, "send", err);
+			goto out;
+		}
+	}
 	f.seq = __atomic_add_fetch(&process_seq, 1, __ATOMIC_RELAXED);
 	int inline_bulk = bulk_len <= BATCH_INLINE_BULK;
 	int err = append_locked(c, &f, call->req, call->bulk_out, call->nbulk_out, inline_bulk);
@@ -651,6 +662,12 @@ CUresult rm_rpc(struct rm_rpc_call *c)
 		return CUDA_ERROR_NOT_PERMITTED; /* a host function may not call CUDA (it would wait for itself) */
 	CUresult r = rm_connect_once();
 	return r == CUDA_SUCCESS ? rm_client_call(thread_connection(), c) : r;
+}
+
+int rm_rpc_passes_fds(void)
+{
+	/* Every channel is a connection of the main one's transport. */
+	return rm_connect_once() == CUDA_SUCCESS && process_conn.tp && process_conn.tp->send_fd;
 }
 
 void rm_rpc_fail(const char *what, int err)

@@ -73,6 +73,17 @@ struct rm_transport {
 	/* The peer's verified identity: the common name of the certificate it presented and
 	 * this end verified, or NULL (no certificate, or a transport without any). Optional. */
 	const char *(*identity)(struct rm_conn *c);
+	/* Passing a descriptor to the peer process (shm only: docs/hotpath.md, "Shared pinned
+	 * memory"). Optional: NULL where the peer may be on another host (TCP, TLS), and the
+	 * wrappers below then return -EOPNOTSUPP. send_fd hands fd over beside the byte stream:
+	 * fd stays the caller's, the peer gets a copy. It is on its way once send_fd returns, so a
+	 * frame sent after it finds it at the peer; the caller serialises send_fd with its sends
+	 * (one thread at a time, as for sendv). recv_fd gives the next descriptor the peer passed,
+	 * in the order sent, now the caller's; it blocks at most timeout_ms, and is to be called
+	 * only when the protocol says one was sent before a frame already read (-ETIMEDOUT
+	 * otherwise). Descriptors passed and never received are closed with the connection. */
+	int (*send_fd)(struct rm_conn *c, int fd);
+	int (*recv_fd)(struct rm_conn *c, int timeout_ms);
 };
 
 #define RM_TRANSPORT_STATE_MAX 160
@@ -108,6 +119,16 @@ static inline int rm_conn_export_fd(struct rm_conn *c, void *state, size_t *stat
 	return c->tp->export_fd ? c->tp->export_fd(c, state, state_len, extra_fd) : -ENOTSUP;
 }
 static inline const char *rm_conn_identity(struct rm_conn *c) { return c->tp->identity ? c->tp->identity(c) : NULL; }
+static inline int rm_conn_send_fd(struct rm_conn *c, int fd)
+{
+	return c->tp->send_fd ? c->tp->send_fd(c, fd) : -EOPNOTSUPP;
+}
+static inline int rm_conn_recv_fd(struct rm_conn *c, int timeout_ms)
+{
+	return c->tp->recv_fd ? c->tp->recv_fd(c, timeout_ms) : -EOPNOTSUPP;
+}
+/* Whether c can pass descriptors (its peer is a process on this host). */
+static inline int rm_conn_passes_fds(const struct rm_conn *c) { return c->tp->send_fd != NULL; }
 
 /* One line saying why the calling thread's last transport call failed with err, where
  * the transport knew more than errno says (a TLS handshake's reason); strerror(-err)

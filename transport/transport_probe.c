@@ -232,6 +232,42 @@ static int check_handover(const struct rm_transport *tp, struct rm_conn *a, stru
 	return 0;
 }
 
+/* A transport that passes descriptors: one sent while the peer's reader waits in recv_some
+ * (polling the socket the descriptor rides on) arrives, is the same file, and the reader
+ * still wakes for the bytes that follow; with none sent, recv_fd times out. Any other
+ * transport says -EOPNOTSUPP. */
+static int check_fd_passing(struct rm_conn *a, struct rm_conn *b)
+{
+	if (!rm_conn_passes_fds(a))
+		return rm_conn_send_fd(a, 0) == -EOPNOTSUPP && rm_conn_recv_fd(b, 10) == -EOPNOTSUPP ? 0 : -EPROTO;
+	int p[2];
+	if (pipe(p))
+		return -errno;
+	struct blocked_reader r = {NULL, b, 0};
+	pthread_t t;
+	pthread_create(&t, NULL, read_one, &r);
+	struct timespec pause = {0, 20 * 1000 * 1000};
+	nanosleep(&pause, NULL);
+	int err = rm_conn_send_fd(a, p[1]);
+	int fd = err ? err : rm_conn_recv_fd(b, 2000);
+	uint8_t byte = 7, got = 0;
+	struct iovec v = {&byte, 1};
+	if (rm_conn_sendv(a, &v, 1)) /* wakes the reader */
+		err = -EIO;
+	pthread_join(t, NULL);
+	if (!err && fd < 0)
+		err = fd;
+	if (!err && (r.result != 1 || write(fd, "x", 1) != 1 || read(p[0], &got, 1) != 1 || got != 'x'))
+		err = -EPROTO;
+	if (!err && rm_conn_recv_fd(b, 100) != -ETIMEDOUT)
+		err = -EPROTO;
+	if (fd >= 0)
+		close(fd);
+	close(p[0]);
+	close(p[1]);
+	return err;
+}
+
 static int check_contract(const struct rm_transport *tp, struct rm_listener *l, const char *addr)
 {
 	struct rm_conn *a, *b;
@@ -269,6 +305,10 @@ static int check_contract(const struct rm_transport *tp, struct rm_listener *l, 
 	int bad = 0;
 	if (rm_conn_sendv(a, v, 10) || recv_all(b, in, off) || memcmp(in, out, off)) {
 		fprintf(stderr, "transport-probe: split iovecs did not arrive exact\n");
+		bad = 1;
+	}
+	if (check_fd_passing(a, b)) {
+		fprintf(stderr, "transport-probe: passing a descriptor broke its contract\n");
 		bad = 1;
 	}
 	/* With a liveness timeout, a silent peer fails the read with -ETIMEDOUT, not a hang;

@@ -23,6 +23,13 @@
  * sleeps in poll() on the socket; the other side, after publishing an index, sends one
  * byte if the flag was set. Within a process, one waiting thread polls the socket and
  * wakes the others (a sender and a receiver may wait at once). docs/protocol.md.
+ *
+ * Passing descriptors (send_fd, recv_fd: shared pinned memory, docs/hotpath.md): a
+ * descriptor rides on a wake-up byte of its own (sendmsg, SCM_RIGHTS). Whoever reads the
+ * socket (the poller's drain, or recv_fd when nobody polls) reads it with recvmsg and puts
+ * the descriptors that came into a small queue, in order; recv_fd takes from the queue, and
+ * takes its turn as the poller while it waits, so that no wake-up byte is read by a thread
+ * that leaves a waiting one asleep. The byte itself is a wake-up like any other.
  */
 #include "transport.h"
 
@@ -52,6 +59,7 @@
 #define SHM_SPIN_US_DEFAULT 20
 #define SHM_SPIN_US_MAX 1000
 #define SHM_SETUP_TIMEOUT_MS 10000
+#define SHM_FDQ_MAX 8 /* descriptors passed and not yet taken; more are closed */
 
 struct shm_ring_ctl {
 	_Alignas(64) _Atomic uint64_t head;
@@ -110,6 +118,8 @@ struct shm_conn {
 	pthread_mutex_t lock; /* set-up, and the wait below */
 	pthread_cond_t rung;
 	int polling;         /* a thread of this process is in poll() on fd */
+	int fdq[SHM_FDQ_MAX]; /* descriptors the peer passed, oldest first (under lock) */
+	int nfdq;
 	char peer[120];
 };
 
@@ -196,12 +206,18 @@ static struct shm_conn *conn_new(int fd, int acceptor)
 	c->spin_ns = spin_ns_configured();
 	c->spin_cur = c->spin_ns;
 	pthread_mutex_init(&c->lock, NULL);
-	pthread_cond_init(&c->rung, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* await's deadlines are monotonic */
+	pthread_cond_init(&c->rung, &ca);
+	pthread_condattr_destroy(&ca);
 	return c;
 }
 
 static void conn_free(struct shm_conn *c)
 {
+	for (int i = 0; i < c->nfdq; i++)
+		close(c->fdq[i]);
 	if (c->map)
 		munmap(c->map, c->map_len);
 	if (c->memfd >= 0)
@@ -375,20 +391,79 @@ broken:
 	return -EPROTO;
 }
 
-/* Empties the socket of wake-up bytes; notes its end. */
-static void drain(struct shm_conn *c)
+/* Queues a descriptor the peer passed; past SHM_FDQ_MAX it is closed. Under c->lock. */
+static void fdq_push(struct shm_conn *c, int fd)
+{
+	if (c->nfdq < SHM_FDQ_MAX)
+		c->fdq[c->nfdq++] = fd;
+	else
+		close(fd);
+}
+
+/* Empties the socket of wake-up bytes, notes its end, and gives the descriptors that rode
+ * on them (at most cap, the rest closed) in fds; returns their count. Called by the poller
+ * without c->lock. */
+static int drain(struct shm_conn *c, int *fds, int cap)
 {
 	char buf[256];
+	int n = 0;
 	for (;;) {
-		ssize_t r = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+		union {
+			char buf[CMSG_SPACE(SHM_FDQ_MAX * sizeof(int))];
+			struct cmsghdr align;
+		} cb;
+		struct iovec v = {buf, sizeof(buf)};
+		struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = cb.buf, .msg_controllen = sizeof(cb.buf)};
+		ssize_t r = recvmsg(c->fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		for (struct cmsghdr *cm = r > 0 ? CMSG_FIRSTHDR(&m) : NULL; cm; cm = CMSG_NXTHDR(&m, cm)) {
+			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+				continue;
+			for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+				int fd;
+				memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+				if (n < cap)
+					fds[n++] = fd;
+				else
+					close(fd);
+			}
+		}
 		if (r > 0)
 			continue;
 		if (r == 0 || (errno != EAGAIN && errno != EINTR))
 			atomic_store(&c->eof, 1);
 		if (r < 0 && errno == EINTR)
 			continue;
+		return n;
+	}
+}
+
+/* The poller's turn, with c->lock held on entry and on return: polls the socket for up
+ * to timeout_ms (-1: for ever), drains it, queues what descriptors came and wakes the
+ * threads waiting for the poller. */
+static void poll_turn(struct shm_conn *c, int timeout_ms)
+{
+	int fds[SHM_FDQ_MAX], nfds = 0;
+	c->polling = 1;
+	pthread_mutex_unlock(&c->lock);
+	struct pollfd p = {.fd = c->fd, .events = POLLIN};
+	if (poll(&p, 1, timeout_ms) > 0)
+		nfds = drain(c, fds, SHM_FDQ_MAX);
+	pthread_mutex_lock(&c->lock);
+	for (int i = 0; i < nfds; i++)
+		fdq_push(c, fds[i]);
+	c->polling = 0;
+	pthread_cond_broadcast(&c->rung);
+}
+
+/* Waits on c->rung (held) until the poller's turn ends, or deadline (0: none) passes. */
+static void wait_poller(struct shm_conn *c, uint64_t deadline)
+{
+	if (!deadline) {
+		pthread_cond_wait(&c->rung, &c->lock);
 		return;
 	}
+	struct timespec ts = {(time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u)};
+	pthread_cond_timedwait(&c->rung, &c->lock, &ts);
 }
 
 static int ended(struct shm_conn *c, int tx)
@@ -439,24 +514,10 @@ static int await(struct shm_conn *c, int tx, uint64_t *n)
 			r = -ETIMEDOUT;
 			break;
 		}
-		if (!c->polling) { /* this thread polls for every waiting thread of the process */
-			c->polling = 1;
-			pthread_mutex_unlock(&c->lock);
-			struct pollfd p = {.fd = c->fd, .events = POLLIN};
-			if (poll(&p, 1, deadline ? (int)(left_ns / 1000000 + 1) : -1) > 0)
-				drain(c);
-			pthread_mutex_lock(&c->lock);
-			c->polling = 0;
-			pthread_cond_broadcast(&c->rung);
-		} else if (deadline) {
-			struct timespec ts;
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			uint64_t at = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + (uint64_t)left_ns;
-			ts = (struct timespec){(time_t)(at / 1000000000u), (long)(at % 1000000000u)};
-			pthread_cond_timedwait(&c->rung, &c->lock, &ts);
-		} else {
-			pthread_cond_wait(&c->rung, &c->lock);
-		}
+		if (!c->polling) /* this thread polls for every waiting thread of the process */
+			poll_turn(c, deadline ? (int)(left_ns / 1000000 + 1) : -1);
+		else
+			wait_poller(c, deadline);
 	}
 	pthread_mutex_unlock(&c->lock);
 	atomic_store_explicit(flag, 0, memory_order_relaxed);
@@ -543,6 +604,66 @@ static int shm_readable(struct rm_conn *conn)
 	/* The peer gone: a peek sees the end (wake-up bytes are left for the poller). */
 	char b;
 	return recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+static int shm_send_fd(struct rm_conn *conn, int fd)
+{
+	struct shm_conn *c = shm(conn);
+	int err = ensure_ready(c);
+	if (err)
+		return err;
+	if ((err = ended(c, 1)))
+		return err;
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} cb;
+	memset(&cb, 0, sizeof(cb));
+	struct iovec v = {"", 1};
+	struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = cb.buf, .msg_controllen = sizeof(cb.buf)};
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	ssize_t n;
+	do /* blocking: the peer drains its socket whenever it waits, so this is brief */
+		n = sendmsg(c->fd, &m, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	return n == 1 ? 0 : n < 0 ? -errno : -EIO;
+}
+
+static int shm_recv_fd(struct rm_conn *conn, int timeout_ms)
+{
+	struct shm_conn *c = shm(conn);
+	int err = ensure_ready(c);
+	if (err)
+		return err;
+	uint64_t deadline = mono_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000u;
+	int fd = -1;
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		if (c->nfdq) {
+			fd = c->fdq[0];
+			memmove(c->fdq, c->fdq + 1, (size_t)--c->nfdq * sizeof(int));
+			break;
+		}
+		if ((err = ended(c, 0)))
+			break;
+		int64_t left_ns = (int64_t)(deadline - mono_ns());
+		if (left_ns <= 0) {
+			err = -ETIMEDOUT;
+			break;
+		}
+		if (!c->polling) /* the descriptor is in the socket already, or never comes */
+			poll_turn(c, (int)(left_ns / 1000000 + 1));
+		else
+			wait_poller(c, deadline);
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (err == -ETIMEDOUT)
+		rm_transport_set_why(err, "shm: no descriptor came from the peer");
+	return err ? err : fd;
 }
 
 static void shm_shutdown(struct rm_conn *conn)
@@ -789,4 +910,6 @@ const struct rm_transport rm_transport_shm = {
 	.close = shm_close,
 	.export_fd = shm_export_fd,
 	.adopt_fd = shm_adopt_fd,
+	.send_fd = shm_send_fd,
+	.recv_fd = shm_recv_fd,
 };
