@@ -21,6 +21,7 @@
 
 #define SLOTS 256
 #define SLOT_HANDLE_BY_INDEX 81
+#define LOOKUP_BY_INDEX 0x22 /* slot 81's third argument when it finds a device by index */
 #define SLOT_PROCESSES_FIRST 213
 #define SLOT_PROCESSES_LAST 215
 #define SLOT_HOST_PCIE_GEN 230
@@ -75,8 +76,10 @@ static nvmlReturn_t private_call(unsigned int slot, void *a0, void *a1, void *a2
 	if (!__atomic_exchange_n(&logged[slot], 1, __ATOMIC_RELAXED))
 		rm_log(RM_LOG_DEBUG, "NVML private table: slot %u called", slot);
 	nvmlDevice_t device = a0;
-	if (slot == SLOT_HANDLE_BY_INDEX)
-		return a1 ? nvmlDeviceGetHandleByIndex_v2((unsigned int)(uintptr_t)a0, a1) : NVML_ERROR_INVALID_ARGUMENT;
+	/* Slot 81 as seen finding a device: (index, nvmlDevice_t *out, 0x22); other calls
+	 * through it are answered as every other slot's. */
+	if (slot == SLOT_HANDLE_BY_INDEX && (uintptr_t)a0 < 64 && a1 && (uintptr_t)a2 == LOOKUP_BY_INDEX)
+		return nvmlDeviceGetHandleByIndex_v2((unsigned int)(uintptr_t)a0, a1);
 	if (!rm_nvml_is_device(device) || !a1)
 		return NVML_SUCCESS;
 	if (slot >= SLOT_PROCESSES_FIRST && slot <= SLOT_PROCESSES_LAST && a2)
