@@ -161,6 +161,14 @@ static void serve(struct rm_session *s)
 			       err == -EPROTO ? "malformed frame header" : strerror(-err));
 			break;
 		}
+		/* Heartbeats, fences and host functions' answers are one-way: a client marks them
+		 * async, and one that does not would wait for a reply that never comes. */
+		int one_way = rq.frame.op == RM_OP_HEARTBEAT || rq.frame.op == RM_OP_FENCE || rq.frame.op == RM_OP_HOST_DONE;
+		if (one_way && !(rq.frame.flags & RM_F_ASYNC)) {
+			rm_log(RM_LOG_WARN, "session %llu (%s): one-way opcode %u without the async flag; closing",
+			       (unsigned long long)s->id, s->name, rq.frame.op);
+			break;
+		}
 		if (rq.frame.op == RM_OP_HEARTBEAT && !rq.frame.msg_len && !rq.frame.bulk_len &&
 		    !(rq.frame.flags & RM_F_REPLY))
 			continue; /* an idle client is alive */
