@@ -56,6 +56,7 @@ struct td_capture {
 	struct td_stream *origin;
 	int status;               /* CUstreamCaptureStatus, or CAPTURE_ENDED */
 	CUstreamCaptureMode mode;
+	struct td_capture *next_ended; /* on ended_captures, once ended */
 };
 
 struct td_exec {
@@ -67,6 +68,9 @@ struct td_exec {
 
 static pthread_mutex_t glock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t capture_ids;
+/* Ended captures, kept for the life of the process (events may still name one): listed,
+ * so that they stay reachable rather than leaked. Under glock. */
+static struct td_capture *ended_captures;
 static __thread CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
 static struct td_graph *graph_from(CUgraph h)
@@ -428,6 +432,8 @@ TD_EXPORT CUresult cuStreamEndCapture(CUstream handle, CUgraph *ph)
 	if (rc == CUDA_SUCCESS && c->status != CU_STREAM_CAPTURE_STATUS_ACTIVE)
 		rc = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
 	c->status = CAPTURE_ENDED; /* events may still name it: kept, without its graph */
+	c->next_ended = ended_captures;
+	ended_captures = c;
 	if (rc == CUDA_SUCCESS)
 		*ph = (CUgraph)c->graph;
 	else
