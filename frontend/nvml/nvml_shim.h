@@ -1,5 +1,5 @@
 /* The NVML shim (libnvidia-ml.so.1): what its files share. Its surface is proto/nvml.spec;
- * the functions of class impl are in nvml.c, the rest generated (scripts/gen_nvml.py). */
+ * the functions of class impl are in nvml.c and events.c, the rest generated (scripts/gen_nvml.py). */
 #ifndef REMORA_NVML_SHIM_H
 #define REMORA_NVML_SHIM_H
 

@@ -35,8 +35,39 @@ FN(nvmlSystemGetCudaDriverVersion_v2, int *);
 FN(nvmlSystemGetDriverVersion, char *, unsigned int);
 static const char *(*nvmlErrorString)(nvmlReturn_t);
 FN(nvmlInternalGetExportTable, const void **, const void *);
+FN(nvmlEventSetCreate, void **);
+FN(nvmlEventSetFree, void *);
+FN(nvmlEventSetWait_v2, void *, void *, unsigned int);
+FN(nvmlDeviceRegisterEvents, nvmlDevice_t, unsigned long long, void *);
+FN(nvmlDeviceGetSupportedEventTypes, nvmlDevice_t, unsigned long long *);
+FN(nvmlDeviceGetMigMode, nvmlDevice_t, unsigned int *, unsigned int *);
+FN(nvmlDeviceGetMaxMigDeviceCount, nvmlDevice_t, unsigned int *);
 
 static void *lib;
+
+/* Event sets and MIG, as nvidia-smi asks: a set is made, no event type is supported, a
+ * wait times out, and a device has MIG disabled and no MIG devices. */
+static void events_and_mig(void)
+{
+	nvmlDevice_t d;
+	void *set = NULL;
+	unsigned long long types = ~0ull;
+	unsigned int cur = 9, pending = 9, migs = 9;
+	char data[64];
+	if (nvmlDeviceGetHandleByIndex_v2(0, &d) != NVML_SUCCESS)
+		return;
+	printf("event_set_rc=%d\n", nvmlEventSetCreate(&set));
+	nvmlReturn_t r = nvmlDeviceGetSupportedEventTypes(d, &types);
+	printf("event_types_rc=%d\nevent_types=%llu\n", r, types);
+	printf("register_none_rc=%d\n", nvmlDeviceRegisterEvents(d, 0, set));
+	printf("register_xid_rc=%d\n", nvmlDeviceRegisterEvents(d, 8 /* Xid critical errors */, set));
+	printf("event_wait_rc=%d\n", nvmlEventSetWait_v2(set, data, 10));
+	printf("event_free_rc=%d\n", nvmlEventSetFree(set));
+	r = nvmlDeviceGetMigMode(d, &cur, &pending);
+	printf("mig_mode_rc=%d\nmig_mode=%u/%u\n", r, cur, pending);
+	r = nvmlDeviceGetMaxMigDeviceCount(d, &migs);
+	printf("mig_devices_rc=%d\nmig_devices=%u\n", r, migs);
+}
 
 static void *need(const char *name)
 {
@@ -113,6 +144,8 @@ int main(int argc, char **argv)
 	LOAD(nvmlDeviceGetUtilizationRates); LOAD(nvmlDeviceGetTemperature); LOAD(nvmlDeviceGetFanSpeed);
 	LOAD(nvmlDeviceGetComputeRunningProcesses_v3); LOAD(nvmlSystemGetCudaDriverVersion_v2);
 	LOAD(nvmlSystemGetDriverVersion); LOAD(nvmlErrorString); LOAD(nvmlInternalGetExportTable);
+	LOAD(nvmlEventSetCreate); LOAD(nvmlEventSetFree); LOAD(nvmlEventSetWait_v2); LOAD(nvmlDeviceRegisterEvents);
+	LOAD(nvmlDeviceGetSupportedEventTypes); LOAD(nvmlDeviceGetMigMode); LOAD(nvmlDeviceGetMaxMigDeviceCount);
 
 	MUST(nvmlInit_v2());
 	unsigned int count;
@@ -147,6 +180,8 @@ int main(int argc, char **argv)
 		printf("gpu%u.temperature_rc=%d\n", i, nvmlDeviceGetTemperature(d, NVML_TEMPERATURE_GPU, &v));
 		printf("gpu%u.fan_rc=%d\n", i, nvmlDeviceGetFanSpeed(d, &v));
 	}
+	if (count) /* nvidia-smi makes an event set before it shows anything */
+		events_and_mig();
 	nvmlDevice_t bad;
 	printf("bad_index_rc=%d\n", nvmlDeviceGetHandleByIndex_v2(count, &bad));
 	printf("unknown_uuid_rc=%d\n", nvmlDeviceGetHandleByUUID("GPU-00000000-0000-0000-0000-000000000000", &bad));

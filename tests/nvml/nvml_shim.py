@@ -21,7 +21,7 @@ from remorad_fixture import Daemon  # noqa: E402
 remora, remorad, driver, query = sys.argv[1:5]
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("REMORA_")}
 MiB = 1 << 20
-NOT_SUPPORTED, INVALID_ARGUMENT, NOT_FOUND, INSUFFICIENT_SIZE, UNINITIALIZED = 3, 2, 6, 7, 1
+NOT_SUPPORTED, INVALID_ARGUMENT, NOT_FOUND, INSUFFICIENT_SIZE, UNINITIALIZED, TIMEOUT = 3, 2, 6, 7, 1, 10
 
 
 def run_query(d, *args):
@@ -73,6 +73,13 @@ with tempfile.TemporaryDirectory() as tmp:
               out.get("private.process", "").startswith(out.get("pid", "?") + ":nvml_query"),
               f"its slot 213 lists this client ({out.get('private.process')})")
         check(out.get("private.other_table_rc") == str(NOT_SUPPORTED), "another private table: NOT_SUPPORTED")
+        check(out.get("event_set_rc") == "0" and out.get("event_free_rc") == "0", "an event set is made and freed")
+        check(out.get("event_types_rc") == "0" and out.get("event_types") == "0", "no event type is supported")
+        check(out.get("register_none_rc") == "0" and out.get("register_xid_rc") == str(NOT_SUPPORTED),
+              f"registering no type succeeds, Xid events NOT_SUPPORTED ({out.get('register_xid_rc')})")
+        check(out.get("event_wait_rc") == str(TIMEOUT), f"a wait times out ({out.get('event_wait_rc')})")
+        check(out.get("mig_mode_rc") == "0" and out.get("mig_mode") == "0/0", f"MIG disabled ({out.get('mig_mode')})")
+        check(out.get("mig_devices_rc") == "0" and out.get("mig_devices") == "0", "no MIG devices")
         check(out.get("gpu0.fan_rc") == str(NOT_SUPPORTED), f"fan speed: NOT_SUPPORTED ({out.get('gpu0.fan_rc')})")
         for k in ("gpu0.utilization_rc", "gpu0.temperature_rc", "driver_version_rc"):
             check(out.get(k) == str(NOT_SUPPORTED), f"{k}: NOT_SUPPORTED without a host NVML ({out.get(k)})")
