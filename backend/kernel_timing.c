@@ -107,12 +107,13 @@ void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st)
 	t->slot[i].open_ns = now_ns();
 	t->slot[i].chan = s->chan;
 	__atomic_add_fetch(&t->open, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&s->sh->open_spans, 1, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&t->lock);
 }
 
 /* Closes the open spans of chan in context c (chan < 0: every channel's) opened at least
  * min_age_ns ago. */
-static void close_spans(struct rm_session_ctx *c, int chan, uint64_t min_age_ns)
+static void close_spans(struct rm_session *s, struct rm_session_ctx *c, int chan, uint64_t min_age_ns)
 {
 	struct rm_kernel_timers *t = c->timers;
 	if (!t || !__atomic_load_n(&t->open, __ATOMIC_RELAXED))
@@ -126,6 +127,7 @@ static void close_spans(struct rm_session_ctx *c, int chan, uint64_t min_age_ns)
 		int recorded = rm_drv.cuEventRecord(t->slot[i].end, t->slot[i].stream) == CUDA_SUCCESS;
 		t->slot[i].state = recorded ? SLOT_PENDING : SLOT_FREE;
 		__atomic_sub_fetch(&t->open, 1, __ATOMIC_RELAXED);
+		__atomic_sub_fetch(&s->sh->open_spans, 1, __ATOMIC_RELAXED);
 	}
 	pthread_mutex_unlock(&t->lock);
 }
@@ -139,11 +141,15 @@ static struct rm_session_ctx *ctx_at(struct rm_session *s, int k)
 	return c;
 }
 
+/* Called before every read that finds the link empty and around waited calls: with no
+ * span open anywhere in the session (most of the time) it returns without a lock. */
 void rm_kernel_timing_close(struct rm_session *s, uint64_t min_age_ns)
 {
 	struct rm_session_ctx *c;
+	if (!__atomic_load_n(&s->sh->open_spans, __ATOMIC_RELAXED))
+		return;
 	for (int k = 0; (c = ctx_at(s, k)); k++)
-		close_spans(c, s->chan, min_age_ns);
+		close_spans(s, c, s->chan, min_age_ns);
 }
 
 /* Reads every finished span of the session's contexts: the number still running. */
@@ -174,7 +180,7 @@ void rm_kernel_timing_settle(struct rm_session *s, int wait_ms)
 {
 	struct rm_session_ctx *c;
 	for (int k = 0; (c = ctx_at(s, k)); k++)
-		close_spans(c, -1, 0);
+		close_spans(s, c, -1, 0);
 	for (int waited_ms = 0; reap_all(s) && waited_ms < wait_ms; waited_ms++)
 		nanosleep(&(struct timespec){0, 1000000}, NULL);
 }
@@ -184,7 +190,7 @@ void rm_kernel_timing_release(struct rm_session *s, struct rm_session_ctx *c)
 	struct rm_kernel_timers *t = c->timers;
 	if (!t)
 		return;
-	close_spans(c, -1, 0);
+	close_spans(s, c, -1, 0);
 	for (int i = 0; i < RING; i++) {
 		if (t->slot[i].state == SLOT_PENDING) /* the session's work is drained: ends come at once */
 			rm_drv.cuEventSynchronize(t->slot[i].end);

@@ -366,5 +366,5 @@ RM_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraph, CUstream hStream)
 	req.hgraph = (uint64_t)(uintptr_t)hGraph;
 	req.hstream = (uint64_t)(uintptr_t)hStream;
 	CUresult r = rm_mapped_before_launch(hStream);
-	return r == CUDA_SUCCESS ? rm_rpc_simple(RM_OP_cuGraphLaunch, &req.base, NULL, NULL) : r;
+	return r == CUDA_SUCCESS ? rm_rpc_ordered(RM_OP_cuGraphLaunch, &req.base, req.hstream, 0) : r;
 }

@@ -19,6 +19,8 @@
 
 struct rm_copy_links;
 
+#define RM_ORDER_SLOTS 16
+
 struct rm_client_conn {
 	struct rm_link link;      /* the session's connection */
 	pthread_mutex_t lock;     /* one call on the link at a time; guards the fields below */
@@ -42,6 +44,10 @@ struct rm_client_conn {
 	uint64_t last_async_seq;  /* the last async call queued */
 	uint64_t synced_seq;      /* the last synchronous call answered: all before it ran */
 	uint64_t *fenced;         /* [channel]: the other channel's seq this one has fenced on */
+	struct {
+		uint64_t key, seq;
+	} order_slot[RM_ORDER_SLOTS]; /* by a key's hash: the last async call on that stream or event */
+	uint64_t unordered_seq;   /* the last async call whose streams and events are not all in order_slot */
 
 	/* The flusher (rpc.c): sends a batch whose oldest call has waited long enough, for a
 	 * program that makes no further call, and a heartbeat on a connection idle for

@@ -180,7 +180,7 @@ static CUresult launch(CUstream stream, CUhostFn fn, CUstreamCallback cb, void *
 	Remora__HostFunc req = REMORA__HOST_FUNC__INIT;
 	req.stream = (uint64_t)(uintptr_t)stream;
 	req.id = e->id;
-	struct rm_rpc_call call = {.op = RM_OP_cuLaunchHostFunc, .req = &req.base};
+	struct rm_rpc_call call = {.op = RM_OP_cuLaunchHostFunc, .req = &req.base, .order = {req.stream, 0}, .ordered = 1};
 	uint64_t id = e->id;
 	if ((r = rm_rpc(&call)) != CUDA_SUCCESS)
 		free(take(id, 0)); /* not sent: never called */

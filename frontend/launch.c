@@ -170,8 +170,8 @@ static CUresult launch(uint32_t op, Remora__LaunchKernel *req, CUfunction f, voi
 	CUresult r = rm_pack_kernel_params(f, kernelParams, extra, req, packed, sizeof(packed), &heap);
 	if (r == CUDA_SUCCESS) /* mapped host memory the kernel may read */
 		r = rm_mapped_before_launch((CUstream)(uintptr_t)req->stream);
-	if (r == CUDA_SUCCESS)
-		r = rm_rpc_simple(op, &req->base, NULL, NULL);
+	if (r == CUDA_SUCCESS) /* after other threads' work on its stream, not on others' */
+		r = rm_rpc_ordered(op, &req->base, req->stream, 0);
 	free(heap);
 	return r;
 }

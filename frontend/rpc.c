@@ -299,7 +299,77 @@ struct fence {
 	uint64_t seq;
 };
 
-static int fences_needed(struct rm_client_conn *c, struct fence *out, int cap)
+/* An async call ordered on streams and events (rm_rpc_ordered) waits only for other
+ * channels' async calls on the same ones, or on something unknown: work on different
+ * streams is unordered in CUDA until an event or a synchronizing call joins it. A key is a
+ * stream's or event's handle; the legacy stream (NULL without per-thread default streams)
+ * has none, since it waits for and holds up every blocking stream; a thread's per-thread
+ * stream is its channel's alone. */
+#define PER_THREAD_KEY (0xfe11ull << 48)
+
+static uint64_t stream_key(const struct rm_client_conn *c, uint64_t h)
+{
+	if (h == (uint64_t)(uintptr_t)CU_STREAM_PER_THREAD || (h == 0 && rm_per_thread_active()))
+		return PER_THREAD_KEY | c->chan;
+	return h == (uint64_t)(uintptr_t)CU_STREAM_LEGACY ? 0 : h;
+}
+
+/* The keys of call on c, into keys[2]: 0 when the call is to be ordered after everything. */
+static int order_keys(const struct rm_client_conn *c, const struct rm_rpc_call *call, uint64_t keys[2])
+{
+	if (!call->ordered)
+		return 0;
+	keys[0] = stream_key(c, call->order[0]);
+	keys[1] = call->order[1];
+	return keys[0] != 0;
+}
+
+static unsigned order_slot_of(uint64_t key)
+{
+	return (unsigned)((key * 0x9e3779b97f4a7c15ull) >> 60) % RM_ORDER_SLOTS;
+}
+
+/* Notes async call seq on c (lock held) for fences_needed. A slot taken by another key
+ * gives that key's seq to unordered_seq, before the slot changes hands. */
+static void order_note_locked(struct rm_client_conn *c, const uint64_t *keys, uint64_t seq)
+{
+	if (!keys) {
+		__atomic_store_n(&c->unordered_seq, seq, __ATOMIC_RELEASE);
+		return;
+	}
+	for (int k = 0; k < 2; k++) {
+		if (!keys[k])
+			continue;
+		unsigned i = order_slot_of(keys[k]);
+		uint64_t held = c->order_slot[i].key;
+		if (held && held != keys[k] && c->order_slot[i].seq > c->unordered_seq)
+			__atomic_store_n(&c->unordered_seq, c->order_slot[i].seq, __ATOMIC_RELEASE);
+		__atomic_store_n(&c->order_slot[i].seq, seq, __ATOMIC_RELEASE);
+		__atomic_store_n(&c->order_slot[i].key, keys[k], __ATOMIC_RELEASE);
+	}
+}
+
+/* The last async call on x that a call with keys (NULL: ordered after everything) must
+ * follow. Slots are read before unordered_seq, which a slot changing hands raised first. */
+static uint64_t order_needed(struct rm_client_conn *x, const uint64_t *keys)
+{
+	if (!keys)
+		return __atomic_load_n(&x->last_async_seq, __ATOMIC_ACQUIRE);
+	uint64_t a = 0;
+	for (int k = 0; k < 2; k++) {
+		if (!keys[k])
+			continue;
+		unsigned i = order_slot_of(keys[k]);
+		if (__atomic_load_n(&x->order_slot[i].key, __ATOMIC_ACQUIRE) == keys[k]) {
+			uint64_t seq = __atomic_load_n(&x->order_slot[i].seq, __ATOMIC_ACQUIRE);
+			a = seq > a ? seq : a;
+		}
+	}
+	uint64_t u = __atomic_load_n(&x->unordered_seq, __ATOMIC_ACQUIRE);
+	return u > a ? u : a;
+}
+
+static int fences_needed(struct rm_client_conn *c, const uint64_t *keys, struct fence *out, int cap)
 {
 	int n = 0;
 	pthread_rwlock_rdlock(&chan_lock);
@@ -308,7 +378,7 @@ static int fences_needed(struct rm_client_conn *c, struct fence *out, int cap)
 		struct rm_client_conn *x = chan_tab[i];
 		if (!x || x == c || !c->fenced)
 			continue;
-		uint64_t a = __atomic_load_n(&x->last_async_seq, __ATOMIC_ACQUIRE);
+		uint64_t a = order_needed(x, keys);
 		if (a <= __atomic_load_n(&x->synced_seq, __ATOMIC_ACQUIRE) || a <= c->fenced[i])
 			continue;
 		/* Its batch holds the call only while nobody holds its lock for long: a call
@@ -422,7 +492,9 @@ CUresult rm_client_call(struct rm_client_conn *c, struct rm_rpc_call *call)
 		return CUDA_ERROR_INVALID_VALUE;
 
 	struct fence fences[RM_MAX_CHANNELS + 1]; /* one per other channel at most */
-	int nfences = __atomic_load_n(&chan_hi, __ATOMIC_ACQUIRE) ? fences_needed(c, fences, RM_MAX_CHANNELS + 1) : 0;
+	uint64_t keys[2];
+	const uint64_t *ordered = (flags & RM_F_ASYNC) && order_keys(c, call, keys) ? keys : NULL;
+	int nfences = __atomic_load_n(&chan_hi, __ATOMIC_ACQUIRE) ? fences_needed(c, ordered, fences, RM_MAX_CHANNELS + 1) : 0;
 	pthread_mutex_lock(&c->lock);
 	CUresult result;
 	int waited = 0;
@@ -462,6 +534,7 @@ CUresult rm_client_call(struct rm_client_conn *c, struct rm_rpc_call *call)
 	}
 	if (flags & RM_F_ASYNC) {
 		rm_managed_note_work(); /* it may write managed memory: brought down at the next sync */
+		order_note_locked(c, ordered, f.seq);
 		__atomic_store_n(&c->last_async_seq, f.seq, __ATOMIC_RELEASE);
 		if (c->batch_len && c->flusher_running)
 			flusher_arm(c);
@@ -697,6 +770,14 @@ CUresult rm_rpc_simple(uint32_t op, const ProtobufCMessage *req,
 		*rep = c.rep;
 	else
 		rm_rpc_free(c.rep);
+	return r;
+}
+
+CUresult rm_rpc_ordered(uint32_t op, const ProtobufCMessage *req, uint64_t stream, uint64_t event)
+{
+	struct rm_rpc_call c = {.op = op, .req = req, .order = {stream, event}, .ordered = 1};
+	CUresult r = rm_rpc(&c);
+	rm_rpc_free(c.rep);
 	return r;
 }
 

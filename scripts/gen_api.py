@@ -491,6 +491,15 @@ def gen_ops_table(entries):
     return "\n".join(out)
 
 
+def order_handles(fn):
+    """An async call's stream and event parameters as C expressions ("0" for none), or None
+    when it has no stream: what it is ordered against among other threads' calls."""
+    def first(base):
+        return next((f"(uint64_t)(uintptr_t){p.name}" for p in fn.params if p.base == base and not p.stars), "0")
+    stream, event = first("CUstream"), first("CUevent")
+    return (stream, event) if stream != "0" else None
+
+
 def gen_client_stub(fn, entry, fields):
     m_req, m_rep = Msg(fn.name + "_Req"), Msg(fn.name + "_Rep")
     o = [f"RM_EXPORT CUresult CUDAAPI {fn.name}({c_args(fn)})", "{"]
@@ -554,6 +563,9 @@ def gen_client_stub(fn, entry, fields):
             o.append(f"\tCUresult r = {rpc}(RM_OP_{fn.name}, &req.base, NULL, NULL);")
             o += [f"\trm_query_cache_forget(RM_OP_{f});" for f in entry.forgets]
             o.append("\treturn r;")
+        elif entry.async_ and not entry.cached and (order := order_handles(fn)):
+            # Fenced against other threads' calls on the same stream and event only (rpc.c).
+            o.append(f"\treturn rm_rpc_ordered(RM_OP_{fn.name}, &req.base, {order[0]}, {order[1]});")
         else:
             o.append(f"\treturn {rpc}(RM_OP_{fn.name}, &req.base, NULL, NULL);")
         o.append("}")

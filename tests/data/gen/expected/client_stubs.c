@@ -186,7 +186,7 @@ RM_EXPORT CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int 
 	req.ui = ui;
 	req.n = N;
 	req.hstream = (uint64_t)(uintptr_t)hStream;
-	return rm_rpc_simple(RM_OP_cuMemsetD32Async, &req.base, NULL, NULL);
+	return rm_rpc_ordered(RM_OP_cuMemsetD32Async, &req.base, (uint64_t)(uintptr_t)hStream, 0);
 }
 
 RM_EXPORT CUresult CUDAAPI cuModuleUnload(CUmodule hmod)
@@ -276,7 +276,7 @@ RM_EXPORT CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
 	Remora__CuEventRecordReq req = REMORA__CU_EVENT_RECORD__REQ__INIT;
 	req.hevent = (uint64_t)(uintptr_t)hEvent;
 	req.hstream = (uint64_t)(uintptr_t)hStream;
-	return rm_rpc_simple(RM_OP_cuEventRecord, &req.base, NULL, NULL);
+	return rm_rpc_ordered(RM_OP_cuEventRecord, &req.base, (uint64_t)(uintptr_t)hStream, (uint64_t)(uintptr_t)hEvent);
 }
 
 RM_EXPORT CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
