@@ -110,6 +110,14 @@ typedef struct {
 
 typedef enum { NVML_TEMPERATURE_GPU = 0 } nvmlTemperatureSensors_t;
 
+/* nvmlDeviceGetTemperatureV's argument, version 1 (NVML's struct versions: size | version << 24). */
+typedef struct {
+	unsigned int version;
+	nvmlTemperatureSensors_t sensorType;
+	int temperature;
+} nvmlTemperature_v1_t;
+#define NVML_TEMPERATURE_V1 ((unsigned int)(sizeof(nvmlTemperature_v1_t) | (1u << 24)))
+
 typedef enum { NVML_BRAND_UNKNOWN = 0 } nvmlBrandType_t;
 
 typedef enum { NVML_FEATURE_DISABLED = 0, NVML_FEATURE_ENABLED = 1 } nvmlEnableState_t;

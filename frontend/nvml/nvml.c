@@ -533,6 +533,20 @@ RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTe
 	return ret;
 }
 
+/* nvidia-smi's default table asks this one (it shows ERR! for a missing entry point). */
+RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_v1_t *temperature)
+{
+	unsigned int t;
+	if (!temperature)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (temperature->version != NVML_TEMPERATURE_V1)
+		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	nvmlReturn_t ret = nvmlDeviceGetTemperature(device, temperature->sensorType, &t);
+	if (ret == NVML_SUCCESS)
+		temperature->temperature = (int)t;
+	return ret;
+}
+
 RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
 {
 	struct rm_nvml_device_state st;

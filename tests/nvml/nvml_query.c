@@ -30,6 +30,7 @@ FN(nvmlDeviceGetCudaComputeCapability, nvmlDevice_t, int *, int *);
 FN(nvmlDeviceGetUtilizationRates, nvmlDevice_t, nvmlUtilization_t *);
 FN(nvmlDeviceGetTemperature, nvmlDevice_t, nvmlTemperatureSensors_t, unsigned int *);
 FN(nvmlDeviceGetFanSpeed, nvmlDevice_t, unsigned int *);
+FN(nvmlDeviceGetTemperatureV, nvmlDevice_t, nvmlTemperature_v1_t *);
 FN(nvmlDeviceGetComputeRunningProcesses_v3, nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
 FN(nvmlSystemGetCudaDriverVersion_v2, int *);
 FN(nvmlSystemGetDriverVersion, char *, unsigned int);
@@ -144,6 +145,7 @@ int main(int argc, char **argv)
 	LOAD(nvmlDeviceGetUtilizationRates); LOAD(nvmlDeviceGetTemperature); LOAD(nvmlDeviceGetFanSpeed);
 	LOAD(nvmlDeviceGetComputeRunningProcesses_v3); LOAD(nvmlSystemGetCudaDriverVersion_v2);
 	LOAD(nvmlSystemGetDriverVersion); LOAD(nvmlErrorString); LOAD(nvmlInternalGetExportTable);
+	LOAD(nvmlDeviceGetTemperatureV);
 	LOAD(nvmlEventSetCreate); LOAD(nvmlEventSetFree); LOAD(nvmlEventSetWait_v2); LOAD(nvmlDeviceRegisterEvents);
 	LOAD(nvmlDeviceGetSupportedEventTypes); LOAD(nvmlDeviceGetMigMode); LOAD(nvmlDeviceGetMaxMigDeviceCount);
 
@@ -179,6 +181,10 @@ int main(int argc, char **argv)
 		printf("gpu%u.utilization_rc=%d\n", i, nvmlDeviceGetUtilizationRates(d, &u));
 		printf("gpu%u.temperature_rc=%d\n", i, nvmlDeviceGetTemperature(d, NVML_TEMPERATURE_GPU, &v));
 		printf("gpu%u.fan_rc=%d\n", i, nvmlDeviceGetFanSpeed(d, &v));
+		nvmlTemperature_v1_t tv = {NVML_TEMPERATURE_V1, NVML_TEMPERATURE_GPU, 0};
+		printf("gpu%u.temperature_v_rc=%d\n", i, nvmlDeviceGetTemperatureV(d, &tv));
+		tv.version = 0;
+		printf("gpu%u.temperature_v0_rc=%d\n", i, nvmlDeviceGetTemperatureV(d, &tv));
 	}
 	if (count) /* nvidia-smi makes an event set before it shows anything */
 		events_and_mig();

@@ -81,7 +81,8 @@ with tempfile.TemporaryDirectory() as tmp:
         check(out.get("mig_mode_rc") == "0" and out.get("mig_mode") == "0/0", f"MIG disabled ({out.get('mig_mode')})")
         check(out.get("mig_devices_rc") == "0" and out.get("mig_devices") == "0", "no MIG devices")
         check(out.get("gpu0.fan_rc") == str(NOT_SUPPORTED), f"fan speed: NOT_SUPPORTED ({out.get('gpu0.fan_rc')})")
-        for k in ("gpu0.utilization_rc", "gpu0.temperature_rc", "driver_version_rc"):
+        check(out.get("gpu0.temperature_v0_rc") == "25", f"TemperatureV of an unknown struct version: ARGUMENT_VERSION_MISMATCH ({out.get('gpu0.temperature_v0_rc')})")
+        for k in ("gpu0.utilization_rc", "gpu0.temperature_rc", "gpu0.temperature_v_rc", "driver_version_rc"):
             check(out.get(k) == str(NOT_SUPPORTED), f"{k}: NOT_SUPPORTED without a host NVML ({out.get(k)})")
         check(out.get("gpu0.short_name_rc") == str(INSUFFICIENT_SIZE), "a short name buffer: INSUFFICIENT_SIZE")
         check(out.get("bad_index_rc") == str(INVALID_ARGUMENT), "an index past the count: INVALID_ARGUMENT")
