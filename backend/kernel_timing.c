@@ -173,6 +173,10 @@ static int reap_all(struct rm_session *s)
 
 void rm_kernel_timing_collect(struct rm_session *s)
 {
+	uint64_t now = now_ns(), last = __atomic_load_n(&s->sh->spans_read_ns, __ATOMIC_RELAXED);
+	if (now - last < RM_SPAN_COLLECT_NS ||
+	    !__atomic_compare_exchange_n(&s->sh->spans_read_ns, &last, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		return; /* read lately, or another channel reads now */
 	reap_all(s);
 }
 
