@@ -20,6 +20,7 @@ struct rm_kernel_timers {
 		CUevent start, end; /* made at the slot's first use */
 		CUstream stream;    /* an open span's */
 		uint64_t open_ns;   /* when it was opened (CLOCK_MONOTONIC) */
+		uint64_t closed_ns; /* when its end was recorded */
 		int chan;           /* the channel that opened it */
 		int state;
 	} slot[RING];
@@ -126,6 +127,7 @@ static void close_spans(struct rm_session *s, struct rm_session_ctx *c, int chan
 			continue;
 		int recorded = rm_drv.cuEventRecord(t->slot[i].end, t->slot[i].stream) == CUDA_SUCCESS;
 		t->slot[i].state = recorded ? SLOT_PENDING : SLOT_FREE;
+		t->slot[i].closed_ns = now ? now : now_ns();
 		__atomic_sub_fetch(&t->open, 1, __ATOMIC_RELAXED);
 		__atomic_sub_fetch(&s->sh->open_spans, 1, __ATOMIC_RELAXED);
 	}
@@ -152,9 +154,12 @@ void rm_kernel_timing_close(struct rm_session *s, uint64_t min_age_ns)
 		close_spans(s, c, s->chan, min_age_ns);
 }
 
-/* Reads every finished span of the session's contexts: the number still running. */
-static int reap_all(struct rm_session *s)
+/* Reads every finished span of the session's contexts whose end was recorded at least
+ * min_age_ns ago (younger ones are not asked: their end is rarely reached yet, and each
+ * question is a driver call): the number left unread. */
+static int reap_all(struct rm_session *s, uint64_t min_age_ns)
 {
+	uint64_t now = min_age_ns ? now_ns() : 0;
 	struct rm_session_ctx *c;
 	int running = 0;
 	for (int k = 0; (c = ctx_at(s, k)); k++) {
@@ -165,7 +170,8 @@ static int reap_all(struct rm_session *s)
 			continue;
 		pthread_mutex_lock(&t->lock);
 		for (int i = 0; i < RING; i++)
-			running += !reap_locked(s, t, i);
+			running += (t->slot[i].state == SLOT_PENDING && now - t->slot[i].closed_ns < min_age_ns) ||
+				   !reap_locked(s, t, i);
 		pthread_mutex_unlock(&t->lock);
 	}
 	return running;
@@ -173,11 +179,7 @@ static int reap_all(struct rm_session *s)
 
 void rm_kernel_timing_collect(struct rm_session *s)
 {
-	uint64_t now = now_ns(), last = __atomic_load_n(&s->sh->spans_read_ns, __ATOMIC_RELAXED);
-	if (now - last < RM_SPAN_COLLECT_NS ||
-	    !__atomic_compare_exchange_n(&s->sh->spans_read_ns, &last, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-		return; /* read lately, or another channel reads now */
-	reap_all(s);
+	reap_all(s, RM_SPAN_READ_AGE_NS);
 }
 
 void rm_kernel_timing_settle(struct rm_session *s, int wait_ms)
@@ -185,7 +187,7 @@ void rm_kernel_timing_settle(struct rm_session *s, int wait_ms)
 	struct rm_session_ctx *c;
 	for (int k = 0; (c = ctx_at(s, k)); k++)
 		close_spans(s, c, -1, 0);
-	for (int waited_ms = 0; reap_all(s) && waited_ms < wait_ms; waited_ms++)
+	for (int waited_ms = 0; reap_all(s, 0) && waited_ms < wait_ms; waited_ms++)
 		nanosleep(&(struct timespec){0, 1000000}, NULL);
 }
 

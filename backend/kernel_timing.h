@@ -9,7 +9,7 @@
  * are closed once its reply is sent, off the client's path: their end then also counts the
  * wait's last microseconds. Events come from a
  * small ring per context; a span is read once its end has passed (at the client's
- * synchronizing calls, at most once a millisecond, when the ring is full, and at the
+ * synchronizing calls once RM_SPAN_READ_AGE_NS old, when the ring is full, and at the
  * session's end), never waited
  * for. Launches go untimed where no slot is free, on a capturing stream, and on a stream
  * whose hardware queue other client streams share: there the end record, queued behind
@@ -34,11 +34,12 @@ void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st);
 /* Closes the calling channel's open spans opened at least min_age_ns ago (records their
  * end events). */
 void rm_kernel_timing_close(struct rm_session *s, uint64_t min_age_ns);
-/* Adds the time of every finished span of the session's contexts to its usage, at most
- * once per RM_SPAN_COLLECT_NS: reading a span costs driver calls (a query and the elapsed
- * time), and a client that synchronizes every few microseconds would wait for them. */
+/* Adds the time of every finished span of the session's contexts to its usage, asking only
+ * about spans whose end was recorded RM_SPAN_READ_AGE_NS ago or more: the span a
+ * synchronizing call just closed has not ended yet, and asking is a driver call the
+ * client's next call waits behind. */
 void rm_kernel_timing_collect(struct rm_session *s);
-#define RM_SPAN_COLLECT_NS 1000000u
+#define RM_SPAN_READ_AGE_NS 50000u
 /* The client has gone: closes every open span and collects the spans that end within
  * wait_ms, before the session's usage goes to the history (a span that ends later is
  * not counted: the kernel it waits for may run long). */
