@@ -42,6 +42,8 @@ PROGRAMS=(
 	"drv_graphs|tests/programs/drv_graphs tests/programs/kernels.fatbin 1000"
 	"drv_graph_nodes|tests/programs/drv_graph_nodes tests/programs/kernels.fatbin 1000"
 	"drv_hostfn|tests/programs/drv_hostfn tests/programs/kernels.fatbin"
+	"drv_threads|tests/programs/drv_threads tests/programs/kernels.fatbin 200000000"
+	"drv_thread_order|tests/programs/drv_thread_order tests/programs/kernels.fatbin 20"
 	"drv_managed|tests/programs/drv_managed tests/programs/kernels.fatbin"
 )
 # Framework programs (issue 13), run from the repository root with the Python on the
