@@ -666,6 +666,11 @@ def queues(tmp):
         try:
             lone = timed_clients(d, 1, ms)
             group = timed_clients(d, k, ms)
+            # On a loaded machine the clients may start far apart and find their queue
+            # free: direct mode gets one more try before its serialization is judged.
+            if mode == "direct" and len(lone) == 1 and len(group) == k and \
+                    max(w for w, _ in group) < 1.8 * lone[0][0]:
+                group = timed_clients(d, k, ms)
         finally:
             d.stop()
         if not check(len(lone) == 1 and len(group) == k, f"{mode}: a lone client, then {k} together"):
