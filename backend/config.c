@@ -28,6 +28,7 @@ void rm_config_defaults(struct rm_daemon_config *c)
 	snprintf(c->module_loading, sizeof(c->module_loading), "eager");
 	c->hardware_queues = 32;
 	c->queue_sharing_wait = 1;
+	c->queue_idle_after = 10;
 	snprintf(c->anonymous.name, sizeof(c->anonymous.name), "anonymous");
 	c->lease_ttl_s = 10;
 	c->hello_timeout_s = 5;
@@ -130,7 +131,9 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 		bad = strcmp(v, "wait") && strcmp(v, "direct");
 		if (!bad)
 			c->queue_sharing_wait = !strcmp(v, "wait");
-	} else if (!strcmp(key, "allow_anonymous"))
+	} else if (!strcmp(key, "queue_idle_after"))
+		bad = parse_int(v, 1, 3600, &c->queue_idle_after);
+	else if (!strcmp(key, "allow_anonymous"))
 		bad = parse_bool(v, &c->allow_anonymous);
 	else if (!strcmp(key, "admin_token"))
 		bad = copy_str(c->admin_token, sizeof(c->admin_token), v) || !*v ||

@@ -36,6 +36,7 @@ struct rm_daemon_config {
 	char module_loading[16];      /* CUDA_MODULE_LOADING for workers: "eager" (default) or "lazy" */
 	int hardware_queues;          /* CUDA_DEVICE_MAX_CONNECTIONS for workers, 1..32 (default 32) */
 	int queue_sharing_wait;       /* queue_sharing = wait (1, default) | direct (0): stream_pool.h */
+	int queue_idle_after;         /* seconds after its last call a client stream stops counting as in use */
 	int allow_anonymous;          /* serve clients presenting no credential, as tenant "anonymous" (default no) */
 	char admin_token[256];        /* the operator's credential: sees every tenant's clients; "": none */
 	char admin_cn[64];            /* ... or a client certificate of this common name */

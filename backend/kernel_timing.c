@@ -84,7 +84,7 @@ static int free_slot_locked(struct rm_session *s, struct rm_kernel_timers *t)
 void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st)
 {
 	struct rm_kernel_timers *t;
-	if (!enabled || !s->cur || !rm_drv.cuEventElapsedTime || rm_stream_pool_queue_shared(st) ||
+	if (!enabled || !s->cur || !rm_drv.cuEventElapsedTime || rm_stream_pool_contended(st) ||
 	    (__atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 && rm_capture_active(st)) ||
 	    !(t = timers_of(s, s->cur)))
 		return;

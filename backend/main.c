@@ -211,7 +211,7 @@ int main(int argc, char **argv)
 		char queues[16];
 		snprintf(queues, sizeof(queues), "%d", cfg.hardware_queues);
 		setenv("CUDA_DEVICE_MAX_CONNECTIONS", queues, 1);
-		rm_stream_pool_configure(cfg.hardware_queues, cfg.queue_sharing_wait);
+		rm_stream_pool_configure(cfg.hardware_queues, cfg.queue_sharing_wait, cfg.queue_idle_after);
 		int count;
 		if (registry_fd < 0 || rm_registry_attach(registry_fd) || load_driver(&cfg, &count) < 0)
 			return 1;

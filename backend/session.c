@@ -366,7 +366,8 @@ static CUresult per_thread_stream(struct rm_session_ctx *c, int chan, CUstream *
 	return CUDA_SUCCESS;
 }
 
-CUresult rm_session_stream(struct rm_session *s, uint64_t v, uint32_t frame_flags, CUstream *out)
+/* rm_session_stream without naming the stream to the pool. */
+static CUresult resolve_stream(struct rm_session *s, uint64_t v, uint32_t frame_flags, CUstream *out)
 {
 	CUresult r;
 	int per_thread = v == (uint64_t)(uintptr_t)CU_STREAM_PER_THREAD || (v == 0 && (frame_flags & RM_F_PER_THREAD));
@@ -395,9 +396,18 @@ CUresult rm_session_stream(struct rm_session *s, uint64_t v, uint32_t frame_flag
 	return rm_stream_order_before(s->cur, *out);
 }
 
+CUresult rm_session_stream(struct rm_session *s, uint64_t v, uint32_t frame_flags, CUstream *out)
+{
+	CUresult r = resolve_stream(s, v, frame_flags, out);
+	if (r == CUDA_SUCCESS)
+		rm_stream_pool_named(*out);
+	return r;
+}
+
+/* The submission names the stream (rm_stream_pool_before_submit). */
 CUresult rm_session_stream_submit(struct rm_session *s, uint64_t v, uint32_t frame_flags, CUstream *out)
 {
-	CUresult r = rm_session_stream(s, v, frame_flags, out);
+	CUresult r = resolve_stream(s, v, frame_flags, out);
 	if (r == CUDA_SUCCESS && s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 && rm_capture_active(*out))
 		return CUDA_SUCCESS;
 	return r == CUDA_SUCCESS ? rm_stream_pool_before_submit(*out) : r;

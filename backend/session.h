@@ -202,10 +202,11 @@ CUresult rm_session_enter(struct rm_session *s, uint64_t ctx);
 CUresult rm_session_use(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, void **out);
 /* Maps a stream value for a call about to be issued to it: 0 and CU_STREAM_LEGACY become
  * the client's legacy stream, CU_STREAM_PER_THREAD (or 0 from a _ptds/_ptsz entry point)
- * its per-thread stream; and orders the call as CUDA's legacy stream semantics ask. */
+ * its per-thread stream; and orders the call as CUDA's legacy stream semantics ask. The
+ * stream counts as in use on its hardware queue (stream_pool.h). */
 CUresult rm_session_stream(struct rm_session *s, uint64_t v, uint32_t frame_flags, CUstream *out);
-/* rm_session_stream for a call that puts work on the stream: when the stream shares its
- * hardware queue with other clients' streams, first waits for its unfinished work. */
+/* rm_session_stream for a call that puts work on the stream: when another client's stream
+ * on its hardware queue is in use, first waits for its unfinished work. */
 CUresult rm_session_stream_submit(struct rm_session *s, uint64_t v, uint32_t frame_flags, CUstream *out);
 /* Records that the client's new stream st was asked for as blocking (flags without
  * CU_STREAM_NON_BLOCKING), and forgets a destroyed one. */

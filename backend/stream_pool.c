@@ -18,18 +18,23 @@ struct pool_stream {
 	int queue;
 	int priority;
 	int in_use;
+	uint64_t named_ns;                 /* when its client last named it in a call (atomic) */
+	uint64_t submissions;              /* calls given to it since taken (atomic) */
+	struct pool_stream *next_on_queue; /* the context's streams of the same queue */
 };
 
 struct ctx_pool {
 	CUcontext ctx;
 	uint64_t created;              /* streams made in the context: the next one's queue */
 	int users[MAX_QUEUES];         /* client streams on each queue */
+	struct pool_stream *on_queue[MAX_QUEUES];
 	struct pool_stream **streams;
 	int n, cap;
 };
 
 static int nqueues = MAX_QUEUES;
 static int wait_shared = 1;
+static uint64_t idle_after_ns = 10000000000ull;
 static struct ctx_pool pools[MAX_CONTEXTS];
 static int npools;
 /* Stream -> entry, open addressing; rebuilt whole when a context is forgotten. */
@@ -39,8 +44,9 @@ static pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
 /* How long this thread's calls were held for a shared queue since it last asked. */
 static __thread uint64_t waited_ns;
 
-void rm_stream_pool_configure(int hardware_queues, int wait_when_shared)
+void rm_stream_pool_configure(int hardware_queues, int wait_when_shared, int idle_after_s)
 {
+	idle_after_ns = (uint64_t)(idle_after_s < 1 ? 1 : idle_after_s) * 1000000000ull;
 	nqueues = hardware_queues < 1 ? 1 : hardware_queues > MAX_QUEUES ? MAX_QUEUES : hardware_queues;
 	wait_shared = wait_when_shared;
 }
@@ -132,6 +138,8 @@ static CUresult add_batch(struct ctx_pool *pool, int priority)
 		e->ctx = pool->ctx;
 		e->priority = priority;
 		e->queue = (int)(pool->created++ % (uint64_t)nqueues);
+		e->next_on_queue = pool->on_queue[e->queue];
+		pool->on_queue[e->queue] = e;
 		pool->streams[pool->n++] = e;
 		index_put(e);
 	}
@@ -164,8 +172,12 @@ CUresult rm_stream_pool_take(CUcontext ctx, int priority, CUstream *out)
 		e = pick(pool, priority);
 	if (e) {
 		e->in_use = 1;
+		__atomic_store_n(&e->named_ns, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&e->submissions, 0, __ATOMIC_RELAXED);
 		pool->users[e->queue]++;
 		*out = e->stream;
+		rm_log(RM_LOG_DEBUG, "stream pool: stream %p on queue %d, which now serves %d client streams",
+		       (void *)e->stream, e->queue, pool->users[e->queue]);
 		r = CUDA_SUCCESS;
 	}
 	pthread_rwlock_unlock(&lock);
@@ -178,6 +190,8 @@ void rm_stream_pool_give(CUstream st)
 	struct pool_stream *e = lookup(st);
 	if (e && e->in_use) {
 		e->in_use = 0;
+		rm_log(RM_LOG_DEBUG, "stream pool: stream %p on queue %d given back after %llu calls", (void *)st, e->queue,
+		       (unsigned long long)__atomic_load_n(&e->submissions, __ATOMIC_RELAXED));
 		for (int p = 0; p < npools; p++)
 			if (pools[p].ctx == e->ctx)
 				pools[p].users[e->queue]--;
@@ -185,29 +199,66 @@ void rm_stream_pool_give(CUstream st)
 	pthread_rwlock_unlock(&lock);
 }
 
-/* st's entry when its queue serves more than one client stream. */
-static struct pool_stream *queue_shared(CUstream st)
+static uint64_t now_ns(void)
 {
-	struct pool_stream *shared = NULL;
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Whether another client stream on e's queue was named by its client within
+ * idle_after_ns (lock held). */
+static int queue_contended(const struct pool_stream *e, uint64_t now)
+{
+	for (int p = 0; p < npools; p++) {
+		if (pools[p].ctx != e->ctx)
+			continue;
+		if (pools[p].users[e->queue] < 2)
+			return 0;
+		for (const struct pool_stream *o = pools[p].on_queue[e->queue]; o; o = o->next_on_queue) {
+			uint64_t named = __atomic_load_n(&o->named_ns, __ATOMIC_RELAXED);
+			if (o != e && o->in_use && named && now - named < idle_after_ns)
+				return 1;
+		}
+	}
+	return 0;
+}
+
+int rm_stream_pool_contended(CUstream st)
+{
+	uint64_t now = now_ns();
+	pthread_rwlock_rdlock(&lock);
+	struct pool_stream *e = lookup(st);
+	int contended = e && queue_contended(e, now);
+	pthread_rwlock_unlock(&lock);
+	return contended;
+}
+
+void rm_stream_pool_named(CUstream st)
+{
+	uint64_t now = now_ns();
 	pthread_rwlock_rdlock(&lock);
 	struct pool_stream *e = lookup(st);
 	if (e)
-		for (int p = 0; p < npools; p++)
-			if (pools[p].ctx == e->ctx && pools[p].users[e->queue] > 1)
-				shared = e;
+		__atomic_store_n(&e->named_ns, now, __ATOMIC_RELAXED);
 	pthread_rwlock_unlock(&lock);
-	return shared;
 }
 
-/* st's entry when its queue serves more than one client stream and waiting is on. */
-static struct pool_stream *shared_entry(CUstream st)
+/* Names st as given a call; whether that call must wait for st's own work first
+ * (queue_sharing = wait and the queue contended). */
+static int submitting(CUstream st)
 {
-	return wait_shared ? queue_shared(st) : NULL;
-}
-
-int rm_stream_pool_queue_shared(CUstream st)
-{
-	return queue_shared(st) != NULL;
+	uint64_t now = now_ns();
+	pthread_rwlock_rdlock(&lock);
+	struct pool_stream *e = lookup(st);
+	int wait = 0;
+	if (e) {
+		__atomic_store_n(&e->named_ns, now, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&e->submissions, 1, __ATOMIC_RELAXED);
+		wait = wait_shared && queue_contended(e, now);
+	}
+	pthread_rwlock_unlock(&lock);
+	return wait;
 }
 
 /* Polls until call stops answering CUDA_ERROR_NOT_READY, sleeping a little longer each
@@ -229,13 +280,6 @@ int rm_stream_pool_queue_shared(CUstream st)
 			waited_ns += now_ns() - since_;                                \
 	} while (0)
 
-static uint64_t now_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 uint64_t rm_stream_pool_take_waited_ns(void)
 {
 	uint64_t ns = waited_ns;
@@ -246,7 +290,7 @@ uint64_t rm_stream_pool_take_waited_ns(void)
 CUresult rm_stream_pool_before_submit(CUstream st)
 {
 	CUresult r = CUDA_SUCCESS;
-	if (shared_entry(st))
+	if (submitting(st))
 		POLL(rm_drv.cuStreamQuery(st));
 	return r;
 }
@@ -254,7 +298,7 @@ CUresult rm_stream_pool_before_submit(CUstream st)
 CUresult rm_stream_pool_before_wait(CUstream st, CUevent ev)
 {
 	CUresult r = CUDA_SUCCESS;
-	if (shared_entry(st))
+	if (submitting(st))
 		POLL(rm_drv.cuEventQuery(ev));
 	return r;
 }

@@ -3,17 +3,22 @@
 # fp16 inference at batch 1, started together, natively without MPS, natively under NVIDIA
 # MPS, and through one remorad; prints each configuration's aggregate images per second.
 #
-# usage: scripts/bench-resnet-sharing.sh [--build DIR] [--iters N] [--port N] [N ...]
-#        (default: build-gpu, 300 inferences per process, N = 1 2 4 8)
+# usage: scripts/bench-resnet-sharing.sh [--build DIR] [--iters N] [--port N] [--only LIST]
+#                                        [--daemon-set KEY=VALUE]... [N ...]
+#        (default: build-gpu, 300 inferences per process, every configuration of
+#        native,mps,remora, N = 1 2 4 8; --daemon-set passes remorad a setting; remorad's log
+#        is left in $RESNET_SHARING_LOG when that is set)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD=build-gpu ITERS=300 PORT=47321 COUNTS=()
+BUILD=build-gpu ITERS=300 PORT=47321 COUNTS=() ONLY=native,mps,remora DAEMON_SETS=()
 while (($#)); do
 	case $1 in
 	--build) BUILD=$2; shift 2 ;;
 	--iters) ITERS=$2; shift 2 ;;
 	--port) PORT=$2; shift 2 ;;
-	-h | --help) sed -n '2,7s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	--only) ONLY=$2; shift 2 ;;
+	--daemon-set) DAEMON_SETS+=(--set "$2"); shift 2 ;;
+	-h | --help) sed -n '2,10s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) COUNTS+=("$1"); shift ;;
 	esac
 done
@@ -22,6 +27,7 @@ WORK=$(mktemp -d)
 DAEMON_PID=
 cleanup() {
 	[[ -n $DAEMON_PID ]] && kill "$DAEMON_PID" 2>/dev/null && wait "$DAEMON_PID" 2>/dev/null
+	[[ -n ${RESNET_SHARING_LOG:-} ]] && cp "$WORK/remorad.log" "$RESNET_SHARING_LOG"
 	echo quit | CUDA_MPS_PIPE_DIRECTORY=$WORK/mps nvidia-cuda-mps-control >/dev/null 2>&1 || true
 	rm -rf "$WORK"
 }
@@ -32,13 +38,21 @@ trap cleanup EXIT
 run_group() {
 	local label=$1 n=$2 i pids=()
 	shift 2
-	rm -f "$WORK/go" "$WORK"/out.*
+	rm -f "$WORK"/go* "$WORK"/out.*
 	for ((i = 0; i < n; i++)); do
 		MPS_BARRIER=$WORK/go timeout 600 "$@" python3 tests/frameworks/models.py mps_worker 1 "$ITERS" \
 			>"$WORK/out.$i" 2>"$WORK/err.$label.$n.$i" &
 		pids+=($!)
 	done
-	sleep 20 # torch start-up and warm-up of every worker
+	# torch start-up and warm-up of every worker: each says ready (or has died)
+	local waited=0 alive
+	while (($(ls "$WORK"/go.ready.* 2>/dev/null | wc -l) < n && waited < 1200)); do
+		alive=0
+		for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
+		((alive)) || break
+		sleep 0.1
+		waited=$((waited + 1))
+	done
 	touch "$WORK/go"
 	local failed=0
 	for p in "${pids[@]}"; do wait "$p" || failed=1; done
@@ -51,17 +65,20 @@ run_group() {
 	awk '/^images_per_s/ { s += $2 } END { printf "%.0f", s }' "$WORK"/out.*
 }
 
-"$BUILD/backend/remorad" --listen "127.0.0.1:$PORT" --set allow_anonymous=yes >"$WORK/remorad.log" 2>&1 &
+"$BUILD/backend/remorad" --listen "127.0.0.1:$PORT" --set allow_anonymous=yes "${DAEMON_SETS[@]}" >"$WORK/remorad.log" 2>&1 &
 DAEMON_PID=$!
 sleep 1
 printf '%-10s %10s %10s %10s\n' processes native mps remora
 for n in "${COUNTS[@]}"; do
-	native=$(run_group native "$n" env)
-	mkdir -p "$WORK/mps"
-	CUDA_MPS_PIPE_DIRECTORY=$WORK/mps CUDA_MPS_LOG_DIRECTORY=$WORK/mps nvidia-cuda-mps-control -d
-	mps=$(run_group mps "$n" env CUDA_MPS_PIPE_DIRECTORY="$WORK/mps")
-	echo quit | CUDA_MPS_PIPE_DIRECTORY=$WORK/mps nvidia-cuda-mps-control
-	sleep 1
-	remora=$(run_group remora "$n" "$BUILD/cli/remora" run --server "127.0.0.1:$PORT" --)
+	native=- mps=- remora=-
+	[[ ,$ONLY, == *,native,* ]] && native=$(run_group native "$n" env)
+	if [[ ,$ONLY, == *,mps,* ]]; then
+		mkdir -p "$WORK/mps"
+		CUDA_MPS_PIPE_DIRECTORY=$WORK/mps CUDA_MPS_LOG_DIRECTORY=$WORK/mps nvidia-cuda-mps-control -d
+		mps=$(run_group mps "$n" env CUDA_MPS_PIPE_DIRECTORY="$WORK/mps")
+		echo quit | CUDA_MPS_PIPE_DIRECTORY=$WORK/mps nvidia-cuda-mps-control
+		sleep 1
+	fi
+	[[ ,$ONLY, == *,remora,* ]] && remora=$(run_group remora "$n" "$BUILD/cli/remora" run --server "127.0.0.1:$PORT" --)
 	printf '%-10s %10s %10s %10s\n' "$n" "$native" "$mps" "$remora"
 done

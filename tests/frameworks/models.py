@@ -267,7 +267,8 @@ def mps_worker(batch, iters):
             m(x)
         torch.cuda.synchronize()
         barrier = os.environ.get("MPS_BARRIER")
-        if barrier:  # start together: wait until the barrier file appears
+        if barrier:  # start together: say ready, then wait until the barrier file appears
+            open(f"{barrier}.ready.{os.getpid()}", "w").close()
             while not os.path.exists(barrier):
                 time.sleep(0.005)
         t0 = time.perf_counter()

@@ -76,7 +76,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	/* Small, so that a large allocation fails fast, and below 2^32, so that no size
 	 * a reply carries is taken for a handle. */
 	setenv("REMORA_TESTDRIVER_MEM_MB", "64", 1);
-	rm_stream_pool_configure(config.hardware_queues, config.queue_sharing_wait);
+	rm_stream_pool_configure(config.hardware_queues, config.queue_sharing_wait, config.queue_idle_after);
 	const char *driver = getenv("REMORA_FUZZ_DRIVER") ? getenv("REMORA_FUZZ_DRIVER") : FUZZ_TESTDRIVER;
 	void *lib = dlopen(driver, RTLD_NOW | RTLD_LOCAL);
 	if (!lib || rm_driver_table_load(lib) <= 0 || !rm_drv.cuInit || rm_drv.cuInit(0) != CUDA_SUCCESS ||

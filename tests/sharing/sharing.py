@@ -688,27 +688,43 @@ def queues(tmp):
                   f"({walls[-1] / base:.2f}x)")
 
 
-# With one hardware queue that another client's stream shares, a record behind a running
-# kernel waits in the daemon only when its event is timed: a record of a non-timing event
-# does not hold up the queue (H200, bench/queue_probe), so it goes at once.
+# With one hardware queue that another client's stream in use shares, a record behind a
+# running kernel waits in the daemon only when its event is timed: a record of a
+# non-timing event does not hold up the queue (H200, bench/queue_probe), so it goes at
+# once. A stream whose client has not named it for queue_idle_after holds nothing up:
+# a timed record beside it goes at once too.
 def records(tmp):
     ms = 600
-    d = Daemon(tmp, "records", "", args=["--set", "hardware_queues=1"])
+    d = Daemon(tmp, "records", "", args=["--set", "hardware_queues=1", "--set", "queue_idle_after=1"])
+    holder = None
     try:
-        holder = client(d, tenant_probe, "hold", image, "1", "1")
-        if not check(holder.stdout.readline().strip() == "ready", "a client holds a stream on the only queue"):
-            return
-        rc, out, err = finish(client(d, tenant_probe, "records", image, str(ms)))
-        m = re.match(r"records (\d+) (\w+) (\d+) (\w+)", out)
-        if not check(rc == 0 and m is not None, f"the records client ran ({out.strip()} {err.strip()})"):
-            return
-        untimed_ms, untimed_q, timed_ms, timed_q = int(m.group(1)), m.group(2), int(m.group(3)), m.group(4)
-        print(f"     behind a {ms} ms kernel: untimed record + query {untimed_ms} ms ({untimed_q}), "
-              f"timed record + query {timed_ms} ms ({timed_q})", flush=True)
-        check(untimed_ms < ms / 3 and untimed_q == "CUDA_ERROR_NOT_READY",
-              f"a non-timing event's record is issued at once ({untimed_ms} ms, {untimed_q})")
-        check(timed_ms > ms / 2, f"a timed event's record waits for the kernel in the daemon ({timed_ms} ms)")
+        for neighbour in ("active", "idle"):
+            holder = client(d, tenant_probe, *(["active", image] if neighbour == "active" else ["hold", image, "1", "1"]))
+            if not check(holder.stdout.readline().strip() == "ready", f"a client holds an {neighbour} stream on the only queue"):
+                return
+            if neighbour == "idle":
+                time.sleep(2.5)  # past queue_idle_after, with room for a late clock tick
+            rc, out, err = finish(client(d, tenant_probe, "records", image, str(ms)))
+            m = re.match(r"records (\d+) (\w+) (\d+) (\w+)", out)
+            if not check(rc == 0 and m is not None, f"the records client ran ({out.strip()} {err.strip()})"):
+                return
+            untimed_ms, untimed_q, timed_ms, timed_q = int(m.group(1)), m.group(2), int(m.group(3)), m.group(4)
+            print(f"     {neighbour} neighbour, behind a {ms} ms kernel: untimed record + query {untimed_ms} ms "
+                  f"({untimed_q}), timed record + query {timed_ms} ms ({timed_q})", flush=True)
+            check(untimed_ms < ms / 3 and untimed_q == "CUDA_ERROR_NOT_READY",
+                  f"{neighbour} neighbour: a non-timing event's record is issued at once ({untimed_ms} ms, {untimed_q})")
+            if neighbour == "active":
+                check(timed_ms > ms / 2, f"a timed event's record waits for the kernel in the daemon ({timed_ms} ms)")
+            else:
+                check(timed_ms < ms / 3 and timed_q == "CUDA_ERROR_NOT_READY",
+                      f"beside an idle stream a timed event's record is issued at once ({timed_ms} ms, {timed_q})")
+            holder.kill()
+            holder.wait()
+            holder = None
     finally:
+        if holder:
+            holder.kill()
+            holder.wait()
         d.stop()
 
 

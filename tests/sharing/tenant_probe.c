@@ -18,6 +18,9 @@
  *   tenant_probe hold IMAGE MIB N
  *       loads IMAGE, creates a stream and an event, allocates N pieces of MIB MiB and
  *       fills them with a kernel; prints "ready" and waits to be killed
+ *   tenant_probe active IMAGE
+ *       loads IMAGE, creates a stream, fills 1 MiB on it and synchronizes it; prints
+ *       "ready", then queries the stream every 20 ms until killed (a stream in use)
  *   tenant_probe graphs IMAGE MIB
  *       loads IMAGE, allocates MIB MiB of managed memory and captures a graph that fills
  *       it and runs a host function; instantiates and launches it (checking the fill on
@@ -250,6 +253,28 @@ static int mode_hold(const char *image, size_t mib, int n)
 	fflush(stdout);
 	for (;;)
 		pause();
+}
+
+/* A stream in use: a fill on it, then a query of it every 20 ms until killed. */
+static int mode_active(const char *image)
+{
+	CUmodule mod;
+	CUfunction f;
+	CUstream s;
+	CUdeviceptr p;
+	open_device0();
+	CHECK(cuModuleLoad(&mod, image));
+	CHECK(cuModuleGetFunction(&f, mod, "fillU32"));
+	CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	CHECK(cuMemAlloc(&p, MIB));
+	fill(f, s, p, 0x5a5a5a5au, (int)(MIB / 4));
+	CHECK(cuStreamSynchronize(s));
+	printf("ready\n");
+	fflush(stdout);
+	for (;;) {
+		cuStreamQuery(s);
+		nanosleep(&(struct timespec){0, 20000000}, NULL);
+	}
 }
 
 static void CUDA_CB count_run(void *arg) { ++*(int *)arg; }
@@ -700,6 +725,8 @@ int main(int argc, char **argv)
 		return mode_quota(strtoull(argv[2], NULL, 10), strtoull(argv[3], NULL, 10));
 	if (argc == 5 && !strcmp(argv[1], "hold"))
 		return mode_hold(argv[2], strtoull(argv[3], NULL, 10), atoi(argv[4]));
+	if (argc == 3 && !strcmp(argv[1], "active"))
+		return mode_active(argv[2]);
 	if (argc == 4 && !strcmp(argv[1], "sleep"))
 		return mode_sleep(argv[2], atol(argv[3]));
 	if (argc == 4 && !strcmp(argv[1], "timed"))

@@ -39,6 +39,7 @@ void rm_registry_usage(int slot, uint64_t *client_limit, uint64_t *tenant_limit,
 CUresult rm_stream_pool_take(CUcontext ctx, int priority, CUstream *out) { unused(__func__); }
 CUresult rm_stream_pool_before_submit(CUstream st) { unused(__func__); }
 CUresult rm_stream_pool_before_wait(CUstream st, CUevent ev) { unused(__func__); }
+void rm_stream_pool_named(CUstream st) { unused(__func__); }
 CUresult rm_gpu_acquire(CUdevice dev, CUcontext *out) { unused(__func__); }
 void rm_gpu_release(CUdevice dev) { unused(__func__); }
 void rm_gpu_note_result(CUdevice dev, CUresult r) { unused(__func__); }
