@@ -134,6 +134,29 @@ static void close_spans(struct rm_session *s, struct rm_session_ctx *c, int chan
 	pthread_mutex_unlock(&t->lock);
 }
 
+void rm_kernel_timing_synced(struct rm_session *s, CUstream st)
+{
+	struct rm_kernel_timers *t = s->cur ? s->cur->timers : NULL;
+	if (!t)
+		return;
+	uint64_t now = now_ns();
+	pthread_mutex_lock(&t->lock);
+	for (int i = 0; i < RING; i++) {
+		if (t->slot[i].stream != st || t->slot[i].chan != s->chan)
+			continue;
+		if (t->slot[i].state == SLOT_OPEN) {
+			rm_registry_add_gpu_time(s->slot, s->id, now - t->slot[i].open_ns);
+			t->slot[i].state = SLOT_FREE;
+			__atomic_sub_fetch(&t->open, 1, __ATOMIC_RELAXED);
+			__atomic_sub_fetch(&s->sh->open_spans, 1, __ATOMIC_RELAXED);
+		} else if (t->slot[i].state == SLOT_PENDING) {
+			add_time(s, t->slot[i].start, t->slot[i].end);
+			t->slot[i].state = SLOT_FREE;
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
 /* Context k of the session, or NULL past the last (contexts are appended, never moved). */
 static struct rm_session_ctx *ctx_at(struct rm_session *s, int k)
 {

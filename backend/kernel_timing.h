@@ -34,6 +34,11 @@ void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st);
 /* Closes the calling channel's open spans opened at least min_age_ns ago (records their
  * end events). */
 void rm_kernel_timing_close(struct rm_session *s, uint64_t min_age_ns);
+/* A synchronize of stream st by the calling channel has returned: its spans there have
+ * ended. An open one is counted from its start to now, host time (an upper bound, as a
+ * span is), with no end event recorded and nothing to read later; one already closed is
+ * read at once. Saves a launch followed by a synchronize two of its four event calls. */
+void rm_kernel_timing_synced(struct rm_session *s, CUstream st);
 /* Adds the time of every finished span of the session's contexts to its usage, asking only
  * about spans whose end was recorded RM_SPAN_READ_AGE_NS ago or more: the span a
  * synchronizing call just closed has not ended yet, and asking is a driver call the

@@ -565,7 +565,8 @@ static CUstream *gather_streams(struct rm_session *s, struct rm_session_ctx *onl
 	return st;
 }
 
-/* Waits for the streams gather_streams gives, holding no lock. */
+/* Waits for the streams gather_streams gives, holding no lock. Kernel timing learns of
+ * the current context's (rm_kernel_timing_synced). */
 static CUresult sync_streams(struct rm_session *s, struct rm_session_ctx *only)
 {
 	size_t n;
@@ -576,6 +577,8 @@ static CUresult sync_streams(struct rm_session *s, struct rm_session_ctx *only)
 	uint64_t part = rm_call_part_begin();
 	for (size_t i = 0; i < n; i++) {
 		CUresult r = rm_drv.cuStreamSynchronize(st[i]);
+		if (r == CUDA_SUCCESS && only && only == s->cur)
+			rm_kernel_timing_synced(s, st[i]);
 		if (first == CUDA_SUCCESS)
 			first = r;
 	}

@@ -5,6 +5,7 @@
  * streams (stream_order.c). */
 #include "dispatch.h"
 
+#include "kernel_timing.h"
 #include "stream_pool.h"
 
 /* Typed bodies of generated handlers (proto/api.spec, daemon_handlers.h); the handler
@@ -55,6 +56,15 @@ CUresult rm_body_cuStreamDestroy_v2(struct rm_session *s, CUstream hStream)
 	}
 	rm_stream_pool_give(hStream);
 	return CUDA_SUCCESS;
+}
+
+/* Its return tells kernel timing that the stream's spans have ended. */
+CUresult rm_body_cuStreamSynchronize(struct rm_session *s, CUstream hStream)
+{
+	CUresult r = rm_drv.cuStreamSynchronize(hStream);
+	if (r == CUDA_SUCCESS)
+		rm_kernel_timing_synced(s, hStream);
+	return r;
 }
 
 /* When the stream shares its hardware queue, the wait is done here, so that it holds up
