@@ -149,9 +149,6 @@ void rm_kernel_timing_synced(struct rm_session *s, CUstream st)
 			t->slot[i].state = SLOT_FREE;
 			__atomic_sub_fetch(&t->open, 1, __ATOMIC_RELAXED);
 			__atomic_sub_fetch(&s->sh->open_spans, 1, __ATOMIC_RELAXED);
-		} else if (t->slot[i].state == SLOT_PENDING) {
-			add_time(s, t->slot[i].start, t->slot[i].end);
-			t->slot[i].state = SLOT_FREE;
 		}
 	}
 	pthread_mutex_unlock(&t->lock);
@@ -164,6 +161,11 @@ static struct rm_session_ctx *ctx_at(struct rm_session *s, int k)
 	struct rm_session_ctx *c = k < s->sh->nctx ? &s->sh->ctxs[k] : NULL;
 	pthread_mutex_unlock(&s->sh->lock);
 	return c;
+}
+
+int rm_kernel_timing_open(struct rm_session *s)
+{
+	return __atomic_load_n(&s->sh->open_spans, __ATOMIC_RELAXED) > 0;
 }
 
 /* Called before every read that finds the link empty and around waited calls: with no

@@ -31,13 +31,16 @@ void rm_kernel_timing_enable(int on);
 void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st);
 #define RM_SPAN_EARLY_CLOSE_NS 200000u
 
+/* Whether any span of the session is open. */
+int rm_kernel_timing_open(struct rm_session *s);
 /* Closes the calling channel's open spans opened at least min_age_ns ago (records their
  * end events). */
 void rm_kernel_timing_close(struct rm_session *s, uint64_t min_age_ns);
-/* A synchronize of stream st by the calling channel has returned: its spans there have
- * ended. An open one is counted from its start to now, host time (an upper bound, as a
- * span is), with no end event recorded and nothing to read later; one already closed is
- * read at once. Saves a launch followed by a synchronize two of its four event calls. */
+/* A synchronize of stream st by the calling channel has returned: its open spans there
+ * have ended, and are counted from their start to now, host time (an upper bound, as a
+ * span is), with no end event recorded and nothing to read later. Saves a launch
+ * followed by a synchronize two of its four event calls. (A closed one is left to be
+ * read after the reply.) */
 void rm_kernel_timing_synced(struct rm_session *s, CUstream st);
 /* Adds the time of every finished span of the session's contexts to its usage, asking only
  * about spans whose end was recorded RM_SPAN_READ_AGE_NS ago or more: the span a
