@@ -79,7 +79,7 @@ def main():
         check(f"N={n} mean kernel / 1 client" in metrics, f"concurrency N={n} missing")
         check(f"N={n} mean client wall / 1 client" in metrics, f"concurrency N={n} client wall missing")
     targets = [f for f in figures if f["target"]]
-    check(any(f["ratio_of"].startswith("remote/(native+1.5") for f in targets), "launch+sync target missing")
+    check(any(f["ratio_of"].startswith("remote/(native+1 TCP RTT") for f in targets), "launch+sync target missing")
     check(any(f["section"] == "graph" and f["ratio_of"].startswith("remote/(native+1 native async")
               for f in targets), "graph launch target missing")
 
