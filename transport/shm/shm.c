@@ -266,7 +266,7 @@ static int map_peer_memfd(struct shm_conn *c, int memfd)
 	    (uint64_t)st.st_size > SHM_HEADER_LEN + 2ull * SHM_RING_MAX)
 		return -EPROTO;
 	size_t map_len = (size_t)st.st_size;
-	uint8_t *map = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	uint8_t *map = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, memfd, 0);
 	if (map == MAP_FAILED)
 		return -errno;
 	const volatile struct shm_layout *l = (const volatile struct shm_layout *)map;
@@ -708,7 +708,10 @@ static int make_rings(struct shm_conn *c)
 		close(memfd);
 		return err;
 	}
-	uint8_t *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	/* Populated: a ring's first lap would otherwise take a page fault (and a zeroed
+	 * page) every 4 KiB on each side: 4 KiB copies to the host in the first 4 MiB took
+	 * 22 us instead of 14 (H200). */
+	uint8_t *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, memfd, 0);
 	if (map == MAP_FAILED) {
 		int err = -errno;
 		close(memfd);
