@@ -231,22 +231,29 @@ static void fill(CUfunction f, CUstream s, CUdeviceptr p, unsigned v, int n)
 	CHECK(cuLaunchKernel(f, 4, 1, 1, 64, 1, 1, 0, s, params, NULL));
 }
 
-static int mode_hold(const char *image, size_t mib, int n)
+/* Loads image and fills n new pieces of mib MiB on a new stream, which it returns. */
+static CUstream fill_pieces(const char *image, size_t mib, int n)
 {
 	CUmodule mod;
 	CUfunction f;
 	CUstream s;
-	CUevent e;
 	open_device0();
 	CHECK(cuModuleLoad(&mod, image));
 	CHECK(cuModuleGetFunction(&f, mod, "fillU32"));
 	CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-	CHECK(cuEventCreate(&e, 0));
 	for (int i = 0; i < n; i++) {
 		CUdeviceptr p;
 		CHECK(cuMemAlloc(&p, mib * MIB));
 		fill(f, s, p, 0x5a5a5a5au, (int)(mib * MIB / 4));
 	}
+	return s;
+}
+
+static int mode_hold(const char *image, size_t mib, int n)
+{
+	CUevent e;
+	CUstream s = fill_pieces(image, mib, n);
+	CHECK(cuEventCreate(&e, 0));
 	CHECK(cuEventRecord(e, s));
 	CHECK(cuEventSynchronize(e));
 	printf("ready\n");
@@ -258,16 +265,7 @@ static int mode_hold(const char *image, size_t mib, int n)
 /* A stream in use: a fill on it, then a query of it every 20 ms until killed. */
 static int mode_active(const char *image)
 {
-	CUmodule mod;
-	CUfunction f;
-	CUstream s;
-	CUdeviceptr p;
-	open_device0();
-	CHECK(cuModuleLoad(&mod, image));
-	CHECK(cuModuleGetFunction(&f, mod, "fillU32"));
-	CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-	CHECK(cuMemAlloc(&p, MIB));
-	fill(f, s, p, 0x5a5a5a5au, (int)(MIB / 4));
+	CUstream s = fill_pieces(image, 1, 1);
 	CHECK(cuStreamSynchronize(s));
 	printf("ready\n");
 	fflush(stdout);
