@@ -1,8 +1,10 @@
 /* The transports there are, and what every transport shares. */
 #include "transport.h"
 
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int rm_transport_profiling;
@@ -17,6 +19,20 @@ static const struct rm_transport *const transports[] = {
 	&rm_transport_shm,
 #endif
 };
+
+#define SPIN_MIN_CPUS 4
+
+uint64_t rm_transport_spin_ns(const char *env, long default_us, long max_us)
+{
+	const char *v = getenv(env);
+	char *end;
+	cpu_set_t set;
+	long dflt = !sched_getaffinity(0, sizeof(set), &set) && CPU_COUNT(&set) >= SPIN_MIN_CPUS ? default_us : 0;
+	long us = v && *v ? strtol(v, &end, 10) : dflt;
+	if (v && *v && (*end || us < 0 || us > max_us))
+		us = dflt;
+	return (uint64_t)us * 1000u;
+}
 
 static __thread int why_err;
 static __thread char why_text[256];

@@ -148,6 +148,12 @@ struct rm_transport_tally {
 extern int rm_transport_profiling;
 extern __thread struct rm_transport_tally *rm_transport_thread_tally;
 
+/* How long a waiting side spins before it sleeps, from environment variable env (µs, 0 to
+ * max_us): by default default_us where this process may run on 4 or more CPUs, else 0 (with
+ * fewer, the spinner takes the CPU its peer needs to answer: on a loaded 2-CPU machine a
+ * 54 µs round trip over shared memory spinning against 11 µs sleeping). */
+uint64_t rm_transport_spin_ns(const char *env, long default_us, long max_us);
+
 /* Picks the transport for url ("tcp://host:port" or plain "host:port"; "unix:PATH" or
  * "unix://PATH" for shared memory) and points *addr at the part after the scheme. NULL
  * for an unknown scheme, or one this build lacks. */

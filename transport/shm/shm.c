@@ -150,21 +150,11 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* REMORA_SHM_SPIN_US: how long a waiting side spins before it sleeps (0 to 1000). By
- * default SHM_SPIN_US_DEFAULT where this process may run on SHM_SPIN_MIN_CPUS or more
- * CPUs, else 0: with fewer, the spinner takes the CPU its peer needs to answer (measured
- * on a loaded 2-CPU machine: a 54 us round trip spinning against 11 us sleeping). */
-#define SHM_SPIN_MIN_CPUS 4
+/* REMORA_SHM_SPIN_US: how long a waiting side spins before it sleeps (0 to 1000;
+ * rm_transport_spin_ns). */
 static uint64_t spin_ns_configured(void)
 {
-	const char *v = getenv("REMORA_SHM_SPIN_US");
-	char *end;
-	cpu_set_t set;
-	long dflt = !sched_getaffinity(0, sizeof(set), &set) && CPU_COUNT(&set) >= SHM_SPIN_MIN_CPUS ? SHM_SPIN_US_DEFAULT : 0;
-	long us = v && *v ? strtol(v, &end, 10) : dflt;
-	if (v && *v && (*end || us < 0 || us > SHM_SPIN_US_MAX))
-		us = dflt;
-	return (uint64_t)us * 1000u;
+	return rm_transport_spin_ns("REMORA_SHM_SPIN_US", SHM_SPIN_US_DEFAULT, SHM_SPIN_US_MAX);
 }
 
 /* REMORA_SHM_RING_KIB: each ring's size (a power of two, 64 KiB to 64 MiB). */
