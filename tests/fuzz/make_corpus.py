@@ -254,6 +254,30 @@ def base64_seeds():
     }
 
 
+def config_seeds():
+    """remorad configuration files: the documented keys and sections, and refusals."""
+    return {
+        'defaults': 'listen = tcp://0.0.0.0:7700\nallow_anonymous = yes\n',
+        'tenants': ('# two tenants\nclient_memory_limit = 8G\ntenant_memory_limit = 0\n'
+                    '[tenant research]\ntoken = "r-secret"\nmemory_limit = 40G\n'
+                    '[tenant lab.2]\ntoken = l-secret # a comment\nclient_memory_limit = 1G\n'),
+        'hashed': ('admin_token = pbkdf2-sha256$20000$xjfBnwXAdsT0+eQIxUFwhg==$'
+                   'GBMOEaY6NtKRlKN61orN9Bk5YB9SqUh8kwOg8I3k4PU=\n[tenant a]\ntoken = x\n'),
+        'everything': ('listen = unix:/run/remora.sock\nmax_clients_per_gpu = 16\nhardware_queues = 8\n'
+                       'queue_sharing = direct\nqueue_idle_after = 30\nmodule_loading = lazy\n'
+                       'tenant_isolation = shared\npeer_timeout = 60\nmax_channels = 4\n'
+                       'shared_pinned_limit = 1G\nkernel_timing = no\nhello_timeout = 3\n'
+                       'pool = http://etcd1:2379,https://etcd2:2379\nlease_ttl = 20\n'
+                       'metrics_listen = 127.0.0.1:9400\nshutdown_grace = 5\n'),
+        'refused-section': '[tenants x]\ntoken = y\n',
+        'refused-twice': 'hardware_queues = 4\nhardware_queues = 8\n',
+        'refused-shared-token': '[tenant a]\ntoken = t\n[tenant b]\ntoken = t\n',
+        'refused-range': 'queue_idle_after = 0\nlease_ttl = 99999\n',
+        'unterminated-quote': 'host_name = "gpu1\n',
+        'empty': '',
+    }
+
+
 def write(target, seeds):
     d = os.path.join(CORPUS, target)
     os.makedirs(d, exist_ok=True)
@@ -267,6 +291,7 @@ def main():
     write('frame', frame_seeds())
     write('etcd', etcd_seeds())
     write('base64', base64_seeds())
+    write('config', config_seeds())
     write('image', image_seeds(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, '..', '..', 'build')))
 
 
