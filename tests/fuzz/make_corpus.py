@@ -278,6 +278,23 @@ def config_seeds():
     }
 
 
+def status_seeds():
+    """StatusReply messages, behind the byte that picks JSON (odd) or the table (even)."""
+    usage = fv(1, 3) + fv(1, 5) + fv(2, 1) + fv(3, 4096) + fv(5, 1500000) + fv(7, 20)
+    gpu = fb(6, fv(1, 0) + fb(2, 'NVIDIA H100 80GB HBM3') + fb(3, 'GPU-da688053') + fv(4, 85 << 30) + fv(5, 80 << 30)
+             + fv(6, 2))
+    client = fb(7, fv(1, 7) + fb(2, 'research') + fb(3, 'python3') + fb(4, '10.0.0.5:41234') + fv(5, 4242)
+                + fv(6, 1) + fv(7, 1 << 30) + fv(8, 1795464000) + fb(9, usage) + fv(10, 8 << 30))
+    tenant = fb(9, fb(1, 'research') + fv(2, 1) + fv(3, 12) + fv(4, 1 << 30) + fb(6, usage))
+    finished = fb(10, fv(1, 3) + fb(2, 'anonymous') + fb(3, 'drv_spin') + fv(4, 99) + fv(5, 1795463000)
+                  + fv(6, 1795463100) + fb(7, usage))
+    reply = (fb(1, 'gpu-host-1') + fb(2, 'tcp://gpu-host-1:7700') + fv(3, 0) + fb(4, 'registered') + fv(5, 13000)
+             + gpu + client + fb(8, 'launch') + fb(8, 'copy') + tenant + finished)
+    odd = fb(1, 'h\x01"\\\x7f\xc3\xa9') + fb(7, fb(2, '\ttab') + fb(9, fv(1, 1) * 40)) + fv(3, 1)
+    return {'json': b'\x01' + reply, 'table': b'\x00' + reply, 'json-escapes': b'\x01' + odd,
+            'table-escapes': b'\x00' + odd, 'empty-json': b'\x01', 'empty-table': b'\x00'}
+
+
 def write(target, seeds):
     d = os.path.join(CORPUS, target)
     os.makedirs(d, exist_ok=True)
@@ -292,6 +309,7 @@ def main():
     write('etcd', etcd_seeds())
     write('base64', base64_seeds())
     write('config', config_seeds())
+    write('status', status_seeds())
     write('image', image_seeds(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, '..', '..', 'build')))
 
 
