@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "admin.h"
+#include "attach_keys.h"
 #include "auth.h"
 #include "handshakes.h"
 #include "link.h"
@@ -260,15 +261,18 @@ static int visible_devices(const Remora__Hello *h, struct rm_handoff *out, uint6
 	return 0;
 }
 
-/* A copy link's Attach: handed to the worker serving the session it names, which checks
- * its key and answers; anything else is refused here. */
+/* A copy link's Attach: checked here against the key made at the session's admission
+ * (attach_keys.h), then handed to the worker serving that session, which checks it
+ * again and answers; anything else is refused here, with one answer for a wrong key
+ * and an unknown session. */
 static void attach_link(struct rm_link *link, const struct rm_frame *f, struct greeting *g)
 {
 	const char *peer = rm_conn_peer(g->conn);
 	uint8_t msg[256];
 	Remora__Attach *a = NULL;
 	if (f->bulk_len || f->msg_len > sizeof(msg) || rm_link_read(link, msg, f->msg_len) ||
-	    !(a = remora__attach__unpack(NULL, f->msg_len, msg)) || a->key.len != 16 || link->rpos != link->rlen) {
+	    !(a = remora__attach__unpack(NULL, f->msg_len, msg)) || a->key.len != RM_ATTACH_KEY_LEN ||
+	    link->rpos != link->rlen) {
 		rm_log(RM_LOG_WARN, "client %s: malformed copy link attach; closing", peer);
 		goto out;
 	}
@@ -276,30 +280,30 @@ static void attach_link(struct rm_link *link, const struct rm_frame *f, struct g
 		goto out;
 	struct rm_handoff h = {.attach = 1, .channel = a->channel, .link_index = a->index, .session_id = a->session_id,
 			       .slot = -1};
-	memcpy(h.key, a->key.data, 16);
+	memcpy(h.key, a->key.data, RM_ATTACH_KEY_LEN);
 	pid_t pid = 0;
+	int slot = -1;
 	rm_registry_lock();
-	for (int i = 0; i < RM_MAX_CLIENTS && !pid; i++) {
+	for (int i = 0; i < RM_MAX_CLIENTS && slot < 0; i++) {
 		const struct rm_client_record *c = &rm_registry()->clients[i];
 		if (c->in_use && c->session_id == a->session_id)
-			pid = c->worker;
+			pid = c->worker, slot = i;
 	}
 	rm_registry_unlock();
-	int err = -ESRCH;
+	int key_ok = rm_attach_key_matches(slot, a->session_id, h.key); /* compared even for no slot */
+	int err = key_ok || slot < 0 ? -ESRCH : -EACCES; /* until a worker takes it */
 	pthread_mutex_lock(&workers_lock);
-	for (size_t i = 0; pid && i < sizeof(workers) / sizeof(workers[0]); i++)
+	for (size_t i = 0; key_ok && pid && i < sizeof(workers) / sizeof(workers[0]); i++)
 		if (workers[i].pid == pid)
 			err = workers_stopping ? -ESHUTDOWN : hand_over(&workers[i], g->conn, &h);
 	pthread_mutex_unlock(&workers_lock);
 	if (err) {
-		const char *why = err == -ESRCH ? "no such session"
+		const char *why = err == -ESRCH ? "no such session" : err == -EACCES ? "wrong key"
 				: err == -ESHUTDOWN ? "the daemon is stopping" : strerror(-err);
 		rm_log(RM_LOG_WARN, "client %s: copy link for session %llu refused (%s)", peer,
 		       (unsigned long long)a->session_id, why);
-		if (err == -ESRCH)
-			rm_auth_failed(g->conn, "an attach for a session that does not exist");
-		/* The answer a wrong key gets from the worker (worker.c): an unknown session and a
-		 * wrong key are not told apart. */
+		if (err == -ESRCH || err == -EACCES)
+			rm_auth_failed(g->conn, "an attach with a key of no session");
 		struct rm_frame rf = {.magic = RM_WIRE_MAGIC, .op = RM_OP_ATTACH, .seq = f->seq, .flags = RM_F_REPLY,
 				      .result = CUDA_ERROR_NOT_PERMITTED};
 		rm_link_send(link, &rf, NULL, NULL, 0);
@@ -411,8 +415,13 @@ static void *greet(void *arg)
 		h.tenant = t == &cfg->anonymous ? -1 : (int)(t - cfg->tenants);
 		snprintf(h.tenant_name, sizeof(h.tenant_name), "%s", t->name);
 		h.slot = rm_registry_admit(h.tenant, mask, cfg->max_clients_per_gpu, why, sizeof(why));
-		if (h.slot < 0)
+		if (h.slot < 0) {
 			r = CUDA_ERROR_DEVICE_UNAVAILABLE;
+		} else if ((err = rm_attach_key_issue(h.slot, rm_registry()->clients[h.slot].session_id, h.key))) {
+			snprintf(why, sizeof(why), "no attach key could be made: %s", strerror(-err));
+			r = CUDA_ERROR_OPERATING_SYSTEM;
+			rm_registry_leave(h.slot);
+		}
 	}
 	if (r != CUDA_SUCCESS) {
 		rm_log(RM_LOG_WARN, "client %s (%s, pid %u) refused: %s", peer, h.name, h.pid, why);

@@ -35,13 +35,13 @@ struct rm_handoff {
 	char name[64];
 	char tenant_name[64]; /* the tenant's name, as the accepting process knows it now */
 	/* A copy link (copy_links.h) or a client thread's channel (docs/protocol.md) instead
-	 * of a client: the session it is for, as the client presented it; the worker checks
-	 * the key. */
+	 * of a client: the session it is for, as the client presented it; the accepting
+	 * process has checked the key, the worker checks it again. */
 	int attach;
 	int channel;         /* a channel, numbered link_index; else a copy link */
 	uint32_t link_index;
 	uint64_t session_id;
-	uint8_t key[16];
+	uint8_t key[16];     /* an attach's key; for a client, its session's (attach_keys.h) */
 	/* What the transport hands over with the descriptor (transport.h export_fd). */
 	uint32_t transport_state_len;
 	uint8_t transport_state[RM_TRANSPORT_STATE_MAX];

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "call_profile.h"
 #include "copy_links.h"
@@ -29,8 +28,7 @@ struct rm_session *rm_session_new(struct rm_conn *conn, const struct rm_daemon_c
 {
 	struct rm_session *s = calloc(1, sizeof(*s));
 	struct rm_session_shared *sh = calloc(1, sizeof(*sh));
-	if (!s || !sh || getrandom(s->attach_key, sizeof(s->attach_key), 0) != (ssize_t)sizeof(s->attach_key) ||
-	    rm_link_init(&s->link, conn)) {
+	if (!s || !sh || rm_link_init(&s->link, conn)) {
 		free(sh);
 		free(s);
 		return NULL;
@@ -47,6 +45,7 @@ struct rm_session *rm_session_new(struct rm_conn *conn, const struct rm_daemon_c
 	pthread_mutex_init(&s->send_lock, NULL);
 	rm_staging_init(&s->staging, STAGING_SIZE);
 	s->slot = h->slot;
+	memcpy(s->attach_key, h->key, sizeof(s->attach_key)); /* made by the accepting process (attach_keys.h) */
 	s->id = rm_registry()->clients[h->slot].session_id;
 	s->tenant = h->tenant;
 	snprintf(s->tenant_name, sizeof(s->tenant_name), "%s", h->tenant_name);

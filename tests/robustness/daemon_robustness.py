@@ -164,6 +164,14 @@ def main():
         check(result not in (None, 0) and closed, f"an attach naming no session is refused ({result})")
         result, closed = attach(held, bytes(16))
         check(result == 800 and closed, f"an attach with a wrong key is refused: CUDA_ERROR_NOT_PERMITTED ({result})")
+        text = open(log_path).read()
+        check(f"copy link for session {held} refused (wrong key)" in text and
+              f"copy link for session {held + 1000} refused (no such session)" in text,
+              "the accepting process refuses a wrong key as it refuses an unknown session")
+        check(not re.search(rf"session {held} \(.*\): copy link \d+ refused", text),
+              "a wrong key never reaches the session's worker")
+        check(text.count("an attach with a key of no session") >= 2,
+              "a wrong key and an unknown session each count as a failed credential")
         result, closed = attach(held, bytes(3))
         check(result is None and closed, "a malformed attach is closed")
         check(holder.poll() is None, "the client it named is untouched")
