@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "driver_table.h"
+#include "log.h"
 #include "pool_member.h"
 #include "registry.h"
 #include "snapshot.h"
@@ -25,6 +27,28 @@ static void fill_usage(Remora__StatusReply__Usage *m, const struct rm_usage *u)
 	m->gpu_ns = u->gpu_ns;
 	m->peak_bytes = u->peak_mem_bytes;
 	m->queue_wait_ns = u->queue_wait_ns;
+}
+
+int rm_admin_status_view(struct rm_link *l, const struct rm_frame *f, const struct rm_daemon_config *cfg)
+{
+	uint8_t msg[512];
+	Remora__StatusRequest *req = NULL;
+	if (f->bulk_len || f->msg_len > sizeof(msg) || rm_link_read(l, msg, f->msg_len) ||
+	    !(req = remora__status_request__unpack(NULL, f->msg_len, msg)))
+		return RM_VIEW_MALFORMED;
+	int view;
+	char why[200];
+	if (rm_auth_admin(cfg, l->conn, req->credential.data, req->credential.len)) {
+		view = RM_VIEW_ALL;
+	} else {
+		const struct rm_tenant_config *t = rm_auth_tenant(cfg, l->conn, req->credential.data,
+								  req->credential.len, why, sizeof(why));
+		view = !t ? RM_VIEW_NONE : t == &cfg->anonymous ? -1 : (int)(t - cfg->tenants);
+		if (!t && !req->credential.len && !rm_conn_identity(l->conn)) /* else rm_auth_tenant logged it */
+			rm_log(RM_LOG_WARN, "client %s: status refused: %s", rm_conn_peer(l->conn), why);
+	}
+	remora__status_request__free_unpacked(req, NULL);
+	return view;
 }
 
 int rm_admin_refuse_status(struct rm_link *l, const struct rm_frame *f)

@@ -317,35 +317,16 @@ out:
  * acceptable credential is refused. */
 static void answer_status(struct rm_link *link, const struct rm_frame *f, struct greeting *g)
 {
-	uint8_t msg[512];
-	Remora__StatusRequest *req = NULL;
-	if (f->bulk_len || f->msg_len > sizeof(msg) || rm_link_read(link, msg, f->msg_len) ||
-	    !(req = remora__status_request__unpack(NULL, f->msg_len, msg))) {
-		if (!settle(g))
-			rm_log(RM_LOG_WARN, "client %s: malformed status request; closing", rm_conn_peer(g->conn));
-		goto out;
-	}
-	int view;
-	char why[200];
 	const struct rm_daemon_config *cfg = current_config(); /* one configuration for the whole request */
-	if (rm_auth_admin(cfg, g->conn, req->credential.data, req->credential.len)) {
-		view = RM_VIEW_ALL;
-	} else {
-		const struct rm_tenant_config *t = rm_auth_tenant(cfg, g->conn, req->credential.data,
-								  req->credential.len, why, sizeof(why));
-		view = !t ? -3 : t == &cfg->anonymous ? -1 : (int)(t - cfg->tenants);
-		if (!t && !req->credential.len && !rm_conn_identity(g->conn))
-			rm_log(RM_LOG_WARN, "client %s: status refused: %s", rm_conn_peer(g->conn), why);
-	}
+	int view = rm_admin_status_view(link, f, cfg);
 	if (settle(g))
-		goto out;
-	if (view == -3)
+		return;
+	if (view == RM_VIEW_MALFORMED)
+		rm_log(RM_LOG_WARN, "client %s: malformed status request; closing", rm_conn_peer(g->conn));
+	else if (view == RM_VIEW_NONE)
 		rm_admin_refuse_status(link, f);
 	else
 		rm_admin_answer_status(link, f, cfg, view);
-out:
-	if (req)
-		remora__status_request__free_unpacked(req, NULL);
 }
 
 static void *greet(void *arg)

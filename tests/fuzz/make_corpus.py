@@ -295,6 +295,20 @@ def status_seeds():
             'table-escapes': b'\x00' + odd, 'empty-json': b'\x01', 'empty-table': b'\x00'}
 
 
+def status_request_seeds():
+    """StatusRequest messages, behind the byte that picks the daemon (bit 0: anonymous
+    allowed) and the connection's certificate (bits 1-2: none, beta, ops, gamma)."""
+    seeds = {}
+    for name, cred in (('admin', b'admin-token'), ('tenant', b'alpha-token'), ('wrong', b'alpha-tokeN'),
+                       ('none', b''), ('long', b'x' * 300)):
+        for flags in range(8):
+            seeds[f'{name}-{flags}'] = bytes([flags]) + (fb(1, cred) if cred else b'')
+    seeds['unknown-field'] = b'\x01' + fv(2, 5) + fb(1, b'alpha-token')
+    seeds['truncated'] = b'\x00' + fb(1, b'admin-token')[:-3]
+    seeds['oversized'] = b'\x00' + fb(1, b'a' * 600)
+    return seeds
+
+
 def write(target, seeds):
     d = os.path.join(CORPUS, target)
     os.makedirs(d, exist_ok=True)
@@ -310,6 +324,7 @@ def main():
     write('base64', base64_seeds())
     write('config', config_seeds())
     write('status', status_seeds())
+    write('status_request', status_request_seeds())
     write('image', image_seeds(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, '..', '..', 'build')))
 
 
