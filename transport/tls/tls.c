@@ -43,7 +43,7 @@
 #define REC_CIPHER_MAX (REC_PLAIN_MAX + 256)      /* what a peer may send (RFC 8446 5.2) */
 #define REC_OUT (REC_HDR + REC_PLAIN_MAX + 1 + REC_TAG) /* the largest record we write */
 #define WBUF_RECORDS 4                            /* records gathered into one send */
-#define RBUF_CAP (4 * (REC_HDR + REC_CIPHER_MAX))  /* read ahead: several records a recv */
+#define RBUF_CAP (8 * (REC_HDR + REC_CIPHER_MAX))  /* read ahead: several records a recv */
 #define SECRET_MAX 48
 
 #ifndef SOL_TLS
@@ -81,7 +81,6 @@ struct tls_conn {
 	uint8_t *rbuf;
 	size_t rstart, rend;  /* raw bytes not yet taken as a record */
 	size_t pstart, pend;  /* the current record's data not yet given out */
-	size_t rnext;         /* where the record after the current one starts */
 	char identity[64];    /* the verified certificate's common name; "" for none */
 };
 
@@ -559,8 +558,11 @@ static int tls_sendv(struct rm_conn *conn, const struct iovec *iov, int iovcnt)
 	return 0;
 }
 
-/* Opens the record at rbuf[rstart] (all of it read): its data becomes [pstart, pend). */
-static int open_record(struct tls_conn *c, size_t clen)
+/* Opens the record at rbuf[rstart] (all of it read), decrypting it into out: clen -
+ * REC_TAG bytes of room, the record's own place in rbuf or a caller's buffer large
+ * enough, which then takes the bytes without a further copy. Returns the length of its
+ * data (0: an empty record), or -errno. */
+static ssize_t open_record(struct tls_conn *c, size_t clen, uint8_t *out)
 {
 	uint8_t *h = c->rbuf + c->rstart, *ct = h + REC_HDR, n12[12];
 	size_t plen = clen - REC_TAG;
@@ -568,35 +570,33 @@ static int open_record(struct tls_conn *c, size_t clen)
 	nonce(&c->rx, n12);
 	ok &= EVP_DecryptInit_ex(c->rx.ctx, NULL, NULL, NULL, n12) == 1;
 	ok &= EVP_DecryptUpdate(c->rx.ctx, NULL, &n, h, REC_HDR) == 1;
-	ok &= EVP_DecryptUpdate(c->rx.ctx, ct, &n, ct, (int)plen) == 1;
+	ok &= EVP_DecryptUpdate(c->rx.ctx, out, &n, ct, (int)plen) == 1;
 	ok &= EVP_CIPHER_CTX_ctrl(c->rx.ctx, EVP_CTRL_GCM_SET_TAG, REC_TAG, ct + plen) == 1;
-	ok = ok && EVP_DecryptFinal_ex(c->rx.ctx, ct + plen, &n) == 1;
+	ok = ok && EVP_DecryptFinal_ex(c->rx.ctx, out + plen, &n) == 1;
 	if (!ok) {
 		rm_transport_set_why(-EBADMSG, "TLS: a record failed authentication");
 		return -EBADMSG;
 	}
 	c->rx.seq++;
-	while (plen > 0 && ct[plen - 1] == 0) /* padding */
+	while (plen > 0 && out[plen - 1] == 0) /* padding */
 		plen--;
 	if (plen == 0) {
 		rm_transport_set_why(-EPROTO, "TLS: a record without a content type");
 		return -EPROTO;
 	}
-	uint8_t type = ct[--plen];
-	c->rnext = c->rstart + REC_HDR + clen;
+	uint8_t type = out[--plen];
+	c->rstart += REC_HDR + clen;
 	if (type == REC_TYPE_ALERT) {
-		int close_notify = plen == 2 && ct[1] == 0;
+		int close_notify = plen == 2 && out[1] == 0;
 		if (!close_notify)
-			rm_transport_set_why(-ECONNRESET, "TLS: the peer sent alert %d", plen == 2 ? ct[1] : -1);
+			rm_transport_set_why(-ECONNRESET, "TLS: the peer sent alert %d", plen == 2 ? out[1] : -1);
 		return -ECONNRESET;
 	}
 	if (type != REC_TYPE_DATA) {
 		rm_transport_set_why(-EPROTO, "TLS: the peer sent a record of type %u after the handshake", type);
 		return -EPROTO;
 	}
-	c->pstart = c->rstart + REC_HDR;
-	c->pend = c->pstart + plen;
-	return 0;
+	return (ssize_t)plen;
 }
 
 /* Decrypted or raw bytes already here, or the TCP connection has some (or has closed). */
@@ -624,13 +624,18 @@ static ssize_t tls_recv_some(struct rm_conn *conn, void *buf, size_t len)
 				return -EPROTO;
 			}
 			if (avail >= REC_HDR + clen) {
-				int err = open_record(c, clen);
-				if (err)
-					return err;
-				c->rstart = c->rnext;
-				if (c->pstart == c->pend) /* an empty record */
-					continue;
-				break;
+				/* Into the caller's buffer where all of it fits (bulk data: one copy
+				 * fewer), else in place, kept for the calls to come. */
+				size_t at = c->rstart + REC_HDR;
+				int direct = len >= clen - REC_TAG;
+				ssize_t plen = open_record(c, clen, direct ? (uint8_t *)buf : c->rbuf + at);
+				if (plen < 0)
+					return plen;
+				if (plen && direct)
+					return plen;
+				c->pstart = at;
+				c->pend = direct ? at : at + (size_t)plen;
+				continue; /* an empty record, or data now in rbuf */
 			}
 			if (c->rstart + REC_HDR + clen > RBUF_CAP) { /* make room for all of it */
 				memmove(c->rbuf, c->rbuf + c->rstart, avail);
