@@ -143,8 +143,12 @@ static void serve(struct rm_session *s)
 	for (;;) {
 		memset(&rq, 0, sizeof(rq));
 		/* The client's batch is done, or it waits: unless its next frame has come (a
-		 * synchronize would end the spans in host time, rm_kernel_timing_synced). */
-		if (!rm_link_buffered(&s->link) && rm_kernel_timing_open(s) && !rm_conn_readable(s->link.conn))
+		 * synchronize would end the spans in host time, rm_kernel_timing_synced). Never
+		 * on the callback channel, which launches nothing: the timers' lock may be held
+		 * by a thread whose driver call waits behind the host function whose answer this
+		 * thread is to read. */
+		if (!s->callbacks && !rm_link_buffered(&s->link) && rm_kernel_timing_open(s) &&
+		    !rm_conn_readable(s->link.conn))
 			rm_kernel_timing_close(s, 0);
 		uint64_t read_ns = profile ? rm_call_profile_now_ns() : 0;
 		int err = rm_link_read_frame(&s->link, &rq.frame);
