@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,9 @@
 #include "size.h"
 
 #define DEFAULT_LINKS 4
+/* Over TLS, where the process may use as many CPUs: each link's thread seals and opens
+ * its records, so encryption spreads over more cores (docs/performance.md). */
+#define DEFAULT_TLS_LINKS 8
 #define DEFAULT_STRIPE_MIN (16ull << 20) /* smaller copies: one connection */
 
 struct copy_link {
@@ -143,9 +147,14 @@ struct rm_copy_links *rm_copy_links_open(const struct rm_transport *tp, const ch
 	uint32_t want;
 	uint64_t stripe_min;
 	/* Both checked before the first connection (environment.h). */
-	if (rm_copy_links_parse_count(getenv("REMORA_COPY_LINKS"), &want) ||
+	const char *links = getenv("REMORA_COPY_LINKS");
+	if (rm_copy_links_parse_count(links, &want) ||
 	    rm_copy_links_parse_stripe_min(getenv("REMORA_STRIPE_MIN"), &stripe_min))
 		return NULL;
+	cpu_set_t cpus;
+	if ((!links || !*links) && !strcmp(tp->scheme, "tls") && !sched_getaffinity(0, sizeof(cpus), &cpus) &&
+	    CPU_COUNT(&cpus) >= DEFAULT_TLS_LINKS)
+		want = DEFAULT_TLS_LINKS;
 	if (keylen == 0 || want < 2)
 		return NULL; /* a daemon that offers no copy links, or none wanted */
 	struct rm_copy_links *cl = calloc(1, sizeof(*cl));
