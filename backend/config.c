@@ -29,6 +29,7 @@ void rm_config_defaults(struct rm_daemon_config *c)
 	c->hardware_queues = 32;
 	c->queue_sharing_wait = 1;
 	c->queue_idle_after = 10;
+	snprintf(c->gpu_sync, sizeof(c->gpu_sync), "auto");
 	snprintf(c->anonymous.name, sizeof(c->anonymous.name), "anonymous");
 	c->lease_ttl_s = 10;
 	c->hello_timeout_s = 5;
@@ -131,6 +132,10 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 		bad = strcmp(v, "wait") && strcmp(v, "direct");
 		if (!bad)
 			c->queue_sharing_wait = !strcmp(v, "wait");
+	} else if (!strcmp(key, "gpu_sync")) {
+		bad = strcmp(v, "auto") && strcmp(v, "spin") && strcmp(v, "yield") && strcmp(v, "block");
+		if (!bad)
+			snprintf(c->gpu_sync, sizeof(c->gpu_sync), "%s", v);
 	} else if (!strcmp(key, "queue_idle_after"))
 		bad = parse_int(v, 1, 3600, &c->queue_idle_after);
 	else if (!strcmp(key, "allow_anonymous"))

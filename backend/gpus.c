@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "driver_table.h"
 #include "image_cache.h"
@@ -16,6 +17,15 @@ static struct gpu {
 	int broken;
 } gpus[MAX_GPUS];
 static pthread_mutex_t gpus_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned int sync_flags = CU_CTX_SCHED_AUTO;
+
+void rm_gpu_set_sync(const char *mode)
+{
+	sync_flags = !strcmp(mode, "spin")    ? CU_CTX_SCHED_SPIN
+		     : !strcmp(mode, "yield") ? CU_CTX_SCHED_YIELD
+		     : !strcmp(mode, "block") ? CU_CTX_SCHED_BLOCKING_SYNC
+					      : CU_CTX_SCHED_AUTO;
+}
 
 /* Errors after which CUDA leaves a context unusable. */
 static int is_sticky(CUresult r)
@@ -57,6 +67,11 @@ CUresult rm_gpu_acquire(CUdevice dev, CUcontext *out)
 		}
 	}
 	if (r == CUDA_SUCCESS && !g->ctx) {
+		/* Before the context exists; refused (another process made it) it keeps its own. */
+		if (sync_flags != CU_CTX_SCHED_AUTO && rm_drv.cuDevicePrimaryCtxSetFlags_v2 &&
+		    rm_drv.cuDevicePrimaryCtxSetFlags_v2(dev, sync_flags) != CUDA_SUCCESS)
+			rm_log(RM_LOG_WARN, "GPU %d: the shared context keeps its scheduling flags (gpu_sync not applied)",
+			       dev);
 		r = rm_drv.cuDevicePrimaryCtxRetain(&g->ctx, dev);
 		if (is_sticky(r)) {
 			/* NVIDIA's driver keeps such errors for the life of the process: only a new

@@ -5,6 +5,10 @@
 
 #include <cuda.h>
 
+/* How the daemon's threads wait for the GPU in the driver, for contexts made from now
+ * on: the gpu_sync setting's value (auto, spin, yield, block). */
+void rm_gpu_set_sync(const char *mode);
+
 /* The shared context of dev for a new user. A context broken by a fault is
  * reset first once no session uses it; while sessions still do, new ones get
  * CUDA_ERROR_DEVICE_UNAVAILABLE. */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "gpus.h"
 #include "driver_table.h"
 #include "host_nvml.h"
 #include "log.h"
@@ -212,6 +213,7 @@ int main(int argc, char **argv)
 		snprintf(queues, sizeof(queues), "%d", cfg.hardware_queues);
 		setenv("CUDA_DEVICE_MAX_CONNECTIONS", queues, 1);
 		rm_stream_pool_configure(cfg.hardware_queues, cfg.queue_sharing_wait, cfg.queue_idle_after);
+		rm_gpu_set_sync(cfg.gpu_sync);
 		int count;
 		if (registry_fd < 0 || rm_registry_attach(registry_fd) || load_driver(&cfg, &count) < 0)
 			return 1;

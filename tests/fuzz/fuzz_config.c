@@ -36,6 +36,7 @@ static void check_loaded(const struct rm_daemon_config *c)
 	check_string(c->driver, sizeof(c->driver));
 	check_string(c->admin_token, sizeof(c->admin_token));
 	check_string(c->advertise, sizeof(c->advertise));
+	check_string(c->gpu_sync, sizeof(c->gpu_sync));
 	if (c->hardware_queues < 1 || c->hardware_queues > 32 || c->queue_idle_after < 1 ||
 	    c->queue_idle_after > 3600 || c->npool_endpoints < 0 || c->npool_endpoints > RM_CONFIG_MAX_ENDPOINTS)
 		abort();

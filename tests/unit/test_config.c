@@ -101,6 +101,9 @@ int main(void)
 	EXPECT(c.client_memory_limit == 1ull << 30 && c.tenants[1].client_memory_limit == 3ull << 30);
 	EXPECT(load("listen = [::1]:0\nadvertise = gpu07.example:7700\n", &c) == 0);
 	EXPECT(load("listen = 0.0.0.0:7700\n", &c) == 0);
+	EXPECT(!strcmp(c.gpu_sync, "auto"));
+	EXPECT(load("gpu_sync = block\n", &c) == 0 && !strcmp(c.gpu_sync, "block"));
+	EXPECT(load("gpu_sync = sleep\n", &c) == -1);
 #ifdef RM_HAVE_SHM
 	/* Shared memory for clients on this host: a socket path, or @NAME (abstract). */
 	EXPECT(load("listen = unix:/run/remora/remorad.sock\n", &c) == 0 && !strcmp(c.listen, "unix:/run/remora/remorad.sock"));
