@@ -43,6 +43,9 @@ struct share {
 	struct rm_request *reply_rq;
 	uint64_t reply_bulk;
 	struct rm_staging *staging;
+	/* Link 0 of a blocking copy in one piece: no event is recorded for its staging
+	 * buffer, since the stream is synchronized next (rm_copy_in). unrecorded: it was. */
+	int sync_after, unrecorded;
 	const struct rm_copy_profile *prof; /* link 0's, else an inactive one */
 	struct rm_time_tally *wait, *dma;   /* where its waits and copy calls are counted */
 };
@@ -61,9 +64,12 @@ static CUresult staging(struct share *sh, int b, void **buf)
 static CUresult piece_dma(struct share *sh, int b, void *buf, struct stripe_job *j, uint64_t off, size_t len)
 {
 	uint64_t mark = rm_copy_profile_mark(sh->prof);
+	sh->staging->idle[b] = 0;
 	CUresult r = j->to_host ? rm_drv.cuMemcpyDtoHAsync_v2(buf, j->dev + off, len, j->stream)
 				: rm_drv.cuMemcpyHtoDAsync_v2(j->dev + off, buf, len, j->stream);
-	if (r == CUDA_SUCCESS)
+	if (r == CUDA_SUCCESS && sh->sync_after)
+		sh->unrecorded = 1;
+	else if (r == CUDA_SUCCESS)
 		r = rm_drv.cuEventRecord(sh->staging->done[b], j->stream);
 	rm_copy_profile_add(sh->prof, sh->dma, mark);
 	return r;
@@ -291,7 +297,7 @@ static int links_ready(struct rm_session *s, struct rm_request *rq, uint32_t lin
 }
 
 CUresult rm_copy_in(struct rm_session *s, struct rm_request *rq, CUresult r, CUstream stream, uint64_t dst,
-		    uint64_t n, uint32_t links, struct rm_copy_profile *prof)
+		    uint64_t n, uint32_t links, int waited, struct rm_copy_profile *prof)
 {
 	if (!links_ready(s, rq, links))
 		return r;
@@ -310,12 +316,23 @@ CUresult rm_copy_in(struct rm_session *s, struct rm_request *rq, CUresult r, CUs
 					      .ctx = s->thread_ctx, .result = r};
 	if (staged != CUDA_SUCCESS && jobs[0].result == CUDA_SUCCESS)
 		jobs[0].result = staged;
+	sh0.sync_after = waited && links == 1 && n <= sh0.staging->size;
 	run_striped(s, &sh0, jobs, links);
 	for (uint32_t i = 0; i < links; i++) {
 		if (jobs[i].link_failed)
 			rq->fatal = 1;
 		if (r == CUDA_SUCCESS)
 			r = jobs[i].result;
+	}
+	/* An unrecorded piece is always waited for: its buffer is free only after. */
+	if ((waited && r == CUDA_SUCCESS && !rq->fatal) || sh0.unrecorded) {
+		uint64_t mark = rm_copy_profile_mark(prof);
+		CUresult synced = rm_drv.cuStreamSynchronize(stream);
+		rm_copy_profile_add(prof, &prof->wait, mark);
+		if (sh0.unrecorded)
+			rm_staging_idle(sh0.staging, 0);
+		if (r == CUDA_SUCCESS)
+			r = synced;
 	}
 	return r;
 }

@@ -24,10 +24,11 @@ struct rm_copy_profile;
 /* A host-to-device copy of n bytes over links links (1: the session's connection
  * alone) whose request rq was read: reads every link's share, copying it to dst on
  * stream unless r (the request's checks so far) failed, in which case the bytes are
- * read and dropped. Returns the copy's result; sets rq->fatal when the links are out
- * of step (the session must close). Link 0's waits and copies count in prof. */
+ * read and dropped; waited: then synchronizes stream (a blocking copy). Returns the
+ * copy's result; sets rq->fatal when the links are out of step (the session must
+ * close). Link 0's waits and copies count in prof. */
 CUresult rm_copy_in(struct rm_session *s, struct rm_request *rq, CUresult r, CUstream stream, uint64_t dst,
-		    uint64_t n, uint32_t links, struct rm_copy_profile *prof);
+		    uint64_t n, uint32_t links, int waited, struct rm_copy_profile *prof);
 /* A device-to-host copy: replies (or answers an error), then sends every link's share.
  * Any failure after the reply began sets rq->fatal. */
 void rm_copy_out(struct rm_session *s, struct rm_request *rq, CUstream stream, uint64_t src, uint64_t n,

@@ -94,14 +94,9 @@ static void copy_in(struct rm_session *s, struct rm_request *rq, int wait)
 	CUresult r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &stream);
 	if (r == CUDA_SUCCESS)
 		r = rm_session_check_range(s, req->dst, n);
-	r = rm_copy_in(s, rq, r, stream, req->dst, n, links, &prof);
+	r = rm_copy_in(s, rq, r, stream, req->dst, n, links, wait, &prof);
 	if (r == CUDA_SUCCESS)
 		rm_usage_add(&rm_registry()->clients[s->slot].usage.bytes_htod, n);
-	if (r == CUDA_SUCCESS && wait && !rq->fatal) {
-		uint64_t mark = rm_copy_profile_mark(&prof);
-		r = rm_drv.cuStreamSynchronize(stream);
-		rm_copy_profile_add(&prof, &prof.wait, mark);
-	}
 	if (!rq->fatal)
 		rm_request_finish(s, rq, r, NULL);
 	rm_copy_profile_end(&prof);

@@ -46,7 +46,7 @@ CUresult rm_staging_wait(struct rm_staging *st, int b, void **buf)
 	if (r != CUDA_SUCCESS)
 		return r;
 	*buf = st->buf[b];
-	return rm_drv.cuEventSynchronize(st->done[b]);
+	return st->idle[b] ? CUDA_SUCCESS : rm_drv.cuEventSynchronize(st->done[b]);
 }
 
 void rm_staging_close(struct rm_staging *st)

@@ -13,6 +13,7 @@ struct rm_staging {
 	size_t size; /* each buffer's bytes, set by rm_staging_init: never 0, open or not */
 	void *buf[RM_STAGING_BUFS];
 	CUevent done[RM_STAGING_BUFS];
+	int idle[RM_STAGING_BUFS]; /* its last copy's stream was synchronized since: done[b] is not waited for */
 	int open;
 };
 
@@ -24,6 +25,8 @@ void rm_staging_init(struct rm_staging *st, size_t size);
 CUresult rm_staging_open(struct rm_staging *st);
 /* Buffer b once the copy that used it last is done, opening the staging first if needed. */
 CUresult rm_staging_wait(struct rm_staging *st, int b, void **buf);
+/* Buffer b's last copy is known done: its stream was synchronized after it. */
+static inline void rm_staging_idle(struct rm_staging *st, int b) { st->idle[b] = st->open; }
 /* Waits for every copy through it and frees it; it may be opened again. */
 void rm_staging_close(struct rm_staging *st);
 
