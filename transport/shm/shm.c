@@ -19,7 +19,8 @@
  *
  * Waiting: a side that finds nothing to read (or no room to write) spins for up to spin_us
  * (REMORA_SHM_SPIN_US, default SHM_SPIN_US_DEFAULT on 4 or more CPUs; halved after each
- * spin in vain, down to an eighth, whole again after one answered), then sets its waiting flag and
+ * spin in vain, down to an eighth, whole again after one answered or a wait shorter than a
+ * whole spin), then sets its waiting flag and
  * sleeps in poll() on the socket; the other side, after publishing an index, sends one
  * byte if the flag was set. Within a process, one waiting thread polls the socket and
  * wakes the others (a sender and a receiver may wait at once). docs/protocol.md.
@@ -475,9 +476,8 @@ static int await(struct shm_conn *c, int tx, uint64_t *n)
 		return r;
 	if ((r = ring_check(c, tx, n)))
 		return r < 0 ? r : 0;
-	uint64_t spin = atomic_load_explicit(&c->spin_cur, memory_order_relaxed);
+	uint64_t spin = atomic_load_explicit(&c->spin_cur, memory_order_relaxed), t0 = spin ? mono_ns() : 0;
 	if (spin) {
-		uint64_t t0 = mono_ns();
 		do {
 			for (int i = 0; i < 32; i++)
 				cpu_relax();
@@ -511,6 +511,10 @@ static int await(struct shm_conn *c, int tx, uint64_t *n)
 	}
 	pthread_mutex_unlock(&c->lock);
 	atomic_store_explicit(flag, 0, memory_order_relaxed);
+	/* Slept for less than a whole spin: spinning whole would have caught it, and the
+	 * peer answers at that pace (a run of 20 us replies must not stay at an eighth). */
+	if (r > 0 && spin && mono_ns() - t0 < c->spin_ns)
+		atomic_store_explicit(&c->spin_cur, c->spin_ns, memory_order_relaxed);
 	return r < 0 ? r : 0;
 }
 

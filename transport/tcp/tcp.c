@@ -2,7 +2,8 @@
  *
  * A receive that finds nothing waiting asks again without blocking for up to spin_us
  * (REMORA_TCP_SPIN_US; TCP_SPIN_US_DEFAULT on 4 or more CPUs, else 0; halved after each
- * spin in vain, down to an eighth, whole again after one answered), then blocks: an
+ * spin in vain, down to an eighth, whole again after one answered or a wait shorter than a
+ * whole spin), then blocks: an
  * answer that comes within it costs no wake-up of a sleeping thread. */
 #include "transport.h"
 
@@ -321,8 +322,9 @@ static ssize_t spin_recv(struct tcp_conn *c, void *buf, size_t len, uint64_t spi
 static ssize_t tcp_recv_some(struct rm_conn *conn, void *buf, size_t len)
 {
 	struct tcp_conn *c = tcp(conn);
-	uint64_t spin = atomic_load_explicit(&c->spin_cur, memory_order_relaxed);
+	uint64_t spin = atomic_load_explicit(&c->spin_cur, memory_order_relaxed), t0 = 0;
 	if (spin && !rm_transport_profiling) {
+		t0 = mono_ns();
 		ssize_t r = spin_recv(c, buf, len, spin);
 		if (r)
 			return r;
@@ -330,6 +332,8 @@ static ssize_t tcp_recv_some(struct rm_conn *conn, void *buf, size_t len)
 	for (;;) {
 		ssize_t r = __builtin_expect(rm_transport_profiling, 0) ? profiled_recv(c->fd, buf, len, 0)
 								   : recv(c->fd, buf, len, 0);
+		if (r > 0 && t0 && mono_ns() - t0 < c->spin_ns) /* a whole spin would have caught it */
+			atomic_store_explicit(&c->spin_cur, c->spin_ns, memory_order_relaxed);
 		if (r > 0)
 			return r;
 		if (r == 0)
