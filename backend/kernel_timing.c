@@ -23,6 +23,8 @@ struct rm_kernel_timers {
 		uint64_t closed_ns; /* when its end was recorded */
 		int chan;           /* the channel that opened it */
 		int state;
+		int host_timed;     /* opened with no start event: a synchronize right behind its
+				     * launch is to end it (rm_kernel_timing_before_launch) */
 	} slot[RING];
 	int open; /* slots in SLOT_OPEN */
 };
@@ -81,7 +83,7 @@ static int free_slot_locked(struct rm_session *s, struct rm_kernel_timers *t)
 	return -1;
 }
 
-void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st)
+void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st, const struct rm_frame *launch, uint64_t v)
 {
 	struct rm_kernel_timers *t;
 	if (!enabled || !s->cur || !rm_drv.cuEventElapsedTime || rm_stream_pool_contended(st) ||
@@ -97,13 +99,16 @@ void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st)
 		pthread_mutex_unlock(&t->lock);
 		return;
 	}
-	if ((!t->slot[i].start && rm_drv.cuEventCreate(&t->slot[i].start, CU_EVENT_DEFAULT) != CUDA_SUCCESS) ||
-	    (!t->slot[i].end && rm_drv.cuEventCreate(&t->slot[i].end, CU_EVENT_DEFAULT) != CUDA_SUCCESS) ||
-	    rm_drv.cuEventRecord(t->slot[i].start, st) != CUDA_SUCCESS) {
+	int sync_follows = rm_session_sync_follows(s, launch, v);
+	if (!sync_follows &&
+	    ((!t->slot[i].start && rm_drv.cuEventCreate(&t->slot[i].start, CU_EVENT_DEFAULT) != CUDA_SUCCESS) ||
+	     (!t->slot[i].end && rm_drv.cuEventCreate(&t->slot[i].end, CU_EVENT_DEFAULT) != CUDA_SUCCESS) ||
+	     rm_drv.cuEventRecord(t->slot[i].start, st) != CUDA_SUCCESS)) {
 		pthread_mutex_unlock(&t->lock);
 		return;
 	}
 	t->slot[i].state = SLOT_OPEN;
+	t->slot[i].host_timed = sync_follows;
 	t->slot[i].stream = st;
 	t->slot[i].open_ns = now_ns();
 	t->slot[i].chan = s->chan;
@@ -113,7 +118,9 @@ void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st)
 }
 
 /* Closes the open spans of chan in context c (chan < 0: every channel's) opened at least
- * min_age_ns ago. */
+ * min_age_ns ago. A span with no start event is left open before a waited call (min_age_ns
+ * set: the synchronize behind its launch, which ends it) and otherwise (that synchronize
+ * failed, or the client went) counted in host time up to now. */
 static void close_spans(struct rm_session *s, struct rm_session_ctx *c, int chan, uint64_t min_age_ns)
 {
 	struct rm_kernel_timers *t = c->timers;
@@ -123,8 +130,15 @@ static void close_spans(struct rm_session *s, struct rm_session_ctx *c, int chan
 	pthread_mutex_lock(&t->lock);
 	for (int i = 0; t->open > 0 && i < RING; i++) {
 		if (t->slot[i].state != SLOT_OPEN || (chan >= 0 && t->slot[i].chan != chan) ||
-		    now - t->slot[i].open_ns < min_age_ns)
+		    now - t->slot[i].open_ns < min_age_ns || (t->slot[i].host_timed && min_age_ns))
 			continue;
+		if (t->slot[i].host_timed) {
+			rm_registry_add_gpu_time(s->slot, s->id, now_ns() - t->slot[i].open_ns);
+			t->slot[i].state = SLOT_FREE;
+			__atomic_sub_fetch(&t->open, 1, __ATOMIC_RELAXED);
+			__atomic_sub_fetch(&s->sh->open_spans, 1, __ATOMIC_RELAXED);
+			continue;
+		}
 		int recorded = rm_drv.cuEventRecord(t->slot[i].end, t->slot[i].stream) == CUDA_SUCCESS;
 		t->slot[i].state = recorded ? SLOT_PENDING : SLOT_FREE;
 		t->slot[i].closed_ns = now ? now : now_ns();

@@ -13,7 +13,8 @@
  * session's end), never waited
  * for. Launches go untimed where no slot is free, on a capturing stream, and on a stream
  * whose hardware queue other client streams share: there the end record, queued behind
- * the running kernel, would hold up their work (stream_pool.h). */
+ * the running kernel, would hold up their work (stream_pool.h). A span that a synchronize
+ * right behind its launch will end is timed on the host alone, with no event. */
 #ifndef REMORA_KERNEL_TIMING_H
 #define REMORA_KERNEL_TIMING_H
 
@@ -26,9 +27,14 @@ struct rm_session_ctx;
 
 /* Whether launches are timed (the configuration's kernel_timing; default on). */
 void rm_kernel_timing_enable(int on);
-/* Before a launch on stream st of the session's current context: opens a span on st
- * unless one of the calling channel's is open there. */
-void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st);
+/* Before the launch of frame launch on stream st (the client's stream value v) of the
+ * session's current context: opens a span on st unless one of the calling channel's is
+ * open there. Where the client's next frame is a synchronize of st
+ * (rm_session_sync_follows), which will end the span in host time
+ * (rm_kernel_timing_synced), the span records no start event: a launch followed by a
+ * synchronize makes no event call at all. */
+struct rm_frame;
+void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st, const struct rm_frame *launch, uint64_t v);
 #define RM_SPAN_EARLY_CLOSE_NS 200000u
 
 /* Whether any span of the session is open. */

@@ -160,7 +160,7 @@ static void launch(struct rm_session *s, struct rm_request *rq, int ex)
 		void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, req->params.data, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
 				 CU_LAUNCH_PARAM_END};
 		uint64_t part = rm_call_part_begin();
-		rm_kernel_timing_before_launch(s, cfg.hStream);
+		rm_kernel_timing_before_launch(s, cfg.hStream, &rq->frame, req->stream);
 		rm_call_part_end(RM_PART_KERNEL_TIMING, part);
 		part = rm_call_part_begin();
 		if (ex)

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api.pb-c.h"
+#include "api_ops.h"
 #include "call_profile.h"
 #include "copy_links.h"
 #include "driver_table.h"
@@ -410,6 +412,25 @@ CUresult rm_session_stream_submit(struct rm_session *s, uint64_t v, uint32_t fra
 	if (r == CUDA_SUCCESS && s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 && rm_capture_active(*out))
 		return CUDA_SUCCESS;
 	return r == CUDA_SUCCESS ? rm_stream_pool_before_submit(*out) : r;
+}
+
+int rm_session_sync_follows(struct rm_session *s, const struct rm_frame *launch, uint64_t v)
+{
+	struct rm_frame f;
+	const uint8_t *msg;
+	if (!rm_link_buffered(&s->link) || rm_link_peek_frame(&s->link, &f, &msg) || f.ctx != launch->ctx ||
+	    f.bulk_len || (f.flags & (RM_F_REPLY | RM_F_ASYNC)))
+		return 0;
+	if (f.op == RM_OP_cuCtxSynchronize || (f.op == RM_OP_cuCtxSynchronize_v2 && !f.msg_len))
+		return 1; /* the current context's: the client's every stream there */
+	if (f.op != RM_OP_cuStreamSynchronize || !msg)
+		return 0;
+	Remora__CuStreamSynchronizeReq *req = remora__cu_stream_synchronize__req__unpack(NULL, f.msg_len, msg);
+	if (!req)
+		return 0;
+	int same = req->hstream == v && (f.flags & RM_F_PER_THREAD) == (launch->flags & RM_F_PER_THREAD);
+	remora__cu_stream_synchronize__req__free_unpacked(req, NULL);
+	return same;
 }
 
 CUresult rm_session_check_span(struct rm_session *s, uint64_t ptr, uint64_t count, uint64_t unit)

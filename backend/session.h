@@ -208,6 +208,11 @@ CUresult rm_session_stream(struct rm_session *s, uint64_t v, uint32_t frame_flag
 /* rm_session_stream for a call that puts work on the stream: when another client's stream
  * on its hardware queue is in use, first waits for its unfinished work. */
 CUresult rm_session_stream_submit(struct rm_session *s, uint64_t v, uint32_t frame_flags, CUstream *out);
+/* Whether the client's next frame, already buffered behind the launch of frame launch on
+ * stream value v, is a synchronize that waits for that stream: cuCtxSynchronize of the
+ * same context, or cuStreamSynchronize naming the same stream. Only looks; consumes and
+ * orders nothing. (Kernel timing then needs no event, kernel_timing.h.) */
+int rm_session_sync_follows(struct rm_session *s, const struct rm_frame *launch, uint64_t v);
 /* Records that the client's new stream st was asked for as blocking (flags without
  * CU_STREAM_NON_BLOCKING), and forgets a destroyed one. */
 CUresult rm_stream_order_add(struct rm_session_ctx *c, CUstream st);

@@ -85,6 +85,18 @@ static void note_tls_peer(const uint8_t *hdr, int err)
 		rm_transport_set_why(err, "the server speaks TLS: use REMORA_SERVER=tls://HOST:PORT");
 }
 
+int rm_link_peek_frame(const struct rm_link *l, struct rm_frame *f, const uint8_t **msg)
+{
+	size_t avail = l->rlen - l->rpos;
+	*msg = NULL;
+	if (avail < RM_FRAME_LEN)
+		return -EAGAIN;
+	int err = rm_frame_decode(l->rbuf + l->rpos, f);
+	if (!err && f->msg_len <= avail - RM_FRAME_LEN)
+		*msg = l->rbuf + l->rpos + RM_FRAME_LEN;
+	return err;
+}
+
 int rm_link_read_frame(struct rm_link *l, struct rm_frame *f)
 {
 	uint8_t hdr[RM_FRAME_LEN] = {0};

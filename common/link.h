@@ -23,6 +23,10 @@ static inline int rm_link_buffered(const struct rm_link *l)
 {
 	return l->rpos < l->rlen;
 }
+/* The next frame's header and, where it is wholly buffered too, its msg (*msg; else
+ * NULL), from what the buffer already holds, consuming nothing: 0, or -EAGAIN where no
+ * whole header is buffered, -EPROTO for a malformed one. */
+int rm_link_peek_frame(const struct rm_link *l, struct rm_frame *f, const uint8_t **msg);
 /* Reads exactly len bytes (from the buffer first, large reads straight into buf). */
 int rm_link_read(struct rm_link *l, void *buf, size_t len);
 /* Reads and discards len bytes. */

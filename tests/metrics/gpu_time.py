@@ -2,10 +2,12 @@
 """Accounting of GPU time (backend/kernel_timing.c): kernel time, measured in spans of events
 on the daemon's streams, is in `remora status --json` once a client has left. One long kernel
 (drv_spin times it with its own events) is accounted at no less than half its own time and no
-more than the client's wall time; a client of thousands of launches and synchronizes is
-accounted with more than zero and no more than its wall time.
+more than the client's wall time; so is one long kernel launched right before a synchronize
+(drv_sleep: its span has no events, the synchronize ends it in host time); a client of
+thousands of launches and synchronizes is accounted with more than zero and no more than its
+wall time.
 
-usage: gpu_time.py REMORA REMORAD DRIVER DRV_SPIN IMAGE BENCH_WORKER BENCH_IMAGE
+usage: gpu_time.py REMORA REMORAD DRIVER DRV_SPIN IMAGE BENCH_WORKER BENCH_IMAGE DRV_SLEEP
 """
 import json
 import os
@@ -19,7 +21,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from verdict import check, failures  # noqa: E402
 from remorad_fixture import Daemon  # noqa: E402
 
-remora, remorad, driver, spin, image, worker, worker_image = sys.argv[1:8]
+remora, remorad, driver, spin, image, worker, worker_image, sleep = sys.argv[1:9]
+SLEEP_NS = 300_000_000
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("REMORA_")}
 
 
@@ -51,6 +54,11 @@ with tempfile.TemporaryDirectory() as tmp:
         g = gpu_seconds(d.server, "drv_spin")
         check(g is not None and 0.5 * kernel_s <= g <= wall,
               f"one kernel of {kernel_s:.3f} s in a client of {wall:.3f} s accounted as {g} s")
+        out, wall = run(d.server, sleep, image, str(SLEEP_NS))
+        g = gpu_seconds(d.server, "drv_sleep")
+        check(g is not None and 0.5 * SLEEP_NS / 1e9 <= g <= wall,
+              f"one kernel of {SLEEP_NS / 1e9:.3f} s, synchronized right after its launch, in a client of "
+              f"{wall:.3f} s accounted as {g} s")
         out, wall = run(d.server, worker, worker_image, "launch", "5000", "500")
         g = gpu_seconds(d.server, "bench_worker")
         check(g is not None and 0 < g <= wall, f"5500 launches in a client of {wall:.3f} s accounted as {g} s")
