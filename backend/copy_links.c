@@ -43,8 +43,9 @@ struct share {
 	struct rm_request *reply_rq;
 	uint64_t reply_bulk;
 	struct rm_staging *staging;
-	/* Link 0 of a blocking copy in one piece: no event is recorded for its staging
-	 * buffer, since the stream is synchronized next (rm_copy_in). unrecorded: it was. */
+	/* Link 0 of a copy in one piece that waits for its stream (a blocking one to the
+	 * device, any to the host): no event is recorded for its staging buffer, since the
+	 * stream is synchronized next (rm_copy_in, share_out). unrecorded: it was. */
 	int sync_after, unrecorded;
 	const struct rm_copy_profile *prof; /* link 0's, else an inactive one */
 	struct rm_time_tally *wait, *dma;   /* where its waits and copy calls are counted */
@@ -149,6 +150,14 @@ static void share_out(struct share *sh, struct stripe_job *j)
 		j->result = staging(sh, b, &buf[b]);
 		if (j->result == CUDA_SUCCESS)
 			j->result = piece_dma(sh, b, buf[b], j, off, len);
+	}
+	if (sh->unrecorded) { /* one piece: the stream's wait covers the work before it and the copy */
+		uint64_t mark = rm_copy_profile_mark(sh->prof);
+		CUresult synced = rm_drv.cuStreamSynchronize(j->stream);
+		rm_copy_profile_add(sh->prof, sh->wait, mark);
+		rm_staging_idle(sh->staging, 0);
+		if (j->result == CUDA_SUCCESS)
+			j->result = synced;
 	}
 	int begun = !sh->reply_rq; /* bytes of the share may have gone: an error can only close */
 	for (int b = 0; j->result == CUDA_SUCCESS && cursor_next(&send, j, sh->staging->size, &off, &len); b ^= 1) {
@@ -344,6 +353,14 @@ void rm_copy_out(struct rm_session *s, struct rm_request *rq, CUstream stream, u
 		return;
 	struct share sh0;
 	CUresult r = session_share(s, NULL, prof, &sh0);
+	/* The stream's earlier work is waited for first, so that its error is the answer
+	 * before any byte goes; a copy in one piece waits once, after it is queued. */
+	sh0.sync_after = links == 1 && n <= sh0.staging->size;
+	if (r == CUDA_SUCCESS && !sh0.sync_after) {
+		uint64_t mark = rm_copy_profile_mark(prof);
+		r = rm_drv.cuStreamSynchronize(stream);
+		rm_copy_profile_add(prof, &prof->wait, mark);
+	}
 	if (r != CUDA_SUCCESS) {
 		rm_request_finish(s, rq, r, NULL);
 		return;

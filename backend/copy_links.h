@@ -29,8 +29,9 @@ struct rm_copy_profile;
  * close). Link 0's waits and copies count in prof. */
 CUresult rm_copy_in(struct rm_session *s, struct rm_request *rq, CUresult r, CUstream stream, uint64_t dst,
 		    uint64_t n, uint32_t links, int waited, struct rm_copy_profile *prof);
-/* A device-to-host copy: replies (or answers an error), then sends every link's share.
- * Any failure after the reply began sets rq->fatal. */
+/* A device-to-host copy: waits for the stream's earlier work (its error is the answer),
+ * replies (or answers an error), then sends every link's share. Any failure after the
+ * reply began sets rq->fatal. */
 void rm_copy_out(struct rm_session *s, struct rm_request *rq, CUstream stream, uint64_t src, uint64_t n,
 		 uint32_t links, struct rm_copy_profile *prof);
 

@@ -113,8 +113,8 @@ void rm_handle_cuMemcpyHtoDAsync_v2(struct rm_session *s, struct rm_request *rq)
 	copy_in(s, rq, 0);
 }
 
-/* Device to host: earlier work of the stream is waited for first so its error
- * comes back as the result; then backend/copy_links.c sends the bytes. */
+/* Device to host: backend/copy_links.c waits for the stream's earlier work, so that its
+ * error comes back as the result, and sends the bytes. */
 static void copy_out(struct rm_session *s, struct rm_request *rq, int wait)
 {
 	Remora__MemcpyDtoH *req = (void *)rm_request_unpack(rq, &remora__memcpy_dto_h__descriptor);
@@ -133,10 +133,6 @@ static void copy_out(struct rm_session *s, struct rm_request *rq, int wait)
 	CUresult r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &stream);
 	if (r == CUDA_SUCCESS)
 		r = rm_session_check_range(s, req->src, n);
-	uint64_t mark = rm_copy_profile_mark(&prof);
-	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuStreamSynchronize(stream);
-	rm_copy_profile_add(&prof, &prof.wait, mark);
 	if (r == CUDA_SUCCESS) {
 		rm_copy_out(s, rq, stream, req->src, n, req->links > 1 ? req->links : 1, &prof);
 		if (!rq->fatal)
