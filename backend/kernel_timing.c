@@ -58,15 +58,21 @@ static int reap_locked(struct rm_session *s, struct rm_kernel_timers *t, int i)
 	if (r == CUDA_SUCCESS)
 		add_time(s, t->slot[i].start, t->slot[i].end);
 	t->slot[i].state = SLOT_FREE;
+	__atomic_sub_fetch(&s->sh->pending_spans, 1, __ATOMIC_RELAXED);
 	return 1;
 }
 
 static struct rm_kernel_timers *timers_of(struct rm_session *s, struct rm_session_ctx *c)
 {
+	struct rm_kernel_timers *t = __atomic_load_n(&c->timers, __ATOMIC_ACQUIRE);
+	if (t)
+		return t;
 	pthread_mutex_lock(&s->sh->lock);
-	if (!c->timers && (c->timers = calloc(1, sizeof(*c->timers))))
-		pthread_mutex_init(&c->timers->lock, NULL);
-	struct rm_kernel_timers *t = c->timers;
+	t = c->timers;
+	if (!t && (t = calloc(1, sizeof(*t)))) {
+		pthread_mutex_init(&t->lock, NULL);
+		__atomic_store_n(&c->timers, t, __ATOMIC_RELEASE); /* read without the lock (reap_all) */
+	}
 	pthread_mutex_unlock(&s->sh->lock);
 	return t;
 }
@@ -123,7 +129,7 @@ void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st, const str
  * failed, or the client went) counted in host time up to now. */
 static void close_spans(struct rm_session *s, struct rm_session_ctx *c, int chan, uint64_t min_age_ns)
 {
-	struct rm_kernel_timers *t = c->timers;
+	struct rm_kernel_timers *t = __atomic_load_n(&c->timers, __ATOMIC_ACQUIRE);
 	if (!t || !__atomic_load_n(&t->open, __ATOMIC_RELAXED))
 		return;
 	uint64_t now = min_age_ns ? now_ns() : 0;
@@ -141,6 +147,8 @@ static void close_spans(struct rm_session *s, struct rm_session_ctx *c, int chan
 		}
 		int recorded = rm_drv.cuEventRecord(t->slot[i].end, t->slot[i].stream) == CUDA_SUCCESS;
 		t->slot[i].state = recorded ? SLOT_PENDING : SLOT_FREE;
+		if (recorded)
+			__atomic_add_fetch(&s->sh->pending_spans, 1, __ATOMIC_RELAXED);
 		t->slot[i].closed_ns = now ? now : now_ns();
 		__atomic_sub_fetch(&t->open, 1, __ATOMIC_RELAXED);
 		__atomic_sub_fetch(&s->sh->open_spans, 1, __ATOMIC_RELAXED);
@@ -150,8 +158,8 @@ static void close_spans(struct rm_session *s, struct rm_session_ctx *c, int chan
 
 void rm_kernel_timing_synced(struct rm_session *s, CUstream st)
 {
-	struct rm_kernel_timers *t = s->cur ? s->cur->timers : NULL;
-	if (!t)
+	struct rm_kernel_timers *t = s->cur ? __atomic_load_n(&s->cur->timers, __ATOMIC_ACQUIRE) : NULL;
+	if (!t || !__atomic_load_n(&t->open, __ATOMIC_RELAXED))
 		return;
 	uint64_t now = now_ns();
 	pthread_mutex_lock(&t->lock);
@@ -171,10 +179,7 @@ void rm_kernel_timing_synced(struct rm_session *s, CUstream st)
 /* Context k of the session, or NULL past the last (contexts are appended, never moved). */
 static struct rm_session_ctx *ctx_at(struct rm_session *s, int k)
 {
-	pthread_mutex_lock(&s->sh->lock);
-	struct rm_session_ctx *c = k < s->sh->nctx ? &s->sh->ctxs[k] : NULL;
-	pthread_mutex_unlock(&s->sh->lock);
-	return c;
+	return k < __atomic_load_n(&s->sh->nctx, __ATOMIC_ACQUIRE) ? &s->sh->ctxs[k] : NULL;
 }
 
 int rm_kernel_timing_open(struct rm_session *s)
@@ -198,13 +203,13 @@ void rm_kernel_timing_close(struct rm_session *s, uint64_t min_age_ns)
  * question is a driver call): the number left unread. */
 static int reap_all(struct rm_session *s, uint64_t min_age_ns)
 {
+	if (!__atomic_load_n(&s->sh->pending_spans, __ATOMIC_RELAXED))
+		return 0; /* nothing to read (most synchronizing calls): no lock */
 	uint64_t now = min_age_ns ? now_ns() : 0;
 	struct rm_session_ctx *c;
 	int running = 0;
 	for (int k = 0; (c = ctx_at(s, k)); k++) {
-		pthread_mutex_lock(&s->sh->lock); /* timers_of sets it under this lock */
-		struct rm_kernel_timers *t = c->timers;
-		pthread_mutex_unlock(&s->sh->lock);
+		struct rm_kernel_timers *t = __atomic_load_n(&c->timers, __ATOMIC_ACQUIRE); /* set by timers_of */
 		if (!t)
 			continue;
 		pthread_mutex_lock(&t->lock);

@@ -562,11 +562,12 @@ CUresult rm_session_enter(struct rm_session *s, uint64_t ctx)
  * those it created, gathered under the locks into a new array (*n of them) so that they
  * are waited for without. A stream another thread destroys meanwhile went back to the
  * pool, not to the driver (stream_pool.h): waiting for it is harmless. NULL: no memory. */
-static CUstream *gather_streams(struct rm_session *s, struct rm_session_ctx *only, size_t *n)
+static CUstream *gather_streams(struct rm_session *s, struct rm_session_ctx *only, CUstream *small, size_t nsmall,
+				size_t *n)
 {
 	pthread_mutex_lock(&s->sh->lock);
 	size_t cap = s->sh->nstreams + (size_t)s->sh->nctx * (RM_MAX_CHANNELS + 2) + 1;
-	CUstream *st = malloc(cap * sizeof(*st));
+	CUstream *st = cap <= nsmall ? small : malloc(cap * sizeof(*st));
 	*n = 0;
 	for (int k = 0; st && k < s->sh->nctx; k++) {
 		struct rm_session_ctx *c = &s->sh->ctxs[k];
@@ -590,7 +591,8 @@ static CUstream *gather_streams(struct rm_session *s, struct rm_session_ctx *onl
 static CUresult sync_streams(struct rm_session *s, struct rm_session_ctx *only)
 {
 	size_t n;
-	CUstream *st = gather_streams(s, only, &n);
+	CUstream small[1024]; /* one context, its channels' streams and 765 more without malloc */
+	CUstream *st = gather_streams(s, only, small, sizeof(small) / sizeof(small[0]), &n);
 	if (!st)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	CUresult first = CUDA_SUCCESS;
@@ -603,7 +605,8 @@ static CUresult sync_streams(struct rm_session *s, struct rm_session_ctx *only)
 			first = r;
 	}
 	rm_call_part_end(RM_PART_DRIVER_SYNC, part);
-	free(st);
+	if (st != small)
+		free(st);
 	return first;
 }
 

@@ -103,6 +103,7 @@ struct rm_session_shared {
 	struct rm_session_ctx ctxs[RM_SESSION_MAX_CTX]; /* appended, never moved */
 	int nctx;
 	int open_spans; /* kernel-time spans open in all contexts (kernel_timing.c; atomic) */
+	int pending_spans; /* closed and not yet read, in all contexts (kernel_timing.c; atomic) */
 
 	/* The channels (worker.c): [0] the main connection's, [1 .. max_channels] threads'
 	 * channels, NULL where none. The session closes once the main connection ends,
