@@ -22,7 +22,8 @@ struct rm_call_profile {
 
 __thread struct rm_call_profile *rm_call_profile_thread;
 
-static const char *const part_names[RM_PARTS] = {"driver_launch", "kernel_timing", "driver_sync", "reply"};
+static const char *const part_names[RM_PARTS] = {"driver_launch", "kernel_timing",  "driver_sync",   "reply",
+						 "launch_stream", "before_handler", "after_handler"};
 static int mode = -1; /* -1 unread, 0 off, 1 on */
 
 uint64_t rm_call_profile_now_ns(void)

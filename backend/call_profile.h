@@ -3,9 +3,10 @@
  * REMORA_PROFILE=calls in remorad's environment (an item of its comma-separated list,
  * common/copy_profile.h) makes each session's thread tally, per opcode, the calls it ran
  * and the time inside their handlers, the time it waited for frames, and, inside a
- * kernel launch, the driver's cuLaunchKernel and the kernel-time events
- * (kernel_timing.h), in a context or stream synchronize the driver's stream waits, and
- * the sending of replies. When the session ends it logs, at info level:
+ * kernel launch, the driver's cuLaunchKernel, the kernel-time events
+ * (kernel_timing.h) and the launch's stream, in a context or stream synchronize the
+ * driver's stream waits, the sending of replies, and what every call does around its
+ * handler (enum rm_call_part). When the session ends it logs, at info level:
  *
  *   remora-profile side=daemon session=N wall_ms=... calls=... in_calls_ms=... reading_ms=...
  *   remora-profile side=daemon session=N op=cuLaunchKernel calls=... mean_us=... total_ms=...
@@ -20,8 +21,20 @@
 
 struct rm_call_profile;
 
-/* The parts of a call timed separately. */
-enum rm_call_part { RM_PART_DRIVER_LAUNCH, RM_PART_KERNEL_TIMING, RM_PART_DRIVER_SYNC, RM_PART_REPLY, RM_PARTS };
+/* The parts of a call timed separately: the driver's launch, kernel-time events, the
+ * driver's stream waits, sending the reply, a launch's stream (rm_session_stream_submit),
+ * what every call does around its handler before it (spans' early close, liveness,
+ * entering the context) and after it (spans' close, accounting, progress). */
+enum rm_call_part {
+	RM_PART_DRIVER_LAUNCH,
+	RM_PART_KERNEL_TIMING,
+	RM_PART_DRIVER_SYNC,
+	RM_PART_REPLY,
+	RM_PART_LAUNCH_STREAM,
+	RM_PART_BEFORE_HANDLER,
+	RM_PART_AFTER_HANDLER,
+	RM_PARTS
+};
 
 /* The calling thread's profile (a session's thread), or NULL when profiling is off. */
 struct rm_call_profile *rm_call_profile_begin(void);

@@ -127,8 +127,10 @@ static CUresult launch_config(struct rm_session *s, struct rm_request *rq, const
 			      CUlaunchConfig *cfg, void **func)
 {
 	CUresult r = rm_session_use(s, RM_H_FUNCTION, req->func, func);
+	uint64_t part = rm_call_part_begin();
 	if (r == CUDA_SUCCESS)
 		r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &cfg->hStream);
+	rm_call_part_end(RM_PART_LAUNCH_STREAM, part);
 	if (r == CUDA_SUCCESS && req->attrs.len % sizeof(CUlaunchAttribute))
 		r = CUDA_ERROR_INVALID_VALUE;
 	cfg->gridDimX = req->grid_x;

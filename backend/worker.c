@@ -232,15 +232,18 @@ static void serve(struct rm_session *s)
 			rm_kernel_timing_close(s, RM_SPAN_EARLY_CLOSE_NS);
 		rm_liveness_call_begin(s);
 		CUresult r = rm_session_enter(s, rq.frame.ctx);
+		rm_call_part_end(RM_PART_BEFORE_HANDLER, call_ns);
 		if (r != CUDA_SUCCESS)
 			rm_request_finish(s, &rq, r, NULL);
 		else
 			handler(s, &rq);
+		uint64_t after_ns = rm_call_part_begin();
 		rm_liveness_call_end(s);
 		if (waits) /* replied: the young spans' ends, off the client's path */
 			rm_kernel_timing_close(s, 0);
 		account(s, &rq);
 		rm_session_progress(s, rq.frame.seq);
+		rm_call_part_end(RM_PART_AFTER_HANDLER, after_ns);
 		rm_call_profile_call(profile, rq.frame.op, call_ns);
 		if (rq.fatal) {
 			rm_log(RM_LOG_WARN, "session %llu (%s): protocol error in %s; closing", (unsigned long long)s->id,
