@@ -167,7 +167,7 @@ void rm_kernel_timing_synced(struct rm_session *s, CUstream st)
 		if (t->slot[i].stream != st || t->slot[i].chan != s->chan)
 			continue;
 		if (t->slot[i].state == SLOT_OPEN) {
-			rm_registry_add_gpu_time(s->slot, s->id, now - t->slot[i].open_ns);
+			s->synced_gpu_ns += now - t->slot[i].open_ns; /* the registry's lock after the reply */
 			t->slot[i].state = SLOT_FREE;
 			__atomic_sub_fetch(&t->open, 1, __ATOMIC_RELAXED);
 			__atomic_sub_fetch(&s->sh->open_spans, 1, __ATOMIC_RELAXED);
@@ -219,6 +219,14 @@ static int reap_all(struct rm_session *s, uint64_t min_age_ns)
 		pthread_mutex_unlock(&t->lock);
 	}
 	return running;
+}
+
+void rm_kernel_timing_post(struct rm_session *s)
+{
+	if (!s->synced_gpu_ns)
+		return;
+	rm_registry_add_gpu_time(s->slot, s->id, s->synced_gpu_ns);
+	s->synced_gpu_ns = 0;
 }
 
 void rm_kernel_timing_collect(struct rm_session *s)

@@ -146,6 +146,8 @@ struct rm_session {
 				    * (liveness.c; set and read by the heartbeat thread) */
 	struct rm_session_shared *sh;
 	uint64_t done_seq;         /* the seq of its last finished request (atomic; fences) */
+	uint64_t synced_gpu_ns;    /* kernel time its synchronizes ended, for the registry once
+				    * the call has replied (kernel_timing.c, worker.c) */
 	struct rm_link link;
 	char peer[64];
 	char name[64];

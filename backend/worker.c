@@ -130,6 +130,7 @@ static void account(struct rm_session *s, const struct rm_request *rq)
 		rm_usage_add(&u->queue_wait_ns, waited);
 	if (rq->replied && rq->result != CUDA_SUCCESS)
 		rm_usage_add(&u->errors, 1);
+	rm_kernel_timing_post(s);
 	if (kind == RM_CALL_SYNC)
 		rm_kernel_timing_collect(s);
 }

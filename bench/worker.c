@@ -22,6 +22,10 @@
  *                                 <<<1,1>>> spinFma with events (ms), and the
  *                                 wall time from the start to the end of the
  *                                 stop event's synchronize (ms)
+ *   launch_streams N              N times launch + synchronize, then N async launches,
+ *                                 on the legacy stream and on a created non-blocking one
+ *                                 (as remorad's stream pool), each synchronized with
+ *                                 cuCtxSynchronize and with cuStreamSynchronize (µs each)
  *   latency N                     the latency client: set up and wait as spin does,
  *                                 then N times launch + cuCtxSynchronize, each timed:
  *                                 the median and the 99th percentile (µs)
@@ -132,6 +136,37 @@ static void run_launch(CUmodule module, long long async_n, long long sync_n)
 		CHECK(cuCtxSynchronize());
 	}
 	printf("launch_sync_us=%.4f\n", (now_us() - t) / (double)sync_n);
+}
+
+/* Launch + synchronize as the program asks for it (the legacy stream, cuCtxSynchronize)
+ * and as remorad does it for the program (a created non-blocking stream of its pool,
+ * cuStreamSynchronize): what the driver itself charges for each, with no Remora between. */
+static void run_launch_streams(CUmodule module, long long n)
+{
+	CUfunction empty;
+	CUstream pool_like;
+	CHECK(cuModuleGetFunction(&empty, module, "emptyKernel"));
+	CHECK(cuStreamCreateWithPriority(&pool_like, CU_STREAM_NON_BLOCKING, 0));
+	static const char *const names[] = {"legacy_ctxsync", "legacy_streamsync", "created_ctxsync", "created_streamsync"};
+	for (int round = 0; round < 2; round++) /* the first round warms up */
+		for (int form = 0; form < 4; form++) {
+			CUstream st = form < 2 ? NULL : pool_like;
+			int ctx_sync = form % 2 == 0;
+			double t = now_us();
+			for (long long i = 0; i < n; i++) {
+				CHECK(cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, st, NULL, NULL));
+				CHECK(ctx_sync ? cuCtxSynchronize() : cuStreamSynchronize(st));
+			}
+			double pair = (now_us() - t) / (double)n;
+			t = now_us();
+			for (long long i = 0; i < n; i++)
+				CHECK(cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, st, NULL, NULL));
+			double launch = (now_us() - t) / (double)n;
+			CHECK(cuCtxSynchronize());
+			if (round)
+				printf("launch_sync.%s.us=%.4f\nasync_launch.%s.us=%.4f\n", names[form], pair, names[form], launch);
+		}
+	CHECK(cuStreamDestroy(pool_like));
 }
 
 /* Enough repetitions of one copy to be stable: about 1 GiB moved, 3 .. 1000 times. */
@@ -377,7 +412,7 @@ static void run_graph(CUmodule module, long long nodes, long long launches)
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: bench_worker IMAGE info|launch|memcpy|memset|event|graph|spin|latency [ARGS]\n");
+		fprintf(stderr, "usage: bench_worker IMAGE info|launch|launch_streams|memcpy|memset|event|graph|spin|latency [ARGS]\n");
 		return 2;
 	}
 	const char *section = argv[2];
@@ -399,6 +434,8 @@ int main(int argc, char **argv)
 		run_graph(module, parse_count(argv[3]), parse_count(argv[4]));
 	else if (!strcmp(section, "spin") && argc == 4)
 		run_spin(module, parse_count(argv[3]));
+	else if (!strcmp(section, "launch_streams") && argc == 4)
+		run_launch_streams(module, parse_count(argv[3]));
 	else if (!strcmp(section, "latency") && argc == 4)
 		run_latency(module, parse_count(argv[3]));
 	else {
