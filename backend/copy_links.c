@@ -317,6 +317,23 @@ CUresult rm_copy_in(struct rm_session *s, struct rm_request *rq, CUresult r, CUs
 		rq->fatal = 1;
 		return r;
 	}
+	if (waited && links == 1 && n <= RM_SMALL_HTOD) {
+		if (rm_link_read(&s->link, s->small_in, n)) {
+			rq->fatal = 1;
+			return r;
+		}
+		rq->bulk_left -= n; /* == n: checked above */
+		prof->host = "pageable";
+		uint64_t mark = rm_copy_profile_mark(prof);
+		if (r == CUDA_SUCCESS)
+			r = rm_drv.cuMemcpyHtoDAsync_v2(dst, s->small_in, n, stream);
+		rm_copy_profile_add(prof, &prof->dma, mark);
+		mark = rm_copy_profile_mark(prof);
+		if (r == CUDA_SUCCESS)
+			r = rm_drv.cuStreamSynchronize(stream);
+		rm_copy_profile_add(prof, &prof->wait, mark);
+		return r;
+	}
 	struct share sh0;
 	CUresult staged = session_share(s, rq, prof, &sh0);
 	struct stripe_job jobs[RM_MAX_COPY_LINKS];

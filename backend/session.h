@@ -177,6 +177,7 @@ struct rm_session {
 	uint32_t heartbeat_ms;
 
 	struct rm_staging staging; /* copies over the channel's own connection */
+	uint8_t small_in[RM_SMALL_HTOD]; /* a small blocking copy's bytes (rm_copy_in): pageable */
 };
 
 /* A session for a client the accepting process admitted (handoff h). */
