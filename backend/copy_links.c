@@ -306,7 +306,7 @@ static int links_ready(struct rm_session *s, struct rm_request *rq, uint32_t lin
 }
 
 CUresult rm_copy_in(struct rm_session *s, struct rm_request *rq, CUresult r, CUstream stream, uint64_t dst,
-		    uint64_t n, uint32_t links, int waited, struct rm_copy_profile *prof)
+		    uint64_t n, uint32_t links, int waited, int pageable, struct rm_copy_profile *prof)
 {
 	if (!links_ready(s, rq, links))
 		return r;
@@ -323,15 +323,16 @@ CUresult rm_copy_in(struct rm_session *s, struct rm_request *rq, CUresult r, CUs
 			return r;
 		}
 		rq->bulk_left -= n; /* == n: checked above */
-		prof->host = "pageable";
+		prof->host = "small";
 		uint64_t mark = rm_copy_profile_mark(prof);
 		if (r == CUDA_SUCCESS)
 			r = rm_drv.cuMemcpyHtoDAsync_v2(dst, s->small_in, n, stream);
 		rm_copy_profile_add(prof, &prof->dma, mark);
-		mark = rm_copy_profile_mark(prof);
-		if (r == CUDA_SUCCESS)
+		if (r == CUDA_SUCCESS && !pageable) {
+			mark = rm_copy_profile_mark(prof);
 			r = rm_drv.cuStreamSynchronize(stream);
-		rm_copy_profile_add(prof, &prof->wait, mark);
+			rm_copy_profile_add(prof, &prof->wait, mark);
+		}
 		return r;
 	}
 	struct share sh0;

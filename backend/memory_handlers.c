@@ -94,7 +94,7 @@ static void copy_in(struct rm_session *s, struct rm_request *rq, int wait)
 	CUresult r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &stream);
 	if (r == CUDA_SUCCESS)
 		r = rm_session_check_range(s, req->dst, n);
-	r = rm_copy_in(s, rq, r, stream, req->dst, n, links, wait, &prof);
+	r = rm_copy_in(s, rq, r, stream, req->dst, n, links, wait, req->pageable, &prof);
 	if (r == CUDA_SUCCESS)
 		rm_usage_add(&rm_registry()->clients[s->slot].usage.bytes_htod, n);
 	if (!rq->fatal)

@@ -216,6 +216,9 @@ static CUresult copy_to_device(uint32_t op, CUdeviceptr dst, const void *src, si
 	Remora__MemcpyHtoD req = REMORA__MEMCPY_HTO_D__INIT;
 	req.dst = dst;
 	req.stream = (uint64_t)(uintptr_t)stream;
+	/* CUDA lets a blocking copy from pageable memory return once the bytes are staged; from
+	 * page-locked memory (allocated or registered) only once they are on the device. */
+	req.pageable = op == RM_OP_cuMemcpyHtoD_v2 && !rm_host_alloc_find(src, NULL, NULL, NULL);
 	struct iovec data[RM_STRIPE_MAX_CHUNKS_PER_LINK + 1]; /* filled as far as used: no memset per copy */
 	data[0] = (struct iovec){(void *)src, n};
 	struct rm_rpc_call c = {.op = op, .req = &req.base, .bulk_out = data, .nbulk_out = 1};

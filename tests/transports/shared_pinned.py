@@ -44,7 +44,7 @@ class Daemon:
         with open(conf, "w") as f:
             f.write("allow_anonymous = yes\n" + config)
         env = {k: v for k, v in os.environ.items() if not k.startswith("REMORA_")}
-        env.update(REMORA_LOG="info", REMORA_PROFILE="copies:4K")
+        env.update(REMORA_LOG="info", REMORA_PROFILE="copies:1K")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen([remorad, "--config", conf, "--listen", listen, "--driver", driver,
                                       "--ready-file", ready], stderr=self.log, env=env)
@@ -96,9 +96,14 @@ def scenario_shm(tmp):
         for op in ("cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2"):
             sizes = {int(n) for o, n in shared if o == op}
             check({65536, 1052684, 8388608, 34603108} <= sizes, f"{op} went by shared memory at every size")
-        # As bytes: through the session's small pageable buffer (a blocking copy up to 16 KiB) or staging.
-        check(("cuMemcpyHtoD_v2", "4096") in profiles(d, "pageable") + profiles(d, "staging"),
+        # As bytes: through the session's small buffer (a blocking copy up to 16 KiB) or staging.
+        check(("cuMemcpyHtoD_v2", "4096") in profiles(d, "small") + profiles(d, "staging"),
               "a 4 KiB pinned allocation's copies went as bytes")
+        # A small blocking copy waits for the device when its source is page-locked, as in CUDA,
+        # and not when it is pageable (the part copied from pageable memory).
+        small = re.findall(r"side=daemon op=cuMemcpyHtoD_v2 host=small bytes=(\d+) .* wait_calls=(\d+)", d.text())
+        check(("4096", "1") in small, f"a small copy from pinned memory waited for the device: {small[:6]}")
+        check(any(w == "0" for _, w in small), f"a small copy from pageable memory did not: {small[:6]}")
         m = closed_line(d)
         check(m and m.group(1) == "0", "cuMemFreeHost unshared every region before the session closed")
     finally:
