@@ -124,6 +124,18 @@ def request_seeds():
            fb(10, struct.pack('<Q', 8)))
     seeds['kernel-fault-then-close'] = s.data
 
+    # Launches each followed at once by a synchronize of its stream (the span with no start
+    # event, rm_session_sync_follows): a created stream and cuStreamSynchronize, the legacy
+    # stream and cuCtxSynchronize. Handles: 0 context, 1 memory, 2 module, 3 function, 4 stream.
+    s = context(Session()).call('cuMemAlloc_v2', fv(1, 4096)).call('cuModuleLoadData', fv(1, 2), bulk=PTX)
+    s.call('cuModuleGetFunction', fv(1, alias(2)) + fb(2, 'vecAdd')).call('cuStreamCreate', fv(1, 1))
+    launch = fv(1, alias(3)) + fv(2, 1) + fv(3, 1) + fv(4, 1) + fv(5, 16) + fv(6, 1) + fv(7, 1)
+    params = fb(10, struct.pack('<QQQI', alias(1), alias(1, 256), alias(1, 512), 16))
+    s.call('cuLaunchKernel', launch + fv(9, alias(4)) + params).call('cuStreamSynchronize', fv(1, alias(4)))
+    s.call('cuLaunchKernel', launch + params).call('cuCtxSynchronize')
+    s.call('cuLaunchKernel', launch + fv(9, alias(4)) + params).call('cuStreamSynchronize', fv(1, 0))
+    seeds['launch-then-sync'] = s.data
+
     s = context(Session()).call('cuMemGetInfo_v2').call('cuDeviceGetName', fv(1, 64) + fv(2, 64) + fv(3, 0))
     s.call('cuDeviceGetCount')
     seeds['queries'] = s.data
