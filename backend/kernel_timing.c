@@ -26,7 +26,8 @@ struct rm_kernel_timers {
 		int host_timed;     /* opened with no start event: a synchronize right behind its
 				     * launch is to end it (rm_kernel_timing_before_launch) */
 	} slot[RING];
-	int open; /* slots in SLOT_OPEN */
+	int open;      /* slots in SLOT_OPEN */
+	int open_host; /* of which host-timed (no start event): an early close skips them */
 };
 
 static int enabled = 1;
@@ -115,6 +116,7 @@ void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st, const str
 	}
 	t->slot[i].state = SLOT_OPEN;
 	t->slot[i].host_timed = sync_follows;
+	t->open_host += sync_follows;
 	t->slot[i].stream = st;
 	t->slot[i].open_ns = now_ns();
 	t->slot[i].chan = s->chan;
@@ -130,8 +132,9 @@ void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st, const str
 static void close_spans(struct rm_session *s, struct rm_session_ctx *c, int chan, uint64_t min_age_ns)
 {
 	struct rm_kernel_timers *t = __atomic_load_n(&c->timers, __ATOMIC_ACQUIRE);
-	if (!t || !__atomic_load_n(&t->open, __ATOMIC_RELAXED))
-		return;
+	if (!t || !__atomic_load_n(&t->open, __ATOMIC_RELAXED) ||
+	    (min_age_ns && __atomic_load_n(&t->open, __ATOMIC_RELAXED) == __atomic_load_n(&t->open_host, __ATOMIC_RELAXED)))
+		return; /* none open, or (before a waited call) only those its synchronize ends */
 	uint64_t now = min_age_ns ? now_ns() : 0;
 	pthread_mutex_lock(&t->lock);
 	for (int i = 0; t->open > 0 && i < RING; i++) {
@@ -141,6 +144,7 @@ static void close_spans(struct rm_session *s, struct rm_session_ctx *c, int chan
 		if (t->slot[i].host_timed) {
 			rm_registry_add_gpu_time(s->slot, s->id, now_ns() - t->slot[i].open_ns);
 			t->slot[i].state = SLOT_FREE;
+			t->open_host--;
 			__atomic_sub_fetch(&t->open, 1, __ATOMIC_RELAXED);
 			__atomic_sub_fetch(&s->sh->open_spans, 1, __ATOMIC_RELAXED);
 			continue;
@@ -169,6 +173,7 @@ void rm_kernel_timing_synced(struct rm_session *s, CUstream st)
 		if (t->slot[i].state == SLOT_OPEN) {
 			s->synced_gpu_ns += now - t->slot[i].open_ns; /* the registry's lock after the reply */
 			t->slot[i].state = SLOT_FREE;
+			t->open_host -= t->slot[i].host_timed;
 			__atomic_sub_fetch(&t->open, 1, __ATOMIC_RELAXED);
 			__atomic_sub_fetch(&s->sh->open_spans, 1, __ATOMIC_RELAXED);
 		}
@@ -221,12 +226,16 @@ static int reap_all(struct rm_session *s, uint64_t min_age_ns)
 	return running;
 }
 
-void rm_kernel_timing_post(struct rm_session *s)
+void rm_kernel_timing_post(struct rm_session *s, int now)
 {
 	if (!s->synced_gpu_ns)
 		return;
+	uint64_t t = now_ns();
+	if (!now && t - s->synced_posted_ns < RM_SPAN_POST_NS)
+		return;
 	rm_registry_add_gpu_time(s->slot, s->id, s->synced_gpu_ns);
 	s->synced_gpu_ns = 0;
+	s->synced_posted_ns = t;
 }
 
 void rm_kernel_timing_collect(struct rm_session *s)

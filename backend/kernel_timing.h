@@ -45,7 +45,7 @@ void rm_kernel_timing_close(struct rm_session *s, uint64_t min_age_ns);
 /* A synchronize of stream st by the calling channel has returned: its open spans there
  * have ended, and are counted from their start to now, host time (an upper bound, as a
  * span is), with no end event recorded and nothing to read later; the time waits in
- * s->synced_gpu_ns for rm_kernel_timing_collect, after the reply. Saves a launch
+ * s->synced_gpu_ns for rm_kernel_timing_post, after the reply. Saves a launch
  * followed by a synchronize two of its four event calls. (A closed one is left to be
  * read after the reply.) */
 void rm_kernel_timing_synced(struct rm_session *s, CUstream st);
@@ -54,9 +54,10 @@ void rm_kernel_timing_synced(struct rm_session *s, CUstream st);
  * synchronizing call just closed has not ended yet, and asking is a driver call the
  * client's next call waits behind. */
 void rm_kernel_timing_collect(struct rm_session *s);
-/* Adds to the registry the time the calling channel's synchronizes ended since the last
- * call (s->synced_gpu_ns). */
-void rm_kernel_timing_post(struct rm_session *s);
+/* Adds to the registry the time the calling channel's synchronizes ended (s->synced_gpu_ns),
+ * at most once every RM_SPAN_POST_NS unless now: the registry's lock is every worker's. */
+void rm_kernel_timing_post(struct rm_session *s, int now);
+#define RM_SPAN_POST_NS 1000000u
 #define RM_SPAN_READ_AGE_NS 50000u
 /* The client has gone: closes every open span and collects the spans that end within
  * wait_ms, before the session's usage goes to the history (a span that ends later is

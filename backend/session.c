@@ -361,6 +361,7 @@ static CUresult per_thread_stream(struct rm_session_ctx *c, int chan, CUstream *
 			return r;
 		pthread_mutex_lock(&c->order_lock);
 		c->per_thread[chan] = st;
+		c->nper_thread++;
 		pthread_mutex_unlock(&c->order_lock);
 	}
 	*out = st;
@@ -575,9 +576,9 @@ static CUstream *gather_streams(struct rm_session *s, struct rm_session_ctx *onl
 			continue;
 		st[(*n)++] = c->default_stream;
 		pthread_mutex_lock(&c->order_lock);
-		for (int i = 0; i <= RM_MAX_CHANNELS; i++)
+		for (int i = 0, found = 0; found < c->nper_thread && i <= RM_MAX_CHANNELS; i++)
 			if (c->per_thread[i])
-				st[(*n)++] = c->per_thread[i];
+				st[(*n)++] = c->per_thread[i], found++;
 		pthread_mutex_unlock(&c->order_lock);
 	}
 	for (size_t i = 0; st && i < s->sh->nstreams; i++)
@@ -786,6 +787,7 @@ void rm_session_channel_close(struct rm_session *ch)
 		pthread_mutex_lock(&c->order_lock);
 		CUstream st = c->per_thread[ch->chan];
 		c->per_thread[ch->chan] = NULL;
+		c->nper_thread -= st != NULL;
 		pthread_mutex_unlock(&c->order_lock);
 		if (!st)
 			continue;

@@ -65,6 +65,7 @@ struct rm_session_ctx {
 	 * named: a client thread with a channel of its own has a stream of its own, as in
 	 * CUDA; threads sharing the main connection share channel 0's. */
 	CUstream per_thread[RM_MAX_CHANNELS + 1];
+	int nper_thread;         /* how many of them are made (under order_lock) */
 	CUmemoryPool pool;       /* the client's default memory pool on this GPU, made when first named */
 	struct rm_blocking_stream *blocking;
 	int nblocking, blocking_cap;
@@ -148,6 +149,7 @@ struct rm_session {
 	uint64_t done_seq;         /* the seq of its last finished request (atomic; fences) */
 	uint64_t synced_gpu_ns;    /* kernel time its synchronizes ended, for the registry once
 				    * the call has replied (kernel_timing.c, worker.c) */
+	uint64_t synced_posted_ns; /* when it last went there */
 	struct rm_link link;
 	char peer[64];
 	char name[64];

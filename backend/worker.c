@@ -130,7 +130,7 @@ static void account(struct rm_session *s, const struct rm_request *rq)
 		rm_usage_add(&u->queue_wait_ns, waited);
 	if (rq->replied && rq->result != CUDA_SUCCESS)
 		rm_usage_add(&u->errors, 1);
-	rm_kernel_timing_post(s);
+	rm_kernel_timing_post(s, 0);
 	if (kind == RM_CALL_SYNC)
 		rm_kernel_timing_collect(s);
 }
@@ -256,6 +256,7 @@ static void serve(struct rm_session *s)
 		if (!rq.replied)
 			rm_request_finish(s, &rq, CUDA_ERROR_UNKNOWN, NULL);
 	}
+	rm_kernel_timing_post(s, 1); /* before the channel or session leaves the registry */
 	rm_call_profile_end(profile, s->id);
 	free(msgbuf);
 }
