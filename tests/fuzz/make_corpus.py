@@ -27,7 +27,7 @@ OP = {'cuInit': 1, 'cuDeviceGet': 2, 'cuDeviceGetCount': 3, 'cuDeviceGetName': 4
       'cuMemcpyDtoD_v2': 38, 'cuModuleLoadData': 43, 'cuModuleUnload': 44, 'cuModuleGetFunction': 45,
       'cuLaunchKernel': 47, 'cuStreamCreate': 53, 'cuStreamDestroy_v2': 55, 'cuStreamSynchronize': 56,
       'cuEventCreate': 61, 'cuEventDestroy_v2': 62, 'cuEventRecord': 63, 'cuEventSynchronize': 65,
-      'cuLibraryLoadData': 69}
+      'cuLibraryLoadData': 69, 'cuMemAllocAsync': 86}
 ASYNC_OPS = {'cuMemsetD16Async', 'cuMemsetD32Async', 'cuLaunchKernel', 'cuEventRecord'}
 
 
@@ -154,6 +154,10 @@ def request_seeds():
         s = context(Session()).call('cuMemAlloc_v2', fv(1, 4096))
         s.call(op, fv(1, alias(1)) + fv(2, 1) + fv(3, n))
         seeds['regress-memsetd%d-n-%d' % (unit * 8, n)] = s.data
+    # Memory from the client's default pool, left for the session's end: the pool's record in
+    # the test driver outlived cuMemPoolDestroy unreachable (found by fuzzing, a leak).
+    s = context(Session()).call('cuMemAllocAsync', fv(1, 256))
+    seeds['regress-default-pool-left'] = s.data
     # A first request with a zero-length message (rm_link_read of 0 bytes into no buffer).
     seeds['regress-empty-message'] = frame(OP['cuCtxSynchronize'], seq=2) + frame(OP['cuInit'], seq=3)
     # Images the driver reads past: cuModuleLoadData has no length, so the driver takes the

@@ -16,7 +16,11 @@ struct td_pool {
 	cuuint64_t release_threshold;
 	int reuse[3];              /* FOLLOW_EVENT_DEPENDENCIES, ALLOW_OPPORTUNISTIC, ALLOW_INTERNAL_DEPENDENCIES */
 	cuuint64_t used, used_high; /* guarded by td_lock */
+	struct td_pool *next_destroyed;
 };
+
+/* Destroyed pools' records, kept (their allocations may still name them) and reachable. */
+static struct td_pool *destroyed_pools;
 
 static struct td_pool default_pools[TD_MAX_DEVICES];
 static struct td_pool *current_pools[TD_MAX_DEVICES];
@@ -105,7 +109,7 @@ TD_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *pro
 	return CUDA_SUCCESS;
 }
 
-/* The record stays (its allocations name it) but is no longer a pool. */
+/* The record stays (its allocations name it, on destroyed_pools) but is no longer a pool. */
 TD_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
 	struct td_pool *p;
@@ -118,6 +122,8 @@ TD_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 	if (current_pools[p->device] == p)
 		current_pools[p->device] = NULL;
 	p->magic = 0;
+	p->next_destroyed = destroyed_pools;
+	destroyed_pools = p;
 	pthread_mutex_unlock(&td_lock);
 	return CUDA_SUCCESS;
 }
