@@ -323,7 +323,15 @@ CUresult rm_copy_in(struct rm_session *s, struct rm_request *rq, CUresult r, CUs
 			return r;
 		}
 		rq->bulk_left -= n; /* == n: checked above */
-		prof->host = "small";
+		/* CUDA: from pageable memory, the stream's earlier work is waited for before the
+		 * copy, which then returns once its bytes are staged; from page-locked memory the
+		 * copy has reached the device when it returns. */
+		prof->host = pageable ? "small-pageable" : "small";
+		if (r == CUDA_SUCCESS && pageable) {
+			uint64_t mark = rm_copy_profile_mark(prof);
+			r = rm_drv.cuStreamSynchronize(stream);
+			rm_copy_profile_add(prof, &prof->wait, mark);
+		}
 		uint64_t mark = rm_copy_profile_mark(prof);
 		if (r == CUDA_SUCCESS)
 			r = rm_drv.cuMemcpyHtoDAsync_v2(dst, s->small_in, n, stream);

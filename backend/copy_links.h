@@ -25,9 +25,10 @@ struct rm_copy_profile;
  * alone) whose request rq was read: reads every link's share, copying it to dst on
  * stream unless r (the request's checks so far) failed, in which case the bytes are
  * read and dropped; waited: then synchronizes stream (a blocking copy), unless the
- * copy is small (RM_SMALL_HTOD) and from the program's pageable memory: CUDA returns
- * such a copy once its bytes are staged, and so does this once the driver has taken
- * them (from pageable memory, cuMemcpyHtoDAsync stages them before it returns). Returns the
+ * copy is small (RM_SMALL_HTOD) and from the program's pageable memory: CUDA waits for
+ * the stream's earlier work and returns such a copy once its bytes are staged, and so
+ * does this, once the driver has taken them (from pageable memory, cuMemcpyHtoDAsync
+ * stages them before it returns). Returns the
  * copy's result; sets rq->fatal when the links are out of step (the session must
  * close). Link 0's waits and copies count in prof. */
 CUresult rm_copy_in(struct rm_session *s, struct rm_request *rq, CUresult r, CUstream stream, uint64_t dst,
