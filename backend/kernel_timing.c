@@ -27,7 +27,8 @@ struct rm_kernel_timers {
 				     * launch is to end it (rm_kernel_timing_before_launch) */
 	} slot[RING];
 	int open;      /* slots in SLOT_OPEN */
-	int open_host; /* of which host-timed (no start event): an early close skips them */
+	int open_host; /* of which host-timed (no start event): an early close skips them; both
+			* change under lock and are read without it (atomic) */
 };
 
 static int enabled = 1;
@@ -116,7 +117,7 @@ void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st, const str
 	}
 	t->slot[i].state = SLOT_OPEN;
 	t->slot[i].host_timed = sync_follows;
-	t->open_host += sync_follows;
+	__atomic_add_fetch(&t->open_host, sync_follows, __ATOMIC_RELAXED);
 	t->slot[i].stream = st;
 	t->slot[i].open_ns = now_ns();
 	t->slot[i].chan = s->chan;
@@ -144,7 +145,7 @@ static void close_spans(struct rm_session *s, struct rm_session_ctx *c, int chan
 		if (t->slot[i].host_timed) {
 			rm_registry_add_gpu_time(s->slot, s->id, now_ns() - t->slot[i].open_ns);
 			t->slot[i].state = SLOT_FREE;
-			t->open_host--;
+			__atomic_sub_fetch(&t->open_host, 1, __ATOMIC_RELAXED);
 			__atomic_sub_fetch(&t->open, 1, __ATOMIC_RELAXED);
 			__atomic_sub_fetch(&s->sh->open_spans, 1, __ATOMIC_RELAXED);
 			continue;
@@ -173,7 +174,7 @@ void rm_kernel_timing_synced(struct rm_session *s, CUstream st)
 		if (t->slot[i].state == SLOT_OPEN) {
 			s->synced_gpu_ns += now - t->slot[i].open_ns; /* the registry's lock after the reply */
 			t->slot[i].state = SLOT_FREE;
-			t->open_host -= t->slot[i].host_timed;
+			__atomic_sub_fetch(&t->open_host, t->slot[i].host_timed, __ATOMIC_RELAXED);
 			__atomic_sub_fetch(&t->open, 1, __ATOMIC_RELAXED);
 			__atomic_sub_fetch(&s->sh->open_spans, 1, __ATOMIC_RELAXED);
 		}
