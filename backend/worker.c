@@ -550,6 +550,7 @@ int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 				      ? tp->adopt_fd(fd, fds[1], h.transport_state, h.transport_state_len, &conn) : -EINVAL;
 		explicit_bzero(h.transport_state, sizeof(h.transport_state));
 		if (adopted) {
+			rm_log(RM_LOG_WARN, "client %s: cannot take its connection over: %s", h.name, rm_transport_why(adopted));
 			close(fd);
 			if (fds[1] >= 0)
 				close(fds[1]);

@@ -257,18 +257,21 @@ out:
 	return failed;
 }
 
-const char *const bench_transport_names[] = { [BENCH_TCP] = "tcp", [BENCH_SHM] = "shm", [BENCH_TLS] = "tls" };
+const char *const bench_transport_names[] = { [BENCH_TCP] = "tcp", [BENCH_SHM] = "shm", [BENCH_TLS] = "tls",
+					       [BENCH_RDMA] = "rdma" };
 
 int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *driver, const char *dir,
-		       enum bench_transport transport)
+		       enum bench_transport transport, const char *rdma_host)
 {
 	char ready_file[PATH_MAX], listen[PATH_MAX + 8] = "tcp://127.0.0.1:0", cert[PATH_MAX], key[PATH_MAX];
-	bool shm = transport == BENCH_SHM, tls = transport == BENCH_TLS;
+	bool shm = transport == BENCH_SHM, tls = transport == BENCH_TLS, rdma = transport == BENCH_RDMA;
 	snprintf(ready_file, sizeof ready_file, "%s/remorad.addr", dir);
 	if (shm)
 		snprintf(listen, sizeof listen, "unix:%s/remorad.sock", dir);
 	if (tls)
 		snprintf(listen, sizeof listen, "tls://127.0.0.1:0");
+	if (rdma)
+		snprintf(listen, sizeof listen, strchr(rdma_host, ':') ? "rdma://[%s]:0" : "rdma://%s:0", rdma_host);
 	snprintf(cert, sizeof cert, "%s/cert.pem", dir);
 	snprintf(key, sizeof key, "%s/key.pem", dir);
 	snprintf(d->log, sizeof d->log, "%s/remorad.log", dir);
@@ -300,8 +303,8 @@ int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *
 		FILE *f = fopen(ready_file, "re");
 		if (f) {
 			/* The ready file holds host:port, or the socket path: the client wants unix:PATH
-			 * for shared memory and tls://host:port for TLS. */
-			const char *scheme = shm ? "unix:" : tls ? "tls://" : "";
+			 * for shared memory, tls://host:port for TLS and rdma://host:port for RDMA. */
+			const char *scheme = shm ? "unix:" : tls ? "tls://" : rdma ? "rdma://" : "";
 			size_t at = strlen(scheme);
 			memcpy(d->addr, scheme, at);
 			bool got = fgets(d->addr + at, (int)(sizeof d->addr - at), f) != NULL;

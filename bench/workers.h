@@ -44,22 +44,23 @@ int bench_run_workers(const struct bench_side *side, char *const argv[], int n, 
 		      const char *tmpdir, struct bench_output *outs);
 
 /* How the remote side reaches its remorad. */
-enum bench_transport { BENCH_TCP, BENCH_SHM, BENCH_TLS };
-extern const char *const bench_transport_names[]; /* "tcp", "shm", "tls" */
+enum bench_transport { BENCH_TCP, BENCH_SHM, BENCH_TLS, BENCH_RDMA };
+extern const char *const bench_transport_names[]; /* "tcp", "shm", "tls", "rdma" */
 
 /* A remorad on a free loopback port. */
 struct bench_daemon {
 	pid_t pid;
-	char addr[128];     /* REMORA_SERVER: host:port, unix:PATH or tls://host:port */
+	char addr[128];     /* REMORA_SERVER: host:port, unix:PATH, tls://host:port or rdma://host:port */
 	char log[PATH_MAX]; /* its stderr */
 };
 
 /* Starts remorad (with --driver driver unless NULL) and waits for its address; 0 or
  * -errno, with a message on stderr. Its ready file and log go in dir. BENCH_TCP: loopback
  * TCP; BENCH_SHM: a Unix socket in dir, clients on the shared-memory transport (unix:PATH);
- * BENCH_TLS: loopback TLS with dir/cert.pem and dir/key.pem (selfsigned.h). */
+ * BENCH_TLS: loopback TLS with dir/cert.pem and dir/key.pem (selfsigned.h); BENCH_RDMA:
+ * rdma:// on rdma_host, an address of this host that an RDMA device serves. */
 int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *driver, const char *dir,
-		       enum bench_transport transport);
+		       enum bench_transport transport, const char *rdma_host);
 void bench_daemon_stop(struct bench_daemon *d);
 
 #endif

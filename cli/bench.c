@@ -28,11 +28,12 @@
 #define MIB ((size_t)1 << 20)
 #define WORKER_TIMEOUT_S 600
 #define MAX_CONCURRENCY 1024
-#define MAX_TRANSPORTS 3
+#define MAX_TRANSPORTS 4
 #define MAX_CACHED 64
 
 struct bench_config {
 	const char *remorad, *driver, *native_lib, *client_lib, *workers;
+	const char *rdma_host; /* --rdma-host: where remorad listens for rdma */
 	bool quick, json;
 	enum bench_transport transports[MAX_TRANSPORTS]; /* the first is the baseline of comparisons */
 	int ntransports;
@@ -84,7 +85,7 @@ static const struct {
 static const char usage_text[] =
 	"usage: remora bench [--json] [--quick] [--only SECTION[,SECTION...]] [--concurrency N,N,...]\n"
 	"                    [--spin-iters N] [--remorad PATH] [--driver PATH] [--native-lib DIR]\n"
-	"                    [--client-lib DIR] [--workers DIR] [--transport T[,T...]]\n"
+	"                    [--client-lib DIR] [--workers DIR] [--transport T[,T...]] [--rdma-host ADDR]\n"
 	"--json prints one JSON document on stdout and the table on stderr.\n"
 	"Sections: launch, memcpy, memset, event, graph, concurrency, latency, cublas, torch (loopback TCP is\n"
 	"always measured); torch runs PyTorch steps with the python3 on the PATH, and is skipped\n"
@@ -92,8 +93,10 @@ static const char usage_text[] =
 	"Native runs use the libcuda.so.1 the loader finds (or the one in --native-lib DIR); remote runs\n"
 	"use Remora's, against a remorad this command starts (with --driver PATH when given), over\n"
 	"loopback TCP (tcp, the default), shared memory (shm: unix:PATH, for clients on the GPU host) or\n"
-	"loopback TLS 1.3 (tls: a throwaway self-signed certificate). Several, e.g. --transport tcp,tls,\n"
-	"run the remote side once over each (natively once) and compare each with the first.\n";
+	"loopback TLS 1.3 (tls: a throwaway self-signed certificate) or RDMA (rdma: on --rdma-host ADDR, an\n"
+	"address of this host that an RDMA device serves, 127.0.0.1 by default). Several, e.g.\n"
+	"--transport tcp,tls, run the remote side once over each (natively once) and compare each with\n"
+	"the first.\n";
 
 static void size_name(char *out, size_t len, size_t bytes)
 {
@@ -668,14 +671,14 @@ static int parse_clients(struct bench_config *cfg, const char *list)
 	return 0;
 }
 
-/* Parses T[,T...] of tcp, shm and tls, each once; 0, or -1. */
+/* Parses T[,T...] of tcp, shm, tls and rdma, each once; 0, or -1. */
 static int parse_transports(struct bench_config *cfg, const char *list)
 {
 	cfg->ntransports = 0;
 	for (const char *p = list; *p;) {
 		size_t len = strcspn(p, ",");
 		int t = -1;
-		for (int k = BENCH_TCP; k <= BENCH_TLS; k++)
+		for (int k = BENCH_TCP; k <= BENCH_RDMA; k++)
 			if (strlen(bench_transport_names[k]) == len && !strncmp(p, bench_transport_names[k], len))
 				t = k;
 		for (int i = 0; i < cfg->ntransports; i++)
@@ -734,6 +737,8 @@ static int parse_args(struct bench_config *cfg, int argc, char **argv)
 			cfg->client_lib = v, i++;
 		else if (!strcmp(a, "--workers"))
 			cfg->workers = v, i++;
+		else if (!strcmp(a, "--rdma-host"))
+			cfg->rdma_host = v, i++;
 		else
 			goto bad;
 	}
@@ -746,6 +751,15 @@ static int parse_args(struct bench_config *cfg, int argc, char **argv)
 			return -1;
 		}
 #endif
+#ifndef RM_HAVE_RDMA
+	for (int t = 0; t < cfg->ntransports; t++)
+		if (cfg->transports[t] == BENCH_RDMA) {
+			fprintf(stderr, "remora bench: --transport rdma: this build has no RDMA (meson option rdma)\n");
+			return -1;
+		}
+#endif
+	if (!cfg->rdma_host)
+		cfg->rdma_host = "127.0.0.1";
 	if (!cfg->spin_iters)
 		/* About 170 ms per kernel on an H200 (docs/status.md: 1e8 take 846 ms). */
 		cfg->spin_iters = cfg->quick ? 200000 : 20000000;
@@ -874,7 +888,7 @@ static int run_pass(struct bench_run *run, enum bench_transport t, bool first)
 	int failed = 0;
 	snprintf(dir, sizeof dir, "%s/%s", run->tmpdir, name);
 	snprintf(ca, sizeof ca, "%s/cert.pem", dir);
-	if (prepare_transport(t, dir) || bench_daemon_start(&daemon, cfg->remorad, cfg->driver, dir, t))
+	if (prepare_transport(t, dir) || bench_daemon_start(&daemon, cfg->remorad, cfg->driver, dir, t, cfg->rdma_host))
 		return 1;
 	snprintf(remote_name[t], sizeof remote_name[t], cfg->ntransports > 1 ? "remote-%s" : "remote", name);
 	run->remote = (struct bench_side){ remote_name[t], cfg->client_lib, daemon.addr, t == BENCH_TLS ? ca : NULL };

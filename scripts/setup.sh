@@ -11,7 +11,9 @@ need=""
 # libssl-dev: TLS 1.3 and hashed tokens (meson option tls); openssl: the TLS tests make their certificates.
 # iproute2: the partition tests put client and daemon in network namespaces (tests/robustness).
 # scdoc: the man pages (dist/man).
-for p in meson ninja-build pkg-config gcc python3 protobuf-c-compiler libprotobuf-c-dev binutils etcd-server etcd-client libcurl4-openssl-dev libjson-c-dev libssl-dev openssl iproute2 scdoc; do
+# libibverbs-dev, librdmacm-dev: the rdma transport's headers (meson option rdma); the
+# libraries are loaded only when an rdma:// address is used (transport/rdma/).
+for p in meson ninja-build pkg-config gcc python3 protobuf-c-compiler libprotobuf-c-dev binutils etcd-server etcd-client libcurl4-openssl-dev libjson-c-dev libssl-dev openssl iproute2 scdoc libibverbs-dev librdmacm-dev; do
 	dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 if [ -n "$need" ]; then

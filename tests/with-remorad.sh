@@ -5,6 +5,8 @@
 # with four copy links, and the log must show them attached.
 # WITH_REMORAD_SHM=1: over shared memory (unix:PATH, a socket in the run's directory),
 # with four copy links likewise.
+# WITH_REMORAD_RDMA=1: over rdma:// (on tests/fake_rdma, which LD_LIBRARY_PATH must name:
+# its emulated fabric in the run's directory), with four copy links likewise.
 set -eu
 remorad=$1 driver=$2 remora=$3
 shift 3
@@ -24,6 +26,9 @@ if [ "${WITH_REMORAD_TLS:-}" = 1 ]; then
 elif [ "${WITH_REMORAD_SHM:-}" = 1 ]; then
 	listen=unix:$dir/remorad.sock scheme=unix:
 	export REMORA_COPY_LINKS=4
+elif [ "${WITH_REMORAD_RDMA:-}" = 1 ]; then
+	listen=rdma://127.0.0.1:0 scheme=rdma://
+	export REMORA_COPY_LINKS=4 REMORA_FAKE_RDMA_DIR="$dir/fabric"
 fi
 # shellcheck disable=SC2086
 "$remorad" --listen "$listen" $tls_args --set allow_anonymous=yes --driver "$driver" --ready-file "$dir/addr" \

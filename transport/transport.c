@@ -18,6 +18,9 @@ static const struct rm_transport *const transports[] = {
 #ifdef RM_HAVE_SHM
 	&rm_transport_shm,
 #endif
+#ifdef RM_HAVE_RDMA
+	&rm_transport_rdma,
+#endif
 };
 
 #define SPIN_MIN_CPUS 4

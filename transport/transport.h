@@ -95,6 +95,9 @@ extern const struct rm_transport rm_transport_tls;
 #ifdef RM_HAVE_SHM
 extern const struct rm_transport rm_transport_shm; /* unix:PATH, shm/shm.c */
 #endif
+#ifdef RM_HAVE_RDMA
+extern const struct rm_transport rm_transport_rdma; /* rdma://HOST:PORT, rdma/rdma.c */
+#endif
 
 static inline int rm_conn_sendv(struct rm_conn *c, const struct iovec *iov, int iovcnt)
 {

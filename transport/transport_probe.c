@@ -1,6 +1,6 @@
 /* transport-probe: the conformance check and the yardstick of a transport.
  *
- *   transport-probe [--check] [--rtt N] [--mib N] [--tls CERT KEY CA] [URL]
+ *   transport-probe [--check] [--adopt] [--rtt N] [--mib N] [--tls CERT KEY CA] [URL]
  *
  * Listens on URL (default tcp://127.0.0.1:0), dials itself and measures, through
  * the transport's own ops, what every remote call is compared with:
@@ -9,7 +9,9 @@
  *         into one reused 8 MiB buffer (as a copy's payload reaches the staging buffers).
  * --check makes it a test: iovec splitting, bytes arriving exact, shutdown
  * unblocking a reader, a closed peer reported as -ECONNRESET, a connection handed over
- * (export_fd, adopt_fd) carrying on. --tls gives both ends of tls:// their files.
+ * (export_fd, adopt_fd) carrying on. --adopt hands the measured connection over
+ * before it serves, as remorad's accepting process does (rdma:// upgrades only then).
+ * --tls gives both ends of tls:// their files.
  * Prints "rtt_us=", "bulk_mib_per_s=" lines; exits 0 when every check passed.
  */
 #include "transport.h"
@@ -36,6 +38,7 @@ struct peer {
 	long rtt_rounds;
 	uint64_t bulk_bytes;
 	int check;
+	int adopt;
 	int failed;
 };
 
@@ -62,12 +65,33 @@ static int recv_all(struct rm_conn *c, void *buf, size_t len)
 	return 0;
 }
 
+/* Hands c over as to another process: its descriptors and state, then adopted again. */
+static int hand_over(const struct rm_transport *tp, struct rm_conn **c)
+{
+	uint8_t state[RM_TRANSPORT_STATE_MAX];
+	size_t len = 0;
+	int extra = -1;
+	int fd = rm_conn_export_fd(*c, state, &len, &extra);
+	if (fd < 0)
+		return fd;
+	int dup_fd = dup(fd), dup_extra = extra >= 0 ? dup(extra) : -1;
+	rm_conn_close(*c); /* closes fd (and extra); the copies live on, as in the worker */
+	*c = NULL;
+	int err = tp->adopt_fd(dup_fd, dup_extra, state, len, c);
+	if (err) {
+		close(dup_fd);
+		if (dup_extra >= 0)
+			close(dup_extra);
+	}
+	return err;
+}
+
 /* The accepted side: echoes headers, then swallows (and with --check verifies) the bulk. */
 static void *serve(void *arg)
 {
 	struct peer *p = arg;
 	uint8_t hdr[HEADER_LEN];
-	if (p->tp->accept(p->listener, &p->conn)) {
+	if (p->tp->accept(p->listener, &p->conn) || (p->adopt && hand_over(p->tp, &p->conn))) {
 		p->failed = 1;
 		return NULL;
 	}
@@ -193,11 +217,27 @@ static void *accept_one(void *arg)
 	return NULL;
 }
 
+struct exact_reader {
+	struct rm_conn *conn;
+	uint8_t *buf;
+	size_t len;
+	int err;
+};
+
+static void *read_exact(void *arg)
+{
+	struct exact_reader *r = arg;
+	r->err = recv_all(r->conn, r->buf, r->len);
+	return NULL;
+}
+
 /* A connection handed to another process travels as its descriptor and state: here the
- * accepted end is exported and adopted again, and must carry on the stream exact. */
+ * accepted end is exported and adopted again, and must carry on the stream exact, both
+ * ways. The dialled end is reading while its peer is adopted, as a client waiting for its
+ * hello's answer is (an rdma:// connection upgrades then). */
 static int check_handover(const struct rm_transport *tp, struct rm_conn *a, struct rm_conn **b)
 {
-	uint8_t state[RM_TRANSPORT_STATE_MAX], out[300], in[300];
+	uint8_t state[RM_TRANSPORT_STATE_MAX], out[300], in[300], back[300];
 	size_t len = 0;
 	for (size_t i = 0; i < sizeof(out); i++)
 		out[i] = pattern(i * 3);
@@ -210,24 +250,34 @@ static int check_handover(const struct rm_transport *tp, struct rm_conn *a, stru
 		if (recv_all(*b, in + 100, 200))
 			return -EIO;
 		fd = rm_conn_export_fd(*b, state, &len, &extra);
-	} else if (fd >= 0 && recv_all(*b, in + 100, 200)) {
-		return -EIO;
+	} else if (fd >= 0) {
+		in[100] = (uint8_t)~out[100]; /* read after the adoption */
 	}
 	if (fd < 0)
 		return fd == -ENOTSUP ? 0 : fd;
 	int dup_fd = dup(fd), dup_extra = extra >= 0 ? dup(extra) : -1;
 	rm_conn_close(*b); /* closes fd (and extra); the copies live on, as in the worker */
 	*b = NULL;
+	struct exact_reader r = {a, back, sizeof(back), 0};
+	pthread_t t;
+	pthread_create(&t, NULL, read_exact, &r);
 	int err = tp->adopt_fd(dup_fd, dup_extra, state, len, b);
 	if (err) {
 		close(dup_fd);
 		if (dup_extra >= 0)
 			close(dup_extra);
+		rm_conn_shutdown(a);
+		pthread_join(t, NULL);
 		return err;
 	}
-	if (memcmp(in, out, sizeof(out)) || rm_conn_sendv(a, &v, 1) || recv_all(*b, in, sizeof(in)) ||
-	    memcmp(in, out, sizeof(out)) || rm_conn_sendv(*b, &v, 1) || recv_all(a, in, sizeof(in)) ||
-	    memcmp(in, out, sizeof(out)))
+	if (in[100] != out[100] && recv_all(*b, in + 100, 200))
+		err = -EIO;
+	if (rm_conn_sendv(*b, &v, 1))
+		err = -EIO;
+	pthread_join(t, NULL);
+	if (err || r.err || memcmp(back, out, sizeof(out)) || memcmp(in, out, sizeof(out)) ||
+	    rm_conn_sendv(a, &v, 1) || recv_all(*b, in, sizeof(in)) || memcmp(in, out, sizeof(out)) ||
+	    rm_conn_sendv(*b, &v, 1) || recv_all(a, in, sizeof(in)) || memcmp(in, out, sizeof(out)))
 		return -EIO;
 	return 0;
 }
@@ -353,6 +403,8 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--check"))
 			p.check = 1;
+		else if (!strcmp(argv[i], "--adopt"))
+			p.adopt = 1;
 		else if (!strcmp(argv[i], "--rtt") && i + 1 < argc)
 			p.rtt_rounds = strtol(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--mib") && i + 1 < argc)
@@ -371,7 +423,7 @@ int main(int argc, char **argv)
 		else if (argv[i][0] != '-')
 			url = argv[i];
 		else {
-			fprintf(stderr, "usage: %s [--check] [--rtt N] [--mib N] [--tls CERT KEY CA] [URL]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--check] [--adopt] [--rtt N] [--mib N] [--tls CERT KEY CA] [URL]\n", argv[0]);
 			return 2;
 		}
 	}
