@@ -521,6 +521,59 @@ static void stop_on_sigterm(void)
 	sigaction(SIGTERM, &sa, NULL);
 }
 
+/* A connection the accepting process handed over, on its way to its own thread. */
+struct handed {
+	const struct rm_transport *tp;
+	struct rm_handoff h;
+	int fds[2];
+};
+
+/* Takes one handed-over connection: adopts it, then serves it as a session, or attaches it
+ * to its session as a copy link or channel. On a thread of its own, so that a take-over
+ * that waits on its client (rdma://: the upgrade, up to 10 s) holds up no other; a client
+ * attaches its links one after another, each after the last one's answer. */
+static void *take_over(void *arg)
+{
+	struct handed *x = arg;
+	struct rm_handoff *h = &x->h;
+	int fd = x->fds[0];
+	const struct rm_daemon_config *cfg = config;
+	struct rm_conn *conn;
+	struct rm_session *s = NULL;
+	int adopted = h->transport_state_len <= sizeof(h->transport_state)
+			      ? x->tp->adopt_fd(fd, x->fds[1], h->transport_state, h->transport_state_len, &conn) : -EINVAL;
+	explicit_bzero(h->transport_state, sizeof(h->transport_state));
+	if (adopted) {
+		rm_log(RM_LOG_WARN, "client %s: cannot take its connection over: %s", h->name, rm_transport_why(adopted));
+		close(fd);
+		if (x->fds[1] >= 0)
+			close(x->fds[1]);
+		conn = NULL;
+	} else if (rm_conn_set_liveness(conn, cfg->peer_timeout_s * 1000, cfg->peer_timeout_s * 1000)) {
+		rm_log(RM_LOG_WARN, "client %s: its connection has no liveness timeout", h->name);
+	}
+	if (h->attach) {
+		if (conn)
+			attach_link(conn, h);
+		explicit_bzero(h, sizeof(*h));
+		free(x);
+		return NULL;
+	}
+	if (conn && !(s = rm_session_new(conn, cfg, h))) {
+		rm_conn_close(conn);
+	} else if (s && sessions_add(s)) {
+		rm_session_destroy(s);
+		s = NULL;
+	}
+	if (!s) {
+		rm_log(RM_LOG_ERROR, "cannot serve client %s: out of resources", h->name);
+		rm_registry_leave(h->slot);
+	}
+	explicit_bzero(h, sizeof(*h));
+	free(x);
+	return s ? client_main(s) : NULL;
+}
+
 int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 {
 	config = cfg;
@@ -535,50 +588,36 @@ int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 		rm_log(RM_LOG_WARN, "no heartbeat thread: clients of long calls may take this worker for frozen");
 	stop_on_sigterm();
 	for (;;) {
-		struct rm_handoff h;
-		int fds[2] = {-1, -1}, err = receive(channel, &h, fds), fd = fds[0];
-		if (err == -EINTR)
+		struct handed *x = calloc(1, sizeof(*x));
+		if (!x) {
+			rm_log(RM_LOG_ERROR, "worker: out of memory");
+			break;
+		}
+		x->fds[0] = x->fds[1] = -1;
+		int err = receive(channel, &x->h, x->fds);
+		if (err == -EINTR) {
+			free(x);
 			continue;
+		}
 		if (err) {
+			free(x);
 			if (err != -ECONNRESET)
 				rm_log(RM_LOG_ERROR, "worker channel: %s", strerror(-err));
 			break;
 		}
-		struct rm_conn *conn;
-		struct rm_session *s = NULL;
-		int adopted = h.transport_state_len <= sizeof(h.transport_state)
-				      ? tp->adopt_fd(fd, fds[1], h.transport_state, h.transport_state_len, &conn) : -EINVAL;
-		explicit_bzero(h.transport_state, sizeof(h.transport_state));
-		if (adopted) {
-			rm_log(RM_LOG_WARN, "client %s: cannot take its connection over: %s", h.name, rm_transport_why(adopted));
-			close(fd);
-			if (fds[1] >= 0)
-				close(fds[1]);
-			conn = NULL;
-		} else if (rm_conn_set_liveness(conn, cfg->peer_timeout_s * 1000, cfg->peer_timeout_s * 1000)) {
-			rm_log(RM_LOG_WARN, "client %s: its connection has no liveness timeout", h.name);
-		}
-		if (h.attach) {
-			if (conn)
-				attach_link(conn, &h);
-			continue;
-		}
-		if (conn && !(s = rm_session_new(conn, cfg, &h))) {
-			rm_conn_close(conn);
-		} else if (s && sessions_add(s)) {
-			rm_session_destroy(s);
-			s = NULL;
-		}
+		x->tp = tp;
 		pthread_attr_t attr;
 		pthread_attr_init(&attr);
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		if (!s || pthread_create(&t, &attr, client_main, s)) {
-			rm_log(RM_LOG_ERROR, "cannot serve client %s: out of resources", h.name);
-			if (s) {
-				sessions_remove(s);
-				rm_session_destroy(s);
-			}
-			rm_registry_leave(h.slot);
+		if (pthread_create(&t, &attr, take_over, x)) {
+			rm_log(RM_LOG_ERROR, "cannot serve client %s: out of resources", x->h.name);
+			close(x->fds[0]);
+			if (x->fds[1] >= 0)
+				close(x->fds[1]);
+			if (!x->h.attach)
+				rm_registry_leave(x->h.slot);
+			explicit_bzero(&x->h, sizeof(x->h));
+			free(x);
 		}
 		pthread_attr_destroy(&attr);
 	}
