@@ -94,7 +94,8 @@ static struct fake_ev *queue_event(struct fake_id *f, enum rdma_cm_event_type ty
 	e->ev.event = type;
 	e->ev.status = status;
 	if (padded) {
-		memcpy(e->pdata, pdata, len < padded ? len : padded);
+		if (len)
+			memcpy(e->pdata, pdata, len < padded ? len : padded);
 		e->ev.param.conn.private_data = e->pdata;
 		e->ev.param.conn.private_data_len = (uint8_t)padded;
 	}

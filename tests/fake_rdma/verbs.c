@@ -53,6 +53,7 @@ static int dir_ok;
 
 static void dir_init(void)
 {
+	int saved = errno;
 	const char *env = getenv("REMORA_FAKE_RDMA_DIR");
 	if (!env || !*env || strlen(env) >= sizeof(dir_path))
 		return;
@@ -68,6 +69,7 @@ static void dir_init(void)
 				break;
 		}
 	dir_ok = 1;
+	errno = saved;
 }
 
 const char *fake_dir(void)
@@ -857,7 +859,8 @@ static int fake_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_
 		r->next = NULL;
 		r->wr_id = wr->wr_id;
 		r->num_sge = wr->num_sge;
-		memcpy(r->sg, wr->sg_list, (size_t)wr->num_sge * sizeof(r->sg[0]));
+		if (wr->num_sge)
+			memcpy(r->sg, wr->sg_list, (size_t)wr->num_sge * sizeof(r->sg[0]));
 		*q->rtail = r;
 		q->rtail = &r->next;
 		q->nrecv++;
@@ -986,7 +989,8 @@ static int link_queue(struct fake_link *l, const struct fake_frame *f, const str
 	memcpy(buf, f, sizeof(*f));
 	size_t off = sizeof(*f);
 	for (int i = 0; i < n; i++) {
-		memcpy(buf + off, pieces[i].iov_base, pieces[i].iov_len);
+		if (pieces[i].iov_len)
+			memcpy(buf + off, pieces[i].iov_base, pieces[i].iov_len);
 		off += pieces[i].iov_len;
 	}
 	*o = (struct fake_out){.buf = buf, .len = off, .data = data, .signaled = signaled, .wr_id = wr_id};
