@@ -1,0 +1,146 @@
+/* One rdma:// connection, shared by the files of the rdma transport (rdma.c says how it
+ * works): rdma_queue.c, its verbs resources and messages over RDMA; rdma_upgrade.c, its
+ * chunks over TCP and the upgrade; rdma.c, the ops. One thread at a time uses a connection
+ * (transport.h), except shut, set by shutdown from another. */
+#ifndef REMORA_RDMA_CONN_H
+#define REMORA_RDMA_CONN_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#include "rdma_wire.h"
+#include "transport.h"
+#include "verbs_api.h"
+
+#define BUFFERS 16                  /* data messages a side receives at once */
+#define BUFFER_SIZE (64u << 10)     /* a message, header included */
+#define RECV_SLOTS (BUFFERS + 1)    /* and one for a credit-only message */
+#define SEND_SLOTS (BUFFERS + 2)    /* every send waits for its completion before its slot is reused */
+#define UPGRADE_TIMEOUT_MS 10000    /* the whole upgrade, from offer to switch */
+#define RESOLVE_TIMEOUT_MS 2000
+#define EARLY_MAX (1u << 20)        /* bytes a client may send over TCP after the offer */
+#define RDMA_SPIN_US_DEFAULT 60
+#define RDMA_SPIN_US_MAX 1000
+
+enum role { CLIENT, SERVER };
+
+struct rdma_conn {
+	struct rm_conn base;
+	struct rm_conn *boot; /* the TCP connection: the bytes before the upgrade, then the peer's liveness */
+	int boot_fd;
+	enum role role;
+	int upgraded;
+	const struct rm_verbs_api *v;
+
+	/* Reading chunks on TCP: the header being read, and the DATA bytes left of the current chunk. */
+	uint8_t hdr[RM_RDMA_CHUNK_HEADER_LEN];
+	uint32_t hdr_got, chunk_left;
+	/* What the client sent over TCP after the offer (the worker reads it before the switch). */
+	uint8_t *early;
+	size_t early_len, early_pos;
+	int switched; /* the worker has read the client's SWITCH */
+
+	/* RDMA, acquired in this order (rconn_release goes back up it). */
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *listen_id; /* the worker's, until its client connected */
+	struct rdma_cm_id *id;
+	struct ibv_pd *pd;
+	struct ibv_comp_channel *cc;
+	struct ibv_cq *cq;
+	uint8_t *mem; /* RECV_SLOTS receive buffers, then SEND_SLOTS send buffers */
+	struct ibv_mr *mr;
+	int qp_made;
+
+	struct rm_rdma_geometry peer; /* how the peer receives */
+	uint32_t credits;             /* the peer's data buffers this side may fill */
+	uint32_t to_return;           /* own data buffers posted again since the peer was last told */
+	uint8_t ctrl_sent, ctrl_acked; /* credit-only messages sent, and seen by the peer (mod 256) */
+	uint8_t ctrl_seen;             /* the peer's credit-only messages received (mod 256) */
+	uint32_t send_free;            /* a bit per free send slot */
+	struct {
+		uint32_t slot, len, pos;
+	} rq[RECV_SLOTS]; /* received data messages in order, the first partly read */
+	uint32_t rq_head, rq_count;
+	int broken; /* -errno once the connection failed */
+
+	int wake[2]; /* shutdown's pipe */
+	_Atomic int shut;
+	int recv_timeout_ms, send_timeout_ms;
+	uint64_t spin_ns;
+	char peer_name[64];
+};
+
+static inline struct rdma_conn *rdma_conn_of(struct rm_conn *c)
+{
+	return (struct rdma_conn *)c;
+}
+
+static inline uint64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static inline uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* A deadline timeout_ms from now, 0 for none. */
+static inline uint64_t deadline_in(int timeout_ms)
+{
+	return timeout_ms > 0 ? mono_ms() + (uint64_t)timeout_ms : 0;
+}
+
+/* What poll() may wait until deadline: -1 for none, 0 once passed. */
+static inline int poll_ms(uint64_t deadline)
+{
+	if (!deadline)
+		return -1;
+	uint64_t now = mono_ms();
+	return now >= deadline ? 0 : (int)(deadline - now);
+}
+
+static inline uint8_t *recv_buffer(struct rdma_conn *c, uint32_t slot)
+{
+	return c->mem + (size_t)slot * BUFFER_SIZE;
+}
+
+static inline uint8_t *send_buffer(struct rdma_conn *c, uint32_t slot)
+{
+	return c->mem + (size_t)(RECV_SLOTS + slot) * BUFFER_SIZE;
+}
+
+/* Fails the connection with err and why (rm_transport_set_why); the first failure is the
+ * one kept, and returned. */
+int rconn_fail(struct rdma_conn *c, int err, const char *why);
+/* O_NONBLOCK on fd: 0 or -errno. */
+int rconn_nonblocking(int fd);
+
+/* rdma_queue.c: the verbs resources, acquired in the order of the struct's fields and
+ * released back up it, and the messages over RDMA. */
+int rconn_make_channel(struct rdma_conn *c);
+/* Everything the messages need on id (connected or about to be), every receive posted. */
+int rconn_make_queue_pair(struct rdma_conn *c, struct rdma_cm_id *id);
+void rconn_release(struct rdma_conn *c);
+/* Takes in what has completed: the count, or the connection's failure. */
+int rconn_pump(struct rdma_conn *c);
+/* Waits until something completes: 0, -ETIMEDOUT past deadline (0: none), or the failure. */
+int rconn_wait(struct rdma_conn *c, uint64_t deadline);
+int rconn_rdma_sendv(struct rdma_conn *c, const struct iovec *iov, int iovcnt);
+ssize_t rconn_rdma_recv(struct rdma_conn *c, void *buf, size_t len);
+
+/* rdma_upgrade.c: chunks over TCP, and the upgrade. */
+int rconn_boot_sendv(struct rdma_conn *c, const struct iovec *iov, int iovcnt);
+/* Reads the next chunk's header (resuming one partly read) and, for UPGRADE, its offer. */
+int rconn_boot_read_header(struct rdma_conn *c, struct rm_rdma_chunk *ch, struct rm_rdma_offer *offer);
+/* Either side's upgrade (the worker's: offer NULL); sets upgraded. */
+int rconn_upgrade(struct rdma_conn *c, const struct rm_rdma_offer *offer);
+
+#endif

@@ -1,0 +1,312 @@
+/* The verbs resources of an rdma:// connection and its messages over RDMA (rdma_conn.h;
+ * the credits are described in rdma.c). */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rdma_conn.h"
+
+
+static int post_recv(struct rdma_conn *c, uint32_t slot)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)recv_buffer(c, slot), .length = BUFFER_SIZE, .lkey = c->mr->lkey};
+	struct ibv_recv_wr wr = {.wr_id = slot, .sg_list = &sge, .num_sge = 1}, *bad;
+	int err = ibv_post_recv(c->id->qp, &wr, &bad);
+	return err ? rconn_fail(c, -err, "cannot post a receive") : 0;
+}
+
+/* Everything the connection's messages need, on id (connected or about to be), with every
+ * receive buffer posted. */
+int rconn_make_queue_pair(struct rdma_conn *c, struct rdma_cm_id *id)
+{
+	const struct rm_verbs_api *v = c->v;
+	c->id = id;
+	size_t bytes = (size_t)(RECV_SLOTS + SEND_SLOTS) * BUFFER_SIZE;
+	if (!(c->pd = v->alloc_pd(id->verbs)))
+		return rconn_fail(c, -ENOMEM, "cannot allocate a protection domain");
+	if (!(c->cc = v->create_comp_channel(id->verbs)) || rconn_nonblocking(c->cc->fd))
+		return rconn_fail(c, -ENOMEM, "cannot make a completion channel");
+	if (!(c->cq = v->create_cq(id->verbs, RECV_SLOTS + SEND_SLOTS, c, c->cc, 0)))
+		return rconn_fail(c, -ENOMEM, "cannot make a completion queue");
+	if (posix_memalign((void **)&c->mem, 4096, bytes))
+		return rconn_fail(c, -ENOMEM, "no memory for the buffers");
+	if (!(c->mr = v->reg_mr(c->pd, c->mem, bytes, IBV_ACCESS_LOCAL_WRITE)))
+		return rconn_fail(c, -errno ? -errno : -ENOMEM, "cannot register the buffers");
+	struct ibv_qp_init_attr attr = {
+		.send_cq = c->cq,
+		.recv_cq = c->cq,
+		.cap = {.max_send_wr = SEND_SLOTS, .max_recv_wr = RECV_SLOTS, .max_send_sge = 1, .max_recv_sge = 1},
+		.qp_type = IBV_QPT_RC,
+		.sq_sig_all = 1,
+	};
+	if (v->create_qp(id, c->pd, &attr))
+		return rconn_fail(c, -errno ? -errno : -ENOMEM, "cannot make a queue pair");
+	c->qp_made = 1;
+	for (uint32_t s = 0; s < RECV_SLOTS; s++)
+		if (post_recv(c, s))
+			return c->broken;
+	c->send_free = (1u << SEND_SLOTS) - 1;
+	return 0;
+}
+
+/* Releases the verbs resources in the reverse order of their acquisition. */
+void rconn_release(struct rdma_conn *c)
+{
+	const struct rm_verbs_api *v = c->v;
+	if (c->qp_made)
+		v->destroy_qp(c->id);
+	if (c->mr)
+		v->dereg_mr(c->mr);
+	free(c->mem);
+	if (c->cq)
+		v->destroy_cq(c->cq);
+	if (c->cc)
+		v->destroy_comp_channel(c->cc);
+	if (c->pd)
+		v->dealloc_pd(c->pd);
+	if (c->id)
+		v->destroy_id(c->id);
+	if (c->listen_id)
+		v->destroy_id(c->listen_id);
+	if (c->ch)
+		v->destroy_event_channel(c->ch);
+	c->qp_made = 0;
+	c->mr = NULL;
+	c->mem = NULL;
+	c->cq = NULL;
+	c->cc = NULL;
+	c->pd = NULL;
+	c->id = c->listen_id = NULL;
+	c->ch = NULL;
+}
+
+int rconn_make_channel(struct rdma_conn *c)
+{
+	if (!(c->ch = c->v->create_event_channel()))
+		return rconn_fail(c, errno == ENODEV || !errno ? -ENODEV : -errno,
+			    errno == ENODEV || !errno ? "this host has no RDMA device" : "cannot open the RDMA CM");
+	return rconn_nonblocking(c->ch->fd);
+}
+
+/* Messages over RDMA. */
+
+static int post_send(struct rdma_conn *c, uint32_t slot, uint32_t len)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)send_buffer(c, slot), .length = len, .lkey = c->mr->lkey};
+	struct ibv_send_wr wr = {.wr_id = RECV_SLOTS + slot, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED},
+			   *bad;
+	int err = ibv_post_send(c->id->qp, &wr, &bad);
+	if (err)
+		return rconn_fail(c, -err, "cannot post a send");
+	c->send_free &= ~(1u << slot);
+	return 0;
+}
+
+static int take_send_slot(struct rdma_conn *c)
+{
+	return c->send_free ? __builtin_ctz(c->send_free) : -1;
+}
+
+/* One completion. */
+static int absorb(struct rdma_conn *c, const struct ibv_wc *wc)
+{
+	if (wc->status != IBV_WC_SUCCESS) {
+		char why[120];
+		snprintf(why, sizeof(why), "the connection failed (%s)", c->v->wc_status_str(wc->status));
+		return rconn_fail(c, -ECONNRESET, why);
+	}
+	if (wc->wr_id >= RECV_SLOTS) {
+		uint64_t slot = wc->wr_id - RECV_SLOTS;
+		if (slot < SEND_SLOTS)
+			c->send_free |= 1u << slot;
+		return 0;
+	}
+	uint32_t slot = (uint32_t)wc->wr_id;
+	struct rm_rdma_msg m;
+	if (!(wc->opcode & IBV_WC_RECV) || rm_rdma_msg_decode(recv_buffer(c, slot), wc->byte_len, BUFFER_SIZE, &m))
+		return rconn_fail(c, -EPROTO, "a malformed message");
+	if (m.credits > c->peer.buffers - c->credits)
+		return rconn_fail(c, -EPROTO, "the peer returned buffers it was never sent");
+	c->credits += m.credits;
+	c->ctrl_acked = m.ctrl_seen;
+	if (!m.len) { /* credit-only: its buffer is free again at once */
+		c->ctrl_seen++;
+		return post_recv(c, slot);
+	}
+	if (c->rq_count == RECV_SLOTS)
+		return rconn_fail(c, -EPROTO, "the peer sent past its credits");
+	uint32_t tail = (c->rq_head + c->rq_count) % RECV_SLOTS;
+	c->rq[tail].slot = slot;
+	c->rq[tail].len = m.len;
+	c->rq[tail].pos = 0;
+	c->rq_count++;
+	return 0;
+}
+
+/* Takes in what has completed: the count, or a negative errno. */
+int rconn_pump(struct rdma_conn *c)
+{
+	struct ibv_wc wc[16];
+	int n = ibv_poll_cq(c->cq, 16, wc);
+	if (n < 0)
+		return rconn_fail(c, -EIO, "cannot poll the completion queue");
+	for (int i = 0; i < n; i++)
+		if (absorb(c, &wc[i]))
+			return c->broken;
+	return n;
+}
+
+/* The peer's end: its TCP end, its disconnect, or our shutdown. */
+static int notice_peer(struct rdma_conn *c, const struct pollfd *p)
+{
+	if (p[3].revents)
+		return rconn_fail(c, -ECONNRESET, "shut down");
+	if (p[1].revents)
+		return rconn_fail(c, -ECONNRESET, "the peer has closed");
+	if (p[2].revents) {
+		struct rdma_cm_event *e;
+		while (!c->v->get_cm_event(c->ch, &e)) {
+			int ev = e->event;
+			c->v->ack_cm_event(e);
+			if (ev == RDMA_CM_EVENT_DISCONNECTED || ev == RDMA_CM_EVENT_DEVICE_REMOVAL ||
+			    ev == RDMA_CM_EVENT_TIMEWAIT_EXIT)
+				return rconn_fail(c, -ECONNRESET, "the peer has disconnected");
+		}
+	}
+	return 0;
+}
+
+/* Waits until something completes: 0, -ETIMEDOUT past deadline (0: none), or the
+ * connection's failure. Spins for spin_ns first, then sleeps on the completion channel. */
+int rconn_wait(struct rdma_conn *c, uint64_t deadline)
+{
+	if (c->broken)
+		return c->broken;
+	uint64_t t0 = c->spin_ns ? mono_ns() : 0;
+	for (;;) {
+		int n = rconn_pump(c);
+		if (n)
+			return n < 0 ? n : 0;
+		if (atomic_load_explicit(&c->shut, memory_order_relaxed))
+			return rconn_fail(c, -ECONNRESET, "shut down");
+		if (t0 && mono_ns() - t0 < c->spin_ns)
+			continue;
+		if (ibv_req_notify_cq(c->cq, 0))
+			return rconn_fail(c, -EIO, "cannot arm the completion queue");
+		if ((n = rconn_pump(c)))
+			return n < 0 ? n : 0;
+		struct pollfd p[4] = {{.fd = c->cc->fd, .events = POLLIN},
+				      {.fd = c->boot_fd, .events = POLLIN},
+				      {.fd = c->ch->fd, .events = POLLIN},
+				      {.fd = c->wake[0], .events = POLLIN}};
+		int r = poll(p, 4, poll_ms(deadline));
+		if (r < 0 && errno != EINTR)
+			return rconn_fail(c, -errno, "poll failed");
+		if (r == 0)
+			return -ETIMEDOUT;
+		if (r > 0 && notice_peer(c, p))
+			return c->broken;
+		if (p[0].revents) {
+			struct ibv_cq *cq;
+			void *ctx;
+			if (!c->v->get_cq_event(c->cc, &cq, &ctx))
+				c->v->ack_cq_events(cq, 1);
+		}
+		t0 = 0;
+	}
+}
+
+/* Sends a credit-only message when half the buffers' worth is owed and none is in flight. */
+static int return_credits(struct rdma_conn *c)
+{
+	if (c->to_return < BUFFERS / 2 || c->ctrl_sent != c->ctrl_acked)
+		return 0;
+	int slot = take_send_slot(c);
+	while (slot < 0) { /* sends complete without the peer's program: this is short */
+		int err = rconn_wait(c, deadline_in(c->send_timeout_ms));
+		if (err)
+			return err;
+		slot = take_send_slot(c);
+	}
+	struct rm_rdma_msg m = {.len = 0, .credits = (uint16_t)c->to_return, .ctrl_seen = c->ctrl_seen};
+	rm_rdma_msg_encode(send_buffer(c, (uint32_t)slot), &m);
+	int err = post_send(c, (uint32_t)slot, RM_RDMA_MSG_HEADER_LEN);
+	if (!err) {
+		c->to_return = 0;
+		c->ctrl_sent++;
+	}
+	return err;
+}
+
+int rconn_rdma_sendv(struct rdma_conn *c, const struct iovec *iov, int iovcnt)
+{
+	size_t off = 0; /* into iov[0] */
+	uint32_t room = c->peer.size - RM_RDMA_MSG_HEADER_LEN;
+	uint64_t deadline = deadline_in(c->send_timeout_ms);
+	while (iovcnt > 0) {
+		if (off == iov->iov_len) {
+			iov++, iovcnt--, off = 0;
+			continue;
+		}
+		int slot = take_send_slot(c);
+		if (slot < 0 || !c->credits) {
+			int err = rconn_wait(c, deadline);
+			if (err)
+				return err;
+			if ((err = return_credits(c)))
+				return err;
+			continue;
+		}
+		uint8_t *p = send_buffer(c, (uint32_t)slot) + RM_RDMA_MSG_HEADER_LEN;
+		uint32_t len = 0;
+		while (iovcnt > 0 && len < room) {
+			size_t n = iov->iov_len - off < room - len ? iov->iov_len - off : room - len;
+			memcpy(p + len, (const uint8_t *)iov->iov_base + off, n);
+			len += (uint32_t)n;
+			off += n;
+			if (off == iov->iov_len)
+				iov++, iovcnt--, off = 0;
+		}
+		struct rm_rdma_msg m = {.len = len, .credits = (uint16_t)c->to_return, .ctrl_seen = c->ctrl_seen};
+		rm_rdma_msg_encode(p - RM_RDMA_MSG_HEADER_LEN, &m);
+		int err = post_send(c, (uint32_t)slot, RM_RDMA_MSG_HEADER_LEN + len);
+		if (err)
+			return err;
+		c->credits--;
+		c->to_return = 0;
+		deadline = deadline_in(c->send_timeout_ms); /* the peer took something */
+	}
+	return c->broken;
+}
+
+ssize_t rconn_rdma_recv(struct rdma_conn *c, void *buf, size_t len)
+{
+	uint64_t deadline = deadline_in(c->recv_timeout_ms);
+	while (!c->rq_count) {
+		int err = c->broken ? c->broken : rconn_wait(c, deadline);
+		if (!err && c->ctrl_sent == c->ctrl_acked)
+			err = return_credits(c); /* one owed while the last was in flight */
+		if (err)
+			return err;
+	}
+	__typeof__(c->rq[0]) *m = &c->rq[c->rq_head];
+	size_t n = m->len - m->pos < len ? m->len - m->pos : len;
+	memcpy(buf, recv_buffer(c, m->slot) + RM_RDMA_MSG_HEADER_LEN + m->pos, n);
+	m->pos += (uint32_t)n;
+	if (m->pos == m->len) {
+		c->rq_head = (c->rq_head + 1) % RECV_SLOTS;
+		c->rq_count--;
+		int err = post_recv(c, m->slot);
+		if (err)
+			return err;
+		c->to_return++;
+		if ((err = return_credits(c)))
+			return err;
+	}
+	return (ssize_t)n;
+}
