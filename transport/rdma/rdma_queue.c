@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "rdma_conn.h"
@@ -32,8 +33,13 @@ int rconn_make_queue_pair(struct rdma_conn *c, struct rdma_cm_id *id)
 		return rconn_fail(c, -ENOMEM, "cannot make a completion channel");
 	if (!(c->cq = v->create_cq(id->verbs, RECV_SLOTS + SEND_SLOTS, c, c->cc, 0)))
 		return rconn_fail(c, -ENOMEM, "cannot make a completion queue");
-	if (posix_memalign((void **)&c->mem, 4096, bytes))
+	/* A mapping of their own: a child the program forks (a data loader's workers) neither
+	 * gets them nor takes their pages from the device's view by copy-on-write. */
+	void *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (mem == MAP_FAILED)
 		return rconn_fail(c, -ENOMEM, "no memory for the buffers");
+	c->mem = mem;
+	madvise(c->mem, bytes, MADV_DONTFORK);
 	if (!(c->mr = v->reg_mr(c->pd, c->mem, bytes, IBV_ACCESS_LOCAL_WRITE)))
 		return rconn_fail(c, -errno ? -errno : -ENOMEM, "cannot register the buffers");
 	struct ibv_qp_init_attr attr = {
@@ -61,7 +67,8 @@ void rconn_release(struct rdma_conn *c)
 		v->destroy_qp(c->id);
 	if (c->mr)
 		v->dereg_mr(c->mr);
-	free(c->mem);
+	if (c->mem)
+		munmap(c->mem, (size_t)(RECV_SLOTS + SEND_SLOTS) * BUFFER_SIZE);
 	if (c->cq)
 		v->destroy_cq(c->cq);
 	if (c->cc)
