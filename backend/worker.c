@@ -566,7 +566,8 @@ static void *take_over(void *arg)
 		s = NULL;
 	}
 	if (!s) {
-		rm_log(RM_LOG_ERROR, "cannot serve client %s: out of resources", h->name);
+		if (conn) /* else the line above said why */
+			rm_log(RM_LOG_ERROR, "cannot serve client %s: out of resources", h->name);
 		rm_registry_leave(h->slot);
 	}
 	explicit_bzero(h, sizeof(*h));

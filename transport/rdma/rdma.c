@@ -20,6 +20,7 @@
  *
  * Bulk bytes are copied into and out of registered buffers; sending from and receiving into
  * the program's own memory by RDMA read and write is not built (docs/status.md). */
+#include <netdb.h>
 #include <stdatomic.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -191,14 +192,47 @@ static struct rdma_conn *conn_new(struct rm_conn *boot, enum role role, const st
 /* Whether an RDMA device can serve host (NULL: any): the check behind dial and listen. */
 static int device_check(const struct rm_verbs_api *v)
 {
-	struct rdma_event_channel *ch = v->create_event_channel();
-	if (!ch) {
-		int err = errno ? -errno : -ENODEV;
-		rm_transport_set_why(-ENODEV, "rdma: this host has no RDMA device (%s)", strerror(-err));
+	int n = 0;
+	struct ibv_device **list = v->get_device_list(&n);
+	if (list)
+		v->free_device_list(list);
+	if (!list || n <= 0) {
+		rm_transport_set_why(-ENODEV, "rdma: this host has no RDMA device");
 		return -ENODEV;
 	}
-	v->destroy_event_channel(ch);
 	return 0;
+}
+
+/* Whether an RDMA device serves the address a listener is bound to: an rdma_cm id bound to
+ * it (port 0), then let go. */
+static int address_check(const struct rm_verbs_api *v, struct rm_listener *tcp)
+{
+	char bound[96], host[64];
+	if (rm_transport_tcp.listener_addr(tcp, bound, sizeof(bound)))
+		return -EINVAL;
+	const char *colon = strrchr(bound, ':');
+	size_t n = (size_t)(colon - bound);
+	const char *h = bound;
+	if (n >= 2 && h[0] == '[')
+		h++, n -= 2;
+	if (n >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, h, n);
+	host[n] = 0;
+	struct addrinfo hints = {.ai_flags = AI_NUMERICHOST}, *ai;
+	if (getaddrinfo(host, "0", &hints, &ai))
+		return -EINVAL;
+	struct rdma_event_channel *ch = v->create_event_channel();
+	struct rdma_cm_id *id = NULL;
+	int err = !ch ? -ENODEV : v->create_id(ch, &id, NULL, RDMA_PS_TCP) ? -errno : v->bind_addr(id, ai->ai_addr) ? -errno : 0;
+	if (err)
+		rm_transport_set_why(err, "rdma: no RDMA device serves %s (%s)", host, strerror(-err));
+	if (id)
+		v->destroy_id(id);
+	if (ch)
+		v->destroy_event_channel(ch);
+	freeaddrinfo(ai);
+	return err;
 }
 
 static int rdmat_dial(const char *addr, int timeout_ms, struct rm_conn **out)
@@ -235,6 +269,11 @@ static int rdmat_listen(const char *addr, struct rm_listener **out)
 	if (!l)
 		return -ENOMEM;
 	if ((err = rm_transport_tcp.listen(addr, &l->tcp))) {
+		free(l);
+		return err;
+	}
+	if ((err = address_check(v, l->tcp))) {
+		rm_transport_tcp.listener_close(l->tcp);
 		free(l);
 		return err;
 	}

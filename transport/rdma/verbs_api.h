@@ -31,6 +31,8 @@ struct rm_verbs_api {
 	int (*ack_cm_event)(struct rdma_cm_event *event);
 	const char *(*event_str)(enum rdma_cm_event_type event);
 	/* libibverbs */
+	struct ibv_device **(*get_device_list)(int *n);
+	void (*free_device_list)(struct ibv_device **list);
 	struct ibv_pd *(*alloc_pd)(struct ibv_context *ctx);
 	int (*dealloc_pd)(struct ibv_pd *pd);
 	struct ibv_comp_channel *(*create_comp_channel)(struct ibv_context *ctx);

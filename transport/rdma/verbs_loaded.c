@@ -50,6 +50,8 @@ static void load(void)
 		ENTRY(ack_cm_event, "rdma_ack_cm_event"),
 		ENTRY(event_str, "rdma_event_str"),
 	}, verbs_entries[] = {
+		ENTRY(get_device_list, "ibv_get_device_list"),
+		ENTRY(free_device_list, "ibv_free_device_list"),
 		ENTRY(alloc_pd, "ibv_alloc_pd"),
 		ENTRY(dealloc_pd, "ibv_dealloc_pd"),
 		ENTRY(create_comp_channel, "ibv_create_comp_channel"),
