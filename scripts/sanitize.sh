@@ -7,7 +7,8 @@
 # sanitizer-reports that runs alone after the others.
 #   scripts/sanitize.sh [SUITE ...]
 # Default suites: what CI runs (scripts/test.sh): remote (the programs through Remora,
-# robustness, faults, liveness, metrics), sharing, tls, shm and the fuzz corpora.
+# robustness, faults, liveness, metrics), sharing, tls, shm, rdma (on tests/fake_rdma) and the
+# fuzz corpora.
 # Environment: SANITIZE_BUILD (default build-asan), JOBS (ninja -j; default ninja's).
 # Exit status: meson test's; its log is SANITIZE_BUILD/meson-logs/testlog-sanitize.json.
 set -eu
@@ -19,7 +20,7 @@ if [ ! -f "$build/build.ninja" ]; then
 	meson setup "$build" -Dtoolkit_dir="$cuda" -Db_sanitize=address,undefined -Db_lundef=false
 fi
 ninja -C "$build" ${JOBS:+-j "$JOBS"}
-suites=${*:-remote sharing tls shm fuzz}
+suites=${*:-remote sharing tls shm rdma fuzz}
 set -- --suite sanitize
 for s in $suites; do set -- "$@" --suite "$s"; done
 rm -f "$build"/meson-logs/testlog-sanitize*.json
