@@ -3,8 +3,10 @@
  * A transport is an ops table. Every op returns 0 (or a byte count) on success
  * and -errno on failure; none keeps a pointer to a caller's buffer after it
  * returns. A connection knows its transport: callers use it through the rm_conn_*
- * wrappers below. It is used by one thread at a time (callers serialise), except
- * that shutdown may come from another thread.
+ * wrappers below. One thread may send (sendv, send_fd) while another receives (recv_some,
+ * readable, recv_fd): remorad's heartbeats go out while a session thread reads a call's
+ * bytes. Callers serialise each direction, and everything else; shutdown may come from
+ * any thread.
  */
 #ifndef REMORA_TRANSPORT_H
 #define REMORA_TRANSPORT_H

@@ -5,11 +5,14 @@
  * process, and a queue pair cannot move between processes. So a connection begins on TCP:
  * dial and accept give one that carries the bytes in chunks over TCP, which can be handed
  * over (export_fd, adopt_fd). adopt_fd, in the process that is to serve it, upgrades it: it
- * listens with rdma_cm on a port of its own, offers that port and a nonce over TCP, and
- * accepts the one connect that brings the nonce back. The client meets the offer in its
- * next receive, connects, and from then on both sides' bytes go over RDMA. The TCP
- * connection stays open beside it: its end is the peer's end, and its keepalives find a
- * peer whose host vanished.
+ * listens with rdma_cm on a port of its own, offers that port and a nonce over TCP (its
+ * last bytes there), and accepts the one connect that brings the nonce back; from then on
+ * it sends over RDMA. The client meets the offer in its next receive, connects, reads
+ * over RDMA, and sends a SWITCH chunk as its last bytes on TCP, before its first on RDMA;
+ * the worker reads the client's TCP bytes up to it, then RDMA. So each direction's bytes
+ * keep their order whatever either side's sending thread was doing. The TCP connection
+ * stays open beside it: its end is the peer's end, and its keepalives find a peer whose
+ * host vanished.
  *
  * On RDMA the bytes go in sends of at most a buffer: each side posts buffers for the
  * other's sends and tells it, in the headers of its own sends, how many it has posted
@@ -22,6 +25,7 @@
  * the program's own memory by RDMA read and write is not built (docs/status.md). */
 #include <netdb.h>
 #include <stdatomic.h>
+#include <sys/eventfd.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -43,10 +47,11 @@ static const struct rm_verbs_api *verbs(void)
 
 int rconn_fail(struct rdma_conn *c, int err, const char *why)
 {
-	if (!c->broken) {
-		c->broken = err;
+	int none = 0;
+	if (atomic_compare_exchange_strong(&c->broken, &none, err))
 		rm_transport_set_why(err, "rdma: %s", why);
-	}
+	else
+		rm_transport_set_why(c->broken, "rdma: %s", why); /* this thread's reason, the first failure's code */
 	return c->broken;
 }
 
@@ -63,7 +68,11 @@ static int rdmat_sendv(struct rm_conn *conn, const struct iovec *iov, int iovcnt
 	struct rdma_conn *c = rdma_conn_of(conn);
 	struct rm_transport_tally *t = rm_transport_thread_tally;
 	uint64_t t0 = __builtin_expect(rm_transport_profiling, 0) && t ? mono_ns() : 0;
-	int err = c->broken ? c->broken : c->upgraded ? rconn_rdma_sendv(c, iov, iovcnt) : rconn_boot_sendv(c, iov, iovcnt);
+	pthread_mutex_lock(&c->send_lock);
+	int err = rconn_switch_if_due(c);
+	if (!err)
+		err = c->tcp_out_done ? rconn_rdma_sendv(c, iov, iovcnt) : rconn_boot_sendv(c, iov, iovcnt);
+	pthread_mutex_unlock(&c->send_lock);
 	if (t0) {
 		t->send_ns += mono_ns() - t0;
 		t->sends++;
@@ -71,49 +80,12 @@ static int rdmat_sendv(struct rm_conn *conn, const struct iovec *iov, int iovcnt
 	return err;
 }
 
-static ssize_t recv_inner(struct rdma_conn *c, void *buf, size_t len)
-{
-	if (c->early_pos < c->early_len) {
-		size_t n = c->early_len - c->early_pos < len ? c->early_len - c->early_pos : len;
-		memcpy(buf, c->early + c->early_pos, n);
-		c->early_pos += n;
-		if (c->early_pos == c->early_len) {
-			free(c->early);
-			c->early = NULL;
-			c->early_pos = c->early_len = 0;
-		}
-		return (ssize_t)n;
-	}
-	if (c->broken)
-		return c->broken;
-	if (c->upgraded)
-		return rconn_rdma_recv(c, buf, len);
-	while (!c->chunk_left) {
-		struct rm_rdma_chunk ch;
-		struct rm_rdma_offer offer;
-		int err = rconn_boot_read_header(c, &ch, &offer);
-		if (err)
-			return err;
-		if (ch.type == RM_RDMA_UPGRADE && c->role == CLIENT) {
-			if ((err = rconn_upgrade(c, &offer)))
-				return err;
-			return rconn_rdma_recv(c, buf, len);
-		}
-		if (ch.type != RM_RDMA_DATA)
-			return rconn_fail(c, -EPROTO, "an unexpected chunk on TCP");
-	}
-	ssize_t n = rm_conn_recv_some(c->boot, buf, len < c->chunk_left ? len : c->chunk_left);
-	if (n > 0)
-		c->chunk_left -= (uint32_t)n;
-	return n;
-}
-
 static ssize_t rdmat_recv_some(struct rm_conn *conn, void *buf, size_t len)
 {
 	struct rdma_conn *c = rdma_conn_of(conn);
 	struct rm_transport_tally *t = rm_transport_thread_tally;
 	uint64_t t0 = __builtin_expect(rm_transport_profiling, 0) && t ? mono_ns() : 0;
-	ssize_t n = recv_inner(c, buf, len);
+	ssize_t n = c->tcp_in_done ? rconn_rdma_recv(c, buf, len) : rconn_boot_recv(c, buf, len);
 	if (t0) {
 		t->recv_ns += mono_ns() - t0;
 		t->recvs++;
@@ -124,13 +96,14 @@ static ssize_t rdmat_recv_some(struct rm_conn *conn, void *buf, size_t len)
 static int rdmat_readable(struct rm_conn *conn)
 {
 	struct rdma_conn *c = rdma_conn_of(conn);
-	if (c->early_pos < c->early_len || c->broken)
-		return 1;
-	if (!c->upgraded)
-		return rm_conn_readable(c->boot);
-	if (!c->rq_count)
+	if (!c->tcp_in_done)
+		return c->chunk_left || c->hdr_got ? 1 : rm_conn_readable(c->boot);
+	pthread_mutex_lock(&c->lock);
+	if (!c->rq_count && !c->broken)
 		rconn_pump(c);
-	return c->rq_count || c->broken;
+	int readable = c->rq_count || c->broken;
+	pthread_mutex_unlock(&c->lock);
+	return readable;
 }
 
 static void rdmat_shutdown(struct rm_conn *conn)
@@ -160,13 +133,15 @@ static const char *rdmat_peer(struct rm_conn *conn)
 static void rdmat_close(struct rm_conn *conn)
 {
 	struct rdma_conn *c = rdma_conn_of(conn);
-	if (c->upgraded && c->id)
+	if (c->established)
 		c->v->disconnect(c->id);
 	rconn_release(c);
 	rm_conn_close(c->boot);
+	close(c->kick);
 	close(c->wake[0]);
 	close(c->wake[1]);
-	free(c->early);
+	pthread_mutex_destroy(&c->lock);
+	pthread_mutex_destroy(&c->send_lock);
 	free(c);
 }
 
@@ -175,10 +150,15 @@ static struct rdma_conn *conn_new(struct rm_conn *boot, enum role role, const st
 	struct rdma_conn *c = calloc(1, sizeof(*c));
 	if (!c)
 		return NULL;
-	if (pipe2(c->wake, O_CLOEXEC | O_NONBLOCK)) {
+	c->kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (c->kick < 0 || pipe2(c->wake, O_CLOEXEC | O_NONBLOCK)) {
+		if (c->kick >= 0)
+			close(c->kick);
 		free(c);
 		return NULL;
 	}
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->send_lock, NULL);
 	c->base.tp = &rm_transport_rdma;
 	c->boot = boot;
 	c->boot_fd = rm_transport_tcp.export_fd(boot, NULL, NULL, NULL);
@@ -316,7 +296,7 @@ struct handed_state {
 static int rdmat_export_fd(struct rm_conn *conn, void *state, size_t *state_len, int *extra_fd)
 {
 	struct rdma_conn *c = rdma_conn_of(conn);
-	if (c->upgraded || c->role != SERVER || c->early_len || !state || !state_len)
+	if (c->tcp_out_done || c->role != SERVER || !state || !state_len)
 		return -ENOTSUP;
 	struct handed_state s = {.hdr_got = c->hdr_got, .chunk_left = c->chunk_left};
 	memcpy(s.hdr, c->hdr, sizeof(s.hdr));
@@ -356,7 +336,8 @@ static int rdmat_adopt_fd(int fd, int extra_fd, const void *state, size_t state_
 	memcpy(c->hdr, s.hdr, sizeof(s.hdr));
 	c->hdr_got = s.hdr_got;
 	c->chunk_left = s.chunk_left;
-	if ((err = rconn_upgrade(c, NULL))) {
+	rm_conn_set_liveness(c->boot, UPGRADE_TIMEOUT_MS, UPGRADE_TIMEOUT_MS); /* until the worker sets its own */
+	if ((err = rconn_upgrade_as_server(c))) {
 		rdmat_close(&c->base);
 		return err;
 	}

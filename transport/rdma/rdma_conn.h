@@ -5,6 +5,7 @@
 #ifndef REMORA_RDMA_CONN_H
 #define REMORA_RDMA_CONN_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -19,29 +20,38 @@
 #define BUFFER_SIZE (64u << 10)     /* a message, header included */
 #define RECV_SLOTS (BUFFERS + 1)    /* and one for a credit-only message */
 #define SEND_SLOTS (BUFFERS + 2)    /* every send waits for its completion before its slot is reused */
-#define UPGRADE_TIMEOUT_MS 10000    /* the whole upgrade, from offer to switch */
+#define UPGRADE_TIMEOUT_MS 10000    /* the worker's wait for its client's connect */
 #define RESOLVE_TIMEOUT_MS 2000
-#define EARLY_MAX (1u << 20)        /* bytes a client may send over TCP after the offer */
 #define RDMA_SPIN_US_DEFAULT 60
 #define RDMA_SPIN_US_MAX 1000
 
 enum role { CLIENT, SERVER };
 
+/* A connection is used by at most one sending and one receiving thread at a time (the
+ * daemon's heartbeats go out while its session thread reads a call's bytes). lock guards
+ * the completion queue and everything its completions change; send_lock orders the
+ * sending side's TCP chunks against the client's SWITCH, which its receiving side sends. */
 struct rdma_conn {
 	struct rm_conn base;
 	struct rm_conn *boot; /* the TCP connection: the bytes before the upgrade, then the peer's liveness */
 	int boot_fd;
 	enum role role;
-	int upgraded;
 	const struct rm_verbs_api *v;
+	pthread_mutex_t lock, send_lock;
 
-	/* Reading chunks on TCP: the header being read, and the DATA bytes left of the current chunk. */
+	/* The receiving side's, reading chunks on TCP: the header being read, and the DATA
+	 * bytes left of the current chunk; tcp_in_done once the peer's last chunk is read
+	 * (the client: the offer; the worker: the SWITCH), then it reads from RDMA. */
 	uint8_t hdr[RM_RDMA_CHUNK_HEADER_LEN];
 	uint32_t hdr_got, chunk_left;
-	/* What the client sent over TCP after the offer (the worker reads it before the switch). */
-	uint8_t *early;
-	size_t early_len, early_pos;
-	int switched; /* the worker has read the client's SWITCH */
+	int tcp_in_done;
+	/* Under send_lock: once this side's last chunk went (the worker: the offer; the
+	 * client: its SWITCH), it sends over RDMA. The client's receiving side, connected, sets
+	 * switch_due, and sends the SWITCH itself unless its sending side is busy on TCP, which
+	 * then sends it before its next bytes. */
+	int tcp_out_done;
+	_Atomic int switch_due;
+	int established; /* under lock: the queue pair may send */
 
 	/* RDMA, acquired in this order (rconn_release goes back up it). */
 	struct rdma_event_channel *ch;
@@ -54,9 +64,10 @@ struct rdma_conn {
 	struct ibv_mr *mr;
 	int qp_made;
 
-	struct rm_rdma_geometry peer; /* how the peer receives */
-	uint32_t credits;             /* the peer's data buffers this side may fill */
-	uint32_t to_return;           /* own data buffers posted again since the peer was last told */
+	/* Under lock. */
+	struct rm_rdma_geometry peer;  /* how the peer receives */
+	uint32_t credits;              /* the peer's data buffers this side may fill */
+	uint32_t to_return;            /* own data buffers posted again since the peer was last told */
 	uint8_t ctrl_sent, ctrl_acked; /* credit-only messages sent, and seen by the peer (mod 256) */
 	uint8_t ctrl_seen;             /* the peer's credit-only messages received (mod 256) */
 	uint32_t send_free;            /* a bit per free send slot */
@@ -64,8 +75,11 @@ struct rdma_conn {
 		uint32_t slot, len, pos;
 	} rq[RECV_SLOTS]; /* received data messages in order, the first partly read */
 	uint32_t rq_head, rq_count;
-	int broken; /* -errno once the connection failed */
+	uint64_t absorbed; /* completions taken in: a waiter sleeps only if none came since it looked */
+	int sleepers;      /* threads asleep in rconn_wait, kicked when another takes completions in */
+	_Atomic int broken; /* -errno once the connection failed (either side may find out) */
 
+	int kick;    /* an eventfd: one thread's completions wake the other */
 	int wake[2]; /* shutdown's pipe */
 	_Atomic int shut;
 	int recv_timeout_ms, send_timeout_ms;
@@ -118,7 +132,7 @@ static inline uint8_t *send_buffer(struct rdma_conn *c, uint32_t slot)
 }
 
 /* Fails the connection with err and why (rm_transport_set_why); the first failure is the
- * one kept, and returned. */
+ * one kept, and returned. Under lock where the other side may be running. */
 int rconn_fail(struct rdma_conn *c, int err, const char *why);
 /* O_NONBLOCK on fd: 0 or -errno. */
 int rconn_nonblocking(int fd);
@@ -129,18 +143,21 @@ int rconn_make_channel(struct rdma_conn *c);
 /* Everything the messages need on id (connected or about to be), every receive posted. */
 int rconn_make_queue_pair(struct rdma_conn *c, struct rdma_cm_id *id);
 void rconn_release(struct rdma_conn *c);
-/* Takes in what has completed: the count, or the connection's failure. */
+/* Under lock: takes in what has completed. The count, or the connection's failure. */
 int rconn_pump(struct rdma_conn *c);
-/* Waits until something completes: 0, -ETIMEDOUT past deadline (0: none), or the failure. */
-int rconn_wait(struct rdma_conn *c, uint64_t deadline);
 int rconn_rdma_sendv(struct rdma_conn *c, const struct iovec *iov, int iovcnt);
 ssize_t rconn_rdma_recv(struct rdma_conn *c, void *buf, size_t len);
 
-/* rdma_upgrade.c: chunks over TCP, and the upgrade. */
+/* rdma_upgrade.c: chunks over TCP, and the upgrade. The caller holds send_lock. */
 int rconn_boot_sendv(struct rdma_conn *c, const struct iovec *iov, int iovcnt);
-/* Reads the next chunk's header (resuming one partly read) and, for UPGRADE, its offer. */
-int rconn_boot_read_header(struct rdma_conn *c, struct rm_rdma_chunk *ch, struct rm_rdma_offer *offer);
-/* Either side's upgrade (the worker's: offer NULL); sets upgraded. */
-int rconn_upgrade(struct rdma_conn *c, const struct rm_rdma_offer *offer);
+/* Sends the client's SWITCH if it is due and not sent (send_lock held). */
+int rconn_switch_if_due(struct rdma_conn *c);
+/* The receiving side before tcp_in_done: the peer's next TCP bytes, or the client's upgrade
+ * when the offer comes. */
+ssize_t rconn_boot_recv(struct rdma_conn *c, void *buf, size_t len);
+/* The worker's upgrade (see rdma.c): offers, and waits for the connect that brings the
+ * nonce back; then the connection sends over RDMA and reads the client's TCP bytes up to
+ * its SWITCH. */
+int rconn_upgrade_as_server(struct rdma_conn *c);
 
 #endif

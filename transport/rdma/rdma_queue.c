@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include "rdma_conn.h"
@@ -99,7 +100,7 @@ int rconn_make_channel(struct rdma_conn *c)
 	return rconn_nonblocking(c->ch->fd);
 }
 
-/* Messages over RDMA. */
+/* Messages over RDMA. Everything below runs under lock, except where it says. */
 
 static int post_send(struct rdma_conn *c, uint32_t slot, uint32_t len)
 {
@@ -108,15 +109,36 @@ static int post_send(struct rdma_conn *c, uint32_t slot, uint32_t len)
 				 .send_flags = IBV_SEND_SIGNALED},
 			   *bad;
 	int err = ibv_post_send(c->id->qp, &wr, &bad);
-	if (err)
-		return rconn_fail(c, -err, "cannot post a send");
-	c->send_free &= ~(1u << slot);
-	return 0;
+	return err ? rconn_fail(c, -err, "cannot post a send") : 0;
 }
 
+/* A free send slot, taken; -1 for none. */
 static int take_send_slot(struct rdma_conn *c)
 {
-	return c->send_free ? __builtin_ctz(c->send_free) : -1;
+	if (!c->send_free)
+		return -1;
+	int slot = __builtin_ctz(c->send_free);
+	c->send_free &= ~(1u << slot);
+	return slot;
+}
+
+/* Sends a credit-only message when half the buffers' worth is owed, none is in flight and
+ * a slot is free; else a later completion brings it here again. */
+static int return_credits(struct rdma_conn *c)
+{
+	if (c->to_return < BUFFERS / 2 || c->ctrl_sent != c->ctrl_acked || !c->established || c->broken)
+		return c->broken;
+	int slot = take_send_slot(c);
+	if (slot < 0)
+		return 0;
+	struct rm_rdma_msg m = {.len = 0, .credits = (uint16_t)c->to_return, .ctrl_seen = c->ctrl_seen};
+	rm_rdma_msg_encode(send_buffer(c, (uint32_t)slot), &m);
+	int err = post_send(c, (uint32_t)slot, RM_RDMA_MSG_HEADER_LEN);
+	if (!err) {
+		c->to_return = 0;
+		c->ctrl_sent++;
+	}
+	return err;
 }
 
 /* One completion. */
@@ -155,7 +177,13 @@ static int absorb(struct rdma_conn *c, const struct ibv_wc *wc)
 	return 0;
 }
 
-/* Takes in what has completed: the count, or a negative errno. */
+static void kick_sleepers(struct rdma_conn *c)
+{
+	uint64_t one = 1;
+	if (c->sleepers && write(c->kick, &one, sizeof(one)) < 0)
+		return; /* the counter is full: it is readable anyway */
+}
+
 int rconn_pump(struct rdma_conn *c)
 {
 	struct ibv_wc wc[16];
@@ -164,18 +192,24 @@ int rconn_pump(struct rdma_conn *c)
 		return rconn_fail(c, -EIO, "cannot poll the completion queue");
 	for (int i = 0; i < n; i++)
 		if (absorb(c, &wc[i]))
-			return c->broken;
-	return n;
+			break;
+	if (n > 0) {
+		c->absorbed += (uint64_t)n;
+		return_credits(c);
+		kick_sleepers(c);
+	}
+	return c->broken ? c->broken : n;
 }
 
-/* The peer's end: its TCP end, its disconnect, or our shutdown. */
+/* The peer's end: its TCP end (once it sends nothing more there), its disconnect, or our
+ * shutdown. */
 static int notice_peer(struct rdma_conn *c, const struct pollfd *p)
 {
-	if (p[3].revents)
+	if (p[4].revents)
 		return rconn_fail(c, -ECONNRESET, "shut down");
-	if (p[1].revents)
+	if (p[2].revents)
 		return rconn_fail(c, -ECONNRESET, "the peer has closed");
-	if (p[2].revents) {
+	if (p[3].revents) {
 		struct rdma_cm_event *e;
 		while (!c->v->get_cm_event(c->ch, &e)) {
 			int ev = e->event;
@@ -188,87 +222,88 @@ static int notice_peer(struct rdma_conn *c, const struct pollfd *p)
 	return 0;
 }
 
-/* Waits until something completes: 0, -ETIMEDOUT past deadline (0: none), or the
- * connection's failure. Spins for spin_ns first, then sleeps on the completion channel. */
-int rconn_wait(struct rdma_conn *c, uint64_t deadline)
+/* Waits, under lock (released meanwhile), until some completion came in: 0, -ETIMEDOUT past
+ * deadline (0: none), or the connection's failure. Spins for spin_ns first, then sleeps on
+ * the completion channel and on the kick another thread sends once it took completions in
+ * for this one. The caller looks again at what it waits for. */
+static int wait_locked(struct rdma_conn *c, uint64_t deadline)
 {
-	if (c->broken)
-		return c->broken;
-	uint64_t t0 = c->spin_ns ? mono_ns() : 0;
-	for (;;) {
-		int n = rconn_pump(c);
-		if (n)
-			return n < 0 ? n : 0;
-		if (atomic_load_explicit(&c->shut, memory_order_relaxed))
-			return rconn_fail(c, -ECONNRESET, "shut down");
-		if (t0 && mono_ns() - t0 < c->spin_ns)
-			continue;
-		if (ibv_req_notify_cq(c->cq, 0))
-			return rconn_fail(c, -EIO, "cannot arm the completion queue");
-		if ((n = rconn_pump(c)))
-			return n < 0 ? n : 0;
-		struct pollfd p[4] = {{.fd = c->cc->fd, .events = POLLIN},
-				      {.fd = c->boot_fd, .events = POLLIN},
-				      {.fd = c->ch->fd, .events = POLLIN},
-				      {.fd = c->wake[0], .events = POLLIN}};
-		int r = poll(p, 4, poll_ms(deadline));
-		if (r < 0 && errno != EINTR)
-			return rconn_fail(c, -errno, "poll failed");
-		if (r == 0)
-			return -ETIMEDOUT;
-		if (r > 0 && notice_peer(c, p))
-			return c->broken;
-		if (p[0].revents) {
-			struct ibv_cq *cq;
-			void *ctx;
-			if (!c->v->get_cq_event(c->cc, &cq, &ctx))
-				c->v->ack_cq_events(cq, 1);
-		}
-		t0 = 0;
+	uint64_t seen = c->absorbed;
+	int n = rconn_pump(c);
+	if (n || c->absorbed != seen)
+		return n < 0 ? n : 0;
+	if (atomic_load_explicit(&c->shut, memory_order_relaxed))
+		return rconn_fail(c, -ECONNRESET, "shut down");
+	if (c->spin_ns) {
+		uint64_t t0 = mono_ns();
+		do {
+			pthread_mutex_unlock(&c->lock);
+#if defined(__x86_64__) || defined(__i386__)
+			__builtin_ia32_pause();
+#endif
+			pthread_mutex_lock(&c->lock);
+			if ((n = rconn_pump(c)) || c->absorbed != seen)
+				return n < 0 ? n : 0;
+		} while (mono_ns() - t0 < c->spin_ns);
 	}
+	c->sleepers++;
+	if (ibv_req_notify_cq(c->cq, 0)) {
+		c->sleepers--;
+		return rconn_fail(c, -EIO, "cannot arm the completion queue");
+	}
+	if ((n = rconn_pump(c)) || c->absorbed != seen) {
+		c->sleepers--;
+		return n < 0 ? n : 0;
+	}
+	struct pollfd p[5] = {{.fd = c->cc->fd, .events = POLLIN},
+			      {.fd = c->kick, .events = POLLIN},
+			      {.fd = c->tcp_in_done ? c->boot_fd : -1, .events = POLLIN},
+			      {.fd = c->ch->fd, .events = POLLIN},
+			      {.fd = c->wake[0], .events = POLLIN}};
+	pthread_mutex_unlock(&c->lock);
+	int r = poll(p, 5, poll_ms(deadline));
+	int poll_errno = errno;
+	if (r > 0 && p[0].revents) {
+		struct ibv_cq *cq;
+		void *ctx;
+		if (!c->v->get_cq_event(c->cc, &cq, &ctx))
+			c->v->ack_cq_events(cq, 1);
+	}
+	if (r > 0 && p[1].revents) {
+		uint64_t count;
+		if (read(c->kick, &count, sizeof(count)) < 0)
+			count = 0; /* the other sleeper took it */
+	}
+	pthread_mutex_lock(&c->lock);
+	c->sleepers--;
+	if (r < 0 && poll_errno != EINTR)
+		return rconn_fail(c, -poll_errno, "poll failed");
+	if (r == 0)
+		return -ETIMEDOUT;
+	return r > 0 ? notice_peer(c, p) : 0;
 }
 
-/* Sends a credit-only message when half the buffers' worth is owed and none is in flight. */
-static int return_credits(struct rdma_conn *c)
-{
-	if (c->to_return < BUFFERS / 2 || c->ctrl_sent != c->ctrl_acked)
-		return 0;
-	int slot = take_send_slot(c);
-	while (slot < 0) { /* sends complete without the peer's program: this is short */
-		int err = rconn_wait(c, deadline_in(c->send_timeout_ms));
-		if (err)
-			return err;
-		slot = take_send_slot(c);
-	}
-	struct rm_rdma_msg m = {.len = 0, .credits = (uint16_t)c->to_return, .ctrl_seen = c->ctrl_seen};
-	rm_rdma_msg_encode(send_buffer(c, (uint32_t)slot), &m);
-	int err = post_send(c, (uint32_t)slot, RM_RDMA_MSG_HEADER_LEN);
-	if (!err) {
-		c->to_return = 0;
-		c->ctrl_sent++;
-	}
-	return err;
-}
-
+/* The sending side (send_lock held, tcp_out_done). */
 int rconn_rdma_sendv(struct rdma_conn *c, const struct iovec *iov, int iovcnt)
 {
 	size_t off = 0; /* into iov[0] */
-	uint32_t room = c->peer.size - RM_RDMA_MSG_HEADER_LEN;
 	uint64_t deadline = deadline_in(c->send_timeout_ms);
-	while (iovcnt > 0) {
+	int err = 0;
+	pthread_mutex_lock(&c->lock);
+	uint32_t room = c->peer.size - RM_RDMA_MSG_HEADER_LEN;
+	while (iovcnt > 0 && !(err = c->broken)) {
 		if (off == iov->iov_len) {
 			iov++, iovcnt--, off = 0;
 			continue;
 		}
-		int slot = take_send_slot(c);
-		if (slot < 0 || !c->credits) {
-			int err = rconn_wait(c, deadline);
-			if (err)
-				return err;
-			if ((err = return_credits(c)))
-				return err;
+		int slot = c->credits && c->established ? take_send_slot(c) : -1;
+		if (slot < 0) {
+			if ((err = wait_locked(c, deadline)))
+				break;
 			continue;
 		}
+		c->credits--;
+		pthread_mutex_unlock(&c->lock); /* the slot is this thread's while it fills it */
 		uint8_t *p = send_buffer(c, (uint32_t)slot) + RM_RDMA_MSG_HEADER_LEN;
 		uint32_t len = 0;
 		while (iovcnt > 0 && len < room) {
@@ -279,41 +314,45 @@ int rconn_rdma_sendv(struct rdma_conn *c, const struct iovec *iov, int iovcnt)
 			if (off == iov->iov_len)
 				iov++, iovcnt--, off = 0;
 		}
+		pthread_mutex_lock(&c->lock);
 		struct rm_rdma_msg m = {.len = len, .credits = (uint16_t)c->to_return, .ctrl_seen = c->ctrl_seen};
 		rm_rdma_msg_encode(p - RM_RDMA_MSG_HEADER_LEN, &m);
-		int err = post_send(c, (uint32_t)slot, RM_RDMA_MSG_HEADER_LEN + len);
-		if (err)
-			return err;
-		c->credits--;
+		if ((err = post_send(c, (uint32_t)slot, RM_RDMA_MSG_HEADER_LEN + len)))
+			break;
 		c->to_return = 0;
 		deadline = deadline_in(c->send_timeout_ms); /* the peer took something */
 	}
-	return c->broken;
+	pthread_mutex_unlock(&c->lock);
+	return err;
 }
 
+/* The receiving side (tcp_in_done). */
 ssize_t rconn_rdma_recv(struct rdma_conn *c, void *buf, size_t len)
 {
 	uint64_t deadline = deadline_in(c->recv_timeout_ms);
-	while (!c->rq_count) {
-		int err = c->broken ? c->broken : rconn_wait(c, deadline);
-		if (!err && c->ctrl_sent == c->ctrl_acked)
-			err = return_credits(c); /* one owed while the last was in flight */
-		if (err)
-			return err;
+	pthread_mutex_lock(&c->lock);
+	int err = 0;
+	while (!c->rq_count && !err)
+		err = c->broken ? c->broken : wait_locked(c, deadline);
+	if (err) {
+		pthread_mutex_unlock(&c->lock);
+		return err;
 	}
-	__typeof__(c->rq[0]) *m = &c->rq[c->rq_head];
-	size_t n = m->len - m->pos < len ? m->len - m->pos : len;
-	memcpy(buf, recv_buffer(c, m->slot) + RM_RDMA_MSG_HEADER_LEN + m->pos, n);
-	m->pos += (uint32_t)n;
-	if (m->pos == m->len) {
+	/* The first message is this thread's: completions only add behind it. */
+	uint32_t slot = c->rq[c->rq_head].slot, pos = c->rq[c->rq_head].pos, mlen = c->rq[c->rq_head].len;
+	pthread_mutex_unlock(&c->lock);
+	size_t n = mlen - pos < len ? mlen - pos : len;
+	memcpy(buf, recv_buffer(c, slot) + RM_RDMA_MSG_HEADER_LEN + pos, n);
+	pthread_mutex_lock(&c->lock);
+	c->rq[c->rq_head].pos += (uint32_t)n;
+	if (c->rq[c->rq_head].pos == mlen) {
 		c->rq_head = (c->rq_head + 1) % RECV_SLOTS;
 		c->rq_count--;
-		int err = post_recv(c, m->slot);
-		if (err)
-			return err;
-		c->to_return++;
-		if ((err = return_credits(c)))
-			return err;
+		if (!(err = post_recv(c, slot))) {
+			c->to_return++;
+			err = return_credits(c);
+		}
 	}
-	return (ssize_t)n;
+	pthread_mutex_unlock(&c->lock);
+	return err ? err : (ssize_t)n;
 }

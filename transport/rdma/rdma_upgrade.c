@@ -1,20 +1,17 @@
 /* An rdma:// connection's chunks over TCP, and its upgrade to RDMA (rdma_conn.h; rdma.c
  * and docs/protocol.md, "RDMA", describe both). */
 #include <arpa/inet.h>
-#include <sys/random.h>
-#include <sys/socket.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "rdma_conn.h"
-
-static int keep_early(struct rdma_conn *c);
-
 
 static int boot_send_chunk(struct rdma_conn *c, int type, const void *payload, uint32_t len)
 {
@@ -77,7 +74,7 @@ static int recv_exact(struct rm_conn *boot, void *buf, size_t len)
 }
 
 /* Reads the next chunk's header (resuming one partly read) and, for UPGRADE, its offer. */
-int rconn_boot_read_header(struct rdma_conn *c, struct rm_rdma_chunk *ch, struct rm_rdma_offer *offer)
+static int read_header(struct rdma_conn *c, struct rm_rdma_chunk *ch, struct rm_rdma_offer *offer)
 {
 	while (c->hdr_got < sizeof(c->hdr)) {
 		ssize_t n = rm_conn_recv_some(c->boot, c->hdr + c->hdr_got, sizeof(c->hdr) - c->hdr_got);
@@ -87,7 +84,7 @@ int rconn_boot_read_header(struct rdma_conn *c, struct rm_rdma_chunk *ch, struct
 	}
 	c->hdr_got = 0;
 	if (rm_rdma_chunk_decode(c->hdr, ch))
-		return rconn_fail(c, -EPROTO, "a malformed chunk on TCP");
+		return -EPROTO;
 	if (ch->type == RM_RDMA_DATA)
 		c->chunk_left = ch->len;
 	if (ch->type == RM_RDMA_UPGRADE) {
@@ -96,72 +93,33 @@ int rconn_boot_read_header(struct rdma_conn *c, struct rm_rdma_chunk *ch, struct
 		if (err)
 			return err;
 		if (rm_rdma_offer_decode(raw, sizeof(raw), offer))
-			return rconn_fail(c, -EPROTO, "a malformed offer");
+			return -EPROTO;
 	}
 	return 0;
 }
 
 /* The upgrade. */
 
-/* Waits for the next CM event on c->ch, or the deadline, or the peer's TCP end. With
- * early set, DATA chunks the client sends meanwhile are kept for the reader. */
-static int next_cm_event(struct rdma_conn *c, uint64_t deadline, struct rdma_cm_event **e, int keep)
+/* Waits for the next CM event on c->ch, or the deadline, or shutdown; the client also for
+ * the worker's TCP end (it sends nothing on TCP after its offer). */
+static int next_cm_event(struct rdma_conn *c, uint64_t deadline, struct rdma_cm_event **e)
 {
 	for (;;) {
 		if (!c->v->get_cm_event(c->ch, e))
 			return 0;
 		if (errno != EAGAIN)
-			return rconn_fail(c, -errno, "cannot read the RDMA CM's events");
+			return -errno;
 		struct pollfd p[3] = {{.fd = c->ch->fd, .events = POLLIN},
-				      {.fd = c->switched ? -1 : c->boot_fd, .events = POLLIN},
+				      {.fd = c->role == CLIENT ? c->boot_fd : -1, .events = POLLIN},
 				      {.fd = c->wake[0], .events = POLLIN}};
 		int r = poll(p, 3, poll_ms(deadline));
 		if (r == 0)
-			return rconn_fail(c, -ETIMEDOUT, "the RDMA connection was not made in time");
+			return -ETIMEDOUT;
 		if (r < 0 && errno != EINTR)
-			return rconn_fail(c, -errno, "poll failed");
-		if (p[2].revents)
-			return rconn_fail(c, -ECONNRESET, "shut down");
-		if (p[1].revents) {
-			int err = keep ? keep_early(c) : -ECONNRESET; /* the client's bytes, or its end */
-			if (err < 0)
-				return rconn_fail(c, err, "the peer left during the upgrade");
-		}
+			return -errno;
+		if (p[1].revents || p[2].revents)
+			return -ECONNRESET;
 	}
-}
-
-/* The worker's side: reads one chunk the client sent over TCP after the offer into early;
- * its SWITCH (which may come before the worker's CM says the connection stands) sets
- * switched. */
-static int keep_early(struct rdma_conn *c)
-{
-	struct rm_rdma_chunk ch;
-	struct rm_rdma_offer unused;
-	if (c->switched)
-		return rconn_fail(c, -EPROTO, "bytes on TCP after the switch");
-	if (!c->chunk_left) {
-		int err = rconn_boot_read_header(c, &ch, &unused);
-		if (err)
-			return err;
-		if (ch.type == RM_RDMA_SWITCH) {
-			c->switched = 1;
-			return 0;
-		}
-		if (ch.type != RM_RDMA_DATA)
-			return rconn_fail(c, -EPROTO, "an offer from the client");
-	}
-	if (c->early_len + c->chunk_left > EARLY_MAX)
-		return rconn_fail(c, -EMSGSIZE, "the client sent too much before the switch");
-	uint8_t *grown = realloc(c->early, c->early_len + c->chunk_left);
-	if (!grown)
-		return rconn_fail(c, -ENOMEM, "no memory for the client's early bytes");
-	c->early = grown;
-	ssize_t n = rm_conn_recv_some(c->boot, c->early + c->early_len, c->chunk_left);
-	if (n < 0)
-		return (int)n;
-	c->early_len += (size_t)n;
-	c->chunk_left -= (uint32_t)n;
-	return 0;
 }
 
 static int sockaddr_of(int fd, int peer, struct sockaddr_storage *ss)
@@ -186,9 +144,8 @@ static int valid_nonce(const uint8_t *a, const uint8_t *b)
 	return !d;
 }
 
-/* The worker's side (see the top): offer, accept the connect that brings the nonce,
- * read the client's TCP bytes up to its switch. */
-static int upgrade_as_server(struct rdma_conn *c)
+/* One thread alone uses c here: adopt_fd's. */
+int rconn_upgrade_as_server(struct rdma_conn *c)
 {
 	const struct rm_verbs_api *v = c->v;
 	uint64_t deadline = deadline_in(UPGRADE_TIMEOUT_MS);
@@ -208,12 +165,13 @@ static int upgrade_as_server(struct rdma_conn *c)
 	rm_rdma_offer_encode(raw, &offer);
 	if ((err = boot_send_chunk(c, RM_RDMA_UPGRADE, raw, sizeof(raw))))
 		return rconn_fail(c, err, "cannot send the offer");
-	int established = 0;
-	while (!established) {
+	c->tcp_out_done = 1;
+	while (!c->established) {
 		struct rdma_cm_event *e;
+		if ((err = next_cm_event(c, deadline, &e)))
+			return rconn_fail(c, err, err == -ETIMEDOUT ? "the client did not connect over RDMA in time"
+								    : "the RDMA connection was not made");
 		struct rdma_cm_id *stranger = NULL;
-		if ((err = next_cm_event(c, deadline, &e, 1)))
-			return err;
 		struct rm_rdma_answer a;
 		if (e->event == RDMA_CM_EVENT_CONNECT_REQUEST && !c->id &&
 		    !rm_rdma_answer_decode(e->param.conn.private_data, e->param.conn.private_data_len, &a) &&
@@ -228,7 +186,7 @@ static int upgrade_as_server(struct rdma_conn *c)
 			v->reject(e->id, NULL, 0);
 			stranger = e->id;
 		} else if (e->event == RDMA_CM_EVENT_ESTABLISHED && c->id && e->id == c->id) {
-			established = 1;
+			c->established = 1;
 		} else if (e->id == c->id || e->id == c->listen_id) {
 			char why[96];
 			snprintf(why, sizeof(why), "the RDMA connect failed (%s)", v->event_str(e->event));
@@ -242,25 +200,16 @@ static int upgrade_as_server(struct rdma_conn *c)
 	}
 	v->destroy_id(c->listen_id);
 	c->listen_id = NULL;
-	while (!c->switched) { /* the client's TCP bytes up to its switch */
-		struct pollfd p = {.fd = c->boot_fd, .events = POLLIN};
-		int r = c->chunk_left || c->hdr_got ? 1 : poll(&p, 1, poll_ms(deadline));
-		if (r == 0)
-			return rconn_fail(c, -ETIMEDOUT, "the client did not switch in time");
-		if (r < 0 && errno != EINTR)
-			return rconn_fail(c, -errno, "poll failed");
-		if (r > 0 && (err = keep_early(c)))
-			return err;
-	}
 	return 0;
 }
 
 static int expect_event(struct rdma_conn *c, uint64_t deadline, int want)
 {
 	struct rdma_cm_event *e;
-	int err = next_cm_event(c, deadline, &e, 0);
+	int err = next_cm_event(c, deadline, &e);
 	if (err)
-		return err;
+		return rconn_fail(c, err, err == -ETIMEDOUT ? "the RDMA connection was not made in time"
+							    : "the daemon left during the upgrade");
 	int got = e->event, status = e->status;
 	c->v->ack_cm_event(e);
 	if (got == want)
@@ -270,7 +219,8 @@ static int expect_event(struct rdma_conn *c, uint64_t deadline, int want)
 	return rconn_fail(c, got == RDMA_CM_EVENT_REJECTED ? -ECONNREFUSED : -EHOSTUNREACH, why);
 }
 
-/* The client's side: connect to the offered port with the nonce, then switch. */
+/* The client's side, on its receiving thread: connect to the offered port with the nonce,
+ * then send SWITCH after whatever the sending thread is sending on TCP. */
 static int upgrade_as_client(struct rdma_conn *c, const struct rm_rdma_offer *offer)
 {
 	const struct rm_verbs_api *v = c->v;
@@ -290,8 +240,10 @@ static int upgrade_as_client(struct rdma_conn *c, const struct rm_rdma_offer *of
 		return rconn_fail(c, errno ? -errno : -EHOSTUNREACH, "no RDMA route to the daemon");
 	if ((err = expect_event(c, deadline, RDMA_CM_EVENT_ROUTE_RESOLVED)))
 		return err;
+	pthread_mutex_lock(&c->lock);
 	c->peer = offer->geometry;
 	c->credits = offer->geometry.buffers;
+	pthread_mutex_unlock(&c->lock);
 	if ((err = rconn_make_queue_pair(c, c->id)))
 		return err;
 	struct rm_rdma_answer a = {.geometry = {.buffers = BUFFERS, .size = BUFFER_SIZE}};
@@ -304,18 +256,54 @@ static int upgrade_as_client(struct rdma_conn *c, const struct rm_rdma_offer *of
 		return rconn_fail(c, errno ? -errno : -ECONNREFUSED, "cannot connect over RDMA");
 	if ((err = expect_event(c, deadline, RDMA_CM_EVENT_ESTABLISHED)))
 		return err;
-	if ((err = boot_send_chunk(c, RM_RDMA_SWITCH, NULL, 0)))
+	pthread_mutex_lock(&c->lock);
+	c->established = 1;
+	pthread_mutex_unlock(&c->lock);
+	c->tcp_in_done = 1; /* the worker's offer was its last chunk */
+	c->switch_due = 1;
+	if (pthread_mutex_trylock(&c->send_lock) == 0) {
+		err = rconn_switch_if_due(c);
+		pthread_mutex_unlock(&c->send_lock);
+	}
+	return err;
+}
+
+int rconn_switch_if_due(struct rdma_conn *c)
+{
+	if (c->tcp_out_done || !c->switch_due)
+		return 0;
+	int err = boot_send_chunk(c, RM_RDMA_SWITCH, NULL, 0);
+	if (err)
 		return rconn_fail(c, err, "cannot send the switch");
+	c->tcp_out_done = 1;
 	return 0;
 }
 
-/* Either side's upgrade, with TCP's waits bounded by the upgrade's own timeout meanwhile. */
-int rconn_upgrade(struct rdma_conn *c, const struct rm_rdma_offer *offer)
+ssize_t rconn_boot_recv(struct rdma_conn *c, void *buf, size_t len)
 {
-	rm_conn_set_liveness(c->boot, UPGRADE_TIMEOUT_MS, UPGRADE_TIMEOUT_MS);
-	int err = c->role == SERVER ? upgrade_as_server(c) : upgrade_as_client(c, offer);
-	rm_conn_set_liveness(c->boot, c->recv_timeout_ms, c->send_timeout_ms);
-	if (!err)
-		c->upgraded = 1;
-	return err;
+	while (!c->chunk_left && !c->tcp_in_done) {
+		struct rm_rdma_chunk ch;
+		struct rm_rdma_offer offer;
+		int err = read_header(c, &ch, &offer);
+		if (err)
+			return err == -EPROTO ? rconn_fail(c, err, "a malformed chunk on TCP") : err;
+		if (ch.type == RM_RDMA_UPGRADE && c->role == CLIENT) {
+			/* TCP's waits bounded by the upgrade's own timeout meanwhile */
+			rm_conn_set_liveness(c->boot, UPGRADE_TIMEOUT_MS, c->send_timeout_ms);
+			err = upgrade_as_client(c, &offer);
+			rm_conn_set_liveness(c->boot, c->recv_timeout_ms, c->send_timeout_ms);
+			if (err)
+				return err;
+		} else if (ch.type == RM_RDMA_SWITCH && c->role == SERVER) {
+			c->tcp_in_done = 1;
+		} else if (ch.type != RM_RDMA_DATA) {
+			return rconn_fail(c, -EPROTO, "an unexpected chunk on TCP");
+		}
+	}
+	if (c->tcp_in_done)
+		return rconn_rdma_recv(c, buf, len);
+	ssize_t n = rm_conn_recv_some(c->boot, buf, len < c->chunk_left ? len : c->chunk_left);
+	if (n > 0)
+		c->chunk_left -= (uint32_t)n;
+	return n;
 }
