@@ -137,7 +137,8 @@ static void rdmat_close(struct rm_conn *conn)
 		c->v->disconnect(c->id);
 	rconn_release(c);
 	rm_conn_close(c->boot);
-	close(c->kick);
+	close(c->kick[0]);
+	close(c->kick[1]);
 	close(c->wake[0]);
 	close(c->wake[1]);
 	pthread_mutex_destroy(&c->lock);
@@ -150,10 +151,12 @@ static struct rdma_conn *conn_new(struct rm_conn *boot, enum role role, const st
 	struct rdma_conn *c = calloc(1, sizeof(*c));
 	if (!c)
 		return NULL;
-	c->kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (c->kick < 0 || pipe2(c->wake, O_CLOEXEC | O_NONBLOCK)) {
-		if (c->kick >= 0)
-			close(c->kick);
+	c->kick[0] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	c->kick[1] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (c->kick[0] < 0 || c->kick[1] < 0 || pipe2(c->wake, O_CLOEXEC | O_NONBLOCK)) {
+		for (int i = 0; i < 2; i++)
+			if (c->kick[i] >= 0)
+				close(c->kick[i]);
 		free(c);
 		return NULL;
 	}

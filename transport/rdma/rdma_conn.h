@@ -76,10 +76,10 @@ struct rdma_conn {
 	} rq[RECV_SLOTS]; /* received data messages in order, the first partly read */
 	uint32_t rq_head, rq_count;
 	uint64_t absorbed; /* completions taken in: a waiter sleeps only if none came since it looked */
-	int sleepers;      /* threads asleep in rconn_wait, kicked when another takes completions in */
+	int asleep[2];     /* the sending [0] and receiving [1] side wait in poll(), to be kicked */
 	_Atomic int broken; /* -errno once the connection failed (either side may find out) */
 
-	int kick;    /* an eventfd: one thread's completions wake the other */
+	int kick[2]; /* eventfds, the sending and the receiving side's: one side's completions wake the other */
 	int wake[2]; /* shutdown's pipe */
 	_Atomic int shut;
 	int recv_timeout_ms, send_timeout_ms;

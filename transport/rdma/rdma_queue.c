@@ -177,11 +177,14 @@ static int absorb(struct rdma_conn *c, const struct ibv_wc *wc)
 	return 0;
 }
 
+/* Each side drains only its own eventfd: a shared one, drained by the side that woke
+ * first, left the other asleep (poll() looks again after its wake-up). */
 static void kick_sleepers(struct rdma_conn *c)
 {
 	uint64_t one = 1;
-	if (c->sleepers && write(c->kick, &one, sizeof(one)) < 0)
-		return; /* the counter is full: it is readable anyway */
+	for (int side = 0; side < 2; side++)
+		if (c->asleep[side] && write(c->kick[side], &one, sizeof(one)) < 0)
+			continue; /* the counter is full: it is readable anyway */
 }
 
 int rconn_pump(struct rdma_conn *c)
@@ -222,11 +225,13 @@ static int notice_peer(struct rdma_conn *c, const struct pollfd *p)
 	return 0;
 }
 
+enum side { SENDING, RECEIVING };
+
 /* Waits, under lock (released meanwhile), until some completion came in: 0, -ETIMEDOUT past
  * deadline (0: none), or the connection's failure. Spins for spin_ns first, then sleeps on
- * the completion channel and on the kick another thread sends once it took completions in
- * for this one. The caller looks again at what it waits for. */
-static int wait_locked(struct rdma_conn *c, uint64_t deadline)
+ * the completion channel and on the kick the other side sends once it took completions in.
+ * The caller looks again at what it waits for. */
+static int wait_locked(struct rdma_conn *c, enum side side, uint64_t deadline)
 {
 	uint64_t seen = c->absorbed;
 	int n = rconn_pump(c);
@@ -246,17 +251,17 @@ static int wait_locked(struct rdma_conn *c, uint64_t deadline)
 				return n < 0 ? n : 0;
 		} while (mono_ns() - t0 < c->spin_ns);
 	}
-	c->sleepers++;
+	c->asleep[side] = 1;
 	if (ibv_req_notify_cq(c->cq, 0)) {
-		c->sleepers--;
+		c->asleep[side] = 0;
 		return rconn_fail(c, -EIO, "cannot arm the completion queue");
 	}
 	if ((n = rconn_pump(c)) || c->absorbed != seen) {
-		c->sleepers--;
+		c->asleep[side] = 0;
 		return n < 0 ? n : 0;
 	}
 	struct pollfd p[5] = {{.fd = c->cc->fd, .events = POLLIN},
-			      {.fd = c->kick, .events = POLLIN},
+			      {.fd = c->kick[side], .events = POLLIN},
 			      {.fd = c->tcp_in_done ? c->boot_fd : -1, .events = POLLIN},
 			      {.fd = c->ch->fd, .events = POLLIN},
 			      {.fd = c->wake[0], .events = POLLIN}};
@@ -271,11 +276,11 @@ static int wait_locked(struct rdma_conn *c, uint64_t deadline)
 	}
 	if (r > 0 && p[1].revents) {
 		uint64_t count;
-		if (read(c->kick, &count, sizeof(count)) < 0)
-			count = 0; /* the other sleeper took it */
+		if (read(c->kick[side], &count, sizeof(count)) < 0)
+			count = 0;
 	}
 	pthread_mutex_lock(&c->lock);
-	c->sleepers--;
+	c->asleep[side] = 0;
 	if (r < 0 && poll_errno != EINTR)
 		return rconn_fail(c, -poll_errno, "poll failed");
 	if (r == 0)
@@ -298,7 +303,7 @@ int rconn_rdma_sendv(struct rdma_conn *c, const struct iovec *iov, int iovcnt)
 		}
 		int slot = c->credits && c->established ? take_send_slot(c) : -1;
 		if (slot < 0) {
-			if ((err = wait_locked(c, deadline)))
+			if ((err = wait_locked(c, SENDING, deadline)))
 				break;
 			continue;
 		}
@@ -333,7 +338,7 @@ ssize_t rconn_rdma_recv(struct rdma_conn *c, void *buf, size_t len)
 	pthread_mutex_lock(&c->lock);
 	int err = 0;
 	while (!c->rq_count && !err)
-		err = c->broken ? c->broken : wait_locked(c, deadline);
+		err = c->broken ? c->broken : wait_locked(c, RECEIVING, deadline);
 	if (err) {
 		pthread_mutex_unlock(&c->lock);
 		return err;
