@@ -1,8 +1,9 @@
 /* The test double's inside (tests only, never shipped): what the fake libibverbs.so.1
- * (verbs.c) lends the fake librdmacm.so.1 (cm.c). README.md says what is emulated.
+ * (verbs.c, qp.c, link.c) lends the fake librdmacm.so.1 (cm.c). README.md says what is
+ * emulated; verbs_private.h is what the fake libibverbs's own files share.
  *
  * One process-wide lock guards every object of both libraries; the progress thread
- * (verbs.c) holds it while it handles a socket. A link is one connected Unix stream
+ * (link.c) holds it while it handles a socket. A link is one connected Unix stream
  * socket between two rdma_cm_ids, carrying frames (struct fake_frame, then len bytes):
  * the CM's control frames, and the QP's sends. */
 #ifndef FAKE_RDMA_H
