@@ -325,6 +325,21 @@ def status_request_seeds():
     return seeds
 
 
+def rdma_wire_seeds():
+    """transport/rdma/rdma_wire.h: byte 0 picks the decoder (fuzz_rdma_wire.c)."""
+    chunk = lambda kind, length: bytes([kind, 0, 0, 0]) + struct.pack('<I', length)
+    geometry = struct.pack('<II', 16, 65536)
+    return {
+        'chunk-data': b'\x00' + chunk(1, 48),
+        'chunk-upgrade': b'\x04' + chunk(2, 28),
+        'chunk-switch': b'\x08' + chunk(3, 0),
+        'offer': b'\x01' + bytes([0x4e, 0x20, 0, 0]) + bytes(range(16)) + geometry,
+        'answer': b'\x02' + bytes(range(16)) + geometry + bytes(32),  # padded, as IB delivers it
+        'msg-data': b'\x03' + struct.pack('<H', 64) + struct.pack('<I', 5) + bytes([3, 0, 0, 0]) + b'hello',
+        'msg-credit-only': b'\x03' + struct.pack('<H', 64) + struct.pack('<I', 0) + bytes([8, 0, 1, 0]),
+    }
+
+
 def write(target, seeds):
     d = os.path.join(CORPUS, target)
     os.makedirs(d, exist_ok=True)
@@ -341,6 +356,7 @@ def main():
     write('config', config_seeds())
     write('status', status_seeds())
     write('status_request', status_request_seeds())
+    write('rdma_wire', rdma_wire_seeds())
     write('image', image_seeds(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, '..', '..', 'build')))
 
 
