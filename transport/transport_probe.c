@@ -238,47 +238,33 @@ static void *read_exact(void *arg)
  * hello's answer is (an rdma:// connection upgrades then). */
 static int check_handover(const struct rm_transport *tp, struct rm_conn *a, struct rm_conn **b)
 {
-	uint8_t state[RM_TRANSPORT_STATE_MAX], out[300], in[300], back[300];
-	size_t len = 0;
+	uint8_t out[300], in[300], back[300];
 	for (size_t i = 0; i < sizeof(out); i++)
 		out[i] = pattern(i * 3);
 	struct iovec v = {out, sizeof(out)};
 	if (rm_conn_sendv(a, &v, 1) || recv_all(*b, in, 100)) /* hand over between two records only */
 		return -EIO;
-	int extra = -1;
-	int fd = rm_conn_export_fd(*b, state, &len, &extra);
-	if (fd == -EBUSY) { /* the record is still being read: finish it, then hand over */
-		if (recv_all(*b, in + 100, 200))
-			return -EIO;
-		fd = rm_conn_export_fd(*b, state, &len, &extra);
-	} else if (fd >= 0) {
-		in[100] = (uint8_t)~out[100]; /* read after the adoption */
-	}
-	if (fd < 0)
-		return fd == -ENOTSUP ? 0 : fd;
-	int dup_fd = dup(fd), dup_extra = extra >= 0 ? dup(extra) : -1;
-	rm_conn_close(*b); /* closes fd (and extra); the copies live on, as in the worker */
-	*b = NULL;
 	struct exact_reader r = {a, back, sizeof(back), 0};
 	pthread_t t;
 	pthread_create(&t, NULL, read_exact, &r);
-	int err = tp->adopt_fd(dup_fd, dup_extra, state, len, b);
-	if (err) {
-		close(dup_fd);
-		if (dup_extra >= 0)
-			close(dup_extra);
-		rm_conn_shutdown(a);
-		pthread_join(t, NULL);
-		return err;
+	size_t got = 100;
+	int err = hand_over(tp, b);
+	if (err == -EBUSY) { /* the record is still being read: finish it, then hand over */
+		err = recv_all(*b, in + 100, 200) ? -EIO : hand_over(tp, b);
+		got = 300;
 	}
-	if (in[100] != out[100] && recv_all(*b, in + 100, 200))
+	if (err == -ENOTSUP) /* a connection that cannot travel carries on where it is */
+		err = 0;
+	if (!err && (recv_all(*b, in + got, sizeof(in) - got) || rm_conn_sendv(*b, &v, 1)))
 		err = -EIO;
-	if (rm_conn_sendv(*b, &v, 1))
-		err = -EIO;
+	if (err)
+		rm_conn_shutdown(a); /* ends the reader */
 	pthread_join(t, NULL);
-	if (err || r.err || memcmp(back, out, sizeof(out)) || memcmp(in, out, sizeof(out)) ||
-	    rm_conn_sendv(a, &v, 1) || recv_all(*b, in, sizeof(in)) || memcmp(in, out, sizeof(out)) ||
-	    rm_conn_sendv(*b, &v, 1) || recv_all(a, in, sizeof(in)) || memcmp(in, out, sizeof(out)))
+	if (err)
+		return err;
+	if (r.err || memcmp(back, out, sizeof(out)) || memcmp(in, out, sizeof(out)) || rm_conn_sendv(a, &v, 1) ||
+	    recv_all(*b, in, sizeof(in)) || memcmp(in, out, sizeof(out)) || rm_conn_sendv(*b, &v, 1) ||
+	    recv_all(a, in, sizeof(in)) || memcmp(in, out, sizeof(out)))
 		return -EIO;
 	return 0;
 }
