@@ -5,7 +5,8 @@
  * One process-wide lock guards every object of both libraries; the progress thread
  * (link.c) holds it while it handles a socket. A link is one connected Unix stream
  * socket between two rdma_cm_ids, carrying frames (struct fake_frame, then len bytes):
- * the CM's control frames, and the QP's sends. */
+ * the CM's control frames, the QP's SENDs, its RDMA READs and WRITEs, and the peer's
+ * answers to those (rdma_ops.c). */
 #ifndef FAKE_RDMA_H
 #define FAKE_RDMA_H
 
@@ -21,14 +22,32 @@ enum fake_frame_type {
 	FAKE_REJECT,     /* the rejecter's private data */
 	FAKE_RTU,        /* the connector saw the accept */
 	FAKE_DISCONNECT,
-	FAKE_DATA, /* a SEND: flags FAKE_WITH_IMM, imm (network order) */
+	FAKE_DATA,      /* a SEND: flags FAKE_WITH_IMM, imm (network order) */
+	FAKE_READ_REQ,  /* an RDMA READ: struct fake_rdma_op, nothing after it */
+	FAKE_WRITE,     /* an RDMA WRITE: struct fake_rdma_op, then its len bytes; flags FAKE_WITH_IMM, imm */
+	FAKE_READ_RESP, /* a READ served: struct fake_rdma_ack (status 0), then the READ's len bytes */
+	FAKE_ACK,       /* a WRITE placed (status 0), or a READ or WRITE refused: struct fake_rdma_ack */
 };
 
 #define FAKE_WITH_IMM 1u
-#define FAKE_MAX_FRAME (1u << 30)
+#define FAKE_MAX_MSG (1u << 30)             /* a message's bytes (the port's max_msg_sz) */
+#define FAKE_MAX_FRAME (FAKE_MAX_MSG + 64u) /* a frame's len: a message and its head */
 
 struct fake_frame {
 	uint32_t type, len, imm, flags;
+};
+
+/* The head of a READ_REQ or WRITE: the peer's range [addr, addr + len) under rkey; tag
+ * (the requester's) comes back in the answer. */
+struct fake_rdma_op {
+	uint64_t addr;
+	uint32_t rkey, len, tag, pad;
+};
+
+/* The head of a READ_RESP or ACK: the tag of the op answered, and 0 (IBV_WC_SUCCESS) or
+ * the ibv_wc_status the requester's work request completes with. */
+struct fake_rdma_ack {
+	uint32_t tag, status;
 };
 
 /* Is the emulated device present: $REMORA_FAKE_RDMA_DIR, made if missing, or NULL. */

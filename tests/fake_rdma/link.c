@@ -1,7 +1,9 @@
 /* The fake libibverbs.so.1's process side (tests only): the one lock; the progress thread
  * that reads every link and listening socket of the process, and what a fork's child does
  * with them; and the links (fake_rdma.h), which write the frames queued on them and hand
- * those they read to their owner (cm.c's control frames) or their QP (qp.c's SENDs). */
+ * those they read to their owner (cm.c's control frames), their QP (qp.c's SENDs) or the
+ * RDMA responder and requester (rdma_ops.c's READs, WRITEs and answers), in the order
+ * they came. */
 #include "verbs_private.h"
 
 #include <errno.h>
@@ -179,9 +181,7 @@ struct fake_out { /* a frame not yet written */
 	struct fake_out *next;
 	char *buf;
 	size_t len, off;
-	int data;     /* a SEND of the attached QP */
-	int signaled; /* its completion is due when written */
-	uint64_t wr_id;
+	struct fake_swr *swr; /* a work request of the attached QP (a SEND's is done when written) */
 };
 
 struct fake_link {
@@ -222,7 +222,7 @@ static void link_broken(struct fake_link *l)
 	}
 	if (l->qp)
 		fake_qp_error(&l->qp->qp);
-	while (l->ohead) { /* control frames; the QP's sends were flushed above */
+	while (l->ohead) { /* control frames and answers; the QP's were dropped above */
 		struct fake_out *o = l->ohead;
 		l->ohead = o->next;
 		free(o->buf);
@@ -242,7 +242,7 @@ static void link_want_out(struct fake_link *l, int want)
 	l->want_out = want;
 }
 
-/* Writes what it can; completes the sends written. */
+/* Writes what it can; the SENDs written are done. */
 static void link_flush(struct fake_link *l)
 {
 	while (l->ohead && !l->broken) {
@@ -262,11 +262,8 @@ static void link_flush(struct fake_link *l)
 			continue;
 		if (!(l->ohead = o->next))
 			l->otail = &l->ohead;
-		if (o->data && l->qp) {
-			l->qp->nsend--;
-			if (o->signaled)
-				wc_push(l->qp, l->qp->qp.send_cq, o->wr_id, IBV_WC_SUCCESS, IBV_WC_SEND, 0, NULL);
-		}
+		if (o->swr && o->swr->op == IBV_WC_SEND) /* a READ or WRITE waits for its answer */
+			sq_done(l->qp, o->swr, IBV_WC_SUCCESS, 0);
 		free(o->buf);
 		free(o);
 	}
@@ -278,8 +275,8 @@ static void link_flush(struct fake_link *l)
 }
 
 /* Queues a frame (header, then the n pieces) and writes what it can. */
-int link_queue(struct fake_link *l, const struct fake_frame *f, const struct iovec *pieces, int n, int data,
-	       int signaled, uint64_t wr_id)
+int link_queue(struct fake_link *l, const struct fake_frame *f, const struct iovec *pieces, int n,
+	       struct fake_swr *swr)
 {
 	if (l->broken || l->closing)
 		return -1;
@@ -294,11 +291,9 @@ int link_queue(struct fake_link *l, const struct fake_frame *f, const struct iov
 			memcpy(buf + off, pieces[i].iov_base, pieces[i].iov_len);
 		off += pieces[i].iov_len;
 	}
-	*o = (struct fake_out){.buf = buf, .len = off, .data = data, .signaled = signaled, .wr_id = wr_id};
+	*o = (struct fake_out){.buf = buf, .len = off, .swr = swr};
 	*l->otail = o;
 	l->otail = &o->next;
-	if (data)
-		l->qp->nsend++;
 	if (l->ohead == o)
 		link_flush(l);
 	return 0;
@@ -308,26 +303,24 @@ int fake_link_ctl(struct fake_link *l, int type, const void *data, size_t len)
 {
 	struct fake_frame f = {.type = (uint32_t)type, .len = (uint32_t)len};
 	struct iovec v = {(void *)data, len};
-	return link_queue(l, &f, &v, 1, 0, 0, 0);
+	return link_queue(l, &f, &v, 1, NULL);
 }
 
-/* On error: every send not yet written completes with a flush error (the one being written
- * still goes out whole, to keep the stream in frames). */
-void qp_flush_sends(struct fake_qp *q)
+/* On error: q's frames not yet written are dropped (the one being written still goes out
+ * whole, to keep the stream in frames); their work requests flush in q's send queue. */
+void link_unqueue(struct fake_qp *q)
 {
 	struct fake_link *l = q->link;
 	if (!l)
 		return;
 	for (struct fake_out **p = &l->ohead; *p;) {
 		struct fake_out *o = *p;
-		if (!o->data) {
+		if (!o->swr) {
 			p = &o->next;
 			continue;
 		}
-		wc_push(q, q->qp.send_cq, o->wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND, 0, NULL);
-		q->nsend--;
 		if (o == l->ohead && o->off) {
-			o->data = 0;
+			o->swr = NULL;
 			p = &o->next;
 			continue;
 		}
@@ -342,10 +335,9 @@ void qp_flush_sends(struct fake_qp *q)
 
 void fake_link_attach_qp(struct fake_link *l, struct ibv_qp *qp)
 {
-	if (l->qp) {
+	if (l->qp) { /* its frames still go out; its send queue stays with it */
 		for (struct fake_out *o = l->ohead; o; o = o->next)
-			o->data = 0;
-		l->qp->nsend = 0;
+			o->swr = NULL;
 		l->qp->link = NULL;
 	}
 	l->qp = (struct fake_qp *)qp;
@@ -366,17 +358,26 @@ static void link_frame(struct fake_link *l)
 {
 	char *buf = l->in_buf;
 	struct fake_frame f = l->in_hdr;
+	int bad = 0;
 	l->in_buf = NULL;
 	l->in_got = 0;
 	if (l->closing) {
 		free(buf);
 	} else if (f.type == FAKE_DATA) {
-		qp_arrived(l->qp, buf, &f);
+		qp_arrived(l->qp, buf, f.len, f.imm, f.flags & FAKE_WITH_IMM);
+	} else if (f.type == FAKE_READ_REQ || f.type == FAKE_WRITE) {
+		bad = rdma_serve(l, l->qp, buf, &f) < 0;
+		free(buf);
+	} else if (f.type == FAKE_READ_RESP || f.type == FAKE_ACK) {
+		bad = rdma_answered(l->qp, buf, &f) < 0;
+		free(buf);
 	} else {
 		if (l->fn)
 			l->fn(l->arg, (int)f.type, buf, f.len);
 		free(buf);
 	}
+	if (bad) /* a malformed READ, WRITE or answer: the stream is not to be trusted */
+		link_broken(l);
 }
 
 static void link_event(struct item *it, uint32_t events)

@@ -1,7 +1,8 @@
 /* The fake libibverbs.so.1 (tests only): one device, "fake_rdma0", present while
- * $REMORA_FAKE_RDMA_DIR is set. Its context, protection domains, memory regions, and CQs
- * with completion channels. The RC QPs are qp.c's; the links their SENDs travel over and
- * the progress thread that reads them, link.c's (verbs_private.h). */
+ * $REMORA_FAKE_RDMA_DIR is set. Its context, protection domains, memory regions (the
+ * table a peer's RDMA READs and WRITEs are checked against), and CQs with completion
+ * channels. The RC QPs are qp.c's, their READs and WRITEs rdma_ops.c's; the links they
+ * travel over and the progress thread that reads them, link.c's (verbs_private.h). */
 #include "verbs_private.h"
 
 #include <endian.h>
@@ -140,6 +141,10 @@ int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr)
 	attr->max_qp = 1 << 16;
 	attr->max_qp_wr = 1 << 15;
 	attr->max_sge = 32;
+	attr->max_sge_rd = 32;
+	attr->max_qp_rd_atom = 16; /* advertised for rdma_conn_param; outstanding READs are not limited */
+	attr->max_qp_init_rd_atom = 16;
+	attr->max_res_rd_atom = 16 << 16;
 	attr->max_cq = 1 << 16;
 	attr->max_cqe = 1 << 22;
 	attr->max_mr = 1 << 20;
@@ -157,7 +162,7 @@ static int fake_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_por
 		.max_mtu = IBV_MTU_4096,
 		.active_mtu = IBV_MTU_4096,
 		.gid_tbl_len = 1,
-		.max_msg_sz = FAKE_MAX_FRAME,
+		.max_msg_sz = FAKE_MAX_MSG,
 		.pkey_tbl_len = 1,
 		.active_width = 2,
 		.active_speed = 32,
@@ -209,6 +214,11 @@ int ibv_dealloc_pd(struct ibv_pd *pd)
 
 struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access)
 {
+	/* As the verbs contract has it: a peer may write only where this process may. */
+	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)) {
+		errno = EINVAL;
+		return NULL;
+	}
 	struct fake_mr *m = calloc(1, sizeof(*m));
 	if (!m) {
 		errno = ENOMEM;
@@ -253,17 +263,24 @@ int ibv_dereg_mr(struct ibv_mr *mr)
 	return 0;
 }
 
-/* Where sge's bytes are in this process, or NULL when no MR of pd with access holds them. */
-char *sge_bytes(const struct ibv_sge *sge, struct ibv_pd *pd, int access)
+/* Where [addr, addr + len) under key (an lkey, or the rkey: the same here) is in this
+ * process, or NULL when it is not inside one MR of pd with access. Written without
+ * addr + len, so that a range wrapping past 2^64 is refused rather than wrapped. */
+char *mr_bytes(uint32_t key, uint64_t addr, uint64_t len, struct ibv_pd *pd, int access)
 {
 	for (struct fake_mr *m = st.mrs; m; m = m->next)
-		if (m->mr.lkey == sge->lkey) {
-			if (m->mr.pd != pd || (m->access & access) != access || sge->addr < m->iova ||
-			    sge->addr - m->iova > m->mr.length || sge->length > m->mr.length - (sge->addr - m->iova))
+		if (m->mr.lkey == key) {
+			if (m->mr.pd != pd || (m->access & access) != access || addr < m->iova ||
+			    addr - m->iova > m->mr.length || len > m->mr.length - (addr - m->iova))
 				return NULL;
-			return (char *)m->mr.addr + (sge->addr - m->iova);
+			return (char *)m->mr.addr + (addr - m->iova);
 		}
 	return NULL;
+}
+
+char *sge_bytes(const struct ibv_sge *sge, struct ibv_pd *pd, int access)
+{
+	return mr_bytes(sge->lkey, sge->addr, sge->length, pd, access);
 }
 
 /* ---- completion channels and CQs ---- */
