@@ -418,7 +418,9 @@ static int check_many(const struct rm_transport *tp, struct rm_listener *l, int 
 	if (!in && !err)
 		err = -ENOMEM;
 	free(in);
-	for (int i = 0; i < MANY_CONNS; i++) { /* ends any thread still blocked, after an error */
+	/* After an error, ends any thread still blocked. Not otherwise: an echo's last send
+	 * may still be waiting for its peer's word that it was read (rdma's reads). */
+	for (int i = 0; i < MANY_CONNS && err; i++) {
 		if (pairs[i].dialled)
 			rm_conn_shutdown(pairs[i].dialled);
 		if (pairs[i].accepted)

@@ -1,8 +1,9 @@
 /* Fuzz target `rdma_wire` (transport/rdma/rdma_wire.c), over what an rdma:// peer sends
  * of the transport's own: chunk headers on TCP, the worker's offer, the client's answer
- * (a connect's private data) and the header of every message over RDMA. The first byte
- * picks the decoder; whatever decodes must encode back to the same bytes, and a message's
- * payload must fit the buffer it came in. */
+ * (a connect's private data), the header of every message over RDMA and a read offer's
+ * payload. The first byte picks the decoder; whatever decodes must encode back to the same
+ * bytes, a message's payload must fit the buffer it came in and be as long as its kind's,
+ * and a read offer's range must not pass the end of the address space. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +61,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		rm_rdma_msg_encode(again, &m);
 		if (memcmp(again, in + 2, RM_RDMA_MSG_HEADER_LEN))
 			abort();
+		if (m.kind == RM_RDMA_MSG_READ_DONE && m.len)
+			abort();
+		if (m.kind == RM_RDMA_MSG_READ_OFFER) {
+			if (m.len != RM_RDMA_READ_OFFER_LEN)
+				abort();
+			struct rm_rdma_read_offer o;
+			const uint8_t *payload = in + 2 + RM_RDMA_MSG_HEADER_LEN;
+			if (rm_rdma_read_offer_decode(payload, &o))
+				break;
+			if (!o.len || o.addr + o.len < o.addr)
+				abort();
+			rm_rdma_read_offer_encode(again, &o);
+			if (memcmp(again, payload, RM_RDMA_READ_OFFER_LEN))
+				abort();
+		} else if (m.kind != RM_RDMA_MSG_BYTES && m.kind != RM_RDMA_MSG_READ_DONE) {
+			abort();
+		}
 		break;
 	}
 	}

@@ -334,9 +334,14 @@ def rdma_wire_seeds():
         'chunk-upgrade': b'\x04' + chunk(2, 28),
         'chunk-switch': b'\x08' + chunk(3, 0),
         'offer': b'\x01' + bytes([0x4e, 0x20, 0, 0]) + bytes(range(16)) + geometry,
+        'offer-reads': b'\x01' + bytes([0x4e, 0x20, 1, 0]) + bytes(range(16)) + geometry,
         'answer': b'\x02' + bytes(range(16)) + geometry + bytes(32),  # padded, as IB delivers it
+        'answer-reads': b'\x02' + bytes(range(16)) + geometry + struct.pack('<I', 1) + bytes(28),
         'msg-data': b'\x03' + struct.pack('<H', 64) + struct.pack('<I', 5) + bytes([3, 0, 0, 0]) + b'hello',
         'msg-credit-only': b'\x03' + struct.pack('<H', 64) + struct.pack('<I', 0) + bytes([8, 0, 1, 0]),
+        'msg-read-offer': b'\x03' + struct.pack('<H', 64) + struct.pack('<I', 16) + bytes([2, 0, 0, 1])
+                          + struct.pack('<QII', 0x7f0000001000, 0x1234, 1 << 20),
+        'msg-read-done': b'\x03' + struct.pack('<H', 64) + struct.pack('<I', 0) + bytes([0, 0, 0, 2]),
     }
 
 

@@ -21,8 +21,9 @@
  * buffer kept for it. Nothing waits on a peer for ever: the liveness timeouts bound every
  * wait, and the peer's disconnect, its TCP end or a failed completion end the connection.
  *
- * Bulk bytes are copied into and out of registered buffers; sending from and receiving into
- * the program's own memory by RDMA read and write is not built (docs/status.md). */
+ * Runs of bulk bytes of REMORA_RDMA_READ_MIN_KB (256 KiB) or more go by RDMA read, from
+ * the sender's memory into the receiver's (rdma_reads.c); shorter ones are copied into and
+ * out of the registered buffers. */
 #include <netdb.h>
 #include <stdatomic.h>
 #include <sys/eventfd.h>
@@ -146,6 +147,20 @@ static void rdmat_close(struct rm_conn *conn)
 	free(c);
 }
 
+/* REMORA_RDMA_READ_MIN_KB: runs of bytes this long or longer go as read offers (0: none). */
+static size_t read_min_bytes(void)
+{
+	const char *e = getenv("REMORA_RDMA_READ_MIN_KB");
+	char *end;
+	long kb = e && *e ? strtol(e, &end, 10) : READ_MIN_KB_DEFAULT;
+	if (e && *e && (*end || kb < 0 || kb > (1L << 30))) {
+		fprintf(stderr, "remora: REMORA_RDMA_READ_MIN_KB=%s is not a size in KiB; using %d\n", e,
+			READ_MIN_KB_DEFAULT);
+		kb = READ_MIN_KB_DEFAULT;
+	}
+	return (size_t)kb << 10;
+}
+
 static struct rdma_conn *conn_new(struct rm_conn *boot, enum role role, const struct rm_verbs_api *v)
 {
 	struct rdma_conn *c = calloc(1, sizeof(*c));
@@ -168,6 +183,7 @@ static struct rdma_conn *conn_new(struct rm_conn *boot, enum role role, const st
 	c->role = role;
 	c->v = v;
 	c->spin_ns = rm_transport_spin_ns("REMORA_RDMA_SPIN_US", RDMA_SPIN_US_DEFAULT, RDMA_SPIN_US_MAX);
+	c->read_min = read_min_bytes();
 	snprintf(c->peer_name, sizeof(c->peer_name), "%s", rm_conn_peer(boot));
 	return c;
 }

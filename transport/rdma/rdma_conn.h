@@ -1,6 +1,7 @@
 /* One rdma:// connection, shared by the files of the rdma transport (rdma.c says how it
- * works): rdma_queue.c, its verbs resources and messages over RDMA; rdma_upgrade.c, its
- * chunks over TCP and the upgrade; rdma.c, the ops. One thread at a time uses a connection
+ * works): rdma_queue.c, its verbs resources and messages over RDMA; rdma_reads.c, bulk
+ * bytes read from the sender's memory; rdma_upgrade.c, its chunks over TCP and the
+ * upgrade; rdma.c, the ops. One thread at a time uses a connection
  * (transport.h), except shut, set by shutdown from another. */
 #ifndef REMORA_RDMA_CONN_H
 #define REMORA_RDMA_CONN_H
@@ -18,8 +19,12 @@
 
 #define BUFFERS 16                  /* data messages a side receives at once */
 #define BUFFER_SIZE (64u << 10)     /* a message, header included */
-#define RECV_SLOTS (BUFFERS + 1)    /* and one for a credit-only message */
-#define SEND_SLOTS (BUFFERS + 2)    /* every send waits for its completion before its slot is reused */
+#define RECV_SLOTS (BUFFERS + 2)    /* and one each for a credit-only message and a read done */
+#define SEND_SLOTS (BUFFERS + 3)    /* every send waits for its completion before its slot is reused */
+#define READ_WR_ID UINT64_MAX       /* the receiving side's one RDMA read in flight */
+#define READ_OFFER_MAX (8u << 20)   /* the most one read offer registers and offers */
+#define READ_DIRECT_MIN (64u << 10) /* a smaller read goes through the bounce buffer */
+#define READ_MIN_KB_DEFAULT 256     /* REMORA_RDMA_READ_MIN_KB: bytes sent as read offers from this on */
 #define UPGRADE_TIMEOUT_MS 10000    /* the worker's wait for its client's connect */
 #define RESOLVE_TIMEOUT_MS 2000
 #define RDMA_SPIN_US_DEFAULT 60
@@ -72,11 +77,19 @@ struct rdma_conn {
 	uint8_t ctrl_seen;             /* the peer's credit-only messages received (mod 256) */
 	uint32_t send_free;            /* a bit per free send slot */
 	struct {
-		uint32_t slot, len, pos;
+		uint32_t slot, len, pos; /* a read offer: its length, and how much is read */
+		uint8_t kind;            /* RM_RDMA_MSG_BYTES or RM_RDMA_MSG_READ_OFFER */
+		uint64_t addr;           /* a read offer's bytes at the peer */
+		uint32_t rkey;
 	} rq[RECV_SLOTS]; /* received data messages in order, the first partly read */
 	uint32_t rq_head, rq_count;
 	uint64_t absorbed; /* completions taken in: a waiter sleeps only if none came since it looked */
 	int asleep[2];     /* the sending [0] and receiving [1] side wait in poll(), to be kicked */
+	/* Reads (rdma_reads.c), when both sides have RM_RDMA_FEATURE_READS. */
+	int reads;            /* set once at the upgrade */
+	size_t read_min;      /* the sending side offers runs of bytes this long or longer (0: none) */
+	int read_state;       /* the receiving side's read: 1 in flight, 0 done, -errno failed */
+	int offer_out;        /* the sending side's offer is the peer's until its read done comes */
 	_Atomic int broken; /* -errno once the connection failed (either side may find out) */
 
 	int kick[2]; /* eventfds, the sending and the receiving side's: one side's completions wake the other */
@@ -131,6 +144,15 @@ static inline uint8_t *send_buffer(struct rdma_conn *c, uint32_t slot)
 	return c->mem + (size_t)(RECV_SLOTS + slot) * BUFFER_SIZE;
 }
 
+/* Where small reads land before they are copied to the caller. */
+static inline uint8_t *bounce_buffer(struct rdma_conn *c)
+{
+	return c->mem + (size_t)(RECV_SLOTS + SEND_SLOTS) * BUFFER_SIZE;
+}
+
+/* The registered buffers: RECV_SLOTS receive, SEND_SLOTS send and one bounce buffer. */
+#define REGISTERED_BYTES ((size_t)(RECV_SLOTS + SEND_SLOTS + 1) * BUFFER_SIZE)
+
 /* Fails the connection with err and why (rm_transport_set_why); the first failure is the
  * one kept, and returned. Under lock where the other side may be running. */
 int rconn_fail(struct rdma_conn *c, int err, const char *why);
@@ -147,6 +169,26 @@ void rconn_release(struct rdma_conn *c);
 int rconn_pump(struct rdma_conn *c);
 int rconn_rdma_sendv(struct rdma_conn *c, const struct iovec *iov, int iovcnt);
 ssize_t rconn_rdma_recv(struct rdma_conn *c, void *buf, size_t len);
+/* Under lock: a free send slot, taken, or -1; posting a message from send slot slot. */
+int rconn_take_send_slot(struct rdma_conn *c);
+int rconn_post_send(struct rdma_conn *c, uint32_t slot, uint32_t len);
+/* Under lock (released meanwhile): waits for the next completions of the sending (0) or
+ * receiving (1) side: 0, -ETIMEDOUT past deadline, or the connection's failure. */
+int rconn_wait(struct rdma_conn *c, int receiving, uint64_t deadline);
+/* Under lock: the first received message is read whole; its buffer is posted again. */
+int rconn_consume_head(struct rdma_conn *c);
+
+/* rdma_reads.c. Under lock: whether the sending side offers len bytes (>= read_min). */
+int rconn_offers(const struct rdma_conn *c, size_t len);
+/* The sending side, under lock (released meanwhile): offers p's first bytes, at most
+ * READ_OFFER_MAX, and waits until the peer has read them; their count, 0 where p cannot
+ * be registered (the caller sends them as bytes), or the connection's failure. */
+ssize_t rconn_offer(struct rdma_conn *c, const uint8_t *p, size_t len, uint64_t deadline);
+/* The receiving side, under lock (released meanwhile), the first message a read offer:
+ * reads at most len of its bytes into buf. */
+ssize_t rconn_read_offered(struct rdma_conn *c, void *buf, size_t len, uint64_t deadline);
+/* Under lock: the completion of the receiving side's read. */
+void rconn_read_completed(struct rdma_conn *c, const struct ibv_wc *wc);
 
 /* rdma_upgrade.c: chunks over TCP, and the upgrade. The caller holds send_lock. */
 int rconn_boot_sendv(struct rdma_conn *c, const struct iovec *iov, int iovcnt);

@@ -27,7 +27,7 @@ int rconn_make_queue_pair(struct rdma_conn *c, struct rdma_cm_id *id)
 {
 	const struct rm_verbs_api *v = c->v;
 	c->id = id;
-	size_t bytes = (size_t)(RECV_SLOTS + SEND_SLOTS) * BUFFER_SIZE;
+	size_t bytes = REGISTERED_BYTES;
 	if (!(c->pd = v->alloc_pd(id->verbs)))
 		return rconn_fail(c, -ENOMEM, "cannot allocate a protection domain");
 	if (!(c->cc = v->create_comp_channel(id->verbs)) || rconn_nonblocking(c->cc->fd))
@@ -46,7 +46,7 @@ int rconn_make_queue_pair(struct rdma_conn *c, struct rdma_cm_id *id)
 	struct ibv_qp_init_attr attr = {
 		.send_cq = c->cq,
 		.recv_cq = c->cq,
-		.cap = {.max_send_wr = SEND_SLOTS, .max_recv_wr = RECV_SLOTS, .max_send_sge = 1, .max_recv_sge = 1},
+		.cap = {.max_send_wr = SEND_SLOTS + 1, .max_recv_wr = RECV_SLOTS, .max_send_sge = 1, .max_recv_sge = 1},
 		.qp_type = IBV_QPT_RC,
 		.sq_sig_all = 1,
 	};
@@ -69,7 +69,7 @@ void rconn_release(struct rdma_conn *c)
 	if (c->mr)
 		v->dereg_mr(c->mr);
 	if (c->mem)
-		munmap(c->mem, (size_t)(RECV_SLOTS + SEND_SLOTS) * BUFFER_SIZE);
+		munmap(c->mem, REGISTERED_BYTES);
 	if (c->cq)
 		v->destroy_cq(c->cq);
 	if (c->cc)
@@ -102,7 +102,7 @@ int rconn_make_channel(struct rdma_conn *c)
 
 /* Messages over RDMA. Everything below runs under lock, except where it says. */
 
-static int post_send(struct rdma_conn *c, uint32_t slot, uint32_t len)
+int rconn_post_send(struct rdma_conn *c, uint32_t slot, uint32_t len)
 {
 	struct ibv_sge sge = {.addr = (uintptr_t)send_buffer(c, slot), .length = len, .lkey = c->mr->lkey};
 	struct ibv_send_wr wr = {.wr_id = RECV_SLOTS + slot, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
@@ -112,8 +112,7 @@ static int post_send(struct rdma_conn *c, uint32_t slot, uint32_t len)
 	return err ? rconn_fail(c, -err, "cannot post a send") : 0;
 }
 
-/* A free send slot, taken; -1 for none. */
-static int take_send_slot(struct rdma_conn *c)
+int rconn_take_send_slot(struct rdma_conn *c)
 {
 	if (!c->send_free)
 		return -1;
@@ -128,12 +127,12 @@ static int return_credits(struct rdma_conn *c)
 {
 	if (c->to_return < BUFFERS / 2 || c->ctrl_sent != c->ctrl_acked || !c->established || c->broken)
 		return c->broken;
-	int slot = take_send_slot(c);
+	int slot = rconn_take_send_slot(c);
 	if (slot < 0)
 		return 0;
-	struct rm_rdma_msg m = {.len = 0, .credits = (uint16_t)c->to_return, .ctrl_seen = c->ctrl_seen};
+	struct rm_rdma_msg m = {.credits = (uint16_t)c->to_return, .ctrl_seen = c->ctrl_seen, .kind = RM_RDMA_MSG_BYTES};
 	rm_rdma_msg_encode(send_buffer(c, (uint32_t)slot), &m);
-	int err = post_send(c, (uint32_t)slot, RM_RDMA_MSG_HEADER_LEN);
+	int err = rconn_post_send(c, (uint32_t)slot, RM_RDMA_MSG_HEADER_LEN);
 	if (!err) {
 		c->to_return = 0;
 		c->ctrl_sent++;
@@ -144,6 +143,10 @@ static int return_credits(struct rdma_conn *c)
 /* One completion. */
 static int absorb(struct rdma_conn *c, const struct ibv_wc *wc)
 {
+	if (wc->wr_id == READ_WR_ID) {
+		rconn_read_completed(c, wc);
+		return c->broken;
+	}
 	if (wc->status != IBV_WC_SUCCESS) {
 		char why[120];
 		snprintf(why, sizeof(why), "the connection failed (%s)", c->v->wc_status_str(wc->status));
@@ -163,16 +166,29 @@ static int absorb(struct rdma_conn *c, const struct ibv_wc *wc)
 		return rconn_fail(c, -EPROTO, "the peer returned buffers it was never sent");
 	c->credits += m.credits;
 	c->ctrl_acked = m.ctrl_seen;
-	if (!m.len) { /* credit-only: its buffer is free again at once */
+	if (m.kind == RM_RDMA_MSG_READ_DONE) { /* its buffer is free again at once */
+		if (!c->offer_out)
+			return rconn_fail(c, -EPROTO, "a read done for no read offer");
+		c->offer_out = 0;
+		return post_recv(c, slot);
+	}
+	if (m.kind == RM_RDMA_MSG_BYTES && !m.len) { /* credit-only: likewise */
 		c->ctrl_seen++;
 		return post_recv(c, slot);
 	}
-	if (c->rq_count == RECV_SLOTS)
+	struct rm_rdma_read_offer offer = {0};
+	if (m.kind == RM_RDMA_MSG_READ_OFFER &&
+	    (!c->reads || rm_rdma_read_offer_decode(recv_buffer(c, slot) + RM_RDMA_MSG_HEADER_LEN, &offer)))
+		return rconn_fail(c, -EPROTO, c->reads ? "a malformed read offer" : "a read offer on a connection without reads");
+	if (c->rq_count == BUFFERS) /* data messages and read offers: one credit each */
 		return rconn_fail(c, -EPROTO, "the peer sent past its credits");
 	uint32_t tail = (c->rq_head + c->rq_count) % RECV_SLOTS;
 	c->rq[tail].slot = slot;
-	c->rq[tail].len = m.len;
+	c->rq[tail].kind = m.kind;
+	c->rq[tail].len = m.kind == RM_RDMA_MSG_READ_OFFER ? offer.len : m.len;
 	c->rq[tail].pos = 0;
+	c->rq[tail].addr = offer.addr;
+	c->rq[tail].rkey = offer.rkey;
 	c->rq_count++;
 	return 0;
 }
@@ -227,11 +243,12 @@ static int notice_peer(struct rdma_conn *c, const struct pollfd *p)
 
 enum side { SENDING, RECEIVING };
 
+
 /* Waits, under lock (released meanwhile), until some completion came in: 0, -ETIMEDOUT past
  * deadline (0: none), or the connection's failure. Spins for spin_ns first, then sleeps on
  * the completion channel and on the kick the other side sends once it took completions in.
  * The caller looks again at what it waits for. */
-static int wait_locked(struct rdma_conn *c, enum side side, uint64_t deadline)
+int rconn_wait(struct rdma_conn *c, int side, uint64_t deadline)
 {
 	uint64_t seen = c->absorbed;
 	int n = rconn_pump(c);
@@ -288,10 +305,12 @@ static int wait_locked(struct rdma_conn *c, enum side side, uint64_t deadline)
 	return r > 0 ? notice_peer(c, p) : 0;
 }
 
-/* The sending side (send_lock held, tcp_out_done). */
+/* The sending side (send_lock held, tcp_out_done). Runs of bytes long enough go as read
+ * offers (rdma_reads.c), the rest copied into messages. */
 int rconn_rdma_sendv(struct rdma_conn *c, const struct iovec *iov, int iovcnt)
 {
-	size_t off = 0; /* into iov[0] */
+	size_t off = 0;                   /* into iov[0] */
+	const struct iovec *copied = NULL; /* an element that could not be offered: copied whole */
 	uint64_t deadline = deadline_in(c->send_timeout_ms);
 	int err = 0;
 	pthread_mutex_lock(&c->lock);
@@ -301,9 +320,21 @@ int rconn_rdma_sendv(struct rdma_conn *c, const struct iovec *iov, int iovcnt)
 			iov++, iovcnt--, off = 0;
 			continue;
 		}
-		int slot = c->credits && c->established ? take_send_slot(c) : -1;
+		if (iov != copied && rconn_offers(c, iov->iov_len - off)) {
+			ssize_t n = rconn_offer(c, (const uint8_t *)iov->iov_base + off, iov->iov_len - off, deadline);
+			if (n < 0) {
+				err = (int)n;
+				break;
+			}
+			if (n == 0)
+				copied = iov;
+			off += (size_t)n;
+			deadline = deadline_in(c->send_timeout_ms);
+			continue;
+		}
+		int slot = c->credits && c->established ? rconn_take_send_slot(c) : -1;
 		if (slot < 0) {
-			if ((err = wait_locked(c, SENDING, deadline)))
+			if ((err = rconn_wait(c, SENDING, deadline)))
 				break;
 			continue;
 		}
@@ -316,18 +347,35 @@ int rconn_rdma_sendv(struct rdma_conn *c, const struct iovec *iov, int iovcnt)
 			memcpy(p + len, (const uint8_t *)iov->iov_base + off, n);
 			len += (uint32_t)n;
 			off += n;
-			if (off == iov->iov_len)
+			if (off == iov->iov_len) {
 				iov++, iovcnt--, off = 0;
+				if (iovcnt > 0 && rconn_offers(c, iov->iov_len))
+					break; /* the next element goes as an offer */
+			}
 		}
 		pthread_mutex_lock(&c->lock);
-		struct rm_rdma_msg m = {.len = len, .credits = (uint16_t)c->to_return, .ctrl_seen = c->ctrl_seen};
+		struct rm_rdma_msg m = {.len = len, .credits = (uint16_t)c->to_return, .ctrl_seen = c->ctrl_seen,
+					.kind = RM_RDMA_MSG_BYTES};
 		rm_rdma_msg_encode(p - RM_RDMA_MSG_HEADER_LEN, &m);
-		if ((err = post_send(c, (uint32_t)slot, RM_RDMA_MSG_HEADER_LEN + len)))
+		if ((err = rconn_post_send(c, (uint32_t)slot, RM_RDMA_MSG_HEADER_LEN + len)))
 			break;
 		c->to_return = 0;
 		deadline = deadline_in(c->send_timeout_ms); /* the peer took something */
 	}
 	pthread_mutex_unlock(&c->lock);
+	return err;
+}
+
+int rconn_consume_head(struct rdma_conn *c)
+{
+	uint32_t slot = c->rq[c->rq_head].slot;
+	c->rq_head = (c->rq_head + 1) % RECV_SLOTS;
+	c->rq_count--;
+	int err = post_recv(c, slot);
+	if (!err) {
+		c->to_return++;
+		err = return_credits(c);
+	}
 	return err;
 }
 
@@ -338,10 +386,15 @@ ssize_t rconn_rdma_recv(struct rdma_conn *c, void *buf, size_t len)
 	pthread_mutex_lock(&c->lock);
 	int err = 0;
 	while (!c->rq_count && !err)
-		err = c->broken ? c->broken : wait_locked(c, RECEIVING, deadline);
+		err = c->broken ? c->broken : rconn_wait(c, RECEIVING, deadline);
 	if (err) {
 		pthread_mutex_unlock(&c->lock);
 		return err;
+	}
+	if (c->rq[c->rq_head].kind == RM_RDMA_MSG_READ_OFFER) {
+		ssize_t n = rconn_read_offered(c, buf, len, deadline);
+		pthread_mutex_unlock(&c->lock);
+		return n;
 	}
 	/* The first message is this thread's: completions only add behind it. */
 	uint32_t slot = c->rq[c->rq_head].slot, pos = c->rq[c->rq_head].pos, mlen = c->rq[c->rq_head].len;
@@ -350,14 +403,8 @@ ssize_t rconn_rdma_recv(struct rdma_conn *c, void *buf, size_t len)
 	memcpy(buf, recv_buffer(c, slot) + RM_RDMA_MSG_HEADER_LEN + pos, n);
 	pthread_mutex_lock(&c->lock);
 	c->rq[c->rq_head].pos += (uint32_t)n;
-	if (c->rq[c->rq_head].pos == mlen) {
-		c->rq_head = (c->rq_head + 1) % RECV_SLOTS;
-		c->rq_count--;
-		if (!(err = post_recv(c, slot))) {
-			c->to_return++;
-			err = return_credits(c);
-		}
-	}
+	if (c->rq[c->rq_head].pos == mlen)
+		err = rconn_consume_head(c);
 	pthread_mutex_unlock(&c->lock);
 	return err ? err : (ssize_t)n;
 }

@@ -158,6 +158,7 @@ int rconn_upgrade_as_server(struct rdma_conn *c)
 	    v->listen(c->listen_id, 4))
 		return rconn_fail(c, errno ? -errno : -ENODEV, "no RDMA device serves the address the client came to");
 	struct rm_rdma_offer offer = {.port = ntohs(v->get_src_port(c->listen_id)),
+				      .features = RM_RDMA_FEATURE_READS,
 				      .geometry = {.buffers = BUFFERS, .size = BUFFER_SIZE}};
 	if (getrandom(offer.nonce, sizeof(offer.nonce), 0) != (ssize_t)sizeof(offer.nonce))
 		return rconn_fail(c, -EIO, "no random bytes for the nonce");
@@ -178,7 +179,9 @@ int rconn_upgrade_as_server(struct rdma_conn *c)
 		    valid_nonce(a.nonce, offer.nonce)) {
 			c->peer = a.geometry;
 			c->credits = a.geometry.buffers;
-			struct rdma_conn_param param = {.retry_count = 7, .rnr_retry_count = 7};
+			c->reads = !!(a.features & RM_RDMA_FEATURE_READS);
+			struct rdma_conn_param param = {.retry_count = 7, .rnr_retry_count = 7, .initiator_depth = 1,
+							.responder_resources = 1};
 			err = rconn_make_queue_pair(c, e->id);
 			if (!err && v->accept(e->id, &param))
 				err = rconn_fail(c, errno ? -errno : -ECONNREFUSED, "cannot accept the RDMA connect");
@@ -243,15 +246,17 @@ static int upgrade_as_client(struct rdma_conn *c, const struct rm_rdma_offer *of
 	pthread_mutex_lock(&c->lock);
 	c->peer = offer->geometry;
 	c->credits = offer->geometry.buffers;
+	c->reads = !!(offer->features & RM_RDMA_FEATURE_READS);
 	pthread_mutex_unlock(&c->lock);
 	if ((err = rconn_make_queue_pair(c, c->id)))
 		return err;
-	struct rm_rdma_answer a = {.geometry = {.buffers = BUFFERS, .size = BUFFER_SIZE}};
+	struct rm_rdma_answer a = {.geometry = {.buffers = BUFFERS, .size = BUFFER_SIZE},
+				   .features = RM_RDMA_FEATURE_READS};
 	memcpy(a.nonce, offer->nonce, sizeof(a.nonce));
 	uint8_t raw[RM_RDMA_ANSWER_LEN];
 	rm_rdma_answer_encode(raw, &a);
 	struct rdma_conn_param param = {.private_data = raw, .private_data_len = sizeof(raw), .retry_count = 7,
-					.rnr_retry_count = 7};
+					.rnr_retry_count = 7, .initiator_depth = 1, .responder_resources = 1};
 	if (v->connect(c->id, &param))
 		return rconn_fail(c, errno ? -errno : -ECONNREFUSED, "cannot connect over RDMA");
 	if ((err = expect_event(c, deadline, RDMA_CM_EVENT_ESTABLISHED)))
