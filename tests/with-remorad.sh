@@ -6,7 +6,7 @@
 # WITH_REMORAD_SHM=1: over shared memory (unix:PATH, a socket in the run's directory),
 # with four copy links likewise.
 # WITH_REMORAD_RDMA=1: over rdma:// on WITH_REMORAD_RDMA_HOST (default 127.0.0.1), with four
-# copy links likewise: in CI on tests/fake_rdma, which LD_LIBRARY_PATH then names (its
+# copy links likewise (or REMORA_COPY_LINKS): in CI on tests/fake_rdma, which LD_LIBRARY_PATH then names (its
 # emulated fabric in the run's directory); scripts/rdma-check.sh on a real device.
 set -eu
 remorad=$1 driver=$2 remora=$3
@@ -29,7 +29,7 @@ elif [ "${WITH_REMORAD_SHM:-}" = 1 ]; then
 	export REMORA_COPY_LINKS=4
 elif [ "${WITH_REMORAD_RDMA:-}" = 1 ]; then
 	listen=rdma://${WITH_REMORAD_RDMA_HOST:-127.0.0.1}:0 scheme=rdma://
-	export REMORA_COPY_LINKS=4 REMORA_FAKE_RDMA_DIR="$dir/fabric"
+	export REMORA_COPY_LINKS="${REMORA_COPY_LINKS:-4}" REMORA_FAKE_RDMA_DIR="$dir/fabric"
 fi
 # shellcheck disable=SC2086
 "$remorad" --listen "$listen" $tls_args --set allow_anonymous=yes --driver "$driver" --ready-file "$dir/addr" \

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,7 +24,17 @@
 static struct {
 	struct fake_mr *mrs;
 	uint32_t next_key;
+	uint64_t locked; /* bytes registered, for REMORA_FAKE_RDMA_MEMLOCK */
 } st = {.next_key = 0x100};
+
+/* With REMORA_FAKE_RDMA_MEMLOCK set, registrations count against RLIMIT_MEMLOCK as the
+ * kernel counts them for a process without CAP_IPC_LOCK: ENOMEM past it. */
+static int over_memlock(size_t length)
+{
+	struct rlimit lim;
+	return getenv("REMORA_FAKE_RDMA_MEMLOCK") && !getrlimit(RLIMIT_MEMLOCK, &lim) && lim.rlim_cur != RLIM_INFINITY &&
+	       (length > lim.rlim_cur || st.locked > lim.rlim_cur - length);
+}
 
 static pthread_once_t dir_once = PTHREAD_ONCE_INIT;
 static char dir_path[PATH_MAX];
@@ -231,6 +242,13 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, ui
 	m->iova = iova;
 	m->access = (int)access;
 	fake_lock();
+	if (over_memlock(length)) {
+		fake_unlock();
+		free(m);
+		errno = ENOMEM;
+		return NULL;
+	}
+	st.locked += length;
 	m->mr.handle = m->mr.lkey = m->mr.rkey = st.next_key++;
 	((struct fake_pd *)pd)->refs++;
 	m->next = st.mrs;
@@ -257,6 +275,7 @@ int ibv_dereg_mr(struct ibv_mr *mr)
 			*p = (*p)->next;
 			break;
 		}
+	st.locked -= mr->length;
 	((struct fake_pd *)mr->pd)->refs--;
 	fake_unlock();
 	free(mr);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
@@ -19,6 +20,23 @@ static int post_recv(struct rdma_conn *c, uint32_t slot)
 	struct ibv_recv_wr wr = {.wr_id = slot, .sg_list = &sge, .num_sge = 1}, *bad;
 	int err = ibv_post_recv(c->id->qp, &wr, &bad);
 	return err ? rconn_fail(c, -err, "cannot post a receive") : 0;
+}
+
+/* A connection's buffers that could not be registered: most often the pages this process
+ * may lock (RLIMIT_MEMLOCK, 8 MiB or less by default) are spent. */
+static int registration_failed(struct rdma_conn *c, size_t bytes)
+{
+	int err = errno ? -errno : -ENOMEM;
+	struct rlimit lim;
+	char why[200];
+	if (!getrlimit(RLIMIT_MEMLOCK, &lim) && lim.rlim_cur != RLIM_INFINITY)
+		snprintf(why, sizeof(why),
+			 "cannot register the connection's %zu KiB of buffers (this process may lock %llu KiB: "
+			 "RLIMIT_MEMLOCK, ulimit -l; each rdma:// connection needs its buffers locked)",
+			 bytes >> 10, (unsigned long long)(lim.rlim_cur >> 10));
+	else
+		snprintf(why, sizeof(why), "cannot register the connection's %zu KiB of buffers", bytes >> 10);
+	return rconn_fail(c, err, why);
 }
 
 /* Everything the connection's messages need, on id (connected or about to be), with every
@@ -42,7 +60,7 @@ int rconn_make_queue_pair(struct rdma_conn *c, struct rdma_cm_id *id)
 	c->mem = mem;
 	madvise(c->mem, bytes, MADV_DONTFORK);
 	if (!(c->mr = v->reg_mr(c->pd, c->mem, bytes, IBV_ACCESS_LOCAL_WRITE)))
-		return rconn_fail(c, -errno ? -errno : -ENOMEM, "cannot register the buffers");
+		return registration_failed(c, bytes);
 	struct ibv_qp_init_attr attr = {
 		.send_cq = c->cq,
 		.recv_cq = c->cq,
