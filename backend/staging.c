@@ -3,6 +3,7 @@
 
 #include "driver_table.h"
 #include "host_memory.h"
+#include "transport.h"
 
 void rm_staging_init(struct rm_staging *st, size_t size)
 {
@@ -26,10 +27,12 @@ CUresult rm_staging_open(struct rm_staging *st)
 			rm_drv.cuMemFreeHost(st->buf[b]);
 			break;
 		}
+		rm_transport_pin(st->buf[b], st->size); /* rdma: registered once per connection */
 	}
 	if (r != CUDA_SUCCESS) {
 		while (b-- > 0) {
 			rm_drv.cuEventDestroy_v2(st->done[b]);
+			rm_transport_unpin(st->buf[b]);
 			rm_drv.cuMemFreeHost(st->buf[b]);
 		}
 		rm_host_memory_give((uint64_t)st->size * RM_STAGING_BUFS);
@@ -56,6 +59,7 @@ void rm_staging_close(struct rm_staging *st)
 	for (int b = 0; b < RM_STAGING_BUFS; b++) {
 		rm_drv.cuEventSynchronize(st->done[b]);
 		rm_drv.cuEventDestroy_v2(st->done[b]);
+		rm_transport_unpin(st->buf[b]);
 		rm_drv.cuMemFreeHost(st->buf[b]);
 	}
 	rm_host_memory_give((uint64_t)st->size * RM_STAGING_BUFS);

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "remora.pb-c.h"
+#include "transport.h"
 
 #define MAPPED_LIMIT (64u << 20) /* bytes of device buffers for mapped host memory, per process */
 #define HOST_BUFFER_ID_BIT (1ull << 63)
@@ -181,6 +182,7 @@ RM_EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned i
 	a->size = bytesize;
 	a->flags = Flags;
 	insert(a);
+	rm_transport_pin(p, bytesize); /* rdma: registered once, read from and into straight */
 	*pp = p;
 	return CUDA_SUCCESS;
 }
@@ -235,6 +237,7 @@ RM_EXPORT CUresult CUDAAPI cuMemFreeHost(void *p)
 	struct host_alloc *a = take_host_alloc(p, 0);
 	if (!a)
 		return CUDA_ERROR_INVALID_VALUE;
+	rm_transport_unpin(a->p);
 	host_memory_free(a);
 	free(a);
 	return CUDA_SUCCESS;
@@ -257,6 +260,7 @@ RM_EXPORT CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsign
 	a->flags = Flags;
 	a->registered = 1;
 	insert(a);
+	rm_transport_pin(p, bytesize);
 	return CUDA_SUCCESS;
 }
 
@@ -270,6 +274,7 @@ RM_EXPORT CUresult CUDAAPI cuMemHostUnregister(void *p)
 	struct host_alloc *a = take_host_alloc(p, 1);
 	if (!a)
 		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+	rm_transport_unpin(a->p);
 	munlock(a->p, a->size);
 	free(a);
 	return CUDA_SUCCESS;

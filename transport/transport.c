@@ -59,6 +59,29 @@ const char *rm_transport_why(int err)
 	return err && err == why_err && why_text[0] ? why_text : strerror(err < 0 ? -err : err);
 }
 
+#ifdef RM_HAVE_RDMA
+void rm_rdma_pin(void *addr, size_t len);   /* rdma/rdma_regions.c */
+void rm_rdma_unpin(void *addr);
+#endif
+
+void rm_transport_pin(void *addr, size_t len)
+{
+#ifdef RM_HAVE_RDMA
+	rm_rdma_pin(addr, len);
+#else
+	(void)addr, (void)len;
+#endif
+}
+
+void rm_transport_unpin(void *addr)
+{
+#ifdef RM_HAVE_RDMA
+	rm_rdma_unpin(addr);
+#else
+	(void)addr;
+#endif
+}
+
 const struct rm_transport *rm_transport_for(const char *url, const char **addr)
 {
 	const char *sep = strstr(url, "://");

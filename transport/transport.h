@@ -159,6 +159,15 @@ extern __thread struct rm_transport_tally *rm_transport_thread_tally;
  * 54 µs round trip over shared memory spinning against 11 µs sleeping). */
 uint64_t rm_transport_spin_ns(const char *env, long default_us, long max_us);
 
+/* Memory this process keeps page-locked for bulk copies from the time it is pinned until
+ * it is unpinned (the client library: the program's pinned allocations and registrations;
+ * remorad: its staging buffers). A transport that can move bytes straight from and into
+ * registered memory (rdma) registers it once, at its first use on a connection, instead of
+ * for each copy; the others ignore it. addr must stay mapped until rm_transport_unpin(addr),
+ * which is called before the memory is freed. */
+void rm_transport_pin(void *addr, size_t len);
+void rm_transport_unpin(void *addr);
+
 /* Picks the transport for url ("tcp://host:port" or plain "host:port"; "unix:PATH" or
  * "unix://PATH" for shared memory) and points *addr at the part after the scheme. NULL
  * for an unknown scheme, or one this build lacks. */

@@ -23,6 +23,7 @@
 #define SEND_SLOTS (BUFFERS + 3)    /* every send waits for its completion before its slot is reused */
 #define READ_WR_ID UINT64_MAX       /* the receiving side's one RDMA read in flight */
 #define READ_OFFER_MAX (8u << 20)   /* the most one read offer registers and offers */
+#define READ_OFFER_MAX_PINNED (1u << 30) /* ... and offers from a pinned region (registered) */
 #define READ_DIRECT_MIN (64u << 10) /* a smaller read goes through the bounce buffer */
 #define READ_MIN_KB_DEFAULT 256     /* REMORA_RDMA_READ_MIN_KB: bytes sent as read offers from this on */
 #define UPGRADE_TIMEOUT_MS 10000    /* the worker's wait for its client's connect */
@@ -177,6 +178,16 @@ int rconn_post_send(struct rdma_conn *c, uint32_t slot, uint32_t len);
 int rconn_wait(struct rdma_conn *c, int receiving, uint64_t deadline);
 /* Under lock: the first received message is read whole; its buffer is posted again. */
 int rconn_consume_head(struct rdma_conn *c);
+
+/* rdma_regions.c. Where p lies in a pinned region (rm_transport_pin): the region's
+ * registration in c's protection domain (made at its first use; with need_write, one
+ * reads may land in), the bytes of the region from p in *usable, and a token to give back
+ * with rregion_put once the offer or read is over. NULL: p is in none, or it cannot be
+ * registered. Called without c's lock. */
+struct ibv_mr *rregion_get(struct rdma_conn *c, const void *p, int need_write, size_t *usable, void **token);
+void rregion_put(void *token);
+/* Deregisters every region's registration in pd, before pd is deallocated. */
+void rregion_forget_pd(struct ibv_pd *pd);
 
 /* rdma_reads.c. Under lock: whether the sending side offers len bytes (>= read_min). */
 int rconn_offers(const struct rdma_conn *c, size_t len);

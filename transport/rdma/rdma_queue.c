@@ -92,8 +92,10 @@ void rconn_release(struct rdma_conn *c)
 		v->destroy_cq(c->cq);
 	if (c->cc)
 		v->destroy_comp_channel(c->cc);
-	if (c->pd)
+	if (c->pd) {
+		rregion_forget_pd(c->pd);
 		v->dealloc_pd(c->pd);
+	}
 	if (c->id)
 		v->destroy_id(c->id);
 	if (c->listen_id)

@@ -10,9 +10,11 @@
  * (transport.h: no op keeps a caller's buffer). So one offer at a time is in flight each
  * way, and a read done needs no credit: it goes into the receive buffer kept for it.
  *
- * Registration pins the pages for the time of one offer and of one read; where it fails
- * (RLIMIT_MEMLOCK, memory the device cannot map) the bytes are copied as messages. Both
- * ends deregister before their call returns, so nothing of the caller's stays registered. */
+ * Memory pinned for bulk (rm_transport_pin: the program's pinned buffers, remorad's
+ * staging) is registered once per connection (rdma_regions.c), and an offer from it may
+ * be as long as READ_OFFER_MAX_PINNED. Other memory is registered for the time of one
+ * offer or one read, and deregistered before the call returns; where that fails
+ * (RLIMIT_MEMLOCK, memory the device cannot map) the bytes are copied as messages. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,11 +33,22 @@ static int fail_midway(struct rdma_conn *c, int err, const char *why)
 	return err == c->broken ? err : rconn_fail(c, err, why);
 }
 
+/* Registers n bytes at p for the time of one offer or read: NULL where they cannot be. */
+static struct ibv_mr *register_for_once(struct rdma_conn *c, void *p, size_t n, int access)
+{
+	return c->v->reg_mr(c->pd, p, n, access);
+}
+
 ssize_t rconn_offer(struct rdma_conn *c, const uint8_t *p, size_t len, uint64_t deadline)
 {
-	size_t n = len < READ_OFFER_MAX ? len : READ_OFFER_MAX;
+	size_t n = len < READ_OFFER_MAX ? len : READ_OFFER_MAX, in_region;
+	void *region = NULL;
 	pthread_mutex_unlock(&c->lock);
-	struct ibv_mr *mr = c->v->reg_mr(c->pd, (void *)p, n, IBV_ACCESS_REMOTE_READ);
+	struct ibv_mr *mr = rregion_get(c, p, 0, &in_region, &region);
+	if (mr)
+		n = len < in_region ? len : in_region, n = n < READ_OFFER_MAX_PINNED ? n : READ_OFFER_MAX_PINNED;
+	else
+		mr = register_for_once(c, (void *)p, n, IBV_ACCESS_REMOTE_READ);
 	pthread_mutex_lock(&c->lock);
 	if (!mr)
 		return 0;
@@ -59,7 +72,10 @@ ssize_t rconn_offer(struct rdma_conn *c, const uint8_t *p, size_t len, uint64_t 
 	if (err)
 		err = fail_midway(c, err, "the peer did not read an offer in time");
 	pthread_mutex_unlock(&c->lock);
-	c->v->dereg_mr(mr); /* from here the device reads none of p */
+	if (region)
+		rregion_put(region); /* the peer's read is over, or the connection failed */
+	else
+		c->v->dereg_mr(mr); /* from here the device reads none of p */
 	pthread_mutex_lock(&c->lock);
 	return err ? err : (ssize_t)n;
 }
@@ -96,11 +112,14 @@ ssize_t rconn_read_offered(struct rdma_conn *c, void *buf, size_t len, uint64_t 
 	/* The first message is this thread's: completions only add behind it. */
 	uint32_t h = c->rq_head, left = c->rq[h].len - c->rq[h].pos, rkey = c->rq[h].rkey;
 	uint64_t from = c->rq[h].addr + c->rq[h].pos;
-	size_t n = len < left ? len : left;
+	size_t n = len < left ? len : left, in_region;
 	struct ibv_mr *mr = NULL;
+	void *region = NULL;
 	pthread_mutex_unlock(&c->lock);
-	if (n >= READ_DIRECT_MIN)
-		mr = c->v->reg_mr(c->pd, buf, n, IBV_ACCESS_LOCAL_WRITE);
+	if (n >= READ_DIRECT_MIN && (mr = rregion_get(c, buf, 1, &in_region, &region)))
+		n = n < in_region ? n : in_region;
+	else if (n >= READ_DIRECT_MIN)
+		mr = register_for_once(c, buf, n, IBV_ACCESS_LOCAL_WRITE);
 	if (!mr && n > BUFFER_SIZE)
 		n = BUFFER_SIZE;
 	pthread_mutex_lock(&c->lock);
@@ -123,8 +142,13 @@ ssize_t rconn_read_offered(struct rdma_conn *c, void *buf, size_t len, uint64_t 
 		err = c->read_state;
 	if (err)
 		err = fail_midway(c, err, "a read did not complete in time");
+	int in_flight = c->read_state == 1;
 	pthread_mutex_unlock(&c->lock);
-	if (mr)
+	if (in_flight) /* the queue pair in error: no late bytes into buf */
+		c->v->disconnect(c->id);
+	if (region)
+		rregion_put(region);
+	else if (mr)
 		c->v->dereg_mr(mr); /* from here the device writes none of buf */
 	else if (!err)
 		memcpy(buf, bounce_buffer(c), n);
