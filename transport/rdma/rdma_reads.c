@@ -33,6 +33,24 @@ static int fail_midway(struct rdma_conn *c, int err, const char *why)
 	return err == c->broken ? err : rconn_fail(c, err, why);
 }
 
+/* Waits, under lock, for a free send slot (with a credit: a slot and one of the peer's
+ * buffers): 0 with *slot taken, or the connection's failure or -ETIMEDOUT past deadline. */
+static int take_slot(struct rdma_conn *c, int with_credit, int receiving, uint64_t deadline, int *slot)
+{
+	for (;;) {
+		int err = c->broken;
+		if (err)
+			return err;
+		if ((!with_credit || (c->credits && c->established)) && (*slot = rconn_take_send_slot(c)) >= 0) {
+			if (with_credit)
+				c->credits--;
+			return 0;
+		}
+		if ((err = rconn_wait(c, receiving, deadline)))
+			return err;
+	}
+}
+
 /* Registers n bytes at p for the time of one offer or read: NULL where they cannot be. */
 static struct ibv_mr *register_for_once(struct rdma_conn *c, void *p, size_t n, int access)
 {
@@ -52,11 +70,8 @@ ssize_t rconn_offer(struct rdma_conn *c, const uint8_t *p, size_t len, uint64_t 
 	pthread_mutex_lock(&c->lock);
 	if (!mr)
 		return 0;
-	int err, slot = -1;
-	while (!(err = c->broken) && (slot = c->credits && c->established ? rconn_take_send_slot(c) : -1) < 0)
-		err = rconn_wait(c, 0, deadline);
+	int slot = -1, err = take_slot(c, 1, 0, deadline, &slot);
 	if (!err) {
-		c->credits--;
 		uint8_t *b = send_buffer(c, (uint32_t)slot);
 		struct rm_rdma_msg m = {.len = RM_RDMA_READ_OFFER_LEN, .credits = (uint16_t)c->to_return,
 					.ctrl_seen = c->ctrl_seen, .kind = RM_RDMA_MSG_READ_OFFER};
@@ -94,9 +109,7 @@ void rconn_read_completed(struct rdma_conn *c, const struct ibv_wc *wc)
 /* Tells the peer its offer is read, waiting for a send slot if every one is in flight. */
 static int send_read_done(struct rdma_conn *c, uint64_t deadline)
 {
-	int err, slot = -1;
-	while (!(err = c->broken) && (slot = rconn_take_send_slot(c)) < 0)
-		err = rconn_wait(c, 1, deadline);
+	int slot = -1, err = take_slot(c, 0, 1, deadline, &slot);
 	if (err)
 		return err;
 	struct rm_rdma_msg m = {.credits = (uint16_t)c->to_return, .ctrl_seen = c->ctrl_seen,
