@@ -442,6 +442,60 @@ static int check_many(const struct rm_transport *tp, struct rm_listener *l, int 
 	return err;
 }
 
+/* A sender whose peer takes nothing fails with -ETIMEDOUT once its send timeout passed,
+ * rather than waiting for ever: on a connection handed over as remorad hands it (rdma's
+ * upgrade), 16 sends of 32 KiB (rdma: every credit spent on messages), then 1 MiB each
+ * (rdma: a read offer that must wait for a credit) until one fails. */
+static int check_send_timeout(const struct rm_transport *tp, struct rm_listener *l, const char *addr)
+{
+	struct acceptor acc = {tp, l, NULL, 0};
+	pthread_t at;
+	pthread_create(&at, NULL, accept_one, &acc);
+	struct rm_conn *a = NULL, *b;
+	int err = tp->dial(addr, 2000, &a);
+	pthread_join(at, NULL);
+	b = acc.conn;
+	if (!err)
+		err = acc.err;
+	if (!err)
+		err = check_handover(tp, a, &b);
+	uint8_t *buf = err ? NULL : calloc(1, 1u << 20);
+	if (!err && !buf)
+		err = -ENOMEM;
+	if (!err)
+		err = rm_conn_set_liveness(a, 0, 300);
+	if (err) {
+		fprintf(stderr, "transport-probe: no connection to check a send timeout on: %s\n", rm_transport_why(err));
+		free(buf);
+		if (a)
+			rm_conn_close(a);
+		if (b)
+			rm_conn_close(b);
+		return err;
+	}
+	size_t sent = 0, limit = (size_t)1 << 30;
+	double t0 = now_s();
+	for (int i = 0; !err && sent < limit; i++) {
+		struct iovec v = {buf, i < 16 ? (32u << 10) : (1u << 20)};
+		if (!(err = rm_conn_sendv(a, &v, 1)))
+			sent += v.iov_len;
+	}
+	double took = now_s() - t0;
+	if (err != -ETIMEDOUT || took > 20) {
+		fprintf(stderr, "transport-probe: a sender whose peer takes nothing did not time out: %s after %zu bytes "
+			"and %.1f s\n", err ? rm_transport_why(err) : "all sent", sent, took);
+		err = -EPROTO;
+	} else {
+		err = 0;
+	}
+	free(buf);
+	if (a)
+		rm_conn_close(a);
+	if (b)
+		rm_conn_close(b);
+	return err;
+}
+
 static int check_contract(const struct rm_transport *tp, struct rm_listener *l, const char *addr)
 {
 	struct rm_conn *a, *b;
@@ -576,6 +630,8 @@ int main(int argc, char **argv)
 	pthread_join(server, NULL);
 	if (!err && p.check)
 		err = check_contract(p.tp, p.listener, bound);
+	if (!err && p.check)
+		err = check_send_timeout(p.tp, p.listener, bound);
 	if (!err && p.check && (err = check_many(p.tp, p.listener, p.adopt, bound)))
 		fprintf(stderr, "transport-probe: %d connections at once did not carry every size exact\n", MANY_CONNS);
 	if (!err && p.failed)
