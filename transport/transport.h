@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <time.h>
 
 struct rm_transport;
 struct rm_listener;
@@ -152,6 +153,33 @@ struct rm_transport_tally {
 };
 extern int rm_transport_profiling;
 extern __thread struct rm_transport_tally *rm_transport_thread_tally;
+
+/* CLOCK_MONOTONIC in ns. */
+static inline uint64_t rm_transport_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* A transport's send or receive call, timed for the thread's tally: begin gives its start
+ * (0 where it is not profiled), end adds it as a receive or a send. */
+static inline uint64_t rm_transport_tally_begin(void)
+{
+	return __builtin_expect(rm_transport_profiling, 0) && rm_transport_thread_tally ? rm_transport_now_ns() : 0;
+}
+
+static inline void rm_transport_tally_end(uint64_t t0, int receive)
+{
+	struct rm_transport_tally *t = rm_transport_thread_tally;
+	if (!t0 || !t)
+		return;
+	uint64_t took = rm_transport_now_ns() - t0;
+	if (receive)
+		t->recv_ns += took, t->recvs++;
+	else
+		t->send_ns += took, t->sends++;
+}
 
 /* How long a waiting side spins before it sleeps, from environment variable env (µs, 0 to
  * max_us): by default default_us where this process may run on 4 or more CPUs, else 0 (with

@@ -67,30 +67,22 @@ static struct rdma_conn *conn_new(struct rm_conn *boot, enum role role, const st
 static int rdmat_sendv(struct rm_conn *conn, const struct iovec *iov, int iovcnt)
 {
 	struct rdma_conn *c = rdma_conn_of(conn);
-	struct rm_transport_tally *t = rm_transport_thread_tally;
-	uint64_t t0 = __builtin_expect(rm_transport_profiling, 0) && t ? mono_ns() : 0;
+	uint64_t t0 = rm_transport_tally_begin();
 	pthread_mutex_lock(&c->send_lock);
 	int err = rconn_switch_if_due(c);
 	if (!err)
 		err = c->tcp_out_done ? rconn_rdma_sendv(c, iov, iovcnt) : rconn_boot_sendv(c, iov, iovcnt);
 	pthread_mutex_unlock(&c->send_lock);
-	if (t0) {
-		t->send_ns += mono_ns() - t0;
-		t->sends++;
-	}
+	rm_transport_tally_end(t0, 0);
 	return err;
 }
 
 static ssize_t rdmat_recv_some(struct rm_conn *conn, void *buf, size_t len)
 {
 	struct rdma_conn *c = rdma_conn_of(conn);
-	struct rm_transport_tally *t = rm_transport_thread_tally;
-	uint64_t t0 = __builtin_expect(rm_transport_profiling, 0) && t ? mono_ns() : 0;
+	uint64_t t0 = rm_transport_tally_begin();
 	ssize_t n = c->tcp_in_done ? rconn_rdma_recv(c, buf, len) : rconn_boot_recv(c, buf, len);
-	if (t0) {
-		t->recv_ns += mono_ns() - t0;
-		t->recvs++;
-	}
+	rm_transport_tally_end(t0, 1);
 	return n;
 }
 

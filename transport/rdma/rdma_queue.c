@@ -277,7 +277,7 @@ int rconn_wait(struct rdma_conn *c, int side, uint64_t deadline)
 	if (atomic_load_explicit(&c->shut, memory_order_relaxed))
 		return rconn_fail(c, -ECONNRESET, "shut down");
 	if (c->spin_ns) {
-		uint64_t t0 = mono_ns();
+		uint64_t t0 = rm_transport_now_ns();
 		do {
 			pthread_mutex_unlock(&c->lock);
 #if defined(__x86_64__) || defined(__i386__)
@@ -286,7 +286,7 @@ int rconn_wait(struct rdma_conn *c, int side, uint64_t deadline)
 			pthread_mutex_lock(&c->lock);
 			if ((n = rconn_pump(c)) || c->absorbed != seen)
 				return n < 0 ? n : 0;
-		} while (mono_ns() - t0 < c->spin_ns);
+		} while (rm_transport_now_ns() - t0 < c->spin_ns);
 	}
 	c->asleep[side] = 1;
 	if (ibv_req_notify_cq(c->cq, 0)) {

@@ -136,13 +136,6 @@ static struct shm_conn *shm(struct rm_conn *c)
 	return (struct shm_conn *)c;
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -286,7 +279,7 @@ static int accept_setup(struct shm_conn *c)
 	struct shm_hello h;
 	size_t got = 0;
 	int memfd = -1, err = 0;
-	uint64_t deadline = mono_ns() + (uint64_t)(c->recv_ms > 0 ? c->recv_ms : SHM_SETUP_TIMEOUT_MS) * 1000000u;
+	uint64_t deadline = rm_transport_now_ns() + (uint64_t)(c->recv_ms > 0 ? c->recv_ms : SHM_SETUP_TIMEOUT_MS) * 1000000u;
 	while (!err && got < sizeof(h)) {
 		union {
 			char buf[CMSG_SPACE(4 * sizeof(int))];
@@ -294,7 +287,7 @@ static int accept_setup(struct shm_conn *c)
 		} cb;
 		struct iovec v = {(char *)&h + got, sizeof(h) - got};
 		struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = cb.buf, .msg_controllen = sizeof(cb.buf)};
-		int64_t left = (int64_t)(deadline - mono_ns());
+		int64_t left = (int64_t)(deadline - rm_transport_now_ns());
 		struct pollfd p = {.fd = c->fd, .events = POLLIN};
 		if (left <= 0 || poll(&p, 1, (int)(left / 1000000 + 1)) == 0) {
 			err = -ETIMEDOUT;
@@ -477,7 +470,7 @@ static int await(struct shm_conn *c, int tx, uint64_t *n)
 		return r;
 	if ((r = ring_check(c, tx, n)))
 		return r < 0 ? r : 0;
-	uint64_t spin = atomic_load_explicit(&c->spin_cur, memory_order_relaxed), t0 = spin ? mono_ns() : 0;
+	uint64_t spin = atomic_load_explicit(&c->spin_cur, memory_order_relaxed), t0 = spin ? rm_transport_now_ns() : 0;
 	if (spin) {
 		/* The ring is looked at after every pause (one PAUSE is some 140 cycles on recent
 		 * Intel cores: 32 between looks left an answer unseen for up to 2 us), the clock
@@ -490,21 +483,21 @@ static int await(struct shm_conn *c, int tx, uint64_t *n)
 				return r < 0 ? r : 0;
 			}
 		} while (++looks % SPIN_LOOKS_PER_CLOCK ||
-			 (mono_ns() - t0 < spin && !atomic_load_explicit(&c->shut, memory_order_relaxed)));
+			 (rm_transport_now_ns() - t0 < spin && !atomic_load_explicit(&c->shut, memory_order_relaxed)));
 		/* In vain: a long wait (a kernel, an idle client) costs less spinning next time. */
 		atomic_store_explicit(&c->spin_cur, spin / 2 > c->spin_ns / 8 ? spin / 2 : c->spin_ns / 8,
 				      memory_order_relaxed);
 	}
 	_Atomic uint32_t *flag = tx ? &c->tx_ctl->writer_waiting : &c->rx_ctl->reader_waiting;
 	int timeout_ms = tx ? c->send_ms : c->recv_ms;
-	uint64_t deadline = timeout_ms > 0 ? mono_ns() + (uint64_t)timeout_ms * 1000000u : 0;
+	uint64_t deadline = timeout_ms > 0 ? rm_transport_now_ns() + (uint64_t)timeout_ms * 1000000u : 0;
 	pthread_mutex_lock(&c->lock);
 	for (;;) {
 		atomic_store(flag, 1);
 		atomic_thread_fence(memory_order_seq_cst);
 		if ((r = ring_check(c, tx, n)) || (r = ended(c, tx)))
 			break;
-		int64_t left_ns = deadline ? (int64_t)(deadline - mono_ns()) : -1;
+		int64_t left_ns = deadline ? (int64_t)(deadline - rm_transport_now_ns()) : -1;
 		if (deadline && left_ns <= 0) {
 			r = -ETIMEDOUT;
 			break;
@@ -518,7 +511,7 @@ static int await(struct shm_conn *c, int tx, uint64_t *n)
 	atomic_store_explicit(flag, 0, memory_order_relaxed);
 	/* Slept for less than a whole spin: spinning whole would have caught it, and the
 	 * peer answers at that pace (a run of 20 us replies must not stay at an eighth). */
-	if (r > 0 && spin && mono_ns() - t0 < c->spin_ns)
+	if (r > 0 && spin && rm_transport_now_ns() - t0 < c->spin_ns)
 		atomic_store_explicit(&c->spin_cur, c->spin_ns, memory_order_relaxed);
 	return r < 0 ? r : 0;
 }
@@ -529,7 +522,7 @@ static int shm_sendv(struct rm_conn *conn, const struct iovec *iov, int iovcnt)
 	int err = ensure_ready(c);
 	int i = 0;
 	size_t off = 0; /* into iov[i] */
-	uint64_t t0 = __builtin_expect(rm_transport_profiling, 0) && rm_transport_thread_tally ? mono_ns() : 0;
+	uint64_t t0 = rm_transport_tally_begin();
 	while (!err) {
 		while (i < iovcnt && off == iov[i].iov_len)
 			i++, off = 0;
@@ -558,17 +551,14 @@ static int shm_sendv(struct rm_conn *conn, const struct iovec *iov, int iovcnt)
 		atomic_store_explicit(&c->tx_ctl->head, c->tx_head, memory_order_release);
 		ring_bell(c, &c->tx_ctl->reader_waiting);
 	}
-	if (t0) {
-		rm_transport_thread_tally->send_ns += mono_ns() - t0;
-		rm_transport_thread_tally->sends++;
-	}
+	rm_transport_tally_end(t0, 0);
 	return err;
 }
 
 static ssize_t shm_recv_some(struct rm_conn *conn, void *buf, size_t len)
 {
 	struct shm_conn *c = shm(conn);
-	uint64_t t0 = __builtin_expect(rm_transport_profiling, 0) && rm_transport_thread_tally ? mono_ns() : 0;
+	uint64_t t0 = rm_transport_tally_begin();
 	uint64_t avail = 0;
 	int err = ensure_ready(c);
 	if (!err && !len)
@@ -585,10 +575,7 @@ static ssize_t shm_recv_some(struct rm_conn *conn, void *buf, size_t len)
 	c->rx_tail += n;
 	atomic_store_explicit(&c->rx_ctl->tail, c->rx_tail, memory_order_release);
 	ring_bell(c, &c->rx_ctl->writer_waiting);
-	if (t0) {
-		rm_transport_thread_tally->recv_ns += mono_ns() - t0;
-		rm_transport_thread_tally->recvs++;
-	}
+	rm_transport_tally_end(t0, 1);
 	return (ssize_t)n;
 }
 
@@ -638,7 +625,7 @@ static int shm_recv_fd(struct rm_conn *conn, int timeout_ms)
 	int err = ensure_ready(c);
 	if (err)
 		return err;
-	uint64_t deadline = mono_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000u;
+	uint64_t deadline = rm_transport_now_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000u;
 	int fd = -1;
 	pthread_mutex_lock(&c->lock);
 	for (;;) {
@@ -649,7 +636,7 @@ static int shm_recv_fd(struct rm_conn *conn, int timeout_ms)
 		}
 		if ((err = ended(c, 0)))
 			break;
-		int64_t left_ns = (int64_t)(deadline - mono_ns());
+		int64_t left_ns = (int64_t)(deadline - rm_transport_now_ns());
 		if (left_ns <= 0) {
 			err = -ETIMEDOUT;
 			break;

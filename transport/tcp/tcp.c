@@ -33,13 +33,6 @@ struct tcp_conn {
 	char peer[64];
 };
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static struct tcp_conn *tcp(struct rm_conn *c)
 {
 	return (struct tcp_conn *)c;
@@ -233,28 +226,20 @@ static void tcp_listener_close(struct rm_listener *l)
 
 static ssize_t profiled_sendmsg(int fd, const struct msghdr *mh, int flags)
 {
-	struct rm_transport_tally *t = rm_transport_thread_tally;
-	if (!t)
-		return sendmsg(fd, mh, flags);
-	uint64_t t0 = mono_ns();
+	uint64_t t0 = rm_transport_tally_begin();
 	ssize_t w = sendmsg(fd, mh, flags);
 	int saved = errno;
-	t->send_ns += mono_ns() - t0;
-	t->sends++;
+	rm_transport_tally_end(t0, 0);
 	errno = saved;
 	return w;
 }
 
 static ssize_t profiled_recv(int fd, void *buf, size_t len, int flags)
 {
-	struct rm_transport_tally *t = rm_transport_thread_tally;
-	if (!t)
-		return recv(fd, buf, len, flags);
-	uint64_t t0 = mono_ns();
+	uint64_t t0 = rm_transport_tally_begin();
 	ssize_t r = recv(fd, buf, len, flags);
 	int saved = errno;
-	t->recv_ns += mono_ns() - t0;
-	t->recvs++;
+	rm_transport_tally_end(t0, 1);
 	errno = saved;
 	return r;
 }
@@ -302,7 +287,7 @@ static int tcp_readable(struct rm_conn *conn)
 /* The spin (see the top): bytes, 0 for none in time, or a negative errno. */
 static ssize_t spin_recv(struct tcp_conn *c, void *buf, size_t len, uint64_t spin)
 {
-	uint64_t t0 = mono_ns();
+	uint64_t t0 = rm_transport_now_ns();
 	do {
 		ssize_t r = recv(c->fd, buf, len, MSG_DONTWAIT);
 		if (r > 0) {
@@ -313,7 +298,7 @@ static ssize_t spin_recv(struct tcp_conn *c, void *buf, size_t len, uint64_t spi
 			return -ECONNRESET;
 		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
 			return -errno;
-	} while (mono_ns() - t0 < spin);
+	} while (rm_transport_now_ns() - t0 < spin);
 	/* In vain: a long wait (a kernel, an idle peer) costs less spinning next time. */
 	atomic_store_explicit(&c->spin_cur, spin / 2 > c->spin_ns / 8 ? spin / 2 : c->spin_ns / 8, memory_order_relaxed);
 	return 0;
@@ -324,7 +309,7 @@ static ssize_t tcp_recv_some(struct rm_conn *conn, void *buf, size_t len)
 	struct tcp_conn *c = tcp(conn);
 	uint64_t spin = atomic_load_explicit(&c->spin_cur, memory_order_relaxed), t0 = 0;
 	if (spin && !rm_transport_profiling) {
-		t0 = mono_ns();
+		t0 = rm_transport_now_ns();
 		ssize_t r = spin_recv(c, buf, len, spin);
 		if (r)
 			return r;
@@ -332,7 +317,7 @@ static ssize_t tcp_recv_some(struct rm_conn *conn, void *buf, size_t len)
 	for (;;) {
 		ssize_t r = __builtin_expect(rm_transport_profiling, 0) ? profiled_recv(c->fd, buf, len, 0)
 								   : recv(c->fd, buf, len, 0);
-		if (r > 0 && t0 && mono_ns() - t0 < c->spin_ns) /* a whole spin would have caught it */
+		if (r > 0 && t0 && rm_transport_now_ns() - t0 < c->spin_ns) /* a whole spin would have caught it */
 			atomic_store_explicit(&c->spin_cur, c->spin_ns, memory_order_relaxed);
 		if (r > 0)
 			return r;
