@@ -54,6 +54,25 @@ const char *rm_transport_last_why(void)
 	return why_err ? why_text : "";
 }
 
+int rm_transport_split_addr(const char *addr, char *host, size_t hostlen, char *port, size_t portlen)
+{
+	const char *colon = strrchr(addr, ':');
+	if (!colon || !colon[1])
+		return -EINVAL;
+	const char *h = addr;
+	size_t n = (size_t)(colon - addr);
+	if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
+		h++;
+		n -= 2;
+	}
+	if (n >= hostlen || strlen(colon + 1) >= portlen)
+		return -EINVAL;
+	memcpy(host, h, n);
+	host[n] = 0;
+	strcpy(port, colon + 1);
+	return 0;
+}
+
 const char *rm_transport_why(int err)
 {
 	return err && err == why_err && why_text[0] ? why_text : strerror(err < 0 ? -err : err);

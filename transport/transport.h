@@ -196,6 +196,10 @@ uint64_t rm_transport_spin_ns(const char *env, long default_us, long max_us);
 void rm_transport_pin(void *addr, size_t len);
 void rm_transport_unpin(void *addr);
 
+/* Splits host:port ([v6]:port too) into host and port: 0, or -EINVAL where there is no
+ * port or a part does not fit. */
+int rm_transport_split_addr(const char *addr, char *host, size_t hostlen, char *port, size_t portlen);
+
 /* Picks the transport for url ("tcp://host:port" or plain "host:port"; "unix:PATH" or
  * "unix://PATH" for shared memory) and points *addr at the part after the scheme. NULL
  * for an unknown scheme, or one this build lacks. */

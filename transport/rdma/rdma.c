@@ -198,18 +198,10 @@ static int device_check(const struct rm_verbs_api *v)
  * it (port 0), then let go. */
 static int address_check(const struct rm_verbs_api *v, struct rm_listener *tcp)
 {
-	char bound[96], host[64];
-	if (rm_transport_tcp.listener_addr(tcp, bound, sizeof(bound)))
+	char bound[96], host[64], port[16];
+	if (rm_transport_tcp.listener_addr(tcp, bound, sizeof(bound)) ||
+	    rm_transport_split_addr(bound, host, sizeof(host), port, sizeof(port)))
 		return -EINVAL;
-	const char *colon = strrchr(bound, ':');
-	size_t n = (size_t)(colon - bound);
-	const char *h = bound;
-	if (n >= 2 && h[0] == '[')
-		h++, n -= 2;
-	if (n >= sizeof(host))
-		return -EINVAL;
-	memcpy(host, h, n);
-	host[n] = 0;
 	struct addrinfo hints = {.ai_flags = AI_NUMERICHOST}, *ai;
 	if (getaddrinfo(host, "0", &hints, &ai))
 		return -EINVAL;

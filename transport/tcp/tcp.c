@@ -42,30 +42,10 @@ struct rm_listener {
 	int fd;
 };
 
-/* Splits host:port ([v6]:port too) into its parts. */
-static int split_addr(const char *addr, char *host, size_t hostlen, char *port, size_t portlen)
-{
-	const char *colon = strrchr(addr, ':');
-	if (!colon || !colon[1])
-		return -EINVAL;
-	const char *h = addr;
-	size_t n = (size_t)(colon - addr);
-	if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
-		h++;
-		n -= 2;
-	}
-	if (n >= hostlen || strlen(colon + 1) >= portlen)
-		return -EINVAL;
-	memcpy(host, h, n);
-	host[n] = 0;
-	strcpy(port, colon + 1);
-	return 0;
-}
-
 static int resolve(const char *addr, int passive, struct addrinfo **res)
 {
 	char host[256], port[16];
-	int err = split_addr(addr, host, sizeof(host), port, sizeof(port));
+	int err = rm_transport_split_addr(addr, host, sizeof(host), port, sizeof(port));
 	if (err)
 		return err;
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
