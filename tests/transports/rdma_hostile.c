@@ -5,8 +5,13 @@
  *   - a malformed chunk on TCP after the upgrade fails the worker's next read at once,
  *     with -EPROTO;
  *   - a client that never connects fails it with -ETIMEDOUT within the upgrade's bound,
- *     while another connection upgrades beside it.
- * The misbehaving clients speak the transport's bytes themselves (rdma_wire.h) over TCP.
+ *     while another connection upgrades beside it;
+ *   - over RDMA, a read done with no offer out, a read offer of length 0, a read offer on a
+ *     connection that did not agree to reads (-EPROTO each), and a read offer whose key
+ *     names nothing (the worker's read fails: -ECONNRESET), each failing the worker's next
+ *     read at once.
+ * The misbehaving clients speak the transport's bytes themselves (rdma_wire.h) over TCP,
+ * and over RDMA with a queue pair of their own.
  * Exits 0 when every case went as said. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -141,6 +146,88 @@ out:
 	return result;
 }
 
+/* A client with a queue pair of its own, connected with the nonce (its answer naming
+ * features), its SWITCH sent on TCP; then one message of its making over RDMA. The worker's
+ * next read must fail at once with want (what the worker said is checked by the caller). */
+static void hostile_message(const struct rm_verbs_api *v, uint32_t features, const struct rm_rdma_msg *m,
+			    const struct rm_rdma_read_offer *ro, int want, const char *what)
+{
+	struct server s = {0};
+	pthread_create(&s.thread, NULL, serve_one, &s);
+	struct rm_conn *c;
+	struct rm_rdma_offer offer;
+	int err = raw_client(&c, &offer);
+	struct rdma_event_channel *ch = err ? NULL : v->create_event_channel();
+	struct rdma_cm_id *id = NULL;
+	struct ibv_pd *pd = NULL;
+	struct ibv_cq *cq = NULL;
+	struct ibv_mr *mr = NULL;
+	static uint8_t buf[64];
+	struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(offer.port)};
+	inet_pton(AF_INET, "127.0.0.1", &dst.sin_addr);
+	struct rdma_cm_event *e;
+	int connected = 0;
+	if (ch && !v->create_id(ch, &id, NULL, RDMA_PS_TCP) && !v->resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) &&
+	    !v->get_cm_event(ch, &e)) {
+		v->ack_cm_event(e);
+		if (!v->resolve_route(id, 2000) && !v->get_cm_event(ch, &e)) {
+			v->ack_cm_event(e);
+			pd = v->alloc_pd(id->verbs);
+			cq = pd ? v->create_cq(id->verbs, 4, NULL, NULL, 0) : NULL;
+			mr = pd ? v->reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE) : NULL;
+			struct ibv_qp_init_attr qa = {.send_cq = cq, .recv_cq = cq, .cap = {2, 2, 1, 1, 0}, .qp_type = IBV_QPT_RC};
+			uint8_t pdata[RM_RDMA_ANSWER_LEN];
+			struct rm_rdma_answer a = {.geometry = {16, 65536}, .features = features};
+			memcpy(a.nonce, offer.nonce, RM_RDMA_NONCE_LEN);
+			rm_rdma_answer_encode(pdata, &a);
+			struct rdma_conn_param param = {.private_data = pdata, .private_data_len = sizeof(pdata),
+							.initiator_depth = 1, .responder_resources = 1};
+			if (mr && cq && !v->create_qp(id, pd, &qa) && !v->connect(id, &param) && !v->get_cm_event(ch, &e)) {
+				connected = e->event == RDMA_CM_EVENT_ESTABLISHED;
+				v->ack_cm_event(e);
+			}
+		}
+	}
+	pthread_join(s.thread, NULL);
+	ssize_t n = 1;
+	double took = 0;
+	if (connected && !s.err) {
+		uint8_t sw[RM_RDMA_CHUNK_HEADER_LEN];
+		rm_rdma_chunk_encode(sw, RM_RDMA_SWITCH, 0);
+		struct iovec iv = {sw, sizeof(sw)};
+		rm_conn_sendv(c, &iv, 1);
+		rm_rdma_msg_encode(buf, m);
+		if (ro)
+			rm_rdma_read_offer_encode(buf + RM_RDMA_MSG_HEADER_LEN, ro);
+		struct ibv_sge sge = {(uintptr_t)buf, RM_RDMA_MSG_HEADER_LEN + m->len, mr->lkey};
+		struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED},
+				   *bad;
+		ibv_post_send(id->qp, &wr, &bad);
+		uint8_t byte;
+		double t0 = now_s();
+		rm_conn_set_liveness(s.conn, 3000, 0); /* a message let through: -ETIMEDOUT, not a hang */
+		n = rm_conn_recv_some(s.conn, &byte, 1);
+		took = now_s() - t0;
+	}
+	check(connected && !s.err && n == want && took < 5, what);
+	if (s.conn)
+		rm_conn_close(s.conn);
+	if (id && id->qp)
+		v->destroy_qp(id);
+	if (mr)
+		v->dereg_mr(mr);
+	if (cq)
+		v->destroy_cq(cq);
+	if (pd)
+		v->dealloc_pd(pd);
+	if (id)
+		v->destroy_id(id);
+	if (ch)
+		v->destroy_event_channel(ch);
+	if (!err)
+		rm_conn_close(c);
+}
+
 static void *send_42_once_adopted(void *arg)
 {
 	struct server *s = arg;
@@ -214,6 +301,17 @@ int main(void)
 	printf("  (given up after %.1f s)\n", s.took_s);
 	if (!err)
 		rm_conn_close(c);
+
+	/* Messages over RDMA that the worker must refuse. */
+	struct rm_rdma_msg done = {.kind = RM_RDMA_MSG_READ_DONE};
+	hostile_message(v, RM_RDMA_FEATURE_READS, &done, NULL, -EPROTO, "a read done with no offer out: -EPROTO");
+	struct rm_rdma_msg offer_msg = {.len = RM_RDMA_READ_OFFER_LEN, .kind = RM_RDMA_MSG_READ_OFFER};
+	struct rm_rdma_read_offer empty = {.addr = 4096, .rkey = 1, .len = 0};
+	hostile_message(v, RM_RDMA_FEATURE_READS, &offer_msg, &empty, -EPROTO, "a read offer of length 0: -EPROTO");
+	struct rm_rdma_read_offer nowhere = {.addr = 4096, .rkey = 0xdead, .len = 4096};
+	hostile_message(v, 0, &offer_msg, &nowhere, -EPROTO, "a read offer without the feature agreed: -EPROTO");
+	hostile_message(v, RM_RDMA_FEATURE_READS, &offer_msg, &nowhere, -ECONNRESET,
+			"a read offer whose key names nothing: the worker's read fails (-ECONNRESET)");
 
 	rdma->listener_close(listener);
 	return failures ? 1 : 0;
