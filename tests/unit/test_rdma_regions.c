@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "expect.h"
 #include "rdma_conn.h"
 
 void rm_rdma_pin(void *addr, size_t len);
@@ -38,15 +39,6 @@ static int stub_dereg_mr(struct ibv_mr *mr)
 	return 0;
 }
 
-static int failures;
-#define CHECK(cond)                                                                   \
-	do {                                                                          \
-		if (!(cond)) {                                                        \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-			failures++;                                                   \
-		}                                                                     \
-	} while (0)
-
 int main(void)
 {
 	static const struct rm_verbs_api api = {.reg_mr = stub_reg_mr, .dereg_mr = stub_dereg_mr};
@@ -61,56 +53,56 @@ int main(void)
 	void *tok, *tok2;
 
 	/* Not pinned: nothing. */
-	CHECK(!rregion_get(&c1, a, 0, &usable, &tok) && regs == 0);
+	EXPECT(!rregion_get(&c1, a, 0, &usable, &tok) && regs == 0);
 
 	/* Registered at the first use in a domain, once; what is left of it from p. */
 	rm_rdma_pin(a, sizeof(a));
 	struct ibv_mr *m1 = rregion_get(&c1, a + 100, 1, &usable, &tok);
-	CHECK(m1 && regs == 1 && usable == sizeof(a) - 100 && m1->addr == a);
+	EXPECT(m1 && regs == 1 && usable == sizeof(a) - 100 && m1->addr == a);
 	rregion_put(tok);
-	CHECK(rregion_get(&c1, a + sizeof(a) - 1, 0, &usable, &tok) == m1 && regs == 1 && usable == 1);
+	EXPECT(rregion_get(&c1, a + sizeof(a) - 1, 0, &usable, &tok) == m1 && regs == 1 && usable == 1);
 	rregion_put(tok);
-	CHECK(!rregion_get(&c1, a + sizeof(a), 0, &usable, &tok));
+	EXPECT(!rregion_get(&c1, a + sizeof(a), 0, &usable, &tok));
 	struct ibv_mr *m2 = rregion_get(&c2, a, 0, &usable, &tok2);
-	CHECK(m2 && m2 != m1 && regs == 2);
+	EXPECT(m2 && m2 != m1 && regs == 2);
 
 	/* Unpinned while c2 uses it: kept until c2 is done, then both registrations go. */
 	rm_rdma_unpin(a);
-	CHECK(deregs == 0);
-	CHECK(!rregion_get(&c1, a, 0, &usable, &tok)); /* no longer offered to new users */
+	EXPECT(deregs == 0);
+	EXPECT(!rregion_get(&c1, a, 0, &usable, &tok)); /* no longer offered to new users */
 	rregion_put(tok2);
-	CHECK(deregs == 2 && live == 0);
+	EXPECT(deregs == 2 && live == 0);
 
 	/* Read-only memory: offered, never a destination of reads. */
 	readonly_lo = b, readonly_hi = b + sizeof(b);
 	rm_rdma_pin(b, sizeof(b));
-	CHECK(!rregion_get(&c1, b, 1, &usable, &tok));
-	CHECK(rregion_get(&c1, b, 0, &usable, &tok) && live == 1);
+	EXPECT(!rregion_get(&c1, b, 1, &usable, &tok));
+	EXPECT(rregion_get(&c1, b, 0, &usable, &tok) && live == 1);
 	rregion_put(tok);
 
 	/* A registration refused is not tried again in that domain. */
 	refused_lo = r, refused_hi = r + sizeof(r);
 	rm_rdma_pin(r, sizeof(r));
 	int before = regs;
-	CHECK(!rregion_get(&c1, r, 0, &usable, &tok));
+	EXPECT(!rregion_get(&c1, r, 0, &usable, &tok));
 	int tried = regs - before;
-	CHECK(tried == 2); /* writable, then read-only */
-	CHECK(!rregion_get(&c1, r, 0, &usable, &tok) && regs - before == tried);
+	EXPECT(tried == 2); /* writable, then read-only */
+	EXPECT(!rregion_get(&c1, r, 0, &usable, &tok) && regs - before == tried);
 
 	/* A domain forgotten (its connection ends): its registrations go; another use
 	 * registers again. */
-	CHECK(rregion_get(&c2, b, 0, &usable, &tok2) && live == 2);
+	EXPECT(rregion_get(&c2, b, 0, &usable, &tok2) && live == 2);
 	rregion_put(tok2);
 	rregion_forget_pd(&pd1);
-	CHECK(live == 1);
+	EXPECT(live == 1);
 	before = regs;
-	CHECK(rregion_get(&c1, b, 0, &usable, &tok) && regs == before + 2 && live == 2);
+	EXPECT(rregion_get(&c1, b, 0, &usable, &tok) && regs == before + 2 && live == 2);
 	rregion_put(tok);
 
 	rm_rdma_unpin(b);
 	rm_rdma_unpin(r);
 	rm_rdma_unpin(a); /* not pinned any more: nothing */
-	CHECK(live == 0);
+	EXPECT(live == 0);
 	if (failures)
 		return 1;
 	printf("rdma regions: ok\n");
