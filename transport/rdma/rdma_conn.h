@@ -182,7 +182,8 @@ void rregion_put(void *token);
 /* Deregisters every region's registration in pd, before pd is deallocated. */
 void rregion_forget_pd(struct ibv_pd *pd);
 
-/* rdma_reads.c. Under lock: whether the sending side offers len bytes (>= read_min). */
+/* rdma_reads.c. Whether the sending side offers len bytes (>= read_min); reads and
+ * read_min are set before the connection carries bytes, so no lock is needed. */
 int rconn_offers(const struct rdma_conn *c, size_t len);
 /* The sending side, under lock (released meanwhile): offers p's first bytes, at most
  * READ_OFFER_MAX, and waits until the peer has read them; their count, 0 where p cannot

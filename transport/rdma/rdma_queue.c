@@ -263,7 +263,6 @@ static int notice_peer(struct rdma_conn *c, const struct pollfd *p)
 
 enum side { SENDING, RECEIVING };
 
-
 /* Waits, under lock (released meanwhile), until some completion came in: 0, -ETIMEDOUT past
  * deadline (0: none), or the connection's failure. Spins for spin_ns first, then sleeps on
  * the completion channel and on the kick the other side sends once it took completions in.

@@ -51,22 +51,18 @@ static int take_slot(struct rdma_conn *c, int with_credit, int receiving, uint64
 	}
 }
 
-/* Registers n bytes at p for the time of one offer or read: NULL where they cannot be. */
-static struct ibv_mr *register_for_once(struct rdma_conn *c, void *p, size_t n, int access)
-{
-	return c->v->reg_mr(c->pd, p, n, access);
-}
-
 ssize_t rconn_offer(struct rdma_conn *c, const uint8_t *p, size_t len, uint64_t deadline)
 {
 	size_t n = len < READ_OFFER_MAX ? len : READ_OFFER_MAX, in_region;
 	void *region = NULL;
 	pthread_mutex_unlock(&c->lock);
 	struct ibv_mr *mr = rregion_get(c, p, 0, &in_region, &region);
-	if (mr)
-		n = len < in_region ? len : in_region, n = n < READ_OFFER_MAX_PINNED ? n : READ_OFFER_MAX_PINNED;
-	else
-		mr = register_for_once(c, (void *)p, n, IBV_ACCESS_REMOTE_READ);
+	if (mr) {
+		n = len < in_region ? len : in_region;
+		n = n < READ_OFFER_MAX_PINNED ? n : READ_OFFER_MAX_PINNED;
+	} else { /* registered for this offer alone */
+		mr = c->v->reg_mr(c->pd, (void *)p, n, IBV_ACCESS_REMOTE_READ);
+	}
 	pthread_mutex_lock(&c->lock);
 	if (!mr)
 		return 0;
@@ -132,7 +128,7 @@ ssize_t rconn_read_offered(struct rdma_conn *c, void *buf, size_t len, uint64_t 
 	if (n >= READ_DIRECT_MIN && (mr = rregion_get(c, buf, 1, &in_region, &region)))
 		n = n < in_region ? n : in_region;
 	else if (n >= READ_DIRECT_MIN)
-		mr = register_for_once(c, buf, n, IBV_ACCESS_LOCAL_WRITE);
+		mr = c->v->reg_mr(c->pd, buf, n, IBV_ACCESS_LOCAL_WRITE); /* for this read alone */
 	if (!mr && n > BUFFER_SIZE)
 		n = BUFFER_SIZE;
 	pthread_mutex_lock(&c->lock);
