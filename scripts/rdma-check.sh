@@ -1,8 +1,8 @@
 #!/bin/sh
 # The rdma transport on a host with an RDMA device (docs/status.md, "RDMA"): the conformance
 # probe with bulk read from the sender's memory at the default threshold, at 1 KiB and never
-# (its round trip and bulk throughput, each), then driver-API programs through the client library and a private remorad (on the
-# test driver: the transport is what is checked) over rdma://ADDR with four copy links,
+# (its round trip and bulk throughput, each), then driver-API programs through the client
+# library and a private remorad (on the test driver: the transport is what is checked) over rdma://ADDR with four copy links,
 # on the real rdma-core. CI runs the same on tests/fake_rdma.
 # usage: scripts/rdma-check.sh ADDR [BUILD_DIR]   (ADDR: an address an RDMA device serves)
 set -eu

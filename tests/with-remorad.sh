@@ -6,8 +6,9 @@
 # WITH_REMORAD_SHM=1: over shared memory (unix:PATH, a socket in the run's directory),
 # with four copy links likewise.
 # WITH_REMORAD_RDMA=1: over rdma:// on WITH_REMORAD_RDMA_HOST (default 127.0.0.1), with four
-# copy links likewise (or REMORA_COPY_LINKS): in CI on tests/fake_rdma, which LD_LIBRARY_PATH then names (its
-# emulated fabric in the run's directory); scripts/rdma-check.sh on a real device.
+# copy links likewise (or REMORA_COPY_LINKS): in CI on tests/fake_rdma, which
+# LD_LIBRARY_PATH then names (its emulated fabric in the run's directory);
+# scripts/rdma-check.sh on a real device.
 set -eu
 remorad=$1 driver=$2 remora=$3
 shift 3
