@@ -15,10 +15,46 @@ struct tally {
 	uint64_t calls, ns;
 };
 
+/* Durations in quarter octaves: bucket 4k + j holds [2^k (1 + j/4), 2^k (1 + (j+1)/4)) ns,
+ * so a percentile read from it is at most a quarter too high. */
+#define BUCKETS 256
+struct spread {
+	uint32_t n[BUCKETS];
+};
+
 struct rm_call_profile {
 	uint64_t start_ns;
 	struct tally op[SLOTS], reading, part[RM_PARTS];
+	struct spread reading_spread, call_spread, part_spread[RM_PARTS];
 };
+
+static void spread_add(struct spread *s, uint64_t ns)
+{
+	unsigned b = 0;
+	if (ns >= 4) {
+		unsigned k = 63u - (unsigned)__builtin_clzll(ns);
+		b = 4 * k + (unsigned)((ns >> (k - 2)) & 3);
+	} else {
+		b = (unsigned)ns;
+	}
+	s->n[b < BUCKETS ? b : BUCKETS - 1]++;
+}
+
+/* The upper edge of the bucket holding quantile q (0..1) of the durations, in µs. */
+static double spread_quantile(const struct spread *s, uint64_t count, double q)
+{
+	uint64_t want = (uint64_t)((double)count * q), seen = 0;
+	for (unsigned b = 0; b < BUCKETS; b++) {
+		seen += s->n[b];
+		if (seen > want) {
+			if (b < 4)
+				return (double)(b + 1) / 1e3;
+			unsigned k = b / 4, j = b % 4;
+			return ((double)(1ull << k) * (1.0 + (double)(j + 1) / 4.0)) / 1e3;
+		}
+	}
+	return 0;
+}
 
 __thread struct rm_call_profile *rm_call_profile_thread;
 
@@ -54,8 +90,10 @@ void rm_call_profile_read(struct rm_call_profile *p, uint64_t start_ns)
 {
 	if (!p)
 		return;
+	uint64_t ns = rm_call_profile_now_ns() - start_ns;
 	p->reading.calls++;
-	p->reading.ns += rm_call_profile_now_ns() - start_ns;
+	p->reading.ns += ns;
+	spread_add(&p->reading_spread, ns);
 }
 
 void rm_call_profile_call(struct rm_call_profile *p, uint32_t op, uint64_t start_ns)
@@ -63,16 +101,20 @@ void rm_call_profile_call(struct rm_call_profile *p, uint32_t op, uint64_t start
 	if (!p)
 		return;
 	struct tally *t = &p->op[op < RM_OP_LIMIT ? op : RM_OP_LIMIT];
+	uint64_t ns = rm_call_profile_now_ns() - start_ns;
 	t->calls++;
-	t->ns += rm_call_profile_now_ns() - start_ns;
+	t->ns += ns;
+	spread_add(&p->call_spread, ns);
 }
 
 void rm_call_part_add(enum rm_call_part part, uint64_t start_ns)
 {
 	struct rm_call_profile *p = rm_call_profile_thread;
 	if (p && part < RM_PARTS) {
+		uint64_t ns = rm_call_profile_now_ns() - start_ns;
 		p->part[part].calls++;
-		p->part[part].ns += rm_call_profile_now_ns() - start_ns;
+		p->part[part].ns += ns;
+		spread_add(&p->part_spread[part], ns);
 	}
 }
 
@@ -81,6 +123,15 @@ static void line(uint64_t session, const char *what, const char *name, const str
 	rm_log(RM_LOG_INFO, "remora-profile side=daemon session=%llu %s=%s calls=%llu mean_us=%.3f total_ms=%.3f",
 	       (unsigned long long)session, what, name, (unsigned long long)t->calls,
 	       t->calls ? (double)t->ns / (double)t->calls / 1e3 : 0.0, (double)t->ns / 1e6);
+}
+
+static void spread_line(uint64_t session, const char *what, const char *name, const struct spread *s,
+			uint64_t count)
+{
+	if (count)
+		rm_log(RM_LOG_INFO, "remora-profile side=daemon session=%llu %s=%s p50_us=%.3f p99_us=%.3f p999_us=%.3f",
+		       (unsigned long long)session, what, name, spread_quantile(s, count, 0.5),
+		       spread_quantile(s, count, 0.99), spread_quantile(s, count, 0.999));
 }
 
 void rm_call_profile_end(struct rm_call_profile *p, uint64_t session_id)
@@ -107,5 +158,9 @@ void rm_call_profile_end(struct rm_call_profile *p, uint64_t session_id)
 	for (int i = 0; i < RM_PARTS; i++)
 		if (p->part[i].calls)
 			line(session_id, "part", part_names[i], &p->part[i]);
+	spread_line(session_id, "spread", "call", &p->call_spread, calls);
+	spread_line(session_id, "spread", "reading", &p->reading_spread, p->reading.calls);
+	for (int i = 0; i < RM_PARTS; i++)
+		spread_line(session_id, "spread", part_names[i], &p->part_spread[i], p->part[i].calls);
 	free(p);
 }

@@ -12,7 +12,13 @@
  *   remora-profile side=daemon session=N op=cuLaunchKernel calls=... mean_us=... total_ms=...
  *   remora-profile side=daemon session=N part=driver_launch calls=... mean_us=...
  *
- * the twelve costliest opcodes, then the parts. Off (the default) each hook costs one
+ * the twelve costliest opcodes, then the parts, then how they spread, from quarter-octave
+ * histograms (each figure at most a quarter above the truth):
+ *
+ *   remora-profile side=daemon session=N spread=driver_launch p50_us=... p99_us=... p999_us=...
+ *
+ * for every call's handler (spread=call), the waits for frames (spread=reading) and each
+ * part. Off (the default) each hook costs one
  * predictable branch: the environment is read once, when the first session starts. */
 #ifndef REMORA_CALL_PROFILE_H
 #define REMORA_CALL_PROFILE_H
