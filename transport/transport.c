@@ -37,6 +37,18 @@ uint64_t rm_transport_spin_ns(const char *env, long default_us, long max_us)
 	return (uint64_t)us * 1000u;
 }
 
+int rm_transport_spin_yields(void)
+{
+	static int yields = -1;
+	int y = __atomic_load_n(&yields, __ATOMIC_RELAXED);
+	if (y < 0) {
+		const char *v = getenv("REMORA_SPIN_YIELD");
+		y = !(v && !strcmp(v, "0"));
+		__atomic_store_n(&yields, y, __ATOMIC_RELAXED);
+	}
+	return y;
+}
+
 static __thread int why_err;
 static __thread char why_text[256];
 

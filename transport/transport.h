@@ -187,6 +187,12 @@ static inline void rm_transport_tally_end(uint64_t t0, int receive)
  * 54 µs round trip over shared memory spinning against 11 µs sleeping). */
 uint64_t rm_transport_spin_ns(const char *env, long default_us, long max_us);
 
+/* Whether a spinning wait gives its CPU up (sched_yield) each time it looks at the clock,
+ * about once a microsecond: REMORA_SPIN_YIELD, on unless 0. Where waiters outnumber CPUs
+ * (16 clients and their 16 session threads on 16 CPUs) a pure spin holds a CPU its peer,
+ * woken onto it, needs to answer; yielding halved the 16-client median (hotpath.md). */
+int rm_transport_spin_yields(void);
+
 /* Memory this process keeps page-locked for bulk copies from the time it is pinned until
  * it is unpinned (the client library: the program's pinned allocations and registrations;
  * remorad: its staging buffers). A transport that can move bytes straight from and into

@@ -20,7 +20,8 @@
  * Waiting: a side that finds nothing to read (or no room to write) spins for up to spin_us
  * (REMORA_SHM_SPIN_US, default SHM_SPIN_US_DEFAULT on 4 or more CPUs; halved after each
  * spin in vain, down to an eighth, whole again after one answered or a wait shorter than a
- * whole spin), then sets its waiting flag and
+ * whole spin; giving the CPU up about once a microsecond, rm_transport_spin_yields), then
+ * sets its waiting flag and
  * sleeps in poll() on the socket; the other side, after publishing an index, sends one
  * byte if the flag was set. Within a process, one waiting thread polls the socket and
  * wakes the others (a sender and a receiver may wait at once). docs/protocol.md.
@@ -38,6 +39,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -462,6 +464,14 @@ static int ended(struct shm_conn *c, int tx)
 	return 0;
 }
 
+/* The time spun since t0, the CPU given up first where yields (rm_transport_spin_yields). */
+static uint64_t spun(uint64_t t0, int yields)
+{
+	if (yields)
+		sched_yield();
+	return rm_transport_now_ns() - t0;
+}
+
 /* Waits until there is something to read (tx 0) or room to write (tx 1), *n set to it. */
 static int await(struct shm_conn *c, int tx, uint64_t *n)
 {
@@ -472,6 +482,7 @@ static int await(struct shm_conn *c, int tx, uint64_t *n)
 		return r < 0 ? r : 0;
 	uint64_t spin = atomic_load_explicit(&c->spin_cur, memory_order_relaxed), t0 = spin ? rm_transport_now_ns() : 0;
 	if (spin) {
+		int yields = rm_transport_spin_yields();
 		/* The ring is looked at after every pause (one PAUSE is some 140 cycles on recent
 		 * Intel cores: 32 between looks left an answer unseen for up to 2 us), the clock
 		 * and shutdown every SPIN_LOOKS_PER_CLOCK looks. */
@@ -483,7 +494,7 @@ static int await(struct shm_conn *c, int tx, uint64_t *n)
 				return r < 0 ? r : 0;
 			}
 		} while (++looks % SPIN_LOOKS_PER_CLOCK ||
-			 (rm_transport_now_ns() - t0 < spin && !atomic_load_explicit(&c->shut, memory_order_relaxed)));
+			 (spun(t0, yields) < spin && !atomic_load_explicit(&c->shut, memory_order_relaxed)));
 		/* In vain: a long wait (a kernel, an idle client) costs less spinning next time. */
 		atomic_store_explicit(&c->spin_cur, spin / 2 > c->spin_ns / 8 ? spin / 2 : c->spin_ns / 8,
 				      memory_order_relaxed);

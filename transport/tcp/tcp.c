@@ -1,6 +1,7 @@
 /* TCP transport: one stream socket per connection, Nagle off, buffers autotuned.
  *
- * A receive that finds nothing waiting asks again without blocking for up to spin_us
+ * A receive that finds nothing waiting asks again without blocking, giving the CPU up
+ * between asks (rm_transport_spin_yields), for up to spin_us
  * (REMORA_TCP_SPIN_US; TCP_SPIN_US_DEFAULT on 4 or more CPUs, else 0; halved after each
  * spin in vain, down to an eighth, whole again after one answered or a wait shorter than a
  * whole spin), then blocks: an
@@ -14,6 +15,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -268,6 +270,7 @@ static int tcp_readable(struct rm_conn *conn)
 static ssize_t spin_recv(struct tcp_conn *c, void *buf, size_t len, uint64_t spin)
 {
 	uint64_t t0 = rm_transport_now_ns();
+	int yields = rm_transport_spin_yields();
 	do {
 		ssize_t r = recv(c->fd, buf, len, MSG_DONTWAIT);
 		if (r > 0) {
@@ -278,6 +281,8 @@ static ssize_t spin_recv(struct tcp_conn *c, void *buf, size_t len, uint64_t spi
 			return -ECONNRESET;
 		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
 			return -errno;
+		if (yields)
+			sched_yield();
 	} while (rm_transport_now_ns() - t0 < spin);
 	/* In vain: a long wait (a kernel, an idle peer) costs less spinning next time. */
 	atomic_store_explicit(&c->spin_cur, spin / 2 > c->spin_ns / 8 ? spin / 2 : c->spin_ns / 8, memory_order_relaxed);
