@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,16 +277,21 @@ int rconn_wait(struct rdma_conn *c, int side, uint64_t deadline)
 	if (atomic_load_explicit(&c->shut, memory_order_relaxed))
 		return rconn_fail(c, -ECONNRESET, "shut down");
 	if (c->spin_ns) {
-		uint64_t t0 = rm_transport_now_ns();
+		uint64_t t0 = rm_transport_now_ns(), now = t0, yielded = t0;
+		int yields = rm_transport_spin_yields();
 		do {
 			pthread_mutex_unlock(&c->lock);
+			if (yields && now - yielded >= 1000) { /* about once a microsecond, as the others */
+				sched_yield();
+				yielded = now;
+			}
 #if defined(__x86_64__) || defined(__i386__)
 			__builtin_ia32_pause();
 #endif
 			pthread_mutex_lock(&c->lock);
 			if ((n = rconn_pump(c)) || c->absorbed != seen)
 				return n < 0 ? n : 0;
-		} while (rm_transport_now_ns() - t0 < c->spin_ns);
+		} while ((now = rm_transport_now_ns()) - t0 < c->spin_ns);
 	}
 	c->asleep[side] = 1;
 	if (ibv_req_notify_cq(c->cq, 0)) {
