@@ -27,8 +27,8 @@ static void pair_open(struct pair *p, const char *path)
 	unlink(path);
 	EXPECT(rm_transport_shm.listen(path, &p->l) == 0);
 	struct sockaddr_un sa;
-	socklen_t sl;
-	unix_addr(path, &sa, &sl);
+	socklen_t sl = 0;
+	EXPECT(unix_addr(path, &sa, &sl) == 0);
 	p->raw = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	EXPECT(connect(p->raw, (struct sockaddr *)&sa, sl) == 0);
 	EXPECT(rm_transport_shm.accept(p->l, &p->conn) == 0);
