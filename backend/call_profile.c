@@ -7,6 +7,7 @@
 
 #include "api_ops.h"
 #include "copy_profile.h"
+#include "log_histogram.h"
 #include "log.h"
 
 #define SLOTS (RM_OP_LIMIT + 1) /* the last: the reserved opcodes */
@@ -15,46 +16,11 @@ struct tally {
 	uint64_t calls, ns;
 };
 
-/* Durations in quarter octaves: bucket 4k + j holds [2^k (1 + j/4), 2^k (1 + (j+1)/4)) ns,
- * so a percentile read from it is at most a quarter too high. */
-#define BUCKETS 256
-struct spread {
-	uint32_t n[BUCKETS];
-};
-
 struct rm_call_profile {
 	uint64_t start_ns;
 	struct tally op[SLOTS], reading, part[RM_PARTS];
-	struct spread reading_spread, call_spread, part_spread[RM_PARTS];
+	struct rm_log_histogram reading_spread, call_spread, part_spread[RM_PARTS];
 };
-
-static void spread_add(struct spread *s, uint64_t ns)
-{
-	unsigned b = 0;
-	if (ns >= 4) {
-		unsigned k = 63u - (unsigned)__builtin_clzll(ns);
-		b = 4 * k + (unsigned)((ns >> (k - 2)) & 3);
-	} else {
-		b = (unsigned)ns;
-	}
-	s->n[b < BUCKETS ? b : BUCKETS - 1]++;
-}
-
-/* The upper edge of the bucket holding quantile q (0..1) of the durations, in µs. */
-static double spread_quantile(const struct spread *s, uint64_t count, double q)
-{
-	uint64_t want = (uint64_t)((double)count * q), seen = 0;
-	for (unsigned b = 0; b < BUCKETS; b++) {
-		seen += s->n[b];
-		if (seen > want) {
-			if (b < 4)
-				return (double)(b + 1) / 1e3;
-			unsigned k = b / 4, j = b % 4;
-			return ((double)(1ull << k) * (1.0 + (double)(j + 1) / 4.0)) / 1e3;
-		}
-	}
-	return 0;
-}
 
 __thread struct rm_call_profile *rm_call_profile_thread;
 
@@ -93,7 +59,7 @@ void rm_call_profile_read(struct rm_call_profile *p, uint64_t start_ns)
 	uint64_t ns = rm_call_profile_now_ns() - start_ns;
 	p->reading.calls++;
 	p->reading.ns += ns;
-	spread_add(&p->reading_spread, ns);
+	rm_log_histogram_add(&p->reading_spread, ns);
 }
 
 void rm_call_profile_call(struct rm_call_profile *p, uint32_t op, uint64_t start_ns)
@@ -104,7 +70,7 @@ void rm_call_profile_call(struct rm_call_profile *p, uint32_t op, uint64_t start
 	uint64_t ns = rm_call_profile_now_ns() - start_ns;
 	t->calls++;
 	t->ns += ns;
-	spread_add(&p->call_spread, ns);
+	rm_log_histogram_add(&p->call_spread, ns);
 }
 
 void rm_call_part_add(enum rm_call_part part, uint64_t start_ns)
@@ -114,7 +80,7 @@ void rm_call_part_add(enum rm_call_part part, uint64_t start_ns)
 		uint64_t ns = rm_call_profile_now_ns() - start_ns;
 		p->part[part].calls++;
 		p->part[part].ns += ns;
-		spread_add(&p->part_spread[part], ns);
+		rm_log_histogram_add(&p->part_spread[part], ns);
 	}
 }
 
@@ -125,13 +91,13 @@ static void line(uint64_t session, const char *what, const char *name, const str
 	       t->calls ? (double)t->ns / (double)t->calls / 1e3 : 0.0, (double)t->ns / 1e6);
 }
 
-static void spread_line(uint64_t session, const char *what, const char *name, const struct spread *s,
+static void spread_line(uint64_t session, const char *what, const char *name, const struct rm_log_histogram *s,
 			uint64_t count)
 {
 	if (count)
 		rm_log(RM_LOG_INFO, "remora-profile side=daemon session=%llu %s=%s p50_us=%.3f p99_us=%.3f p999_us=%.3f",
-		       (unsigned long long)session, what, name, spread_quantile(s, count, 0.5),
-		       spread_quantile(s, count, 0.99), spread_quantile(s, count, 0.999));
+		       (unsigned long long)session, what, name, rm_log_histogram_quantile(s, count, 0.5) / 1e3,
+		       rm_log_histogram_quantile(s, count, 0.99) / 1e3, rm_log_histogram_quantile(s, count, 0.999) / 1e3);
 }
 
 void rm_call_profile_end(struct rm_call_profile *p, uint64_t session_id)

@@ -13,7 +13,7 @@
  *   remora-profile side=daemon session=N part=driver_launch calls=... mean_us=...
  *
  * the twelve costliest opcodes, then the parts, then how they spread, from quarter-octave
- * histograms (each figure at most a quarter above the truth):
+ * histograms (common/log_histogram.h: each figure at most a quarter above the truth):
  *
  *   remora-profile side=daemon session=N spread=driver_launch p50_us=... p99_us=... p999_us=...
  *
