@@ -461,17 +461,18 @@ static int compare_doubles(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* The median of the clients' medians and the largest of their 99th percentiles of
- * launch + synchronize, n busy clients at once on one side; NAN where one failed. key
- * names the native runs, kept for the other transports' passes. */
+/* The median of the clients' medians, the largest of their 99th percentiles and the median
+ * of those (p99_median, may be NULL) of launch + synchronize, n busy clients at once on one
+ * side; NAN where one failed. key names the native runs, kept for the other transports'
+ * passes. */
 static void latency_clients(struct bench_run *run, const struct bench_side *side, const char *key, int n, double *p50,
-			    double *p99, char *reason, size_t len)
+			    double *p99, double *p99_median, char *reason, size_t len)
 {
 	char iters[16];
 	snprintf(iters, sizeof iters, "%d", run->cfg->quick ? 200 : 5000);
 	char *argv[] = { run->worker, run->image, "latency", iters, NULL };
 	struct bench_output outs[LATENCY_CLIENTS];
-	double medians[LATENCY_CLIENTS];
+	double medians[LATENCY_CLIENTS], p99s[LATENCY_CLIENTS];
 	fprintf(stderr, "remora bench: latency %d %s\n", n, side->name);
 	if (side == &run->native)
 		run_native(run, key, argv, n, true, outs);
@@ -483,6 +484,7 @@ static void latency_clients(struct bench_run *run, const struct bench_side *side
 		if (outs[i].exit_status == 0 && bench_output_number(&outs[i], "latency_p50_us", &a) &&
 		    bench_output_number(&outs[i], "latency_p99_us", &b)) {
 			medians[i] = a;
+			p99s[i] = b;
 			*p99 = b > *p99 ? b : *p99;
 		} else if (isfinite(*p50)) {
 			snprintf(reason, len, "%s client %d: %s", side->name, i,
@@ -493,8 +495,11 @@ static void latency_clients(struct bench_run *run, const struct bench_side *side
 	}
 	if (isfinite(*p50)) {
 		qsort(medians, (size_t)n, sizeof(*medians), compare_doubles);
+		qsort(p99s, (size_t)n, sizeof(*p99s), compare_doubles);
 		*p50 = medians[n / 2];
 	}
+	if (p99_median)
+		*p99_median = isfinite(*p50) ? p99s[n / 2] : NAN;
 }
 
 /* Launch + synchronize, its median and 99th percentile, for one client alone; then issue
@@ -502,17 +507,18 @@ static void latency_clients(struct bench_run *run, const struct bench_side *side
  * median. */
 static int section_latency(struct bench_run *run)
 {
-	double np50, np99, rp50, rp99;
+	double np50, np99, rp50, rp99, np99m, rp99m;
 	char reason[320] = "";
-	latency_clients(run, &run->native, "latency-alone", 1, &np50, &np99, reason, sizeof reason);
-	latency_clients(run, &run->remote, "latency-alone", 1, &rp50, &rp99, reason, sizeof reason);
+	latency_clients(run, &run->native, "latency-alone", 1, &np50, &np99, NULL, reason, sizeof reason);
+	latency_clients(run, &run->remote, "latency-alone", 1, &rp50, &rp99, NULL, reason, sizeof reason);
 	bench_add_row(&run->results, "latency", "us", np50, rp50, "launch + synchronize p50, one client alone");
 	bench_add_row(&run->results, "latency", "us", np99, rp99, "launch + synchronize p99, one client alone");
 	int alone_ok = isfinite(np50) && isfinite(rp50);
-	latency_clients(run, &run->native, "latency", LATENCY_CLIENTS, &np50, &np99, reason, sizeof reason);
-	latency_clients(run, &run->remote, "latency", LATENCY_CLIENTS, &rp50, &rp99, reason, sizeof reason);
+	latency_clients(run, &run->native, "latency", LATENCY_CLIENTS, &np50, &np99, &np99m, reason, sizeof reason);
+	latency_clients(run, &run->remote, "latency", LATENCY_CLIENTS, &rp50, &rp99, &rp99m, reason, sizeof reason);
 	bench_add_row(&run->results, "latency", "us", np50, rp50, "launch + synchronize p50, %d clients at once",
 		      LATENCY_CLIENTS);
+	bench_add_row(&run->results, "latency", "us", np99m, rp99m, "launch + synchronize p99 (the median client's)");
 	bench_add_row(&run->results, "latency", "us", np99, rp99, "launch + synchronize p99 (the slowest client's)");
 	struct bench_row *row = bench_add_row(&run->results, "latency", "x", np99 / np50, rp99 / rp50,
 					      "launch + synchronize p99 / p50, %d clients", LATENCY_CLIENTS);
