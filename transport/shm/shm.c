@@ -40,7 +40,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
