@@ -91,12 +91,11 @@ static void line(uint64_t session, const char *what, const char *name, const str
 	       t->calls ? (double)t->ns / (double)t->calls / 1e3 : 0.0, (double)t->ns / 1e6);
 }
 
-static void spread_line(uint64_t session, const char *what, const char *name, const struct rm_log_histogram *s,
-			uint64_t count)
+static void spread_line(uint64_t session, const char *name, const struct rm_log_histogram *s, uint64_t count)
 {
 	if (count)
-		rm_log(RM_LOG_INFO, "remora-profile side=daemon session=%llu %s=%s p50_us=%.3f p99_us=%.3f p999_us=%.3f",
-		       (unsigned long long)session, what, name, rm_log_histogram_quantile(s, count, 0.5) / 1e3,
+		rm_log(RM_LOG_INFO, "remora-profile side=daemon session=%llu spread=%s p50_us=%.3f p99_us=%.3f p999_us=%.3f",
+		       (unsigned long long)session, name, rm_log_histogram_quantile(s, count, 0.5) / 1e3,
 		       rm_log_histogram_quantile(s, count, 0.99) / 1e3, rm_log_histogram_quantile(s, count, 0.999) / 1e3);
 }
 
@@ -124,9 +123,9 @@ void rm_call_profile_end(struct rm_call_profile *p, uint64_t session_id)
 	for (int i = 0; i < RM_PARTS; i++)
 		if (p->part[i].calls)
 			line(session_id, "part", part_names[i], &p->part[i]);
-	spread_line(session_id, "spread", "call", &p->call_spread, calls);
-	spread_line(session_id, "spread", "reading", &p->reading_spread, p->reading.calls);
+	spread_line(session_id, "call", &p->call_spread, calls);
+	spread_line(session_id, "reading", &p->reading_spread, p->reading.calls);
 	for (int i = 0; i < RM_PARTS; i++)
-		spread_line(session_id, "spread", part_names[i], &p->part_spread[i], p->part[i].calls);
+		spread_line(session_id, part_names[i], &p->part_spread[i], p->part[i].calls);
 	free(p);
 }
