@@ -32,10 +32,14 @@ struct rm_rpc_call {
 				       * send_fd); NULL: none. CUDA_ERROR_NOT_SUPPORTED, nothing sent,
 				       * where the connection cannot */
 	int async;                    /* sent async (no reply) whatever the op's flags say */
-	uint64_t order[2];            /* an async call's stream and event handles (0: none) */
-	int ordered;                  /* order[] names all an async call is ordered against, so
-				       * other threads' channels are fenced only for those (rpc.c) */
+	uint64_t order[2];            /* the call's stream and event handles (0: none; a stream of
+				       * RM_ORDER_NO_STREAM: the call names only the event) */
+	int ordered;                  /* order[] names all the call is ordered against, so other
+				       * threads' channels are fenced only for those (rpc.c) */
 };
+
+/* order[0] of a call that names an event and no stream (cuEventSynchronize). */
+#define RM_ORDER_NO_STREAM UINT64_MAX
 
 /* Sends the call; unless its op is async, waits for the reply. Returns the
  * call's CUresult, an earlier async call's error at a synchronizing call, or
@@ -44,8 +48,10 @@ CUresult rm_rpc(struct rm_rpc_call *c);
 /* rm_rpc without bulk data. */
 CUresult rm_rpc_simple(uint32_t op, const ProtobufCMessage *req,
 		       const ProtobufCMessageDescriptor *rep_desc, ProtobufCMessage **rep);
-/* rm_rpc_simple for an async call ordered against stream and event only (0: none): other
- * threads' async calls on other streams and events need not have run before it. */
+/* rm_rpc_simple for a call ordered against stream and event only (0: none; stream
+ * RM_ORDER_NO_STREAM: the event alone): an async call on a stream, or one that waits for a
+ * stream or event (cuStreamSynchronize, cuEventQuery). Other threads' async calls on other
+ * streams and events need not have run before it. */
 CUresult rm_rpc_ordered(uint32_t op, const ProtobufCMessage *req, uint64_t stream, uint64_t event);
 void rm_rpc_free(ProtobufCMessage *rep);
 /* Gives up the connection after a failure outside rm_rpc (a copy link's). */

@@ -299,9 +299,11 @@ struct fence {
 	uint64_t seq;
 };
 
-/* An async call ordered on streams and events (rm_rpc_ordered) waits only for other
- * channels' async calls on the same ones, or on something unknown: work on different
- * streams is unordered in CUDA until an event or a synchronizing call joins it. A key is a
+/* A call ordered on streams and events (rm_rpc_ordered: an async call on a stream, or a
+ * wait for one stream or event) waits only for other channels' async calls on the same
+ * ones, or on something unknown: work on different streams is unordered in CUDA until an
+ * event or a synchronizing call joins it, and a stream's or event's wait covers only the
+ * work queued on it, as the driver's does. A key is a
  * stream's or event's handle; the legacy stream (NULL without per-thread default streams)
  * has none, since it waits for and holds up every blocking stream; a thread's per-thread
  * stream is its channel's alone. */
@@ -314,14 +316,16 @@ static uint64_t stream_key(const struct rm_client_conn *c, uint64_t h)
 	return h == (uint64_t)(uintptr_t)CU_STREAM_LEGACY ? 0 : h;
 }
 
-/* The keys of call on c, into keys[2]: 0 when the call is to be ordered after everything. */
+/* The keys of call on c, into keys[2]: 0 when the call is to be ordered after everything
+ * (it names the legacy stream, or nothing). */
 static int order_keys(const struct rm_client_conn *c, const struct rm_rpc_call *call, uint64_t keys[2])
 {
 	if (!call->ordered)
 		return 0;
-	keys[0] = stream_key(c, call->order[0]);
+	int no_stream = call->order[0] == RM_ORDER_NO_STREAM;
+	keys[0] = no_stream ? 0 : stream_key(c, call->order[0]);
 	keys[1] = call->order[1];
-	return keys[0] != 0;
+	return no_stream ? keys[1] != 0 : keys[0] != 0;
 }
 
 static unsigned order_slot_of(uint64_t key)
@@ -493,7 +497,7 @@ CUresult rm_client_call(struct rm_client_conn *c, struct rm_rpc_call *call)
 
 	struct fence fences[RM_MAX_CHANNELS + 1]; /* one per other channel at most */
 	uint64_t keys[2];
-	const uint64_t *ordered = (flags & RM_F_ASYNC) && order_keys(c, call, keys) ? keys : NULL;
+	const uint64_t *ordered = order_keys(c, call, keys) ? keys : NULL;
 	int nfences = __atomic_load_n(&chan_hi, __ATOMIC_ACQUIRE) ? fences_needed(c, ordered, fences, RM_MAX_CHANNELS + 1) : 0;
 	pthread_mutex_lock(&c->lock);
 	CUresult result;

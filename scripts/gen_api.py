@@ -500,6 +500,17 @@ def order_handles(fn):
     return (stream, event) if stream != "0" else None
 
 
+def wait_order_handles(fn):
+    """A synchronizing call's stream and event as C expressions, when it waits for one stream
+    or event (cuStreamSynchronize, cuEventQuery): the stream is RM_ORDER_NO_STREAM where it names
+    only an event. None for any other call, which waits for every other thread's work."""
+    handles = [p for p in fn.params if p.base in ("CUstream", "CUevent") and not p.stars]
+    if len(handles) != 1:
+        return None
+    h = f"(uint64_t)(uintptr_t){handles[0].name}"
+    return (h, "0") if handles[0].base == "CUstream" else ("RM_ORDER_NO_STREAM", h)
+
+
 def gen_client_stub(fn, entry, fields):
     m_req, m_rep = Msg(fn.name + "_Req"), Msg(fn.name + "_Rep")
     o = [f"RM_EXPORT CUresult CUDAAPI {fn.name}({c_args(fn)})", "{"]
@@ -540,7 +551,11 @@ def gen_client_stub(fn, entry, fields):
     rpc = "rm_rpc_cached" if entry.cached else "rm_rpc_simple"
     # After a synchronizing call, mapped host memory is brought up to date (frontend/host_memory.c).
     if not outs and entry.syncpoint:
-        o.append(f"\tCUresult r = {rpc}(RM_OP_{fn.name}, &req.base, NULL, NULL);")
+        if not entry.cached and (order := wait_order_handles(fn)):
+            # Fenced against other threads' calls on its stream or event only (rpc.c).
+            o.append(f"\tCUresult r = rm_rpc_ordered(RM_OP_{fn.name}, &req.base, {order[0]}, {order[1]});")
+        else:
+            o.append(f"\tCUresult r = {rpc}(RM_OP_{fn.name}, &req.base, NULL, NULL);")
         o += [f"\trm_query_cache_forget(RM_OP_{f});" for f in entry.forgets]
         o.append("\treturn r == CUDA_SUCCESS ? rm_mapped_after_sync() : r;")
         o.append("}")

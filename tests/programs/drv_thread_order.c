@@ -4,15 +4,20 @@
  * its fences by stream and event). Each round thread A queues a long kernel and then a
  * fill with 1, and only then lets thread B queue a fill of the same buffer with 2, which
  * must come last: the buffer must read 2. Thread B also keeps a stream of its own busy
- * meanwhile, whose fills must read back as queued. */
+ * meanwhile, whose fills must read back as queued. In two more cases B queues nothing but
+ * waits for A's work, synchronizing the stream or the event A recorded after it (keyed
+ * fences too): the wait must cover that work, so the stream or event then reads as done
+ * and the buffer as A's 1 (read by a copy on the legacy stream, which does not wait for
+ * A's non-blocking stream). */
 #include <pthread.h>
 
 #include "drv_common.h"
 
 #define WORDS 256
 
-enum { SAME_STREAM, LEGACY_STREAM, EVENT, CASES };
-static const char *const case_name[CASES] = {"same stream", "legacy stream", "event"};
+enum { SAME_STREAM, LEGACY_STREAM, EVENT, SYNC_STREAM, SYNC_EVENT, CASES };
+static const char *const case_name[CASES] = {"same stream", "legacy stream", "event", "stream synchronize",
+					     "event synchronize"};
 
 static CUcontext ctx;
 static CUfunction sleep_ns, fill;
@@ -53,20 +58,24 @@ static void *thread_a(void *arg)
 	CHECK(cuCtxSetCurrent(ctx));
 	CUstream own; /* blocking: the legacy stream waits for it */
 	CHECK(cuStreamCreate(&own, CU_STREAM_DEFAULT));
+	CUstream own_unjoined; /* non-blocking: a copy on the legacy stream does not wait for it */
+	CHECK(cuStreamCreate(&own_unjoined, CU_STREAM_NON_BLOCKING));
 	unsigned long long ns = 2000000;
 	for (int r = 0; r < rounds * CASES; r++) {
 		int c = r % CASES;
-		CUstream s = c == SAME_STREAM ? shared : own;
+		CUstream s = c == SAME_STREAM || c == SYNC_STREAM ? shared : c == SYNC_EVENT ? own_unjoined : own;
 		void *params[] = {&ns};
 		CHECK(cuLaunchKernel(sleep_ns, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
 		launch_fill(s, buf, 1);
-		if (c == EVENT)
+		if (c == EVENT || c == SYNC_EVENT)
 			CHECK(cuEventRecord(a_done, s));
 		set_flag(&a_queued, r + 1); /* queued and returned: B may go */
 		await_flag(&b_done, r + 1);
 	}
 	CHECK(cuStreamSynchronize(own));
+	CHECK(cuStreamSynchronize(own_unjoined));
 	CHECK(cuStreamDestroy(own));
+	CHECK(cuStreamDestroy(own_unjoined));
 	return NULL;
 }
 
@@ -84,6 +93,27 @@ static void *thread_b(void *arg)
 		int c = r % CASES;
 		await_flag(&a_queued, r + 1);
 		launch_fill(mine, side, 100 + r); /* its own stream: needs nothing of A's */
+		if (c == SYNC_STREAM || c == SYNC_EVENT) {
+			CUresult done;
+			if (c == SYNC_STREAM) {
+				CHECK(cuStreamSynchronize(shared));
+				done = cuStreamQuery(shared);
+			} else {
+				CHECK(cuEventSynchronize(a_done));
+				done = cuEventQuery(a_done);
+			}
+			EXPECT(done == CUDA_SUCCESS, "round %d, %s: A's work not done after the wait (%d)", r,
+			       case_name[c], (int)done);
+			CHECK(cuMemcpyDtoH(host, buf, sizeof(host)));
+			EXPECT(host[0] == 1 && host[WORDS - 1] == 1, "round %d, %s: the wait returned before A's fill (%u)",
+			       r, case_name[c], host[0]);
+			CHECK(cuMemsetD32(buf, 2, WORDS)); /* the next round's A writes 1 over it */
+			CHECK(cuStreamSynchronize(mine));
+			CHECK(cuMemcpyDtoH(host, side, sizeof(host)));
+			EXPECT(host[0] == 100u + (unsigned)r, "round %d: B's own stream gave %u", r, host[0]);
+			set_flag(&b_done, r + 1);
+			continue;
+		}
 		if (c == SAME_STREAM) {
 			launch_fill(shared, buf, 2);
 			CHECK(cuStreamSynchronize(shared));

@@ -267,7 +267,7 @@ RM_EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
 {
 	Remora__CuStreamSynchronizeReq req = REMORA__CU_STREAM_SYNCHRONIZE__REQ__INIT;
 	req.hstream = (uint64_t)(uintptr_t)hStream;
-	CUresult r = rm_rpc_simple(RM_OP_cuStreamSynchronize, &req.base, NULL, NULL);
+	CUresult r = rm_rpc_ordered(RM_OP_cuStreamSynchronize, &req.base, (uint64_t)(uintptr_t)hStream, 0);
 	return r == CUDA_SUCCESS ? rm_mapped_after_sync() : r;
 }
 
