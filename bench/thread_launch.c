@@ -1,16 +1,12 @@
-/* thread_launch IMAGE THREADS N [pairs]: on a GPU host, natively or through Remora, how
- * launches from many threads of one context add up (docs/protocol.md#channels). THREADS
- * threads, each on a stream of its own, make N empty-kernel launches each after a common
- * start, then synchronize; prints the launches per second of all threads together and the
- * mean time of one launch call. With "pairs", each thread instead times N launch +
- * cuStreamSynchronize pairs, and it prints the median of the threads' p50s, the median and
- * the largest of their p99s: what one shared context gives many threads natively, the
- * floor under remorad's sessions (docs/hotpath.md#the-tail-with-16-clients). */
+/* thread_launch IMAGE THREADS N: on a GPU host, natively or through Remora, how launches
+ * from many threads of one context add up (docs/protocol.md#channels). THREADS threads,
+ * each on a stream of its own, make N empty-kernel launches each after a common start,
+ * then synchronize; prints the launches per second of all threads together and the mean
+ * time of one launch call. */
 #include <cuda.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 #define CHECK_PROGRAM "thread_launch"
@@ -24,8 +20,6 @@ static CUfunction empty;
 static long launches;
 static pthread_barrier_t start, stop;
 static double call_us[MAX_THREADS];
-static int pairs;		   /* time launch + synchronize pairs instead of launches */
-static double *pair_us[MAX_THREADS]; /* each thread's pair times, sorted at the end */
 
 static double now_s(void)
 {
@@ -45,17 +39,8 @@ static void *launcher(void *arg)
 	CHECK(cuStreamSynchronize(s));
 	pthread_barrier_wait(&start);
 	double t0 = now_s();
-	if (pairs) {
-		for (long i = 0; i < launches; i++) {
-			double p0 = now_s();
-			CHECK(cuLaunchKernel(empty, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL));
-			CHECK(cuStreamSynchronize(s));
-			pair_us[id][i] = (now_s() - p0) * 1e6;
-		}
-	} else {
-		for (long i = 0; i < launches; i++)
-			CHECK(cuLaunchKernel(empty, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL));
-	}
+	for (long i = 0; i < launches; i++)
+		CHECK(cuLaunchKernel(empty, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL));
 	call_us[id] = (now_s() - t0) / (double)launches * 1e6;
 	CHECK(cuStreamSynchronize(s));
 	pthread_barrier_wait(&stop);
@@ -78,44 +63,14 @@ static void *read_file(const char *path)
 	return data;
 }
 
-static int by_value(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-/* Each thread's p50 and p99, then the median p50, median p99 and largest p99 over threads. */
-static void print_pairs(int threads)
-{
-	double p50[MAX_THREADS], p99[MAX_THREADS];
-	for (int i = 0; i < threads; i++) {
-		qsort(pair_us[i], (size_t)launches, sizeof(double), by_value);
-		p50[i] = pair_us[i][launches / 2];
-		p99[i] = pair_us[i][(launches * 99) / 100];
-	}
-	double max99 = 0;
-	for (int i = 0; i < threads; i++)
-		max99 = p99[i] > max99 ? p99[i] : max99;
-	qsort(p50, (size_t)threads, sizeof(double), by_value);
-	qsort(p99, (size_t)threads, sizeof(double), by_value);
-	printf("threads=%d\npair_p50_us=%.2f\npair_p99_us=%.2f\npair_p99_max_us=%.2f\n", threads, p50[threads / 2],
-	       p99[threads / 2], max99);
-}
-
 int main(int argc, char **argv)
 {
-	int threads = argc == 4 || argc == 5 ? atoi(argv[2]) : 0;
-	launches = argc == 4 || argc == 5 ? atol(argv[3]) : 0;
-	pairs = argc == 5 && !strcmp(argv[4], "pairs");
-	if (threads < 1 || threads > MAX_THREADS || launches < 1 || launches > 10000000 || (argc == 5 && !pairs)) {
-		fprintf(stderr, "usage: thread_launch IMAGE THREADS(1..%d) N(1..10000000) [pairs]\n", MAX_THREADS);
+	int threads = argc == 4 ? atoi(argv[2]) : 0;
+	launches = argc == 4 ? atol(argv[3]) : 0;
+	if (threads < 1 || threads > MAX_THREADS || launches < 1) {
+		fprintf(stderr, "usage: thread_launch IMAGE THREADS(1..%d) N\n", MAX_THREADS);
 		return 2;
 	}
-	for (int i = 0; pairs && i < threads; i++)
-		if (!(pair_us[i] = malloc((size_t)launches * sizeof(double)))) {
-			fprintf(stderr, "thread_launch: out of memory\n");
-			return 1;
-		}
 	void *image = read_file(argv[1]);
 	if (!image) {
 		fprintf(stderr, "thread_launch: cannot read %s\n", argv[1]);
@@ -143,17 +98,11 @@ int main(int argc, char **argv)
 	double elapsed = now_s() - t0;
 	for (int i = 0; i < threads; i++)
 		pthread_join(th[i], NULL);
-	if (pairs) {
-		print_pairs(threads);
-		for (int i = 0; i < threads; i++)
-			free(pair_us[i]);
-	} else {
-		double mean = 0;
-		for (int i = 0; i < threads; i++)
-			mean += call_us[i] / threads;
-		printf("threads=%d\nlaunches_per_s=%.0f\nlaunch_call_us=%.3f\n", threads, (double)threads * (double)launches / elapsed,
-		       mean);
-	}
+	double mean = 0;
+	for (int i = 0; i < threads; i++)
+		mean += call_us[i] / threads;
+	printf("threads=%d\nlaunches_per_s=%.0f\nlaunch_call_us=%.3f\n", threads, (double)threads * (double)launches / elapsed,
+	       mean);
 	CHECK(cuModuleUnload(module));
 	CHECK(cuDevicePrimaryCtxRelease(dev));
 	free(image);

@@ -29,10 +29,16 @@
  *   latency N                     the latency client: set up and wait as spin does,
  *                                 then N times launch + cuCtxSynchronize, each timed:
  *                                 the median and the 99th percentile (µs)
+ *   latency_threads T N           T threads of this one program (one context), each on
+ *                                 a non-blocking stream of its own, after a common start
+ *                                 N times launch + cuStreamSynchronize, each timed: the
+ *                                 median of the threads' medians, the median and the
+ *                                 largest of their 99th percentiles (µs)
  */
 #include <cuda.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -328,6 +334,71 @@ static void run_latency(CUmodule module, long long n)
 	free(us);
 }
 
+#define MAX_LATENCY_THREADS 64
+
+struct latency_thread {
+	pthread_t thread;
+	CUcontext ctx;
+	CUfunction empty;
+	long long n;
+	pthread_barrier_t *start;
+	double *us;
+};
+
+static void *latency_thread(void *arg)
+{
+	struct latency_thread *t = arg;
+	CUstream s;
+	CHECK(cuCtxSetCurrent(t->ctx));
+	CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	for (int i = 0; i < 100; i++) { /* warm-up */
+		CHECK(cuLaunchKernel(t->empty, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL));
+		CHECK(cuStreamSynchronize(s));
+	}
+	pthread_barrier_wait(t->start);
+	for (long long i = 0; i < t->n; i++) {
+		double t0 = now_us();
+		CHECK(cuLaunchKernel(t->empty, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL));
+		CHECK(cuStreamSynchronize(s));
+		t->us[i] = now_us() - t0;
+	}
+	CHECK(cuStreamDestroy(s));
+	qsort(t->us, (size_t)t->n, sizeof(*t->us), compare_doubles);
+	return NULL;
+}
+
+static void run_latency_threads(CUmodule module, long long threads, long long n)
+{
+	if (threads > MAX_LATENCY_THREADS)
+		die("latency_threads: at most 64 threads");
+	struct latency_thread t[MAX_LATENCY_THREADS];
+	double p50[MAX_LATENCY_THREADS], p99[MAX_LATENCY_THREADS];
+	pthread_barrier_t start;
+	CUcontext ctx;
+	CUfunction empty;
+	CHECK(cuCtxGetCurrent(&ctx));
+	CHECK(cuModuleGetFunction(&empty, module, "emptyKernel"));
+	pthread_barrier_init(&start, NULL, (unsigned)threads);
+	for (long long i = 0; i < threads; i++) {
+		t[i] = (struct latency_thread){.ctx = ctx, .empty = empty, .n = n, .start = &start,
+					       .us = malloc((size_t)n * sizeof(double))};
+		if (!t[i].us || pthread_create(&t[i].thread, NULL, latency_thread, &t[i]))
+			die("latency_threads: cannot start a thread");
+	}
+	for (long long i = 0; i < threads; i++) {
+		pthread_join(t[i].thread, NULL);
+		p50[i] = t[i].us[n / 2];
+		p99[i] = t[i].us[(n * 99) / 100];
+		free(t[i].us);
+	}
+	pthread_barrier_destroy(&start);
+	qsort(p50, (size_t)threads, sizeof(*p50), compare_doubles);
+	qsort(p99, (size_t)threads, sizeof(*p99), compare_doubles);
+	printf("threads_p50_us=%.4f\n", p50[threads / 2]);
+	printf("threads_p99_median_us=%.4f\n", p99[threads / 2]);
+	printf("threads_p99_max_us=%.4f\n", p99[threads - 1]);
+}
+
 static void run_spin(CUmodule module, long long iters)
 {
 	CUfunction spin, empty;
@@ -412,7 +483,7 @@ static void run_graph(CUmodule module, long long nodes, long long launches)
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: bench_worker IMAGE info|launch|launch_streams|memcpy|memset|event|graph|spin|latency [ARGS]\n");
+		fprintf(stderr, "usage: bench_worker IMAGE info|launch|launch_streams|memcpy|memset|event|graph|spin|latency|latency_threads [ARGS]\n");
 		return 2;
 	}
 	const char *section = argv[2];
@@ -438,6 +509,8 @@ int main(int argc, char **argv)
 		run_launch_streams(module, parse_count(argv[3]));
 	else if (!strcmp(section, "latency") && argc == 4)
 		run_latency(module, parse_count(argv[3]));
+	else if (!strcmp(section, "latency_threads") && argc == 5)
+		run_latency_threads(module, parse_count(argv[3]), parse_count(argv[4]));
 	else {
 		fprintf(stderr, "bench_worker: unknown section or wrong arguments: %s\n", section);
 		return 2;

@@ -502,9 +502,36 @@ static void latency_clients(struct bench_run *run, const struct bench_side *side
 		*p99_median = isfinite(*p50) ? p99s[n / 2] : NAN;
 }
 
+/* Launch + synchronize of LATENCY_CLIENTS threads of one program on one side, each on a
+ * stream of its own: the median of the threads' medians and the largest of their 99th
+ * percentiles, NAN where it failed. Natively the threads share one context, as remorad's
+ * sessions do: the floor under the 16 clients' figures. */
+static void latency_threads(struct bench_run *run, const struct bench_side *side, double *p50, double *p99,
+			    char *reason, size_t len)
+{
+	char threads[16], iters[16];
+	snprintf(threads, sizeof threads, "%d", LATENCY_CLIENTS);
+	snprintf(iters, sizeof iters, "%d", run->cfg->quick ? 200 : 5000);
+	char *argv[] = { run->worker, run->image, "latency_threads", threads, iters, NULL };
+	struct bench_output out;
+	fprintf(stderr, "remora bench: latency %d threads %s\n", LATENCY_CLIENTS, side->name);
+	if (side == &run->native)
+		run_native(run, "latency-threads", argv, 1, false, &out);
+	else
+		bench_run_workers(side, argv, 1, false, WORKER_TIMEOUT_S, run->tmpdir, &out);
+	if (out.exit_status != 0 || !bench_output_number(&out, "threads_p50_us", p50) ||
+	    !bench_output_number(&out, "threads_p99_max_us", p99)) {
+		snprintf(reason, len, "%s, %d threads: %s", side->name, LATENCY_CLIENTS,
+			 out.reason[0] ? out.reason : "no threads_p50_us or threads_p99_max_us reported");
+		*p50 = *p99 = NAN;
+	}
+	bench_output_free(&out);
+}
+
 /* Launch + synchronize, its median and 99th percentile, for one client alone; then issue
  * 15's tail target: with 16 busy clients, each one's 99th percentile at most twice the
- * median. */
+ * median; then 16 threads of one program, which natively share one context as remorad's
+ * clients do. */
 static int section_latency(struct bench_run *run)
 {
 	double np50, np99, rp50, rp99, np99m, rp99m;
@@ -528,7 +555,16 @@ static int section_latency(struct bench_run *run)
 		row->goal = BENCH_AT_MOST;
 		row->limit = 2.0;
 	}
-	return finish_section(run, "latency", alone_ok && isfinite(np50) && isfinite(rp50) ? 0 : -1, reason);
+	int clients_ok = isfinite(np50) && isfinite(rp50);
+	latency_threads(run, &run->native, &np50, &np99, reason, sizeof reason);
+	latency_threads(run, &run->remote, &rp50, &rp99, reason, sizeof reason);
+	bench_add_row(&run->results, "latency", "us", np50, rp50, "launch + synchronize p50, %d threads of one program",
+		      LATENCY_CLIENTS);
+	bench_add_row(&run->results, "latency", "us", np99, rp99, "launch + synchronize p99 (the slowest thread's)");
+	bench_add_row(&run->results, "latency", "x", np99 / np50, rp99 / rp50, "launch + synchronize p99 / p50, %d threads",
+		      LATENCY_CLIENTS);
+	int ok = alone_ok && clients_ok && isfinite(np50) && isfinite(rp50);
+	return finish_section(run, "latency", ok ? 0 : -1, reason);
 }
 
 /* One PyTorch step of bench/torch_worker.py, native and remote: its time per step, remote
