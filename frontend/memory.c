@@ -153,6 +153,17 @@ static CUresult finish_striped(struct rm_copy_links *cl, CUresult r)
 	return r;
 }
 
+/* The Async copies are ordered in CUDA after their stream's earlier work only, not after
+ * other threads' work on other streams: their calls fence other channels by that stream
+ * (rpc.c, rm_rpc_call.order). The blocking ones go on the legacy stream, after everything. */
+static void order_by_stream(struct rm_rpc_call *c, uint32_t op, CUstream stream)
+{
+	if (op == RM_OP_cuMemcpyHtoDAsync_v2 || op == RM_OP_cuMemcpyDtoHAsync_v2) {
+		c->order[0] = (uint64_t)(uintptr_t)stream;
+		c->ordered = 1;
+	}
+}
+
 struct striped_in {
 	struct rm_copy_links *cl;
 	void *dst;
@@ -199,6 +210,7 @@ static int copy_shared(uint32_t op, int to_device, CUdeviceptr dptr, const void 
 		c.req = &out.base;
 		c.async = op == RM_OP_cuMemcpyDtoHAsync_v2;
 	}
+	order_by_stream(&c, op, stream);
 	*r = rm_rpc(&c);
 	rm_copy_profile_end(&prof);
 	return 1;
@@ -222,6 +234,7 @@ static CUresult copy_to_device(uint32_t op, CUdeviceptr dst, const void *src, si
 	struct iovec data[RM_STRIPE_MAX_CHUNKS_PER_LINK + 1]; /* filled as far as used: no memset per copy */
 	data[0] = (struct iovec){(void *)src, n};
 	struct rm_rpc_call c = {.op = op, .req = &req.base, .bulk_out = data, .nbulk_out = 1};
+	order_by_stream(&c, op, stream);
 	struct rm_copy_profile prof;
 	rm_copy_profile_begin(&prof, "client", rm_op_names[op], n);
 	if (prof.active)
@@ -255,6 +268,7 @@ static CUresult copy_from_device(uint32_t op, void *dst, CUdeviceptr src, size_t
 	req.count = n;
 	req.stream = (uint64_t)(uintptr_t)stream;
 	struct rm_rpc_call c = {.op = op, .req = &req.base, .bulk_in = dst, .bulk_in_len = n};
+	order_by_stream(&c, op, stream);
 	struct iovec share0[RM_STRIPE_MAX_CHUNKS_PER_LINK + 1];
 	struct rm_copy_links *cl = rm_process_copy_links();
 	struct striped_in in = {.cl = cl, .dst = dst, .n = n, .links = rm_copy_links_take(cl, n)};

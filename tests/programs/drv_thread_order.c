@@ -8,16 +8,18 @@
  * waits for A's work, synchronizing the stream or the event A recorded after it (keyed
  * fences too): the wait must cover that work, so the stream or event then reads as done
  * and the buffer as A's 1 (read by a copy on the legacy stream, which does not wait for
- * A's non-blocking stream). */
+ * A's non-blocking stream). In the last two B copies on A's stream instead of filling:
+ * 2s in, which must land after A's fill, and the buffer out, which must read A's 1. */
 #include <pthread.h>
 
 #include "drv_common.h"
 
 #define WORDS 256
 
-enum { SAME_STREAM, LEGACY_STREAM, EVENT, SYNC_STREAM, SYNC_EVENT, CASES };
-static const char *const case_name[CASES] = {"same stream", "legacy stream", "event", "stream synchronize",
-					     "event synchronize"};
+enum { SAME_STREAM, LEGACY_STREAM, EVENT, SYNC_STREAM, SYNC_EVENT, COPY_IN, COPY_OUT, CASES };
+static const char *const case_name[CASES] = {"same stream",       "legacy stream", "event",
+					     "stream synchronize", "event synchronize", "async copy in",
+					     "async copy out"};
 
 static CUcontext ctx;
 static CUfunction sleep_ns, fill;
@@ -63,7 +65,9 @@ static void *thread_a(void *arg)
 	unsigned long long ns = 2000000;
 	for (int r = 0; r < rounds * CASES; r++) {
 		int c = r % CASES;
-		CUstream s = c == SAME_STREAM || c == SYNC_STREAM ? shared : c == SYNC_EVENT ? own_unjoined : own;
+		CUstream s = c == SAME_STREAM || c == SYNC_STREAM || c == COPY_IN || c == COPY_OUT ? shared
+			     : c == SYNC_EVENT                                                ? own_unjoined
+											      : own;
 		void *params[] = {&ns};
 		CHECK(cuLaunchKernel(sleep_ns, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
 		launch_fill(s, buf, 1);
@@ -93,18 +97,23 @@ static void *thread_b(void *arg)
 		int c = r % CASES;
 		await_flag(&a_queued, r + 1);
 		launch_fill(mine, side, 100 + r); /* its own stream: needs nothing of A's */
-		if (c == SYNC_STREAM || c == SYNC_EVENT) {
-			CUresult done;
+		if (c == SYNC_STREAM || c == SYNC_EVENT || c == COPY_OUT) {
+			CUresult done = CUDA_SUCCESS;
 			if (c == SYNC_STREAM) {
 				CHECK(cuStreamSynchronize(shared));
 				done = cuStreamQuery(shared);
-			} else {
+			} else if (c == SYNC_EVENT) {
 				CHECK(cuEventSynchronize(a_done));
 				done = cuEventQuery(a_done);
 			}
 			EXPECT(done == CUDA_SUCCESS, "round %d, %s: A's work not done after the wait (%d)", r,
 			       case_name[c], (int)done);
-			CHECK(cuMemcpyDtoH(host, buf, sizeof(host)));
+			if (c == COPY_OUT) {
+				CHECK(cuMemcpyDtoHAsync(host, buf, sizeof(host), shared));
+				CHECK(cuStreamSynchronize(shared));
+			} else {
+				CHECK(cuMemcpyDtoH(host, buf, sizeof(host)));
+			}
 			EXPECT(host[0] == 1 && host[WORDS - 1] == 1, "round %d, %s: the wait returned before A's fill (%u)",
 			       r, case_name[c], host[0]);
 			CHECK(cuMemsetD32(buf, 2, WORDS)); /* the next round's A writes 1 over it */
@@ -114,7 +123,12 @@ static void *thread_b(void *arg)
 			set_flag(&b_done, r + 1);
 			continue;
 		}
-		if (c == SAME_STREAM) {
+		if (c == COPY_IN) {
+			for (int i = 0; i < WORDS; i++)
+				host[i] = 2;
+			CHECK(cuMemcpyHtoDAsync(buf, host, sizeof(host), shared));
+			CHECK(cuStreamSynchronize(shared));
+		} else if (c == SAME_STREAM) {
 			launch_fill(shared, buf, 2);
 			CHECK(cuStreamSynchronize(shared));
 		} else if (c == LEGACY_STREAM) {
