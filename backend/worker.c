@@ -143,14 +143,6 @@ static void serve(struct rm_session *s)
 	struct rm_call_profile *profile = rm_call_profile_begin();
 	for (;;) {
 		memset(&rq, 0, sizeof(rq));
-		/* The client's batch is done, or it waits: unless its next frame has come (a
-		 * synchronize would end the spans in host time, rm_kernel_timing_synced). Never
-		 * on the callback channel, which launches nothing: the timers' lock may be held
-		 * by a thread whose driver call waits behind the host function whose answer this
-		 * thread is to read. */
-		if (!s->callbacks && !rm_link_buffered(&s->link) && rm_kernel_timing_open(s) &&
-		    !rm_conn_readable(s->link.conn))
-			rm_kernel_timing_close(s, 0);
 		uint64_t read_ns = profile ? rm_call_profile_now_ns() : 0;
 		int err = rm_link_read_frame(&s->link, &rq.frame);
 		rm_call_profile_read(profile, read_ns);
@@ -241,6 +233,16 @@ static void serve(struct rm_session *s)
 		uint64_t after_ns = rm_call_part_begin();
 		rm_liveness_call_end(s);
 		if (waits) /* replied: the young spans' ends, off the client's path */
+			rm_kernel_timing_close(s, 0);
+		/* The client's batch is done: unless its next frame has come (a synchronize
+		 * would end the spans in host time, rm_kernel_timing_synced). Before the call
+		 * counts as done, so that another thread fenced on it (rm_session_fence) finds
+		 * the end records queued: its wait for the stream then covers them, and a query
+		 * after it does not see them pending. Never on the callback channel, which
+		 * launches nothing: the timers' lock may be held by a thread whose driver call
+		 * waits behind the host function whose answer this thread is to read. */
+		else if (!s->callbacks && rm_kernel_timing_open(s) && !rm_link_buffered(&s->link) &&
+			 !rm_conn_readable(s->link.conn))
 			rm_kernel_timing_close(s, 0);
 		account(s, &rq);
 		rm_session_progress(s, rq.frame.seq);
