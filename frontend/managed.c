@@ -257,7 +257,7 @@ RM_EXPORT CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, 
 	req.count = count;
 	req.dstdevice = dstDevice;
 	req.hstream = (uint64_t)(uintptr_t)hStream;
-	return rm_rpc_simple(RM_OP_cuMemPrefetchAsync, &req.base, NULL, NULL);
+	return rm_rpc_ordered(RM_OP_cuMemPrefetchAsync, &req.base, req.hstream, 0); /* after its stream's work only */
 }
 
 static int location_device(CUmemLocation location)
