@@ -30,6 +30,7 @@ void rm_config_defaults(struct rm_daemon_config *c)
 	c->queue_sharing_wait = 1;
 	c->queue_idle_after = 10;
 	snprintf(c->gpu_sync, sizeof(c->gpu_sync), "auto");
+	c->gpu_wait_spin_us = -1;
 	snprintf(c->anonymous.name, sizeof(c->anonymous.name), "anonymous");
 	c->lease_ttl_s = 10;
 	c->hello_timeout_s = 5;
@@ -136,7 +137,9 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 		bad = strcmp(v, "auto") && strcmp(v, "spin") && strcmp(v, "yield") && strcmp(v, "block");
 		if (!bad)
 			snprintf(c->gpu_sync, sizeof(c->gpu_sync), "%s", v);
-	} else if (!strcmp(key, "queue_idle_after"))
+	} else if (!strcmp(key, "gpu_wait_spin_us"))
+		bad = parse_int(v, 0, 1000, &c->gpu_wait_spin_us);
+	else if (!strcmp(key, "queue_idle_after"))
 		bad = parse_int(v, 1, 3600, &c->queue_idle_after);
 	else if (!strcmp(key, "allow_anonymous"))
 		bad = parse_bool(v, &c->allow_anonymous);

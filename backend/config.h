@@ -37,6 +37,7 @@ struct rm_daemon_config {
 	int hardware_queues;          /* CUDA_DEVICE_MAX_CONNECTIONS for workers, 1..32 (default 32) */
 	int queue_sharing_wait;       /* queue_sharing = wait (1, default) | direct (0): stream_pool.h */
 	int queue_idle_after;         /* seconds after its last call a client stream stops counting as in use */
+	int gpu_wait_spin_us;         /* how long a stream wait watches a word the GPU writes, µs; -1: 60 on 4+ CPUs, else 0 */
 	char gpu_sync[16];            /* how the daemon's threads wait in the driver: auto (default), spin, yield, block */
 	int allow_anonymous;          /* serve clients presenting no credential, as tenant "anonymous" (default no) */
 	char admin_token[256];        /* the operator's credential: sees every tenant's clients; "": none */

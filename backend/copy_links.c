@@ -9,6 +9,7 @@
 #include "copy_profile.h"
 #include "link.h"
 #include "log.h"
+#include "stream_wait.h"
 
 #define LINK_STAGING_SIZE (4u << 20)
 
@@ -43,6 +44,7 @@ struct share {
 	struct rm_request *reply_rq;
 	uint64_t reply_bulk;
 	struct rm_staging *staging;
+	struct rm_session *session; /* link 0's: the session whose thread runs it; else NULL */
 	/* Link 0 of a copy in one piece that waits for its stream (a blocking one to the
 	 * device, any to the host): no event is recorded for its staging buffer, since the
 	 * stream is synchronized next (rm_copy_in, share_out). unrecorded: it was. */
@@ -153,7 +155,7 @@ static void share_out(struct share *sh, struct stripe_job *j)
 	}
 	if (sh->unrecorded) { /* one piece: the stream's wait covers the work before it and the copy */
 		uint64_t mark = rm_copy_profile_mark(sh->prof);
-		CUresult synced = rm_drv.cuStreamSynchronize(j->stream);
+		CUresult synced = rm_stream_wait(sh->session, j->stream);
 		rm_copy_profile_add(sh->prof, sh->wait, mark);
 		rm_staging_idle(sh->staging, 0);
 		if (j->result == CUDA_SUCCESS)
@@ -291,7 +293,7 @@ static CUresult session_share(struct rm_session *s, struct rm_request *rq, struc
 	CUresult r = rm_staging_open(&s->staging);
 	rm_copy_profile_add(prof, &prof->wait, mark);
 	*sh = (struct share){.link = &s->link, .bulk_left = rq ? &rq->bulk_left : NULL, .staging = &s->staging,
-			     .prof = prof, .wait = &prof->wait, .dma = &prof->dma};
+			     .session = s, .prof = prof, .wait = &prof->wait, .dma = &prof->dma};
 	return r;
 }
 
@@ -329,7 +331,7 @@ CUresult rm_copy_in(struct rm_session *s, struct rm_request *rq, CUresult r, CUs
 		prof->host = pageable ? "small-pageable" : "small";
 		if (r == CUDA_SUCCESS && pageable) {
 			uint64_t mark = rm_copy_profile_mark(prof);
-			r = rm_drv.cuStreamSynchronize(stream);
+			r = rm_stream_wait(s, stream);
 			rm_copy_profile_add(prof, &prof->wait, mark);
 		}
 		uint64_t mark = rm_copy_profile_mark(prof);
@@ -338,7 +340,7 @@ CUresult rm_copy_in(struct rm_session *s, struct rm_request *rq, CUresult r, CUs
 		rm_copy_profile_add(prof, &prof->dma, mark);
 		if (r == CUDA_SUCCESS && !pageable) {
 			mark = rm_copy_profile_mark(prof);
-			r = rm_drv.cuStreamSynchronize(stream);
+			r = rm_stream_wait(s, stream);
 			rm_copy_profile_add(prof, &prof->wait, mark);
 		}
 		return r;
@@ -362,7 +364,7 @@ CUresult rm_copy_in(struct rm_session *s, struct rm_request *rq, CUresult r, CUs
 	/* An unrecorded piece is always waited for: its buffer is free only after. */
 	if ((waited && r == CUDA_SUCCESS && !rq->fatal) || sh0.unrecorded) {
 		uint64_t mark = rm_copy_profile_mark(prof);
-		CUresult synced = rm_drv.cuStreamSynchronize(stream);
+		CUresult synced = rm_stream_wait(s, stream);
 		rm_copy_profile_add(prof, &prof->wait, mark);
 		if (sh0.unrecorded)
 			rm_staging_idle(sh0.staging, 0);
@@ -384,7 +386,7 @@ void rm_copy_out(struct rm_session *s, struct rm_request *rq, CUstream stream, u
 	sh0.sync_after = links == 1 && n <= sh0.staging->size;
 	if (r == CUDA_SUCCESS && !sh0.sync_after) {
 		uint64_t mark = rm_copy_profile_mark(prof);
-		r = rm_drv.cuStreamSynchronize(stream);
+		r = rm_stream_wait(s, stream);
 		rm_copy_profile_add(prof, &prof->wait, mark);
 	}
 	if (r != CUDA_SUCCESS) {

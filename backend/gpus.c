@@ -8,6 +8,7 @@
 #include "image_cache.h"
 #include "log.h"
 #include "stream_pool.h"
+#include "stream_wait.h"
 
 #define MAX_GPUS 64
 
@@ -60,6 +61,7 @@ CUresult rm_gpu_acquire(CUdevice dev, CUcontext *out)
 			rm_log(RM_LOG_WARN, "GPU %d: resetting the shared context a fault broke", dev);
 			rm_image_forget_context(g->ctx);
 			rm_stream_pool_forget_context(g->ctx);
+			rm_stream_wait_forget_gpu(dev, g->ctx);
 			rm_drv.cuDevicePrimaryCtxRelease_v2(dev);
 			rm_drv.cuDevicePrimaryCtxReset_v2(dev);
 			g->ctx = NULL;

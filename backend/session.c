@@ -21,6 +21,7 @@
 #include "server.h"
 #include "shared_host.h"
 #include "stream_pool.h"
+#include "stream_wait.h"
 
 #define STAGING_SIZE (8u << 20)
 #define TOMBSTONE UINT32_MAX
@@ -599,7 +600,7 @@ static CUresult sync_streams(struct rm_session *s, struct rm_session_ctx *only)
 	CUresult first = CUDA_SUCCESS;
 	uint64_t part = rm_call_part_begin();
 	for (size_t i = 0; i < n; i++) {
-		CUresult r = rm_drv.cuStreamSynchronize(st[i]);
+		CUresult r = only && only == s->cur ? rm_stream_wait(s, st[i]) : rm_drv.cuStreamSynchronize(st[i]);
 		if (r == CUDA_SUCCESS && only && only == s->cur)
 			rm_kernel_timing_synced(s, st[i]);
 		if (first == CUDA_SUCCESS)
@@ -727,6 +728,7 @@ void rm_session_destroy(struct rm_session *s)
 	uint64_t shared_bytes;
 	int shared = rm_shared_host_release_all(s, &shared_bytes); /* its work drained above */
 	rm_staging_close(&s->staging);
+	rm_stream_wait_release(s);
 	for (int i = 0; i < s->sh->nctx; i++) {
 		rm_drv.cuCtxSetCurrent(s->sh->ctxs[i].ctx);
 		rm_kernel_timing_release(s, &s->sh->ctxs[i]);
@@ -740,8 +742,9 @@ void rm_session_destroy(struct rm_session *s)
 	}
 	rm_drv.cuCtxSetCurrent(NULL);
 	rm_log(RM_LOG_INFO, "session %llu (%s, %s) closed: released %zu handles, %zu bytes of device memory, "
-	       "%d shared pinned regions (%llu bytes)", (unsigned long long)s->id, s->name, s->peer, freed, bytes,
-	       shared, (unsigned long long)shared_bytes);
+	       "%d shared pinned regions (%llu bytes); stream waits: %llu idle, %llu by word, %llu by the driver",
+	       (unsigned long long)s->id, s->name, s->peer, freed, bytes, shared, (unsigned long long)shared_bytes,
+	       s->sh->waits_idle, s->sh->waits_word, s->sh->waits_driver);
 	rm_link_close(&s->link);
 	free(s->sh->ranges);
 	free(s->sh->streams);
@@ -796,6 +799,7 @@ void rm_session_channel_close(struct rm_session *ch)
 		rm_stream_pool_give(st);
 	}
 	rm_staging_close(&ch->staging);
+	rm_stream_wait_release(ch);
 	rm_drv.cuCtxSetCurrent(NULL);
 	rm_link_close(&ch->link);
 	pthread_mutex_destroy(&ch->send_lock);

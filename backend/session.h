@@ -99,6 +99,9 @@ struct rm_session_shared {
 	CUstream *streams; /* the streams it created: what a synchronize waits for, without a
 			    * walk of the handle table */
 	size_t nstreams, streams_cap;
+	/* How its stream waits ended (atomic; stream_wait.h): answered by a query, by a
+	 * word the GPU wrote, by the driver's wait. */
+	unsigned long long waits_idle, waits_word, waits_driver;
 	uint64_t mem_bytes;
 
 	struct rm_session_ctx ctxs[RM_SESSION_MAX_CTX]; /* appended, never moved */
@@ -138,6 +141,8 @@ struct rm_session_shared {
  * calls, in order. Handlers get the channel; what they share with the session's other
  * channels is behind sh. The identity (id to heartbeat_ms) is copied from the main
  * channel and never changes. */
+struct rm_wait_word;
+
 struct rm_session {
 	uint64_t id;
 	int chan;                  /* 0: the session's main connection; 1..: a client thread's */
@@ -179,6 +184,8 @@ struct rm_session {
 	uint32_t heartbeat_ms;
 
 	struct rm_staging staging; /* copies over the channel's own connection */
+	/* Words its stream waits watch, one per context it waited in (stream_wait.h). */
+	struct rm_wait_word *wait_words[RM_SESSION_MAX_CTX];
 	uint8_t small_in[RM_SMALL_HTOD]; /* a small blocking copy's bytes (rm_copy_in): pageable */
 };
 

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "registry.h"
 #include "remora.pb-c.h"
+#include "stream_wait.h"
 
 #define FD_WAIT_MS 2000 /* the descriptor was sent before the frame: it is there, or never comes */
 
@@ -257,7 +258,7 @@ void rm_shared_copy(struct rm_session *s, struct rm_request *rq, int to_device, 
 	}
 	if (r == CUDA_SUCCESS && wait) {
 		uint64_t mark = rm_copy_profile_mark(&prof);
-		r = rm_drv.cuStreamSynchronize(stream);
+		r = rm_stream_wait(s, stream);
 		rm_copy_profile_add(&prof, &prof.wait, mark);
 	}
 	rm_request_finish(s, rq, r, NULL);

@@ -7,6 +7,7 @@
 
 #include "kernel_timing.h"
 #include "stream_pool.h"
+#include "stream_wait.h"
 
 /* Typed bodies of generated handlers (proto/api.spec, daemon_handlers.h); the handler
  * records a new stream as the client's (phStream=new) and forgets a destroyed one. */
@@ -61,7 +62,7 @@ CUresult rm_body_cuStreamDestroy_v2(struct rm_session *s, CUstream hStream)
 /* Its return tells kernel timing that the stream's spans have ended. */
 CUresult rm_body_cuStreamSynchronize(struct rm_session *s, CUstream hStream)
 {
-	CUresult r = rm_drv.cuStreamSynchronize(hStream);
+	CUresult r = rm_stream_wait(s, hStream);
 	if (r == CUDA_SUCCESS)
 		rm_kernel_timing_synced(s, hStream);
 	return r;

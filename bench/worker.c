@@ -25,7 +25,8 @@
  *   launch_streams N              N times launch + synchronize, then N async launches,
  *                                 on the legacy stream and on a created non-blocking one
  *                                 (as remorad's stream pool), each synchronized with
- *                                 cuCtxSynchronize and with cuStreamSynchronize (µs each)
+ *                                 cuCtxSynchronize and with cuStreamSynchronize, and on
+ *                                 the created one by a word the GPU writes (µs each)
  *   latency N                     the latency client: set up and wait as spin does,
  *                                 then N times launch + cuCtxSynchronize, each timed:
  *                                 the median and the 99th percentile (µs)
@@ -144,24 +145,49 @@ static void run_launch(CUmodule module, long long async_n, long long sync_n)
 	printf("launch_sync_us=%.4f\n", (now_us() - t) / (double)sync_n);
 }
 
+/* Waits for st as remorad's stream waits do (backend/stream_wait.c): a query, and while
+ * not ready, a write of the next value to a mapped page-locked word behind st's work and
+ * a spin on the word. */
+static void wait_by_word(CUstream st, volatile uint32_t *word, CUdeviceptr word_dev, uint32_t *value)
+{
+	CUresult r = cuStreamQuery(st);
+	if (r == CUDA_SUCCESS)
+		return;
+	if (r != CUDA_ERROR_NOT_READY)
+		CHECK(r);
+	CHECK(cuStreamWriteValue32(st, word_dev, ++*value, 0));
+	while (*word != *value)
+		;
+}
+
 /* Launch + synchronize as the program asks for it (the legacy stream, cuCtxSynchronize)
  * and as remorad does it for the program (a created non-blocking stream of its pool,
- * cuStreamSynchronize): what the driver itself charges for each, with no Remora between. */
+ * cuStreamSynchronize, or its wait by a word the GPU writes): what the driver itself
+ * charges for each, with no Remora between. */
 static void run_launch_streams(CUmodule module, long long n)
 {
 	CUfunction empty;
 	CUstream pool_like;
+	uint32_t *word, value = 0;
+	CUdeviceptr word_dev;
 	CHECK(cuModuleGetFunction(&empty, module, "emptyKernel"));
 	CHECK(cuStreamCreateWithPriority(&pool_like, CU_STREAM_NON_BLOCKING, 0));
-	static const char *const names[] = {"legacy_ctxsync", "legacy_streamsync", "created_ctxsync", "created_streamsync"};
+	CHECK(cuMemHostAlloc((void **)&word, 64, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+	CHECK(cuMemHostGetDevicePointer(&word_dev, word, 0));
+	*word = 0;
+	static const char *const names[] = {"legacy_ctxsync", "legacy_streamsync", "created_ctxsync",
+					    "created_streamsync", "created_word"};
 	for (int round = 0; round < 2; round++) /* the first round warms up */
-		for (int form = 0; form < 4; form++) {
+		for (int form = 0; form < 5; form++) {
 			CUstream st = form < 2 ? NULL : pool_like;
 			int ctx_sync = form % 2 == 0;
 			double t = now_us();
 			for (long long i = 0; i < n; i++) {
 				CHECK(cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, st, NULL, NULL));
-				CHECK(ctx_sync ? cuCtxSynchronize() : cuStreamSynchronize(st));
+				if (form == 4)
+					wait_by_word(st, word, word_dev, &value);
+				else
+					CHECK(ctx_sync ? cuCtxSynchronize() : cuStreamSynchronize(st));
 			}
 			double pair = (now_us() - t) / (double)n;
 			t = now_us();
@@ -173,6 +199,7 @@ static void run_launch_streams(CUmodule module, long long n)
 				printf("launch_sync.%s.us=%.4f\nasync_launch.%s.us=%.4f\n", names[form], pair, names[form], launch);
 		}
 	CHECK(cuStreamDestroy(pool_like));
+	CHECK(cuMemFreeHost(word));
 }
 
 /* Enough repetitions of one copy to be stable: about 1 GiB moved, 3 .. 1000 times. */

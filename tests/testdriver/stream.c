@@ -132,6 +132,10 @@ static void run_op(struct td_stream *s, struct td_op *op)
 		if (!broken)
 			op->u.host.fn(op->u.host.data);
 		break;
+	case TD_OP_WRITE32: /* as the GPU's: not once the context is broken */
+		if (!broken)
+			__atomic_store_n(op->u.write32.dst, op->u.write32.value, __ATOMIC_RELEASE);
+		break;
 	case TD_OP_EVENT_WAIT:
 	case TD_OP_NOTHING:
 		break;
@@ -854,4 +858,35 @@ TD_EXPORT CUresult cuStreamAddCallback(CUstream stream, CUstreamCallback callbac
 	if (rc != CUDA_SUCCESS)
 		free(c);
 	return rc;
+}
+
+/* Stream memory operations: a write of 4 bytes to memory of this driver's (device or
+ * mapped host memory) once the stream's earlier work has run. Not captured: refused
+ * while the stream captures. */
+TD_EXPORT CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+	struct td_stream *s;
+	CUresult rc = td_resolve_stream(stream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (s->capture)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if ((flags & ~(unsigned)CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER) || addr % 4 ||
+	    !td_device_range_ok((const void *)(uintptr_t)addr, 4))
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = __atomic_load_n(&s->ctx->sticky_error, __ATOMIC_ACQUIRE);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	struct td_op *op = td_op_new(TD_OP_WRITE32);
+	if (!op)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	op->u.write32.dst = (uint32_t *)(uintptr_t)addr;
+	op->u.write32.value = value;
+	td_enqueue(s, op);
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+	return cuStreamWriteValue32_v2(stream, addr, value, flags);
 }

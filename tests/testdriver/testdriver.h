@@ -150,7 +150,8 @@ enum td_op_kind {
 	TD_OP_WAIT,        /* wait until another stream reaches a ticket */
 	TD_OP_EVENT_WAIT,  /* replayed graph node: wait for an event's last record */
 	TD_OP_NOTHING,     /* replayed empty node */
-	TD_OP_HOST         /* a host function (cuLaunchHostFunc), run by the stream's worker */
+	TD_OP_HOST,        /* a host function (cuLaunchHostFunc), run by the stream's worker */
+	TD_OP_WRITE32      /* cuStreamWriteValue32: a 4-byte store after the work before it */
 };
 
 struct td_kernel;
@@ -173,6 +174,7 @@ struct td_op {
 		struct { struct td_stream *stream; uint64_t ticket; } wait;
 		struct { struct td_event *event; } event_wait;
 		struct { CUhostFn fn; void *data; } host;
+		struct { uint32_t *dst; uint32_t value; } write32;
 	} u;
 	struct td_stream *stream;    /* set by td_enqueue: the op's stream and ticket */
 	uint64_t ticket;

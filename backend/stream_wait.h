@@ -1,0 +1,41 @@
+/* Waiting for a stream's work to finish, as cuStreamSynchronize does, in less time.
+ *
+ * With the 32 hardware queues remorad asks for, the driver's cuStreamSynchronize after
+ * an empty kernel took 9.1 to 10.8 µs a launch + wait pair on an H200; queueing a write
+ * of a new value to a word of page-locked host memory behind the work
+ * (cuStreamWriteValue32) and watching the word took 7.6 to 8.6 (docs/hotpath.md,
+ * "Words the GPU writes"). So a thread that must wait for a busy stream queues such a
+ * write and spins on its word for up to gpu_wait_spin_us; the driver's wait takes over
+ * where the word cannot be used (a capturing stream, a hardware queue shared with
+ * another client's stream in use, a driver without stream memory operations), where the
+ * write fails and when the spin runs out (a long kernel, a host function, a fault, which
+ * stops the stream before the write). The driver's wait also gives the errors: the word
+ * is written only after all earlier work of the stream has run. An idle stream is
+ * answered by cuStreamQuery, as quickly as by the driver's wait.
+ *
+ * Words belong to a GPU's shared context (cuMemHostAlloc, mapped): each channel takes
+ * one per GPU at its first wait there and gives it back when it closes, so that none is
+ * held when a context broken by a fault is reset (gpus.c). */
+#ifndef REMORA_STREAM_WAIT_H
+#define REMORA_STREAM_WAIT_H
+
+#include <cuda.h>
+
+struct rm_session;
+
+/* How long a wait watches its word, in µs (0: the driver's wait alone); negative: 60 where
+ * this process may run on 4 or more CPUs, else 0 (with fewer, the spinner takes the CPU
+ * that the work it waits for may need). Before any session starts. */
+void rm_stream_wait_configure(int spin_us);
+
+/* Waits until the work queued on st so far has finished, as cuStreamSynchronize(st), on
+ * session thread s with st's context current (s->cur); NULL: the driver's wait. */
+CUresult rm_stream_wait(struct rm_session *s, CUstream st);
+
+/* Gives back the words channel s took (before its contexts are released). */
+void rm_stream_wait_release(struct rm_session *s);
+
+/* Forgets dev's words: its context ctx is about to be reset, and no channel holds one. */
+void rm_stream_wait_forget_gpu(int dev, CUcontext ctx);
+
+#endif
