@@ -284,11 +284,11 @@ def config_seeds():
                        'tenant_isolation = shared\npeer_timeout = 60\nmax_channels = 4\n'
                        'shared_pinned_limit = 1G\nkernel_timing = no\nhello_timeout = 3\n'
                        'pool = http://etcd1:2379,https://etcd2:2379\nlease_ttl = 20\n'
-                       'metrics_listen = 127.0.0.1:9400\nshutdown_grace = 5\n'),
+                       'metrics_listen = 127.0.0.1:9400\nshutdown_grace = 5\ngpu_wait_spin_us = 0\n'),
         'refused-section': '[tenants x]\ntoken = y\n',
         'refused-twice': 'hardware_queues = 4\nhardware_queues = 8\n',
         'refused-shared-token': '[tenant a]\ntoken = t\n[tenant b]\ntoken = t\n',
-        'refused-range': 'queue_idle_after = 0\nlease_ttl = 99999\n',
+        'refused-range': 'queue_idle_after = 0\nlease_ttl = 99999\ngpu_wait_spin_us = 1001\n',
         'unterminated-quote': 'host_name = "gpu1\n',
         'empty': '',
     }

@@ -104,6 +104,11 @@ int main(void)
 	EXPECT(!strcmp(c.gpu_sync, "auto"));
 	EXPECT(load("gpu_sync = block\n", &c) == 0 && !strcmp(c.gpu_sync, "block"));
 	EXPECT(load("gpu_sync = sleep\n", &c) == -1);
+	EXPECT(c.gpu_wait_spin_us == -1); /* by the CPU count (stream_wait.h) */
+	EXPECT(load("gpu_wait_spin_us = 0\n", &c) == 0 && c.gpu_wait_spin_us == 0);
+	EXPECT(load("gpu_wait_spin_us = 1000\n", &c) == 0 && c.gpu_wait_spin_us == 1000);
+	EXPECT(load("gpu_wait_spin_us = 1001\n", &c) == -1);
+	EXPECT(load("gpu_wait_spin_us = -5\n", &c) == -1);
 #ifdef RM_HAVE_SHM
 	/* Shared memory for clients on this host: a socket path, or @NAME (abstract). */
 	EXPECT(load("listen = unix:/run/remora/remorad.sock\n", &c) == 0 && !strcmp(c.listen, "unix:/run/remora/remorad.sock"));
