@@ -127,10 +127,11 @@ void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st, const str
 }
 
 /* Closes the open spans of chan in context c (chan < 0: every channel's) opened at least
- * min_age_ns ago. A span with no start event is left open before a waited call (min_age_ns
+ * min_age_ns ago, on stream only where given. A span with no start event is left open before a waited call (min_age_ns
  * set: the synchronize behind its launch, which ends it) and otherwise (that synchronize
  * failed, or the client went) counted in host time up to now. */
-static void close_spans(struct rm_session *s, struct rm_session_ctx *c, int chan, uint64_t min_age_ns)
+static void close_spans(struct rm_session *s, struct rm_session_ctx *c, int chan, uint64_t min_age_ns,
+			CUstream only)
 {
 	struct rm_kernel_timers *t = __atomic_load_n(&c->timers, __ATOMIC_ACQUIRE);
 	if (!t || !__atomic_load_n(&t->open, __ATOMIC_RELAXED) ||
@@ -140,7 +141,8 @@ static void close_spans(struct rm_session *s, struct rm_session_ctx *c, int chan
 	pthread_mutex_lock(&t->lock);
 	for (int i = 0; t->open > 0 && i < RING; i++) {
 		if (t->slot[i].state != SLOT_OPEN || (chan >= 0 && t->slot[i].chan != chan) ||
-		    now - t->slot[i].open_ns < min_age_ns || (t->slot[i].host_timed && min_age_ns))
+		    (only && t->slot[i].stream != only) || now - t->slot[i].open_ns < min_age_ns ||
+		    (t->slot[i].host_timed && min_age_ns))
 			continue;
 		if (t->slot[i].host_timed) {
 			rm_registry_add_gpu_time(s->slot, s->id, now_ns() - t->slot[i].open_ns);
@@ -188,6 +190,12 @@ static struct rm_session_ctx *ctx_at(struct rm_session *s, int k)
 	return k < __atomic_load_n(&s->sh->nctx, __ATOMIC_ACQUIRE) ? &s->sh->ctxs[k] : NULL;
 }
 
+void rm_kernel_timing_close_stream(struct rm_session *s, CUstream st)
+{
+	if (s->cur && __atomic_load_n(&s->sh->open_spans, __ATOMIC_RELAXED))
+		close_spans(s, s->cur, s->chan, 0, st);
+}
+
 int rm_kernel_timing_open(struct rm_session *s)
 {
 	return __atomic_load_n(&s->sh->open_spans, __ATOMIC_RELAXED) > 0;
@@ -201,7 +209,7 @@ void rm_kernel_timing_close(struct rm_session *s, uint64_t min_age_ns)
 	if (!__atomic_load_n(&s->sh->open_spans, __ATOMIC_RELAXED))
 		return;
 	for (int k = 0; (c = ctx_at(s, k)); k++)
-		close_spans(s, c, s->chan, min_age_ns);
+		close_spans(s, c, s->chan, min_age_ns, NULL);
 }
 
 /* Reads every finished span of the session's contexts whose end was recorded at least
@@ -248,7 +256,7 @@ void rm_kernel_timing_settle(struct rm_session *s, int wait_ms)
 {
 	struct rm_session_ctx *c;
 	for (int k = 0; (c = ctx_at(s, k)); k++)
-		close_spans(s, c, -1, 0);
+		close_spans(s, c, -1, 0, NULL);
 	for (int waited_ms = 0; reap_all(s, 0) && waited_ms < wait_ms; waited_ms++)
 		nanosleep(&(struct timespec){0, 1000000}, NULL);
 }
@@ -258,7 +266,7 @@ void rm_kernel_timing_release(struct rm_session *s, struct rm_session_ctx *c)
 	struct rm_kernel_timers *t = c->timers;
 	if (!t)
 		return;
-	close_spans(s, c, -1, 0);
+	close_spans(s, c, -1, 0, NULL);
 	for (int i = 0; i < RING; i++) {
 		if (t->slot[i].state == SLOT_PENDING) /* the session's work is drained: ends come at once */
 			rm_drv.cuEventSynchronize(t->slot[i].end);

@@ -42,6 +42,11 @@ int rm_kernel_timing_open(struct rm_session *s);
 /* Closes the calling channel's open spans opened at least min_age_ns ago (records their
  * end events). */
 void rm_kernel_timing_close(struct rm_session *s, uint64_t min_age_ns);
+/* The client records an event on st (current context): the calling channel's open span
+ * there is closed first, so that its end record precedes the client's and a wait for the
+ * client's event leaves nothing of remorad's behind on st (a query after it finds st idle,
+ * as in CUDA). It replaces the close at the batch's end or after the reply. */
+void rm_kernel_timing_close_stream(struct rm_session *s, CUstream st);
 /* A synchronize of stream st by the calling channel has returned: its open spans there
  * have ended, and are counted from their start to now, host time (an upper bound, as a
  * span is), with no end event recorded and nothing to read later; the time waits in

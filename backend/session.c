@@ -600,9 +600,8 @@ static CUresult sync_streams(struct rm_session *s, struct rm_session_ctx *only)
 	CUresult first = CUDA_SUCCESS;
 	uint64_t part = rm_call_part_begin();
 	for (size_t i = 0; i < n; i++) {
+		/* In the current context a wait also ends its kernel-time spans (stream_wait.h). */
 		CUresult r = only && only == s->cur ? rm_stream_wait(s, st[i]) : rm_drv.cuStreamSynchronize(st[i]);
-		if (r == CUDA_SUCCESS && only && only == s->cur)
-			rm_kernel_timing_synced(s, st[i]);
 		if (first == CUDA_SUCCESS)
 			first = r;
 	}
@@ -771,6 +770,7 @@ struct rm_session *rm_session_channel_new(struct rm_session *s, struct rm_conn *
 	ch->async_error = CUDA_SUCCESS;
 	ch->call_since_ns = ch->heartbeat_ns = 0;
 	ch->reply_begun = 0;
+	memset(ch->wait_words, 0, sizeof(ch->wait_words)); /* a word is one thread's (stream_wait.h) */
 	if (rm_link_init(&ch->link, conn)) {
 		free(ch);
 		return NULL;

@@ -59,13 +59,10 @@ CUresult rm_body_cuStreamDestroy_v2(struct rm_session *s, CUstream hStream)
 	return CUDA_SUCCESS;
 }
 
-/* Its return tells kernel timing that the stream's spans have ended. */
+/* Its return tells kernel timing that the stream's spans have ended (rm_stream_wait). */
 CUresult rm_body_cuStreamSynchronize(struct rm_session *s, CUstream hStream)
 {
-	CUresult r = rm_stream_wait(s, hStream);
-	if (r == CUDA_SUCCESS)
-		rm_kernel_timing_synced(s, hStream);
-	return r;
+	return rm_stream_wait(s, hStream);
 }
 
 /* When the stream shares its hardware queue, the wait is done here, so that it holds up
@@ -103,6 +100,7 @@ static CUresult before_record(struct rm_session *s, CUevent ev, CUstream st)
 	struct rm_handle h;
 	if (s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 && rm_capture_active(st))
 		return CUDA_SUCCESS; /* captured: nothing runs now */
+	rm_kernel_timing_close_stream(s, st);
 	return rm_session_find(s, RM_H_EVENT, (uint64_t)(uintptr_t)ev, &h) && (h.size & CU_EVENT_DISABLE_TIMING)
 		       ? CUDA_SUCCESS : rm_stream_pool_before_submit(st);
 }

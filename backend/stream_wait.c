@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "driver_table.h"
+#include "kernel_timing.h"
 #include "log.h"
 #include "session.h"
 #include "stream_pool.h"
@@ -24,6 +25,7 @@ struct rm_wait_word {
 	uint32_t *host;
 	CUdeviceptr device;
 	uint32_t value;               /* the last value asked for */
+	const struct rm_session *owner; /* the channel that took it: one thread's at a time */
 	struct rm_wait_word *next;    /* in its GPU's free list */
 };
 
@@ -100,7 +102,7 @@ static void take_landed_locked(int dev)
 static struct rm_wait_word *word_of(struct rm_session *s)
 {
 	int k = (int)(s->cur - s->sh->ctxs), dev = s->cur->dev;
-	if (s->wait_words[k])
+	if (s->wait_words[k] && s->wait_words[k]->owner == s)
 		return s->wait_words[k];
 	if (dev < 0 || dev >= WAIT_GPUS)
 		return NULL;
@@ -110,8 +112,10 @@ static struct rm_wait_word *word_of(struct rm_session *s)
 		take_landed_locked(dev);
 	if (!gpus[dev].failed && !gpus[dev].free && add_page_locked(dev))
 		gpus[dev].failed = 1;
-	if ((w = gpus[dev].free))
+	if ((w = gpus[dev].free)) {
 		gpus[dev].free = w->next;
+		w->owner = s;
+	}
 	pthread_mutex_unlock(&lock);
 	s->wait_words[k] = w;
 	return w;
@@ -174,6 +178,8 @@ static CUresult wait_by_word(struct rm_session *s, CUstream st, CUevent ev)
 		return driver_wait(s, st, ev);
 	if (watch(w, v)) {
 		count(&s->sh->waits_word);
+		if (ev) /* all of st's work so far has run, not only the event's */
+			rm_kernel_timing_synced(s, st);
 		return CUDA_SUCCESS;
 	}
 	return driver_wait(s, st, ev);
@@ -181,7 +187,10 @@ static CUresult wait_by_word(struct rm_session *s, CUstream st, CUevent ev)
 
 CUresult rm_stream_wait(struct rm_session *s, CUstream st)
 {
-	return wait_by_word(s, st, NULL);
+	CUresult r = wait_by_word(s, st, NULL);
+	if (r == CUDA_SUCCESS && s)
+		rm_kernel_timing_synced(s, st);
+	return r;
 }
 
 CUresult rm_stream_wait_event(struct rm_session *s, CUevent ev, CUstream st)
@@ -196,8 +205,9 @@ void rm_stream_wait_release(struct rm_session *s)
 		struct rm_wait_word *w = s->wait_words[k];
 		int dev = w ? s->sh->ctxs[k].dev : -1;
 		s->wait_words[k] = NULL;
-		if (!w)
+		if (!w || w->owner != s) /* none, or copied with the session (another's) */
 			continue;
+		w->owner = NULL;
 		/* A write may still come (an event's wait that the driver ended before the work
 		 * after the record had run, or a fault, after which the context is reset): the
 		 * word is used again only once it has. */

@@ -30,7 +30,9 @@ struct rm_session;
 void rm_stream_wait_configure(int spin_us);
 
 /* Waits until the work queued on st so far has finished, as cuStreamSynchronize(st), on
- * session thread s with st's context current (s->cur); NULL: the driver's wait. */
+ * session thread s with st's context current (s->cur); NULL: the driver's wait. Done, it
+ * ends the channel's kernel-time spans on st in host time (rm_kernel_timing_synced), so
+ * that no end record is queued on st after the client knows it idle. */
 CUresult rm_stream_wait(struct rm_session *s, CUstream st);
 
 /* Waits until event ev has completed, as cuEventSynchronize(ev), where st is the stream of

@@ -44,6 +44,7 @@ PROGRAMS=(
 	"drv_hostfn|tests/programs/drv_hostfn tests/programs/kernels.fatbin"
 	"drv_threads|tests/programs/drv_threads tests/programs/kernels.fatbin 200000000"
 	"drv_thread_order|tests/programs/drv_thread_order tests/programs/kernels.fatbin 20"
+	"drv_thread_waits|tests/programs/drv_thread_waits tests/programs/kernels.fatbin 50"
 	"drv_managed|tests/programs/drv_managed tests/programs/kernels.fatbin"
 )
 # Framework programs (issue 13), run from the repository root with the Python on the

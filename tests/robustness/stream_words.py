@@ -20,7 +20,7 @@ from verdict import check, failures  # noqa: E402
 
 remorad, driver, remora, probe, probe_image, image = sys.argv[1:7]
 programs = {os.path.basename(p): p for p in sys.argv[7:]}
-ARGS = {"drv_thread_order": ["20"], "drv_memcpy": ["64"], "drv_sleep": ["20000000"]}
+ARGS = {"drv_thread_order": ["20"], "drv_thread_waits": ["50"], "drv_memcpy": ["64"], "drv_sleep": ["20000000"]}
 WAITS = re.compile(r"session (\d+) \(.*\) closed: .*stream waits: (\d+) idle, (\d+) by word, (\d+) by the driver")
 
 
@@ -50,7 +50,7 @@ def main():
         # Any one wait may find its work done (a query answers) or outlast the spin on a
         # loaded machine; of the hundreds these programs make, some end by word.
         by_word = 0
-        for name in ("drv_streams", "drv_thread_order", "drv_memcpy", "drv_hostfn", "drv_pinned", "drv_managed"):
+        for name in ("drv_streams", "drv_thread_order", "drv_thread_waits", "drv_memcpy", "drv_hostfn", "drv_pinned", "drv_managed"):
             before = closed_count(d)
             rc, out, err = run(d, [programs[name], image, *ARGS.get(name, [])])
             check(rc == 0, f"{name} passes with waits by word ({err.strip()[-300:]})")
