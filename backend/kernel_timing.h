@@ -1,7 +1,8 @@
 /* GPU time for accounting, measured in spans: the first launch on a stream opens a span
  * (an event recorded before it), and the span is closed (an event after the last launch)
- * when the channel's thread has read every frame the client sent so far or is about to
- * run a call the client waits for. A span is the time the client's work occupied its
+ * when the channel's thread has read every frame the client sent so far, is about to
+ * run a call the client waits for, or runs the client's record of an event on the stream
+ * (so that the end record precedes it). A span is the time the client's work occupied its
  * stream, from its first kernel's start to its last kernel's end: an upper bound of the
  * kernels' time that also counts gaps within one batch. So a stream of launches costs
  * two event records per batch, not two per launch (docs/hotpath.md). Before a call the
