@@ -34,8 +34,7 @@ enum rm_handle_kind {
 struct rm_handle {
 	uint64_t value;
 	uint64_t size;   /* memory: its length; an event: its creation flags */
-	uint64_t parent; /* the module of a function or global; an event: the driver stream of its
-			  * last record (stream_handlers.c), 0 before one; else 0 */
+	uint64_t parent; /* the module of a function or global, else 0 */
 	uint32_t kind;
 };
 

@@ -105,18 +105,10 @@ static CUresult before_record(struct rm_session *s, CUevent ev, CUstream st)
 		       ? CUDA_SUCCESS : rm_stream_pool_before_submit(st);
 }
 
-/* A record done: the event remembers its stream, where its synchronize may wait. */
-static CUresult after_record(struct rm_session *s, CUevent ev, CUstream st, CUresult r)
-{
-	if (r == CUDA_SUCCESS)
-		rm_session_set_parent(s, RM_H_EVENT, (uint64_t)(uintptr_t)ev, (uint64_t)(uintptr_t)st);
-	return r;
-}
-
 CUresult rm_body_cuEventRecord(struct rm_session *s, CUevent hEvent, CUstream hStream)
 {
 	CUresult r = before_record(s, hEvent, hStream);
-	return after_record(s, hEvent, hStream, r == CUDA_SUCCESS ? rm_drv.cuEventRecord(hEvent, hStream) : r);
+	return r == CUDA_SUCCESS ? rm_drv.cuEventRecord(hEvent, hStream) : r;
 }
 
 CUresult rm_body_cuEventRecordWithFlags(struct rm_session *s, CUevent hEvent, CUstream hStream, unsigned int flags)
@@ -124,16 +116,6 @@ CUresult rm_body_cuEventRecordWithFlags(struct rm_session *s, CUevent hEvent, CU
 	CUresult r = before_record(s, hEvent, hStream);
 	if (r != CUDA_SUCCESS)
 		return r;
-	return after_record(s, hEvent, hStream,
-			    rm_drv.cuEventRecordWithFlags ? rm_drv.cuEventRecordWithFlags(hEvent, hStream, flags)
-							  : rm_unsupported_by_driver("cuEventRecordWithFlags"));
-}
-
-/* By a word behind the stream of the event's last record, where known (stream_wait.h). */
-CUresult rm_body_cuEventSynchronize(struct rm_session *s, CUevent hEvent)
-{
-	struct rm_handle h;
-	CUstream st = rm_session_find(s, RM_H_EVENT, (uint64_t)(uintptr_t)hEvent, &h)
-			      ? (CUstream)(uintptr_t)h.parent : NULL;
-	return st ? rm_stream_wait_event(s, hEvent, st) : rm_drv.cuEventSynchronize(hEvent);
+	return rm_drv.cuEventRecordWithFlags ? rm_drv.cuEventRecordWithFlags(hEvent, hStream, flags)
+					     : rm_unsupported_by_driver("cuEventRecordWithFlags");
 }

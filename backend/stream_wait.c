@@ -146,24 +146,20 @@ static int watch(const struct rm_wait_word *w, uint32_t v)
 	}
 }
 
-/* The driver's wait: for event ev where given, else for stream st. */
-static CUresult driver_wait(struct rm_session *s, CUstream st, CUevent ev)
+static CUresult driver_wait(struct rm_session *s, CUstream st)
 {
 	if (s)
 		count(&s->sh->waits_driver);
-	return ev ? rm_drv.cuEventSynchronize(ev) : rm_drv.cuStreamSynchronize(st);
+	return rm_drv.cuStreamSynchronize(st);
 }
 
-/* Waits for st's work so far (ev NULL), or for event ev whose last record st holds. */
-static CUresult wait_by_word(struct rm_session *s, CUstream st, CUevent ev)
+static CUresult wait_by_word(struct rm_session *s, CUstream st)
 {
 	if (!spin_ns || !s || !s->cur || !rm_drv.cuStreamWriteValue32_v2 || !rm_drv.cuStreamQuery ||
-	    !rm_drv.cuEventQuery)
-		return driver_wait(s, st, ev);
-	/* An event's stream may be another client's by now: asked whatever this one captures. */
-	if ((ev || __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0) && rm_capture_active(st))
-		return driver_wait(s, st, ev);
-	CUresult r = ev ? rm_drv.cuEventQuery(ev) : rm_drv.cuStreamQuery(st);
+	    __atomic_load_n(&s->sh->nchannels, __ATOMIC_ACQUIRE) > 0 ||
+	    (__atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 && rm_capture_active(st)))
+		return driver_wait(s, st);
+	CUresult r = rm_drv.cuStreamQuery(st);
 	if (r != CUDA_ERROR_NOT_READY) { /* done, or the error the driver's wait would give */
 		count(&s->sh->waits_idle);
 		return r;
@@ -172,30 +168,23 @@ static CUresult wait_by_word(struct rm_session *s, CUstream st, CUevent ev)
 	 * it in their hardware queue (stream_pool.h). */
 	struct rm_wait_word *w = rm_stream_pool_contended(st) ? NULL : word_of(s);
 	if (!w)
-		return driver_wait(s, st, ev);
+		return driver_wait(s, st);
 	uint32_t v = ++w->value;
 	if (rm_drv.cuStreamWriteValue32_v2(st, w->device, v, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS)
-		return driver_wait(s, st, ev);
+		return driver_wait(s, st);
 	if (watch(w, v)) {
 		count(&s->sh->waits_word);
-		if (ev) /* all of st's work so far has run, not only the event's */
-			rm_kernel_timing_synced(s, st);
 		return CUDA_SUCCESS;
 	}
-	return driver_wait(s, st, ev);
+	return driver_wait(s, st); /* it waits for the write too: nothing of it is left on st */
 }
 
 CUresult rm_stream_wait(struct rm_session *s, CUstream st)
 {
-	CUresult r = wait_by_word(s, st, NULL);
+	CUresult r = wait_by_word(s, st);
 	if (r == CUDA_SUCCESS && s)
 		rm_kernel_timing_synced(s, st);
 	return r;
-}
-
-CUresult rm_stream_wait_event(struct rm_session *s, CUevent ev, CUstream st)
-{
-	return wait_by_word(s, st, ev);
 }
 
 void rm_stream_wait_release(struct rm_session *s)
@@ -208,9 +197,8 @@ void rm_stream_wait_release(struct rm_session *s)
 		if (!w || w->owner != s) /* none, or copied with the session (another's) */
 			continue;
 		w->owner = NULL;
-		/* A write may still come (an event's wait that the driver ended before the work
-		 * after the record had run, or a fault, after which the context is reset): the
-		 * word is used again only once it has. */
+		/* A write may still come (its stream's wait failed: a fault, after which the
+		 * context is reset): the word is used again only once it has. */
 		int landed = __atomic_load_n(w->host, __ATOMIC_ACQUIRE) == w->value;
 		struct rm_wait_word **list = landed ? &gpus[dev].free : &gpus[dev].landing;
 		w->next = *list;

@@ -4,15 +4,20 @@
  * an empty kernel took 9.1 to 10.8 µs a launch + wait pair on an H200; queueing a write
  * of a new value to a word of page-locked host memory behind the work
  * (cuStreamWriteValue32) and watching the word took 7.6 to 8.6 (docs/hotpath.md,
- * "Words the GPU writes"). So a thread that must wait for a busy stream (or for an event,
- * behind the stream of its last record) queues such a write and spins on its word for up
- * to gpu_wait_spin_us; the driver's wait takes over
+ * "Words the GPU writes"). So a thread that must wait for a busy stream queues such a
+ * write and spins on its word for up to gpu_wait_spin_us; the driver's wait takes over
  * where the word cannot be used (a capturing stream, a hardware queue shared with
- * another client's stream in use, a driver without stream memory operations), where the
- * write fails and when the spin runs out (a long kernel, a host function, a fault, which
- * stops the stream before the write). The driver's wait also gives the errors: the word
+ * another client's stream in use, a client with threads of its own channels, a driver
+ * without stream memory operations), where the write fails and when the spin runs out (a
+ * long kernel, a host function, a fault, which stops the stream before the write). The driver's wait also gives the errors: the word
  * is written only after all earlier work of the stream has run. An idle stream is
  * answered by cuStreamQuery, as quickly as by the driver's wait.
+ *
+ * The write is remorad's own work on the client's stream, done when the wait returns. A
+ * client thread with a channel of its own could meanwhile ask cuStreamQuery of that
+ * stream, right after it waited for the stream's work itself, and find the write pending
+ * where CUDA finds the stream idle: so words are used only while the client's calls all
+ * come on its main channel, which runs them one after another.
  *
  * Words belong to a GPU's shared context (cuMemHostAlloc, mapped): each channel takes
  * one per GPU at its first wait there and gives it back when it closes, so that none is
@@ -34,14 +39,6 @@ void rm_stream_wait_configure(int spin_us);
  * ends the channel's kernel-time spans on st in host time (rm_kernel_timing_synced), so
  * that no end record is queued on st after the client knows it idle. */
 CUresult rm_stream_wait(struct rm_session *s, CUstream st);
-
-/* Waits until event ev has completed, as cuEventSynchronize(ev), where st is the stream of
- * its last record: by a word behind st's work so far, which holds the record (and maybe
- * work queued after it, so the spin may run out sooner than the event completes); the
- * driver's event wait where the word is not used or the spin runs out. st may have gone
- * back to the stream pool and to another client since: the word is then used only where
- * st does not capture, whoever captures it. */
-CUresult rm_stream_wait_event(struct rm_session *s, CUevent ev, CUstream st);
 
 /* Gives back the words channel s took (before its contexts are released). */
 void rm_stream_wait_release(struct rm_session *s);

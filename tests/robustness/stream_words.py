@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Stream waits by a word the GPU writes (backend/stream_wait.h), on the CPU test driver,
 where they are off by default (2 CPUs): with gpu_wait_spin_us set, programs that check
-their results after every kind of wait still pass, and the session logs show that words
-ended some waits; a wait longer than the spin is ended by the driver's; a kernel's fault
+their results after every kind of wait still pass (threads of their own channels among
+them, which turn words off), and the session logs show that words ended some waits; a wait longer than the spin is ended by the driver's; a kernel's fault
 is reported by a wait that watched a word, and after the broken context is reset the next
 client's waits use words again.
 
@@ -58,6 +58,13 @@ def main():
             check(waits is not None, f"{name}: its session logged how its waits ended {waits}")
             by_word += waits[1] if waits else 0
         check(by_word > 0, f"words ended some of their waits ({by_word})")
+        # A 300 us kernel is still running when its synchronize is read, however slow the
+        # machine, and ends within the 1 ms spin: its word ends the wait.
+        before = closed_count(d)
+        rc, out, err = run(d, [programs["drv_sleep"], image, "300000"])
+        waits = waits_of_last(d, before)
+        check(rc == 0 and waits is not None and waits[1] == 1,
+              f"a wait for a 300 us kernel ends by its word {waits} ({err.strip()[-200:]})")
 
         # The spin (1 ms) runs out inside a 20 ms kernel: the driver's wait ends it.
         before = closed_count(d)
@@ -73,7 +80,7 @@ def main():
               f"a faulting kernel's fault is reported to its synchronize ({out.strip()} {err.strip()[-200:]})")
         check(waits_of_last(d, before) is not None, "the faulting client's session has ended")
         before = closed_count(d)
-        rc, out, err = run(d, [programs["drv_thread_order"], image, *ARGS["drv_thread_order"]])
+        rc, out, err = run(d, [programs["drv_sleep"], image, "300000"])
         waits = waits_of_last(d, before)
         check(rc == 0 and "resetting the shared context" in d.text(),
               f"the next client works on a reset context ({err.strip()[-200:]})")
