@@ -127,9 +127,10 @@ void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st, const str
 }
 
 /* Closes the open spans of chan in context c (chan < 0: every channel's) opened at least
- * min_age_ns ago, on stream only where given. A span with no start event is left open before a waited call (min_age_ns
- * set: the synchronize behind its launch, which ends it) and otherwise (that synchronize
- * failed, or the client went) counted in host time up to now. */
+ * min_age_ns ago, on stream only where given. A span with no start event is left open
+ * before a waited call (min_age_ns set: the synchronize behind its launch, which ends it)
+ * and otherwise (that synchronize failed, or the client went) counted in host time up to
+ * now. */
 static void close_spans(struct rm_session *s, struct rm_session_ctx *c, int chan, uint64_t min_age_ns,
 			CUstream only)
 {

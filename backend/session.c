@@ -770,7 +770,7 @@ struct rm_session *rm_session_channel_new(struct rm_session *s, struct rm_conn *
 	ch->async_error = CUDA_SUCCESS;
 	ch->call_since_ns = ch->heartbeat_ns = 0;
 	ch->reply_begun = 0;
-	memset(ch->wait_words, 0, sizeof(ch->wait_words)); /* a word is one thread's (stream_wait.h) */
+	memset(ch->wait_words, 0, sizeof(ch->wait_words)); /* the main channel's (stream_wait.h) */
 	if (rm_link_init(&ch->link, conn)) {
 		free(ch);
 		return NULL;
@@ -799,7 +799,6 @@ void rm_session_channel_close(struct rm_session *ch)
 		rm_stream_pool_give(st);
 	}
 	rm_staging_close(&ch->staging);
-	rm_stream_wait_release(ch);
 	rm_drv.cuCtxSetCurrent(NULL);
 	rm_link_close(&ch->link);
 	pthread_mutex_destroy(&ch->send_lock);

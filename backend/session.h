@@ -85,6 +85,8 @@ struct rm_hostfn_hub;
 struct rm_session;
 struct rm_shared_region;
 
+struct rm_wait_word;
+
 /* What the channels of one session share (docs/protocol.md, "Channels"): what the client
  * owns, its contexts and its copy links. Each channel's calls run on the channel's own
  * thread, so this is used concurrently: lock guards the handle table, the owned ranges,
@@ -141,8 +143,6 @@ struct rm_session_shared {
  * calls, in order. Handlers get the channel; what they share with the session's other
  * channels is behind sh. The identity (id to heartbeat_ms) is copied from the main
  * channel and never changes. */
-struct rm_wait_word;
-
 struct rm_session {
 	uint64_t id;
 	int chan;                  /* 0: the session's main connection; 1..: a client thread's */
@@ -184,7 +184,8 @@ struct rm_session {
 	uint32_t heartbeat_ms;
 
 	struct rm_staging staging; /* copies over the channel's own connection */
-	/* Words its stream waits watch, one per context it waited in (stream_wait.h). */
+	/* Words its stream waits watch, one per context it waited in: the main channel's only,
+	 * as words are used only while the client has no thread channels (stream_wait.h). */
 	struct rm_wait_word *wait_words[RM_SESSION_MAX_CTX];
 	uint8_t small_in[RM_SMALL_HTOD]; /* a small blocking copy's bytes (rm_copy_in): pageable */
 };

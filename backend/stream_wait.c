@@ -25,7 +25,6 @@ struct rm_wait_word {
 	uint32_t *host;
 	CUdeviceptr device;
 	uint32_t value;               /* the last value asked for */
-	const struct rm_session *owner; /* the channel that took it: one thread's at a time */
 	struct rm_wait_word *next;    /* in its GPU's free list */
 };
 
@@ -38,7 +37,6 @@ struct word_page {
 static struct {
 	struct word_page *pages;
 	struct rm_wait_word *free;
-	struct rm_wait_word *landing; /* given back with their last write still to come */
 	int failed;                   /* a page could not be made: the driver's wait from now on */
 } gpus[WAIT_GPUS];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -83,39 +81,20 @@ static int add_page_locked(int dev)
 	return 0;
 }
 
-/* Moves dev's words whose last write has come to its free list (lock held). */
-static void take_landed_locked(int dev)
-{
-	for (struct rm_wait_word **at = &gpus[dev].landing; *at;) {
-		struct rm_wait_word *w = *at;
-		if (__atomic_load_n(w->host, __ATOMIC_ACQUIRE) != w->value) {
-			at = &w->next;
-			continue;
-		}
-		*at = w->next;
-		w->next = gpus[dev].free;
-		gpus[dev].free = w;
-	}
-}
-
-/* Channel s's word for its current context, taken at its first use; NULL: none. */
+/* Session s's word for its current context, taken at its first use; NULL: none. */
 static struct rm_wait_word *word_of(struct rm_session *s)
 {
 	int k = (int)(s->cur - s->sh->ctxs), dev = s->cur->dev;
-	if (s->wait_words[k] && s->wait_words[k]->owner == s)
+	if (s->wait_words[k])
 		return s->wait_words[k];
 	if (dev < 0 || dev >= WAIT_GPUS)
 		return NULL;
 	pthread_mutex_lock(&lock);
 	struct rm_wait_word *w = NULL;
-	if (!gpus[dev].free)
-		take_landed_locked(dev);
 	if (!gpus[dev].failed && !gpus[dev].free && add_page_locked(dev))
 		gpus[dev].failed = 1;
-	if ((w = gpus[dev].free)) {
+	if ((w = gpus[dev].free))
 		gpus[dev].free = w->next;
-		w->owner = s;
-	}
 	pthread_mutex_unlock(&lock);
 	s->wait_words[k] = w;
 	return w;
@@ -194,15 +173,12 @@ void rm_stream_wait_release(struct rm_session *s)
 		struct rm_wait_word *w = s->wait_words[k];
 		int dev = w ? s->sh->ctxs[k].dev : -1;
 		s->wait_words[k] = NULL;
-		if (!w || w->owner != s) /* none, or copied with the session (another's) */
+		/* One whose write may still come (its stream's wait failed: a fault, after which
+		 * the context is reset and its pages forgotten) is not used again. */
+		if (!w || __atomic_load_n(w->host, __ATOMIC_ACQUIRE) != w->value)
 			continue;
-		w->owner = NULL;
-		/* A write may still come (its stream's wait failed: a fault, after which the
-		 * context is reset): the word is used again only once it has. */
-		int landed = __atomic_load_n(w->host, __ATOMIC_ACQUIRE) == w->value;
-		struct rm_wait_word **list = landed ? &gpus[dev].free : &gpus[dev].landing;
-		w->next = *list;
-		*list = w;
+		w->next = gpus[dev].free;
+		gpus[dev].free = w;
 	}
 	pthread_mutex_unlock(&lock);
 }
@@ -215,7 +191,6 @@ void rm_stream_wait_forget_gpu(int dev, CUcontext ctx)
 	struct word_page *p = gpus[dev].pages;
 	gpus[dev].pages = NULL;
 	gpus[dev].free = NULL;
-	gpus[dev].landing = NULL;
 	gpus[dev].failed = 0;
 	pthread_mutex_unlock(&lock);
 	if (p && rm_drv.cuCtxPushCurrent_v2(ctx) == CUDA_SUCCESS) {

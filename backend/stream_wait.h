@@ -19,9 +19,9 @@
  * where CUDA finds the stream idle: so words are used only while the client's calls all
  * come on its main channel, which runs them one after another.
  *
- * Words belong to a GPU's shared context (cuMemHostAlloc, mapped): each channel takes
- * one per GPU at its first wait there and gives it back when it closes, so that none is
- * held when a context broken by a fault is reset (gpus.c). */
+ * Words belong to a GPU's shared context (cuMemHostAlloc, mapped): a session's main
+ * channel takes one per GPU at its first wait there and gives it back when the session
+ * ends, so that none is held when a context broken by a fault is reset (gpus.c). */
 #ifndef REMORA_STREAM_WAIT_H
 #define REMORA_STREAM_WAIT_H
 
@@ -40,7 +40,7 @@ void rm_stream_wait_configure(int spin_us);
  * that no end record is queued on st after the client knows it idle. */
 CUresult rm_stream_wait(struct rm_session *s, CUstream st);
 
-/* Gives back the words channel s took (before its contexts are released). */
+/* Gives back the words session s took (before its contexts are released). */
 void rm_stream_wait_release(struct rm_session *s);
 
 /* Forgets dev's words: its context ctx is about to be reset, and no channel holds one. */
