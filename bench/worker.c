@@ -147,7 +147,8 @@ static void run_launch(CUmodule module, long long async_n, long long sync_n)
 
 /* Waits for st as remorad's stream waits do (backend/stream_wait.c): a query, and while
  * not ready, a write of the next value to a mapped page-locked word behind st's work and
- * a spin on the word. */
+ * a spin on the word, for at most a second before the driver's wait (which reports a
+ * fault that kept the word from being written). */
 static void wait_by_word(CUstream st, volatile uint32_t *word, CUdeviceptr word_dev, uint32_t *value)
 {
 	CUresult r = cuStreamQuery(st);
@@ -156,8 +157,12 @@ static void wait_by_word(CUstream st, volatile uint32_t *word, CUdeviceptr word_
 	if (r != CUDA_ERROR_NOT_READY)
 		CHECK(r);
 	CHECK(cuStreamWriteValue32(st, word_dev, ++*value, 0));
-	while (*word != *value)
-		;
+	double t0 = now_us();
+	for (unsigned looks = 1; *word != *value; looks++)
+		if (looks % 4096 == 0 && now_us() - t0 > 1e6) {
+			CHECK(cuStreamSynchronize(st));
+			return;
+		}
 }
 
 /* Launch + synchronize as the program asks for it (the legacy stream, cuCtxSynchronize)
