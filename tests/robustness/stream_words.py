@@ -2,8 +2,9 @@
 """Stream waits by a word the GPU writes (backend/stream_wait.h), on the CPU test driver,
 where they are off by default (2 CPUs): with gpu_wait_spin_us set, programs that check
 their results after every kind of wait still pass (threads of their own channels among
-them, which turn words off), and the session logs show that words ended some waits; a wait longer than the spin is ended by the driver's; a kernel's fault
-is reported by a wait that watched a word, and after the broken context is reset the next
+them, which turn words off), and the session logs show that words ended some waits; a
+300 us kernel's wait ends by its word; a wait longer than the spin is ended by the
+driver's; a kernel's fault is reported; after the broken context is reset the next
 client's waits use words again.
 
 usage: stream_words.py REMORAD DRIVER REMORA PROBE PROBE_IMAGE PROGRAM_IMAGE DRV_PROGRAM...
