@@ -3,9 +3,9 @@
 where they are off by default (2 CPUs): with gpu_wait_spin_us set, programs that check
 their results after every kind of wait still pass (threads of their own channels among
 them, which turn words off), and the session logs show that words ended some waits; a
-300 us kernel's wait ends by its word; a wait longer than the spin is ended by the
-driver's; a kernel's fault is reported; after the broken context is reset the next
-client's waits use words again.
+300 us kernel's wait ends by its word (within a few tries on a loaded machine); a wait
+longer than the spin is ended by the driver's; a kernel's fault is reported; after the
+broken context is reset the next client's waits use words again.
 
 usage: stream_words.py REMORAD DRIVER REMORA PROBE PROBE_IMAGE PROGRAM_IMAGE DRV_PROGRAM...
 """
@@ -44,6 +44,22 @@ def closed_count(d):
     return len(WAITS.findall(d.text()))
 
 
+def sleeps_ending_by_word(d, tries=8):
+    """Runs a 300 us kernel until its one wait ends by its word, at most tries times: on a
+    loaded machine the test driver's kernel thread can be kept off a core past the spin, so
+    any one run may end in the driver's wait. Returns (ok, waits of the last run, stderr)."""
+    waits, err = None, ""
+    for _ in range(tries):
+        before = closed_count(d)
+        rc, out, err = run(d, [programs["drv_sleep"], image, "300000"])
+        waits = waits_of_last(d, before)
+        if rc != 0 or waits is None or sum(waits) != 1:
+            return False, waits, err
+        if waits[1] == 1:
+            return True, waits, err
+    return False, waits, err
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="stream-words-")
     d = Daemon(remorad, driver, tmp, "words", "gpu_wait_spin_us = 1000\n")
@@ -60,12 +76,9 @@ def main():
             by_word += waits[1] if waits else 0
         check(by_word > 0, f"words ended some of their waits ({by_word})")
         # A 300 us kernel is still running when its synchronize is read, however slow the
-        # machine, and ends within the 1 ms spin: its word ends the wait.
-        before = closed_count(d)
-        rc, out, err = run(d, [programs["drv_sleep"], image, "300000"])
-        waits = waits_of_last(d, before)
-        check(rc == 0 and waits is not None and waits[1] == 1,
-              f"a wait for a 300 us kernel ends by its word {waits} ({err.strip()[-200:]})")
+        # machine, and ends within the 1 ms spin unless its thread is kept off the cores.
+        ok, waits, err = sleeps_ending_by_word(d)
+        check(ok, f"a wait for a 300 us kernel ends by its word {waits} ({err.strip()[-200:]})")
 
         # The spin (1 ms) runs out inside a 20 ms kernel: the driver's wait ends it.
         before = closed_count(d)
@@ -80,12 +93,10 @@ def main():
         check(out.strip() == "CUDA_ERROR_ILLEGAL_ADDRESS",
               f"a faulting kernel's fault is reported to its synchronize ({out.strip()} {err.strip()[-200:]})")
         check(waits_of_last(d, before) is not None, "the faulting client's session has ended")
-        before = closed_count(d)
-        rc, out, err = run(d, [programs["drv_sleep"], image, "300000"])
-        waits = waits_of_last(d, before)
-        check(rc == 0 and "resetting the shared context" in d.text(),
+        ok, waits, err = sleeps_ending_by_word(d)
+        check(waits is not None and "resetting the shared context" in d.text(),
               f"the next client works on a reset context ({err.strip()[-200:]})")
-        check(waits is not None and waits[1] > 0, f"with words made in the new context {waits}")
+        check(ok, f"with words made in the new context {waits}")
         check(d.proc.poll() is None, "remorad is still running")
     finally:
         d.stop()
