@@ -3,15 +3,16 @@
  * With the 32 hardware queues remorad asks for, the driver's cuStreamSynchronize after
  * an empty kernel took 9.1 to 10.8 µs a launch + wait pair on an H200; queueing a write
  * of a new value to a word of page-locked host memory behind the work
- * (cuStreamWriteValue32) and watching the word took 7.6 to 8.6 (docs/hotpath.md,
+ * (cuStreamWriteValue32) and watching the word took 7.7 to 8.8 (docs/hotpath.md,
  * "Words the GPU writes"). So a thread that must wait for a busy stream queues such a
  * write and spins on its word for up to gpu_wait_spin_us; the driver's wait takes over
  * where the word cannot be used (a capturing stream, a hardware queue shared with
  * another client's stream in use, a client with threads of its own channels, a driver
  * without stream memory operations), where the write fails and when the spin runs out (a
- * long kernel, a host function, a fault, which stops the stream before the write). The driver's wait also gives the errors: the word
- * is written only after all earlier work of the stream has run. An idle stream is
- * answered by cuStreamQuery, as quickly as by the driver's wait.
+ * long kernel, a host function, a fault, which stops the stream before the write). The
+ * driver's wait also gives the errors: the word is written only after all earlier work of
+ * the stream has run. An idle stream is answered by cuStreamQuery, as quickly as by the
+ * driver's wait.
  *
  * The write is remorad's own work on the client's stream, done when the wait returns. A
  * client thread with a channel of its own could meanwhile ask cuStreamQuery of that
