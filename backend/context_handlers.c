@@ -84,3 +84,33 @@ CUresult rm_body_cuCtxSetLimit(struct rm_session *s, CUlimit limit, size_t value
 		r = rm_drv.cuCtxSetLimit(limit, value);
 	return r;
 }
+
+/* Capabilities a remote client has only in part, answered as absent so that programs take
+ * their other path instead of getting wrong data (docs/managed-memory.md): the client's
+ * managed memory is a copy kept coherent at synchronization, not memory the GPU and the
+ * host reach at once; its pageable and registered memory never reaches the GPU by the host
+ * pointer; host and device atomics never meet on the same bytes. */
+static int remote_lacks(CUdevice_attribute attrib)
+{
+	switch (attrib) {
+	case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
+	case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
+	case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
+	case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED:
+	case CU_DEVICE_ATTRIBUTE_ONLY_PARTIAL_HOST_NATIVE_ATOMIC_SUPPORTED:
+	case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST:
+	case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+CUresult rm_body_cuDeviceGetAttribute(struct rm_session *s, int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+	(void)s;
+	CUresult r = rm_drv.cuDeviceGetAttribute(pi, attrib, dev);
+	if (r == CUDA_SUCCESS && remote_lacks(attrib))
+		*pi = 0;
+	return r;
+}

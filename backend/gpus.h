@@ -1,5 +1,4 @@
-/* The GPUs of this host: one shared primary context each, counted users, and
- * recovery once a fault has broken a context. */
+/* The GPUs of this host: one shared primary context each, with counted users. */
 #ifndef REMORA_GPUS_H
 #define REMORA_GPUS_H
 
@@ -9,17 +8,21 @@
  * on: the gpu_sync setting's value (auto, spin, yield, block). */
 void rm_gpu_set_sync(const char *mode);
 
-/* The shared context of dev for a new user. A context broken by a fault is
- * reset first once no session uses it; while sessions still do, new ones get
- * CUDA_ERROR_DEVICE_UNAVAILABLE. */
+/* The shared context of dev for a new user; a faulted worker's sticky error once it has
+ * faulted (fault.h). */
 CUresult rm_gpu_acquire(CUdevice dev, CUcontext *out);
 /* A session stops using dev's context. */
 void rm_gpu_release(CUdevice dev);
-/* Notes result r of a call in dev's context: a sticky error marks the context broken. */
-void rm_gpu_note_result(CUdevice dev, CUresult r);
+
+/* Releases and resets dev's shared context, and forgets what was made in it, if no
+ * session uses it; the next user makes it anew. For the request fuzzer (tests/fuzz), whose
+ * test driver can recover a faulted process: NVIDIA's cannot, and remorad retires a faulted
+ * worker instead (fault.h). */
+void rm_gpu_reset(CUdevice dev);
 
 /* dev's free and total memory as its context sees it; CUDA_ERROR_INVALID_CONTEXT
- * while this process has no working context on it. */
+ * while this process has no context on it. A sticky error it returns faults the worker
+ * (the worker's periodic check for faults no call has reported). */
 CUresult rm_gpu_memory(CUdevice dev, size_t *free_b, size_t *total_b);
 
 #endif

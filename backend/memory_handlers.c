@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "copy_profile.h"
+#include "fault.h"
 #include "log.h"
 #include "registry.h"
 #include "remora.pb-c.h"
@@ -91,7 +92,9 @@ static void copy_in(struct rm_session *s, struct rm_request *rq, int wait)
 	rm_copy_profile_begin(&prof, "daemon", rm_op_names[rq->frame.op], n);
 	prof.host = "staging";
 	CUstream stream = NULL;
-	CUresult r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &stream);
+	CUresult r = rm_fault_error(); /* worker.c runs this handler even then, to drain the bytes */
+	if (r == CUDA_SUCCESS)
+		r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &stream);
 	if (r == CUDA_SUCCESS)
 		r = rm_session_check_range(s, req->dst, n);
 	r = rm_copy_in(s, rq, r, stream, req->dst, n, links, wait, req->pageable, &prof);
@@ -130,7 +133,9 @@ static void copy_out(struct rm_session *s, struct rm_request *rq, int wait)
 	rm_copy_profile_begin(&prof, "daemon", rm_op_names[rq->frame.op], n);
 	prof.host = "staging";
 	CUstream stream = NULL;
-	CUresult r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &stream);
+	CUresult r = rm_fault_error();
+	if (r == CUDA_SUCCESS)
+		r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &stream);
 	if (r == CUDA_SUCCESS)
 		r = rm_session_check_range(s, req->src, n);
 	if (r == CUDA_SUCCESS) {

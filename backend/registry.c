@@ -150,8 +150,32 @@ int rm_registry_reap_worker(pid_t worker)
 			leave_locked(i);
 			n++;
 		}
+	for (int i = 0; i < RM_MAX_FAULTED; i++)
+		if (reg->faulted[i].worker == worker)
+			reg->faulted[i] = (struct rm_faulted_worker){0};
 	rm_registry_unlock();
 	return n;
+}
+
+void rm_registry_mark_faulted(pid_t worker, int error)
+{
+	rm_registry_lock();
+	int i = 0;
+	while (i < RM_MAX_FAULTED - 1 && reg->faulted[i].worker && reg->faulted[i].worker != worker)
+		i++;
+	reg->faulted[i] = (struct rm_faulted_worker){.worker = worker, .error = error};
+	rm_registry_unlock();
+}
+
+int rm_registry_worker_fault(pid_t worker)
+{
+	int error = 0;
+	rm_registry_lock();
+	for (int i = 0; i < RM_MAX_FAULTED && !error; i++)
+		if (reg->faulted[i].worker == worker)
+			error = reg->faulted[i].error;
+	rm_registry_unlock();
+	return error;
 }
 
 void rm_registry_set_limits(int t, uint64_t memory_limit, uint64_t client_memory_limit)

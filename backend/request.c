@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "call_profile.h"
-#include "gpus.h"
+#include "fault.h"
 #include "liveness.h"
 #include "log.h"
 
@@ -43,9 +43,18 @@ static int send_reply(struct rm_session *s, struct rm_request *rq, CUresult r, c
 		f.async_result = (int32_t)s->async_error;
 		s->async_error = CUDA_SUCCESS;
 	}
+	char notice[RM_NOTICE_MAX];
+	size_t notice_len = r != CUDA_SUCCESS ? rm_fault_notice(s, notice, sizeof(notice)) : 0;
 	pthread_mutex_lock(&s->send_lock);
 	rm_liveness_reply_begins(s);
-	int err = rm_link_send(&s->link, &f, buf, NULL, 0);
+	int err = 0;
+	if (notice_len) {
+		struct rm_frame nf = {.magic = RM_WIRE_MAGIC, .op = RM_OP_FAULT_NOTICE, .seq = rq->frame.seq,
+				      .msg_len = (uint32_t)notice_len, .flags = RM_F_REPLY};
+		err = rm_link_send(&s->link, &nf, notice, NULL, 0);
+	}
+	if (!err)
+		err = rm_link_send(&s->link, &f, buf, NULL, 0);
 	pthread_mutex_unlock(&s->send_lock);
 	if (buf != small)
 		free(buf);
@@ -56,8 +65,7 @@ static int send_reply(struct rm_session *s, struct rm_request *rq, CUresult r, c
 void rm_request_finish(struct rm_session *s, struct rm_request *rq, CUresult r, const ProtobufCMessage *rep)
 {
 	rq->result = r;
-	if (r != CUDA_SUCCESS && s->cur)
-		rm_gpu_note_result(s->cur->dev, r);
+	rm_fault_note(s, r);
 	if (rq->frame.flags & RM_F_ASYNC) {
 		if (r != CUDA_SUCCESS) {
 			rm_log(RM_LOG_DEBUG, "session %llu: async %s failed with %d", (unsigned long long)s->id,

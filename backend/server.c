@@ -1,7 +1,8 @@
 /* The accepting process: one short-lived thread per new connection reads the
  * hello, checks the credential and admission, and passes the connection to the
  * worker process of the client's tenant, starting that worker when needed. A
- * worker that dies (a GPU fault ends its process) takes only its tenant's clients.
+ * worker that faulted is retired: a fresh one takes the tenant's new clients
+ * (retire_if_faulted). A worker that dies takes only its own clients.
  * What a connection costs before its hello is bounded by handshakes.h.
  *
  * Stopping (SIGTERM, SIGINT): the handler only notes the signal and writes to a pipe.
@@ -62,8 +63,12 @@ const struct rm_daemon_config *rm_server_config(void)
 }
 static const char *worker_exe;
 static char **worker_argv;
-/* One worker per tenant (the anonymous tenant last), or only workers[0] when shared. */
-static struct worker workers[RM_CONFIG_MAX_TENANTS + 1];
+/* One worker per tenant (the anonymous tenant last), or only workers[0] when shared; then
+ * room for the retired ones: workers that faulted (fault.h) and still serve their clients
+ * until those leave. Every loop over workers covers both. */
+#define CURRENT_WORKERS (RM_CONFIG_MAX_TENANTS + 1)
+#define RETIRED_WORKERS RM_MAX_FAULTED
+static struct worker workers[CURRENT_WORKERS + RETIRED_WORKERS];
 static pthread_mutex_t workers_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t workers_changed; /* a worker ended (monotonic clock) */
 static int workers_reaping;           /* workers reaped whose end is not yet accounted for */
@@ -80,6 +85,26 @@ static int sigint_caught; /* SIGINT is ours (not ignored, as in a shell's backgr
 static struct worker *worker_of(int tenant)
 {
 	return current_config()->isolation == RM_ISOLATE_SHARED ? &workers[0] : &workers[rm_registry_tenant_slot(tenant)];
+}
+
+/* A current worker that has faulted gives its place to a fresh one (started by the
+ * caller): it moves among the retired, where it still takes its sessions' copy links and
+ * channels. -EAGAIN where no retired place is free. Under workers_lock. */
+static int retire_if_faulted(struct worker *w, const char *tenant_name)
+{
+	int error = w->pid ? rm_registry_worker_fault(w->pid) : 0;
+	if (!error)
+		return 0;
+	for (size_t i = CURRENT_WORKERS; i < sizeof(workers) / sizeof(workers[0]); i++)
+		if (!workers[i].pid) {
+			rm_log(RM_LOG_WARN, "worker %d (%s) faulted with error %d: a fresh worker serves the tenant's "
+			       "new clients; the old one serves its clients until they leave", (int)w->pid,
+			       current_config()->isolation == RM_ISOLATE_SHARED ? "all tenants" : tenant_name, error);
+			workers[i] = *w;
+			*w = (struct worker){0};
+			return 0;
+		}
+	return -EAGAIN;
 }
 
 /* Starts a worker: this program again, with --worker-channel naming its end of a new channel. */
@@ -188,8 +213,8 @@ static void *reap_workers(void *arg)
 			       WIFEXITED(status) ? "status" : "signal",
 			       WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), n);
 		else if (WIFEXITED(status) && WEXITSTATUS(status) == 75)
-			rm_log(RM_LOG_WARN, "worker %d ended after a GPU fault its driver cannot recover from; "
-			       "its %d client(s) lost their connection, other tenants go on", (int)pid, n);
+			rm_log(RM_LOG_INFO, "worker %d, retired after a GPU fault, ended once its clients had left "
+			       "(%d left over)", (int)pid, n);
 		else
 			rm_log(RM_LOG_WARN, "worker %d ended (%s %d) with %d client(s)", (int)pid,
 			       WIFEXITED(status) ? "status" : "signal",
@@ -418,7 +443,9 @@ static void *greet(void *arg)
 
 	pthread_mutex_lock(&workers_lock);
 	struct worker *w = worker_of(h.tenant);
-	err = workers_stopping ? -ESHUTDOWN : w->pid ? 0 : start_worker(w, t->name);
+	err = workers_stopping ? -ESHUTDOWN : retire_if_faulted(w, t->name);
+	if (!err && !w->pid)
+		err = start_worker(w, t->name);
 	if (!err) {
 		rm_registry_lock();
 		c->worker = w->pid;
@@ -429,6 +456,12 @@ static void *greet(void *arg)
 	if (err == -ESHUTDOWN) {
 		rm_log(RM_LOG_INFO, "client %s (%s, pid %u) refused: the daemon is stopping", peer, h.name, h.pid);
 		refuse(&link, f.seq, CUDA_ERROR_DEVICE_UNAVAILABLE, "the daemon is stopping");
+		rm_registry_leave(h.slot);
+	} else if (err == -EAGAIN) {
+		rm_log(RM_LOG_ERROR, "client %s (%s, pid %u) refused: %d faulted workers still serve their clients",
+		       peer, h.name, h.pid, RETIRED_WORKERS);
+		refuse(&link, f.seq, CUDA_ERROR_DEVICE_UNAVAILABLE,
+		       "the tenant's worker faulted and too many faulted workers still serve their clients");
 		rm_registry_leave(h.slot);
 	} else if (err) {
 		rm_log(RM_LOG_ERROR, "client %s: cannot hand it to a worker: %s", peer, strerror(-err));

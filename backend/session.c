@@ -12,6 +12,7 @@
 #include "call_profile.h"
 #include "copy_links.h"
 #include "driver_table.h"
+#include "fault.h"
 #include "gpus.h"
 #include "host_functions.h"
 #include "image_cache.h"
@@ -668,11 +669,10 @@ size_t rm_session_release_all(struct rm_session *s)
 		rm_drv.cuCtxSetCurrent(s->sh->ctxs[0].ctx);
 	rm_capture_end_all(s); /* a capturing stream can be neither waited for nor reused */
 	sync_streams(s, NULL);
-	/* A fault of this client's work that no reply reported leaves its context broken for
-	 * everyone: a sticky error shows on any stream of it, and is noted so that the
-	 * context is reset once its clients have left (gpus.h). */
+	/* A fault of this client's work that no reply reported leaves the worker's contexts
+	 * broken for everyone: a sticky error shows on any stream, and faults the worker. */
 	for (int i = 0; i < s->sh->nctx; i++)
-		rm_gpu_note_result(s->sh->ctxs[i].dev, rm_drv.cuStreamQuery(s->sh->ctxs[i].default_stream));
+		rm_fault_note(s, rm_drv.cuStreamQuery(s->sh->ctxs[i].default_stream));
 	for (size_t k = 0; k < sizeof(order) / sizeof(order[0]); k++)
 		for (size_t i = 0; i < s->sh->handles_cap; i++) {
 			struct rm_handle *h = &s->sh->handles[i];

@@ -123,6 +123,7 @@ struct rm_session_shared {
 	int fence_waiters;
 
 	struct rm_hostfn_hub *hostfn; /* host functions' callback channel (host_functions.h); NULL: none */
+	int fault_told; /* the client was told why its calls fail after a fault (fault.h; atomic) */
 
 	pthread_mutex_t copy_lock; /* attaching copy links; held by a striped copy throughout */
 	struct rm_copy_link *copy_links[RM_MAX_COPY_LINKS]; /* [1 .. ncopy_links] */

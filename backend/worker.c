@@ -22,6 +22,7 @@
 #include "host_functions.h"
 #include "host_memory.h"
 #include "call_profile.h"
+#include "fault.h"
 #include "kernel_timing.h"
 #include "liveness.h"
 #include "log.h"
@@ -135,6 +136,15 @@ static void account(struct rm_session *s, const struct rm_request *rq)
 		rm_kernel_timing_collect(s);
 }
 
+/* Whether a call's handler moves bulk bytes, over the connection and perhaps the copy
+ * links: it runs even when the call is to fail, so that the bytes are drained or the
+ * links told (memory_handlers.c fails it with the worker's fault error). */
+static int moves_bulk(rm_op_handler h)
+{
+	return h == rm_handle_cuMemcpyHtoD_v2 || h == rm_handle_cuMemcpyHtoDAsync_v2 || h == rm_handle_cuMemcpyDtoH_v2 ||
+	       h == rm_handle_cuMemcpyDtoHAsync_v2;
+}
+
 static void serve(struct rm_session *s)
 {
 	struct rm_request rq;
@@ -225,6 +235,8 @@ static void serve(struct rm_session *s)
 			rm_kernel_timing_close(s, RM_SPAN_EARLY_CLOSE_NS);
 		rm_liveness_call_begin(s);
 		CUresult r = rm_session_enter(s, rq.frame.ctx);
+		if (r == CUDA_SUCCESS && !moves_bulk(handler))
+			r = rm_fault_error(); /* a faulted worker answers every call with its error */
 		rm_call_part_end(RM_PART_BEFORE_HANDLER, call_ns);
 		if (r != CUDA_SUCCESS)
 			rm_request_finish(s, &rq, r, NULL);
@@ -446,20 +458,37 @@ static void attach_link(struct rm_conn *conn, const struct rm_handoff *h)
 		rm_conn_close(conn);
 }
 
-/* Keeps the registry's free-memory figure of each GPU this worker uses current. */
-static void *watch_memory(void *arg)
+#define WATCH_INTERVAL_MS 200 /* how soon a fault no call reported is found */
+#define WATCH_MEMORY_EVERY 10 /* intervals between registry updates of free memory */
+#define RETIRED_GRACE_MS 2000 /* a faulted worker idle this long after its fault exits */
+
+/* Asks each GPU's context for its free memory: a sticky error faults the worker (gpus.h),
+ * however no call of a client has reported it yet; every few rounds the answer goes into
+ * the registry's free-memory figures. A faulted worker whose clients have all left exits
+ * (status 75, as server.c expects), a grace after its fault for a hand-over in flight. */
+static void *watch_gpus(void *arg)
 {
 	(void)arg;
-	for (;;) {
+	struct timespec tick = {0, WATCH_INTERVAL_MS * 1000000L};
+	for (unsigned round = 0;; round++) {
 		for (int g = 0; g < rm_registry()->ngpus; g++) {
 			size_t free_b, total_b;
-			if (rm_gpu_memory(g, &free_b, &total_b) == CUDA_SUCCESS) {
+			if (rm_gpu_memory(g, &free_b, &total_b) == CUDA_SUCCESS && round % WATCH_MEMORY_EVERY == 0) {
 				rm_registry_lock();
 				rm_registry()->gpus[g].free_bytes = free_b;
 				rm_registry_unlock();
 			}
 		}
-		sleep(2);
+		if (rm_fault_age_ms() > RETIRED_GRACE_MS) {
+			pthread_mutex_lock(&sessions_lock);
+			int idle = nsessions == 0;
+			pthread_mutex_unlock(&sessions_lock);
+			if (idle) {
+				rm_log(RM_LOG_INFO, "worker: faulted, and its last client has left; exiting");
+				_exit(75);
+			}
+		}
+		nanosleep(&tick, NULL);
 	}
 	return NULL;
 }
@@ -585,7 +614,7 @@ int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 	const char *addr;
 	const struct rm_transport *tp = rm_transport_for(cfg->listen, &addr);
 	pthread_t t;
-	pthread_create(&t, NULL, watch_memory, NULL);
+	pthread_create(&t, NULL, watch_gpus, NULL);
 	pthread_detach(t);
 	if (rm_liveness_start(sessions_each))
 		rm_log(RM_LOG_WARN, "no heartbeat thread: clients of long calls may take this worker for frozen");

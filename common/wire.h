@@ -52,7 +52,13 @@ enum {
 	RM_OP_HOST_SHARE = 0x1000A,   /* remora.HostShare: the memfd passed just before this frame
 				       * is the client's pinned allocation addr; empty reply */
 	RM_OP_HOST_UNSHARE = 0x1000B, /* remora.HostShare (addr only): no longer shared; empty reply */
+	RM_OP_FAULT_NOTICE = 0x1000C, /* from the daemon, flagged a reply, just before a call's reply:
+				       * one line of text (at most RM_NOTICE_MAX bytes) saying why
+				       * the call fails: another client's fault broke the shared
+				       * context (docs/sharing.md, "Faults") */
 };
+
+#define RM_NOTICE_MAX 512
 
 /* Shared pinned memory: regions one session may share at most (each at least a page). */
 #define RM_MAX_SHARED_REGIONS 4096

@@ -15,6 +15,7 @@
 #include "environment.h"
 #include "placement.h"
 #include "remora.pb-c.h"
+#include "text.h"
 #include <sched.h>
 
 #define BATCH_FLUSH_AT (64u << 10)  /* flush async calls once this much is queued */
@@ -424,14 +425,37 @@ static CUresult append_fences_locked(struct rm_client_conn *c, const struct fenc
 	return CUDA_SUCCESS;
 }
 
+/* A frame that may come before a reply, read and dealt with: 1, or 0 where rf is none
+ * (-errno where its text could not be read). Heartbeats say the daemon is busy with this
+ * call or one before it; a fault notice says why the reply is an error (the daemon's one
+ * line, escaped, since it is a peer's text). */
+static int before_reply(struct rm_client_conn *c, const struct rm_frame *rf)
+{
+	if (!(rf->flags & RM_F_REPLY) || rf->bulk_len)
+		return 0;
+	if (rf->op == RM_OP_HEARTBEAT)
+		return !rf->msg_len;
+	if (rf->op != RM_OP_FAULT_NOTICE || rf->msg_len > RM_NOTICE_MAX)
+		return 0;
+	char text[RM_NOTICE_MAX + 1], line[4 * RM_NOTICE_MAX + 1];
+	int err = rm_link_read(&c->link, text, rf->msg_len);
+	if (err)
+		return err;
+	text[rf->msg_len] = 0;
+	rm_log(RM_LOG_ERROR, "%s", rm_text_escape(line, sizeof(line), text));
+	return 1;
+}
+
 /* Reads the reply to call (frame f sent) off c's link. */
 static CUresult read_reply_locked(struct rm_client_conn *c, const struct rm_frame *f, struct rm_rpc_call *call)
 {
 	struct rm_frame rf;
-	int err;
-	do /* heartbeats: the daemon is busy with this call, or one before it */
+	int err, skip = 0;
+	do
 		err = rm_link_read_frame(&c->link, &rf);
-	while (!err && rf.op == RM_OP_HEARTBEAT && (rf.flags & RM_F_REPLY) && !rf.msg_len && !rf.bulk_len);
+	while (!err && (skip = before_reply(c, &rf)) == 1);
+	if (!err && skip < 0)
+		err = skip;
 	if (!err && rf.op == RM_OP_GOING_AWAY && (rf.flags & RM_F_REPLY))
 		err = -ESHUTDOWN;
 	if (err)

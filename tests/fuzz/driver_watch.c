@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "driver_table.h"
+#include "fault.h"
 #include "gpus.h"
 
 /* ---- What sessions hold: the driver's allocation and event entries, counted ---- */
@@ -200,21 +201,24 @@ void driver_watch_start(void)
 #undef WRAP
 }
 
-/* Whether a client's kernel faulted the shared context of a GPU. Nothing in it can be
- * freed then (the driver answers with the fault); the daemon resets it, and the driver
- * frees what it held, at the next client's acquire, for which this marks it broken,
- * so that every input starts on a working context. */
+/* Whether a client's kernel faulted the worker. Nothing can be freed then (the driver
+ * answers with the fault): the contexts are reset, which frees what they held (the test
+ * driver, run with REMORA_TESTDRIVER_RECOVERABLE=1, then forgets the fault too), and so is
+ * the worker's fault, so that every input starts on a working worker. */
 static int context_faulted(int ngpus)
 {
 	int faulted = 0;
 	for (int g = 0; g < ngpus; g++) {
 		size_t free_b, total_b;
-		CUresult r = rm_gpu_memory(g, &free_b, &total_b);
-		/* No context (INVALID_CONTEXT) holds nothing; one marked broken answers so too. */
-		if (r != CUDA_SUCCESS) {
-			rm_gpu_note_result(g, r);
+		/* No context (INVALID_CONTEXT) holds nothing. */
+		if (rm_gpu_memory(g, &free_b, &total_b) != CUDA_SUCCESS)
 			faulted = 1;
-		}
+	}
+	if (faulted || rm_fault_error() != CUDA_SUCCESS) {
+		for (int g = 0; g < ngpus; g++)
+			rm_gpu_reset(g);
+		rm_fault_clear();
+		faulted = 1;
 	}
 	return faulted;
 }

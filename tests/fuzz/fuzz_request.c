@@ -76,6 +76,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	/* Small, so that a large allocation fails fast, and below 2^32, so that no size
 	 * a reply carries is taken for a handle. */
 	setenv("REMORA_TESTDRIVER_MEM_MB", "64", 1);
+	/* One process runs every input: a faulting one must not leave the rest faulted
+	 * (driver_watch_check_released resets the contexts after it). */
+	setenv("REMORA_TESTDRIVER_RECOVERABLE", "1", 1);
 	rm_stream_pool_configure(config.hardware_queues, config.queue_sharing_wait, config.queue_idle_after);
 	const char *driver = getenv("REMORA_FUZZ_DRIVER") ? getenv("REMORA_FUZZ_DRIVER") : FUZZ_TESTDRIVER;
 	void *lib = dlopen(driver, RTLD_NOW | RTLD_LOCAL);

@@ -28,7 +28,8 @@ def stop_process(proc, grace=10):
 
 
 class Daemon:
-    """remorad on the given driver, REMORA_LOG=info, its log in tmp/NAME.log."""
+    """remorad on the given driver (None: the system's libcuda), REMORA_LOG=info, its log in
+    tmp/NAME.log."""
 
     def __init__(self, remorad, driver, tmp, name, config, env=None, args=(), preexec_fn=None):
         self.log_path = os.path.join(tmp, name + ".log")
@@ -44,7 +45,7 @@ class Daemon:
         denv.update(REMORA_LOG="info", **(env or {}))
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen([remorad, "--config", conf, "--listen", "tcp://127.0.0.1:0",
-                                      "--driver", driver, "--ready-file", ready, *args],
+                                      *(["--driver", driver] if driver else []), "--ready-file", ready, *args],
                                      stderr=self.log, env=denv, preexec_fn=preexec_fn)
         ok = wait_for(lambda: os.path.exists(ready) and open(ready).read().strip(), timeout=10)
         if not ok:

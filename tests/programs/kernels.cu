@@ -5,6 +5,8 @@
 // name.  Element-wise kernels are grid-stride loops: any launch shape covers
 // all n elements, which is what the CPU versions compute.
 
+#include <assert.h>
+
 extern "C" {
 
 // Read back with cuModuleGetGlobal by drv_vecadd: "REMO".
@@ -107,6 +109,12 @@ __global__ void emptyKernel(void)
 __global__ void faultKernel(int *p)
 {
     *p = 1;
+}
+
+// Launched with v = 0 to fail a device-side assert (CUDA_ERROR_ASSERT).
+__global__ void assertKernel(int v)
+{
+    assert(v != 0);
 }
 
 }

@@ -94,9 +94,9 @@ def main():
               f"a faulting kernel's fault is reported to its synchronize ({out.strip()} {err.strip()[-200:]})")
         check(waits_of_last(d, before) is not None, "the faulting client's session has ended")
         ok, waits, err = sleeps_ending_by_word(d)
-        check(waits is not None and "resetting the shared context" in d.text(),
-              f"the next client works on a reset context ({err.strip()[-200:]})")
-        check(ok, f"with words made in the new context {waits}")
+        check(waits is not None and len(d.workers()) == 1 and "a fresh worker serves" in d.text(),
+              f"the next client works in a fresh worker's context ({err.strip()[-200:]})")
+        check(ok, f"with words made in the new worker's context {waits}")
         check(d.proc.poll() is None, "remorad is still running")
     finally:
         d.stop()

@@ -488,13 +488,16 @@ def tenants(tmp):
         rc, out, err = finish(work)
         check(rc == 0 and out.strip() == "ok", f"beta's work loop was not disturbed ({err.strip()})")
         text = d.text()
-        broke = re.findall(r"^(?:\S+ )?remorad\[(\d+)\].*broke the shared context", text, re.M)
-        check(broke == [str(w.get("alpha"))], f"only alpha's worker saw its context broken ({broke})")
+        broke = re.findall(r"^(?:\S+ )?remorad\[(\d+)\].*broke this worker's GPU contexts", text, re.M)
+        check(broke == [str(w.get("alpha"))], f"only alpha's worker saw its contexts broken ({broke})")
         check(alive(w["beta"]), "beta's worker is still running")
-        # Until the faulting client's session has ended (a little after its process), a new
-        # client of alpha gets CUDA_ERROR_DEVICE_UNAVAILABLE (backend/gpus.h).
-        check(wait_for(lambda: sessions_ended(d)), "alpha's faulting client's session has ended")
+        # The faulted worker is retired: alpha's next client goes to a fresh one at once, and
+        # the old one exits once its clients have left (backend/fault.h).
         check(info(d, token="alpha-secret")[0] == 0, "alpha is served again after its fault")
+        fresh = d.workers()["alpha"]
+        check(fresh != w["alpha"], f"by a fresh worker ({fresh}, faulted {w['alpha']})")
+        check(wait_for(lambda: not alive(w["alpha"]), timeout=30), "the faulted worker exits once idle")
+        w["alpha"] = fresh
 
         # A worker that dies outright takes only its own tenant's clients; their
         # admission places are freed, and the tenant's next client gets a new worker.
@@ -512,7 +515,7 @@ def tenants(tmp):
         rc, _, err = info(d, token="beta-secret")
         check(rc != 0 and "GPU 0 already serves its maximum of 3 clients" in err, f"a fourth is refused ({err})")
         w2 = re.findall(r"started worker (\d+) for alpha", d.text())
-        check(len(w2) == 2 and int(w2[1]) != w["alpha"] and alive(int(w2[1])), f"alpha has a new worker ({w2})")
+        check(len(w2) == 3 and int(w2[2]) != w["alpha"] and alive(int(w2[2])), f"alpha has a new worker ({w2})")
         check(release(hb) == 0, "beta's held client worked on throughout and leaves cleanly")
         for p, _, _, _ in new:
             check(release(p) == 0, "a new alpha client leaves cleanly")

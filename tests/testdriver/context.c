@@ -25,6 +25,25 @@ static const size_t default_limits[CU_LIMIT_MAX] = {
 	[CU_LIMIT_PERSISTING_L2_CACHE_SIZE] = 0,
 };
 
+static CUresult process_fault = CUDA_SUCCESS;
+
+CUresult td_sticky_error(void)
+{
+	return __atomic_load_n(&process_fault, __ATOMIC_ACQUIRE);
+}
+
+void td_fault(CUresult rc)
+{
+	CUresult none = CUDA_SUCCESS;
+	__atomic_compare_exchange_n(&process_fault, &none, rc, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+static bool recoverable(void)
+{
+	const char *v = getenv("REMORA_TESTDRIVER_RECOVERABLE");
+	return v && !strcmp(v, "1");
+}
+
 static void context_activate(struct td_context *ctx, int device, unsigned flags)
 {
 	ctx->magic = TD_MAGIC_CONTEXT;
@@ -33,7 +52,6 @@ static void context_activate(struct td_context *ctx, int device, unsigned flags)
 	ctx->active = true;
 	static unsigned long long ids;
 	ctx->id = __atomic_add_fetch(&ids, 1, __ATOMIC_RELAXED);
-	ctx->sticky_error = CUDA_SUCCESS;
 	memcpy(ctx->limits, default_limits, sizeof default_limits);
 }
 
@@ -76,7 +94,7 @@ CUresult td_require_context(struct td_context **out)
 	if (!ctx->active)
 		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
 	*out = ctx;
-	return __atomic_load_n(&ctx->sticky_error, __ATOMIC_ACQUIRE);
+	return td_sticky_error();
 }
 
 static CUresult check_device(CUdevice dev)
@@ -140,6 +158,8 @@ TD_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 	pthread_mutex_lock(&td_lock);
 	ctx->primary_refs = 0;
 	pthread_mutex_unlock(&td_lock);
+	if (recoverable())
+		__atomic_store_n(&process_fault, CUDA_SUCCESS, __ATOMIC_RELEASE);
 	return CUDA_SUCCESS;
 }
 

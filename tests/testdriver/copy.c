@@ -43,7 +43,7 @@ static CUresult copy(void *dst, enum side dst_side, const void *src, enum side s
 	uint64_t ticket = td_enqueue(s, op);
 	if (!async)
 		td_wait_ticket(s, ticket);
-	return async ? CUDA_SUCCESS : __atomic_load_n(&s->ctx->sticky_error, __ATOMIC_ACQUIRE);
+	return async ? CUDA_SUCCESS : td_sticky_error();
 }
 
 #define DEV(p) ((void *)(uintptr_t)(p))
@@ -109,7 +109,7 @@ static CUresult memset_elements(CUdeviceptr dst, uint32_t value, unsigned width,
 	uint64_t ticket = td_enqueue(s, op);
 	if (!async)
 		td_wait_ticket(s, ticket);
-	return async ? CUDA_SUCCESS : __atomic_load_n(&s->ctx->sticky_error, __ATOMIC_ACQUIRE);
+	return async ? CUDA_SUCCESS : td_sticky_error();
 }
 
 TD_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t count)

@@ -162,6 +162,16 @@ static CUresult run_fault_kernel(const struct td_launch_shape *shape, const unsi
 	return CUDA_SUCCESS;
 }
 
+/* A device-side assert: assert(v != 0) in every thread. */
+static CUresult run_assert_kernel(const struct td_launch_shape *shape, const unsigned char *args)
+{
+	(void)shape;
+	struct arg_reader r = { args, 0 };
+	int v;
+	next_arg(&r, &v, sizeof v);
+	return v ? CUDA_SUCCESS : CUDA_ERROR_ASSERT;
+}
+
 #define P 8 /* a pointer parameter */
 static const struct td_kernel catalogue[] = {
 	{ "vecAdd", 4, { P, P, P, 4 }, 0, 16, run_vec_add },
@@ -173,6 +183,7 @@ static const struct td_kernel catalogue[] = {
 	{ "sleepNs", 1, { 8 }, 0, 10, run_sleep_ns },
 	{ "emptyKernel", 0, { 0 }, 0, 4, run_empty_kernel },
 	{ "faultKernel", 1, { P }, 0, 8, run_fault_kernel },
+	{ "assertKernel", 1, { 4 }, 0, 8, run_assert_kernel },
 };
 #undef P
 

@@ -92,7 +92,7 @@ static void fill(void *dst, uint32_t value, unsigned width, size_t count)
 
 static void run_op(struct td_stream *s, struct td_op *op)
 {
-	bool broken = __atomic_load_n(&s->ctx->sticky_error, __ATOMIC_ACQUIRE) != CUDA_SUCCESS;
+	bool broken = td_sticky_error() != CUDA_SUCCESS;
 	switch (op->kind) {
 	case TD_OP_COPY:
 		if (!broken)
@@ -105,10 +105,8 @@ static void run_op(struct td_stream *s, struct td_op *op)
 	case TD_OP_KERNEL:
 		if (!broken) {
 			CUresult rc = op->u.launch.kernel->run(&op->u.launch.shape, op->u.launch.args);
-			CUresult none = CUDA_SUCCESS;
 			if (rc != CUDA_SUCCESS)
-				__atomic_compare_exchange_n(&s->ctx->sticky_error, &none, rc, false,
-							    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+				td_fault(rc);
 		}
 		break;
 	case TD_OP_RECORD: {
@@ -374,7 +372,7 @@ CUresult td_resolve_stream(CUstream handle, struct td_stream **out)
 		if (s->magic != TD_MAGIC_STREAM)
 			return CUDA_ERROR_INVALID_HANDLE;
 		*out = s;
-		return __atomic_load_n(&s->ctx->sticky_error, __ATOMIC_ACQUIRE);
+		return td_sticky_error();
 	}
 	struct td_stream *s = NULL;
 	pthread_mutex_lock(&td_lock);
@@ -496,7 +494,7 @@ CUresult td_context_synchronize(struct td_context *ctx)
 			td_stream_unref(pending[i]);
 		}
 	}
-	return __atomic_load_n(&ctx->sticky_error, __ATOMIC_ACQUIRE);
+	return td_sticky_error();
 }
 
 /* ---- stream entry points ---- */
@@ -574,7 +572,7 @@ TD_EXPORT CUresult cuStreamSynchronize(CUstream handle)
 	if ((rc = td_capture_forbid(s)) != CUDA_SUCCESS)
 		return rc;
 	td_stream_synchronize(s);
-	return __atomic_load_n(&s->ctx->sticky_error, __ATOMIC_ACQUIRE);
+	return td_sticky_error();
 }
 
 TD_EXPORT CUresult cuStreamQuery(CUstream handle)
@@ -725,7 +723,7 @@ TD_EXPORT CUresult cuEventSynchronize(CUevent handle)
 	if (!last_record(e, &s, &ticket))
 		return CUDA_SUCCESS;
 	td_wait_ticket(s, ticket);
-	CUresult rc = __atomic_load_n(&s->ctx->sticky_error, __ATOMIC_ACQUIRE);
+	CUresult rc = td_sticky_error();
 	td_stream_unref(s);
 	return rc;
 }
@@ -874,7 +872,7 @@ TD_EXPORT CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cu
 	if ((flags & ~(unsigned)CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER) || addr % 4 ||
 	    !td_device_range_ok((const void *)(uintptr_t)addr, 4))
 		return CUDA_ERROR_INVALID_VALUE;
-	rc = __atomic_load_n(&s->ctx->sticky_error, __ATOMIC_ACQUIRE);
+	rc = td_sticky_error();
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	struct td_op *op = td_op_new(TD_OP_WRITE32);

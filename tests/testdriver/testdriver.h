@@ -74,7 +74,6 @@ struct td_context {
 	int primary_refs;            /* primary context: cuDevicePrimaryCtxRetain count */
 	bool active;                 /* false once destroyed or primary refcount reached 0 */
 	unsigned long long id;       /* cuCtxGetId: unique per activation in the process */
-	CUresult sticky_error;       /* set by a faulting kernel, never cleared */
 	size_t limits[CU_LIMIT_MAX];
 	struct td_stream *legacy_stream;  /* created on first use */
 	struct td_stream *streams;   /* every stream of this context, linked by next_in_context */
@@ -86,6 +85,13 @@ struct td_context {
 /* The calling thread's current context, or NULL. */
 struct td_context *td_current_context(void);
 /* The current context, checked: INVALID_CONTEXT if none, its sticky error if broken. */
+/* The process's sticky error: set by the first faulting kernel (an illegal address, a
+ * device-side assert), returned by every call that needs a context from then on, in every
+ * context, and never cleared, as NVIDIA's driver does. Only with REMORA_TESTDRIVER_RECOVERABLE=1
+ * (the request fuzzer, which runs every input in one process) does a primary context reset
+ * clear it. */
+CUresult td_sticky_error(void);
+void td_fault(CUresult rc);
 CUresult td_require_context(struct td_context **ctx);
 bool td_context_valid(const struct td_context *ctx);
 /* Waits for every stream of ctx; returns the sticky error, if any. */

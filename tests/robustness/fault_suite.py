@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""A client's fault never takes a GPU out of service (issue 32; docs/sharing.md, "Faults").
+One kind of fault a run, with tenants alpha (the faulting one) and beta:
+
+  address     faultKernel on a bad pointer: CUDA_ERROR_ILLEGAL_ADDRESS
+  assert      assertKernel: a device-side assert, CUDA_ERROR_ASSERT
+  unreported  faultKernel, and the faulting program exits before any call reports it:
+              the worker finds the fault itself
+
+Each run: a bystander of alpha computes and waits; a client of beta computes throughout;
+alpha's client faults. Then:
+  - the faulting client gets the fault's error, and again at its next call (sticky);
+  - a newcomer of alpha, started right after, is served by a fresh worker (timed);
+  - the bystander's next calls fail with the same error, never a hang or a success, and
+    its stderr has one line naming the cause (the program, its pid, the error);
+  - beta's results are bit-identical to a run with no fault;
+  - the faulted worker exits once its last client has left; remorad serves on.
+
+Runs on the CPU test driver in CI (usage: fault_suite.py KIND REMORAD DRIVER REMORA PROBE
+IMAGE) and on a GPU with DRIVER "real" (scripts/gpu-suite.sh); every bound on time is wide
+for a loaded machine, and the newcomer's time is printed for the GPU suite's record.
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from verdict import check, failures  # noqa: E402
+from remorad_fixture import Daemon, wait_for  # noqa: E402
+
+kind, remorad, driver, remora, probe, image = sys.argv[1:7]
+ERRORS = {"address": "CUDA_ERROR_ILLEGAL_ADDRESS", "assert": "CUDA_ERROR_ASSERT",
+          "unreported": "CUDA_ERROR_ILLEGAL_ADDRESS"}
+CONFIG = "[tenant alpha]\ntoken = alpha-secret\n[tenant beta]\ntoken = beta-secret\n"
+ROUNDS = "40"
+
+
+def client(d, token, *args):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMORA_")}
+    env["REMORA_TOKEN"] = token
+    return subprocess.Popen([remora, "run", "--server", d.server, "--", probe, *args], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def finish(p, timeout=120):
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        err += "\n(killed: it hung)"
+    return p.returncode, out.split(), err
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def main():
+    want = ERRORS[kind]
+    with tempfile.TemporaryDirectory() as tmp:
+        real = driver == "real"
+        d = Daemon(remorad, None if real else driver, tmp, "faults-" + kind, CONFIG)
+        try:
+            rc, alone, err = finish(client(d, "beta-secret", "compute", image, ROUNDS))
+            check(rc == 0 and len(alone) == 1, f"beta computes alone ({err.strip()[-300:]})")
+            bystander = client(d, "alpha-secret", "bystander", image)
+            check(wait_for(lambda: bystander.stdout.readline().strip() == "ready", timeout=60) is True,
+                  "alpha's bystander computed and waits")
+            old = d.workers().get("alpha")
+            beta = client(d, "beta-secret", "compute", image, ROUNDS)
+
+            rc, out, err = finish(client(d, "alpha-secret", "fault", image, kind))
+            if kind == "unreported":
+                check(rc == 0 and out == ["launched"], f"alpha's client launched a fault and left ({out} {err})")
+                check(wait_for(lambda: "broke this worker's GPU contexts" in d.text(), timeout=30),
+                      "the worker found the fault no call reported")
+            else:
+                check(out == [want, want], f"the faulting client gets {want}, sticky ({out} {err.strip()[-300:]})")
+            started = time.monotonic()
+            rc, newcomer, err = finish(client(d, "alpha-secret", "compute", image, "2"))
+            took = time.monotonic() - started
+            print(f"newcomer_after_fault_s {took:.3f}")
+            check(rc == 0 and len(newcomer) == 1, f"a newcomer of alpha right after is served ({err.strip()[-300:]})")
+            check(took < 20, f"promptly ({took:.1f} s)")
+            fresh = d.workers().get("alpha")
+            check(fresh != old, f"by a fresh worker ({fresh}; the faulted one {old})")
+
+            bystander.stdin.write("go\n")
+            bystander.stdin.flush()
+            rc, out, err = finish(bystander)
+            check(out == ["ready", want, want] or out == [want, want],
+                  f"the bystander's next calls fail with {want}, sticky ({out})")
+            lines = [ln for ln in err.splitlines() if "broken by error" in ln]
+            check(len(lines) == 1 and want in lines[0] and re.search(r"program \S+ \(pid \d+", lines[0])
+                  if kind != "unreported" else len(lines) == 1 and want in lines[0],
+                  f"one line on its stderr names the cause ({err.strip()[-400:]})")
+
+            rc, out, err = finish(beta)
+            check(rc == 0 and out == alone, f"beta's results are bit-identical to a run alone ({out} {alone})")
+            check(wait_for(lambda: old is not None and not alive(old), timeout=30),
+                  "the faulted worker exits once its clients have left")
+            check(d.proc.poll() is None, "remorad is still running")
+        finally:
+            d.stop()
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
