@@ -7,6 +7,8 @@
  *   fault_probe bystander IMAGE    computes (scaleArray) and checks, prints "ready", waits for a
  *                                  line on stdin, then prints the error names of its next two
  *                                  calls (a copy back, a synchronize)
+ *   fault_probe capabilities IMAGE prints the device attributes of capabilities a remote
+ *                                  client has only in part, one "NAME VALUE" line each
  *   fault_probe compute IMAGE N    N rounds of scaleArray over 1 MiB of floats, each checked;
  *                                  prints a hash of the final bytes (bit-identical runs give
  *                                  the same hash) */
@@ -85,6 +87,26 @@ int main(int argc, char **argv)
 		printf("%s\n", name_of(cuCtxSynchronize()));
 		CUdeviceptr p;
 		printf("%s\n", name_of(cuMemAlloc(&p, 4096)));
+		return 0;
+	}
+	if (!strcmp(argv[1], "capabilities")) {
+		static const struct {
+			const char *name;
+			CUdevice_attribute attr;
+		} caps[] = {
+			{"concurrent_managed_access", CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS},
+			{"pageable_memory_access", CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS},
+			{"pageable_uses_host_page_tables", CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES},
+			{"host_native_atomics", CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED},
+			{"partial_host_native_atomics", CU_DEVICE_ATTRIBUTE_ONLY_PARTIAL_HOST_NATIVE_ATOMIC_SUPPORTED},
+			{"direct_managed_access_from_host", CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST},
+			{"host_pointer_for_registered_mem", CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM},
+		};
+		for (size_t i = 0; i < sizeof(caps) / sizeof(caps[0]); i++) {
+			int v = -1;
+			CHECK(cuDeviceGetAttribute(&v, caps[i].attr, 0));
+			printf("%s %d\n", caps[i].name, v);
+		}
 		return 0;
 	}
 	CUfunction scale;

@@ -6,6 +6,9 @@ One kind of fault a run, with tenants alpha (the faulting one) and beta:
   assert      assertKernel: a device-side assert, CUDA_ERROR_ASSERT
   unreported  faultKernel, and the faulting program exits before any call reports it:
               the worker finds the fault itself
+  partial     no fault: the capabilities a remote client has only in part (concurrent
+              managed access, pageable memory access, host-native atomics, host pointers
+              of registered memory) are reported absent, so programs take their other path
 
 Each run: a bystander of alpha computes and waits; a client of beta computes throughout;
 alpha's client faults. Then:
@@ -63,12 +66,21 @@ def alive(pid):
         return False
 
 
+def partial(d):
+    rc, out, err = finish(client(d, "alpha-secret", "capabilities", image))
+    values = dict(zip(out[0::2], out[1::2]))
+    check(rc == 0 and len(values) == 7, f"the capabilities are answered ({out} {err.strip()[-300:]})")
+    check(all(v == "0" for v in values.values()), f"each is reported absent ({values})")
+
+
 def main():
-    want = ERRORS[kind]
+    want = ERRORS.get(kind)
     with tempfile.TemporaryDirectory() as tmp:
         real = driver == "real"
         d = Daemon(remorad, None if real else driver, tmp, "faults-" + kind, CONFIG)
         try:
+            if kind == "partial":
+                return partial(d) or (1 if failures else 0)
             rc, alone, err = finish(client(d, "beta-secret", "compute", image, ROUNDS))
             check(rc == 0 and len(alone) == 1, f"beta computes alone ({err.strip()[-300:]})")
             bystander = client(d, "alpha-secret", "bystander", image)

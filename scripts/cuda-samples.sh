@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# NVIDIA's cuda-samples as a conformance corpus (docs/testing.md, "CUDA samples"): builds
+# each sample of a checkout, runs it natively and through Remora, and prints a table.
+#
+# usage: scripts/cuda-samples.sh SAMPLES_DIR [--mode sequence|alone] [--only NAME]...
+#                               [--jobs N] [--timeout SECONDS] [--build BUILD] [--no-build]
+#                               [--phase native|remote|both]
+#
+# SAMPLES_DIR holds the checkout's Common/ and Samples/ (the samples are not part of
+# Remora and are never fetched here). Each sample is built with one nvcc line (sm_90, the
+# toolkit's libraries); those that do not build (graphics, platform-specific) are listed
+# as such. `sequence` (the default) runs every sample through one remorad, one after
+# another, as users would; `alone` starts a fresh remorad for each. A sample passes when it
+# exits 0; natively failing ones are not run through Remora. --phase native builds and runs
+# natively only; --phase remote then uses those native results (both: one after the other). Writes table.txt and each
+# run's output under $OUT (default cuda-samples-out/). Needs a GPU host and BUILD
+# (default build-gpu) built.
+set -uo pipefail
+
+die() { echo "cuda-samples: $*" >&2; exit 2; }
+(($#)) || die "usage: scripts/cuda-samples.sh SAMPLES_DIR [--mode sequence|alone] [--only NAME]..."
+SRC=$(cd "$1" && pwd) || die "no such directory: $1"
+shift
+MODE=sequence JOBS=$(nproc) TIMEOUT_S=60 DO_BUILD=1 ONLY=() PHASE=both
+BUILD=${REMORA_SUITE_BUILD:-build-gpu}
+PORT=${REMORA_SAMPLES_PORT:-47313}
+while (($#)); do
+	case $1 in
+	--mode) MODE=${2:?}; shift 2 ;;
+	--only) ONLY+=("${2:?}"); shift 2 ;;
+	--jobs) JOBS=${2:?}; shift 2 ;;
+	--timeout) TIMEOUT_S=${2:?}; shift 2 ;;
+	--build) BUILD=${2:?}; shift 2 ;;
+	--no-build) DO_BUILD=0; shift ;;
+	--phase) PHASE=${2:?}; shift 2 ;;
+	-h | --help) sed -n '2,15s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	*) die "unknown argument '$1' (try --help)" ;;
+	esac
+done
+[[ $MODE == sequence || $MODE == alone ]] || die "--mode is sequence or alone"
+[[ -d $SRC/Samples && -d $SRC/Common ]] || die "$SRC has no Samples/ and Common/"
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+BUILD=$(cd "$BUILD" 2>/dev/null && pwd) || die "no build directory $BUILD"
+[[ -x $BUILD/backend/remorad && -x $BUILD/cli/remora ]] || die "$BUILD has no remorad and remora"
+OUTDIR=${OUT:-cuda-samples-out}
+mkdir -p "$OUTDIR/bin" "$OUTDIR/log"
+OUTDIR=$(cd "$OUTDIR" && pwd)
+CUDA=${CUDA_HOME:-/usr/local/cuda}
+
+# Every folder of Samples/ with CUDA sources is a sample, named by its folder.
+mapfile -t DIRS < <(find "$SRC/Samples" -name '*.cu' -printf '%h\n' | sort -u)
+selected=()
+for d in "${DIRS[@]}"; do
+	n=$(basename "$d")
+	if ((${#ONLY[@]} == 0)) || [[ " ${ONLY[*]} " == *" $n "* ]]; then selected+=("$d"); fi
+done
+((${#selected[@]})) || die "no sample named ${ONLY[*]}"
+
+build_one() {
+	local d=$1 n
+	n=$(basename "$d")
+	shopt -s nullglob
+	# shellcheck disable=SC2206
+	local srcs=("$d"/*.cu "$d"/*.cpp)
+	"$CUDA/bin/nvcc" -O2 -std=c++17 -arch=sm_90 -I "$SRC/Common" -I "$d" "${srcs[@]}" -o "$OUTDIR/bin/$n" \
+		-lcuda -lcublas -lcublasLt -lcusparse -lcusolver -lcurand -lcufft -lnvrtc -lnvJitLink \
+		>"$OUTDIR/log/$n.build" 2>&1
+}
+export -f build_one
+export SRC OUTDIR CUDA
+[[ $PHASE == remote ]] && DO_BUILD=0
+if ((DO_BUILD)); then
+	printf '%s\n' "${selected[@]}" | xargs -P "$JOBS" -I{} bash -c 'build_one "$1"' _ {}
+fi
+
+DAEMON_PID=
+stop_daemon() {
+	[[ -n $DAEMON_PID ]] || return 0
+	kill "$DAEMON_PID" 2>/dev/null
+	for _ in $(seq 50); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.1; done
+	kill -9 "$DAEMON_PID" 2>/dev/null
+	wait "$DAEMON_PID" 2>/dev/null
+	DAEMON_PID=
+}
+trap stop_daemon EXIT
+start_daemon() {
+	"$BUILD/backend/remorad" --listen "tcp://127.0.0.1:$PORT" --set allow_anonymous=yes \
+		>>"$OUTDIR/remorad.log" 2>&1 &
+	DAEMON_PID=$!
+	for _ in $(seq 100); do
+		grep -q "$(printf ':%04X 00000000:0000 0A' "$PORT")" /proc/net/tcp && return 0
+		sleep 0.1
+	done
+	die "remorad did not come up (log: $OUTDIR/remorad.log)"
+}
+
+# run_one KIND NAME: runs the sample from its own folder (where its data files are).
+run_one() {
+	local kind=$1 n=$2 d=$3 t0
+	t0=$(date +%s.%N)
+	if [[ $kind == native ]]; then
+		(cd "$d" && timeout -k 5 "$TIMEOUT_S" "$OUTDIR/bin/$n" </dev/null) >"$OUTDIR/log/$n.$kind" 2>&1
+	else
+		(cd "$d" && timeout -k 5 "$TIMEOUT_S" "$BUILD/cli/remora" run --server "127.0.0.1:$PORT" -- \
+			"$OUTDIR/bin/$n" </dev/null) >"$OUTDIR/log/$n.$kind" 2>&1
+	fi
+	RC=$?
+	WALL=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+}
+
+TABLE=$OUTDIR/table.txt
+row() { printf '%-40s %-8s %-8s %7s %7s\n' "$@"; }
+row sample native remote nat_s rem_s | tee "$TABLE"
+: >"$OUTDIR/remorad.log"
+[[ $MODE == sequence && $PHASE != native ]] && start_daemon
+built=0 native_ok=0 remote_ok=0
+for d in "${selected[@]}"; do
+	n=$(basename "$d")
+	if [[ ! -x $OUTDIR/bin/$n ]]; then
+		row "$n" no-build - - - >>"$TABLE"
+		continue
+	fi
+	built=$((built + 1))
+	if [[ $PHASE == remote ]]; then
+		read -r nrc nwall <"$OUTDIR/log/$n.native.rc" || nrc=missing nwall=-
+	else
+		run_one native "$n" "$d"
+		nrc=$RC nwall=$WALL
+		echo "$nrc $nwall" >"$OUTDIR/log/$n.native.rc"
+	fi
+	if [[ $nrc != 0 ]]; then
+		row "$n" "rc=$nrc" - "$nwall" - | tee -a "$TABLE"
+		continue
+	fi
+	native_ok=$((native_ok + 1))
+	if [[ $PHASE == native ]]; then
+		row "$n" pass - "$nwall" - | tee -a "$TABLE"
+		continue
+	fi
+	[[ $MODE == alone ]] && start_daemon
+	if ! kill -0 "$DAEMON_PID" 2>/dev/null; then
+		echo "cuda-samples: remorad died before $n; restarting it" | tee -a "$TABLE" "$OUTDIR/remorad.log"
+		start_daemon
+	fi
+	echo "=== $n $(date -Is)" >>"$OUTDIR/remorad.log"
+	run_one remote "$n" "$d"
+	[[ $MODE == alone ]] && stop_daemon
+	if ((RC == 0)); then remote_ok=$((remote_ok + 1)); fi
+	row "$n" pass "$( ((RC == 0)) && echo pass || echo "rc=$RC")" "$nwall" "$WALL" | tee -a "$TABLE"
+done
+echo "built $built, pass natively $native_ok, pass through Remora ($MODE) $remote_ok" | tee -a "$TABLE"
+[[ $PHASE == native ]] || ((remote_ok == native_ok))
