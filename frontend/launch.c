@@ -309,3 +309,23 @@ RM_EXPORT CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
 	rm_rpc_free(rep ? &rep->base : NULL);
 	return r;
 }
+
+void rm_launch_reset(void)
+{
+	pthread_rwlock_wrlock(&layout_lock);
+	for (size_t b = 0; b < LAYOUT_BUCKETS; b++)
+		while (layouts[b]) {
+			struct param_layout *l = layouts[b];
+			layouts[b] = l->next;
+			layout_free(l);
+		}
+	pthread_rwlock_unlock(&layout_lock);
+	pthread_mutex_lock(&names_lock);
+	while (names) {
+		struct name_entry *e = names;
+		names = e->next;
+		free(e->name);
+		free(e);
+	}
+	pthread_mutex_unlock(&names_lock);
+}
