@@ -63,6 +63,13 @@ CUresult rm_rpc_bad_reply(const char *fmt, ...) __attribute__((format(printf, 1,
 
 /* Connects and greets the daemon once per process; later calls give the first outcome. */
 CUresult rm_connect_once(void);
+/* For tests that play the server (tests/fuzz/fuzz_client.c): closes the process's
+ * connection, lost or not, and forgets every answer and layout kept, so that the next call
+ * connects afresh. Only while no other thread calls, and with nothing handed out before
+ * (names, handles) used again. */
+void rm_rpc_reset(void);
+/* Forgets the parameter layouts and function names launch.c keeps (rm_rpc_reset). */
+void rm_launch_reset(void);
 /* The GPU host's driver version, known after rm_connect_once. */
 int rm_remote_driver_version(void);
 /* The copy links of the process's connection (copy_links.h); NULL: none. */

@@ -1,85 +1,113 @@
 /* Kernel launches: arguments are packed at their offsets into one buffer and
  * sent without waiting. Each function's parameter layout is asked of the GPU
- * host once (cuFuncGetParamInfo), checked against CUDA's parameter limit, and cached. */
+ * host once (cuFuncGetParamInfo), checked (param_layout.h: what a lying host can make
+ * the client read) and kept until cuFuncGetParamInfo's answers are forgotten (a module
+ * unloaded: its functions' handles may come again for other functions). */
 #include "client.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "param_layout.h"
+#include "query_cache.h"
 #include "remora.pb-c.h"
 
-#define MAX_PARAMS 512
-#define MAX_PARAM_BYTES 32764 /* CUDA's limit on the bytes of a kernel's parameters */
 #define LAYOUT_BUCKETS 1024
 
 struct param_layout {
 	CUfunction func;
+	uint64_t epoch;     /* cuFuncGetParamInfo's (rm_query_cache_epoch) when asked */
+	CUresult refused;   /* CUDA_SUCCESS, or what every launch of func returns (said once) */
 	size_t count;
-	size_t size; /* bytes the packed arguments span */
+	size_t size;        /* bytes the packed arguments span */
 	size_t *offset, *len;
 	struct param_layout *next;
 };
 
-static pthread_mutex_t layout_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Layouts, read under the read lock for as long as a launch packs by one; replaced
+ * under the write lock. */
+static pthread_rwlock_t layout_lock = PTHREAD_RWLOCK_INITIALIZER;
 static struct param_layout *layouts[LAYOUT_BUCKETS];
+static pthread_mutex_t names_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static size_t bucket(CUfunction f)
 {
 	return ((uintptr_t)f >> 4) % LAYOUT_BUCKETS;
 }
 
-static CUresult query_layout(CUfunction f, struct param_layout **out)
+static void layout_free(struct param_layout *l)
 {
-	size_t offs[MAX_PARAMS], lens[MAX_PARAMS], n = 0, end = 0;
-	for (; n < MAX_PARAMS; n++) {
-		CUresult r = cuFuncGetParamInfo(f, n, &offs[n], &lens[n]);
-		if (r == CUDA_ERROR_INVALID_VALUE)
-			break;
-		if (r != CUDA_SUCCESS)
-			return r;
-		/* The GPU host's answer says where launch() writes: checked, without overflow, first. */
-		if (lens[n] > MAX_PARAM_BYTES || offs[n] > MAX_PARAM_BYTES - lens[n])
-			return rm_rpc_bad_reply("cuFuncGetParamInfo: parameter %zu at offset %zu, %zu bytes, "
-						"is past the %d-byte limit of a kernel's parameters",
-						n, offs[n], lens[n], MAX_PARAM_BYTES);
-		if (offs[n] + lens[n] > end)
-			end = offs[n] + lens[n];
+	if (l) {
+		free(l->offset);
+		free(l->len);
 	}
+	free(l);
+}
+
+/* Asks the GPU host for f's layout, one parameter at a time until an index it answers
+ * CUDA_ERROR_INVALID_VALUE. A layout param_layout.h refuses comes back with `refused` set,
+ * after one line naming f; an error of the calls themselves is returned. */
+static CUresult query_layout(CUfunction f, uint64_t epoch, struct param_layout **out)
+{
+	size_t offs[RM_PARAM_MAX_COUNT + 1], lens[RM_PARAM_MAX_COUNT + 1], n = 0, end = 0;
+	CUresult r = CUDA_SUCCESS;
+	for (; n <= RM_PARAM_MAX_COUNT; n++) { /* one more than the most: a layout without an end is refused */
+		r = cuFuncGetParamInfo(f, n, &offs[n], &lens[n]);
+		if (r != CUDA_SUCCESS)
+			break;
+	}
+	if (r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_VALUE)
+		return r;
 	struct param_layout *l = calloc(1, sizeof(*l));
 	if (!l || !(l->offset = malloc((n + 1) * sizeof(size_t))) || !(l->len = malloc((n + 1) * sizeof(size_t)))) {
-		if (l)
-			free(l->offset);
-		free(l);
+		layout_free(l);
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	char why[200];
+	if (rm_param_layout_check(offs, lens, n, rm_param_limit(rm_remote_driver_version()), &end, why, sizeof(why))) {
+		rm_log(RM_LOG_ERROR, "cuFuncGetParamInfo: the GPU server describes function %p's parameters as no kernel "
+		       "has them (%s): its launches are refused with CUDA_ERROR_INVALID_IMAGE", (void *)f, why);
+		l->refused = CUDA_ERROR_INVALID_IMAGE;
+		n = end = 0;
 	}
 	memcpy(l->offset, offs, n * sizeof(size_t));
 	memcpy(l->len, lens, n * sizeof(size_t));
 	l->func = f;
+	l->epoch = epoch;
 	l->count = n;
 	l->size = end;
 	*out = l;
 	return CUDA_SUCCESS;
 }
 
+/* f's layout, asked for if none is kept of this epoch; on CUDA_SUCCESS layout_lock is held
+ * (read or write) until the caller, done with the layout, unlocks it. */
 static CUresult layout_of(CUfunction f, const struct param_layout **out)
 {
-	pthread_mutex_lock(&layout_lock);
+	uint64_t epoch = rm_query_cache_epoch(RM_OP_cuFuncGetParamInfo); /* before asking: a forget meanwhile shows */
+	pthread_rwlock_rdlock(&layout_lock);
 	struct param_layout *l = layouts[bucket(f)];
 	while (l && l->func != f)
 		l = l->next;
-	pthread_mutex_unlock(&layout_lock);
-	if (l) {
+	if (l && l->epoch == epoch) {
 		*out = l;
 		return CUDA_SUCCESS;
 	}
-	CUresult r = query_layout(f, &l);
+	pthread_rwlock_unlock(&layout_lock);
+	CUresult r = query_layout(f, epoch, &l);
 	if (r != CUDA_SUCCESS)
 		return r;
-	pthread_mutex_lock(&layout_lock);
+	pthread_rwlock_wrlock(&layout_lock);
+	for (struct param_layout **p = &layouts[bucket(f)]; *p; p = &(*p)->next)
+		if ((*p)->func == f) { /* a stale one, or another thread's as fresh: this one replaces it */
+			struct param_layout *old = *p;
+			*p = old->next;
+			layout_free(old);
+			break;
+		}
 	l->next = layouts[bucket(f)];
 	layouts[bucket(f)] = l;
-	pthread_mutex_unlock(&layout_lock);
 	*out = l;
 	return CUDA_SUCCESS;
 }
@@ -92,11 +120,14 @@ static CUresult parse_extra(void **extra, const void **buf, size_t *size)
 	for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
 		if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
 			*buf = extra[i + 1];
-		else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+		else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1])
 			*size = *(size_t *)extra[i + 1];
 		else
 			return CUDA_ERROR_INVALID_VALUE;
 	}
+	/* The program's buffer and size: no kernel takes more than the limit. */
+	if (*size > RM_PARAM_LIMIT)
+		return CUDA_ERROR_INVALID_VALUE;
 	return *buf || !*size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
@@ -128,6 +159,21 @@ static CUresult describe_attrs(Remora__LaunchKernel *req, const CUlaunchAttribut
 	return CUDA_SUCCESS;
 }
 
+/* Packs kernelParams by l into dst (l->size bytes). */
+static CUresult pack(const struct param_layout *l, void **kernelParams, uint8_t *dst)
+{
+	if (l->count && !kernelParams)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < l->count; i++)
+		if (!kernelParams[i])
+			return CUDA_ERROR_INVALID_VALUE;
+	memset(dst, 0, l->size);
+	/* Exactly len[i] bytes from each of count pointers: param_layout.h says why no more. */
+	for (size_t i = 0; i < l->count; i++)
+		memcpy(dst + l->offset[i], kernelParams[i], l->len[i]);
+	return CUDA_SUCCESS;
+}
+
 CUresult rm_pack_kernel_params(CUfunction f, void **kernelParams, void **extra, Remora__LaunchKernel *req,
 			       uint8_t *scratch, size_t scratch_len, uint8_t **heap)
 {
@@ -149,18 +195,19 @@ CUresult rm_pack_kernel_params(CUfunction f, void **kernelParams, void **extra, 
 	const struct param_layout *l;
 	if ((r = layout_of(f, &l)) != CUDA_SUCCESS)
 		return r;
-	if (l->count && !kernelParams)
-		return CUDA_ERROR_INVALID_VALUE;
-	uint8_t *dst = l->size <= scratch_len ? scratch : (*heap = calloc(1, l->size));
-	if (!dst)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	if (dst == scratch)
-		memset(scratch, 0, l->size);
-	for (size_t i = 0; i < l->count; i++)
-		memcpy(dst + l->offset[i], kernelParams[i], l->len[i]);
-	req->params.data = dst;
-	req->params.len = l->size;
-	return CUDA_SUCCESS;
+	uint8_t *dst = NULL;
+	if (l->refused)
+		r = l->refused;
+	else if (!(dst = l->size <= scratch_len ? scratch : (*heap = malloc(l->size ? l->size : 1))))
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	else
+		r = pack(l, kernelParams, dst);
+	if (r == CUDA_SUCCESS) {
+		req->params.data = dst;
+		req->params.len = l->size;
+	}
+	pthread_rwlock_unlock(&layout_lock);
+	return r;
 }
 
 static CUresult launch(uint32_t op, Remora__LaunchKernel *req, CUfunction f, void **kernelParams, void **extra)
@@ -229,14 +276,14 @@ RM_EXPORT CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
 {
 	if (!name || !hfunc)
 		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&layout_lock);
+	pthread_mutex_lock(&names_lock);
 	for (struct name_entry *e = names; e; e = e->next)
 		if (e->func == hfunc) {
 			*name = e->name;
-			pthread_mutex_unlock(&layout_lock);
+			pthread_mutex_unlock(&names_lock);
 			return CUDA_SUCCESS;
 		}
-	pthread_mutex_unlock(&layout_lock);
+	pthread_mutex_unlock(&names_lock);
 	Remora__FuncGetName req = REMORA__FUNC_GET_NAME__INIT;
 	req.func = (uint64_t)(uintptr_t)hfunc;
 	Remora__FuncGetNameReply *rep = NULL;
@@ -252,13 +299,33 @@ RM_EXPORT CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
 		} else {
 			e->func = hfunc;
 			e->name = copy;
-			pthread_mutex_lock(&layout_lock);
+			pthread_mutex_lock(&names_lock);
 			e->next = names;
 			names = e;
-			pthread_mutex_unlock(&layout_lock);
+			pthread_mutex_unlock(&names_lock);
 			*name = copy;
 		}
 	}
 	rm_rpc_free(rep ? &rep->base : NULL);
 	return r;
+}
+
+void rm_launch_reset(void)
+{
+	pthread_rwlock_wrlock(&layout_lock);
+	for (size_t b = 0; b < LAYOUT_BUCKETS; b++)
+		while (layouts[b]) {
+			struct param_layout *l = layouts[b];
+			layouts[b] = l->next;
+			layout_free(l);
+		}
+	pthread_rwlock_unlock(&layout_lock);
+	pthread_mutex_lock(&names_lock);
+	while (names) {
+		struct name_entry *e = names;
+		names = e->next;
+		free(e->name);
+		free(e);
+	}
+	pthread_mutex_unlock(&names_lock);
 }

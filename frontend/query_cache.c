@@ -29,6 +29,7 @@ struct entry {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct entry *buckets[BUCKETS];
 static size_t entries;
+static uint64_t epochs[RM_OP_LIMIT]; /* [op]: times op's answers were forgotten (atomic) */
 
 static uint32_t hash(uint32_t op, const uint8_t *key, size_t len)
 {
@@ -64,7 +65,23 @@ void rm_query_cache_forget(uint32_t op)
 	pthread_mutex_lock(&lock);
 	if (entries)
 		forget_where(of_op, op);
+	if (op < RM_OP_LIMIT)
+		__atomic_add_fetch(&epochs[op], 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&lock);
+}
+
+void rm_query_cache_clear(void)
+{
+	pthread_mutex_lock(&lock);
+	forget_where(any, 0);
+	for (uint32_t op = 0; op < RM_OP_LIMIT; op++)
+		__atomic_add_fetch(&epochs[op], 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&lock);
+}
+
+uint64_t rm_query_cache_epoch(uint32_t op)
+{
+	return op < RM_OP_LIMIT ? __atomic_load_n(&epochs[op], __ATOMIC_ACQUIRE) : 0;
 }
 
 /* A copy of the kept reply for (op, key), unpacked; NULL if none. */

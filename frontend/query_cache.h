@@ -29,5 +29,10 @@ CUresult rm_rpc_setting(uint32_t op, ProtobufCMessage *req, void *value, size_t 
 
 /* Forgets every answer or setting kept for op. */
 void rm_query_cache_forget(uint32_t op);
+/* Forgets every answer and setting kept (a connection given up for a new one). */
+void rm_query_cache_clear(void);
+/* How many times op's answers were forgotten: what the client keeps that it made of op's
+ * answers (launch.c's parameter layouts of cuFuncGetParamInfo) is stale once this changed. */
+uint64_t rm_query_cache_epoch(uint32_t op);
 
 #endif

@@ -14,6 +14,7 @@
 #include "copy_links.h"
 #include "environment.h"
 #include "placement.h"
+#include "query_cache.h"
 #include "remora.pb-c.h"
 #include "text.h"
 #include <sched.h>
@@ -38,7 +39,8 @@ static struct rm_client_conn process_conn = {
 	.flusher_lock = PTHREAD_MUTEX_INITIALIZER,
 	.flusher_cond = PTHREAD_COND_INITIALIZER,
 };
-static pthread_once_t connect_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t connect_lock = PTHREAD_MUTEX_INITIALIZER;
+static int connect_done; /* atomic: connect_result holds the first outcome (rm_rpc_reset clears it) */
 static CUresult connect_result = CUDA_ERROR_NOT_INITIALIZED;
 static uint64_t process_seq; /* frames' seqs, unique in the process (fences name them) */
 
@@ -608,8 +610,33 @@ static void connect_body(void)
 
 CUresult rm_connect_once(void)
 {
-	pthread_once(&connect_once, connect_body);
+	if (!__atomic_load_n(&connect_done, __ATOMIC_ACQUIRE)) {
+		pthread_mutex_lock(&connect_lock);
+		if (!connect_done) {
+			connect_body();
+			__atomic_store_n(&connect_done, 1, __ATOMIC_RELEASE);
+		}
+		pthread_mutex_unlock(&connect_lock);
+	}
 	return connect_result;
+}
+
+void rm_rpc_reset(void)
+{
+	pthread_mutex_lock(&connect_lock);
+	if (chan_tab[0]) /* connected once: what open acquired is released, lost or not */
+		rm_client_conn_close(&process_conn);
+	chan_tab[0] = NULL;
+	process_conn = (struct rm_client_conn){
+		.lock = PTHREAD_MUTEX_INITIALIZER,
+		.flusher_lock = PTHREAD_MUTEX_INITIALIZER,
+		.flusher_cond = PTHREAD_COND_INITIALIZER,
+	};
+	connect_result = CUDA_ERROR_NOT_INITIALIZED;
+	__atomic_store_n(&connect_done, 0, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&connect_lock);
+	rm_query_cache_clear();
+	rm_launch_reset();
 }
 
 /* At a thread's exit: what it queued is run (one round trip, so that nothing is left

@@ -345,6 +345,76 @@ def rdma_wire_seeds():
     }
 
 
+# fuzz_client.c's calls: those written by hand, then every generated stub (class gen of
+# proto/api.spec, in its order, as scripts/gen_api.py writes client_calls.c).
+CLIENT_HAND = ['context', 'module', 'library', 'launch', 'names', 'copies', 'pointers', 'pool', 'occupancy',
+               'capture', 'graph', 'nvml']
+CUDA_ERROR_INVALID_VALUE = 1
+
+
+def generated_calls():
+    import re
+    names = []
+    with open(os.path.join(HERE, '..', '..', 'proto', 'api.spec')) as f:
+        for line in f:
+            m = re.match(r'\s*(\d+|-)\s+(\w+)\s+(\w+)', line.split('#', 1)[0])
+            if m and m.group(3) == 'gen':
+                names.append(m.group(2))
+    return names
+
+
+def reply(call, msg=b'', bulk=b'', result=0):
+    """A reply frame of the client target: op and seq (0) are the request's, ctx names the call."""
+    return FRAME.pack(MAGIC, 0, 0, len(msg), F_REPLY, len(bulk), call, result, 0) + msg + bulk
+
+
+def client_seeds():
+    """The server's side of fuzz_client.c's calls: a hello, then answers a daemon might give."""
+    hand = {n: i for i, n in enumerate(CLIENT_HAND)}
+    gen = generated_calls()
+
+    def hello(call, driver=13000):
+        return reply(call, fv(1, 1) + fv(2, driver) + fv(3, 7) + fv(6, 0))
+
+    def session(name, *answers):
+        return hello(hand[name]) + b''.join(reply(hand[name], *a) if isinstance(a, tuple) else reply(hand[name], a)
+                                            for a in answers)
+
+    def param_info(offset, size):
+        return fv(1, offset) + fv(2, size)
+
+    honest = [param_info(0, 8), param_info(8, 4), param_info(16, 8), (b'', b'', CUDA_ERROR_INVALID_VALUE)]
+    seeds = {
+        'context': session('context', b'', fv(1, 0x7000)),
+        'module': session('module', fv(1, 0x7100), fv(1, 0x7200)),
+        'library': session('library', fv(1, 0x7100), fv(1, 0x7300), fv(1, 0x7200)),
+        'launch': session('launch', *honest, b''),
+        'names': session('names', fb(1, 'k')),
+        'copies': session('copies', fv(1, 0x100000), b'', (b'', bytes(100)), (b'', bytes(37)), b'', b''),
+        'pointers': session('pointers', fb(1, struct.pack('<QQ', 2, 0)), fv(1, 1) + fb(2, bytes(5 * 16)),
+                            fb(1, bytes(4))),
+        'pool': session('pool', fv(1, 1 << 20), fv(1, 1)),
+        'occupancy': session('occupancy', fv(1, 2)),
+        'capture': session('capture', fv(1, 0x7400), b'', fv(1, 1), fv(1, 1) + fv(2, 5) + fv(3, 0x7500) + fv(4, 0x7600),
+                           fv(1, 0x7500)),
+        'graph': session('graph', fv(1, 2) + fv(2, 0x7600) + fv(2, 0x7601), fb(1, bytes(24)), *honest, fv(1, 0x7700)),
+        'nvml': session('nvml', fv(1, 0xff) + fv(2, 2 << 30) + fv(3, 1 << 30) + fb(11, '580.65')),
+        # Issue 37: layouts no kernel has, which the client must refuse without reading past.
+        'regress-param-endless': session('launch', *[param_info(8 * i, 8) for i in range(520)]),
+        'regress-param-overlap': session('launch', param_info(0, 8), param_info(0, 8),
+                                         (b'', b'', CUDA_ERROR_INVALID_VALUE)),
+        'regress-param-huge': session('launch', param_info(0, 32764), (b'', b'', CUDA_ERROR_INVALID_VALUE)),
+        'regress-name-unterminated': hello(len(CLIENT_HAND) + gen.index('cuDeviceGetName'))
+                                     + reply(0, fb(1, b'EVIL')),
+        'regress-dtoh-longer': session('copies', fv(1, 0x100000), b'', (b'', bytes(164))),
+    }
+    # Every generated stub, sixteen to a file: two answers each, empty (every output 0).
+    for first in range(0, len(gen), 16):
+        calls = range(len(CLIENT_HAND) + first, len(CLIENT_HAND) + min(first + 16, len(gen)))
+        seeds['generated-%03d' % first] = hello(calls[0]) + b''.join(reply(c) + reply(c) for c in calls)
+    return seeds
+
+
 def write(target, seeds):
     d = os.path.join(CORPUS, target)
     os.makedirs(d, exist_ok=True)
@@ -362,6 +432,7 @@ def main():
     write('status', status_seeds())
     write('status_request', status_request_seeds())
     write('rdma_wire', rdma_wire_seeds())
+    write('client', client_seeds())
     write('image', image_seeds(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, '..', '..', 'build')))
 
 

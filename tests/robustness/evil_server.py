@@ -188,8 +188,10 @@ class EvilServer:
     """Serves each connection in a thread; evil(name, request fields) gives a Reply to
     send instead of the plausible one, or None."""
 
-    def __init__(self, evil=None, hello_result=0):
+    def __init__(self, evil=None, hello_result=0, driver_version=13000):
         self.evil, self.hello_result = evil or (lambda name, req: None), hello_result
+        self.driver_version = driver_version
+        self.launch_params = []  # the params' length of each launch that arrived
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
@@ -226,15 +228,17 @@ class EvilServer:
                         self.send(conn, op, seq, Reply(encode("HelloReply", error="refused" + EVIL_TEXT),
                                                        result=self.hello_result))
                         return
-                    self.send(conn, op, seq, Reply(encode("HelloReply", protocol_version=1, driver_version=13000,
-                                                          session_id=1)))
+                    self.send(conn, op, seq, Reply(encode("HelloReply", protocol_version=1,
+                                                          driver_version=self.driver_version, session_id=1)))
                     continue
                 if op == OP_STATUS:
                     self.send(conn, op, seq, Reply(status_reply()))
                     return
+                name = NAMES.get(op, "?")
+                if name == "cuLaunchKernel":
+                    self.launch_params.append(len(decode("LaunchKernel", msg).get("params", b"")))
                 if flags & F_ASYNC:
                     continue
-                name = NAMES.get(op, "?")
                 req = decode(HAND_REQUESTS.get(name, name + "_Req"), msg)
                 reply = self.evil(name, req)
                 self.send(conn, op, seq, reply if reply is not None else plausible(name, req))
@@ -261,7 +265,7 @@ def terminal_is_clean(what, out):
           f"{what}: no line forged by the server")
 
 
-def run_program(what, server, argv, expect):
+def run_program(what, server, argv, expect, params_at_most=None):
     try:
         p = subprocess.run([remora, "run", "--server", server.addr, "--", *argv], capture_output=True,
                            timeout=60, env=clean_env())
@@ -274,11 +278,26 @@ def run_program(what, server, argv, expect):
     check(b"Sanitizer" not in out and b"runtime error:" not in out, f"{what}: no sanitizer report")
     check(expect.encode() in p.stderr, f"{what}: the client's line names it ({expect!r})")
     terminal_is_clean(what, out)
+    if params_at_most is not None:
+        check(all(n <= params_at_most for n in server.launch_params),
+              f"{what}: no launch sent more of the program's memory than its {params_at_most}-byte parameters "
+              f"(launches of {server.launch_params} bytes)")
 
 
 def param(offset, size):
     return lambda name, req: (Reply(encode("cuFuncGetParamInfo_Rep", paramoffset=offset, paramsize=size))
                               if name == "cuFuncGetParamInfo" and req.get("paramindex", 0) == 0 else None)
+
+
+def params(layout):
+    """A layout of cuFuncGetParamInfo: layout(index) gives (offset, size), or None past the end."""
+    def evil(name, req):
+        if name != "cuFuncGetParamInfo":
+            return None
+        at = layout(req.get("paramindex", 0))
+        return (Reply(encode("cuFuncGetParamInfo_Rep", paramoffset=at[0], paramsize=at[1])) if at
+                else Reply(result=CUDA_ERROR_INVALID_VALUE))
+    return evil
 
 
 def name_reply(make):
@@ -293,6 +312,13 @@ def dtoh_bulk(make):
 PROGRAM_SCENARIOS = {
     "param-offset": (param((1 << 64) - 8, 8), [probe, "fault", image], "cuFuncGetParamInfo"),
     "param-size": (param(0, 1 << 63), [probe, "fault", image], "cuFuncGetParamInfo"),
+    # Layouts no kernel has, for probe's kernel of one 8-byte parameter (issue 37): every index
+    # answered, two parameters at one offset, one far past the other, a first one not at 0.
+    "param-endless": (params(lambda i: (8 * i, 8)), [probe, "fault", image], "cuFuncGetParamInfo"),
+    "param-overlap": (params(lambda i: (0, 8) if i < 2 else None), [probe, "fault", image], "cuFuncGetParamInfo"),
+    "param-gap": (params(lambda i: (0, 8) if i == 0 else (4096, 8) if i == 1 else None), [probe, "fault", image],
+                  "cuFuncGetParamInfo"),
+    "param-late": (params(lambda i: (64, 8) if i == 0 else None), [probe, "fault", image], "cuFuncGetParamInfo"),
     "name-longer": (name_reply(lambda n: b"E" * (n + 44) + b"\0"), [drv_query], "cuDeviceGetName"),
     "name-unterminated": (name_reply(lambda n: b"E" * n), [drv_query], "cuDeviceGetName"),
     "dtoh-longer": (dtoh_bulk(lambda n: bytes(n + 64)), [probe, "work", "0"], "receive bulk"),
@@ -302,6 +328,28 @@ PROGRAM_SCENARIOS = {
     "pointer-short": (lambda name, req: Reply(encode("PointerAttributeReply", data=b"\x02\x00"))
                       if name == "cuPointerGetAttribute" else None, [probe, "pointers"], "cuPointerGetAttribute"),
 }
+
+
+def param_old_driver():
+    """A parameter of 8 KiB from a driver whose limit is 4 KiB (before CUDA 12.1)."""
+    s = EvilServer(params(lambda i: (0, 8192) if i == 0 else None), driver_version=12000)
+    try:
+        run_program("param-old-driver", s, [probe, "fault", image], "cuFuncGetParamInfo", params_at_most=8)
+    finally:
+        s.close()
+
+
+def param_honest():
+    """The layout of a kernel of one 8-byte parameter: launched, with those 8 bytes."""
+    s = EvilServer()
+    try:
+        p = subprocess.run([remora, "run", "--server", s.addr, "--", probe, "fault", image], capture_output=True,
+                           timeout=60, env=clean_env())
+        check(p.returncode == 0 and s.launch_params == [8],
+              f"param-honest: launched with its 8 bytes (exit {p.returncode}, launches of {s.launch_params} bytes: "
+              f"{p.stderr!r})")
+    finally:
+        s.close()
 
 
 def hello_refused():
@@ -344,9 +392,13 @@ def main():
             continue
         s = EvilServer(evil)
         try:
-            run_program(name, s, argv, expect)
+            run_program(name, s, argv, expect, 8 if name.startswith("param-") else None)
         finally:
             s.close()
+    if not chosen or "param-honest" in chosen:
+        param_honest()
+    if not chosen or "param-old-driver" in chosen:
+        param_old_driver()
     if not chosen or "hello-refused" in chosen:
         hello_refused()
     if not chosen or "status" in chosen:

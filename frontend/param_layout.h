@@ -1,0 +1,39 @@
+/* param_layout.h - a kernel's parameter layout as the GPU host describes it, checked.
+ *
+ * cuLaunchKernel's kernelParams is an array of pointers, one a parameter, and says nothing
+ * of how many there are or how large each is: the client learns that from the GPU host
+ * (cuFuncGetParamInfo, launch.c) and reads len[i] bytes at kernelParams[i] for each of the
+ * count parameters. Only the host knows the kernel's real layout, so a host that lies can
+ * make the client read more of the program's memory than the program gave, and send it to
+ * the host. The client cannot prevent that altogether; what it guarantees
+ * (docs/security.md, "A malicious server") is that it reads nothing beyond what a
+ * consistent layout says, and refuses every other:
+ *  - an end: some index below RM_PARAM_MAX_COUNT answered CUDA_ERROR_INVALID_VALUE;
+ *  - each parameter 1 byte or more, placed as the CUDA ABI places it: the first after the
+ *    previous one's end (0 for the first) aligned to a power of two of at most
+ *    RM_PARAM_MAX_ALIGN, so in increasing order and never overlapping;
+ *  - all of them inside the parameter limit of the host's driver (rm_param_limit).
+ * So a launch reads at most count pointers of kernelParams and, in all, at most the limit's
+ * bytes through them, each byte once; a host that keeps to this can still name a larger
+ * parameter than the program's (a 32764-byte one where the program has a pointer), which
+ * is what a real driver would read there too. */
+#ifndef REMORA_PARAM_LAYOUT_H
+#define REMORA_PARAM_LAYOUT_H
+
+#include <stddef.h>
+
+#define RM_PARAM_MAX_COUNT 512    /* parameters of a kernel Remora launches (asked one by one) */
+#define RM_PARAM_MAX_ALIGN 256    /* alignment of a parameter's type, at most (__align__) */
+#define RM_PARAM_LIMIT 32764      /* bytes of a kernel's parameters from CUDA 12.1 (driver 12010) */
+#define RM_PARAM_LIMIT_OLD 4096   /* before */
+
+/* The parameter limit of a GPU host whose driver is driver_version (cuDriverGetVersion's form). */
+size_t rm_param_limit(int driver_version);
+
+/* Whether n parameters at offset[i], len[i] bytes each, are a consistent layout inside limit
+ * bytes (above): 0, or -EINVAL with one line saying why in why (whylen bytes). Their end, the
+ * bytes the packed parameters span, is written to *end. */
+int rm_param_layout_check(const size_t *offset, const size_t *len, size_t n, size_t limit, size_t *end,
+			  char *why, size_t whylen);
+
+#endif

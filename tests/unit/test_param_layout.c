@@ -1,0 +1,68 @@
+/* Kernel parameter layouts from the GPU host (frontend/param_layout.h): those a kernel can
+ * have are taken, with the bytes they span; those no kernel has are refused. */
+#include <stdint.h>
+#include <string.h>
+
+#include "expect.h"
+#include "param_layout.h"
+
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+
+static int check(const size_t *off, const size_t *len, size_t n, size_t limit, size_t *end)
+{
+	char why[200];
+	why[0] = 0;
+	int err = rm_param_layout_check(off, len, n, limit, end, why, sizeof(why));
+	EXPECT(err == 0 || why[0]);
+	return err;
+}
+
+int main(void)
+{
+	size_t end;
+	EXPECT(rm_param_limit(12010) == 32764 && rm_param_limit(12000) == 4096 && rm_param_limit(0) == 4096);
+
+	/* Taken: none; pointer, int, pointer; char then a double2; a 12-byte float3 then an int;
+	 * one struct filling the limit; a 32-byte aligned struct after a char. */
+	EXPECT(check(NULL, NULL, 0, RM_PARAM_LIMIT, &end) == 0 && end == 0);
+	size_t o1[] = {0, 8, 16}, l1[] = {8, 4, 8};
+	EXPECT(check(o1, l1, N(o1), RM_PARAM_LIMIT, &end) == 0 && end == 24);
+	size_t o2[] = {0, 16}, l2[] = {1, 16};
+	EXPECT(check(o2, l2, N(o2), RM_PARAM_LIMIT, &end) == 0 && end == 32);
+	size_t o3[] = {0, 12}, l3[] = {12, 4};
+	EXPECT(check(o3, l3, N(o3), RM_PARAM_LIMIT, &end) == 0 && end == 16);
+	size_t o4[] = {0}, l4[] = {RM_PARAM_LIMIT};
+	EXPECT(check(o4, l4, N(o4), RM_PARAM_LIMIT, &end) == 0 && end == RM_PARAM_LIMIT);
+	size_t o5[] = {0, 32}, l5[] = {1, 64};
+	EXPECT(check(o5, l5, N(o5), RM_PARAM_LIMIT, &end) == 0 && end == 96);
+
+	/* Refused: overlapping (issue 37: every parameter at 0); out of order; a first one
+	 * not at 0; a gap no alignment explains; an empty one; past the limit, also by
+	 * wrapping; past the old limit on an old driver; more than the most parameters. */
+	size_t o6[] = {0, 0}, l6[] = {8, 8};
+	EXPECT(check(o6, l6, N(o6), RM_PARAM_LIMIT, &end) && end == 0);
+	size_t o7[] = {8, 0}, l7[] = {8, 8};
+	EXPECT(check(o7, l7, N(o7), RM_PARAM_LIMIT, &end));
+	size_t o8[] = {8}, l8[] = {8};
+	EXPECT(check(o8, l8, N(o8), RM_PARAM_LIMIT, &end));
+	size_t o9[] = {0, 4096}, l9[] = {8, 8};
+	EXPECT(check(o9, l9, N(o9), RM_PARAM_LIMIT, &end));
+	size_t o10[] = {0, 12}, l10[] = {8, 4};
+	EXPECT(check(o10, l10, N(o10), RM_PARAM_LIMIT, &end));
+	size_t o11[] = {0, 8}, l11[] = {8, 0};
+	EXPECT(check(o11, l11, N(o11), RM_PARAM_LIMIT, &end));
+	size_t o12[] = {0}, l12[] = {RM_PARAM_LIMIT + 1};
+	EXPECT(check(o12, l12, N(o12), RM_PARAM_LIMIT, &end));
+	size_t o13[] = {0, SIZE_MAX - 7}, l13[] = {8, 8};
+	EXPECT(check(o13, l13, N(o13), RM_PARAM_LIMIT, &end));
+	size_t o14[] = {0}, l14[] = {(size_t)1 << 63};
+	EXPECT(check(o14, l14, N(o14), RM_PARAM_LIMIT, &end));
+	size_t o15[] = {0}, l15[] = {8192};
+	EXPECT(check(o15, l15, N(o15), rm_param_limit(11080), &end));
+	static size_t o16[RM_PARAM_MAX_COUNT + 1], l16[RM_PARAM_MAX_COUNT + 1];
+	for (size_t i = 0; i < N(o16); i++)
+		o16[i] = i * 8, l16[i] = 8;
+	EXPECT(check(o16, l16, RM_PARAM_MAX_COUNT, RM_PARAM_LIMIT, &end) == 0 && end == 8 * RM_PARAM_MAX_COUNT);
+	EXPECT(check(o16, l16, RM_PARAM_MAX_COUNT + 1, RM_PARAM_LIMIT, &end));
+	return failures ? 1 : 0;
+}
