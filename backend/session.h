@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "host_memory.h"
 #include "link.h"
 #include "staging.h"
 
@@ -137,6 +138,10 @@ struct rm_session_shared {
 	int nshared;
 	uint64_t shared_bytes;
 	uint64_t shared_limit; /* shared_pinned_limit; 0: no sharing */
+
+	/* Host memory the worker holds for the client (client_host_memory_limit): its channels,
+	 * copy links and their staging, images being received, its connections' rings. */
+	struct rm_host_account host;
 };
 
 /* A channel of a session: one connection of the client and the thread that runs its
@@ -184,6 +189,8 @@ struct rm_session {
 	uint32_t heartbeat_ms;
 
 	struct rm_staging staging; /* copies over the channel's own connection */
+	size_t ring_bytes;         /* its link's read buffer and what its connection holds for the
+				    * client (rm_conn_held): charged to sh->host */
 	/* Words its stream waits watch, one per context it waited in: the main channel's only,
 	 * as words are used only while the client has no thread channels (stream_wait.h). */
 	struct rm_wait_word *wait_words[RM_SESSION_MAX_CTX];
