@@ -83,16 +83,19 @@ struct rm_session *rm_session_new(struct rm_conn *conn, const struct rm_daemon_c
 CUresult rm_session_charge(struct rm_session *s, uint64_t bytes)
 {
 	uint64_t client_limit, tenant_limit;
-	if (!rm_registry_charge(s->slot, s->id, bytes, &client_limit, &tenant_limit))
+	if (!rm_registry_charge(s->slot, s->id, rm_charged_bytes(bytes), &client_limit, &tenant_limit))
 		return CUDA_SUCCESS;
-	rm_log(RM_LOG_WARN, "session %llu (%s): allocation of %llu bytes refused: over its quota "
+	rm_log(RM_LOG_WARN, "session %llu (%s): allocation of %llu bytes (charged %llu) refused: over its quota "
 	       "(client %llu, tenant %s %llu bytes; 0 is none)", (unsigned long long)s->id, s->name,
-	       (unsigned long long)bytes, (unsigned long long)client_limit, s->tenant_name,
-	       (unsigned long long)tenant_limit);
+	       (unsigned long long)bytes, (unsigned long long)rm_charged_bytes(bytes), (unsigned long long)client_limit,
+	       s->tenant_name, (unsigned long long)tenant_limit);
 	return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-void rm_session_uncharge(struct rm_session *s, uint64_t bytes) { rm_registry_uncharge(s->slot, s->id, bytes); }
+void rm_session_uncharge(struct rm_session *s, uint64_t bytes)
+{
+	rm_registry_uncharge(s->slot, s->id, rm_charged_bytes(bytes));
+}
 
 uint64_t rm_session_client_limit(struct rm_session *s)
 {
