@@ -20,10 +20,11 @@ CUresult rm_staging_open(struct rm_staging *st)
 	uint64_t bytes = (uint64_t)st->size * RM_STAGING_BUFS;
 	int err = rm_host_account_take(st->account, bytes);
 	if (err) {
-		rm_log(RM_LOG_WARN, "session %llu: %llu bytes of staging refused: %s",
+		rm_log(RM_LOG_WARN, "session %llu: %llu bytes of staging refused: %s holds %llu bytes of host memory (%s)",
 		       (unsigned long long)(st->account ? st->account->owner : 0), (unsigned long long)bytes,
-		       err == -EDQUOT ? "the client holds its client_host_memory_limit of host memory"
-				      : "the worker holds its worker_host_memory_limit of host memory");
+		       err == -EDQUOT ? "the client" : "the worker",
+		       (unsigned long long)(err == -EDQUOT ? rm_host_account_held(st->account) : rm_host_memory_held()),
+		       err == -EDQUOT ? "client_host_memory_limit" : "worker_host_memory_limit");
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	CUresult r = CUDA_SUCCESS;
