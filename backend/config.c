@@ -40,8 +40,10 @@ void rm_config_defaults(struct rm_daemon_config *c)
 	c->peer_timeout_s = RM_DEFAULT_PEER_TIMEOUT_MS / 1000;
 	c->max_channels = RM_DEFAULT_MAX_CHANNELS;
 	c->shared_pinned_limit = 16ull << 30;
+	c->shm_ring_max = 16ull << 20;
 	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
 	c->worker_host_memory_limit = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 4 : 4ull << 30;
+	c->client_host_memory_limit = 1ull << 30; /* the largest image (RM_MAX_IMAGE_LEN) fits */
 }
 
 static int parse_int(const char *s, int lo, int hi, int *out)
@@ -116,6 +118,8 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 		bad = rm_parse_size(v, &c->tenant_memory_limit);
 	else if (!strcmp(key, "worker_host_memory_limit"))
 		bad = rm_parse_size(v, &c->worker_host_memory_limit);
+	else if (!strcmp(key, "client_host_memory_limit"))
+		bad = rm_parse_size(v, &c->client_host_memory_limit);
 	else if (!strcmp(key, "tenant_isolation")) {
 		if (!strcmp(v, "process"))
 			c->isolation = RM_ISOLATE_PROCESS;
@@ -187,6 +191,9 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 		bad = parse_int(v, 0, RM_MAX_CHANNELS, &c->max_channels);
 	else if (!strcmp(key, "shared_pinned_limit"))
 		bad = rm_parse_size(v, &c->shared_pinned_limit);
+	else if (!strcmp(key, "shm_ring_max"))
+		bad = rm_parse_size(v, &c->shm_ring_max) || c->shm_ring_max < (64u << 10) ||
+		      c->shm_ring_max > (64u << 20) || (c->shm_ring_max & (c->shm_ring_max - 1));
 	else {
 		snprintf(why, whylen, "unknown setting '%s'", key);
 		return -1;

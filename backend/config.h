@@ -47,6 +47,7 @@ struct rm_daemon_config {
 	char tls_cert[512], tls_key[512], tls_client_ca[512];
 	uint64_t worker_host_memory_limit; /* host bytes a worker holds for its clients: images being
 					    * received, staging buffers (host_memory.h); 0: no limit */
+	uint64_t client_host_memory_limit; /* ... and one client of it (host_memory.h); 0: no limit */
 	struct rm_tenant_config anonymous;
 	struct rm_tenant_config tenants[RM_CONFIG_MAX_TENANTS];
 	int ntenants;
@@ -71,6 +72,7 @@ struct rm_daemon_config {
 	int peer_timeout_s;   /* a client silent this long is taken for gone (docs/protocol.md) */
 	int max_channels;     /* client threads' channels per session (docs/protocol.md); 0: none */
 	uint64_t shared_pinned_limit; /* bytes of pinned memory a session may share (docs/hotpath.md); 0: none */
+	uint64_t shm_ring_max; /* the largest ring a unix: client may make (transport/shm/shm.h) */
 
 	/* Operations (docs/operations.md). */
 	char host_nvml[512];      /* the host's NVML library, for utilization, temperature, power; "": none */

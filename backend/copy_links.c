@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "copy_profile.h"
 #include "link.h"
@@ -32,6 +33,7 @@ struct rm_copy_link {
 	struct stripe_job *job; /* set: to do; cleared by the thread when done */
 	int stop;
 	struct rm_staging staging;
+	size_t held; /* charged to the client's host account, beside the staging */
 };
 
 /* Where a share's bytes go through: a link and its staging. */
@@ -200,8 +202,21 @@ static void *link_main(void *arg)
 	struct share sh = {.link = &l->link, .staging = &l->staging, .prof = &no_profile, .wait = &unused, .dma = &unused};
 	pthread_mutex_lock(&l->lock);
 	for (;;) {
-		while (!l->job && !l->stop)
-			pthread_cond_wait(&l->changed, &l->lock);
+		while (!l->job && !l->stop) {
+			if (!l->staging.open) {
+				pthread_cond_wait(&l->changed, &l->lock);
+				continue;
+			}
+			/* Idle with its staging open: it goes back RM_STAGING_IDLE_MS after the last copy. */
+			struct timespec until;
+			clock_gettime(CLOCK_REALTIME, &until);
+			until.tv_sec += RM_STAGING_IDLE_MS / 1000;
+			until.tv_nsec += (RM_STAGING_IDLE_MS % 1000) * 1000000L;
+			if (until.tv_nsec >= 1000000000L)
+				until.tv_sec++, until.tv_nsec -= 1000000000L;
+			if (pthread_cond_timedwait(&l->changed, &l->lock, &until) == ETIMEDOUT && !l->job && !l->stop)
+				rm_staging_release_idle(&l->staging);
+		}
 		if (l->stop)
 			break;
 		struct stripe_job *j = l->job;
@@ -218,22 +233,28 @@ static void *link_main(void *arg)
 	return NULL;
 }
 
-int rm_copy_link_attach(struct rm_session *s, struct rm_conn *conn, uint32_t index)
+int rm_copy_link_attach(struct rm_session *s, struct rm_conn *conn, uint32_t index, const struct iovec *ok)
 {
+	/* The link, its read buffer and its connection's ring are the client's host memory. */
+	size_t held = sizeof(struct rm_copy_link) + RM_LINK_RBUF + rm_conn_held(conn);
+	if (rm_host_account_take(&s->sh->host, held))
+		return -EDQUOT;
 	struct rm_copy_link *l = calloc(1, sizeof(*l));
-	if (!l)
-		return -ENOMEM;
-	int err = rm_link_init(&l->link, conn);
+	int err = l ? rm_link_init(&l->link, conn) : -ENOMEM;
 	if (err) {
 		free(l);
+		rm_host_account_give(&s->sh->host, held);
 		return err;
 	}
+	l->held = held;
 	pthread_mutex_init(&l->lock, NULL);
 	pthread_cond_init(&l->changed, NULL);
-	rm_staging_init(&l->staging, LINK_STAGING_SIZE);
+	rm_staging_init(&l->staging, LINK_STAGING_SIZE, &s->sh->host);
 	pthread_mutex_lock(&s->sh->copy_lock);
 	if (index != (uint32_t)s->sh->ncopy_links + 1 || index >= RM_MAX_COPY_LINKS)
 		err = -EPROTO; /* links are attached one after another, from 1 */
+	else if (rm_conn_sendv(conn, ok, 1))
+		err = -EPIPE; /* answered only once it is sure to be taken */
 	else if ((err = -pthread_create(&l->thread, NULL, link_main, l)) == 0)
 		s->sh->copy_links[++s->sh->ncopy_links] = l;
 	pthread_mutex_unlock(&s->sh->copy_lock);
@@ -241,6 +262,7 @@ int rm_copy_link_attach(struct rm_session *s, struct rm_conn *conn, uint32_t ind
 		l->link.conn = NULL; /* the caller still owns conn */
 		rm_link_close(&l->link);
 		free(l);
+		rm_host_account_give(&s->sh->host, held);
 	}
 	return err;
 }
@@ -255,6 +277,7 @@ void rm_copy_links_close(struct rm_session *s)
 		pthread_mutex_unlock(&l->lock);
 		pthread_join(l->thread, NULL);
 		rm_link_close(&l->link);
+		rm_host_account_give(&s->sh->host, l->held);
 		free(l);
 		s->sh->copy_links[i] = NULL;
 	}

@@ -288,7 +288,8 @@ struct conn {
 	char *out;                 /* the response, once the request is whole */
 	size_t out_len, out_off;
 	size_t drained;            /* after the response: bytes of the request read and dropped */
-	int64_t deadline_ms;
+	int64_t deadline_ms;       /* the request's, then the whole connection's */
+	int64_t since_ms;          /* accepted */
 };
 #define DRAIN_MAX 65536 /* what a closing connection reads and drops at most (a lingering close) */
 
@@ -384,11 +385,14 @@ static void on_readable(struct conn *c)
 		if (c->req[i] == '\n' && (c->req[i + 1] == '\n' || (c->req[i + 1] == '\r' && i + 2 < c->len && c->req[i + 2] == '\n'))) {
 			int head_only = 0;
 			int status = rm_metrics_request_status(c->req, i + 1, &head_only);
+			c->deadline_ms = c->since_ms + RM_METRICS_TIMEOUT_MS;
 			respond(c, status, head_only);
 			return;
 		}
-	if (c->len == sizeof(c->req))
+	if (c->len == sizeof(c->req)) {
+		c->deadline_ms = c->since_ms + RM_METRICS_TIMEOUT_MS;
 		respond(c, 431, 0);
+	}
 }
 
 static void on_writable(struct conn *c)
@@ -411,19 +415,26 @@ static void accept_all(void)
 		int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			return; /* EAGAIN, or out of descriptors: the next poll tries again */
-		struct conn *c = NULL;
+		struct conn *c = NULL, *waiting = NULL;
 		for (int i = 0; i < RM_METRICS_MAX_CONNS && !c; i++)
 			if (conns[i].fd < 0)
 				c = &conns[i];
+			else if (!conns[i].out && (!waiting || conns[i].since_ms < waiting->since_ms))
+				waiting = &conns[i];
+		if (!c && waiting) {
+			conn_close(waiting); /* the oldest still waiting for its request makes way */
+			c = waiting;
+		}
 		if (!c) {
-			close(fd); /* every slot busy: this scraper tries again later */
+			close(fd); /* every slot answering: this scraper tries again later */
 			continue;
 		}
 		c->fd = fd;
 		c->len = 0;
 		c->drained = 0;
 		c->out = NULL;
-		c->deadline_ms = now_ms() + RM_METRICS_TIMEOUT_MS;
+		c->since_ms = now_ms();
+		c->deadline_ms = c->since_ms + RM_METRICS_REQUEST_MS;
 	}
 }
 

@@ -1,8 +1,11 @@
 /* Prometheus metrics (docs/operations.md): a small HTTP responder in the accepting process
  * answering GET /metrics on metrics_listen with the registry's figures in the text
  * exposition format. One thread, non-blocking sockets under poll(), bounded: at most
- * RM_METRICS_MAX_CONNS connections (more are closed at once), a request of at most
- * RM_METRICS_MAX_REQUEST bytes, and RM_METRICS_TIMEOUT_MS for a connection's whole life. */
+ * RM_METRICS_MAX_CONNS connections, a request of at most RM_METRICS_MAX_REQUEST bytes
+ * that must be whole within RM_METRICS_REQUEST_MS, and RM_METRICS_TIMEOUT_MS for a
+ * connection's whole life. With every place taken, a new connection takes the place of the
+ * oldest one still waiting for its request (one being answered keeps its place; with none
+ * waiting, the new one is closed at once): idle connections cannot keep a scraper out. */
 #ifndef REMORA_METRICS_H
 #define REMORA_METRICS_H
 
@@ -14,6 +17,7 @@
 #define RM_METRICS_MAX_CONNS 16
 #define RM_METRICS_MAX_REQUEST 4096
 #define RM_METRICS_TIMEOUT_MS 5000
+#define RM_METRICS_REQUEST_MS 2000
 
 /* Listens on cfg->metrics_listen and starts the responder thread (its signals blocked by
  * the caller): 0, or -errno after a log line. Nothing when metrics_listen is empty. */

@@ -3,6 +3,7 @@
  * unloads and globals are typed bodies of generated ones. */
 #include "dispatch.h"
 
+#include <errno.h>
 #include <stdlib.h>
 
 #include "call_profile.h"
@@ -19,10 +20,16 @@
 static CUresult hold_image_memory(struct rm_session *s, uint64_t n)
 {
 	CUresult r = rm_session_charge(s, n);
-	if (r == CUDA_SUCCESS && rm_host_memory_take(n)) {
-		rm_log(RM_LOG_WARN, "session %llu (%s): image of %llu bytes refused: the worker holds %llu bytes "
-		       "of host memory for its clients (worker_host_memory_limit)", (unsigned long long)s->id, s->name,
-		       (unsigned long long)n, (unsigned long long)rm_host_memory_held());
+	int err = r == CUDA_SUCCESS ? rm_host_account_take(&s->sh->host, n) : 0;
+	if (err) {
+		if (err == -EDQUOT)
+			rm_log(RM_LOG_WARN, "session %llu (%s): image of %llu bytes refused: the client holds %llu bytes "
+			       "of host memory (client_host_memory_limit)", (unsigned long long)s->id, s->name,
+			       (unsigned long long)n, (unsigned long long)rm_host_account_held(&s->sh->host));
+		else
+			rm_log(RM_LOG_WARN, "session %llu (%s): image of %llu bytes refused: the worker holds %llu bytes "
+			       "of host memory for its clients (worker_host_memory_limit)", (unsigned long long)s->id,
+			       s->name, (unsigned long long)n, (unsigned long long)rm_host_memory_held());
 		rm_session_uncharge(s, n);
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -73,7 +80,7 @@ static void load_image(struct rm_session *s, struct rm_request *rq, enum rm_hand
 out:
 	free(image);
 	if (held) {
-		rm_host_memory_give(n);
+		rm_host_account_give(&s->sh->host, n);
 		rm_session_uncharge(s, n);
 	}
 	protobuf_c_message_free_unpacked(&req->base, NULL);

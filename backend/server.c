@@ -37,6 +37,9 @@
 #include "remora.pb-c.h"
 #include "sd_notify.h"
 #include "text.h"
+#ifdef RM_HAVE_SHM
+#include "shm.h"
+#endif
 #ifdef RM_HAVE_TLS
 #include "tls.h"
 #endif
@@ -686,6 +689,8 @@ static void note_restart_only(const struct rm_daemon_config *o, const struct rm_
 	NOTE(tls_client_ca, "tls_client_ca");
 	NOTE(user, "user");
 	NOTE(worker_host_memory_limit, "worker_host_memory_limit");
+	NOTE(client_host_memory_limit, "client_host_memory_limit");
+	NOTE(shm_ring_max, "shm_ring_max");
 	NOTE(pool_endpoints, "pool");
 	NOTE(advertise, "advertise");
 	NOTE(host_name, "host_name");
@@ -835,6 +840,9 @@ int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char
 		rm_log(RM_LOG_ERROR, "the %s transport cannot hand connections to workers", tp->scheme);
 		return -ENOTSUP;
 	}
+#ifdef RM_HAVE_SHM
+	rm_shm_set_ring_max(cfg->shm_ring_max);
+#endif
 #ifdef RM_HAVE_TLS
 	if (!strcmp(tp->scheme, "tls")) {
 		char why[400];

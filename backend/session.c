@@ -42,15 +42,29 @@ struct rm_session *rm_session_new(struct rm_conn *conn, const struct rm_daemon_c
 	pthread_mutex_init(&sh->copy_lock, NULL);
 	pthread_rwlock_init(&sh->shared_lock, NULL);
 	sh->shared_limit = cfg->shared_pinned_limit;
+	sh->host.limit = cfg->client_host_memory_limit;
 	pthread_cond_init(&sh->channel_gone, NULL);
 	pthread_cond_init(&sh->progress, NULL);
 	sh->channels[0] = s;
 	s->max_channels = cfg->max_channels;
 	pthread_mutex_init(&s->send_lock, NULL);
-	rm_staging_init(&s->staging, STAGING_SIZE);
 	s->slot = h->slot;
 	memcpy(s->attach_key, h->key, sizeof(s->attach_key)); /* made by the accepting process (attach_keys.h) */
 	s->id = rm_registry()->clients[h->slot].session_id;
+	sh->host.owner = s->id;
+	rm_staging_init(&s->staging, STAGING_SIZE, &sh->host);
+	/* Its connection's read buffer and ring (unix:), of the client's choosing. */
+	s->ring_bytes = RM_LINK_RBUF + rm_conn_held(conn);
+	if (rm_host_account_take(&sh->host, s->ring_bytes)) {
+		rm_log(RM_LOG_WARN, "client %s: refused: its connection's buffers of %llu bytes pass the host memory "
+		       "left to it (client_host_memory_limit, worker_host_memory_limit)", h->name,
+		       (unsigned long long)s->ring_bytes);
+		s->link.conn = NULL; /* the caller's still */
+		rm_link_close(&s->link);
+		free(sh);
+		free(s);
+		return NULL;
+	}
 	s->tenant = h->tenant;
 	snprintf(s->tenant_name, sizeof(s->tenant_name), "%s", h->tenant_name);
 	s->ndevices = h->ndevices;
@@ -70,16 +84,19 @@ struct rm_session *rm_session_new(struct rm_conn *conn, const struct rm_daemon_c
 CUresult rm_session_charge(struct rm_session *s, uint64_t bytes)
 {
 	uint64_t client_limit, tenant_limit;
-	if (!rm_registry_charge(s->slot, s->id, bytes, &client_limit, &tenant_limit))
+	if (!rm_registry_charge(s->slot, s->id, rm_charged_bytes(bytes), &client_limit, &tenant_limit))
 		return CUDA_SUCCESS;
-	rm_log(RM_LOG_WARN, "session %llu (%s): allocation of %llu bytes refused: over its quota "
+	rm_log(RM_LOG_WARN, "session %llu (%s): allocation of %llu bytes (charged %llu) refused: over its quota "
 	       "(client %llu, tenant %s %llu bytes; 0 is none)", (unsigned long long)s->id, s->name,
-	       (unsigned long long)bytes, (unsigned long long)client_limit, s->tenant_name,
-	       (unsigned long long)tenant_limit);
+	       (unsigned long long)bytes, (unsigned long long)rm_charged_bytes(bytes), (unsigned long long)client_limit,
+	       s->tenant_name, (unsigned long long)tenant_limit);
 	return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-void rm_session_uncharge(struct rm_session *s, uint64_t bytes) { rm_registry_uncharge(s->slot, s->id, bytes); }
+void rm_session_uncharge(struct rm_session *s, uint64_t bytes)
+{
+	rm_registry_uncharge(s->slot, s->id, rm_charged_bytes(bytes));
+}
 
 uint64_t rm_session_client_limit(struct rm_session *s)
 {
@@ -745,6 +762,7 @@ void rm_session_destroy(struct rm_session *s)
 	       (unsigned long long)s->id, s->name, s->peer, freed, bytes, shared, (unsigned long long)shared_bytes,
 	       s->sh->waits_idle, s->sh->waits_word, s->sh->waits_driver);
 	rm_link_close(&s->link);
+	rm_host_account_give(&s->sh->host, s->ring_bytes);
 	free(s->sh->ranges);
 	free(s->sh->streams);
 	pthread_cond_destroy(&s->sh->progress);
@@ -759,10 +777,22 @@ void rm_session_destroy(struct rm_session *s)
 
 struct rm_session *rm_session_channel_new(struct rm_session *s, struct rm_conn *conn, int chan)
 {
-	struct rm_session *ch = malloc(sizeof(*ch));
-	if (!ch)
+	/* The channel itself and its connection's ring are host memory held for the client:
+	 * charged as its staging is. */
+	size_t held = sizeof(struct rm_session) + RM_LINK_RBUF + rm_conn_held(conn);
+	if (rm_host_account_take(&s->sh->host, held)) {
+		rm_log(RM_LOG_WARN, "session %llu (%s): channel %d refused: the client or the worker holds its limit "
+		       "of host memory (client_host_memory_limit, worker_host_memory_limit)", (unsigned long long)s->id,
+		       s->name, chan);
 		return NULL;
+	}
+	struct rm_session *ch = malloc(sizeof(*ch));
+	if (!ch) {
+		rm_host_account_give(&s->sh->host, held);
+		return NULL;
+	}
 	*ch = *s; /* the identity and the shared state; the rest is the channel's own */
+	ch->ring_bytes = held - sizeof(*ch);
 	ch->chan = chan;
 	ch->done_seq = 0;
 	ch->cur = NULL;
@@ -773,11 +803,12 @@ struct rm_session *rm_session_channel_new(struct rm_session *s, struct rm_conn *
 	memset(ch->wait_words, 0, sizeof(ch->wait_words)); /* the main channel's (stream_wait.h) */
 	if (rm_link_init(&ch->link, conn)) {
 		free(ch);
+		rm_host_account_give(&s->sh->host, held);
 		return NULL;
 	}
 	snprintf(ch->peer, sizeof(ch->peer), "%s", rm_conn_peer(conn));
 	pthread_mutex_init(&ch->send_lock, NULL);
-	rm_staging_init(&ch->staging, STAGING_SIZE);
+	rm_staging_init(&ch->staging, STAGING_SIZE, &s->sh->host);
 	return ch;
 }
 
@@ -802,7 +833,9 @@ void rm_session_channel_close(struct rm_session *ch)
 	rm_drv.cuCtxSetCurrent(NULL);
 	rm_link_close(&ch->link);
 	pthread_mutex_destroy(&ch->send_lock);
+	size_t held = sizeof(*ch) + ch->ring_bytes;
 	free(ch);
+	rm_host_account_give(&sh->host, held);
 }
 
 void rm_session_progress(struct rm_session *s, uint64_t seq)

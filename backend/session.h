@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "host_memory.h"
 #include "link.h"
 #include "staging.h"
 
@@ -138,6 +139,10 @@ struct rm_session_shared {
 	int nshared;
 	uint64_t shared_bytes;
 	uint64_t shared_limit; /* shared_pinned_limit; 0: no sharing */
+
+	/* Host memory the worker holds for the client (client_host_memory_limit): its channels,
+	 * copy links and their staging, images being received, its connections' rings. */
+	struct rm_host_account host;
 };
 
 /* A channel of a session: one connection of the client and the thread that runs its
@@ -185,6 +190,8 @@ struct rm_session {
 	uint32_t heartbeat_ms;
 
 	struct rm_staging staging; /* copies over the channel's own connection */
+	size_t ring_bytes;         /* its link's read buffer and what its connection holds for the
+				    * client (rm_conn_held): charged to sh->host */
 	/* Words its stream waits watch, one per context it waited in: the main channel's only,
 	 * as words are used only while the client has no thread channels (stream_wait.h). */
 	struct rm_wait_word *wait_words[RM_SESSION_MAX_CTX];
@@ -252,8 +259,20 @@ CUresult rm_session_device(struct rm_session *s, int ordinal, CUdevice *out);
 /* Maps a host GPU to the client's ordinal for it (a CUdevice the driver gave back). */
 CUresult rm_session_device_out(struct rm_session *s, CUdevice dev, CUdevice *out);
 
-/* Charges a new allocation of bytes to the client's and its tenant's quotas:
- * CUDA_ERROR_OUT_OF_MEMORY (and a log line) when it would pass either. */
+/* What an allocation of bytes is charged: what the driver takes for it, not what was asked
+ * (docs/sharing.md, "Quotas"). cuMemAlloc gives no two allocations one 512-byte block, and
+ * maps an allocation of 2 MiB or more in whole 2 MiB pages: 20,000 one-byte allocations
+ * took 5.1 MB of the device. So below 2 MiB, bytes rounded up to 512; from 2 MiB, to 2 MiB. */
+#define RM_CHARGE_SMALL_UNIT 512u
+#define RM_CHARGE_LARGE_UNIT (2u << 20)
+static inline uint64_t rm_charged_bytes(uint64_t bytes)
+{
+	uint64_t unit = bytes < RM_CHARGE_LARGE_UNIT ? RM_CHARGE_SMALL_UNIT : RM_CHARGE_LARGE_UNIT;
+	return bytes > UINT64_MAX - unit ? UINT64_MAX : (bytes + unit - 1) / unit * unit;
+}
+/* Charges a new allocation of bytes (rm_charged_bytes of them) to the client's and its
+ * tenant's quotas: CUDA_ERROR_OUT_OF_MEMORY (and a log line) when it would pass either.
+ * rm_session_uncharge gives back what charging the same bytes took. */
 CUresult rm_session_charge(struct rm_session *s, uint64_t bytes);
 void rm_session_uncharge(struct rm_session *s, uint64_t bytes);
 /* The client's view of device memory: the device's, narrowed by its quotas. */

@@ -1,21 +1,32 @@
 /* Staging buffers (staging.h). */
 #include "staging.h"
 
+#include <errno.h>
+
 #include "driver_table.h"
 #include "host_memory.h"
+#include "log.h"
 #include "transport.h"
 
-void rm_staging_init(struct rm_staging *st, size_t size)
+void rm_staging_init(struct rm_staging *st, size_t size, struct rm_host_account *account)
 {
-	*st = (struct rm_staging){.size = size};
+	*st = (struct rm_staging){.size = size, .account = account};
 }
 
 CUresult rm_staging_open(struct rm_staging *st)
 {
 	if (st->open)
 		return CUDA_SUCCESS;
-	if (rm_host_memory_take((uint64_t)st->size * RM_STAGING_BUFS))
+	uint64_t bytes = (uint64_t)st->size * RM_STAGING_BUFS;
+	int err = rm_host_account_take(st->account, bytes);
+	if (err) {
+		rm_log(RM_LOG_WARN, "session %llu: %llu bytes of staging refused: %s holds %llu bytes of host memory (%s)",
+		       (unsigned long long)(st->account ? st->account->owner : 0), (unsigned long long)bytes,
+		       err == -EDQUOT ? "the client" : "the worker",
+		       (unsigned long long)(err == -EDQUOT ? rm_host_account_held(st->account) : rm_host_memory_held()),
+		       err == -EDQUOT ? "client_host_memory_limit" : "worker_host_memory_limit");
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	CUresult r = CUDA_SUCCESS;
 	int b = 0;
 	for (; b < RM_STAGING_BUFS; b++) {
@@ -35,8 +46,8 @@ CUresult rm_staging_open(struct rm_staging *st)
 			rm_transport_unpin(st->buf[b]);
 			rm_drv.cuMemFreeHost(st->buf[b]);
 		}
-		rm_host_memory_give((uint64_t)st->size * RM_STAGING_BUFS);
-		rm_staging_init(st, st->size);
+		rm_host_account_give(st->account, bytes);
+		rm_staging_init(st, st->size, st->account);
 		return r;
 	}
 	st->open = 1;
@@ -62,6 +73,14 @@ void rm_staging_close(struct rm_staging *st)
 		rm_transport_unpin(st->buf[b]);
 		rm_drv.cuMemFreeHost(st->buf[b]);
 	}
-	rm_host_memory_give((uint64_t)st->size * RM_STAGING_BUFS);
-	rm_staging_init(st, st->size);
+	rm_host_account_give(st->account, (uint64_t)st->size * RM_STAGING_BUFS);
+	rm_staging_init(st, st->size, st->account);
+}
+
+void rm_staging_release_idle(struct rm_staging *st)
+{
+	for (int b = 0; st->open && b < RM_STAGING_BUFS; b++)
+		if (!st->idle[b] && rm_drv.cuEventQuery(st->done[b]) != CUDA_SUCCESS)
+			return;
+	rm_staging_close(st);
 }

@@ -1,6 +1,9 @@
 /* Staging: the two pinned buffers a copy's bytes pass through between a connection and
- * the GPU, each with an event recorded after the DMA that used it last. The session's
- * connection and each copy link have one. */
+ * the GPU, each with an event recorded after the DMA that used it last. Each channel of a
+ * session and each copy link has one, opened at its first copy, charged to the client's
+ * host-memory account (host_memory.h) while open, and closed again once it is idle (a
+ * channel: at a heartbeat, which the client sends only after a silent interval; a copy
+ * link: RM_STAGING_IDLE_MS after its last copy), so that an idle client holds none. */
 #ifndef REMORA_STAGING_H
 #define REMORA_STAGING_H
 
@@ -9,7 +12,10 @@
 
 #define RM_STAGING_BUFS 2
 
+struct rm_host_account;
+
 struct rm_staging {
+	struct rm_host_account *account; /* what it is charged to while open */
 	size_t size; /* each buffer's bytes, set by rm_staging_init: never 0, open or not */
 	void *buf[RM_STAGING_BUFS];
 	CUevent done[RM_STAGING_BUFS];
@@ -17,11 +23,12 @@ struct rm_staging {
 	int open;
 };
 
-/* A closed staging of buffers of size bytes (size > 0). */
-void rm_staging_init(struct rm_staging *st, size_t size);
+/* A closed staging of buffers of size bytes (size > 0), charged to account when open. */
+void rm_staging_init(struct rm_staging *st, size_t size, struct rm_host_account *account);
 /* Allocates every buffer and event in the current context, all or nothing, within the
- * worker's host-memory bound (host_memory.h): CUDA_ERROR_OUT_OF_MEMORY past it, else the
- * driver's error. Does nothing when open. */
+ * client's account and the worker's host-memory bound (host_memory.h):
+ * CUDA_ERROR_OUT_OF_MEMORY (and a log line) past either, else the driver's error. Does
+ * nothing when open. */
 CUresult rm_staging_open(struct rm_staging *st);
 /* Buffer b once the copy that used it last is done, opening the staging first if needed. */
 CUresult rm_staging_wait(struct rm_staging *st, int b, void **buf);
@@ -29,6 +36,11 @@ CUresult rm_staging_wait(struct rm_staging *st, int b, void **buf);
 static inline void rm_staging_idle(struct rm_staging *st, int b) { st->idle[b] = st->open; }
 /* Waits for every copy through it and frees it; it may be opened again. */
 void rm_staging_close(struct rm_staging *st);
+/* Closes it if every copy through it is done already, waiting for none. */
+void rm_staging_release_idle(struct rm_staging *st);
+
+/* How long a copy link's staging stays open after its last copy. */
+#define RM_STAGING_IDLE_MS 2000
 
 /* A blocking host-to-device copy of at most this many bytes in one piece goes to the
  * driver from pageable memory (the session's small_in, rm_copy_in), not a pinned staging buffer: the

@@ -30,6 +30,9 @@
 #include "remora.pb-c.h"
 #include "shared_host.h"
 #include "stream_pool.h"
+#ifdef RM_HAVE_SHM
+#include "shm.h"
+#endif
 
 static const struct rm_daemon_config *config;
 /* The sessions being served, for copy links that ask for theirs. */
@@ -179,8 +182,12 @@ static void serve(struct rm_session *s)
 			break;
 		}
 		if (rq.frame.op == RM_OP_HEARTBEAT && !rq.frame.msg_len && !rq.frame.bulk_len &&
-		    !(rq.frame.flags & RM_F_REPLY))
-			continue; /* an idle client is alive */
+		    !(rq.frame.flags & RM_F_REPLY)) {
+			/* An idle client is alive; a client sends one only after a silent interval,
+			 * so the channel's staging goes back until its next copy (staging.h). */
+			rm_staging_release_idle(&s->staging);
+			continue;
+		}
 		if (rq.frame.op == RM_OP_HOST_LISTEN && !rq.frame.msg_len && !rq.frame.bulk_len &&
 		    !(rq.frame.flags & RM_F_REPLY)) {
 			if ((err = rm_hostfn_listen(s))) {
@@ -433,19 +440,22 @@ static void attach_link(struct rm_conn *conn, const struct rm_handoff *h)
 		uint8_t hdr[RM_FRAME_LEN];
 		rm_frame_encode(&f, hdr);
 		struct iovec v = {hdr, sizeof(hdr)};
-		if (!err && h->channel) {
-			/* A refused channel is told so (its thread then shares the main connection). */
-			if ((err = channel_attach(s, conn, h->link_index, &v)) && err != -EPIPE) {
-				f.result = CUDA_ERROR_TOO_MANY_PEERS;
-				rm_frame_encode(&f, hdr);
-				rm_conn_sendv(conn, &v, 1);
-			}
-		} else if (!err && !(err = rm_conn_sendv(conn, &v, 1))) {
-			err = rm_copy_link_attach(s, conn, h->link_index);
+		/* A refused channel or copy link is told so before its connection closes (a
+		 * channel's thread then shares the main connection; a copy needs no link). */
+		if (!err)
+			err = h->channel ? channel_attach(s, conn, h->link_index, &v)
+					 : rm_copy_link_attach(s, conn, h->link_index, &v);
+		if (err && err != -EPIPE && !diff) {
+			f.result = h->channel ? CUDA_ERROR_TOO_MANY_PEERS
+				 : err == -EPROTO ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OUT_OF_MEMORY;
+			rm_frame_encode(&f, hdr);
+			rm_conn_sendv(conn, &v, 1);
 		}
 		if (err)
 			rm_log(RM_LOG_WARN, "session %llu (%s): %s %u refused: %s", (unsigned long long)s->id,
-			       s->name, what, h->link_index, err == -EACCES ? "wrong key" : strerror(-err));
+			       s->name, what, h->link_index, err == -EACCES ? "wrong key"
+			       : err == -EDQUOT ? "the client holds its client_host_memory_limit of host memory"
+			       : strerror(-err));
 		else
 			rm_log(RM_LOG_INFO, "session %llu (%s): %s %u attached", (unsigned long long)s->id, s->name,
 			       what, h->link_index);
@@ -611,6 +621,9 @@ int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 	config = cfg;
 	rm_kernel_timing_enable(cfg->kernel_timing);
 	rm_host_memory_set_limit(cfg->worker_host_memory_limit);
+#ifdef RM_HAVE_SHM
+	rm_shm_set_ring_max(cfg->shm_ring_max);
+#endif
 	const char *addr;
 	const struct rm_transport *tp = rm_transport_for(cfg->listen, &addr);
 	pthread_t t;

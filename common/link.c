@@ -4,16 +4,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LINK_RBUF (256u << 10)
 
 int rm_link_init(struct rm_link *l, struct rm_conn *conn)
 {
 	memset(l, 0, sizeof(*l));
-	l->rbuf = malloc(LINK_RBUF);
+	l->rbuf = malloc(RM_LINK_RBUF);
 	if (!l->rbuf)
 		return -ENOMEM;
 	l->conn = conn;
-	l->rcap = LINK_RBUF;
+	l->rcap = RM_LINK_RBUF;
 	return 0;
 }
 

@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#define RM_LINK_RBUF (256u << 10) /* each link's read buffer */
+
 struct rm_link {
 	struct rm_conn *conn;
 	uint8_t *rbuf;

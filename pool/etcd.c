@@ -13,6 +13,7 @@
 #include "base64.h"
 #include "etcd_post.h"
 #include "json_read.h"
+#include "text.h"
 
 #define MESSAGE_MAX 256 /* the longest error text of etcd's that is shown */
 
@@ -110,9 +111,12 @@ static int usable_token(const char *t)
  * no longer valid (taken again by call()). */
 static int refusal(struct rm_etcd *e, const char *where, const char *path, long status, struct json_object *r)
 {
-	const char *msg = rm_json_string(r, "message", MESSAGE_MAX);
-	if (!msg)
-		msg = rm_json_string(r, "error", MESSAGE_MAX);
+	const char *raw = rm_json_string(r, "message", MESSAGE_MAX);
+	if (!raw)
+		raw = rm_json_string(r, "error", MESSAGE_MAX);
+	/* etcd's text goes into log lines and onto terminals: escaped (text.h). */
+	char shown[MESSAGE_MAX * 4 + 1];
+	const char *msg = raw ? rm_text_escape(shown, sizeof(shown), raw) : NULL;
 	int64_t code = rm_json_int(r, "code", -1);
 	int err = -EIO;
 	if (msg && strstr(msg, "lease not found")) {

@@ -87,6 +87,11 @@ struct rm_transport {
 	 * otherwise). Descriptors passed and never received are closed with the connection. */
 	int (*send_fd)(struct rm_conn *c, int fd);
 	int (*recv_fd)(struct rm_conn *c, int timeout_ms);
+	/* Host memory this end may come to hold for the connection beyond its own buffers, in
+	 * bytes the peer chose: shm, the ring this end writes in the peer's memfd, whose pages it
+	 * faults in. For the caller's accounting (remorad charges it to the client). Optional
+	 * (NULL: 0); never blocks. */
+	size_t (*held)(struct rm_conn *c);
 };
 
 #define RM_TRANSPORT_STATE_MAX 160
@@ -133,6 +138,7 @@ static inline int rm_conn_recv_fd(struct rm_conn *c, int timeout_ms)
 {
 	return c->tp->recv_fd ? c->tp->recv_fd(c, timeout_ms) : -EOPNOTSUPP;
 }
+static inline size_t rm_conn_held(struct rm_conn *c) { return c->tp->held ? c->tp->held(c) : 0; }
 /* Whether c can pass descriptors (its peer is a process on this host). */
 static inline int rm_conn_passes_fds(const struct rm_conn *c) { return c->tp->send_fd != NULL; }
 

@@ -31,7 +31,8 @@ class Daemon:
     """remorad on the given driver (None: the system's libcuda), REMORA_LOG=info, its log in
     tmp/NAME.log."""
 
-    def __init__(self, remorad, driver, tmp, name, config, env=None, args=(), preexec_fn=None):
+    def __init__(self, remorad, driver, tmp, name, config, env=None, args=(), preexec_fn=None,
+                 listen="tcp://127.0.0.1:0"):
         self.log_path = os.path.join(tmp, name + ".log")
         conf = os.path.join(tmp, name + ".conf")
         ready = os.path.join(tmp, name + ".addr")
@@ -44,7 +45,7 @@ class Daemon:
         denv = {k: v for k, v in os.environ.items() if not k.startswith("REMORA_")}
         denv.update(REMORA_LOG="info", **(env or {}))
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([remorad, "--config", conf, "--listen", "tcp://127.0.0.1:0",
+        self.proc = subprocess.Popen([remorad, "--config", conf, "--listen", listen,
                                       *(["--driver", driver] if driver else []), "--ready-file", ready, *args],
                                      stderr=self.log, env=denv, preexec_fn=preexec_fn)
         ok = wait_for(lambda: os.path.exists(ready) and open(ready).read().strip(), timeout=10)
@@ -52,6 +53,9 @@ class Daemon:
             self.stop()
             raise RuntimeError("remorad did not start:\n" + self.text())
         self.server = open(ready).read().strip()
+        if listen.startswith("unix:"):  # the ready file names the socket's path
+            self.server, self.host, self.port = "unix:" + self.server, None, None
+            return
         host, port = self.server.rsplit(":", 1)
         self.host, self.port = host, int(port)
 

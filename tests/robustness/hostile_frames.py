@@ -206,15 +206,16 @@ def names(d):
 # copy link 1's (calls 3 and 4 of each). No other call of the worker makes either for
 # `probe work` or `probe stripes` (no blocking stream, no event of the client's). The
 # worker's host-memory bound is what one client's staging takes (16 MiB, and 8 MiB for the
-# copy link: docs/configuration.md), so the next client works only if the failed
-# allocation gave back all it had taken.
+# copy link: docs/configuration.md), with 2 MiB for its connections' read buffers (256 KiB
+# each: the main connection and, by default, 3 copy links), so the next client works only if
+# the failed allocation gave back all it had taken.
 STRIPED = {"REMORA_COPY_LINKS": "2", "REMORA_STRIPE_MIN": str(MIB)}
 STAGING_FAILURES = [
     # (REMORA_TESTDRIVER_FAIL, the probe's arguments, its environment, the bound, what fails)
-    ("cuMemAllocHost_v2:1", ["work", "0.2"], {}, "16M", "the session's first staging buffer"),
-    ("cuEventCreate:2", ["work", "0.2"], {}, "16M", "the session's second staging event"),
-    ("cuMemAllocHost_v2:3", ["stripes"], STRIPED, "24M", "copy link 1's first staging buffer"),
-    ("cuEventCreate:4", ["stripes"], STRIPED, "24M", "copy link 1's second staging event"),
+    ("cuMemAllocHost_v2:1", ["work", "0.2"], {}, "18M", "the session's first staging buffer"),
+    ("cuEventCreate:2", ["work", "0.2"], {}, "18M", "the session's second staging event"),
+    ("cuMemAllocHost_v2:3", ["stripes"], STRIPED, "25M", "copy link 1's first staging buffer"),
+    ("cuEventCreate:4", ["stripes"], STRIPED, "25M", "copy link 1's second staging event"),
 ]
 
 

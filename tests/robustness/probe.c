@@ -16,8 +16,14 @@
  *                     frees; prints "ok"
  *   probe late-copy IMAGE SECS  copies 32 MiB from the device, then 32 MiB to it, each behind
  *                     a kernel of SECS seconds (sleepNs) on the same stream; checks the bytes;
- *                     prints "ok" */
+ *                     prints "ok"
+ *   probe threads N SECS  N threads (each with a channel of its own) copy 1 MiB to the device
+ *                     once; prints "copied K of N" once all have tried, then keeps the threads
+ *                     for SECS seconds
+ *   probe tiny N      makes up to N one-byte allocations, stopping at the first refusal;
+ *                     prints "allocated K" and the refusal's error (0: none) */
 #include <cuda.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +44,56 @@ static double now(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* probe threads: one thread's copy, then its wait until the process is done. */
+static CUcontext threads_ctx;
+static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t threads_cond = PTHREAD_COND_INITIALIZER;
+static int threads_tried, threads_copied, threads_release;
+
+static void *copy_thread(void *arg)
+{
+	(void)arg;
+	size_t n = 1u << 20;
+	void *host = calloc(1, n);
+	CUdeviceptr d = 0;
+	int ok = host && cuCtxSetCurrent(threads_ctx) == CUDA_SUCCESS && cuMemAlloc(&d, n) == CUDA_SUCCESS &&
+		 cuMemcpyHtoD(d, host, n) == CUDA_SUCCESS;
+	pthread_mutex_lock(&threads_lock);
+	threads_tried++;
+	threads_copied += ok;
+	pthread_cond_broadcast(&threads_cond);
+	while (!threads_release)
+		pthread_cond_wait(&threads_cond, &threads_lock);
+	pthread_mutex_unlock(&threads_lock);
+	free(host);
+	return NULL;
+}
+
+static int probe_threads(CUcontext ctx, int n, double secs)
+{
+	pthread_t t[256];
+	threads_ctx = ctx;
+	if (n < 1 || n > 256)
+		return 2;
+	for (int i = 0; i < n; i++)
+		if (pthread_create(&t[i], NULL, copy_thread, NULL))
+			return 1;
+	pthread_mutex_lock(&threads_lock);
+	while (threads_tried < n)
+		pthread_cond_wait(&threads_cond, &threads_lock);
+	printf("copied %d of %d\n", threads_copied, n);
+	fflush(stdout);
+	pthread_mutex_unlock(&threads_lock);
+	usleep((useconds_t)(secs * 1e6));
+	pthread_mutex_lock(&threads_lock);
+	threads_release = 1;
+	pthread_cond_broadcast(&threads_cond);
+	pthread_mutex_unlock(&threads_lock);
+	for (int i = 0; i < n; i++)
+		pthread_join(t[i], NULL);
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -66,6 +122,16 @@ int main(int argc, char **argv)
 		fflush(stdout);
 		for (;;)
 			pause();
+	}
+	if (!strcmp(argv[1], "threads") && argc > 3)
+		return probe_threads(ctx, atoi(argv[2]), atof(argv[3]));
+	if (!strcmp(argv[1], "tiny") && argc > 2) {
+		int n = atoi(argv[2]), k = 0;
+		CUresult r = CUDA_SUCCESS;
+		for (CUdeviceptr p; k < n && (r = cuMemAlloc(&p, 1)) == CUDA_SUCCESS; k++)
+			;
+		printf("allocated %d %d\n", k, (int)r);
+		return 0;
 	}
 	if (!strcmp(argv[1], "stripes")) {
 		static const size_t sizes[] = {(1u << 20) - 1, (4u << 20) * 3 + 1, (16u << 20) + 12345, (64u << 20) - 3};

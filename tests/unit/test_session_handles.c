@@ -49,7 +49,7 @@ void rm_kernel_timing_release(struct rm_session *s, struct rm_session_ctx *c) { 
 void rm_kernel_timing_synced(struct rm_session *s, CUstream st) { unused(__func__); }
 CUresult rm_stream_wait(struct rm_session *s, CUstream st) { unused(__func__); }
 void rm_stream_wait_release(struct rm_session *s) { (void)s; }
-void rm_staging_init(struct rm_staging *st, size_t size) { unused(__func__); }
+void rm_staging_init(struct rm_staging *st, size_t size, struct rm_host_account *a) { unused(__func__); }
 void rm_staging_close(struct rm_staging *st) { unused(__func__); }
 struct rm_hostfn_hub *rm_hostfn_hub_new(const struct rm_session *s, int timeout_s) { unused(__func__); }
 void rm_hostfn_hub_release(struct rm_hostfn_hub *hub) { unused(__func__); }

@@ -34,6 +34,7 @@
  * that leaves a waiting one asleep. The byte itself is a wake-up like any other.
  */
 #include "transport.h"
+#include "shm.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -238,8 +239,17 @@ static void attach_rings(struct shm_conn *c, const uint64_t len[2], const uint64
 	c->rx_len = len[rx];
 }
 
-/* Maps a memfd the peer made: sealed against shrinking (so no access can fault), with a
- * header whose geometry is read once, checked and kept. */
+static uint64_t peer_ring_max = SHM_RING_MAX;
+
+void rm_shm_set_ring_max(uint64_t bytes)
+{
+	peer_ring_max = bytes < SHM_RING_MIN ? SHM_RING_MIN : bytes > SHM_RING_MAX ? SHM_RING_MAX : bytes;
+}
+
+/* Maps a memfd the peer made: sealed against shrinking (so no access can fault), no larger
+ * than two rings of peer_ring_max, with a header whose geometry is read once, checked and
+ * kept. Not populated: this end faults in only the pages it uses, so a peer's rings cost
+ * this process no more than what goes through them (and the bound). */
 static int map_peer_memfd(struct shm_conn *c, int memfd)
 {
 	int seals = fcntl(memfd, F_GET_SEALS);
@@ -248,11 +258,16 @@ static int map_peer_memfd(struct shm_conn *c, int memfd)
 		rm_transport_set_why(-EPROTO, "shm: the peer's ring memory is not a sealed memfd");
 		return -EPROTO;
 	}
-	if (fstat(memfd, &st) || !S_ISREG(st.st_mode) || st.st_size < (off_t)SHM_HEADER_LEN ||
-	    (uint64_t)st.st_size > SHM_HEADER_LEN + 2ull * SHM_RING_MAX)
+	if (fstat(memfd, &st) || !S_ISREG(st.st_mode) || st.st_size < (off_t)SHM_HEADER_LEN)
 		return -EPROTO;
+	if ((uint64_t)st.st_size > SHM_HEADER_LEN + 2ull * peer_ring_max) {
+		rm_transport_set_why(-EMSGSIZE, "shm: the peer's rings (%llu bytes) are larger than this end takes "
+				     "(two of %llu bytes: shm_ring_max)", (unsigned long long)st.st_size - SHM_HEADER_LEN,
+				     (unsigned long long)peer_ring_max);
+		return -EMSGSIZE;
+	}
 	size_t map_len = (size_t)st.st_size;
-	uint8_t *map = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, memfd, 0);
+	uint8_t *map = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
 	if (map == MAP_FAILED)
 		return -errno;
 	const volatile struct shm_layout *l = (const volatile struct shm_layout *)map;
@@ -260,7 +275,7 @@ static int map_peer_memfd(struct shm_conn *c, int memfd)
 	uint32_t version = l->version, header_len = l->header_len;
 	int ok = magic == SHM_MAGIC && version == SHM_VERSION && header_len == SHM_HEADER_LEN;
 	for (int i = 0; ok && i < 2; i++)
-		ok = len[i] >= SHM_RING_MIN && len[i] <= SHM_RING_MAX && !(len[i] & (len[i] - 1));
+		ok = len[i] >= SHM_RING_MIN && len[i] <= peer_ring_max && !(len[i] & (len[i] - 1));
 	ok = ok && off[0] == SHM_HEADER_LEN && off[1] == off[0] + len[0] && off[1] + len[1] <= map_len;
 	if (!ok) {
 		munmap(map, map_len);
@@ -679,6 +694,13 @@ static int shm_set_liveness(struct rm_conn *conn, int recv_timeout_ms, int send_
 	return 0;
 }
 
+/* The ring this end writes: pages it faults in (transport.h, held). */
+static size_t shm_held(struct rm_conn *conn)
+{
+	struct shm_conn *c = shm(conn);
+	return c->ready > 0 ? (size_t)c->tx_len : 0;
+}
+
 static const char *shm_peer(struct rm_conn *c)
 {
 	return shm(c)->peer;
@@ -911,4 +933,5 @@ const struct rm_transport rm_transport_shm = {
 	.adopt_fd = shm_adopt_fd,
 	.send_fd = shm_send_fd,
 	.recv_fd = shm_recv_fd,
+	.held = shm_held,
 };
