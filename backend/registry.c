@@ -150,32 +150,55 @@ int rm_registry_reap_worker(pid_t worker)
 			leave_locked(i);
 			n++;
 		}
-	for (int i = 0; i < RM_MAX_FAULTED; i++)
-		if (reg->faulted[i].worker == worker)
-			reg->faulted[i] = (struct rm_faulted_worker){0};
+	for (int i = 0; i < RM_MAX_WORKER_RECORDS; i++)
+		if (reg->worker_records[i].worker == worker)
+			reg->worker_records[i] = (struct rm_worker_record){0};
 	rm_registry_unlock();
 	return n;
+}
+
+/* worker's record, made where it has none. There is one for every worker that can run
+ * (RM_MAX_WORKER_RECORDS); should they all be taken, the last is taken over. */
+static struct rm_worker_record *worker_record_locked(pid_t worker)
+{
+	struct rm_worker_record *r = reg->worker_records, *free_one = NULL;
+	for (int i = 0; i < RM_MAX_WORKER_RECORDS; i++) {
+		if (r[i].worker == worker)
+			return &r[i];
+		if (!r[i].worker && !free_one)
+			free_one = &r[i];
+	}
+	if (!free_one)
+		free_one = &r[RM_MAX_WORKER_RECORDS - 1];
+	*free_one = (struct rm_worker_record){.worker = worker};
+	return free_one;
 }
 
 void rm_registry_mark_faulted(pid_t worker, int error)
 {
 	rm_registry_lock();
-	int i = 0;
-	while (i < RM_MAX_FAULTED - 1 && reg->faulted[i].worker && reg->faulted[i].worker != worker)
-		i++;
-	reg->faulted[i] = (struct rm_faulted_worker){.worker = worker, .error = error};
+	worker_record_locked(worker)->fault = error;
 	rm_registry_unlock();
 }
 
-int rm_registry_worker_fault(pid_t worker)
+void rm_registry_worker_draining(pid_t worker, int delta)
 {
-	int error = 0;
 	rm_registry_lock();
-	for (int i = 0; i < RM_MAX_FAULTED && !error; i++)
-		if (reg->faulted[i].worker == worker)
-			error = reg->faulted[i].error;
+	struct rm_worker_record *r = worker_record_locked(worker);
+	r->draining = r->draining + delta > 0 ? r->draining + delta : 0;
 	rm_registry_unlock();
-	return error;
+}
+
+void rm_registry_worker_state(pid_t worker, int *fault, int *draining)
+{
+	*fault = *draining = 0;
+	rm_registry_lock();
+	for (int i = 0; i < RM_MAX_WORKER_RECORDS; i++)
+		if (reg->worker_records[i].worker == worker) {
+			*fault = reg->worker_records[i].fault;
+			*draining = reg->worker_records[i].draining;
+		}
+	rm_registry_unlock();
 }
 
 void rm_registry_set_limits(int t, uint64_t memory_limit, uint64_t client_memory_limit)

@@ -15,7 +15,10 @@
 #define RM_MAX_GPUS 64
 #define RM_MAX_CLIENTS 1024
 #define RM_HISTORY 128 /* clients that left, kept for accounting (the newest) */
-#define RM_MAX_FAULTED 64 /* workers that faulted and still serve their clients */
+#define RM_MAX_RETIRED_WORKERS 64 /* faulted workers that still serve their clients */
+/* A record for every worker that can be running: one per tenant, the anonymous one's, the
+ * retired ones. */
+#define RM_MAX_WORKER_RECORDS (RM_CONFIG_MAX_TENANTS + 1 + RM_MAX_RETIRED_WORKERS)
 
 /* Kinds of calls, for accounting (rm_call_kind). */
 enum rm_call_kind {
@@ -101,12 +104,14 @@ struct rm_registry {
 	struct rm_client_record clients[RM_MAX_CLIENTS];
 	struct rm_client_history history[RM_HISTORY]; /* a ring: the oldest overwritten */
 	uint64_t history_count; /* clients that ever left; history[(count-1) % RM_HISTORY] the last */
-	/* Workers whose contexts a sticky error broke (fault.h): the accepting process gives
-	 * their tenants' new clients to fresh workers. 0: a free entry. */
-	struct rm_faulted_worker {
+	/* What the accepting process needs to know of a worker before it hands the worker a
+	 * client: a sticky error broke its contexts (fault.h: the client goes to a fresh worker),
+	 * or clients that left still have work running in it. worker 0: a free entry. */
+	struct rm_worker_record {
 		pid_t worker;
-		int error;
-	} faulted[RM_MAX_FAULTED];
+		int fault;    /* the sticky error; 0: none */
+		int draining; /* departed clients whose work is still being waited for */
+	} worker_records[RM_MAX_WORKER_RECORDS];
 };
 
 /* Creates the registry in new shared memory; returns its descriptor (for workers), or -errno. */
@@ -130,14 +135,17 @@ void rm_registry_leave(int slot);
 /* Frees slot if it still holds session session_id (else it was freed already, and may
  * be another client's by now); its admission place and charges go with it. */
 void rm_registry_leave_session(int slot, uint64_t session_id);
-/* Frees every slot worker served (it died), and its fault mark; returns how many. */
+/* Frees every slot worker served (it died), and its record; returns how many. */
 int rm_registry_reap_worker(pid_t worker);
-/* Marks worker as faulted with error (the worker itself; fault.h). Where every entry is
+/* Marks worker as faulted with error (the worker itself; fault.h). Where every record is
  * taken the last one is overwritten: a faulted worker is never left unmarked, since it can
  * never serve a new client. */
 void rm_registry_mark_faulted(pid_t worker, int error);
-/* The sticky error worker faulted with, or 0 while it has not. */
-int rm_registry_worker_fault(pid_t worker);
+/* Counts a client of worker that has left while its work is waited for (+1), and its end
+ * (-1): until then a fault of that work may still break the worker (worker.c). */
+void rm_registry_worker_draining(pid_t worker, int delta);
+/* worker's record: its sticky error (0: none) and its departing clients still draining. */
+void rm_registry_worker_state(pid_t worker, int *fault, int *draining);
 
 /* Sets tenant t's quotas (0: none), for charges from now on. */
 void rm_registry_set_limits(int t, uint64_t memory_limit, uint64_t client_memory_limit);

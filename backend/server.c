@@ -70,7 +70,7 @@ static char **worker_argv;
  * room for the retired ones: workers that faulted (fault.h) and still serve their clients
  * until those leave. Every loop over workers covers both. */
 #define CURRENT_WORKERS (RM_CONFIG_MAX_TENANTS + 1)
-#define RETIRED_WORKERS RM_MAX_FAULTED
+#define RETIRED_WORKERS RM_MAX_RETIRED_WORKERS
 static struct worker workers[CURRENT_WORKERS + RETIRED_WORKERS];
 static pthread_mutex_t workers_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t workers_changed; /* a worker ended (monotonic clock) */
@@ -90,12 +90,31 @@ static struct worker *worker_of(int tenant)
 	return current_config()->isolation == RM_ISOLATE_SHARED ? &workers[0] : &workers[rm_registry_tenant_slot(tenant)];
 }
 
+#define DRAIN_WAIT_MS 1000 /* how long a new client waits for departed clients' work */
+
+/* Waits, at most DRAIN_WAIT_MS, while clients that left worker pid still have work running
+ * in it, so that a fault of that work is known before a new client joins it (and the new
+ * client goes to a fresh worker instead, retire_if_faulted): a program that exits leaves
+ * no fault behind for the next one, as natively. */
+static void wait_for_departed(pid_t pid)
+{
+	int fault, draining;
+	for (int waited = 0; pid && waited < DRAIN_WAIT_MS; waited++) {
+		rm_registry_worker_state(pid, &fault, &draining);
+		if (fault || !draining)
+			return;
+		usleep(1000);
+	}
+}
+
 /* A current worker that has faulted gives its place to a fresh one (started by the
  * caller): it moves among the retired, where it still takes its sessions' copy links and
  * channels. -EAGAIN where no retired place is free. Under workers_lock. */
 static int retire_if_faulted(struct worker *w, const char *tenant_name)
 {
-	int error = w->pid ? rm_registry_worker_fault(w->pid) : 0;
+	int error = 0, draining;
+	if (w->pid)
+		rm_registry_worker_state(w->pid, &error, &draining);
 	if (!error)
 		return 0;
 	for (size_t i = CURRENT_WORKERS; i < sizeof(workers) / sizeof(workers[0]); i++)
@@ -444,6 +463,10 @@ static void *greet(void *arg)
 	c->pid = h.pid;
 	rm_registry_unlock();
 
+	pthread_mutex_lock(&workers_lock);
+	pid_t current = worker_of(h.tenant)->pid;
+	pthread_mutex_unlock(&workers_lock);
+	wait_for_departed(current);
 	pthread_mutex_lock(&workers_lock);
 	struct worker *w = worker_of(h.tenant);
 	err = workers_stopping ? -ESHUTDOWN : retire_if_faulted(w, t->name);

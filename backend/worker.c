@@ -294,6 +294,9 @@ static void *client_main(void *arg)
 		       s->name, s->pid, s->peer, s->tenant_name);
 		serve(s);
 	}
+	/* Until its work is waited for (rm_session_destroy), a fault of it may still break this
+	 * worker: a new client waits for that (server.c, wait_for_departed). */
+	rm_registry_worker_draining(getpid(), 1);
 	sessions_remove(s);
 	/* The main connection ended: the process is gone (or gave up on the daemon), so its
 	 * threads' channels go too, before what they share. */
@@ -312,6 +315,7 @@ static void *client_main(void *arg)
 	rm_kernel_timing_settle(s, 200);
 	rm_registry_leave_session(slot, s->id);
 	rm_session_destroy(s);
+	rm_registry_worker_draining(getpid(), -1);
 	/* The last client gone: what the allocator keeps for its threads (an arena each, staging
 	 * buffers freed) goes back to the host, so an idle worker holds little. */
 	pthread_mutex_lock(&sessions_lock);

@@ -2,8 +2,10 @@
  *   fault_probe fault IMAGE KIND   faults the context: KIND address (faultKernel on a bad
  *                                  pointer), assert (assertKernel: a device-side assert) or
  *                                  unreported (faultKernel, then exit before any call could
- *                                  report it). Prints the synchronize's error name, then the
- *                                  next call's (the error is sticky), or "launched".
+ *                                  report it) or departing (as unreported, behind a 300 ms
+ *                                  kernel: the fault comes after the program has gone).
+ *                                  Prints the synchronize's error name, then the next call's
+ *                                  (the error is sticky), or "launched".
  *   fault_probe bystander IMAGE    computes (scaleArray) and checks, prints "ready", waits for a
  *                                  line on stdin, then prints the error names of its next two
  *                                  calls (a copy back, a synchronize)
@@ -75,10 +77,17 @@ int main(int argc, char **argv)
 		CUdeviceptr bad = 16;
 		int zero = 0;
 		void *fault_params[] = {&bad}, *assert_params[] = {&zero};
-		int asserting = !strcmp(argv[3], "assert");
+		int asserting = !strcmp(argv[3], "assert"), departing = !strcmp(argv[3], "departing");
+		if (departing) {
+			CUfunction sleep_ns;
+			unsigned long long ns = 300000000ull;
+			void *sleep_params[] = {&ns};
+			CHECK(cuModuleGetFunction(&sleep_ns, mod, "sleepNs"));
+			CHECK(cuLaunchKernel(sleep_ns, 1, 1, 1, 1, 1, 1, 0, NULL, sleep_params, NULL));
+		}
 		CHECK(cuModuleGetFunction(&f, mod, asserting ? "assertKernel" : "faultKernel"));
 		CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, asserting ? assert_params : fault_params, NULL));
-		if (!strcmp(argv[3], "unreported")) {
+		if (!strcmp(argv[3], "unreported") || departing) {
 			char gpu[64]; /* a call that sends the launch and says nothing of the fault */
 			CHECK(cuDeviceGetName(gpu, sizeof(gpu), 0));
 			printf("launched\n");

@@ -6,6 +6,9 @@ One kind of fault a run, with tenants alpha (the faulting one) and beta:
   assert      assertKernel: a device-side assert, CUDA_ERROR_ASSERT
   unreported  faultKernel, and the faulting program exits before any call reports it:
               the worker finds the fault itself
+  departing   as unreported, but the fault comes 300 ms after the program has gone, and
+              the newcomer starts at once: it must not join the worker the departed
+              program's work is about to break (remorad waits for that work first)
   partial     no fault: the capabilities a remote client has only in part (concurrent
               managed access, pageable memory access, host-native atomics, host pointers
               of registered memory) are reported absent, so programs take their other path
@@ -36,7 +39,7 @@ from remorad_fixture import Daemon, wait_for  # noqa: E402
 
 kind, remorad, driver, remora, probe, image = sys.argv[1:7]
 ERRORS = {"address": "CUDA_ERROR_ILLEGAL_ADDRESS", "assert": "CUDA_ERROR_ASSERT",
-          "unreported": "CUDA_ERROR_ILLEGAL_ADDRESS"}
+          "unreported": "CUDA_ERROR_ILLEGAL_ADDRESS", "departing": "CUDA_ERROR_ILLEGAL_ADDRESS"}
 CONFIG = "[tenant alpha]\ntoken = alpha-secret\n[tenant beta]\ntoken = beta-secret\n"
 ROUNDS = "40"
 
@@ -90,7 +93,9 @@ def main():
             beta = client(d, "beta-secret", "compute", image, ROUNDS)
 
             rc, out, err = finish(client(d, "alpha-secret", "fault", image, kind))
-            if kind == "unreported":
+            if kind == "departing":
+                check(rc == 0 and out == ["launched"], f"alpha's client launched a late fault and left ({out} {err})")
+            elif kind == "unreported":
                 check(rc == 0 and out == ["launched"], f"alpha's client launched a fault and left ({out} {err})")
                 check(wait_for(lambda: "broke this worker's GPU contexts" in d.text(), timeout=30),
                       "the worker found the fault no call reported")
@@ -112,7 +117,7 @@ def main():
                   f"the bystander's next calls fail with {want}, sticky ({out})")
             lines = [ln for ln in err.splitlines() if "broken by error" in ln]
             check(len(lines) == 1 and want in lines[0] and re.search(r"program \S+ \(pid \d+", lines[0])
-                  if kind != "unreported" else len(lines) == 1 and want in lines[0],
+                  if kind not in ("unreported", "departing") else len(lines) == 1 and want in lines[0],
                   f"one line on its stderr names the cause ({err.strip()[-400:]})")
 
             rc, out, err = finish(beta)
