@@ -114,6 +114,9 @@ int rm_capture_any_open(void);
  * submitted since. Both are no-ops while nothing is mapped; rm_mapped_after_sync returns
  * what the copies give (CUDA_SUCCESS when there is nothing to do). */
 CUresult rm_mapped_before_launch(CUstream stream);
+/* Backs every pinned allocation that a word of a kernel's parameters points into with
+ * device memory at its own address (host_alias.h), so that the kernel reads it there. */
+CUresult rm_host_alias_params(const uint8_t *params, size_t len);
 CUresult rm_mapped_after_sync(void);
 
 /* Packs a launch's arguments into req->params as cuLaunchKernel sends them: from extra's

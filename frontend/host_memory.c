@@ -13,7 +13,11 @@
  *     last time, every device buffer comes back to its host copy.
  * Host writes made between a launch and the next synchronization are overwritten by
  * the device's copy; the GPU's writes are seen by the host only after synchronizing.
- * The device buffers of a process are bounded together by MAPPED_LIMIT.
+ * The device buffers of a process are bounded together by MAPPED_LIMIT. A pinned
+ * allocation lies where the daemon reserved its address (host_alias.h), so that its device
+ * buffer is mapped at the same address: a kernel handed the host pointer itself (unified
+ * addressing) reads the device buffer, made at the first launch that names it
+ * (rm_host_alias_params).
  *
  * Shared pinned memory (docs/hotpath.md): where the connection passes descriptors (the
  * daemon is on this host), an allocation of SHARE_MIN bytes or more is made from a sealed
@@ -32,6 +36,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "host_alias.h"
 #include "remora.pb-c.h"
 #include "transport.h"
 
@@ -52,10 +57,12 @@ struct host_alloc {
 	unsigned int flags;
 	int registered; /* the program's own memory, given by cuMemHostRegister */
 	int from_memfd; /* a MAP_SHARED mapping of a memfd (size_mapped bytes), not posix_memalign's */
+	int from_mmap;  /* an anonymous mapping (size_mapped bytes) at its alias's address */
 	int shared;     /* ... that the daemon registered (RM_OP_HOST_SHARE) */
 	size_t size_mapped;
 	uint64_t id;
 	struct mapping *map;
+	struct rm_host_alias alias; /* the daemon's reservation at p; alias.va 0: none */
 	struct host_alloc *next;
 };
 
@@ -69,6 +76,9 @@ static size_t mapped_bytes;         /* under host_lock */
 static atomic_int nmapped;          /* allocations with a device buffer */
 static atomic_int launched;         /* a kernel was launched since device buffers last came down */
 static __thread int in_coherence;   /* this thread is making coherence copies */
+/* The span of every aliased allocation, for a quick look at kernel parameters (under
+ * host_lock; read without it as a hint). */
+static uint64_t alias_lo = UINT64_MAX, alias_hi;
 
 static void insert(struct host_alloc *a)
 {
@@ -79,9 +89,10 @@ static void insert(struct host_alloc *a)
 	pthread_mutex_unlock(&host_lock);
 }
 
-/* A sealed memfd of len bytes (whole pages) mapped shared into *p, its descriptor in *fd
- * and inode in *ino: 0 or -errno, nothing left behind on failure. */
-static int memfd_map(size_t len, void **p, int *fd, uint64_t *ino)
+/* A sealed memfd of len bytes (whole pages) mapped shared into *p (at `at` exactly, unless
+ * NULL), its descriptor in *fd and inode in *ino: 0 or -errno, nothing left behind on
+ * failure. */
+static int memfd_map(size_t len, void *at, void **p, int *fd, uint64_t *ino)
 {
 	struct stat st;
 	int err = 0;
@@ -90,9 +101,14 @@ static int memfd_map(size_t len, void **p, int *fd, uint64_t *ino)
 		return -errno;
 	if (ftruncate(m, (off_t)len) || fcntl(m, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) || fstat(m, &st))
 		err = -errno;
-	void *map = err ? MAP_FAILED : mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, m, 0);
+	void *map = err ? MAP_FAILED
+			: mmap(at, len, PROT_READ | PROT_WRITE, MAP_SHARED | (at ? MAP_FIXED_NOREPLACE : 0), m, 0);
 	if (!err && map == MAP_FAILED)
 		err = -errno;
+	if (!err && at && map != at) { /* a kernel before 4.17 takes the address as a hint only */
+		munmap(map, len);
+		err = -EEXIST;
+	}
 	/* Faulted in here, as CUDA's pinned memory is at allocation: the pages are this
 	 * process's (its memory cgroup's), not the daemon's that registers them. Best effort:
 	 * a kernel before 5.14 leaves it to the registration. */
@@ -110,7 +126,7 @@ static int memfd_map(size_t len, void **p, int *fd, uint64_t *ino)
 
 /* Makes a's memory a memfd mapping shared with the daemon, where the connection and the
  * daemon allow; 0 leaves a as it was (the caller allocates it the usual way). */
-static int share_new(struct host_alloc *a, size_t bytesize, size_t page)
+static int share_new(struct host_alloc *a, size_t bytesize, size_t page, void *at)
 {
 	if (bytesize < SHARE_MIN || !rm_rpc_passes_fds() || !rm_ctx_current())
 		return 0;
@@ -118,7 +134,7 @@ static int share_new(struct host_alloc *a, size_t bytesize, size_t page)
 	int fd = -1;
 	uint64_t ino = 0;
 	void *p = NULL;
-	int err = memfd_map(len, &p, &fd, &ino);
+	int err = memfd_map(len, at, &p, &fd, &ino);
 	if (err) {
 		rm_log(RM_LOG_DEBUG, "cuMemHostAlloc: no memfd for %zu bytes (%s): not shared", bytesize, strerror(-err));
 		return 0;
@@ -153,12 +169,49 @@ static void host_memory_free(struct host_alloc *a)
 		if (r != CUDA_SUCCESS) /* the daemon lost or gone: it released the region with the session */
 			rm_log(RM_LOG_DEBUG, "cuMemFreeHost: unsharing %p: error %d", a->p, (int)r);
 	}
-	if (a->from_memfd) {
+	if (a->from_memfd || a->from_mmap) {
 		munmap(a->p, a->size_mapped);
 	} else {
 		munlock(a->p, a->size);
 		free(a->p);
 	}
+	rm_host_alias_release(&a->alias);
+}
+
+/* Places a's memory (len bytes, whole pages) where the daemon reserved its address; 0
+ * leaves a without an alias (the caller places it the usual way). */
+static int alias_new(struct host_alloc *a, size_t bytesize, size_t len, size_t page)
+{
+	if (rm_host_alias_reserve(len, &a->alias))
+		return 0;
+	void *at = (void *)(uintptr_t)a->alias.va;
+	if (!share_new(a, bytesize, page, at)) {
+		void *p = mmap(at, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+		if (p == at) {
+			a->p = p;
+			a->from_mmap = 1;
+			a->size_mapped = len;
+			mlock(p, len); /* best effort: RLIMIT_MEMLOCK may refuse */
+		} else if (p != MAP_FAILED) {
+			munmap(p, len);
+		}
+	}
+	if (a->p != at) { /* the address is taken here: no alias */
+		rm_log(RM_LOG_DEBUG, "cuMemHostAlloc: the address the daemon reserved (%p) is taken in this process", at);
+		if (a->p)
+			host_memory_free(a);
+		rm_host_alias_release(&a->alias);
+		a->p = NULL;
+		a->from_memfd = a->from_mmap = a->shared = 0;
+		return 0;
+	}
+	pthread_mutex_lock(&host_lock);
+	if (a->alias.va < alias_lo)
+		alias_lo = a->alias.va;
+	if (a->alias.va + len > alias_hi)
+		alias_hi = a->alias.va + len;
+	pthread_mutex_unlock(&host_lock);
+	return 1;
 }
 
 RM_EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
@@ -170,7 +223,8 @@ RM_EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned i
 	void *p = NULL;
 	if (!a)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	if (share_new(a, bytesize, page)) {
+	size_t len = (bytesize + page - 1) & ~(page - 1);
+	if (alias_new(a, bytesize, len, page) || share_new(a, bytesize, page, NULL)) {
 		p = a->p;
 	} else if (posix_memalign(&p, page, bytesize)) {
 		free(a);
@@ -200,7 +254,14 @@ static void unmap(struct host_alloc *a)
 		return;
 	CUcontext cur = rm_ctx_current();
 	int pushed = cur != m->ctx && cuCtxPushCurrent_v2(m->ctx) == CUDA_SUCCESS;
-	CUresult r = cuMemFree_v2(m->dptr);
+	CUresult r = CUDA_SUCCESS;
+	if (a->alias.backing) { /* the reservation stays until the memory is freed */
+		r = cuMemUnmap(a->alias.va, a->alias.reserved);
+		cuMemRelease(a->alias.backing);
+		a->alias.backing = 0;
+	} else {
+		r = cuMemFree_v2(m->dptr);
+	}
 	if (r != CUDA_SUCCESS)
 		rm_log(RM_LOG_WARN, "freeing the device buffer of mapped host memory %p: error %d", a->p, (int)r);
 	if (pushed)
@@ -362,14 +423,23 @@ RM_EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void
 	if (fits) {
 		struct mapping *m = calloc(1, sizeof(*m));
 		void *shadow = malloc(a->size);
-		r = m && shadow ? cuMemAlloc_v2(&m->dptr, a->size) : CUDA_ERROR_OUT_OF_MEMORY;
+		r = !m || !shadow ? CUDA_ERROR_OUT_OF_MEMORY
+		    : a->alias.va ? rm_host_alias_back(&a->alias) /* at the host address itself */
+				  : cuMemAlloc_v2(&m->dptr, a->size);
+		if (r == CUDA_SUCCESS && a->alias.va)
+			m->dptr = a->alias.va;
 		if (r == CUDA_SUCCESS) {
 			memcpy(shadow, a->p, a->size);
 			in_coherence = 1;
 			r = cuMemcpyHtoD_v2(m->dptr, shadow, a->size);
 			in_coherence = 0;
-			if (r != CUDA_SUCCESS)
+			if (r != CUDA_SUCCESS && a->alias.backing) {
+				cuMemUnmap(a->alias.va, a->alias.reserved);
+				cuMemRelease(a->alias.backing);
+				a->alias.backing = 0;
+			} else if (r != CUDA_SUCCESS) {
 				cuMemFree_v2(m->dptr);
+			}
 		}
 		pthread_mutex_lock(&host_lock);
 		if (r == CUDA_SUCCESS) {
@@ -456,4 +526,25 @@ CUresult rm_mapped_after_sync(void)
 	if (!atomic_load(&nmapped) || in_coherence || !atomic_exchange(&launched, 0))
 		return CUDA_SUCCESS;
 	return each_mapped(pull, NULL);
+}
+
+CUresult rm_host_alias_params(const uint8_t *params, size_t len)
+{
+	if (__atomic_load_n(&alias_hi, __ATOMIC_RELAXED) == 0)
+		return CUDA_SUCCESS; /* no aliased allocation: most programs */
+	for (size_t o = 0; o + sizeof(uint64_t) <= len; o += sizeof(uint64_t)) {
+		uint64_t v;
+		memcpy(&v, params + o, sizeof(v));
+		if (v < __atomic_load_n(&alias_lo, __ATOMIC_RELAXED) || v >= __atomic_load_n(&alias_hi, __ATOMIC_RELAXED))
+			continue;
+		pthread_mutex_lock(&host_lock);
+		struct host_alloc *a = find_locked((const void *)(uintptr_t)v);
+		int unbacked = a && a->alias.va && !a->map;
+		pthread_mutex_unlock(&host_lock);
+		CUdeviceptr dptr;
+		CUresult r = unbacked ? cuMemHostGetDevicePointer_v2(&dptr, (void *)(uintptr_t)v, 0) : CUDA_SUCCESS;
+		if (r != CUDA_SUCCESS)
+			return r;
+	}
+	return CUDA_SUCCESS;
 }

@@ -174,8 +174,8 @@ static CUresult pack(const struct param_layout *l, void **kernelParams, uint8_t 
 	return CUDA_SUCCESS;
 }
 
-CUresult rm_pack_kernel_params(CUfunction f, void **kernelParams, void **extra, Remora__LaunchKernel *req,
-			       uint8_t *scratch, size_t scratch_len, uint8_t **heap)
+static CUresult pack_params(CUfunction f, void **kernelParams, void **extra, Remora__LaunchKernel *req,
+			    uint8_t *scratch, size_t scratch_len, uint8_t **heap)
 {
 	*heap = NULL;
 	if (!f)
@@ -207,6 +207,21 @@ CUresult rm_pack_kernel_params(CUfunction f, void **kernelParams, void **extra, 
 		req->params.len = l->size;
 	}
 	pthread_rwlock_unlock(&layout_lock);
+	return r;
+}
+
+/* Packed, then the pinned host memory they point into given its device memory at the same
+ * address (host_alias.h). */
+CUresult rm_pack_kernel_params(CUfunction f, void **kernelParams, void **extra, Remora__LaunchKernel *req,
+			       uint8_t *scratch, size_t scratch_len, uint8_t **heap)
+{
+	CUresult r = pack_params(f, kernelParams, extra, req, scratch, scratch_len, heap);
+	if (r == CUDA_SUCCESS)
+		r = rm_host_alias_params(req->params.data, req->params.len);
+	if (r != CUDA_SUCCESS) {
+		free(*heap);
+		*heap = NULL;
+	}
 	return r;
 }
 
