@@ -2,7 +2,7 @@
 # The GPU suite: run each test program natively and through Remora on a GPU
 # host, and compare their stdout (lines starting with "time_" dropped).
 #
-# usage: scripts/gpu-suite.sh [--only NAME]... [--no-build] [--no-frameworks]
+# usage: scripts/gpu-suite.sh [--only NAME]... [--no-build] [--no-frameworks] [--no-faults]
 #                             [--port N] [--timeout SECONDS] [--list]
 #
 # Builds into build-gpu, starts build-gpu/backend/remorad on 127.0.0.1:PORT
@@ -46,6 +46,7 @@ PROGRAMS=(
 	"drv_thread_order|tests/programs/drv_thread_order tests/programs/kernels.fatbin 20"
 	"drv_thread_waits|tests/programs/drv_thread_waits tests/programs/kernels.fatbin 50"
 	"drv_managed|tests/programs/drv_managed tests/programs/kernels.fatbin"
+	"drv_hostptr|tests/programs/drv_hostptr tests/programs/kernels.fatbin"
 )
 # Framework programs (issue 13), run from the repository root with the Python on the
 # PATH (PyTorch and torchvision for CUDA 13); --no-frameworks leaves them out.
@@ -59,12 +60,15 @@ FRAMEWORKS=(
 	"fw_compiled|python3 tests/frameworks/models.py compiled"
 	"fw_threads|python3 tests/frameworks/models.py threads"
 	"fw_cudagraph|python3 tests/frameworks/models.py cudagraph 50"
+	"fw_linalg_magma|python3 tests/frameworks/models.py linalg magma"
+	"fw_linalg_cusolver|python3 tests/frameworks/models.py linalg cusolver"
 )
 
 BUILD=${REMORA_SUITE_BUILD:-build-gpu}
 PORT=${REMORA_SUITE_PORT:-47311}
 TIMEOUT_S=300
 DO_BUILD=1
+FAULTS=1
 ONLY=()
 
 die() { echo "gpu-suite: $*" >&2; exit 2; }
@@ -76,6 +80,7 @@ while (($#)); do
 	--timeout) (($# >= 2)) || die "--timeout needs seconds"; TIMEOUT_S=$2; shift 2 ;;
 	--no-build) DO_BUILD=0; shift ;;
 	--no-frameworks) FRAMEWORKS=(); shift ;;
+	--no-faults) FAULTS=0; shift ;;
 	--list) for p in "${PROGRAMS[@]}" "${FRAMEWORKS[@]}"; do echo "${p%%|*}"; done; exit 0 ;;
 	-h | --help) sed -n '2,11s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) die "unknown argument '$1' (try --help)" ;;
@@ -218,6 +223,21 @@ for p in "${selected[@]}"; do
 		"$(time_figures "$OUTDIR/$name.native.out")" \
 		"$(time_figures "$OUTDIR/$name.remote.out")" | tee -a "$TABLE"
 done
+
+# The fault suite (tests/robustness/fault_suite.py): each kind of fault with a bystander, a
+# client of another tenant and a newcomer, each on a remorad of its own on the real driver.
+if ((FAULTS)); then
+	for kind in address assert unreported departing partial; do
+		if python3 tests/robustness/fault_suite.py "$kind" "$BUILD/backend/remorad" real "$BUILD/cli/remora" \
+			"$BUILD/tests/robustness/fault_probe" "$BUILD/tests/programs/kernels.cubin" \
+			>"$OUTDIR/fault-$kind.out" 2>&1; then
+			verdict=pass
+		else
+			verdict=FAIL failed=1
+		fi
+		row "fault-$kind" - "$verdict" - - - - "$(grep '^newcomer' "$OUTDIR/fault-$kind.out" || echo -)" | tee -a "$TABLE"
+	done
+fi
 
 if ((failed)); then
 	echo "gpu-suite: FAIL (outputs in $OUTDIR)" | tee -a "$TABLE"

@@ -6,6 +6,7 @@ bit for bit. Each part prints its results and a time_ line.
 
 usage: models.py PART [ARGS]
   parts: fft conv resnet50 BATCH  resnet18_amp  gpt  compiled  threads  cudagraph [REPLAYS]
+         linalg [magma|cusolver|default]
          mps_worker BATCH ITERS   (ResNet-50 fp16 inference for the sharing experiment)
 """
 import hashlib
@@ -256,6 +257,36 @@ def cudagraph(replays=20):
     print(f"time_ms_per_replay {ms:.3f}")
 
 
+def linalg(library="default"):
+    """torch.linalg on batches of matrices, through MAGMA or cuSOLVER (library: magma,
+    cusolver or default): solve, cholesky, eigh, svd, qr, inv, det."""
+    torch.use_deterministic_algorithms(False)  # eigh/svd have no deterministic flag; inputs are
+    if library != "default":
+        torch.backends.cuda.preferred_linalg_library(library)
+    g = torch.Generator(device=dev).manual_seed(2)
+    for batch, n in ((64, 8), (16, 32), (4, 128)):
+        a = torch.randn(batch, n, n, device=dev, dtype=torch.float64, generator=g)
+        spd = a @ a.mT + n * torch.eye(n, device=dev, dtype=torch.float64)
+        b = torch.randn(batch, n, 3, device=dev, dtype=torch.float64, generator=g)
+        x = torch.linalg.solve(a, b)
+        print(library, batch, n, "solve residual_ok", bool((a @ x - b).abs().max() < 1e-8))
+        c = torch.linalg.cholesky(spd)
+        print(library, batch, n, "cholesky residual_ok", bool((c @ c.mT - spd).abs().max() < 1e-8 * n))
+        w, v = torch.linalg.eigh(spd)
+        print(library, batch, n, "eigh residual_ok", bool((spd @ v - v * w.unsqueeze(-2)).abs().max() < 1e-8 * n))
+        u, sv, vh = torch.linalg.svd(a)
+        print(library, batch, n, "svd residual_ok", bool((u @ torch.diag_embed(sv) @ vh - a).abs().max() < 1e-8 * n))
+        q, r = torch.linalg.qr(a)
+        print(library, batch, n, "qr residual_ok", bool((q @ r - a).abs().max() < 1e-8 * n))
+        inv = torch.linalg.inv(a)
+        eye = torch.eye(n, device=dev, dtype=torch.float64).expand(batch, n, n)
+        print(library, batch, n, "inv residual_ok", bool((a @ inv - eye).abs().max() < 1e-6 * n))
+        d = torch.linalg.det(spd)
+        print(library, batch, n, "det positive", bool((d > 0).all()))
+        print(library, batch, n, "digests", digest(x), digest(c), digest(q.abs()), digest(inv))
+    torch.cuda.synchronize()
+
+
 def mps_worker(batch, iters):
     """ResNet-50 fp16 inference for the sharing experiment: prints images per second."""
     import torchvision
@@ -278,10 +309,10 @@ def mps_worker(batch, iters):
     print(f"images_per_s {batch * iters / (time.perf_counter() - t0):.1f}")
 
 
-PARTS = {"fft": fft, "conv": conv, "resnet50": resnet50, "resnet18_amp": resnet18_amp, "gpt": gpt,
+PARTS = {"fft": fft, "conv": conv, "linalg": linalg, "resnet50": resnet50, "resnet18_amp": resnet18_amp, "gpt": gpt,
          "compiled": compiled, "threads": threads, "cudagraph": cudagraph, "mps_worker": mps_worker}
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in PARTS:
         sys.exit(__doc__)
-    PARTS[sys.argv[1]](*(int(a) for a in sys.argv[2:]))
+    PARTS[sys.argv[1]](*(int(a) if a.isdigit() else a for a in sys.argv[2:]))
     sys.stdout.flush()
