@@ -51,8 +51,10 @@ class Daemon:
             self.stop()
             raise RuntimeError("remorad did not start:\n" + self.text())
         self.server = open(ready).read().strip()
-        host, port = self.server.rsplit(":", 1)
-        self.host, self.port = host, int(port)
+        self.host, self.port = None, None  # unix: the ready file holds the socket's path
+        if ":" in self.server:
+            host, port = self.server.rsplit(":", 1)
+            self.host, self.port = host, int(port)
 
     def text(self):
         with open(self.log_path, errors="replace") as f:
