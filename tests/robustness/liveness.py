@@ -172,14 +172,18 @@ HELLO_BOUND_S = 5               # a newcomer's hello, on a loaded 2-core machine
 
 def non_reading_attacker(d, stop):
     """Connects, pipelines cuDeviceGetName calls until the daemon stops taking them (its thread
-    is stuck writing replies nobody reads), then reads nothing; again once dropped."""
-    req = w.field_varint(1, 256) + w.field_varint(2, 256) + w.field_varint(3, 0)
+    is stuck writing replies nobody reads), then reads nothing; again once the daemon has had
+    time to drop it."""
+    req = w.field_varint(1, 1 << 16) + w.field_varint(2, 1 << 16) + w.field_varint(3, 0)  # 64 KiB replies
     while not stop.is_set():
         try:
             s = socket.socket()
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             s.connect((d.host, d.port))
             s.sendall(w.frame(w.OP_HELLO, w.hello("non-reader")))
+            if w.result_of(w.read_reply(s, timeout=30)) != 0:
+                s.close()
+                continue
             s.setblocking(False)
             seq, stalled_since = 2, None
             while not stop.is_set():
@@ -191,8 +195,7 @@ def non_reading_attacker(d, stop):
                     time.sleep(0.05)
                     if time.monotonic() - stalled_since > 1:
                         break
-            while not stop.is_set() and not w.closed_by_peer(s, timeout=0.2):
-                pass
+            stop.wait(NEIGHBOURS_PEER_TIMEOUT_S + 2)
             s.close()
         except OSError:
             time.sleep(0.1)
