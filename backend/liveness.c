@@ -1,8 +1,11 @@
 /* Heartbeats to clients whose calls run long (liveness.h). One thread per worker looks at
- * every session a few times per heartbeat interval; sending takes the session's send
- * lock, so a heartbeat never lands inside a reply. */
+ * every session a few times per heartbeat interval. It serves every client, so no client
+ * may hold it up (transport.h, writes to a peer): it only tries a session's send lock,
+ * skipping the session while its own thread writes (a reply, maybe to a client that reads
+ * nothing), and sends a frame only where the connection takes it at once. */
 #include "liveness.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <time.h>
 
@@ -40,31 +43,47 @@ void rm_liveness_reply_begins(struct rm_session *s)
 	__atomic_store_n(&s->reply_begun, 1, __ATOMIC_RELAXED);
 }
 
+int rm_liveness_send_aside(struct rm_session *s, uint32_t op)
+{
+	if (pthread_mutex_trylock(&s->send_lock))
+		return -EBUSY;
+	int err = -EBUSY;
+	/* Not inside a reply being sent (the frame would cut it). */
+	if (!__atomic_load_n(&s->call_since_ns, __ATOMIC_ACQUIRE) || !__atomic_load_n(&s->reply_begun, __ATOMIC_RELAXED)) {
+		struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = op, .flags = RM_F_REPLY};
+		err = rm_conn_writable(s->link.conn, RM_FRAME_LEN) ? rm_link_send(&s->link, &f, NULL, NULL, 0) : -EAGAIN;
+	}
+	pthread_mutex_unlock(&s->send_lock);
+	return err;
+}
+
 static void beat_if_due(struct rm_session *s)
 {
 	if (!__atomic_load_n(&s->call_since_ns, __ATOMIC_ACQUIRE))
 		return; /* most sessions, most of the time: no call running */
-	pthread_mutex_lock(&s->send_lock);
 	uint64_t now = now_ns();
-	if (__atomic_load_n(&s->call_since_ns, __ATOMIC_ACQUIRE) && !__atomic_load_n(&s->reply_begun, __ATOMIC_RELAXED) &&
-	    now - __atomic_load_n(&s->heartbeat_ns, __ATOMIC_RELAXED) >= (uint64_t)s->heartbeat_ms * 1000000u) {
-		struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_HEARTBEAT, .flags = RM_F_REPLY};
-		int err = rm_link_send(&s->link, &f, NULL, NULL, 0);
-		if (err)
-			rm_log(RM_LOG_DEBUG, "session %llu: heartbeat not sent", (unsigned long long)s->id);
-		if (err && s->chan == 0 && !s->left_early) {
-			/* The client is gone while its call runs (a long kernel): its admission place and
-			 * quota are free at once; its memory follows when the call returns and the session
-			 * is released (worker.c). */
-			s->left_early = 1;
-			rm_registry_leave_session(s->slot, s->id);
-			rm_log(RM_LOG_INFO, "session %llu (%s): the client is gone while its call runs: its admission "
-			       "place and quota are free now, its memory once the call ends", (unsigned long long)s->id,
-			       s->name);
-		}
-		__atomic_store_n(&s->heartbeat_ns, now, __ATOMIC_RELAXED);
+	if (now - __atomic_load_n(&s->heartbeat_ns, __ATOMIC_RELAXED) < (uint64_t)s->heartbeat_ms * 1000000u)
+		return;
+	int err = rm_liveness_send_aside(s, RM_OP_HEARTBEAT);
+	if (err == -EBUSY)
+		return; /* its thread is sending (the reply: no heartbeat is due any more), or the
+			 * call ended meanwhile: looked at again at the next tick */
+	if (err == -EAGAIN)
+		rm_log(RM_LOG_DEBUG, "session %llu: heartbeat skipped: the client takes nothing",
+		       (unsigned long long)s->id);
+	else if (err)
+		rm_log(RM_LOG_DEBUG, "session %llu: heartbeat not sent", (unsigned long long)s->id);
+	if (err && err != -EAGAIN && s->chan == 0 && !s->left_early) {
+		/* The client is gone while its call runs (a long kernel): its admission place and
+		 * quota are free at once; its memory follows when the call returns and the session
+		 * is released (worker.c). */
+		s->left_early = 1;
+		rm_registry_leave_session(s->slot, s->id);
+		rm_log(RM_LOG_INFO, "session %llu (%s): the client is gone while its call runs: its admission "
+		       "place and quota are free now, its memory once the call ends", (unsigned long long)s->id,
+		       s->name);
 	}
-	pthread_mutex_unlock(&s->send_lock);
+	__atomic_store_n(&s->heartbeat_ns, now, __ATOMIC_RELAXED);
 }
 
 static void *heartbeat_main(void *arg)

@@ -389,7 +389,12 @@ static void *greet(void *arg)
 	struct rm_frame f;
 	uint8_t *msg = NULL;
 	Remora__Hello *hello = NULL;
-	int err = rm_link_read_frame(&link, &f);
+	/* Reads end at the handshake's deadline (handshakes.h); what this thread writes (a
+	 * refusal, a status) ends within as long, also once the handshake is settled: a peer
+	 * that reads nothing (over unix:, a reply ring that looks full) holds it no longer. */
+	int err = rm_conn_set_liveness(g->conn, 0, current_config()->hello_timeout_s * 1000);
+	if (!err)
+		err = rm_link_read_frame(&link, &f);
 	if (!err && f.op == RM_OP_STATUS) {
 		answer_status(&link, &f, g);
 		goto out;

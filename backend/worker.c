@@ -350,8 +350,10 @@ static void *channel_main(void *arg)
 }
 
 /* Makes conn channel index of session s (its main channel), with a thread of its own,
- * once the Attach's answer ok is sent on it. Called with sessions_lock held, so s is not
- * closing under it. 0 (the thread owns conn), or -errno (-EPIPE: ok was not sent). */
+ * once the Attach's answer ok is sent on it. The caller holds s (attach_hold): the hold
+ * passes to the channel's thread. The slot is taken before ok goes, so that a session
+ * closing meanwhile shuts conn down, and ok is sent under no lock (transport.h).
+ * 0 (the thread owns conn), or -errno (-EPIPE: ok was not sent). */
 static int channel_attach(struct rm_session *s, struct rm_conn *conn, uint32_t index, const struct iovec *ok)
 {
 	struct rm_session_shared *sh = s->sh;
@@ -366,32 +368,53 @@ static int channel_attach(struct rm_session *s, struct rm_conn *conn, uint32_t i
 	struct rm_session *ch = err ? NULL : rm_session_channel_new(s, conn, (int)index);
 	if (!err && !ch)
 		err = -ENOMEM;
-	if (!err && sessions_add_locked(ch))
+	if (!err)
+		sh->channels[index] = ch;
+	pthread_mutex_unlock(&sh->lock);
+	if (!err && rm_conn_sendv(conn, ok, 1))
+		err = -EPIPE;
+	int listed = !err && !sessions_add(ch);
+	if (!err && !listed)
 		err = -ENOMEM;
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	pthread_t t;
-	if (!err && rm_conn_sendv(conn, ok, 1))
-		err = -EPIPE;
-	if (err && ch)
-		sessions_remove_locked(ch);
-	if (!err) {
-		sh->channels[index] = ch;
-		sh->nchannels++;
-		if ((err = -pthread_create(&t, &attr, channel_main, ch))) {
-			sh->channels[index] = NULL;
-			sh->nchannels--;
-			sessions_remove_locked(ch);
-		}
-	}
+	if (!err)
+		err = -pthread_create(&t, &attr, channel_main, ch);
 	pthread_attr_destroy(&attr);
-	pthread_mutex_unlock(&sh->lock);
+	if (err && listed)
+		sessions_remove(ch);
 	if (err && ch) {
+		pthread_mutex_lock(&sh->lock);
+		sh->channels[index] = NULL;
+		pthread_mutex_unlock(&sh->lock);
 		ch->link.conn = NULL; /* the caller still owns conn */
 		rm_session_channel_close(ch);
 	}
 	return err;
+}
+
+/* Holds the session of a main channel against its end while a link attaches to it: counted
+ * as a channel (client_main waits for those), so that no lock need be held meanwhile. 0, or
+ * -ESHUTDOWN where it is closing. */
+static int attach_hold(struct rm_session *s)
+{
+	pthread_mutex_lock(&s->sh->lock);
+	int err = s->sh->closing ? -ESHUTDOWN : 0;
+	if (!err)
+		s->sh->nchannels++;
+	pthread_mutex_unlock(&s->sh->lock);
+	return err;
+}
+
+static void attach_release(struct rm_session *s)
+{
+	struct rm_session_shared *sh = s->sh;
+	pthread_mutex_lock(&sh->lock);
+	sh->nchannels--;
+	pthread_cond_broadcast(&sh->channel_gone);
+	pthread_mutex_unlock(&sh->lock);
 }
 
 /* Receives one client from the channel: its descriptor and handoff. 0, or -errno; -ECONNRESET at the end. */
@@ -425,49 +448,63 @@ static int receive(int channel, struct rm_handoff *h, int fds[2])
 }
 
 /* Makes conn a copy link or a channel of the session h names, if it presents that
- * session's key; answers the Attach either way. */
+ * session's key; answers the Attach either way. sessions_lock is held only to find the
+ * session: the answers go to a peer that may read nothing (transport.h). */
 static void attach_link(struct rm_conn *conn, const struct rm_handoff *h)
 {
-	int err = -ESRCH;
+	int err = -ESRCH, diff = 0;
 	const char *what = h->channel ? "channel" : "copy link";
+	struct rm_session *s = NULL;
+	char name[sizeof(s->name)] = "";
 	pthread_mutex_lock(&sessions_lock);
-	for (size_t i = 0; i < nsessions; i++) {
-		struct rm_session *s = sessions[i];
-		if (s->id != h->session_id || s->chan)
+	for (size_t i = 0; i < nsessions && !s; i++) {
+		if (sessions[i]->id != h->session_id || sessions[i]->chan)
 			continue;
-		uint8_t diff = 0; /* compared in full: no early exit to time */
+		s = sessions[i];
+		uint8_t d = 0; /* compared in full: no early exit to time */
 		for (size_t k = 0; k < sizeof(s->attach_key); k++)
-			diff |= s->attach_key[k] ^ h->key[k];
-		err = diff ? -EACCES : 0;
-		struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_ATTACH, .flags = RM_F_REPLY,
-				     .result = diff ? CUDA_ERROR_NOT_PERMITTED : CUDA_SUCCESS};
-		uint8_t hdr[RM_FRAME_LEN];
-		rm_frame_encode(&f, hdr);
-		struct iovec v = {hdr, sizeof(hdr)};
-		/* A refused channel or copy link is told so before its connection closes (a
-		 * channel's thread then shares the main connection; a copy needs no link). */
-		if (!err)
-			err = h->channel ? channel_attach(s, conn, h->link_index, &v)
-					 : rm_copy_link_attach(s, conn, h->link_index, &v);
-		if (err && err != -EPIPE && !diff) {
-			f.result = h->channel ? CUDA_ERROR_TOO_MANY_PEERS
-				 : err == -EPROTO ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OUT_OF_MEMORY;
-			rm_frame_encode(&f, hdr);
-			rm_conn_sendv(conn, &v, 1);
-		}
-		if (err)
-			rm_log(RM_LOG_WARN, "session %llu (%s): %s %u refused: %s", (unsigned long long)s->id,
-			       s->name, what, h->link_index, err == -EACCES ? "wrong key"
-			       : err == -EDQUOT ? "the client holds its client_host_memory_limit of host memory"
-			       : strerror(-err));
-		else
-			rm_log(RM_LOG_INFO, "session %llu (%s): %s %u attached", (unsigned long long)s->id, s->name,
-			       what, h->link_index);
-		if (diff)
-			rm_conn_sendv(conn, &v, 1);
-		break;
+			d |= s->attach_key[k] ^ h->key[k];
+		diff = d != 0;
+		err = diff ? -EACCES : attach_hold(s);
+		snprintf(name, sizeof(name), "%s", s->name); /* s may go once the lock is let go */
 	}
 	pthread_mutex_unlock(&sessions_lock);
+	if (!s) {
+		rm_conn_close(conn);
+		return;
+	}
+	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_ATTACH, .flags = RM_F_REPLY,
+			     .result = diff ? CUDA_ERROR_NOT_PERMITTED : CUDA_SUCCESS};
+	uint8_t hdr[RM_FRAME_LEN];
+	rm_frame_encode(&f, hdr);
+	struct iovec v = {hdr, sizeof(hdr)};
+	int held = !err; /* a hold on s: given to a channel's thread, else released below */
+	/* A refused channel or copy link is told so before its connection closes (a channel's
+	 * thread then shares the main connection; a copy needs no link). */
+	if (!err && h->channel) {
+		err = channel_attach(s, conn, h->link_index, &v);
+		held = err != 0;
+	} else if (!err) {
+		err = rm_copy_link_attach(s, conn, h->link_index, &v);
+	}
+	if (err && err != -EPIPE && !diff) {
+		f.result = h->channel ? CUDA_ERROR_TOO_MANY_PEERS
+			 : err == -EPROTO ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OUT_OF_MEMORY;
+		rm_frame_encode(&f, hdr);
+		rm_conn_sendv(conn, &v, 1);
+	}
+	if (err)
+		rm_log(RM_LOG_WARN, "session %llu (%s): %s %u refused: %s", (unsigned long long)h->session_id, name, what,
+		       h->link_index, err == -EACCES ? "wrong key"
+		       : err == -EDQUOT ? "the client holds its client_host_memory_limit of host memory"
+		       : strerror(-err));
+	else
+		rm_log(RM_LOG_INFO, "session %llu (%s): %s %u attached", (unsigned long long)h->session_id, name, what,
+		       h->link_index);
+	if (diff)
+		rm_conn_sendv(conn, &v, 1);
+	if (held)
+		attach_release(s);
 	if (err)
 		rm_conn_close(conn);
 }
@@ -525,19 +562,7 @@ static int told;
 
 static void tell_going_away(struct rm_session *s)
 {
-	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_nsec += 200 * 1000000L; /* a session busy sending to a frozen client is skipped */
-	if (until.tv_nsec >= 1000000000L)
-		until.tv_sec++, until.tv_nsec -= 1000000000L;
-	if (pthread_mutex_timedlock(&s->send_lock, &until))
-		return;
-	/* Not inside a reply being sent (the frame would cut it). */
-	if (!__atomic_load_n(&s->call_since_ns, __ATOMIC_ACQUIRE) || !__atomic_load_n(&s->reply_begun, __ATOMIC_RELAXED)) {
-		struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_GOING_AWAY, .flags = RM_F_REPLY};
-		told += !rm_link_send(&s->link, &f, NULL, NULL, 0);
-	}
-	pthread_mutex_unlock(&s->send_lock);
+	told += !rm_liveness_send_aside(s, RM_OP_GOING_AWAY); /* a busy or full session is skipped */
 }
 
 static void *stopper_main(void *arg)

@@ -7,6 +7,17 @@
  * readable, recv_fd): remorad's heartbeats go out while a session thread reads a call's
  * bytes. Callers serialise each direction, and everything else; shutdown may come from
  * any thread.
+ *
+ * Writes to a peer, the rule for callers (issue 37): a peer may stop reading at any time,
+ * and nothing it does may hold up a thread that serves others.
+ *   - Every write to a peer has a deadline: a connection's send timeout (set_liveness) is
+ *     set before its first write, whoever writes (a greeting's refusal too).
+ *   - No lock is held across a write to a peer but that connection's own send
+ *     serialisation, and no other thread waits on that one without a bound: it tries it
+ *     (trylock, a timed lock) and skips the connection when its writer is busy.
+ *   - A thread that serves several peers (remorad's heartbeats) writes only what the
+ *     connection takes at once (writable), so that one peer's full buffer costs it nothing.
+ * transport-probe --check holds every transport to the deadline.
  */
 #ifndef REMORA_TRANSPORT_H
 #define REMORA_TRANSPORT_H
@@ -58,6 +69,11 @@ struct rm_transport {
 	 * rightly stop reading for long (it waits on the GPU) leaves send_timeout_ms 0.
 	 * Liveness of a peer that is alive but busy is the caller's (heartbeats, protocol.md). */
 	int (*set_liveness)(struct rm_conn *c, int recv_timeout_ms, int send_timeout_ms);
+	/* Whether a sendv of len bytes (a small frame, at most RM_TRANSPORT_SMALL_SEND) would
+	 * return now without waiting for the peer to take anything: 1 or 0. Called by the
+	 * connection's sender, under its send serialisation. Optional (NULL: unknown, taken
+	 * as 1; its sends still end within the send timeout). */
+	int (*writable)(struct rm_conn *c, size_t len);
 	/* Describes the peer for log lines. */
 	const char *(*peer)(struct rm_conn *c);
 	void (*close)(struct rm_conn *c);
@@ -95,6 +111,7 @@ struct rm_transport {
 };
 
 #define RM_TRANSPORT_STATE_MAX 160
+#define RM_TRANSPORT_SMALL_SEND 512 /* the most a writable op answers for */
 
 extern const struct rm_transport rm_transport_tcp;
 #ifdef RM_HAVE_TLS
@@ -120,6 +137,10 @@ static inline int rm_conn_readable(struct rm_conn *c) { return c->tp->readable ?
 static inline int rm_conn_set_liveness(struct rm_conn *c, int recv_timeout_ms, int send_timeout_ms)
 {
 	return c->tp->set_liveness(c, recv_timeout_ms, send_timeout_ms);
+}
+static inline int rm_conn_writable(struct rm_conn *c, size_t len)
+{
+	return c->tp->writable ? c->tp->writable(c, len) : 1;
 }
 static inline const char *rm_conn_peer(struct rm_conn *c) { return c->tp->peer(c); }
 static inline void rm_conn_close(struct rm_conn *c) { c->tp->close(c); }

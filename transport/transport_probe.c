@@ -10,7 +10,8 @@
  * --check makes it a test: iovec splitting, bytes arriving exact, shutdown
  * unblocking a reader, a closed peer reported as -ECONNRESET, a connection handed over
  * (export_fd, adopt_fd) carrying on, 16 connections at once carrying sizes from 1 byte to
- * 3 MiB both ways. --adopt hands the measured connection over
+ * 3 MiB both ways, a sender whose peer stops reading failing within its send timeout
+ * (transport.h: every write to a peer has a deadline). --adopt hands the measured connection over
  * before it serves, as remorad's accepting process does (rdma:// upgrades only then).
  * --tls gives both ends of tls:// their files.
  * Prints "rtt_us=", "bulk_mib_per_s=" lines; exits 0 when every check passed.
@@ -442,10 +443,16 @@ static int check_many(const struct rm_transport *tp, struct rm_listener *l, int 
 	return err;
 }
 
-/* A sender whose peer takes nothing fails with -ETIMEDOUT once its send timeout passed,
- * rather than waiting for ever: on a connection handed over as remorad hands it (rdma's
- * upgrade), 16 sends of 32 KiB (rdma: every credit spent on messages), then 1 MiB each
- * (rdma: a read offer that must wait for a credit) until one fails. */
+/* A sender whose peer stops reading fails with -ETIMEDOUT within its send timeout, rather
+ * than waiting for ever (transport.h, writes to a peer): on a connection handed over as
+ * remorad hands it (rdma's upgrade), the peer reads 1 MiB and then nothing; 16 sends of
+ * 32 KiB follow (rdma: every credit spent on messages), then 1 MiB each (rdma: a read offer
+ * that must wait for a credit) until one fails, that one within the timeout and a margin
+ * for a loaded machine. Until the peer's buffers are full a small frame is writable, after
+ * it not (where the transport can tell), unless the connection has failed meanwhile. */
+#define SEND_TIMEOUT_MS 300
+#define SEND_TIMEOUT_MARGIN_S 5.0
+
 static int check_send_timeout(const struct rm_transport *tp, struct rm_listener *l, const char *addr)
 {
 	struct acceptor acc = {tp, l, NULL, 0};
@@ -460,29 +467,58 @@ static int check_send_timeout(const struct rm_transport *tp, struct rm_listener 
 	if (!err)
 		err = check_handover(tp, a, &b);
 	uint8_t *buf = err ? NULL : calloc(1, 1u << 20);
-	if (!err && !buf)
+	uint8_t *sink = err ? NULL : malloc(1u << 20);
+	if (!err && (!buf || !sink))
 		err = -ENOMEM;
+	if (!err) { /* the peer reads a while, then stops */
+		struct exact_reader r = {b, sink, 1u << 20, 0};
+		pthread_t rt;
+		pthread_create(&rt, NULL, read_exact, &r);
+		struct iovec v = {buf, 1u << 20};
+		err = rm_conn_sendv(a, &v, 1);
+		pthread_join(rt, NULL);
+		if (!err)
+			err = r.err;
+	}
 	if (!err)
-		err = rm_conn_set_liveness(a, 0, 300);
+		err = rm_conn_set_liveness(a, 0, SEND_TIMEOUT_MS);
 	if (err) {
 		fprintf(stderr, "transport-probe: no connection to check a send timeout on: %s\n", rm_transport_why(err));
+	} else if (!rm_conn_writable(a, HEADER_LEN)) {
+		fprintf(stderr, "transport-probe: a connection whose peer has taken everything is not writable\n");
+		err = -EPROTO;
 	} else {
 		size_t sent = 0, limit = (size_t)1 << 30;
-		double t0 = now_s();
+		double t0 = now_s(), last = 0;
 		for (int i = 0; !err && sent < limit; i++) {
 			struct iovec v = {buf, i < 16 ? (32u << 10) : (1u << 20)};
+			double t = now_s();
 			if (!(err = rm_conn_sendv(a, &v, 1)))
 				sent += v.iov_len;
+			last = now_s() - t;
 		}
 		double took = now_s() - t0;
-		if (err == -ETIMEDOUT && took <= 20) {
+		if (err == -ETIMEDOUT && last <= SEND_TIMEOUT_MS / 1000.0 + SEND_TIMEOUT_MARGIN_S && took <= 20) {
 			err = 0;
 		} else {
-			fprintf(stderr, "transport-probe: a sender whose peer takes nothing did not time out: %s after %zu "
-				"bytes and %.1f s\n", err ? rm_transport_why(err) : "all sent", sent, took);
+			fprintf(stderr, "transport-probe: a sender whose peer stopped reading did not time out within "
+				"%d ms: %s after %zu bytes, the last send %.1f s, all %.1f s\n", SEND_TIMEOUT_MS,
+				err ? rm_transport_why(err) : "all sent", sent, last, took);
 			err = -EPROTO;
 		}
+		double t = now_s();
+		if (!err && tp->writable && rm_conn_writable(a, HEADER_LEN)) {
+			/* TCP's user timeout may have ended the connection: then its sends fail at once */
+			struct iovec v = {buf, HEADER_LEN};
+			int sent_small = rm_conn_sendv(a, &v, 1);
+			if (now_s() - t > 1.0) {
+				fprintf(stderr, "transport-probe: a connection whose peer takes nothing is writable, and "
+					"a small send %s after %.2f s\n", sent_small ? "failed" : "went", now_s() - t);
+				err = -EPROTO;
+			}
+		}
 	}
+	free(sink);
 	free(buf);
 	if (a)
 		rm_conn_close(a);

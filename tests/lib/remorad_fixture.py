@@ -53,7 +53,7 @@ class Daemon:
             self.stop()
             raise RuntimeError("remorad did not start:\n" + self.text())
         self.server = open(ready).read().strip()
-        if listen.startswith("unix:"):  # the ready file names the socket's path
+        if listen.startswith("unix:") or ":" not in self.server:  # the ready file names the socket's path
             self.server, self.host, self.port = "unix:" + self.server, None, None
             return
         host, port = self.server.rsplit(":", 1)

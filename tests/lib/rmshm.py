@@ -82,6 +82,8 @@ class Conn:
             return self.sock.recv(4096, socket.MSG_DONTWAIT) == b""
         except BlockingIOError:
             return False
+        except ConnectionResetError:
+            return True
 
     def read_reply(self):
         head = self.recv_exact(w.FRAME.size)

@@ -99,6 +99,20 @@ static int rdmat_readable(struct rm_conn *conn)
 	return readable;
 }
 
+/* A small frame takes one send slot and one of the peer's buffers (a credit). */
+static int rdmat_writable(struct rm_conn *conn, size_t len)
+{
+	struct rdma_conn *c = rdma_conn_of(conn);
+	if (!c->tcp_out_done)
+		return rm_conn_writable(c->boot, len);
+	pthread_mutex_lock(&c->lock);
+	if (!c->broken && (!c->credits || !c->send_free))
+		rconn_pump(c);
+	int writable = !c->broken && c->established && c->credits && c->send_free;
+	pthread_mutex_unlock(&c->lock);
+	return writable;
+}
+
 static void rdmat_shutdown(struct rm_conn *conn)
 {
 	struct rdma_conn *c = rdma_conn_of(conn);
@@ -359,6 +373,7 @@ const struct rm_transport rm_transport_rdma = {
 	.sendv = rdmat_sendv,
 	.recv_some = rdmat_recv_some,
 	.readable = rdmat_readable,
+	.writable = rdmat_writable,
 	.shutdown = rdmat_shutdown,
 	.set_liveness = rdmat_set_liveness,
 	.peer = rdmat_peer,

@@ -617,6 +617,15 @@ static int shm_readable(struct rm_conn *conn)
 	return recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
+static int shm_writable(struct rm_conn *conn, size_t len)
+{
+	struct shm_conn *c = shm(conn);
+	uint64_t room;
+	if (__atomic_load_n(&c->ready, __ATOMIC_ACQUIRE) <= 0 || ended(c, 1))
+		return 0;
+	return ring_check(c, 1, &room) > 0 && room >= len;
+}
+
 static int shm_send_fd(struct rm_conn *conn, int fd)
 {
 	struct shm_conn *c = shm(conn);
@@ -925,6 +934,7 @@ const struct rm_transport rm_transport_shm = {
 	.sendv = shm_sendv,
 	.recv_some = shm_recv_some,
 	.readable = shm_readable,
+	.writable = shm_writable,
 	.shutdown = shm_shutdown,
 	.set_liveness = shm_set_liveness,
 	.peer = shm_peer,

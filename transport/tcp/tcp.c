@@ -266,6 +266,14 @@ static int tcp_readable(struct rm_conn *conn)
 	return poll(&p, 1, 0) > 0;
 }
 
+/* POLLOUT: at least a third of the send buffer is free (some KiB), room for a small frame. */
+static int tcp_writable(struct rm_conn *conn, size_t len)
+{
+	struct pollfd p = {.fd = tcp(conn)->fd, .events = POLLOUT};
+	(void)len;
+	return poll(&p, 1, 0) > 0 && (p.revents & POLLOUT);
+}
+
 /* The spin (see the top): bytes, 0 for none in time, or a negative errno. */
 static ssize_t spin_recv(struct tcp_conn *c, void *buf, size_t len, uint64_t spin)
 {
@@ -383,6 +391,7 @@ const struct rm_transport rm_transport_tcp = {
 	.sendv = tcp_sendv,
 	.recv_some = tcp_recv_some,
 	.readable = tcp_readable,
+	.writable = tcp_writable,
 	.shutdown = tcp_shutdown,
 	.set_liveness = tcp_set_liveness,
 	.peer = tcp_peer,

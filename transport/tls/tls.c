@@ -606,6 +606,13 @@ static int tls_readable(struct rm_conn *conn)
 	return c->pstart < c->pend || c->rstart < c->rend || rm_conn_readable(c->raw);
 }
 
+/* A small frame is one record, a few bytes more than its plaintext. */
+static int tls_writable(struct rm_conn *conn, size_t len)
+{
+	struct tls_conn *c = tls(conn);
+	return !c->ssl && !c->err && rm_conn_writable(c->raw, len + REC_HDR + 1 + REC_TAG);
+}
+
 static ssize_t tls_recv_some(struct rm_conn *conn, void *buf, size_t len)
 {
 	struct tls_conn *c = tls(conn);
@@ -887,6 +894,7 @@ const struct rm_transport rm_transport_tls = {
 	.sendv = tls_sendv,
 	.recv_some = tls_recv_some,
 	.readable = tls_readable,
+	.writable = tls_writable,
 	.shutdown = tls_shutdown,
 	.set_liveness = tls_set_liveness,
 	.peer = tls_peer,
