@@ -228,18 +228,20 @@ static int take_turn(struct turn *t, const char *name, int slot, uint64_t deadli
 		wait_until(t->p->until_ms);
 		now = now_ms();
 	}
-	/* The credential's budget of failures, across all addresses: a token taken now,
-	 * given back on success. */
+	/* The credential's budget of failures, across all addresses: a token taken now (in
+	 * advance of the refill, waiting for it in turn; refused at once when the turn comes
+	 * past the deadline), given back unless the check fails. */
 	struct budget *b = &budgets[slot];
-	for (refill(b, now); b->tokens < 1; refill(b, now)) {
-		uint64_t ready = now + (uint64_t)((1 - b->tokens) * 1000 / BUDGET_PER_S) + 1;
-		if (ready > deadline)
-			goto busy;
+	refill(b, now);
+	uint64_t ready = b->tokens >= 1 ? now : now + (uint64_t)((1 - b->tokens) * 1000 / BUDGET_PER_S) + 1;
+	if (ready > deadline)
+		goto busy;
+	b->tokens -= 1;
+	t->budget = 1;
+	while (now < ready) {
 		wait_until(ready);
 		now = now_ms();
 	}
-	b->tokens -= 1;
-	t->budget = 1;
 	/* The address: one verification at a time, after its own back-off. */
 	while (a->busy) {
 		if (now >= deadline)
