@@ -438,11 +438,6 @@ int rm_config_load(struct rm_daemon_config *c, const char *path)
 				       c->tenants[i].name, id, c->tenants[j].name);
 				err = -1;
 			}
-		if (!err && has_id && rm_credential_stored_id(c->admin_token, other) && !strcmp(id, other)) {
-			rm_log(RM_LOG_ERROR, "%s:%d: tenant %s's token has the token id '%s' of admin_token: each "
-			       "token needs an id of its own (docs/security.md)", path, tenant_line[i], c->tenants[i].name, id);
-			err = -1;
-		}
 	}
 	return err;
 }
@@ -473,6 +468,13 @@ int rm_config_check(const struct rm_daemon_config *c, char *why, int whylen)
 			 "the configuration)");
 		return -1;
 	}
+	char id[RM_TOKEN_ID_MAX + 1], admin_id[RM_TOKEN_ID_MAX + 1];
+	for (int i = 0; rm_credential_stored_id(c->admin_token, admin_id) && i < c->ntenants; i++)
+		if (rm_credential_stored_id(c->tenants[i].token, id) && !strcmp(id, admin_id)) {
+			snprintf(why, whylen, "tenant %s's token has the token id '%s' of admin_token: each token needs an "
+				 "id of its own (docs/security.md)", c->tenants[i].name, id);
+			return -1;
+		}
 	if (c->admin_cn[0] && !c->tls_client_ca[0]) {
 		snprintf(why, whylen, "admin_cn needs tls_client_ca: only a verified certificate names the admin");
 		return -1;

@@ -176,7 +176,8 @@ int main(void)
 	EXPECT(load(text, &c) == 0 && rm_config_hashes_without_id(&c) == 1 && rm_config_tenant(&c, "legacy", 6) == &c.tenants[0]);
 	/* An id names one stored credential. */
 	EXPECT(load("[tenant a]\ntoken = x.1\n[tenant b]\ntoken = x.2\n", &c) != 0 && strstr(said, "token id 'x'"));
-	EXPECT(load("admin_token = x.1\n[tenant b]\ntoken = x.2\n", &c) != 0 && strstr(said, "of admin_token"));
+	EXPECT(load("admin_token = x.1\n[tenant b]\ntoken = x.2\n", &c) == 0 && rm_config_check(&c, why, sizeof(why)) &&
+	       strstr(why, "token id 'x' of admin_token"));
 #endif
 
 	for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++) {
