@@ -9,7 +9,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "credential.h"
 #include "handshakes.h"
@@ -55,9 +57,12 @@ static int verifying;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t changed;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static uint32_t seed; /* of the table's hash: where an address lands is not the peer's choice */
 
 static void init_once(void)
 {
+	if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != sizeof(seed))
+		seed = (uint32_t)time(NULL) ^ (uint32_t)getpid();
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -133,7 +138,7 @@ static int address_idle(struct address *a, uint64_t now)
 
 static uint32_t hash_of(const char *s)
 {
-	uint32_t h = 2166136261u;
+	uint32_t h = 2166136261u ^ seed;
 	for (; *s; s++)
 		h = (h ^ (uint8_t)*s) * 16777619u;
 	return h;
@@ -283,8 +288,8 @@ slowed:
 
 enum outcome { NEITHER, SUCCEEDED, FAILED };
 
-/* Ends the check of t: releases what it holds and counts its outcome. Returns the pair's
- * and the address's failures (for the log line). */
+/* Ends the check of t: releases what it holds and counts its outcome; the pair's and the
+ * address's failures since go to *pair_fails and *address_fails (for the log line). */
 static void end_turn(struct turn *t, enum outcome o, uint32_t *pair_fails, uint32_t *address_fails)
 {
 	pthread_mutex_lock(&lock);
