@@ -486,8 +486,12 @@ static void *greet(void *arg)
 	}
 out:
 	settle(g);
-	if (hello)
+	if (hello) {
+		explicit_bzero(hello->credential.data, hello->credential.len);
 		remora__hello__free_unpacked(hello, NULL);
+	}
+	if (msg)
+		explicit_bzero(msg, f.msg_len); /* the credential, as sent */
 	free(msg);
 	rm_link_close(&link); /* our copy only: the worker has its own descriptor */
 	free(g);
