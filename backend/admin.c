@@ -10,6 +10,7 @@
 
 #include "auth.h"
 #include "driver_table.h"
+#include "handshakes.h"
 #include "log.h"
 #include "pool_member.h"
 #include "registry.h"
@@ -36,18 +37,22 @@ int rm_admin_status_view(struct rm_link *l, const struct rm_frame *f, const stru
 	if (f->bulk_len || f->msg_len > sizeof(msg) || rm_link_read(l, msg, f->msg_len) ||
 	    !(req = remora__status_request__unpack(NULL, f->msg_len, msg)))
 		return RM_VIEW_MALFORMED;
-	int view;
+	int view, admin;
 	char why[200];
-	if (rm_auth_admin(cfg, l->conn, req->credential.data, req->credential.len)) {
+	if (!req->credential.len && rm_auth_admin_certificate(cfg, l->conn)) {
 		view = RM_VIEW_ALL;
 	} else {
+		/* The admin token is checked as every credential is: one hash, in turn (auth.h). */
 		const struct rm_tenant_config *t = rm_auth_tenant(cfg, l->conn, req->credential.data,
-								  req->credential.len, why, sizeof(why));
-		view = !t ? RM_VIEW_NONE : t == &cfg->anonymous ? -1 : (int)(t - cfg->tenants);
-		if (!t && !req->credential.len && !rm_conn_identity(l->conn)) /* else rm_auth_tenant logged it */
+								  req->credential.len, why, sizeof(why), &admin);
+		view = admin ? RM_VIEW_ALL : !t ? RM_VIEW_NONE : t == &cfg->anonymous ? -1 : (int)(t - cfg->tenants);
+		if (!t && !admin && !req->credential.len && !rm_conn_identity(l->conn) && /* else rm_auth_tenant logged it */
+		    rm_handshakes_log_allows(RM_REFUSAL_HELLO))
 			rm_log(RM_LOG_WARN, "client %s: status refused: %s", rm_conn_peer(l->conn), why);
 	}
+	explicit_bzero(req->credential.data, req->credential.len);
 	remora__status_request__free_unpacked(req, NULL);
+	explicit_bzero(msg, sizeof(msg));
 	return view;
 }
 

@@ -1,29 +1,76 @@
-/* Credentials, certificates and failures (auth.h). */
+/* Credentials, certificates and failures (auth.h). One lock guards the address table,
+ * the budgets and the count of verifications running; one condition, on the monotonic
+ * clock, wakes whoever waits for any of them. A check takes, in this order and releasing
+ * in reverse: its address entry (a use count that keeps it from being reused), its pair's
+ * turn, a token of its credential's budget, its address's turn, a verification slot. */
 #include "auth.h"
 
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "credential.h"
+#include "handshakes.h"
 #include "log.h"
 
 #define AUTH_DELAY_MIN_MS 100
 #define AUTH_DELAY_MAX_MS 3000
-#define AUTH_FORGET_S 300 /* an address quiet this long starts again from nothing */
+#define AUTH_FORGET_S 300        /* a pair quiet this long starts again from nothing */
+#define ADDRESS_DECAY_MS 30000   /* an address's failures are forgotten one per this */
+#define PAIRS 4                  /* credentials remembered per address; the last slot takes any other */
+#define PROBE 64                 /* table slots an address may take, from its hash on */
+#define WAIT_MAX_MS 4000         /* the longest a check waits its turn; within the hello's deadline */
+#define VERIFY_SLOTS 2           /* verifications (PBKDF2) at once in the whole process */
+#define BUDGET_BURST 32          /* failed checks of one credential, from all addresses... */
+#define BUDGET_PER_S 8           /* ... and how many more each second */
+#define KEYS (RM_CONFIG_MAX_TENANTS + 2) /* every tenant's credential, the admin's, any other */
 
-struct failures {
-	char address[64]; /* the peer's host, without its port */
-	uint32_t count;
-	uint64_t until_ms;  /* its next check waits until then */
+struct pair {
+	int key; /* its credential's slot + 1 (key_slot); 0: free */
+	int busy;
+	uint32_t fails;
+	uint64_t until_ms, last_ms;
+};
+
+struct address {
+	char name[64]; /* the peer's host without its port, or local.uidN; "": free */
+	int users;     /* checks holding or waiting for it: it is not reused meanwhile */
+	int busy;
+	uint32_t fails; /* recent failures of any credential, one forgotten each ADDRESS_DECAY_MS */
+	uint64_t until_ms, last_ms;
+	struct pair pairs[PAIRS];
+};
+
+struct budget {
+	double tokens;
 	uint64_t last_ms;
 };
 
-static struct failures table[RM_AUTH_ADDRESSES];
-static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t log_second, log_lines, log_quiet;
+static struct address table[RM_AUTH_ADDRESSES];
+static struct address overflow = {.name = "(addresses beyond the table)"};
+static struct budget budgets[KEYS];
+static int verifying;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t changed;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static uint32_t seed; /* of the table's hash: where an address lands is not the peer's choice */
+
+static void init_once(void)
+{
+	if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != sizeof(seed))
+		seed = (uint32_t)time(NULL) ^ (uint32_t)getpid();
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&changed, &ca);
+	pthread_condattr_destroy(&ca);
+	for (int i = 0; i < KEYS; i++)
+		budgets[i].tokens = BUDGET_BURST;
+}
 
 static uint64_t now_ms(void)
 {
@@ -32,116 +79,344 @@ static uint64_t now_ms(void)
 	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
 
-/* host of "host:port" or "[v6]:port". */
-static void host_of(const char *peer, char *out, size_t cap)
+/* Waits for a change until ms (monotonic); under lock. */
+static void wait_until(uint64_t ms)
 {
-	const char *colon = strrchr(peer, ':');
+	struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+	pthread_cond_timedwait(&changed, &lock, &ts);
+}
+
+static uint64_t delay_ms(uint32_t fails)
+{
+	uint64_t d = (uint64_t)AUTH_DELAY_MIN_MS << (fails - 1 < 5 ? fails - 1 : 5);
+	return d > AUTH_DELAY_MAX_MS ? AUTH_DELAY_MAX_MS : d;
+}
+
+/* The address entries and budgets count credentials by slot: a tenant's index, then the
+ * admin's, then every other. */
+static int key_slot(int key)
+{
+	return key >= 0 ? key : key == RM_CREDENTIAL_ADMIN ? RM_CONFIG_MAX_TENANTS : RM_CONFIG_MAX_TENANTS + 1;
+}
+
+/* The address a credential is counted against: a Unix-socket peer's user (the transport
+ * names it local.uidN:PID), else the host of "host:port" or "[v6]:port". */
+static void address_of(struct rm_conn *conn, char *out, size_t cap)
+{
+	const char *peer = rm_conn_peer(conn), *colon = strrchr(peer, ':');
 	size_t n = colon ? (size_t)(colon - peer) : strlen(peer);
-	if (n >= cap)
-		n = cap - 1;
-	memcpy(out, peer, n);
-	out[n] = 0;
+	snprintf(out, cap, "%.*s", (int)n, peer);
 }
 
-/* The entry of address, or a new one in place of an unused or the oldest; under table_lock. */
-static struct failures *entry(const char *address, int create)
+static void decay(struct address *a, uint64_t now)
 {
-	struct failures *oldest = &table[0];
-	for (size_t i = 0; i < RM_AUTH_ADDRESSES; i++) {
-		if (table[i].address[0] && !strcmp(table[i].address, address))
-			return &table[i];
-		if (table[i].last_ms < oldest->last_ms)
-			oldest = &table[i];
+	uint64_t n = (now - a->last_ms) / ADDRESS_DECAY_MS;
+	if (!n)
+		return;
+	a->fails = n >= a->fails ? 0 : a->fails - (uint32_t)n;
+	a->last_ms += n * ADDRESS_DECAY_MS;
+}
+
+static int pair_live(const struct pair *p, uint64_t now)
+{
+	return p->key && (p->busy || (p->fails && now - p->last_ms < AUTH_FORGET_S * 1000ull));
+}
+
+/* Whether a holds nothing to remember: no check, no failure still counted. */
+static int address_idle(struct address *a, uint64_t now)
+{
+	if (a->users || a->busy)
+		return 0;
+	decay(a, now);
+	if (a->fails || a->until_ms > now)
+		return 0;
+	for (int i = 0; i < PAIRS; i++)
+		if (pair_live(&a->pairs[i], now))
+			return 0;
+	return 1;
+}
+
+static uint32_t hash_of(const char *s)
+{
+	uint32_t h = 2166136261u ^ seed;
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 16777619u;
+	return h;
+}
+
+/* The entry of name, taken (users + 1): its own, a free or idle one of its probe window,
+ * else the overflow entry that every address without room shares. Under lock. */
+static struct address *address_take(const char *name, uint64_t now)
+{
+	uint32_t h = hash_of(name);
+	struct address *room = NULL;
+	for (uint32_t i = 0; i < PROBE; i++) {
+		struct address *a = &table[(h + i) % RM_AUTH_ADDRESSES];
+		if (a->name[0] && !strcmp(a->name, name)) {
+			a->users++;
+			return a;
+		}
+		if (!room && (!a->name[0] || address_idle(a, now)))
+			room = a;
 	}
-	if (!create)
-		return NULL;
-	memset(oldest, 0, sizeof(*oldest));
-	snprintf(oldest->address, sizeof(oldest->address), "%s", address);
-	return oldest;
+	if (!room)
+		room = &overflow;
+	else {
+		memset(room, 0, sizeof(*room));
+		snprintf(room->name, sizeof(room->name), "%s", name);
+		room->last_ms = now;
+	}
+	room->users++;
+	return room;
 }
 
-/* Waits while conn's address is being slowed down (at most AUTH_DELAY_MAX_MS). */
-static void wait_turn(struct rm_conn *conn)
+static void address_put(struct address *a, uint64_t now)
 {
-	char address[64];
-	host_of(rm_conn_peer(conn), address, sizeof(address));
-	pthread_mutex_lock(&table_lock);
-	struct failures *f = entry(address, 0);
-	uint64_t now = now_ms(), until = f ? f->until_ms : 0;
-	if (f && now - f->last_ms > AUTH_FORGET_S * 1000ull)
-		memset(f, 0, sizeof(*f)), until = 0;
-	pthread_mutex_unlock(&table_lock);
-	if (until > now)
-		usleep((useconds_t)((until - now > AUTH_DELAY_MAX_MS ? AUTH_DELAY_MAX_MS : until - now) * 1000));
+	a->users--;
+	if (a != &overflow && address_idle(a, now))
+		a->name[0] = 0;
 }
 
-static void succeeded(struct rm_conn *conn)
+/* The pair of credential slot at a: its own, a free or forgotten one, else the last,
+ * which any credential without room shares. Under lock. */
+static struct pair *pair_of(struct address *a, int slot, uint64_t now)
 {
-	char address[64];
-	host_of(rm_conn_peer(conn), address, sizeof(address));
-	pthread_mutex_lock(&table_lock);
-	struct failures *f = entry(address, 0);
-	if (f)
-		memset(f, 0, sizeof(*f));
-	pthread_mutex_unlock(&table_lock);
+	struct pair *room = NULL;
+	for (int i = 0; i < PAIRS; i++)
+		if (a->pairs[i].key == slot + 1)
+			return &a->pairs[i];
+	for (int i = 0; i < PAIRS - 1 && !room; i++)
+		if (!pair_live(&a->pairs[i], now))
+			room = &a->pairs[i];
+	if (!room)
+		return &a->pairs[PAIRS - 1];
+	memset(room, 0, sizeof(*room));
+	room->key = slot + 1;
+	return room;
+}
+
+static void refill(struct budget *b, uint64_t now)
+{
+	b->tokens += (double)(now - b->last_ms) * BUDGET_PER_S / 1000.0;
+	if (b->tokens > BUDGET_BURST)
+		b->tokens = BUDGET_BURST;
+	b->last_ms = now;
+}
+
+/* One check's place: what it holds, released in reverse. */
+struct turn {
+	struct address *a;
+	struct pair *p;
+	int slot;
+	int pair, budget, address, verifying; /* what it holds */
+};
+
+/* Waits for the check's turn (auth.h), at most until deadline: 0, or -1 with why said. */
+static int take_turn(struct turn *t, const char *name, int slot, uint64_t deadline, char *why, size_t whylen)
+{
+	pthread_mutex_lock(&lock);
+	uint64_t now = now_ms();
+	*t = (struct turn){.a = address_take(name, now), .slot = slot};
+	struct address *a = t->a;
+	/* The pair: one check at a time, after its back-off. */
+	while ((t->p = pair_of(a, slot, now))->busy) {
+		if (now >= deadline)
+			goto busy;
+		wait_until(deadline);
+		now = now_ms();
+	}
+	t->p->busy = 1;
+	t->pair = 1;
+	while (now < t->p->until_ms) {
+		if (t->p->until_ms > deadline)
+			goto slowed;
+		wait_until(t->p->until_ms);
+		now = now_ms();
+	}
+	/* The credential's budget of failures, across all addresses: a token taken now (in
+	 * advance of the refill, waiting for it in turn; refused at once when the turn comes
+	 * past the deadline), given back unless the check fails. */
+	struct budget *b = &budgets[slot];
+	refill(b, now);
+	uint64_t ready = b->tokens >= 1 ? now : now + (uint64_t)((1 - b->tokens) * 1000 / BUDGET_PER_S) + 1;
+	if (ready > deadline)
+		goto busy;
+	b->tokens -= 1;
+	t->budget = 1;
+	while (now < ready) {
+		wait_until(ready);
+		now = now_ms();
+	}
+	/* The address: one verification at a time, after its own back-off. */
+	while (a->busy) {
+		if (now >= deadline)
+			goto busy;
+		wait_until(deadline);
+		now = now_ms();
+	}
+	a->busy = 1;
+	t->address = 1;
+	decay(a, now);
+	while (now < a->until_ms) {
+		if (a->until_ms > deadline)
+			goto slowed;
+		wait_until(a->until_ms);
+		now = now_ms();
+	}
+	/* A verification slot in the whole process. */
+	while (verifying >= VERIFY_SLOTS) {
+		if (now >= deadline)
+			goto busy;
+		wait_until(deadline);
+		now = now_ms();
+	}
+	verifying++;
+	t->verifying = 1;
+	pthread_mutex_unlock(&lock);
+	return 0;
+busy:
+	snprintf(why, whylen, "too many credential checks waiting (from %s, or for this credential); try again later",
+		 name);
+	pthread_mutex_unlock(&lock);
+	return -1;
+slowed:
+	snprintf(why, whylen, "credentials from %s are being slowed down after failures; try again in a few seconds",
+		 name);
+	pthread_mutex_unlock(&lock);
+	return -1;
+}
+
+enum outcome { NEITHER, SUCCEEDED, FAILED };
+
+/* Ends the check of t: releases what it holds and counts its outcome; the pair's and the
+ * address's failures since go to *pair_fails and *address_fails (for the log line). */
+static void end_turn(struct turn *t, enum outcome o, uint32_t *pair_fails, uint32_t *address_fails)
+{
+	pthread_mutex_lock(&lock);
+	uint64_t now = now_ms();
+	struct address *a = t->a;
+	struct pair *p = t->pair ? t->p : NULL;
+	if (t->verifying)
+		verifying--;
+	if (t->address)
+		a->busy = 0;
+	if (o == SUCCEEDED) {
+		if (t->budget)
+			budgets[t->slot].tokens += 1;
+		if (p)
+			p->fails = 0, p->until_ms = 0;
+	} else if (o == FAILED) {
+		if (!p)
+			p = pair_of(a, t->slot, now);
+		if (now - p->last_ms >= AUTH_FORGET_S * 1000ull)
+			p->fails = 0;
+		p->fails++;
+		p->last_ms = now;
+		p->until_ms = now + delay_ms(p->fails);
+		decay(a, now);
+		if (!a->fails)
+			a->last_ms = now;
+		a->fails++;
+		if (a->fails > RM_AUTH_ADDRESS_GRACE)
+			a->until_ms = now + delay_ms(a->fails - RM_AUTH_ADDRESS_GRACE);
+		if (!t->budget) { /* a failure that took no turn (rm_auth_failed) spends the budget still */
+			refill(&budgets[t->slot], now);
+			budgets[t->slot].tokens -= 1;
+		}
+	} else if (t->budget) {
+		budgets[t->slot].tokens += 1;
+	}
+	*pair_fails = p ? p->fails : 0;
+	*address_fails = a->fails;
+	if (t->pair)
+		t->p->busy = 0;
+	address_put(a, now);
+	pthread_cond_broadcast(&changed);
+	pthread_mutex_unlock(&lock);
+}
+
+/* The failure's log line, a few a second at most (handshakes.h). */
+static void log_failure(struct rm_conn *conn, const char *name, const char *what, uint32_t pair_fails,
+			uint32_t address_fails)
+{
+	if (rm_handshakes_log_allows(RM_REFUSAL_CREDENTIAL))
+		rm_log(RM_LOG_WARN, "client %s: %s (failure %u of this credential from %s, %u of any; its next attempts "
+		       "are slowed down)", rm_conn_peer(conn), what, pair_fails, name, address_fails);
 }
 
 void rm_auth_failed(struct rm_conn *conn, const char *what)
 {
-	char address[64];
-	host_of(rm_conn_peer(conn), address, sizeof(address));
-	pthread_mutex_lock(&table_lock);
-	struct failures *f = entry(address, 1);
-	uint64_t now = now_ms();
-	f->count++;
-	f->last_ms = now;
-	uint64_t delay = AUTH_DELAY_MIN_MS << (f->count - 1 < 5 ? f->count - 1 : 5);
-	f->until_ms = now + (delay > AUTH_DELAY_MAX_MS ? AUTH_DELAY_MAX_MS : delay);
-	uint32_t count = f->count;
-	/* One line each, up to five a second; past that one line a second counts them. */
-	int say = 0;
-	uint64_t quiet = 0;
-	if (now / 1000 != log_second) {
-		quiet = log_quiet;
-		log_second = now / 1000, log_lines = 0, log_quiet = 0;
+	char name[64];
+	uint32_t pf, af;
+	pthread_once(&once, init_once);
+	address_of(conn, name, sizeof(name));
+	pthread_mutex_lock(&lock);
+	struct turn t = {.a = address_take(name, now_ms()), .slot = key_slot(RM_CREDENTIAL_OTHER)};
+	pthread_mutex_unlock(&lock);
+	end_turn(&t, FAILED, &pf, &af);
+	log_failure(conn, name, what, pf, af);
+}
+
+/* A token's check: its turn, then one verification against the stored credential its id
+ * names. The tenant's index, RM_CREDENTIAL_ADMIN, or -1 with why said. */
+static int check_token(const struct rm_daemon_config *cfg, struct rm_conn *conn, const void *token, size_t len,
+		       char *why, size_t whylen)
+{
+	char name[64];
+	struct turn t;
+	uint32_t pf, af;
+	address_of(conn, name, sizeof(name));
+	int key = rm_config_credential_key(cfg, token, len);
+	uint64_t wait = (uint64_t)cfg->hello_timeout_s * 800; /* the hello's deadline, less a margin */
+	uint64_t deadline = now_ms() + (wait < WAIT_MAX_MS ? wait : WAIT_MAX_MS);
+	if (take_turn(&t, name, key_slot(key), deadline, why, whylen)) {
+		end_turn(&t, NEITHER, &pf, &af);
+		if (rm_handshakes_log_allows(RM_REFUSAL_CREDENTIAL))
+			rm_log(RM_LOG_WARN, "client %s: credential not checked: %s", rm_conn_peer(conn), why);
+		return -1;
 	}
-	if (log_lines < 5)
-		log_lines++, say = 1;
-	else
-		log_quiet++;
-	pthread_mutex_unlock(&table_lock);
-	if (quiet)
-		rm_log(RM_LOG_WARN, "%llu more failed credentials not logged", (unsigned long long)quiet);
-	if (say)
-		rm_log(RM_LOG_WARN, "client %s: %s (failure %u from %s; its next attempts are slowed down)",
-		       rm_conn_peer(conn), what, count, address);
+	unsigned long before = rm_credential_hashes_computed();
+	int found = rm_config_verify(cfg, key, token, len);
+	rm_log(RM_LOG_DEBUG, "client %s: credential checked, %lu hash(es) computed (%lu in all)", rm_conn_peer(conn),
+	       rm_credential_hashes_computed() - before, rm_credential_hashes_computed());
+	end_turn(&t, found == -1 ? FAILED : SUCCEEDED, &pf, &af);
+	if (found == -1) {
+		snprintf(why, whylen, "unknown credential");
+		log_failure(conn, name, why, pf, af);
+	}
+	return found;
 }
 
 const struct rm_tenant_config *rm_auth_tenant(const struct rm_daemon_config *cfg, struct rm_conn *conn,
-					      const void *token, size_t len, char *why, size_t whylen)
+					      const void *token, size_t len, char *why, size_t whylen, int *admin)
 {
 	const char *cn = rm_conn_identity(conn);
 	const struct rm_tenant_config *t = NULL;
-	wait_turn(conn);
+	pthread_once(&once, init_once);
+	if (admin)
+		*admin = 0;
 	if (len) {
-		if (!(t = rm_config_tenant(cfg, token, len)))
-			snprintf(why, whylen, "unknown credential");
+		int found = check_token(cfg, conn, token, len, why, whylen);
+		if (found >= 0)
+			t = &cfg->tenants[found];
+		else if (found == RM_CREDENTIAL_ADMIN && admin)
+			*admin = 1;
+		else if (found == RM_CREDENTIAL_ADMIN)
+			snprintf(why, whylen, "the admin credential names no tenant: give the client a tenant's token");
 	} else if (cn) {
-		if (!(t = rm_config_tenant_by_cn(cfg, cn)))
+		if (!(t = rm_config_tenant_by_cn(cfg, cn))) {
 			snprintf(why, whylen, "its certificate (CN %s) names no tenant", cn);
+			rm_auth_failed(conn, why);
+		}
 	} else if (!(t = rm_config_tenant(cfg, "", 0))) {
 		snprintf(why, whylen, "this daemon needs a credential (REMORA_TOKEN or a client certificate)");
 	}
-	if (t)
-		succeeded(conn);
-	else if (len || cn)
-		rm_auth_failed(conn, why);
 	return t;
 }
 
-int rm_auth_admin(const struct rm_daemon_config *cfg, struct rm_conn *conn, const void *token, size_t len)
+int rm_auth_admin_certificate(const struct rm_daemon_config *cfg, struct rm_conn *conn)
 {
-	return rm_config_is_admin(cfg, token, len, len ? NULL : rm_conn_identity(conn));
+	return rm_config_is_admin(cfg, "", 0, rm_conn_identity(conn));
 }
 
 void rm_auth_warn_exposure(const struct rm_daemon_config *cfg, const char *bound)
@@ -158,4 +433,13 @@ void rm_auth_warn_exposure(const struct rm_daemon_config *cfg, const char *bound
 	if (!credentials)
 		rm_log(RM_LOG_WARN, "WARNING: listening on %s beyond loopback WITHOUT CREDENTIALS: allow_anonymous = yes "
 		       "serves anyone who can reach this port (docs/security.md)", bound);
+}
+
+void rm_auth_warn_credentials(const struct rm_daemon_config *cfg)
+{
+	int n = rm_config_hashes_without_id(cfg);
+	if (n)
+		rm_log(RM_LOG_WARN, "%d stored token hash(es) without a token id: every token presented without a known "
+		       "id costs one hash for each; give each tenant a token ID.SECRET and hash it again with "
+		       "`remora hash-token` (docs/security.md, Credentials)", n);
 }

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "address.h"
@@ -15,6 +17,8 @@
 #include "log.h"
 #include "size.h"
 #include "wire.h"
+
+#define CONFIG_MAX_BYTES (1 << 20)
 
 void rm_config_defaults(struct rm_daemon_config *c)
 {
@@ -308,24 +312,70 @@ static int set_before(struct section_keys *k, const char *key, int line)
 	return 0;
 }
 
+/* The whole file at path, NUL-terminated, in a buffer of *cap bytes that the caller wipes
+ * (it holds credentials) and frees; NULL after logging why. Read with read(), so that no
+ * stdio buffer keeps a copy. */
+static char *read_whole(const char *path, size_t *cap)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	char *buf = NULL;
+	size_t n = 0;
+	if (fd < 0 || fstat(fd, &st)) {
+		rm_log(RM_LOG_ERROR, "cannot read the configuration %s: %s", path, strerror(errno));
+		goto out;
+	}
+	if (st.st_size > CONFIG_MAX_BYTES) {
+		rm_log(RM_LOG_ERROR, "the configuration %s is larger than %d bytes", path, CONFIG_MAX_BYTES);
+		goto out;
+	}
+	*cap = (size_t)st.st_size + 1;
+	if (!(buf = calloc(1, *cap))) {
+		rm_log(RM_LOG_ERROR, "cannot read the configuration %s: out of memory", path);
+		goto out;
+	}
+	for (ssize_t r; n < *cap - 1; n += (size_t)r)
+		if ((r = read(fd, buf + n, *cap - 1 - n)) <= 0) {
+			if (r < 0 && errno == EINTR) {
+				r = 0;
+				continue;
+			}
+			if (r == 0)
+				break; /* shorter than it was: what was read */
+			rm_log(RM_LOG_ERROR, "cannot read the configuration %s: %s", path, strerror(errno));
+			explicit_bzero(buf, *cap);
+			free(buf);
+			buf = NULL;
+			goto out;
+		}
+	buf[n] = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	return buf;
+}
+
 int rm_config_load(struct rm_daemon_config *c, const char *path)
 {
-	FILE *f = fopen(path, "r");
-	if (!f) {
-		rm_log(RM_LOG_ERROR, "cannot read the configuration %s: %s", path, strerror(errno));
+	size_t cap = 0;
+	char *text = read_whole(path, &cap), *next = text;
+	if (!text)
 		return -1;
-	}
 	char line[2048], why[300];
 	struct rm_tenant_config *tenant = NULL;
 	struct section_keys keys = {0};
 	int lineno = 0, err = 0, first_tenant = c->ntenants, tenant_line[RM_CONFIG_MAX_TENANTS] = {0};
-	while (!err && fgets(line, sizeof(line), f)) {
+	while (!err && *next) {
 		lineno++;
-		if (!strchr(line, '\n') && !feof(f)) {
+		size_t n = strcspn(next, "\n") + (next[strcspn(next, "\n")] == '\n');
+		if (n > sizeof(line) - 1) { /* as fgets into line would find it */
 			rm_log(RM_LOG_ERROR, "%s:%d: line longer than %zu bytes", path, lineno, sizeof(line) - 2);
 			err = -1;
 			break;
 		}
+		memcpy(line, next, n);
+		line[n] = 0;
+		next += n;
 		char *hash = comment_start(line);
 		if (hash)
 			*hash = 0;
@@ -374,14 +424,25 @@ int rm_config_load(struct rm_daemon_config *c, const char *path)
 		if (err)
 			rm_log(RM_LOG_ERROR, "%s:%d: %s", path, lineno, why);
 	}
-	fclose(f);
-	/* Tenants of this file, against each other and those of a file read before. */
+	explicit_bzero(line, sizeof(line));
+	explicit_bzero(why, sizeof(why));
+	explicit_bzero(text, cap);
+	free(text);
+	/* Tenants of this file, against each other and those of a file read before; a token
+	 * id names one stored credential (credential.h). */
+	char id[RM_TOKEN_ID_MAX + 1], other[RM_TOKEN_ID_MAX + 1];
 	for (int i = first_tenant; !err && i < c->ntenants; i++) {
+		int has_id = rm_credential_stored_id(c->tenants[i].token, id) > 0;
 		for (int j = 0; !err && j < i; j++)
 			if ((c->tenants[i].token[0] && !strcmp(c->tenants[i].token, c->tenants[j].token)) ||
 			    !strcmp(c->tenants[i].name, c->tenants[j].name)) {
 				rm_log(RM_LOG_ERROR, "%s:%d: tenant %s shares a name or a token with tenant %s", path,
 				       tenant_line[i], c->tenants[i].name, c->tenants[j].name);
+				err = -1;
+			} else if (has_id && rm_credential_stored_id(c->tenants[j].token, other) && !strcmp(id, other)) {
+				rm_log(RM_LOG_ERROR, "%s:%d: tenant %s's token has the token id '%s' of tenant %s's: "
+				       "each token needs an id of its own (docs/security.md)", path, tenant_line[i],
+				       c->tenants[i].name, id, c->tenants[j].name);
 				err = -1;
 			}
 	}
@@ -414,6 +475,13 @@ int rm_config_check(const struct rm_daemon_config *c, char *why, int whylen)
 			 "the configuration)");
 		return -1;
 	}
+	char id[RM_TOKEN_ID_MAX + 1], admin_id[RM_TOKEN_ID_MAX + 1];
+	for (int i = 0; rm_credential_stored_id(c->admin_token, admin_id) && i < c->ntenants; i++)
+		if (rm_credential_stored_id(c->tenants[i].token, id) && !strcmp(id, admin_id)) {
+			snprintf(why, whylen, "tenant %s's token has the token id '%s' of admin_token: each token needs an "
+				 "id of its own (docs/security.md)", c->tenants[i].name, id);
+			return -1;
+		}
 	if (c->admin_cn[0] && !c->tls_client_ca[0]) {
 		snprintf(why, whylen, "admin_cn needs tls_client_ca: only a verified certificate names the admin");
 		return -1;
@@ -421,19 +489,60 @@ int rm_config_check(const struct rm_daemon_config *c, char *why, int whylen)
 	return 0;
 }
 
-/* Every tenant's token is tried, so that the time taken does not say which one matched
- * (hashes take long; a plain token is compared in constant time). */
+int rm_config_credential_key(const struct rm_daemon_config *c, const void *token, size_t len)
+{
+	char want[RM_TOKEN_ID_MAX + 1], id[RM_TOKEN_ID_MAX + 1];
+	if (!rm_credential_token_id(token, len, want))
+		return RM_CREDENTIAL_OTHER;
+	for (int i = 0; i < c->ntenants; i++)
+		if (!c->tenants[i].retired && rm_credential_stored_id(c->tenants[i].token, id) && !strcmp(id, want))
+			return i;
+	if (rm_credential_stored_id(c->admin_token, id) && !strcmp(id, want))
+		return RM_CREDENTIAL_ADMIN;
+	return RM_CREDENTIAL_OTHER;
+}
+
+/* Every stored credential without an id is tried, so that the time taken does not say
+ * which one matched (hashes take long; a plain token is compared in constant time). */
+int rm_config_verify(const struct rm_daemon_config *c, int key, const void *token, size_t len)
+{
+	char id[RM_TOKEN_ID_MAX + 1];
+	if (!len)
+		return -1;
+	if (key >= 0)
+		return key < c->ntenants && !c->tenants[key].retired &&
+			       rm_credential_matches(c->tenants[key].token, token, len) ? key : -1;
+	if (key == RM_CREDENTIAL_ADMIN)
+		return c->admin_token[0] && rm_credential_matches(c->admin_token, token, len) ? RM_CREDENTIAL_ADMIN : -1;
+	int found = -1;
+	for (int i = 0; i < c->ntenants; i++) {
+		const struct rm_tenant_config *t = &c->tenants[i];
+		if (!t->retired && t->token[0] && !rm_credential_stored_id(t->token, id) &&
+		    rm_credential_matches(t->token, token, len) && found == -1)
+			found = i;
+	}
+	if (c->admin_token[0] && !rm_credential_stored_id(c->admin_token, id) &&
+	    rm_credential_matches(c->admin_token, token, len) && found == -1)
+		found = RM_CREDENTIAL_ADMIN;
+	return found;
+}
+
+int rm_config_hashes_without_id(const struct rm_daemon_config *c)
+{
+	char id[RM_TOKEN_ID_MAX + 1];
+	int n = rm_credential_is_hash(c->admin_token) && !rm_credential_stored_id(c->admin_token, id);
+	for (int i = 0; i < c->ntenants; i++)
+		n += !c->tenants[i].retired && rm_credential_is_hash(c->tenants[i].token) &&
+		     !rm_credential_stored_id(c->tenants[i].token, id);
+	return n;
+}
+
 const struct rm_tenant_config *rm_config_tenant(const struct rm_daemon_config *c, const void *token, size_t len)
 {
 	if (!len)
 		return c->allow_anonymous ? &c->anonymous : NULL;
-	const struct rm_tenant_config *found = NULL;
-	for (int i = 0; i < c->ntenants; i++) {
-		const struct rm_tenant_config *t = &c->tenants[i];
-		if (!t->retired && t->token[0] && rm_credential_matches(t->token, token, len) && !found)
-			found = t;
-	}
-	return found;
+	int found = rm_config_verify(c, rm_config_credential_key(c, token, len), token, len);
+	return found >= 0 ? &c->tenants[found] : NULL;
 }
 
 const struct rm_tenant_config *rm_config_tenant_by_cn(const struct rm_daemon_config *c, const char *cn)
@@ -446,8 +555,11 @@ const struct rm_tenant_config *rm_config_tenant_by_cn(const struct rm_daemon_con
 
 int rm_config_is_admin(const struct rm_daemon_config *c, const void *token, size_t len, const char *cn)
 {
+	char id[RM_TOKEN_ID_MAX + 1];
+	int key = len ? rm_config_credential_key(c, token, len) : 0;
 	if (len)
-		return c->admin_token[0] && rm_credential_matches(c->admin_token, token, len);
+		return (key == RM_CREDENTIAL_ADMIN || (key == RM_CREDENTIAL_OTHER && !rm_credential_stored_id(c->admin_token, id))) &&
+		       c->admin_token[0] && rm_credential_matches(c->admin_token, token, len);
 	return cn && c->admin_cn[0] && !strcmp(cn, c->admin_cn);
 }
 

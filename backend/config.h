@@ -89,6 +89,20 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *value
 /* What a whole configuration must hold together (after the file and the flags): 0, or -1
  * with why filled. */
 int rm_config_check(const struct rm_daemon_config *c, char *why, int whylen);
+/* The stored credential a presented token is checked against (credential.h): the tenant
+ * (its index) or the admin whose stored credential carries the token's id; else
+ * RM_CREDENTIAL_OTHER: the token is checked against every stored credential without an
+ * id (none once every one has one). Cheap: nothing is verified, nothing secret compared. */
+#define RM_CREDENTIAL_ADMIN (-2)
+#define RM_CREDENTIAL_OTHER (-1)
+int rm_config_credential_key(const struct rm_daemon_config *c, const void *token, size_t len);
+/* Verifies token (len > 0) against what key names: the tenant's index or
+ * RM_CREDENTIAL_ADMIN when it matches, else -1 (RM_CREDENTIAL_OTHER: against every stored
+ * credential without an id, all tried whatever matched). */
+int rm_config_verify(const struct rm_daemon_config *c, int key, const void *token, size_t len);
+/* How many stored credentials are hashes without a token id (each costs one hash for every
+ * token presented without a known id: docs/security.md says how to give them one). */
+int rm_config_hashes_without_id(const struct rm_daemon_config *c);
 /* The tenant presenting token, or NULL; a zero-length token is the anonymous tenant (NULL
  * unless allow_anonymous). Tokens are compared in full, in constant time. */
 const struct rm_tenant_config *rm_config_tenant(const struct rm_daemon_config *c, const void *token,

@@ -1,7 +1,7 @@
 /* Handshakes (handshakes.h): the pending connections in a list in the order they came,
  * so that, every one having the same timeout, the first one still pending holds the
  * next deadline. One thread sleeps until it, shuts down what has passed it and sums up
- * the log lines held back. */
+ * the log lines held back, its own and those of refusals (rm_handshakes_log_allows). */
 #include "handshakes.h"
 
 #include <errno.h>
@@ -39,6 +39,7 @@ static struct {
 	int stopping;
 	int timeout_s, max_total, max_per_address;
 	struct log_budget refused, timed_out;
+	struct log_budget refusals[2]; /* enum rm_refusal_log */
 } hs = {.lock = PTHREAD_MUTEX_INITIALIZER, .list = {.prev = &hs.list, .next = &hs.list}};
 
 static uint64_t now_ms(void)
@@ -73,8 +74,12 @@ static unsigned long budget_take(struct log_budget *b, uint64_t now)
 	return n;
 }
 
-static void log_held_back(unsigned long refused, unsigned long timed_out)
+static void log_held_back(unsigned long refused, unsigned long timed_out, const unsigned long *refusals)
 {
+	if (refusals[RM_REFUSAL_HELLO])
+		rm_log(RM_LOG_WARN, "%lu more refused hello(s) or request(s) not logged", refusals[RM_REFUSAL_HELLO]);
+	if (refusals[RM_REFUSAL_CREDENTIAL])
+		rm_log(RM_LOG_WARN, "%lu more failed credential(s) not logged", refusals[RM_REFUSAL_CREDENTIAL]);
 	if (refused)
 		rm_log(RM_LOG_WARN, "%lu more connection(s) closed at once: too many handshakes pending "
 		       "(max_pending_hellos, max_pending_hellos_per_address)", refused);
@@ -99,8 +104,9 @@ static void *watch_deadlines(void *arg)
 			rm_conn_shutdown(h->conn); /* its greeting thread's read ends; it logs and closes */
 		}
 		unsigned long refused = budget_take(&hs.refused, now), timed_out = budget_take(&hs.timed_out, now);
+		unsigned long refusals[2] = {budget_take(&hs.refusals[0], now), budget_take(&hs.refusals[1], now)};
 		pthread_mutex_unlock(&hs.lock);
-		log_held_back(refused, timed_out);
+		log_held_back(refused, timed_out, refusals);
 		struct timespec ts = {(time_t)(next / 1000), (long)(next % 1000) * 1000000L};
 		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 			;
@@ -198,6 +204,14 @@ int rm_handshake_end(struct rm_handshake *h)
 	return state == TIMED_OUT ? -ETIMEDOUT : state == STOPPED ? -ESHUTDOWN : 0;
 }
 
+int rm_handshakes_log_allows(enum rm_refusal_log kind)
+{
+	pthread_mutex_lock(&hs.lock);
+	int say = budget_allows(&hs.refusals[kind], now_ms());
+	pthread_mutex_unlock(&hs.lock);
+	return say;
+}
+
 void rm_handshakes_stop(void)
 {
 	pthread_mutex_lock(&hs.lock);
@@ -208,7 +222,8 @@ void rm_handshakes_stop(void)
 			rm_conn_shutdown(h->conn);
 		}
 	unsigned long refused = hs.refused.held_back, timed_out = hs.timed_out.held_back;
-	hs.refused.held_back = hs.timed_out.held_back = 0;
+	unsigned long refusals[2] = {hs.refusals[0].held_back, hs.refusals[1].held_back};
+	hs.refused.held_back = hs.timed_out.held_back = hs.refusals[0].held_back = hs.refusals[1].held_back = 0;
 	pthread_mutex_unlock(&hs.lock);
-	log_held_back(refused, timed_out);
+	log_held_back(refused, timed_out, refusals);
 }

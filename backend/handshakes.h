@@ -31,6 +31,15 @@ struct rm_handshake *rm_handshake_begin(struct rm_conn *conn);
  * is stopping and shut it down. Call it before the connection leaves this process. */
 int rm_handshake_end(struct rm_handshake *h);
 
+/* Lines about refused connections, each kind up to a few a second; past that they are
+ * counted, and the deadline thread logs the count of each kind once a second. */
+enum rm_refusal_log {
+	RM_REFUSAL_HELLO,      /* a hello or status request refused, or malformed */
+	RM_REFUSAL_CREDENTIAL, /* a failed credential (auth.h) */
+};
+/* Whether a line of kind may be logged now: 1, or 0 after counting it as held back. */
+int rm_handshakes_log_allows(enum rm_refusal_log kind);
+
 /* The daemon is stopping: every pending connection is shut down and new ones are
  * refused (closed, without a log line each). */
 void rm_handshakes_stop(void);

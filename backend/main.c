@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "gpus.h"
@@ -96,6 +97,7 @@ static const struct option opts[] = {
 	{"user", required_argument, NULL, 'u'},
 	{"worker-channel", required_argument, NULL, 'W'},
 	{"registry-fd", required_argument, NULL, 'R'},
+	{"config-fd", required_argument, NULL, 'F'},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
 	{0},
@@ -104,9 +106,10 @@ static const struct option opts[] = {
 /* Builds cfg from the defaults, the configuration files and the flags of argv (the files
  * first, wherever --config appears, so that the other flags override them). Returns 0; 2
  * after a line saying what is wrong; or 1 with *done set when --help or --version
- * answered. A worker's --worker-channel and --registry-fd go to *channel and *registry_fd. */
+ * answered. A worker's --worker-channel, --registry-fd and --config-fd go to *channel,
+ * *registry_fd and *config_fd. */
 static int read_configuration(int argc, char **argv, struct rm_daemon_config *cfg, int *channel, int *registry_fd,
-			      int *done)
+			      int *config_fd, int *done)
 {
 	int c;
 	char why[300];
@@ -149,6 +152,7 @@ static int read_configuration(int argc, char **argv, struct rm_daemon_config *cf
 		}
 		case 'W': *channel = atoi(optarg); break;
 		case 'R': *registry_fd = atoi(optarg); break;
+		case 'F': *config_fd = atoi(optarg); break;
 		case 'h': usage(stdout); *done = 1; return 1;
 		case 'V':
 			printf("remorad %s (protocol %u, commit %s)\n", RM_VERSION, RM_PROTOCOL_VERSION, RM_COMMIT);
@@ -173,27 +177,46 @@ static int read_configuration(int argc, char **argv, struct rm_daemon_config *cf
 	return 0;
 }
 
+/* A worker's configuration, from the accepting process (server.c, config_for_worker):
+ * 0, or -1 after a line saying why. */
+static int read_worker_configuration(int fd, struct rm_daemon_config *cfg)
+{
+	ssize_t n = fd >= 0 ? pread(fd, cfg, sizeof(*cfg), 0) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (n != (ssize_t)sizeof(*cfg)) {
+		rm_log(RM_LOG_ERROR, "worker: no configuration from the accepting process (--config-fd)");
+		return -1;
+	}
+	rm_config_drop_credentials(cfg); /* none came; and none is kept */
+	return 0;
+}
+
 static int saved_argc;
 static char **saved_argv;
 
 /* SIGHUP's reading (server.h): the files and flags remorad started with, read again. */
 static int reread_configuration(struct rm_daemon_config *out)
 {
-	int channel = -1, registry_fd = -1, done;
-	return read_configuration(saved_argc, saved_argv, out, &channel, &registry_fd, &done) ? -1 : 0;
+	int channel = -1, registry_fd = -1, config_fd = -1, done;
+	return read_configuration(saved_argc, saved_argv, out, &channel, &registry_fd, &config_fd, &done) ? -1 : 0;
 }
 
 int main(int argc, char **argv)
 {
 	static struct rm_daemon_config cfg;
-	int channel = -1, registry_fd = -1, done;
+	int channel = -1, registry_fd = -1, config_fd = -1, done;
 	if (rm_log_init("remorad", RM_LOG_INFO)) {
 		fprintf(stderr, "remorad: REMORA_LOG=%s is not a log level (%s)\n", getenv("REMORA_LOG"), RM_LOG_LEVELS);
 		return 2;
 	}
-	int r = read_configuration(argc, argv, &cfg, &channel, &registry_fd, &done);
+	int r = read_configuration(argc, argv, &cfg, &channel, &registry_fd, &config_fd, &done);
 	if (r)
 		return done ? 0 : r;
+	/* A worker's configuration is the one in force, without credentials (server.c): the
+	 * accepting process checks every credential, and a worker never reads the file. */
+	if (channel >= 0 && read_worker_configuration(config_fd, &cfg))
+		return 1;
 	saved_argc = argc;
 	saved_argv = argv;
 	signal(SIGPIPE, SIG_IGN);
@@ -201,8 +224,6 @@ int main(int argc, char **argv)
 
 	if (channel >= 0) { /* a worker */
 		signal(SIGHUP, SIG_IGN); /* the accepting process reloads; its quotas reach workers through the registry */
-		/* The accepting process checks every credential: a worker keeps none. */
-		rm_config_drop_credentials(&cfg);
 		rm_log_init("remorad", RM_LOG_INFO); /* a worker's lines differ by their process id */
 		/* Loading code into a shared context waits for every client's kernels: load it
 		 * all when the image arrives rather than at some client's first launch. */
@@ -235,12 +256,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	take_inventory(count);
-	/* Workers run this program again with the same arguments, the registry and a channel. */
-	char **wargv = calloc(argc + 2, sizeof(*wargv)), regarg[32];
-	if (!wargv)
-		return 1;
-	memcpy(wargv, argv, argc * sizeof(*argv));
+	/* Workers run this program again with the registry, a channel and their configuration
+	 * (server.c), not remorad's own arguments: a --set admin_token stays here. */
+	char *wargv[3], regarg[32];
 	snprintf(regarg, sizeof(regarg), "--registry-fd=%d", registry_fd);
-	wargv[argc] = regarg;
+	wargv[0] = argv[0];
+	wargv[1] = regarg;
+	wargv[2] = NULL;
 	return rm_server_run(&cfg, "/proc/self/exe", wargv, reread_configuration) ? 1 : 0;
 }

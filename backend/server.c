@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -130,16 +131,58 @@ static int retire_if_faulted(struct worker *w, const char *tenant_name)
 }
 
 /* Starts a worker: this program again, with --worker-channel naming its end of a new channel. */
+/* The configuration a worker runs with: the one in force, without any credential (the
+ * accepting process checks them all), in a memfd that the worker reads (--config-fd) and
+ * closes. A worker so never reads the configuration file, whose text holds every tenant's
+ * credential (docs/security.md). The descriptor (close-on-exec), or -errno. */
+static int config_for_worker(void)
+{
+	struct rm_daemon_config *copy = malloc(sizeof(*copy));
+	int fd = memfd_create("remorad-config", MFD_CLOEXEC), err = 0;
+	if (!copy || fd < 0) {
+		err = copy ? -errno : -ENOMEM;
+		goto out;
+	}
+	*copy = *current_config();
+	rm_config_drop_credentials(copy);
+	const char *p = (const char *)copy;
+	for (size_t done = 0; done < sizeof(*copy);) {
+		ssize_t n = write(fd, p + done, sizeof(*copy) - done);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			err = n < 0 ? -errno : -EIO;
+			goto out;
+		}
+		done += (size_t)n;
+	}
+out:
+	if (copy)
+		explicit_bzero(copy, sizeof(*copy));
+	free(copy);
+	if (err && fd >= 0)
+		close(fd);
+	return err ? err : fd;
+}
+
+/* Starts a worker: this program again, with --worker-channel naming its end of a new
+ * channel and --config-fd its configuration. */
 static int start_worker(struct worker *w, const char *tenant_name)
 {
-	int sv[2];
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv))
-		return -errno;
+	int sv[2], cfd = config_for_worker();
+	if (cfd < 0)
+		return cfd;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv)) {
+		int err = -errno;
+		close(cfd);
+		return err;
+	}
 	pid_t pid = fork();
 	if (pid < 0) {
 		int err = -errno;
 		close(sv[0]);
 		close(sv[1]);
+		close(cfd);
 		return err;
 	}
 	if (pid == 0) {
@@ -152,21 +195,24 @@ static int start_worker(struct worker *w, const char *tenant_name)
 		sigset_t none;
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
-		int fd = dup(sv[1]); /* without CLOEXEC, so it survives exec */
-		char arg[32];
+		int fd = dup(sv[1]), config_fd = dup(cfd); /* without CLOEXEC, so they survive exec */
+		char arg[32], config_arg[32];
 		snprintf(arg, sizeof(arg), "--worker-channel=%d", fd);
+		snprintf(config_arg, sizeof(config_arg), "--config-fd=%d", config_fd);
 		int n = 0;
 		while (worker_argv[n])
 			n++;
-		char **argv = calloc(n + 2, sizeof(*argv));
-		if (fd < 0 || !argv)
+		char **argv = calloc(n + 3, sizeof(*argv));
+		if (fd < 0 || config_fd < 0 || !argv)
 			_exit(127);
 		memcpy(argv, worker_argv, n * sizeof(*argv));
 		argv[n] = arg;
+		argv[n + 1] = config_arg;
 		execv(worker_exe, argv);
 		_exit(127);
 	}
 	close(sv[1]);
+	close(cfd);
 	w->pid = pid;
 	w->channel = sv[0];
 	rm_log(RM_LOG_INFO, "started worker %d for %s", (int)pid,
@@ -320,7 +366,8 @@ static void attach_link(struct rm_link *link, const struct rm_frame *f, struct g
 	if (f->bulk_len || f->msg_len > sizeof(msg) || rm_link_read(link, msg, f->msg_len) ||
 	    !(a = remora__attach__unpack(NULL, f->msg_len, msg)) || a->key.len != RM_ATTACH_KEY_LEN ||
 	    link->rpos != link->rlen) {
-		rm_log(RM_LOG_WARN, "client %s: malformed copy link attach; closing", peer);
+		if (rm_handshakes_log_allows(RM_REFUSAL_HELLO))
+			rm_log(RM_LOG_WARN, "client %s: malformed copy link attach; closing", peer);
 		goto out;
 	}
 	if (settle(g))
@@ -347,8 +394,9 @@ static void attach_link(struct rm_link *link, const struct rm_frame *f, struct g
 	if (err) {
 		const char *why = err == -ESRCH ? "no such session" : err == -EACCES ? "wrong key"
 				: err == -ESHUTDOWN ? "the daemon is stopping" : strerror(-err);
-		rm_log(RM_LOG_WARN, "client %s: copy link for session %llu refused (%s)", peer,
-		       (unsigned long long)a->session_id, why);
+		if (rm_handshakes_log_allows(RM_REFUSAL_HELLO))
+			rm_log(RM_LOG_WARN, "client %s: copy link for session %llu refused (%s)", peer,
+			       (unsigned long long)a->session_id, why);
 		if (err == -ESRCH || err == -EACCES)
 			rm_auth_failed(g->conn, "an attach with a key of no session");
 		struct rm_frame rf = {.magic = RM_WIRE_MAGIC, .op = RM_OP_ATTACH, .seq = f->seq, .flags = RM_F_REPLY,
@@ -368,7 +416,7 @@ static void answer_status(struct rm_link *link, const struct rm_frame *f, struct
 	int view = rm_admin_status_view(link, f, cfg);
 	if (settle(g))
 		return;
-	if (view == RM_VIEW_MALFORMED)
+	if (view == RM_VIEW_MALFORMED && rm_handshakes_log_allows(RM_REFUSAL_HELLO))
 		rm_log(RM_LOG_WARN, "client %s: malformed status request; closing", rm_conn_peer(g->conn));
 	else if (view == RM_VIEW_NONE)
 		rm_admin_refuse_status(link, f);
@@ -404,7 +452,7 @@ static void *greet(void *arg)
 		goto out;
 	}
 	if (err || f.op != RM_OP_HELLO || f.bulk_len) {
-		if (!settle(g))
+		if (!settle(g) && rm_handshakes_log_allows(RM_REFUSAL_HELLO))
 			rm_log(RM_LOG_WARN, "client %s: no valid hello (%s); closing", peer,
 			       err ? rm_transport_why(err) : "unexpected frame");
 		goto out;
@@ -415,7 +463,8 @@ static void *greet(void *arg)
 	hello = remora__hello__unpack(NULL, f.msg_len, msg);
 	if (!hello) {
 		settle(g);
-		rm_log(RM_LOG_WARN, "client %s: malformed hello; closing", peer);
+		if (rm_handshakes_log_allows(RM_REFUSAL_HELLO))
+			rm_log(RM_LOG_WARN, "client %s: malformed hello; closing", peer);
 		goto out;
 	}
 	char cred_why[200] = "";
@@ -423,7 +472,7 @@ static void *greet(void *arg)
 	 * credentials waits within them. */
 	const struct rm_daemon_config *cfg = current_config(); /* one configuration for the whole hello */
 	const struct rm_tenant_config *t = rm_auth_tenant(cfg, g->conn, hello->credential.data,
-							  hello->credential.len, cred_why, sizeof(cred_why));
+							  hello->credential.len, cred_why, sizeof(cred_why), NULL);
 	if (settle(g))
 		goto out;
 	char why[200] = "";
@@ -457,7 +506,8 @@ static void *greet(void *arg)
 		}
 	}
 	if (r != CUDA_SUCCESS) {
-		rm_log(RM_LOG_WARN, "client %s (%s, pid %u) refused: %s", peer, h.name, h.pid, why);
+		if (rm_handshakes_log_allows(RM_REFUSAL_HELLO))
+			rm_log(RM_LOG_WARN, "client %s (%s, pid %u) refused: %s", peer, h.name, h.pid, why);
 		refuse(&link, f.seq, r, why);
 		goto out;
 	}
@@ -501,8 +551,12 @@ static void *greet(void *arg)
 	}
 out:
 	settle(g);
-	if (hello)
+	if (hello) {
+		explicit_bzero(hello->credential.data, hello->credential.len);
 		remora__hello__free_unpacked(hello, NULL);
+	}
+	if (msg)
+		explicit_bzero(msg, f.msg_len); /* the credential, as sent */
 	free(msg);
 	rm_link_close(&link); /* our copy only: the worker has its own descriptor */
 	free(g);
@@ -774,6 +828,7 @@ static void reload(int generation)
 	__atomic_store_n(&config, next, __ATOMIC_RELEASE);
 	publish_limits(next);
 	rm_handshakes_configure(next);
+	rm_auth_warn_credentials(next);
 	rm_log(RM_LOG_INFO, "SIGHUP: configuration reloaded: %d tenant(s), %d new, %d retired; quotas apply to "
 	       "allocations from now on, every client stays connected", next->ntenants, added, retired);
 }
@@ -892,6 +947,7 @@ int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char
 	rm_log(RM_LOG_INFO, "listening on %s%s%s", bound, !strcmp(tp->scheme, "tls") ? " (TLS 1.3" : "",
 	       !strcmp(tp->scheme, "tls") ? (cfg->tls_client_ca[0] ? ", client certificates required)" : ")") : "");
 	rm_auth_warn_exposure(cfg, bound);
+	rm_auth_warn_credentials(cfg);
 	sigset_t stop_signals;
 	pthread_t t, stopping;
 	if ((err = prepare_stopping(&stop_signals, &stopping)) || (err = rm_handshakes_start(cfg))) {

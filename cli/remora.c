@@ -38,8 +38,8 @@ static const struct subcommand subcommands[] = {
 	{"status", "[HOST[:PORT] | --server HOST:PORT] [--json] [--token TOKEN]",
 	 "a daemon's GPUs, and the clients the credential may see (default REMORA_SERVER, else 127.0.0.1:7700)",
 	 cmd_status, 0},
-	{"hash-token", "[TOKEN]", "print the salted hash of TOKEN (else of stdin's first line) for remorad's "
-	 "configuration", cmd_hash_token, 0},
+	{"hash-token", "[TOKEN]", "print the salted hash of TOKEN, ID.SECRET (else of stdin's first line), for "
+	 "remorad's configuration", cmd_hash_token, 0},
 	{"help", "", "show this text", cmd_help, 0},
 };
 
@@ -55,7 +55,8 @@ static void usage(FILE *f)
 
 /* remora hash-token [TOKEN]: the line to put in the configuration instead of the token
  * (docs/security.md). Without TOKEN it reads stdin's first line, which keeps the token out
- * of the process list and the shell's history. */
+ * of the process list and the shell's history. The token carries its id (ID.SECRET,
+ * credential.h), which the line keeps, so that remorad checks a token against one hash. */
 static int cmd_hash_token(int argc, char **argv)
 {
 	char line[1024], out[RM_TOKEN_HASH_MAX];
@@ -76,6 +77,14 @@ static int cmd_hash_token(int argc, char **argv)
 		fprintf(stderr, "remora hash-token: the token is empty\n");
 		return 2;
 	}
+	char id[RM_TOKEN_ID_MAX + 1];
+	if (!rm_credential_token_id(token, strlen(token), id)) {
+		fprintf(stderr, "remora hash-token: the token has no token id: write it as ID.SECRET (ID: up to %d letters, "
+			"digits, '_' or '-'; e.g. alice.$(openssl rand -hex 24)), so that remorad checks it against one "
+			"hash (docs/security.md, Credentials)\n", RM_TOKEN_ID_MAX);
+		explicit_bzero(line, sizeof(line));
+		return 2;
+	}
 	int err = rm_credential_hash(token, strlen(token), out, sizeof(out));
 	if (err) {
 		fprintf(stderr, "remora hash-token: %s\n",
@@ -83,6 +92,7 @@ static int cmd_hash_token(int argc, char **argv)
 		return 1;
 	}
 	printf("%s\n", out);
+	explicit_bzero(line, sizeof(line));
 	return 0;
 }
 

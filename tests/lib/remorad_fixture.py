@@ -43,7 +43,7 @@ class Daemon:
                 f.write("allow_anonymous = yes\n")
             f.write(config)
         denv = {k: v for k, v in os.environ.items() if not k.startswith("REMORA_")}
-        denv.update(REMORA_LOG="info", **(env or {}))
+        denv.update({"REMORA_LOG": "info", **(env or {})})  # env may set REMORA_LOG too
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen([remorad, "--config", conf, "--listen", listen,
                                       *(["--driver", driver] if driver else []), "--ready-file", ready, *args],

@@ -200,16 +200,16 @@ def scenario_certificates(tmp):
 
 
 def scenario_credentials(tmp):
-    hashed = subprocess.run([remora, "hash-token"], input="alpha-secret\n", capture_output=True, text=True,
+    hashed = subprocess.run([remora, "hash-token"], input="alpha.secret\n", capture_output=True, text=True,
                             check=True).stdout.strip()
-    check(hashed.startswith("pbkdf2-sha256$") and "alpha-secret" not in hashed, f"remora hash-token prints a hash")
-    admin = subprocess.run([remora, "hash-token", "admin-secret"], capture_output=True, text=True,
+    check(hashed.startswith("pbkdf2-sha256$") and "alpha.secret" not in hashed and hashed.endswith("$alpha"), f"remora hash-token prints a hash")
+    admin = subprocess.run([remora, "hash-token", "ops.admin-secret"], capture_output=True, text=True,
                            check=True).stdout.strip()
     config = (f"allow_anonymous = no\nadmin_token = {admin}\n[tenant alpha]\ntoken = {hashed}\n"
               "[tenant beta]\ntoken = beta-secret\n")
     d = Daemon(tmp, "creds", config)
     try:
-        rc, _, err, _ = run(d.server, "info", REMORA_TOKEN="alpha-secret")
+        rc, _, err, _ = run(d.server, "info", REMORA_TOKEN="alpha.secret")
         check(rc == 0, f"the hashed token's tenant is served ({err.strip()[-200:]})")
         rc, _, err, _ = run(d.server, "info")
         check(rc != 0 and "needs a credential" in err, "a client without a credential is refused")
@@ -219,13 +219,13 @@ def scenario_credentials(tmp):
         check(all(r != 0 for r in results), "a wrong token is refused")
         check(dt > 0.6, f"and failures slow the sender down ({dt:.2f} s for 4; at least 0.1+0.2+0.4)")
         check("unknown credential (failure 4" in d.text(), "failures are logged with their count")
-        a = holder(d.server, REMORA_TOKEN="alpha-secret")
+        a = holder(d.server, REMORA_TOKEN="alpha.secret")
         b = holder(d.server, REMORA_TOKEN="beta-secret")
         rc, out, err = status(d.server)
         check(rc != 0 and "needs a credential" in err, f"status without a credential is refused ({err.strip()[-200:]!r})")
-        rc, out, err = status(d.server, "--token", "alpha-secret")
+        rc, out, err = status(d.server, "--token", "alpha.secret")
         check(rc == 0 and tenants_seen(out) == ["alpha"], f"alpha's token sees alpha's client only ({tenants_seen(out)})")
-        rc, out, err = status(d.server, REMORA_TOKEN="admin-secret")
+        rc, out, err = status(d.server, REMORA_TOKEN="ops.admin-secret")
         check(rc == 0 and tenants_seen(out) == ["alpha", "beta"], f"the admin token sees all ({tenants_seen(out)})")
         for p in (a, b):
             p.stdin.close()

@@ -145,6 +145,39 @@ int main(void)
 	EXPECT(rm_config_is_admin(&c, "h-secret", 8, NULL) && !rm_config_is_admin(&c, "p-secret", 8, NULL));
 	rm_config_drop_credentials(&c);
 	EXPECT(!rm_config_tenant(&c, "h-secret", 8) && !rm_config_tenant(&c, "p-secret", 8));
+
+	/* Token ids (issue 37): a token ID.SECRET is checked against the one stored credential
+	 * carrying ID, so a check costs one hash however many tenants have hashed tokens. */
+	char id[RM_TOKEN_ID_MAX + 1], big[64 * 200 + 400];
+	EXPECT(rm_credential_token_id("alice.s3cret", 12, id) == 5 && !strcmp(id, "alice"));
+	EXPECT(rm_credential_token_id("s3cret", 6, id) == 0 && rm_credential_token_id(".x", 2, id) == 0 &&
+	       rm_credential_token_id("a b.x", 5, id) == 0 && rm_credential_token_id("alice.", 5, id) == 0);
+	EXPECT(rm_credential_hash("alice.s3cret", 12, hash, sizeof(hash)) == 0 && rm_credential_check_hash(hash) == 0);
+	EXPECT(strstr(hash, "$alice") && rm_credential_stored_id(hash, id) == 5 && !strcmp(id, "alice"));
+	EXPECT(rm_credential_matches(hash, "alice.s3cret", 12) && !rm_credential_matches(hash, "alice.s3cre", 11));
+	int n = snprintf(big, sizeof(big), "admin_token = ops.root\n");
+	for (int i = 0; i < 64; i++) {
+		char token[32];
+		int len = snprintf(token, sizeof(token), "t%d.secret-%d", i, i);
+		EXPECT(rm_credential_hash(token, (size_t)len, hash, sizeof(hash)) == 0);
+		n += snprintf(big + n, sizeof(big) - (size_t)n, "[tenant t%d]\ntoken = %s\n", i, hash);
+	}
+	EXPECT(load(big, &c) == 0);
+	EXPECT(rm_config_credential_key(&c, "t63.x", 5) == 63 && rm_config_credential_key(&c, "ops.x", 5) == RM_CREDENTIAL_ADMIN &&
+	       rm_config_credential_key(&c, "nobody.x", 8) == RM_CREDENTIAL_OTHER && rm_config_hashes_without_id(&c) == 0);
+	unsigned long before = rm_credential_hashes_computed();
+	EXPECT(rm_config_tenant(&c, "t63.secret-63", 13) == &c.tenants[63] && rm_config_tenant(&c, "t7.wrong", 8) == NULL);
+	EXPECT(rm_config_tenant(&c, "nobody.x", 8) == NULL && rm_config_tenant(&c, "no-id-at-all", 12) == NULL);
+	EXPECT(rm_credential_hashes_computed() - before == 2); /* one each for the two tokens with a known id */
+	EXPECT(rm_config_is_admin(&c, "ops.root", 8, NULL) && !rm_config_is_admin(&c, "t1.secret-1", 11, NULL));
+	/* A hash line without an id still works, and is counted for the start-up warning. */
+	EXPECT(rm_credential_hash("legacy", 6, hash, sizeof(hash)) == 0);
+	snprintf(text, sizeof(text), "[tenant old]\ntoken = %s\n[tenant new]\ntoken = new.x\n", hash);
+	EXPECT(load(text, &c) == 0 && rm_config_hashes_without_id(&c) == 1 && rm_config_tenant(&c, "legacy", 6) == &c.tenants[0]);
+	/* An id names one stored credential. */
+	EXPECT(load("[tenant a]\ntoken = x.1\n[tenant b]\ntoken = x.2\n", &c) != 0 && strstr(said, "token id 'x'"));
+	EXPECT(load("admin_token = x.1\n[tenant b]\ntoken = x.2\n", &c) == 0 && rm_config_check(&c, why, sizeof(why)) &&
+	       strstr(why, "token id 'x' of admin_token"));
 #endif
 
 	for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++) {

@@ -221,7 +221,8 @@ static void describe_peer(struct shm_conn *c, const char *path)
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
 	if (c->acceptor && !getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len))
-		snprintf(c->peer, sizeof(c->peer), "local:%d", (int)cred.pid); /* host "local", for auth.c */
+		/* host "local.uidN": auth.c slows down and serialises each user's credentials apart */
+		snprintf(c->peer, sizeof(c->peer), "local.uid%u:%d", (unsigned)cred.uid, (int)cred.pid);
 	else
 		snprintf(c->peer, sizeof(c->peer), "unix:%s", path ? path : "?");
 }
