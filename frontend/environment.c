@@ -172,6 +172,16 @@ static int check_profile(const char *v, char *why, size_t whylen)
 	return 0;
 }
 
+static int check_host_alias(const char *v, char *why, size_t whylen)
+{
+	if (strcmp(v, "0") && strcmp(v, "1")) {
+		snprintf(why, whylen, "0 leaves pinned memory where this process allocates it, 1 (the default) "
+			 "places it at addresses the GPU host reserved");
+		return -EINVAL;
+	}
+	return 0;
+}
+
 /* Every variable the library reads. An empty value means unset, except where
  * empty_checked says the check decides. A secret's value is never printed. */
 static const struct setting {
@@ -192,6 +202,7 @@ static const struct setting {
 	{.name = "REMORA_COPY_LINKS", .check = check_copy_links},
 	{.name = "REMORA_STRIPE_MIN", .check = check_stripe_min},
 	{.name = "REMORA_PROFILE", .check = check_profile},
+	{.name = "REMORA_HOST_ALIAS", .check = check_host_alias},
 	{.name = "REMORA_TLS_CA", .check = check_tls_file},
 	{.name = "REMORA_TLS_CERT", .check = check_tls_pair},
 	{.name = "REMORA_TLS_KEY", .check = check_tls_pair},

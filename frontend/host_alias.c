@@ -3,6 +3,7 @@
 #include "host_alias.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "client.h"
@@ -20,6 +21,9 @@ static CUmemAllocationProp device_prop(CUdevice dev)
 int rm_host_alias_reserve(size_t size, struct rm_host_alias *out)
 {
 	memset(out, 0, sizeof(*out));
+	const char *on = getenv("REMORA_HOST_ALIAS"); /* checked at cuInit (environment.c) */
+	if (on && !strcmp(on, "0"))
+		return -EPERM;
 	size_t granularity = 0;
 	CUdevice dev;
 	if (!rm_ctx_current() || cuCtxGetDevice(&dev) != CUDA_SUCCESS)
