@@ -50,7 +50,8 @@ int rm_admin_status_view(struct rm_link *l, const struct rm_frame *f, const stru
 		    rm_handshakes_log_allows(RM_REFUSAL_HELLO))
 			rm_log(RM_LOG_WARN, "client %s: status refused: %s", rm_conn_peer(l->conn), why);
 	}
-	explicit_bzero(req->credential.data, req->credential.len);
+	if (req->credential.len)
+		explicit_bzero(req->credential.data, req->credential.len);
 	remora__status_request__free_unpacked(req, NULL);
 	explicit_bzero(msg, sizeof(msg));
 	return view;

@@ -11,8 +11,9 @@
  *   - after a synchronizing call that succeeded (stream, event or context synchronize,
  *     stream and event queries, blocking copies), if kernels were launched since the
  *     last time, every device buffer comes back to its host copy.
- * Host writes made between a launch and the next synchronization are overwritten by
- * the device's copy; the GPU's writes are seen by the host only after synchronizing.
+ * Bytes the host changed between a launch and the next synchronization are kept unless
+ * the device changed the same bytes; the GPU's writes are seen by the host only after
+ * synchronizing.
  * The device buffers of a process are bounded together by MAPPED_LIMIT. A pinned
  * allocation lies where the daemon reserved its address (host_alias.h), so that its device
  * buffer is mapped at the same address: a kernel handed the host pointer itself (unified
@@ -496,14 +497,21 @@ static CUresult push(struct host_alloc *a, void *arg, int other)
 	return cuMemcpyHtoDAsync_v2(m->dptr, m->shadow, a->size, other ? NULL : *(CUstream *)arg);
 }
 
+/* Brings down what the device changed: each byte of the device buffer that differs from
+ * the shadow (as it last went up or came down) goes to the host copy and the shadow; what
+ * the host changed meanwhile (its own stores, or a copy into it) and the device did not is
+ * kept, and goes up before the next launch. */
 static CUresult pull(struct host_alloc *a, void *arg, int other)
 {
 	(void)arg;
 	(void)other;
 	struct mapping *m = a->map;
-	CUresult r = cuMemcpyDtoH_v2(m->shadow, m->dptr, a->size);
-	if (r == CUDA_SUCCESS)
-		memcpy(a->p, m->shadow, a->size);
+	unsigned char *dev = malloc(a->size), *shadow = m->shadow, *host = a->p;
+	CUresult r = dev ? cuMemcpyDtoH_v2(dev, m->dptr, a->size) : CUDA_ERROR_OUT_OF_MEMORY;
+	for (size_t i = 0; r == CUDA_SUCCESS && i < a->size; i++)
+		if (dev[i] != shadow[i])
+			host[i] = shadow[i] = dev[i];
+	free(dev);
 	return r;
 }
 

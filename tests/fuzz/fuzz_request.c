@@ -392,13 +392,17 @@ static void send_input(struct client *c, const uint8_t *data, size_t size)
 	free(frame);
 }
 
+/* Until the session has left its slot and been released (the worker counts a departed
+ * client as draining until then, registry.h). */
 static void wait_for_leave(int slot)
 {
 	for (;;) {
 		rm_registry_lock();
 		int in_use = rm_registry()->clients[slot].in_use;
 		rm_registry_unlock();
-		if (!in_use)
+		int fault, draining;
+		rm_registry_worker_state(getpid(), &fault, &draining);
+		if (!in_use && !draining)
 			return;
 		usleep(50);
 	}
