@@ -147,6 +147,8 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 			snprintf(c->gpu_sync, sizeof(c->gpu_sync), "%s", v);
 	} else if (!strcmp(key, "gpu_wait_spin_us"))
 		bad = parse_int(v, 0, 1000, &c->gpu_wait_spin_us);
+	else if (!strcmp(key, "kernel_time_limit"))
+		bad = parse_int(v, 0, 86400, &c->kernel_time_limit_s);
 	else if (!strcmp(key, "queue_idle_after"))
 		bad = parse_int(v, 1, 3600, &c->queue_idle_after);
 	else if (!strcmp(key, "allow_anonymous"))
@@ -219,6 +221,8 @@ static int set_tenant(struct rm_tenant_config *t, const char *key, const char *v
 		bad = rm_parse_size(v, &t->memory_limit);
 	else if (!strcmp(key, "client_memory_limit"))
 		bad = rm_parse_size(v, &t->client_memory_limit);
+	else if (!strcmp(key, "kernel_time_limit"))
+		bad = parse_int(v, 1, 86400, &t->kernel_time_limit_s);
 	else {
 		snprintf(why, whylen, "unknown tenant setting '%s'", key);
 		return -1;

@@ -20,6 +20,8 @@ struct rm_tenant_config {
 	char token[256];       /* in the clear or hashed (credential.h); "": certificate only */
 	uint64_t memory_limit; /* device bytes for all its clients together; 0: the default */
 	uint64_t client_memory_limit; /* per client of this tenant; 0: the default */
+	int kernel_time_limit_s; /* a kernel running longer recycles the worker (kernel_watch.h);
+				  * 0: the default */
 	int retired;           /* gone from the file at a reload: admits no one, its clients go on */
 };
 
@@ -32,6 +34,7 @@ struct rm_daemon_config {
 	int max_clients_per_gpu;      /* 0: no limit */
 	uint64_t client_memory_limit; /* device bytes per client; 0: no limit */
 	uint64_t tenant_memory_limit; /* device bytes per tenant unless its section says; 0: no limit */
+	int kernel_time_limit_s;      /* seconds a kernel may run unless its tenant says; 0: no limit */
 	enum rm_tenant_isolation isolation;
 	char module_loading[16];      /* CUDA_MODULE_LOADING for workers: "eager" (default) or "lazy" */
 	int hardware_queues;          /* CUDA_DEVICE_MAX_CONNECTIONS for workers, 1..32 (default 32) */

@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 
+#include "kernel_watch.h"
 #include "remora.pb-c.h"
 
 #define MAX_PARAM_BYTES 32764 /* CUDA's limit on the bytes of a kernel's parameters */
@@ -48,6 +49,15 @@ CUresult rm_body_cuGraphInstantiateWithFlags(struct rm_session *s, CUgraphExec *
 	CUresult r = rm_drv.cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags);
 	if (r == CUDA_SUCCESS)
 		rm_session_own(s, RM_H_GRAPH_EXEC, *phGraphExec, 0);
+	return r;
+}
+
+/* Its kernels held to kernel_time_limit as launches are (kernel_watch.h). */
+CUresult rm_body_cuGraphLaunch(struct rm_session *s, CUgraphExec hGraph, CUstream hStream)
+{
+	CUresult r = rm_drv.cuGraphLaunch ? rm_drv.cuGraphLaunch(hGraph, hStream) : rm_unsupported_by_driver("cuGraphLaunch");
+	if (r == CUDA_SUCCESS)
+		rm_kernel_watch_launched(s, hStream);
 	return r;
 }
 

@@ -43,15 +43,15 @@ void rm_liveness_reply_begins(struct rm_session *s)
 	__atomic_store_n(&s->reply_begun, 1, __ATOMIC_RELAXED);
 }
 
-int rm_liveness_send_aside(struct rm_session *s, uint32_t op)
+int rm_liveness_send_aside(struct rm_session *s, uint32_t op, const void *msg, uint32_t len)
 {
 	if (pthread_mutex_trylock(&s->send_lock))
 		return -EBUSY;
 	int err = -EBUSY;
 	/* Not inside a reply being sent (the frame would cut it). */
 	if (!__atomic_load_n(&s->call_since_ns, __ATOMIC_ACQUIRE) || !__atomic_load_n(&s->reply_begun, __ATOMIC_RELAXED)) {
-		struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = op, .flags = RM_F_REPLY};
-		err = rm_conn_writable(s->link.conn, RM_FRAME_LEN) ? rm_link_send(&s->link, &f, NULL, NULL, 0) : -EAGAIN;
+		struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = op, .flags = RM_F_REPLY, .msg_len = len};
+		err = rm_conn_writable(s->link.conn, RM_FRAME_LEN + len) ? rm_link_send(&s->link, &f, msg, NULL, 0) : -EAGAIN;
 	}
 	pthread_mutex_unlock(&s->send_lock);
 	return err;
@@ -64,7 +64,7 @@ static void beat_if_due(struct rm_session *s)
 	uint64_t now = now_ns();
 	if (now - __atomic_load_n(&s->heartbeat_ns, __ATOMIC_RELAXED) < (uint64_t)s->heartbeat_ms * 1000000u)
 		return;
-	int err = rm_liveness_send_aside(s, RM_OP_HEARTBEAT);
+	int err = rm_liveness_send_aside(s, RM_OP_HEARTBEAT, NULL, 0);
 	if (err == -EBUSY)
 		return; /* its thread is sending (the reply: no heartbeat is due any more), or the
 			 * call ended meanwhile: looked at again at the next tick */

@@ -10,6 +10,7 @@
 #include "host_memory.h"
 #include "image_cache.h"
 #include "kernel_timing.h"
+#include "kernel_watch.h"
 #include "log.h"
 #include "remora.pb-c.h"
 
@@ -180,6 +181,8 @@ static void launch(struct rm_session *s, struct rm_request *rq, int ex)
 						  cfg.blockDimY, cfg.blockDimZ, cfg.sharedMemBytes, cfg.hStream, NULL,
 						  size ? extra : NULL);
 		rm_call_part_end(RM_PART_DRIVER_LAUNCH, part);
+		if (r == CUDA_SUCCESS)
+			rm_kernel_watch_launched(s, cfg.hStream);
 	}
 	rm_request_finish(s, rq, r, NULL);
 	protobuf_c_message_free_unpacked(&req->base, NULL);

@@ -17,6 +17,7 @@
 #include "host_functions.h"
 #include "image_cache.h"
 #include "kernel_timing.h"
+#include "kernel_watch.h"
 #include "log.h"
 #include "registry.h"
 #include "server.h"
@@ -42,6 +43,10 @@ struct rm_session *rm_session_new(struct rm_conn *conn, const struct rm_daemon_c
 	pthread_mutex_init(&sh->copy_lock, NULL);
 	pthread_rwlock_init(&sh->shared_lock, NULL);
 	sh->shared_limit = cfg->shared_pinned_limit;
+	const struct rm_tenant_config *tenant = h->tenant >= 0 && h->tenant < cfg->ntenants ? &cfg->tenants[h->tenant]
+										 : &cfg->anonymous;
+	int kernel_s = tenant->kernel_time_limit_s ? tenant->kernel_time_limit_s : cfg->kernel_time_limit_s;
+	sh->kernel_watch = rm_kernel_watch_new((uint32_t)kernel_s * 1000u);
 	sh->host.limit = cfg->client_host_memory_limit;
 	pthread_cond_init(&sh->channel_gone, NULL);
 	pthread_cond_init(&sh->progress, NULL);
@@ -741,6 +746,8 @@ void rm_session_destroy(struct rm_session *s)
 	rm_hostfn_hub_release(hostfn);
 	if (s->sh->nctx)
 		rm_drv.cuCtxSetCurrent(s->sh->ctxs[0].ctx);
+	rm_kernel_watch_free(s->sh->kernel_watch);
+	s->sh->kernel_watch = NULL;
 	uint64_t shared_bytes;
 	int shared = rm_shared_host_release_all(s, &shared_bytes); /* its work drained above */
 	rm_staging_close(&s->staging);

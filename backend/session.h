@@ -125,6 +125,7 @@ struct rm_session_shared {
 
 	struct rm_hostfn_hub *hostfn; /* host functions' callback channel (host_functions.h); NULL: none */
 	int fault_told; /* the client was told why its calls fail after a fault (fault.h; atomic) */
+	struct rm_kernel_watch *kernel_watch; /* its launches against kernel_time_limit; NULL: none */
 
 	pthread_mutex_t copy_lock; /* attaching copy links; held by a striped copy throughout */
 	struct rm_copy_link *copy_links[RM_MAX_COPY_LINKS]; /* [1 .. ncopy_links] */

@@ -24,6 +24,7 @@
 #include "call_profile.h"
 #include "fault.h"
 #include "kernel_timing.h"
+#include "kernel_watch.h"
 #include "liveness.h"
 #include "log.h"
 #include "registry.h"
@@ -509,9 +510,54 @@ static void attach_link(struct rm_conn *conn, const struct rm_handoff *h)
 		rm_conn_close(conn);
 }
 
-#define WATCH_INTERVAL_MS 200 /* how soon a fault no call reported is found */
+#define WATCH_INTERVAL_MS 200 /* how soon a fault no call reported, or a kernel past its
+				* kernel_time_limit, is found */
 #define WATCH_MEMORY_EVERY 10 /* intervals between registry updates of free memory */
 #define RETIRED_GRACE_MS 2000 /* a faulted worker idle this long after its fault exits */
+
+/* The session whose kernel ran past kernel_time_limit (kernel_watch.h), named for the
+ * others' notices. */
+static char overrun_name[64];
+static uint32_t overrun_pid;
+
+static void find_overrun(struct rm_session *s)
+{
+	if (!overrun_name[0] && rm_kernel_watch_over(s)) {
+		snprintf(overrun_name, sizeof(overrun_name), "%s", s->name);
+		overrun_pid = s->pid;
+	}
+}
+
+/* Tells a client why its worker ends: one line (printed by the client library), then
+ * going-away. A busy or full connection is skipped: it finds the connection closed. */
+static void tell_recycled(struct rm_session *s)
+{
+	char line[RM_NOTICE_MAX];
+	int n = rm_kernel_watch_over(s)
+			? snprintf(line, sizeof(line), "a kernel of this program ran longer than its tenant's "
+				   "kernel_time_limit: the GPU server ended its worker, and with it the kernel and "
+				   "every client of the worker")
+			: snprintf(line, sizeof(line), "a kernel of program %s (pid %u on its host) ran longer than "
+				   "tenant %s's kernel_time_limit: the GPU server ended the worker this program shared "
+				   "with it, and this program's GPU work with it", overrun_name, overrun_pid,
+				   s->tenant_name);
+	size_t len = n < 0 ? 0 : (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
+	if (len && !s->chan)
+		rm_liveness_send_aside(s, RM_OP_FAULT_NOTICE, line, (uint32_t)len);
+	rm_liveness_send_aside(s, RM_OP_GOING_AWAY, NULL, 0);
+}
+
+/* Ends the worker, and so the kernel that ran past its limit: the only way to stop a
+ * kernel is to end its context's process. Marked faulted first, so that the tenant's next
+ * client goes to a fresh worker. */
+static void recycle(void)
+{
+	rm_log(RM_LOG_WARN, "worker: a kernel of %s (pid %u) ran past kernel_time_limit: ending this worker and "
+	       "its clients' work; the tenant's next client gets a fresh worker", overrun_name, overrun_pid);
+	rm_registry_mark_faulted(getpid(), CUDA_ERROR_LAUNCH_TIMEOUT);
+	sessions_each(tell_recycled);
+	_exit(75);
+}
 
 /* Asks each GPU's context for its free memory: a sticky error faults the worker (gpus.h),
  * however no call of a client has reported it yet; every few rounds the answer goes into
@@ -530,6 +576,9 @@ static void *watch_gpus(void *arg)
 				rm_registry_unlock();
 			}
 		}
+		sessions_each(find_overrun);
+		if (overrun_name[0])
+			recycle();
 		if (rm_fault_age_ms() > RETIRED_GRACE_MS) {
 			pthread_mutex_lock(&sessions_lock);
 			int idle = nsessions == 0;
@@ -562,7 +611,7 @@ static int told;
 
 static void tell_going_away(struct rm_session *s)
 {
-	told += !rm_liveness_send_aside(s, RM_OP_GOING_AWAY); /* a busy or full session is skipped */
+	told += !rm_liveness_send_aside(s, RM_OP_GOING_AWAY, NULL, 0); /* a busy or full session is skipped */
 }
 
 static void *stopper_main(void *arg)

@@ -177,6 +177,27 @@ static void flusher_arm(struct rm_client_conn *c)
 	pthread_mutex_unlock(&c->flusher_lock);
 }
 
+/* A frame that may come before a reply, read and dealt with: 1, or 0 where rf is none
+ * (-errno where its text could not be read). Heartbeats say the daemon is busy with this
+ * call or one before it; a fault notice says why the reply is an error (the daemon's one
+ * line, escaped, since it is a peer's text). */
+static int before_reply(struct rm_client_conn *c, const struct rm_frame *rf)
+{
+	if (!(rf->flags & RM_F_REPLY) || rf->bulk_len)
+		return 0;
+	if (rf->op == RM_OP_HEARTBEAT)
+		return !rf->msg_len;
+	if (rf->op != RM_OP_FAULT_NOTICE || rf->msg_len > RM_NOTICE_MAX)
+		return 0;
+	char text[RM_NOTICE_MAX + 1], line[4 * RM_NOTICE_MAX + 1];
+	int err = rm_link_read(&c->link, text, rf->msg_len);
+	if (err)
+		return err;
+	text[rf->msg_len] = 0;
+	rm_log(RM_LOG_ERROR, "%s", rm_text_escape(line, sizeof(line), text));
+	return 1;
+}
+
 /* Sends a heartbeat when nothing went out for the daemon's interval and no call is under
  * way (a call holding the lock is the daemon's to answer, heartbeats included). */
 static void heartbeat_if_idle(struct rm_client_conn *c)
@@ -184,10 +205,16 @@ static void heartbeat_if_idle(struct rm_client_conn *c)
 	uint64_t due = __atomic_load_n(&c->last_send_ns, __ATOMIC_RELAXED) + (uint64_t)c->heartbeat_ms * 1000000u;
 	if (!c->heartbeat_ms || now_ns() < due || pthread_mutex_trylock(&c->lock))
 		return;
-	/* Idle, nothing may arrive but the daemon's going-away frame: read what did. */
+	/* Idle, nothing may arrive but the daemon's going-away frame, perhaps after a notice
+	 * saying why: read what did. */
 	if (c->connected && !c->reader && (c->link.rpos < c->link.rlen || rm_conn_readable(c->link.conn))) {
 		struct rm_frame f;
-		int err = rm_link_read_frame(&c->link, &f);
+		int err, said;
+		do
+			err = rm_link_read_frame(&c->link, &f);
+		while (!err && f.op == RM_OP_FAULT_NOTICE && (said = before_reply(c, &f)) == 1);
+		if (!err && f.op == RM_OP_FAULT_NOTICE)
+			err = said < 0 ? said : -EPROTO;
 		lost(c, "while idle", err ? err : f.op == RM_OP_GOING_AWAY ? -ESHUTDOWN : -EPROTO);
 	}
 	if (c->connected) {
@@ -425,27 +452,6 @@ static CUresult append_fences_locked(struct rm_client_conn *c, const struct fenc
 		c->fenced[fences[i].chan] = fences[i].seq;
 	}
 	return CUDA_SUCCESS;
-}
-
-/* A frame that may come before a reply, read and dealt with: 1, or 0 where rf is none
- * (-errno where its text could not be read). Heartbeats say the daemon is busy with this
- * call or one before it; a fault notice says why the reply is an error (the daemon's one
- * line, escaped, since it is a peer's text). */
-static int before_reply(struct rm_client_conn *c, const struct rm_frame *rf)
-{
-	if (!(rf->flags & RM_F_REPLY) || rf->bulk_len)
-		return 0;
-	if (rf->op == RM_OP_HEARTBEAT)
-		return !rf->msg_len;
-	if (rf->op != RM_OP_FAULT_NOTICE || rf->msg_len > RM_NOTICE_MAX)
-		return 0;
-	char text[RM_NOTICE_MAX + 1], line[4 * RM_NOTICE_MAX + 1];
-	int err = rm_link_read(&c->link, text, rf->msg_len);
-	if (err)
-		return err;
-	text[rf->msg_len] = 0;
-	rm_log(RM_LOG_ERROR, "%s", rm_text_escape(line, sizeof(line), text));
-	return 1;
 }
 
 /* Reads the reply to call (frame f sent) off c's link. */

@@ -3,7 +3,8 @@
  *                                  pointer), assert (assertKernel: a device-side assert) or
  *                                  unreported (faultKernel, then exit before any call could
  *                                  report it) or departing (as unreported, behind a 300 ms
- *                                  kernel: the fault comes after the program has gone).
+ *                                  kernel: the fault comes after the program has gone) or
+ *                                  long (no fault: a 20 s kernel, for kernel_time_limit).
  *                                  Prints the synchronize's error name, then the next call's
  *                                  (the error is sticky), or "launched".
  *   fault_probe bystander IMAGE    computes (scaleArray) and checks, prints "ready", waits for a
@@ -78,15 +79,18 @@ int main(int argc, char **argv)
 		int zero = 0;
 		void *fault_params[] = {&bad}, *assert_params[] = {&zero};
 		int asserting = !strcmp(argv[3], "assert"), departing = !strcmp(argv[3], "departing");
-		if (departing) {
+		int long_kernel = !strcmp(argv[3], "long");
+		if (departing || long_kernel) {
 			CUfunction sleep_ns;
-			unsigned long long ns = 300000000ull;
+			unsigned long long ns = long_kernel ? 20000000000ull : 300000000ull;
 			void *sleep_params[] = {&ns};
 			CHECK(cuModuleGetFunction(&sleep_ns, mod, "sleepNs"));
 			CHECK(cuLaunchKernel(sleep_ns, 1, 1, 1, 1, 1, 1, 0, NULL, sleep_params, NULL));
 		}
-		CHECK(cuModuleGetFunction(&f, mod, asserting ? "assertKernel" : "faultKernel"));
-		CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, asserting ? assert_params : fault_params, NULL));
+		if (!long_kernel) {
+			CHECK(cuModuleGetFunction(&f, mod, asserting ? "assertKernel" : "faultKernel"));
+			CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, asserting ? assert_params : fault_params, NULL));
+		}
 		if (!strcmp(argv[3], "unreported") || departing) {
 			char gpu[64]; /* a call that sends the launch and says nothing of the fault */
 			CHECK(cuDeviceGetName(gpu, sizeof(gpu), 0));

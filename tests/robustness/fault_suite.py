@@ -9,6 +9,9 @@ One kind of fault a run, with tenants alpha (the faulting one) and beta:
   departing   as unreported, but the fault comes 300 ms after the program has gone, and
               the newcomer starts at once: it must not join the worker the departed
               program's work is about to break (remorad waits for that work first)
+  timeout     no fault: alpha's kernel runs past alpha's kernel_time_limit (2 s): the worker
+              is ended, which ends the kernel; its client and the bystander each get a
+              line saying why and a failed call, the newcomer a fresh worker
   partial     no fault: the capabilities a remote client has only in part (concurrent
               managed access, pageable memory access, host-native atomics, host pointers
               of registered memory) are reported absent, so programs take their other path
@@ -39,7 +42,8 @@ from remorad_fixture import Daemon, wait_for  # noqa: E402
 
 kind, remorad, driver, remora, probe, image = sys.argv[1:7]
 ERRORS = {"address": "CUDA_ERROR_ILLEGAL_ADDRESS", "assert": "CUDA_ERROR_ASSERT",
-          "unreported": "CUDA_ERROR_ILLEGAL_ADDRESS", "departing": "CUDA_ERROR_ILLEGAL_ADDRESS"}
+          "unreported": "CUDA_ERROR_ILLEGAL_ADDRESS", "departing": "CUDA_ERROR_ILLEGAL_ADDRESS",
+          "timeout": "CUDA_ERROR_DEVICE_UNAVAILABLE"}
 CONFIG = "[tenant alpha]\ntoken = alpha-secret\n[tenant beta]\ntoken = beta-secret\n"
 ROUNDS = "40"
 
@@ -80,7 +84,8 @@ def main():
     want = ERRORS.get(kind)
     with tempfile.TemporaryDirectory() as tmp:
         real = driver == "real"
-        d = Daemon(remorad, None if real else driver, tmp, "faults-" + kind, CONFIG)
+        config = CONFIG.replace("[tenant beta]", "kernel_time_limit = 2\n[tenant beta]") if kind == "timeout" else CONFIG
+        d = Daemon(remorad, None if real else driver, tmp, "faults-" + kind, config)
         try:
             if kind == "partial":
                 return partial(d) or (1 if failures else 0)
@@ -92,8 +97,14 @@ def main():
             old = d.workers().get("alpha")
             beta = client(d, "beta-secret", "compute", image, ROUNDS)
 
-            rc, out, err = finish(client(d, "alpha-secret", "fault", image, kind))
-            if kind == "departing":
+            started = time.monotonic()
+            rc, out, err = finish(client(d, "alpha-secret", "fault", image, "long" if kind == "timeout" else kind))
+            if kind == "timeout":
+                took = time.monotonic() - started
+                check(out[:1] == [want] and took < 15, f"the long kernel's synchronize fails after {took:.1f} s, "
+                      f"not its 20 s ({out} {err.strip()[-300:]})")
+                check("ran longer than its tenant's kernel_time_limit" in err, f"its client is told why ({err.strip()[-300:]})")
+            elif kind == "departing":
                 check(rc == 0 and out == ["launched"], f"alpha's client launched a late fault and left ({out} {err})")
             elif kind == "unreported":
                 check(rc == 0 and out == ["launched"], f"alpha's client launched a fault and left ({out} {err})")
@@ -115,9 +126,10 @@ def main():
             rc, out, err = finish(bystander)
             check(out == ["ready", want, want] or out == [want, want],
                   f"the bystander's next calls fail with {want}, sticky ({out})")
-            lines = [ln for ln in err.splitlines() if "broken by error" in ln]
+            lines = [ln for ln in err.splitlines() if "broken by error" in ln or "kernel_time_limit" in ln]
             check(len(lines) == 1 and want in lines[0] and re.search(r"program \S+ \(pid \d+", lines[0])
-                  if kind not in ("unreported", "departing") else len(lines) == 1 and want in lines[0],
+                  if kind not in ("unreported", "departing", "timeout") else len(lines) == 1 and (
+                      want in lines[0] or kind == "timeout"),
                   f"one line on its stderr names the cause ({err.strip()[-400:]})")
 
             rc, out, err = finish(beta)

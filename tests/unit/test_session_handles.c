@@ -43,6 +43,8 @@ void rm_stream_pool_named(CUstream st) { unused(__func__); }
 CUresult rm_gpu_acquire(CUdevice dev, CUcontext *out) { unused(__func__); }
 void rm_gpu_release(CUdevice dev) { unused(__func__); }
 void rm_fault_note(const struct rm_session *s, CUresult r) { (void)s; (void)r; }
+struct rm_kernel_watch *rm_kernel_watch_new(uint32_t limit_ms) { (void)limit_ms; return NULL; }
+void rm_kernel_watch_free(struct rm_kernel_watch *w) { (void)w; }
 void rm_copy_links_close(struct rm_session *s) { unused(__func__); }
 int rm_shared_host_release_all(struct rm_session *s, uint64_t *bytes) { unused(__func__); }
 void rm_kernel_timing_release(struct rm_session *s, struct rm_session_ctx *c) { (void)s; (void)c; }
