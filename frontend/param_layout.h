@@ -9,9 +9,8 @@
  * (docs/security.md, "A malicious server") is that it reads nothing beyond what a
  * consistent layout says, and refuses every other:
  *  - an end: some index below RM_PARAM_MAX_COUNT answered CUDA_ERROR_INVALID_VALUE;
- *  - each parameter 1 byte or more, placed as the CUDA ABI places it: the first after the
- *    previous one's end (0 for the first) aligned to a power of two of at most
- *    RM_PARAM_MAX_ALIGN, so in increasing order and never overlapping;
+ *  - each parameter 1 byte or more, at or after the previous one's end: in increasing
+ *    order, never overlapping (a gap, which real kernels have, is packed as zeros);
  *  - all of them inside the parameter limit of the host's driver (rm_param_limit).
  * So a launch reads at most count pointers of kernelParams and, in all, at most the limit's
  * bytes through them, each byte once; a host that keeps to this can still name a larger
@@ -23,7 +22,6 @@
 #include <stddef.h>
 
 #define RM_PARAM_MAX_COUNT 512    /* parameters of a kernel Remora launches (asked one by one) */
-#define RM_PARAM_MAX_ALIGN 256    /* alignment of a parameter's type, at most (__align__) */
 #define RM_PARAM_LIMIT 32764      /* bytes of a kernel's parameters from CUDA 12.1 (driver 12010) */
 #define RM_PARAM_LIMIT_OLD 4096   /* before */
 

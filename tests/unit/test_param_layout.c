@@ -36,19 +36,20 @@ int main(void)
 	size_t o5[] = {0, 32}, l5[] = {1, 64};
 	EXPECT(check(o5, l5, N(o5), RM_PARAM_LIMIT, &end) == 0 && end == 96);
 
-	/* Refused: overlapping (issue 37: every parameter at 0); out of order; a first one
-	 * not at 0; a gap no alignment explains; an empty one; past the limit, also by
-	 * wrapping; past the old limit on an old driver; more than the most parameters. */
+	/* Gaps, and a first one not at 0, as real kernels have (cuDNN's on an H100: 2880
+	 * bytes at offset 48): accepted, the gaps packed as zeros. */
+	size_t og[] = {48}, lg[] = {2880};
+	EXPECT(check(og, lg, N(og), RM_PARAM_LIMIT, &end) == 0 && end == 48 + 2880);
+	size_t oh[] = {0, 4096}, lh[] = {8, 8};
+	EXPECT(check(oh, lh, N(oh), RM_PARAM_LIMIT, &end) == 0 && end == 4104);
+
+	/* Refused: overlapping (issue 37: every parameter at 0); out of order; an empty one;
+	 * past the limit, also by wrapping; past the old limit on an old driver; more than the
+	 * most parameters. */
 	size_t o6[] = {0, 0}, l6[] = {8, 8};
 	EXPECT(check(o6, l6, N(o6), RM_PARAM_LIMIT, &end) && end == 0);
 	size_t o7[] = {8, 0}, l7[] = {8, 8};
 	EXPECT(check(o7, l7, N(o7), RM_PARAM_LIMIT, &end));
-	size_t o8[] = {8}, l8[] = {8};
-	EXPECT(check(o8, l8, N(o8), RM_PARAM_LIMIT, &end));
-	size_t o9[] = {0, 4096}, l9[] = {8, 8};
-	EXPECT(check(o9, l9, N(o9), RM_PARAM_LIMIT, &end));
-	size_t o10[] = {0, 12}, l10[] = {8, 4};
-	EXPECT(check(o10, l10, N(o10), RM_PARAM_LIMIT, &end));
 	size_t o11[] = {0, 8}, l11[] = {8, 0};
 	EXPECT(check(o11, l11, N(o11), RM_PARAM_LIMIT, &end));
 	size_t o12[] = {0}, l12[] = {RM_PARAM_LIMIT + 1};
