@@ -227,7 +227,7 @@ done
 # The fault suite (tests/robustness/fault_suite.py): each kind of fault with a bystander, a
 # client of another tenant and a newcomer, each on a remorad of its own on the real driver.
 if ((FAULTS)); then
-	for kind in address assert unreported departing partial; do
+	for kind in address assert unreported departing timeout partial; do
 		if python3 tests/robustness/fault_suite.py "$kind" "$BUILD/backend/remorad" real "$BUILD/cli/remora" \
 			"$BUILD/tests/robustness/fault_probe" "$BUILD/tests/programs/kernels.cubin" \
 			>"$OUTDIR/fault-$kind.out" 2>&1; then
