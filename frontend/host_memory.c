@@ -508,10 +508,23 @@ static CUresult pull(struct host_alloc *a, void *arg, int other)
 	struct mapping *m = a->map;
 	unsigned char *dev = malloc(a->size), *shadow = m->shadow, *host = a->p;
 	CUresult r = dev ? cuMemcpyDtoH_v2(dev, m->dptr, a->size) : CUDA_ERROR_OUT_OF_MEMORY;
-	for (size_t i = 0; r == CUDA_SUCCESS && i < a->size; i++)
-		if (dev[i] != shadow[i])
-			host[i] = shadow[i] = dev[i];
+	size_t both = 0, first = 0;
+	for (size_t i = 0; r == CUDA_SUCCESS && i < a->size; i++) {
+		if (dev[i] == shadow[i])
+			continue;
+		if (host[i] != shadow[i] && host[i] != dev[i] && !both++)
+			first = i;
+		host[i] = shadow[i] = dev[i];
+	}
 	free(dev);
+	/* Both sides wrote these bytes meanwhile: a concurrent access a copy kept coherent at
+	 * synchronization cannot merge. An error, never a wrong answer. */
+	if (both) {
+		rm_log(RM_LOG_ERROR, "mapped host memory at %p: the host and the GPU both wrote %zu byte(s) of it "
+		       "between a launch and its synchronize; a remote GPU sees host memory only at launches and "
+		       "synchronizations, so the host's writes are lost", (void *)(host + first), both);
+		r = CUDA_ERROR_NOT_SUPPORTED;
+	}
 	return r;
 }
 

@@ -219,13 +219,27 @@ static CUresult pull(struct managed *m, CUstream stream)
 	if (!dev)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	CUresult r = cuMemcpyDtoH_v2(dev, m->base, m->size);
+	size_t both = 0, first = 0;
 	if (r == CUDA_SUCCESS) {
 		uint8_t *host = (uint8_t *)(uintptr_t)m->base;
-		for (size_t i = 0; i < m->size; i++)
-			if (dev[i] != m->shadow[i])
-				host[i] = m->shadow[i] = dev[i];
+		for (size_t i = 0; i < m->size; i++) {
+			if (dev[i] == m->shadow[i])
+				continue;
+			if (host[i] != m->shadow[i] && host[i] != dev[i] && !both++)
+				first = i;
+			host[i] = m->shadow[i] = dev[i];
+		}
 	}
 	free(dev);
+	/* The host and the GPU both changed these bytes since the launch: a concurrent access
+	 * this device reports it does not have (concurrentManagedAccess 0), whose host side was
+	 * just lost. An error, never a wrong answer. */
+	if (both) {
+		rm_log(RM_LOG_ERROR, "managed memory at 0x%llx: the host and the GPU both wrote %zu byte(s) of it "
+		       "between a launch and its synchronize, which needs concurrent managed access (reported "
+		       "absent): the host's writes are lost", (unsigned long long)(m->base + first), both);
+		r = CUDA_ERROR_NOT_SUPPORTED;
+	}
 	return r;
 }
 

@@ -12,6 +12,9 @@
  *                                  calls (a copy back, a synchronize)
  *   fault_probe capabilities IMAGE prints the device attributes of capabilities a remote
  *                                  client has only in part, one "NAME VALUE" line each
+ *   fault_probe concurrent IMAGE   writes managed memory from the host while a kernel writes
+ *                                  the same bytes (behind a 200 ms kernel), then prints the
+ *                                  synchronize's error name: a concurrent managed access
  *   fault_probe compute IMAGE N    N rounds of scaleArray over 1 MiB of floats, each checked;
  *                                  prints a hash of the final bytes (bit-identical runs give
  *                                  the same hash) */
@@ -100,6 +103,24 @@ int main(int argc, char **argv)
 		printf("%s\n", name_of(cuCtxSynchronize()));
 		CUdeviceptr p;
 		printf("%s\n", name_of(cuMemAlloc(&p, 4096)));
+		return 0;
+	}
+	if (!strcmp(argv[1], "concurrent")) {
+		CUfunction sleep_ns, fill;
+		CUdeviceptr m;
+		unsigned long long ns = 200000000ull;
+		unsigned v = 7;
+		int n = 1024;
+		void *sleep_params[] = {&ns}, *fill_params[] = {&m, &v, &n};
+		CHECK(cuModuleGetFunction(&sleep_ns, mod, "sleepNs"));
+		CHECK(cuModuleGetFunction(&fill, mod, "fillU32"));
+		CHECK(cuMemAllocManaged(&m, n * sizeof(unsigned), CU_MEM_ATTACH_GLOBAL));
+		CHECK(cuCtxSynchronize());
+		memset((void *)(uintptr_t)m, 0, n * sizeof(unsigned));
+		CHECK(cuLaunchKernel(sleep_ns, 1, 1, 1, 1, 1, 1, 0, NULL, sleep_params, NULL));
+		CHECK(cuLaunchKernel(fill, 4, 1, 1, 256, 1, 1, 0, NULL, fill_params, NULL));
+		((volatile unsigned *)(uintptr_t)m)[0] = 5; /* while the kernels run */
+		printf("%s\n", name_of(cuCtxSynchronize()));
 		return 0;
 	}
 	if (!strcmp(argv[1], "capabilities")) {

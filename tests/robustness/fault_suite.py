@@ -14,7 +14,9 @@ One kind of fault a run, with tenants alpha (the faulting one) and beta:
               line saying why and a failed call, the newcomer a fresh worker
   partial     no fault: the capabilities a remote client has only in part (concurrent
               managed access, pageable memory access, host-native atomics, host pointers
-              of registered memory) are reported absent, so programs take their other path
+              of registered memory) are reported absent, so programs take their other path;
+              a program that writes managed memory from the host while a kernel writes the
+              same bytes gets an error from its synchronize
 
 Each run: a bystander of alpha computes and waits; a client of beta computes throughout;
 alpha's client faults. Then:
@@ -78,6 +80,10 @@ def partial(d):
     values = dict(zip(out[0::2], out[1::2]))
     check(rc == 0 and len(values) == 7, f"the capabilities are answered ({out} {err.strip()[-300:]})")
     check(all(v == "0" for v in values.values()), f"each is reported absent ({values})")
+    # A program that does it anyway gets an error, not a wrong answer.
+    rc, out, err = finish(client(d, "alpha-secret", "concurrent", image))
+    check(out == ["CUDA_ERROR_NOT_SUPPORTED"] and "both wrote" in err,
+          f"host and GPU writing the same managed bytes at once: an error ({out} {err.strip()[-300:]})")
 
 
 def main():
