@@ -154,7 +154,7 @@ def non_reader(d, k):
                         break
                 except OSError:  # dropped already: the send below says so too
                     break
-            count("non-reader", "calls", seq - 2)
+            count("non-reader", "requests sent", seq - 2)
             # Reads nothing, ever: whether the daemon dropped it shows in a send's reset.
             stop.wait(PEER_TIMEOUT_S + 5)
             try:
@@ -442,6 +442,12 @@ def main():
             if name in stats:
                 c = stats.pop(name)
                 print(f"attack soak figures: {name}: " + ", ".join(f"{v} {k}" for k, v in sorted(c.items())))
+        right_token = re.compile(r"client 127\.(?:0|10|12|15)\.[^ ]*: credential not checked")
+        for d in daemons:  # what the attacks cost beyond their own connections (log lines, rate-limited)
+            text = d.text()
+            print(f"attack soak figures: {d.server}: log lines of right tokens' checks not made "
+                  f"{len(right_token.findall(text))}, of staging refused at worker_host_memory_limit "
+                  f"{text.count('(worker_host_memory_limit)')}")
         if tcpd.metrics_port:
             print(f"attack soak figures: metrics scrapes served {scrapes['served']} of {scrapes['tried']}")
         check(not errors, f"{args.clients} honest clients, {sum(loops.values())} loops: {len(errors)} errors"
