@@ -43,6 +43,7 @@ import os
 import random
 import re
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -474,6 +475,9 @@ def main():
     if failures:
         for d in daemons:
             print(f"--- {d.server} log (end)\n" + d.text()[-6000:], file=sys.stderr)
+        print(f"logs and each honest client's output kept in {tmp}", file=sys.stderr)
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
     return 1 if failures else 0
 
 
