@@ -25,7 +25,6 @@ import json
 import os
 import re
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from verdict import check, failures  # noqa: E402
+import rmshm  # noqa: E402
 import rmwire as w  # noqa: E402
 from remorad_fixture import Daemon, wait_for  # noqa: E402
 
@@ -86,24 +86,10 @@ def vm_rss_kib(pid):
     return 0
 
 
-def big_ring_dialer(path, ring):
-    """A unix: dialer whose memfd holds two rings of ring bytes, untouched (sparse)."""
-    import fcntl
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(path)
-    fd = os.memfd_create("big-rings", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    os.ftruncate(fd, 4096 + 2 * ring)
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-    os.pwrite(fd, struct.pack("<QIIQQQQ", 0x314E5248534D5252, 1, 4096, ring, ring, 4096, 4096 + ring), 0)
-    socket.send_fds(s, [struct.pack("<QII", 0x314E5248534D5252, 1, 0)], [fd])
-    os.close(fd)  # the daemon holds its own reference, if it took it
-    return s
-
-
 def shm_ring(d):
     path = d.server[len("unix:"):]
     before = vm_rss_kib(d.proc.pid)
-    dialers = [big_ring_dialer(path, 64 * MIB) for _ in range(3)]
+    dialers = [rmshm.big_ring_dialer(path, 64 * MIB) for _ in range(3)]
     time.sleep(1.5)  # set-up is done on the accepting process's greeting thread, at once
     grew = (vm_rss_kib(d.proc.pid) - before) // 1024
     check(grew < 64, f"the accepting process did not take up the dialers' rings (grew {grew} MiB; 384 MiB offered)")

@@ -13,7 +13,7 @@
  *                     it back; prints "ok"
  *   probe soak IMAGE SECS  for SECS seconds: allocates, copies 64 KiB of floats in, scales
  *                     them with a kernel (scaleArray), copies them back and checks them,
- *                     frees; prints "ok"
+ *                     frees; prints "ok ROUNDS" (the loops done, at least 3)
  *   probe late-copy IMAGE SECS  copies 32 MiB from the device, then 32 MiB to it, each behind
  *                     a kernel of SECS seconds (sleepNs) on the same stream; checks the bytes;
  *                     prints "ok"
@@ -218,7 +218,7 @@ int main(int argc, char **argv)
 				}
 			rounds++;
 		}
-		printf("ok\n");
+		printf("ok %d\n", rounds);
 		return 0;
 	}
 	if (!strcmp(argv[1], "idle") && argc > 2) {
