@@ -54,6 +54,7 @@ static struct address table[RM_AUTH_ADDRESSES];
 static struct address overflow = {.name = "(addresses beyond the table)"};
 static struct budget budgets[KEYS];
 static int verifying;
+static int healthy_waiting; /* checks of credentials with few recent failures waiting for a slot */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t changed;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -209,6 +210,7 @@ struct turn {
 	struct pair *p;
 	int slot;
 	int pair, budget, address, verifying; /* what it holds */
+	int healthy_waiting; /* it is counted in healthy_waiting */
 };
 
 /* Waits for the check's turn (auth.h), at most until deadline: 0, or -1 with why said. */
@@ -263,18 +265,34 @@ static int take_turn(struct turn *t, const char *name, int slot, uint64_t deadli
 		wait_until(a->until_ms);
 		now = now_ms();
 	}
-	/* A verification slot in the whole process. */
-	while (verifying >= VERIFY_SLOTS) {
+	/* A verification slot in the whole process. A credential with few recent failures (at
+	 * least half its budget left) goes before every one under attack: guesses of other
+	 * credentials cannot keep its clients out. */
+	int healthy = b->tokens >= BUDGET_BURST / 2;
+	if (healthy) {
+		healthy_waiting++;
+		t->healthy_waiting = 1;
+	}
+	while (verifying >= VERIFY_SLOTS || (!healthy && healthy_waiting)) {
 		if (now >= deadline)
 			goto busy;
 		wait_until(deadline);
 		now = now_ms();
+	}
+	if (healthy) {
+		healthy_waiting--;
+		t->healthy_waiting = 0;
 	}
 	verifying++;
 	t->verifying = 1;
 	pthread_mutex_unlock(&lock);
 	return 0;
 busy:
+	if (t->healthy_waiting) {
+		healthy_waiting--;
+		t->healthy_waiting = 0;
+		pthread_cond_broadcast(&changed);
+	}
 	snprintf(why, whylen, "too many credential checks waiting (from %s, or for this credential); try again later",
 		 name);
 	pthread_mutex_unlock(&lock);

@@ -11,7 +11,8 @@
  * - per address: one verification at a time; past RM_AUTH_ADDRESS_GRACE recent failures
  *   (of any credential) the address itself is slowed down the same way.
  * - per credential, across all addresses: a budget of failed checks a second.
- * And at most a few verifications (PBKDF2) run at once in the whole process.
+ * And at most a few verifications (PBKDF2) run at once in the whole process, a credential
+ * with few recent failures going before every one under attack.
  * The address of a Unix-socket peer is its user (SO_PEERCRED). An address entry is
  * reused only once it holds nothing live: no check, and its failures forgotten; when
  * none is free a new address shares one entry with every other such address. */

@@ -397,8 +397,11 @@ static void attach_link(struct rm_link *link, const struct rm_frame *f, struct g
 		if (rm_handshakes_log_allows(RM_REFUSAL_HELLO))
 			rm_log(RM_LOG_WARN, "client %s: copy link for session %llu refused (%s)", peer,
 			       (unsigned long long)a->session_id, why);
-		if (err == -ESRCH || err == -EACCES)
-			rm_auth_failed(g->conn, "an attach with a key of no session");
+		/* A wrong key of a live session is a guess; an unknown session is most often one
+		 * that just ended (its links attach late, or its worker refused it), and slowing
+		 * its address down would slow every client behind it (a NAT, one host). */
+		if (err == -EACCES)
+			rm_auth_failed(g->conn, "an attach with a wrong key");
 		struct rm_frame rf = {.magic = RM_WIRE_MAGIC, .op = RM_OP_ATTACH, .seq = f->seq, .flags = RM_F_REPLY,
 				      .result = CUDA_ERROR_NOT_PERMITTED};
 		rm_link_send(link, &rf, NULL, NULL, 0);
