@@ -355,6 +355,23 @@ def scraper(d, served):
 
 # ---- the honest clients ----
 
+def newcomers(d, results):
+    """An honest client that connects anew every 2 s while the attack goes on: it must be
+    served each time (the clients above all connect in the first seconds)."""
+    while not stop.is_set():
+        try:
+            p = subprocess.run([args.remora, "run", "--server", d.server, "--", args.probe, "soak", args.image, "0"],
+                               capture_output=True, text=True, env=HONEST_ENV, timeout=120)
+            ok = p.stdout.split()[:1] == ["ok"]
+            results["served" if ok else "failed"] += 1
+            if not ok and not results["first"]:
+                results["first"] = f"{d.server}: {p.stderr.strip()[-300:]}"
+        except subprocess.TimeoutExpired:
+            results["failed"] += 1
+        stop.wait(2)
+
+
+
 def honest_client(d, i, tmp):
     out = open(os.path.join(tmp, f"honest{i}.out"), "w+")
     err = open(os.path.join(tmp, f"honest{i}.err"), "w+")
@@ -411,6 +428,9 @@ def main():
                 threads.append(threading.Thread(target=fn, args=(d, k), daemon=True))
         if tcpd.metrics_port:
             threads.append(threading.Thread(target=scraper, args=(tcpd, scrapes), daemon=True))
+        late = collections.Counter()
+        for d in daemons:
+            threads.append(threading.Thread(target=newcomers, args=(d, late), daemon=True))
         for t in threads:
             t.start()
         time.sleep(3)  # the attacks are under way before the first honest client
@@ -451,6 +471,9 @@ def main():
                   f"{text.count('(worker_host_memory_limit)')}")
         if tcpd.metrics_port:
             print(f"attack soak figures: metrics scrapes served {scrapes['served']} of {scrapes['tried']}")
+        print(f"attack soak figures: newcomers during the attack served {late['served']}, failed {late['failed']}")
+        check(late["served"] and not late["failed"], f"every newcomer during the attack is served ({late['served']} "
+              f"served, {late['failed']} failed; first: {late['first']})")
         check(not errors, f"{args.clients} honest clients, {sum(loops.values())} loops: {len(errors)} errors"
               + (f" (first: {errors[0]})" if errors else ""))
         check(all(up) and all(d.proc.poll() is None for d in daemons), "every daemon is still running")
