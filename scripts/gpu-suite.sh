@@ -235,7 +235,7 @@ if ((FAULTS)); then
 		else
 			verdict=FAIL failed=1
 		fi
-		row "fault-$kind" - "$verdict" - - - - "$(grep '^newcomer' "$OUTDIR/fault-$kind.out" || echo -)" | tee -a "$TABLE"
+		row "fault-$kind" - "$verdict" - - - - "$(grep '^newcomer' "$OUTDIR/fault-$kind.out" | paste -sd, - || echo -)" | tee -a "$TABLE"
 	done
 fi
 

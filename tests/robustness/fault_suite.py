@@ -97,6 +97,10 @@ def main():
                 return partial(d) or (1 if failures else 0)
             rc, alone, err = finish(client(d, "beta-secret", "compute", image, ROUNDS))
             check(rc == 0 and len(alone) == 1, f"beta computes alone ({err.strip()[-300:]})")
+            started = time.monotonic()
+            rc, _, err = finish(client(d, "alpha-secret", "compute", image, "2"))
+            print(f"newcomer_before_fault_s {time.monotonic() - started:.3f}")
+            check(rc == 0, f"alpha's client computes before the fault ({err.strip()[-300:]})")
             bystander = client(d, "alpha-secret", "bystander", image)
             check(wait_for(lambda: bystander.stdout.readline().strip() == "ready", timeout=60) is True,
                   "alpha's bystander computed and waits")
