@@ -16,6 +16,15 @@ def wait_for(pred, timeout=10.0, step=0.05):
         time.sleep(step)
 
 
+def alive(pid):
+    """Whether process pid exists (a zombie not yet reaped counts)."""
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
 def stop_process(proc, grace=10):
     """Ends proc: SIGTERM, then SIGKILL once grace seconds have passed."""
     if proc.poll() is None:

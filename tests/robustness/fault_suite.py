@@ -40,7 +40,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from verdict import check, failures  # noqa: E402
-from remorad_fixture import Daemon, wait_for  # noqa: E402
+from remorad_fixture import Daemon, alive, wait_for  # noqa: E402
 
 kind, remorad, driver, remora, probe, image = sys.argv[1:7]
 ERRORS = {"address": "CUDA_ERROR_ILLEGAL_ADDRESS", "assert": "CUDA_ERROR_ASSERT",
@@ -65,14 +65,6 @@ def finish(p, timeout=120):
         out, err = p.communicate()
         err += "\n(killed: it hung)"
     return p.returncode, out.split(), err
-
-
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
 
 
 def partial(d):

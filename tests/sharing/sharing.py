@@ -36,7 +36,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from verdict import check, failures  # noqa: E402
 import remorad_fixture  # noqa: E402
-from remorad_fixture import wait_for  # noqa: E402
+from remorad_fixture import alive, wait_for  # noqa: E402
 
 MIB = 1 << 20
 scenario, remorad, driver, remora, tenant_probe, probe, image = sys.argv[1:8]
@@ -432,14 +432,6 @@ def memory_kinds(tmp):
 
 
 # ---------------------------------------------------------------- tenants
-
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
 
 def parent_of(pid):
     try:
