@@ -188,6 +188,9 @@ static void share_out(struct share *sh, struct stripe_job *j)
 
 static void run_share(struct share *sh, struct stripe_job *j)
 {
+	/* Opened first: its size, which cuts the pieces, is known once open (staging.h). */
+	if (j->result == CUDA_SUCCESS)
+		j->result = rm_staging_open(sh->staging);
 	if (j->to_host)
 		share_out(sh, j);
 	else

@@ -10,15 +10,21 @@
 
 void rm_staging_init(struct rm_staging *st, size_t size, struct rm_host_account *account)
 {
-	*st = (struct rm_staging){.size = size, .account = account};
+	*st = (struct rm_staging){.size = size, .full = size, .account = account};
 }
 
 CUresult rm_staging_open(struct rm_staging *st)
 {
 	if (st->open)
 		return CUDA_SUCCESS;
+	st->size = st->full;
 	uint64_t bytes = (uint64_t)st->size * RM_STAGING_BUFS;
 	int err = rm_host_account_take(st->account, bytes);
+	while (err && err != -EDQUOT && st->size / 2 >= RM_STAGING_MIN) { /* the worker's bound: smaller */
+		st->size /= 2;
+		bytes = (uint64_t)st->size * RM_STAGING_BUFS;
+		err = rm_host_account_take(st->account, bytes);
+	}
 	if (err) {
 		rm_log(RM_LOG_WARN, "session %llu: %llu bytes of staging refused: %s holds %llu bytes of host memory (%s)",
 		       (unsigned long long)(st->account ? st->account->owner : 0), (unsigned long long)bytes,
@@ -47,7 +53,7 @@ CUresult rm_staging_open(struct rm_staging *st)
 			rm_drv.cuMemFreeHost(st->buf[b]);
 		}
 		rm_host_account_give(st->account, bytes);
-		rm_staging_init(st, st->size, st->account);
+		rm_staging_init(st, st->full, st->account);
 		return r;
 	}
 	st->open = 1;
@@ -74,7 +80,7 @@ void rm_staging_close(struct rm_staging *st)
 		rm_drv.cuMemFreeHost(st->buf[b]);
 	}
 	rm_host_account_give(st->account, (uint64_t)st->size * RM_STAGING_BUFS);
-	rm_staging_init(st, st->size, st->account);
+	rm_staging_init(st, st->full, st->account);
 }
 
 void rm_staging_release_idle(struct rm_staging *st)

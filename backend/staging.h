@@ -11,12 +11,15 @@
 #include <stddef.h>
 
 #define RM_STAGING_BUFS 2
+/* The smallest buffers a staging opens with where the worker's host memory is short. */
+#define RM_STAGING_MIN (256u << 10)
 
 struct rm_host_account;
 
 struct rm_staging {
 	struct rm_host_account *account; /* what it is charged to while open */
-	size_t size; /* each buffer's bytes, set by rm_staging_init: never 0, open or not */
+	size_t size; /* each buffer's bytes while open (copies are cut to it); never 0 */
+	size_t full; /* the size it opens with where the worker's host memory allows */
 	void *buf[RM_STAGING_BUFS];
 	CUevent done[RM_STAGING_BUFS];
 	int idle[RM_STAGING_BUFS]; /* its last copy's stream was synchronized since: done[b] is not waited for */
@@ -26,9 +29,12 @@ struct rm_staging {
 /* A closed staging of buffers of size bytes (size > 0), charged to account when open. */
 void rm_staging_init(struct rm_staging *st, size_t size, struct rm_host_account *account);
 /* Allocates every buffer and event in the current context, all or nothing, within the
- * client's account and the worker's host-memory bound (host_memory.h):
- * CUDA_ERROR_OUT_OF_MEMORY (and a log line) past either, else the driver's error. Does
- * nothing when open. */
+ * client's account and the worker's host-memory bound (host_memory.h). Where the worker's
+ * bound, which all its clients share, refuses the full size, smaller buffers are taken
+ * (halved down to RM_STAGING_MIN): copies go in smaller pieces rather than fail because
+ * of other clients. CUDA_ERROR_OUT_OF_MEMORY (and a log line) past the client's own
+ * account, or the worker's at the smallest size; else the driver's error. Does nothing
+ * when open. */
 CUresult rm_staging_open(struct rm_staging *st);
 /* Buffer b once the copy that used it last is done, opening the staging first if needed. */
 CUresult rm_staging_wait(struct rm_staging *st, int b, void **buf);
