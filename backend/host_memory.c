@@ -49,6 +49,14 @@ int rm_host_account_take(struct rm_host_account *a, uint64_t bytes)
 	return 0;
 }
 
+int rm_host_account_take_essential(struct rm_host_account *a, uint64_t bytes)
+{
+	if (a && take(&a->held, a->limit, bytes))
+		return -EDQUOT;
+	__atomic_fetch_add(&held, bytes, __ATOMIC_RELAXED);
+	return 0;
+}
+
 void rm_host_account_give(struct rm_host_account *a, uint64_t bytes)
 {
 	rm_host_memory_give(bytes);

@@ -27,7 +27,12 @@ uint64_t rm_host_memory_held(void);
 /* Takes bytes from a's limit and then the worker's: 0, -EDQUOT (the client's own limit) or
  * -ENOMEM (the worker's), nothing taken on failure. a may be NULL: the worker's alone. */
 int rm_host_account_take(struct rm_host_account *a, uint64_t bytes);
-/* Gives back to both bytes rm_host_account_take took. */
+/* As rm_host_account_take, for what a client cannot be served without (its main
+ * connection's buffers): past the client's own limit only (-EDQUOT); the worker's bound
+ * counts it but never refuses it, so that clients holding that bound cannot keep a
+ * newcomer out. */
+int rm_host_account_take_essential(struct rm_host_account *a, uint64_t bytes);
+/* Gives back to both bytes rm_host_account_take or _essential took. */
 void rm_host_account_give(struct rm_host_account *a, uint64_t bytes);
 /* Bytes a holds now. */
 static inline uint64_t rm_host_account_held(const struct rm_host_account *a)

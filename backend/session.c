@@ -60,9 +60,9 @@ struct rm_session *rm_session_new(struct rm_conn *conn, const struct rm_daemon_c
 	rm_staging_init(&s->staging, STAGING_SIZE, &sh->host);
 	/* Its connection's read buffer and ring (unix:), of the client's choosing. */
 	s->ring_bytes = RM_LINK_RBUF + rm_conn_held(conn);
-	if (rm_host_account_take(&sh->host, s->ring_bytes)) {
-		rm_log(RM_LOG_WARN, "client %s: refused: its connection's buffers of %llu bytes pass the host memory "
-		       "left to it (client_host_memory_limit, worker_host_memory_limit)", h->name,
+	if (rm_host_account_take_essential(&sh->host, s->ring_bytes)) {
+		rm_log(RM_LOG_WARN, "client %s: refused: its connection's buffers of %llu bytes pass its "
+		       "client_host_memory_limit", h->name,
 		       (unsigned long long)s->ring_bytes);
 		s->link.conn = NULL; /* the caller's still */
 		rm_link_close(&s->link);
