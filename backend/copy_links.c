@@ -190,7 +190,7 @@ static void run_share(struct share *sh, struct stripe_job *j)
 {
 	/* Opened first: its size, which cuts the pieces, is known once open (staging.h). */
 	if (j->result == CUDA_SUCCESS)
-		j->result = rm_staging_open(sh->staging);
+		j->result = rm_staging_open_for(sh->staging, j->links > 1 ? rm_stripe_chunk(j->n, j->links) : j->n);
 	if (j->to_host)
 		share_out(sh, j);
 	else
@@ -313,10 +313,10 @@ static void run_striped(struct rm_session *s, struct share *sh0, struct stripe_j
 
 /* Link 0's share goes through the session's own staging buffers, profiled in prof. */
 static CUresult session_share(struct rm_session *s, struct rm_request *rq, struct rm_copy_profile *prof,
-			      struct share *sh)
+			      struct share *sh, uint64_t n)
 {
 	uint64_t mark = rm_copy_profile_mark(prof);
-	CUresult r = rm_staging_open(&s->staging);
+	CUresult r = rm_staging_open_for(&s->staging, n);
 	rm_copy_profile_add(prof, &prof->wait, mark);
 	*sh = (struct share){.link = &s->link, .bulk_left = rq ? &rq->bulk_left : NULL, .staging = &s->staging,
 			     .session = s, .prof = prof, .wait = &prof->wait, .dma = &prof->dma};
@@ -372,7 +372,7 @@ CUresult rm_copy_in(struct rm_session *s, struct rm_request *rq, CUresult r, CUs
 		return r;
 	}
 	struct share sh0;
-	CUresult staged = session_share(s, rq, prof, &sh0);
+	CUresult staged = session_share(s, rq, prof, &sh0, n);
 	struct stripe_job jobs[RM_MAX_COPY_LINKS];
 	for (uint32_t i = 0; i < links; i++)
 		jobs[i] = (struct stripe_job){.dev = dst, .n = n, .links = links, .index = i, .stream = stream,
@@ -406,7 +406,7 @@ void rm_copy_out(struct rm_session *s, struct rm_request *rq, CUstream stream, u
 	if (!links_ready(s, rq, links))
 		return;
 	struct share sh0;
-	CUresult r = session_share(s, NULL, prof, &sh0);
+	CUresult r = session_share(s, NULL, prof, &sh0, n);
 	/* The stream's earlier work is waited for first, so that its error is the answer
 	 * before any byte goes; a copy in one piece waits once, after it is queued. */
 	sh0.sync_after = links == 1 && n <= sh0.staging->size;

@@ -13,21 +13,47 @@ void rm_staging_init(struct rm_staging *st, size_t size, struct rm_host_account 
 	*st = (struct rm_staging){.size = size, .full = size, .account = account};
 }
 
+/* The size a copy of bytes wants: the next power of two, within RM_STAGING_MIN and full. */
+static size_t wanted(const struct rm_staging *st, uint64_t bytes)
+{
+	size_t size = RM_STAGING_MIN;
+	while (size < st->full && size < bytes)
+		size *= 2;
+	return size < st->full ? size : st->full;
+}
+
+/* Every buffer's last copy is done: it can be given back without a wait. */
+static int all_idle(const struct rm_staging *st)
+{
+	for (int b = 0; b < RM_STAGING_BUFS; b++)
+		if (!st->idle[b] && rm_drv.cuEventQuery(st->done[b]) != CUDA_SUCCESS)
+			return 0;
+	return 1;
+}
+
 CUresult rm_staging_open(struct rm_staging *st)
 {
+	return rm_staging_open_for(st, st->full);
+}
+
+CUresult rm_staging_open_for(struct rm_staging *st, uint64_t bytes)
+{
+	size_t want = wanted(st, bytes);
+	if (st->open && (st->size >= want || !all_idle(st)))
+		return CUDA_SUCCESS; /* large enough, or cut smaller than it could be rather than waited for */
 	if (st->open)
-		return CUDA_SUCCESS;
-	st->size = st->full;
-	uint64_t bytes = (uint64_t)st->size * RM_STAGING_BUFS;
-	int err = rm_host_account_take(st->account, bytes);
+		rm_staging_close(st); /* to grow: nothing is waited for */
+	st->size = want;
+	uint64_t bytes_taken = (uint64_t)st->size * RM_STAGING_BUFS;
+	int err = rm_host_account_take(st->account, bytes_taken);
 	while (err && err != -EDQUOT && st->size / 2 >= RM_STAGING_MIN) { /* the worker's bound: smaller */
 		st->size /= 2;
-		bytes = (uint64_t)st->size * RM_STAGING_BUFS;
-		err = rm_host_account_take(st->account, bytes);
+		bytes_taken = (uint64_t)st->size * RM_STAGING_BUFS;
+		err = rm_host_account_take(st->account, bytes_taken);
 	}
 	if (err) {
 		rm_log(RM_LOG_WARN, "session %llu: %llu bytes of staging refused: %s holds %llu bytes of host memory (%s)",
-		       (unsigned long long)(st->account ? st->account->owner : 0), (unsigned long long)bytes,
+		       (unsigned long long)(st->account ? st->account->owner : 0), (unsigned long long)bytes_taken,
 		       err == -EDQUOT ? "the client" : "the worker",
 		       (unsigned long long)(err == -EDQUOT ? rm_host_account_held(st->account) : rm_host_memory_held()),
 		       err == -EDQUOT ? "client_host_memory_limit" : "worker_host_memory_limit");
@@ -52,7 +78,7 @@ CUresult rm_staging_open(struct rm_staging *st)
 			rm_transport_unpin(st->buf[b]);
 			rm_drv.cuMemFreeHost(st->buf[b]);
 		}
-		rm_host_account_give(st->account, bytes);
+		rm_host_account_give(st->account, bytes_taken);
 		rm_staging_init(st, st->full, st->account);
 		return r;
 	}

@@ -19,7 +19,8 @@ struct rm_host_account;
 struct rm_staging {
 	struct rm_host_account *account; /* what it is charged to while open */
 	size_t size; /* each buffer's bytes while open (copies are cut to it); never 0 */
-	size_t full; /* the size it opens with where the worker's host memory allows */
+	size_t full; /* the largest size it opens with (a large copy's), where the worker's host
+		      * memory allows */
 	void *buf[RM_STAGING_BUFS];
 	CUevent done[RM_STAGING_BUFS];
 	int idle[RM_STAGING_BUFS]; /* its last copy's stream was synchronized since: done[b] is not waited for */
@@ -36,6 +37,11 @@ void rm_staging_init(struct rm_staging *st, size_t size, struct rm_host_account 
  * account, or the worker's at the smallest size; else the driver's error. Does nothing
  * when open. */
 CUresult rm_staging_open(struct rm_staging *st);
+/* The same, sized for a copy of bytes: buffers of the next power of two within
+ * RM_STAGING_MIN and the full size, so that a client of small copies holds little. An open
+ * staging too small for it is reopened larger where its buffers are idle, else kept (the
+ * copy goes in smaller pieces). */
+CUresult rm_staging_open_for(struct rm_staging *st, uint64_t bytes);
 /* Buffer b once the copy that used it last is done, opening the staging first if needed. */
 CUresult rm_staging_wait(struct rm_staging *st, int b, void **buf);
 /* Buffer b's last copy is known done: its stream was synchronized after it. */

@@ -170,8 +170,10 @@ def main():
               "the accepting process refuses a wrong key as it refuses an unknown session")
         check(not re.search(rf"session {held} \(.*\): copy link \d+ refused", text),
               "a wrong key never reaches the session's worker")
-        check(text.count("an attach with a key of no session") >= 2,
-              "a wrong key and an unknown session each count as a failed credential")
+        # A wrong key of a live session is a guess; an unknown session is most often one that
+        # just ended, and counting it would slow down every client behind its address.
+        check(text.count("an attach with a wrong key") == 1,
+              "a wrong key counts as a failed credential, an unknown session does not")
         result, closed = attach(held, bytes(3))
         check(result is None and closed, "a malformed attach is closed")
         check(holder.poll() is None, "the client it named is untouched")
