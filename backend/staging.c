@@ -39,8 +39,9 @@ CUresult rm_staging_open(struct rm_staging *st)
 CUresult rm_staging_open_for(struct rm_staging *st, uint64_t bytes)
 {
 	size_t want = wanted(st, bytes);
-	if (st->open && (st->size >= want || !all_idle(st)))
-		return CUDA_SUCCESS; /* large enough, or cut smaller than it could be rather than waited for */
+	if (st->open && (st->size >= want || st->shrunk || !all_idle(st)))
+		return CUDA_SUCCESS; /* large enough, or cut smaller rather than waited for or
+				      * reallocated again and again at the worker's bound */
 	if (st->open)
 		rm_staging_close(st); /* to grow: nothing is waited for */
 	st->size = want;
@@ -51,6 +52,7 @@ CUresult rm_staging_open_for(struct rm_staging *st, uint64_t bytes)
 		bytes_taken = (uint64_t)st->size * RM_STAGING_BUFS;
 		err = rm_host_account_take(st->account, bytes_taken);
 	}
+	int shrunk = st->size < want;
 	if (err) {
 		rm_log(RM_LOG_WARN, "session %llu: %llu bytes of staging refused: %s holds %llu bytes of host memory (%s)",
 		       (unsigned long long)(st->account ? st->account->owner : 0), (unsigned long long)bytes_taken,
@@ -83,6 +85,7 @@ CUresult rm_staging_open_for(struct rm_staging *st, uint64_t bytes)
 		return r;
 	}
 	st->open = 1;
+	st->shrunk = shrunk;
 	return CUDA_SUCCESS;
 }
 

@@ -25,6 +25,7 @@ struct rm_staging {
 	CUevent done[RM_STAGING_BUFS];
 	int idle[RM_STAGING_BUFS]; /* its last copy's stream was synchronized since: done[b] is not waited for */
 	int open;
+	int shrunk; /* opened smaller than wanted at the worker's bound: not grown until closed */
 };
 
 /* A closed staging of buffers of size bytes (size > 0), charged to account when open. */
