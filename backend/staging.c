@@ -33,7 +33,7 @@ static int all_idle(const struct rm_staging *st)
 
 CUresult rm_staging_open(struct rm_staging *st)
 {
-	return rm_staging_open_for(st, st->full);
+	return st->open ? CUDA_SUCCESS : rm_staging_open_for(st, st->full);
 }
 
 CUresult rm_staging_open_for(struct rm_staging *st, uint64_t bytes)
