@@ -430,7 +430,8 @@ int rm_config_load(struct rm_daemon_config *c, const char *path)
 	}
 	explicit_bzero(line, sizeof(line));
 	explicit_bzero(why, sizeof(why));
-	explicit_bzero(text, cap);
+	if (text)
+		explicit_bzero(text, cap);
 	free(text);
 	/* Tenants of this file, against each other and those of a file read before; a token
 	 * id names one stored credential (credential.h). */

@@ -555,10 +555,11 @@ static void *greet(void *arg)
 out:
 	settle(g);
 	if (hello) {
-		explicit_bzero(hello->credential.data, hello->credential.len);
+		if (hello->credential.len)
+			explicit_bzero(hello->credential.data, hello->credential.len);
 		remora__hello__free_unpacked(hello, NULL);
 	}
-	if (msg)
+	if (msg && f.msg_len)
 		explicit_bzero(msg, f.msg_len); /* the credential, as sent */
 	free(msg);
 	rm_link_close(&link); /* our copy only: the worker has its own descriptor */
