@@ -56,8 +56,8 @@ def no_worker_died(d):
 
 
 def host_memory(d):
-    # Each channel's staging is 16 MiB: 64M lets a client copy on 3 of its 8 threads'
-    # channels. Two such clients hold at most 128 MiB of the worker's 160.
+    # Each channel's staging for an 8 MiB copy is 16 MiB: 64M lets a client copy on 3 of its
+    # 8 threads' channels. Two such clients hold at most 128 MiB of the worker's 160.
     hogs = [subprocess.Popen([remora, "run", "--server", d.server, "--", probe, "threads", "8", "60"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV) for _ in range(2)]
     try:

@@ -17,7 +17,7 @@
  *   probe late-copy IMAGE SECS  copies 32 MiB from the device, then 32 MiB to it, each behind
  *                     a kernel of SECS seconds (sleepNs) on the same stream; checks the bytes;
  *                     prints "ok"
- *   probe threads N SECS  N threads (each with a channel of its own) copy 1 MiB to the device
+ *   probe threads N SECS  N threads (each with a channel of its own) copy 8 MiB to the device
  *                     once; prints "copied K of N" once all have tried, then keeps the threads
  *                     for SECS seconds
  *   probe tiny N      makes up to N one-byte allocations, stopping at the first refusal;
@@ -55,7 +55,7 @@ static int threads_tried, threads_copied, threads_release;
 static void *copy_thread(void *arg)
 {
 	(void)arg;
-	size_t n = 1u << 20;
+	size_t n = 8u << 20; /* a channel's full staging: 2 buffers of 8 MiB */
 	void *host = calloc(1, n);
 	CUdeviceptr d = 0;
 	int ok = host && cuCtxSetCurrent(threads_ctx) == CUDA_SUCCESS && cuMemAlloc(&d, n) == CUDA_SUCCESS &&
