@@ -249,17 +249,20 @@ static int take_turn(struct turn *t, const char *name, int slot, uint64_t deadli
 		wait_until(ready);
 		now = now_ms();
 	}
-	/* The address: one verification at a time, after its own back-off. */
-	while (a->busy) {
+	/* The address: one verification at a time, after its own back-off. Not for the entry
+	 * addresses beyond the table share: an honest newcomer would wait behind, and be slowed
+	 * down for, the failures of thousands of others; the pair's and the credential's bounds
+	 * still hold there. */
+	while (a->busy && a != &overflow) {
 		if (now >= deadline)
 			goto busy;
 		wait_until(deadline);
 		now = now_ms();
 	}
-	a->busy = 1;
+	a->busy = a != &overflow;
 	t->address = 1;
 	decay(a, now);
-	while (now < a->until_ms) {
+	while (now < a->until_ms && a != &overflow) {
 		if (a->until_ms > deadline)
 			goto slowed;
 		wait_until(a->until_ms);
