@@ -114,8 +114,6 @@ void rm_staging_close(struct rm_staging *st)
 
 void rm_staging_release_idle(struct rm_staging *st)
 {
-	for (int b = 0; st->open && b < RM_STAGING_BUFS; b++)
-		if (!st->idle[b] && rm_drv.cuEventQuery(st->done[b]) != CUDA_SUCCESS)
-			return;
-	rm_staging_close(st);
+	if (st->open && all_idle(st))
+		rm_staging_close(st);
 }
