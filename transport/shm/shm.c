@@ -167,6 +167,27 @@ static uint64_t ring_len_configured(void)
 }
 
 /* "PATH" or "@NAME" (the abstract namespace) into a socket address. */
+/* unix:PATH, and unix://PATH as well. */
+static const char *shm_claim(const char *url)
+{
+	if (strncmp(url, "unix:", 5))
+		return NULL;
+	return url + (strncmp(url + 5, "//", 2) ? 5 : 7);
+}
+
+/* A socket path, or @NAME in the abstract namespace. */
+static int shm_check_address(const char *url, const char *addr, int port_zero_ok, char *why, size_t whylen)
+{
+	size_t n = strlen(addr);
+	(void)port_zero_ok;
+	if (n == 0 || n >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+		snprintf(why, whylen, "'%s': a Unix socket path of 1 to %zu bytes", url,
+			 sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int unix_addr(const char *addr, struct sockaddr_un *sa, socklen_t *len)
 {
 	size_t n = strlen(addr);
@@ -927,6 +948,9 @@ static int shm_adopt_fd(int fd, int extra_fd, const void *state, size_t state_le
 
 const struct rm_transport rm_transport_shm = {
 	.scheme = "unix",
+	.flags = RM_TRANSPORT_PATH_ADDRESS,
+	.claim = shm_claim,
+	.check_address = shm_check_address,
 	.dial = shm_dial,
 	.listen = shm_listen,
 	.listener_addr = shm_listener_addr,

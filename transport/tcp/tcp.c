@@ -383,6 +383,7 @@ static int tcp_adopt_fd(int fd, int extra_fd, const void *state, size_t state_le
 
 const struct rm_transport rm_transport_tcp = {
 	.scheme = "tcp",
+	.check_address = rm_transport_check_host_port,
 	.dial = tcp_dial,
 	.listen = tcp_listen,
 	.listener_addr = tcp_listener_addr,

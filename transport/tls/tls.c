@@ -99,6 +99,7 @@ struct handover {
 _Static_assert(sizeof(struct handover) <= RM_TRANSPORT_STATE_MAX, "state fits a handoff");
 
 static SSL_CTX *server_ctx, *client_ctx;
+static int clients_verified; /* the server asks every client for a certificate */
 static int last_ktls;
 
 int rm_tls_last_ktls(void)
@@ -188,6 +189,7 @@ int rm_tls_server_configure(const char *cert, const char *key, const char *clien
 	if (server_ctx)
 		SSL_CTX_free(server_ctx);
 	server_ctx = ctx;
+	clients_verified = client_ca && *client_ca;
 	return 0;
 fail:
 	SSL_CTX_free(ctx);
@@ -799,6 +801,11 @@ static void tls_listener_close(struct rm_listener *l)
 	rm_transport_tcp.listener_close(l);
 }
 
+static const char *tls_describe(struct rm_listener *l)
+{
+	return clients_verified ? " (TLS 1.3, client certificates required)" : " (TLS 1.3)";
+}
+
 static void tls_shutdown(struct rm_conn *c)
 {
 	rm_conn_shutdown(tls(c)->raw);
@@ -886,11 +893,15 @@ static int tls_adopt_fd(int fd, int extra_fd, const void *state, size_t state_le
 
 const struct rm_transport rm_transport_tls = {
 	.scheme = "tls",
+	.flags = RM_TRANSPORT_ENCRYPTS,
+	.check_address = rm_transport_check_host_port,
 	.dial = tls_dial,
 	.listen = tls_listen,
 	.listener_addr = tls_listener_addr,
 	.accept = tls_accept,
 	.listener_close = tls_listener_close,
+	.configure_listener = rm_tls_server_configure,
+	.describe = tls_describe,
 	.sendv = tls_sendv,
 	.recv_some = tls_recv_some,
 	.readable = tls_readable,
