@@ -1,7 +1,6 @@
 /* The transports there are, and what every transport shares. */
 #include "transport.h"
 
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,32 +21,6 @@ static const struct rm_transport *const transports[] = {
 	&rm_transport_rdma,
 #endif
 };
-
-#define SPIN_MIN_CPUS 4
-
-uint64_t rm_transport_spin_ns(const char *env, long default_us, long max_us)
-{
-	const char *v = getenv(env);
-	char *end;
-	cpu_set_t set;
-	long dflt = !sched_getaffinity(0, sizeof(set), &set) && CPU_COUNT(&set) >= SPIN_MIN_CPUS ? default_us : 0;
-	long us = v && *v ? strtol(v, &end, 10) : dflt;
-	if (v && *v && (*end || us < 0 || us > max_us))
-		us = dflt;
-	return (uint64_t)us * 1000u;
-}
-
-int rm_transport_spin_yields(void)
-{
-	static int yields = -1;
-	int y = __atomic_load_n(&yields, __ATOMIC_RELAXED);
-	if (y < 0) {
-		const char *v = getenv("REMORA_SPIN_YIELD");
-		y = !(v && !strcmp(v, "0"));
-		__atomic_store_n(&yields, y, __ATOMIC_RELAXED);
-	}
-	return y;
-}
 
 static __thread int why_err;
 static __thread char why_text[256];

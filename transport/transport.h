@@ -40,6 +40,8 @@
 #include <sys/uio.h>
 #include <time.h>
 
+#include "spin.h" /* the spin loop every waiting side shares */
+
 struct rm_transport;
 struct rm_listener;
 
@@ -254,18 +256,6 @@ static inline void rm_transport_tally_end(uint64_t t0, int receive)
 	else
 		t->send_ns += took, t->sends++;
 }
-
-/* How long a waiting side spins before it sleeps, from environment variable env (µs, 0 to
- * max_us): by default default_us where this process may run on 4 or more CPUs, else 0 (with
- * fewer, the spinner takes the CPU its peer needs to answer: on a loaded 2-CPU machine a
- * 54 µs round trip over shared memory spinning against 11 µs sleeping). */
-uint64_t rm_transport_spin_ns(const char *env, long default_us, long max_us);
-
-/* Whether a spinning wait gives its CPU up (sched_yield) each time it looks at the clock,
- * about once a microsecond: REMORA_SPIN_YIELD, on unless 0. Where waiters outnumber CPUs
- * (16 clients and their 16 session threads on 16 CPUs) a pure spin holds a CPU its peer,
- * woken onto it, needs to answer; yielding halved the 16-client median (hotpath.md). */
-int rm_transport_spin_yields(void);
 
 /* Memory this process keeps page-locked for bulk copies from the time it is pinned until
  * it is unpinned (the client library: the program's pinned allocations and registrations;

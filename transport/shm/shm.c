@@ -40,7 +40,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,9 +112,7 @@ struct shm_conn {
 	uint64_t tx_len, rx_len; /* private copies, checked */
 	uint64_t tx_head, rx_tail; /* this end's indices: trusted, published to the peer */
 	int recv_ms, send_ms;
-	uint64_t spin_ns;    /* the most a wait spins */
-	_Atomic uint64_t spin_cur; /* what the next wait spins: halved after a spin in vain, down to
-				    * spin_ns / 8, whole again after one that was answered */
+	struct rm_spin_budget spin; /* what the next wait spins */
 	atomic_int shut;
 	atomic_int eof;      /* the socket reported end-of-file or an error */
 	atomic_int broken;   /* the peer wrote an impossible index: -EPROTO from now on */
@@ -136,15 +133,6 @@ struct rm_listener {
 static struct shm_conn *shm(struct rm_conn *c)
 {
 	return (struct shm_conn *)c;
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield");
-#endif
 }
 
 /* REMORA_SHM_SPIN_US: how long a waiting side spins before it sleeps (0 to 1000;
@@ -211,8 +199,7 @@ static struct shm_conn *conn_new(int fd, int acceptor)
 	c->fd = fd;
 	c->memfd = -1;
 	c->acceptor = acceptor;
-	c->spin_ns = spin_ns_configured();
-	c->spin_cur = c->spin_ns;
+	rm_spin_budget_init(&c->spin, spin_ns_configured());
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
@@ -500,12 +487,19 @@ static int ended(struct shm_conn *c, int tx)
 	return 0;
 }
 
-/* The time spun since t0, the CPU given up first where yields (rm_transport_spin_yields). */
-static uint64_t spun(uint64_t t0, int yields)
+struct ring_look {
+	struct shm_conn *c;
+	int tx;
+	uint64_t *n;
+	int r; /* ring_check's answer */
+};
+
+/* One look of the spin: nonzero once the ring has something (or is broken), or this end
+ * was shut down. */
+static int look(void *arg)
 {
-	if (yields)
-		sched_yield();
-	return rm_transport_now_ns() - t0;
+	struct ring_look *k = arg;
+	return (k->r = ring_check(k->c, k->tx, k->n)) || atomic_load_explicit(&k->c->shut, memory_order_relaxed);
 }
 
 /* Waits until there is something to read (tx 0) or room to write (tx 1), *n set to it. */
@@ -516,24 +510,17 @@ static int await(struct shm_conn *c, int tx, uint64_t *n)
 		return r;
 	if ((r = ring_check(c, tx, n)))
 		return r < 0 ? r : 0;
-	uint64_t spin = atomic_load_explicit(&c->spin_cur, memory_order_relaxed), t0 = spin ? rm_transport_now_ns() : 0;
+	uint64_t spin = rm_spin_budget_next(&c->spin), t0 = spin ? rm_transport_now_ns() : 0;
 	if (spin) {
-		int yields = rm_transport_spin_yields();
 		/* The ring is looked at after every pause (one PAUSE is some 140 cycles on recent
 		 * Intel cores: 32 between looks left an answer unseen for up to 2 us), the clock
-		 * and shutdown every SPIN_LOOKS_PER_CLOCK looks. */
-		unsigned looks = 0;
-		do {
-			cpu_relax();
-			if ((r = ring_check(c, tx, n))) {
-				atomic_store_explicit(&c->spin_cur, c->spin_ns, memory_order_relaxed);
-				return r < 0 ? r : 0;
-			}
-		} while (++looks % SPIN_LOOKS_PER_CLOCK ||
-			 (spun(t0, yields) < spin && !atomic_load_explicit(&c->shut, memory_order_relaxed)));
-		/* In vain: a long wait (a kernel, an idle client) costs less spinning next time. */
-		atomic_store_explicit(&c->spin_cur, spin / 2 > c->spin_ns / 8 ? spin / 2 : c->spin_ns / 8,
-				      memory_order_relaxed);
+		 * every SPIN_LOOKS_PER_CLOCK looks. */
+		struct ring_look k = {c, tx, n, 0};
+		if (rm_spin(spin, SPIN_LOOKS_PER_CLOCK, 0, look, &k) && k.r) {
+			rm_spin_budget_answered(&c->spin);
+			return k.r < 0 ? k.r : 0;
+		}
+		rm_spin_budget_in_vain(&c->spin, spin);
 	}
 	_Atomic uint32_t *flag = tx ? &c->tx_ctl->writer_waiting : &c->rx_ctl->reader_waiting;
 	int timeout_ms = tx ? c->send_ms : c->recv_ms;
@@ -556,10 +543,9 @@ static int await(struct shm_conn *c, int tx, uint64_t *n)
 	}
 	pthread_mutex_unlock(&c->lock);
 	atomic_store_explicit(flag, 0, memory_order_relaxed);
-	/* Slept for less than a whole spin: spinning whole would have caught it, and the
-	 * peer answers at that pace (a run of 20 us replies must not stay at an eighth). */
-	if (r > 0 && spin && rm_transport_now_ns() - t0 < c->spin_ns)
-		atomic_store_explicit(&c->spin_cur, c->spin_ns, memory_order_relaxed);
+	/* Slept for less than a whole spin: spinning whole would have caught it (spin.h). */
+	if (r > 0 && spin && rm_transport_now_ns() - t0 < c->spin.whole)
+		rm_spin_budget_answered(&c->spin);
 	return r < 0 ? r : 0;
 }
 
