@@ -41,9 +41,6 @@
 #ifdef RM_HAVE_SHM
 #include "shm.h"
 #endif
-#ifdef RM_HAVE_TLS
-#include "tls.h"
-#endif
 
 #define ACCEPT_RETRY_US 100000 /* out of descriptors: how long accept waits before trying again */
 
@@ -874,7 +871,7 @@ static int prepare_reloading(int (*reread)(struct rm_daemon_config *out))
  * configuration is then read again as that user, as each worker (which runs this program
  * again) and each SIGHUP will read it: a file the user cannot read stops remorad here,
  * not at the first client. 0, or -1 after a line saying why. */
-static int become_user(const struct rm_daemon_config *cfg, const char *scheme, const char *addr)
+static int become_user(const struct rm_daemon_config *cfg, const struct rm_transport *tp, const char *addr)
 {
 	struct rm_identity id;
 	char why[300];
@@ -884,7 +881,7 @@ static int become_user(const struct rm_daemon_config *cfg, const char *scheme, c
 		rm_log(RM_LOG_ERROR, "cannot run as %s: %s", cfg->user, why);
 		return -1;
 	}
-	if (!strcmp(scheme, "unix") && addr[0] != '@' && chown(addr, id.uid, id.gid)) {
+	if ((tp->flags & RM_TRANSPORT_PATH_ADDRESS) && addr[0] != '@' && chown(addr, id.uid, id.gid)) {
 		rm_log(RM_LOG_ERROR, "cannot run as %s: chown %s: %s", cfg->user, addr, strerror(errno));
 		return -1;
 	}
@@ -930,16 +927,14 @@ int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char
 #ifdef RM_HAVE_SHM
 	rm_shm_set_ring_max(cfg->shm_ring_max);
 #endif
-#ifdef RM_HAVE_TLS
-	if (!strcmp(tp->scheme, "tls")) {
+	if (tp->configure_listener) {
 		char why[400];
-		if (rm_tls_server_configure(cfg->tls_cert, cfg->tls_key, cfg->tls_client_ca[0] ? cfg->tls_client_ca : NULL,
-					    why, sizeof(why))) {
+		if (tp->configure_listener(cfg->tls_cert, cfg->tls_key, cfg->tls_client_ca[0] ? cfg->tls_client_ca : NULL,
+					   why, sizeof(why))) {
 			rm_log(RM_LOG_ERROR, "TLS: %s", why);
 			return -EINVAL;
 		}
 	}
-#endif
 	struct rm_listener *l;
 	int err = tp->listen(addr, &l);
 	if (err) {
@@ -948,8 +943,7 @@ int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char
 	}
 	char bound[96];
 	tp->listener_addr(l, bound, sizeof(bound));
-	rm_log(RM_LOG_INFO, "listening on %s%s%s", bound, !strcmp(tp->scheme, "tls") ? " (TLS 1.3" : "",
-	       !strcmp(tp->scheme, "tls") ? (cfg->tls_client_ca[0] ? ", client certificates required)" : ")") : "");
+	rm_log(RM_LOG_INFO, "listening on %s%s", bound, rm_transport_describe(tp, l));
 	rm_auth_warn_exposure(cfg, bound);
 	rm_auth_warn_credentials(cfg);
 	sigset_t stop_signals;
@@ -972,7 +966,7 @@ int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char
 			fclose(f);
 		}
 	}
-	if (become_user(cfg, tp->scheme, addr)) {
+	if (become_user(cfg, tp, addr)) {
 		tp->listener_close(l);
 		return -EPERM;
 	}

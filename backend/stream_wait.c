@@ -105,24 +105,22 @@ static void count(unsigned long long *c)
 	__atomic_add_fetch(c, 1, __ATOMIC_RELAXED);
 }
 
-/* Watches w for value v for up to spin_ns; 1 once seen. */
+struct word_look {
+	const uint32_t *host;
+	uint32_t value;
+};
+
+static int look(void *arg)
+{
+	const struct word_look *k = arg;
+	return __atomic_load_n(k->host, __ATOMIC_ACQUIRE) == k->value;
+}
+
+/* Watches w for value v for up to spin_ns (spin.h); 1 once seen. */
 static int watch(const struct rm_wait_word *w, uint32_t v)
 {
-	uint64_t t0 = rm_transport_now_ns();
-	int yields = rm_transport_spin_yields();
-	for (;;) {
-		for (int i = 0; i < LOOKS_PER_CLOCK; i++) {
-			if (__atomic_load_n(w->host, __ATOMIC_ACQUIRE) == v)
-				return 1;
-#if defined(__x86_64__) || defined(__i386__)
-			__builtin_ia32_pause();
-#endif
-		}
-		if (rm_transport_now_ns() - t0 >= spin_ns)
-			return 0;
-		if (yields) /* as the transports' spins: a peer woken onto this CPU runs */
-			sched_yield();
-	}
+	struct word_look k = {w->host, v};
+	return rm_spin(spin_ns, LOOKS_PER_CLOCK, 0, look, &k);
 }
 
 static CUresult driver_wait(struct rm_session *s, CUstream st)

@@ -152,7 +152,7 @@ struct rm_copy_links *rm_copy_links_open(const struct rm_transport *tp, const ch
 	    rm_copy_links_parse_stripe_min(getenv("REMORA_STRIPE_MIN"), &stripe_min))
 		return NULL;
 	cpu_set_t cpus;
-	if ((!links || !*links) && !strcmp(tp->scheme, "tls") && !sched_getaffinity(0, sizeof(cpus), &cpus) &&
+	if ((!links || !*links) && (tp->flags & RM_TRANSPORT_ENCRYPTS) && !sched_getaffinity(0, sizeof(cpus), &cpus) &&
 	    CPU_COUNT(&cpus) >= DEFAULT_TLS_LINKS)
 		want = DEFAULT_TLS_LINKS;
 	if (keylen == 0 || want < 2)

@@ -1,7 +1,6 @@
 /* The transports there are, and what every transport shares. */
 #include "transport.h"
 
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,32 +21,6 @@ static const struct rm_transport *const transports[] = {
 	&rm_transport_rdma,
 #endif
 };
-
-#define SPIN_MIN_CPUS 4
-
-uint64_t rm_transport_spin_ns(const char *env, long default_us, long max_us)
-{
-	const char *v = getenv(env);
-	char *end;
-	cpu_set_t set;
-	long dflt = !sched_getaffinity(0, sizeof(set), &set) && CPU_COUNT(&set) >= SPIN_MIN_CPUS ? default_us : 0;
-	long us = v && *v ? strtol(v, &end, 10) : dflt;
-	if (v && *v && (*end || us < 0 || us > max_us))
-		us = dflt;
-	return (uint64_t)us * 1000u;
-}
-
-int rm_transport_spin_yields(void)
-{
-	static int yields = -1;
-	int y = __atomic_load_n(&yields, __ATOMIC_RELAXED);
-	if (y < 0) {
-		const char *v = getenv("REMORA_SPIN_YIELD");
-		y = !(v && !strcmp(v, "0"));
-		__atomic_store_n(&yields, y, __ATOMIC_RELAXED);
-	}
-	return y;
-}
 
 static __thread int why_err;
 static __thread char why_text[256];
@@ -90,50 +63,78 @@ const char *rm_transport_why(int err)
 	return err && err == why_err && why_text[0] ? why_text : strerror(err < 0 ? -err : err);
 }
 
-#ifdef RM_HAVE_RDMA
-void rm_rdma_pin(void *addr, size_t len);   /* rdma/rdma_regions.c */
-void rm_rdma_unpin(void *addr);
-#endif
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 void rm_transport_pin(void *addr, size_t len)
 {
-#ifdef RM_HAVE_RDMA
-	rm_rdma_pin(addr, len);
-#else
-	(void)addr, (void)len;
-#endif
+	for (size_t i = 0; i < COUNT(transports); i++)
+		if (transports[i]->pin)
+			transports[i]->pin(addr, len);
 }
 
 void rm_transport_unpin(void *addr)
 {
-#ifdef RM_HAVE_RDMA
-	rm_rdma_unpin(addr);
-#else
-	(void)addr;
-#endif
+	for (size_t i = 0; i < COUNT(transports); i++)
+		if (transports[i]->unpin)
+			transports[i]->unpin(addr);
 }
+
+/* Prefixes of the transports this build lacks: an address with one names no transport
+ * here, rather than a TCP host. */
+static const char *const absent_prefixes[] = {
+#ifndef RM_HAVE_SHM
+	"unix:",
+#endif
+	NULL,
+};
 
 const struct rm_transport *rm_transport_for(const char *url, const char **addr)
 {
 	const char *sep = strstr(url, "://");
-	if (!strncmp(url, "unix:", 5)) { /* unix:PATH as well as unix://PATH */
-#ifdef RM_HAVE_SHM
-		*addr = url + (sep == url + 4 ? 7 : 5);
-		return &rm_transport_shm;
-#else
-		return NULL;
-#endif
-	}
-	if (!sep) {
-		*addr = url;
-		return &rm_transport_tcp;
-	}
-	for (size_t i = 0; i < sizeof(transports) / sizeof(transports[0]); i++) {
-		size_t n = strlen(transports[i]->scheme);
-		if ((size_t)(sep - url) == n && !strncmp(url, transports[i]->scheme, n)) {
-			*addr = sep + 3;
-			return transports[i];
+	for (size_t i = 0; i < COUNT(transports); i++) {
+		const struct rm_transport *tp = transports[i];
+		size_t n = strlen(tp->scheme);
+		const char *rest = tp->claim ? tp->claim(url)
+			: sep && (size_t)(sep - url) == n && !strncmp(url, tp->scheme, n) ? sep + 3 : NULL;
+		if (rest) {
+			*addr = rest;
+			return tp;
 		}
 	}
-	return NULL;
+	for (size_t i = 0; absent_prefixes[i]; i++)
+		if (!strncmp(url, absent_prefixes[i], strlen(absent_prefixes[i])))
+			return NULL;
+	if (sep)
+		return NULL;
+	*addr = url; /* host:port, no prefix: the first transport's, tcp */
+	return transports[0];
+}
+
+#define HOST_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-_:%"
+
+int rm_transport_check_host_port(const char *url, const char *addr, int port_zero_ok, char *why, size_t whylen)
+{
+	const char *colon = strrchr(addr, ':');
+	if (!colon) {
+		snprintf(why, whylen, "'%s' has no port (HOST:PORT)", url);
+		return -EINVAL;
+	}
+	const char *host = addr;
+	size_t hostlen = (size_t)(colon - addr);
+	if (hostlen >= 2 && host[0] == '[' && host[hostlen - 1] == ']') {
+		host++;
+		hostlen -= 2;
+	}
+	if (strspn(host, HOST_CHARS) < hostlen) {
+		snprintf(why, whylen, "'%.*s' in '%s' is not a host name or address", (int)(colon - addr), addr, url);
+		return -EINVAL;
+	}
+	const char *port = colon + 1;
+	char *end;
+	long n = strtol(port, &end, 10);
+	if (!*port || *end || port[0] < '0' || port[0] > '9' || n > 65535 || (n == 0 && !port_zero_ok)) {
+		snprintf(why, whylen, "'%s' in '%s' is not a port (%s to 65535)", port, url, port_zero_ok ? "0" : "1");
+		return -EINVAL;
+	}
+	return 0;
 }

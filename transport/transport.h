@@ -18,6 +18,17 @@
  *   - A thread that serves several peers (remorad's heartbeats) writes only what the
  *     connection takes at once (writable), so that one peer's full buffer costs it nothing.
  * transport-probe --check holds every transport to the deadline.
+ *
+ * Closing, the rule for callers:
+ *   - close frees the connection: no other thread may be inside, or come to call, any op
+ *     of it. A thread that wants another out of recv_some, sendv, recv_fd or send_fd calls
+ *     shutdown (any thread, any time, more than once), which makes those calls return an
+ *     error at once and every later one fail; the owner closes once they have returned.
+ *   - close after export_fd leaves the exported descriptors open, the receiving process's.
+ *   - listener_close frees the listener likewise: it is called by the thread that accepts,
+ *     once no accept is running on it. A thread blocked in accept is brought out by a
+ *     signal (accept returns -EINTR; remorad's stop signals), not by closing the listener
+ *     under it. Connections already accepted live on after it.
  */
 #ifndef REMORA_TRANSPORT_H
 #define REMORA_TRANSPORT_H
@@ -29,6 +40,8 @@
 #include <sys/uio.h>
 #include <time.h>
 
+#include "spin.h" /* the spin loop every waiting side shares */
+
 struct rm_transport;
 struct rm_listener;
 
@@ -37,8 +50,26 @@ struct rm_conn {
 	const struct rm_transport *tp;
 };
 
+/* What a transport is, for callers that must choose by it rather than by its name. */
+enum rm_transport_flags {
+	/* Encrypts on the CPU: a connection's throughput is one core's, so copies spread over
+	 * as many links as there are cores to spare (frontend/copy_links.c). */
+	RM_TRANSPORT_ENCRYPTS = 1u << 0,
+	/* Its address is a socket file's path (or @NAME, Linux's abstract namespace): the
+	 * listening process that changes user gives the file to that user. */
+	RM_TRANSPORT_PATH_ADDRESS = 1u << 1,
+};
+
 struct rm_transport {
-	const char *scheme; /* the address prefix, e.g. "tcp" in tcp://host:port */
+	const char *scheme; /* its name, and the address prefix: "tcp" in tcp://host:port */
+	unsigned flags;     /* rm_transport_flags */
+	/* The address part of url where url is this transport's (its own prefix: claimed),
+	 * else NULL. Optional (NULL: url begins with scheme://). */
+	const char *(*claim)(const char *url);
+	/* Whether addr, the part of url after the prefix, is an address this transport can
+	 * dial (port_zero_ok: or listen on, port 0 picking one): 0, or -EINVAL with why
+	 * filled in one line naming url. */
+	int (*check_address)(const char *url, const char *addr, int port_zero_ok, char *why, size_t whylen);
 
 	/* Connects to addr (host:port). Blocks until connected, refused, or timeout_ms passed. */
 	int (*dial)(const char *addr, int timeout_ms, struct rm_conn **out);
@@ -50,6 +81,14 @@ struct rm_transport {
 	/* Blocks until a client connects. -EINTR/-ECONNABORTED are transient. */
 	int (*accept)(struct rm_listener *l, struct rm_conn **out);
 	void (*listener_close)(struct rm_listener *l);
+	/* The listening end's keys, for a transport that authenticates it (tls): certificate
+	 * chain and key (PEM), and the CA that must have signed every client's certificate
+	 * (NULL: none asked for). Called once, before listen. 0, or -1 with why filled.
+	 * Optional (NULL: nothing to configure). */
+	int (*configure_listener)(const char *cert, const char *key, const char *client_ca, char *why, size_t whylen);
+	/* What follows the bound address in the daemon's "listening on" log line, "" for
+	 * nothing: " (TLS 1.3)". Optional (NULL: ""). */
+	const char *(*describe)(struct rm_listener *l);
 
 	/* Writes every byte of iov. Blocks until all is handed to the transport;
 	 * the buffers are the caller's again when it returns. */
@@ -108,6 +147,11 @@ struct rm_transport {
 	 * faults in. For the caller's accounting (remorad charges it to the client). Optional
 	 * (NULL: 0); never blocks. */
 	size_t (*held)(struct rm_conn *c);
+	/* Memory this process keeps page-locked for bulk copies (rm_transport_pin below), for
+	 * a transport that moves bytes straight from and into registered memory (rdma).
+	 * Process-wide, not a connection's; never block. Optional (NULL: nothing to do). */
+	void (*pin)(void *addr, size_t len);
+	void (*unpin)(void *addr);
 };
 
 #define RM_TRANSPORT_STATE_MAX 160
@@ -160,6 +204,11 @@ static inline int rm_conn_recv_fd(struct rm_conn *c, int timeout_ms)
 	return c->tp->recv_fd ? c->tp->recv_fd(c, timeout_ms) : -EOPNOTSUPP;
 }
 static inline size_t rm_conn_held(struct rm_conn *c) { return c->tp->held ? c->tp->held(c) : 0; }
+/* What follows l's bound address in a log line (describe); "" for nothing. */
+static inline const char *rm_transport_describe(const struct rm_transport *tp, struct rm_listener *l)
+{
+	return tp->describe ? tp->describe(l) : "";
+}
 /* Whether c can pass descriptors (its peer is a process on this host). */
 static inline int rm_conn_passes_fds(const struct rm_conn *c) { return c->tp->send_fd != NULL; }
 
@@ -208,24 +257,12 @@ static inline void rm_transport_tally_end(uint64_t t0, int receive)
 		t->send_ns += took, t->sends++;
 }
 
-/* How long a waiting side spins before it sleeps, from environment variable env (µs, 0 to
- * max_us): by default default_us where this process may run on 4 or more CPUs, else 0 (with
- * fewer, the spinner takes the CPU its peer needs to answer: on a loaded 2-CPU machine a
- * 54 µs round trip over shared memory spinning against 11 µs sleeping). */
-uint64_t rm_transport_spin_ns(const char *env, long default_us, long max_us);
-
-/* Whether a spinning wait gives its CPU up (sched_yield) each time it looks at the clock,
- * about once a microsecond: REMORA_SPIN_YIELD, on unless 0. Where waiters outnumber CPUs
- * (16 clients and their 16 session threads on 16 CPUs) a pure spin holds a CPU its peer,
- * woken onto it, needs to answer; yielding halved the 16-client median (hotpath.md). */
-int rm_transport_spin_yields(void);
-
 /* Memory this process keeps page-locked for bulk copies from the time it is pinned until
  * it is unpinned (the client library: the program's pinned allocations and registrations;
- * remorad: its staging buffers). A transport that can move bytes straight from and into
- * registered memory (rdma) registers it once, at its first use on a connection, instead of
- * for each copy; the others ignore it. addr must stay mapped until rm_transport_unpin(addr),
- * which is called before the memory is freed. */
+ * remorad: its staging buffers), told to every transport of the build that has a pin op.
+ * A transport that can move bytes straight from and into registered memory (rdma)
+ * registers it once, at its first use on a connection, instead of for each copy. addr must
+ * stay mapped until rm_transport_unpin(addr), which is called before the memory is freed. */
 void rm_transport_pin(void *addr, size_t len);
 void rm_transport_unpin(void *addr);
 
@@ -233,9 +270,12 @@ void rm_transport_unpin(void *addr);
  * port or a part does not fit. */
 int rm_transport_split_addr(const char *addr, char *host, size_t hostlen, char *port, size_t portlen);
 
-/* Picks the transport for url ("tcp://host:port" or plain "host:port"; "unix:PATH" or
- * "unix://PATH" for shared memory) and points *addr at the part after the scheme. NULL
+/* Picks the transport that claims url ("tcp://host:port" or plain "host:port"; "unix:PATH"
+ * or "unix://PATH" for shared memory) and points *addr at the part after its prefix. NULL
  * for an unknown scheme, or one this build lacks. */
 const struct rm_transport *rm_transport_for(const char *url, const char **addr);
+
+/* The check_address of transports whose address is host:port ([v6]:port too). */
+int rm_transport_check_host_port(const char *url, const char *addr, int port_zero_ok, char *why, size_t whylen);
 
 #endif

@@ -365,6 +365,7 @@ static int rdmat_adopt_fd(int fd, int extra_fd, const void *state, size_t state_
 
 const struct rm_transport rm_transport_rdma = {
 	.scheme = "rdma",
+	.check_address = rm_transport_check_host_port,
 	.dial = rdmat_dial,
 	.listen = rdmat_listen,
 	.listener_addr = rdmat_listener_addr,
@@ -380,4 +381,6 @@ const struct rm_transport rm_transport_rdma = {
 	.close = rdmat_close,
 	.export_fd = rdmat_export_fd,
 	.adopt_fd = rdmat_adopt_fd,
+	.pin = rm_rdma_pin,
+	.unpin = rm_rdma_unpin,
 };

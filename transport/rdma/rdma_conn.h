@@ -179,6 +179,9 @@ int rconn_consume_head(struct rdma_conn *c);
  * registered. Called without c's lock. */
 struct ibv_mr *rregion_get(struct rdma_conn *c, const void *p, int need_write, size_t *usable, void **token);
 void rregion_put(void *token);
+/* The transport's pin and unpin ops (transport.h): regions known, registered at first use. */
+void rm_rdma_pin(void *addr, size_t len);
+void rm_rdma_unpin(void *addr);
 /* Deregisters every region's registration in pd, before pd is deallocated. */
 void rregion_forget_pd(struct ibv_pd *pd);
 

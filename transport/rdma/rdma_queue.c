@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,6 +263,26 @@ static int notice_peer(struct rdma_conn *c, const struct pollfd *p)
 
 enum side { SENDING, RECEIVING };
 
+#define RDMA_YIELD_GAP_NS 1000 /* a spin gives the CPU up about once a microsecond */
+
+struct completion_look {
+	struct rdma_conn *c;
+	uint64_t seen; /* completions absorbed when the wait began */
+};
+
+/* One look of rconn_wait's spin, made without the lock: takes it, and keeps it where
+ * completions came in (1) or the connection failed (its error); 0 and unlocked otherwise. */
+static int look(void *arg)
+{
+	struct completion_look *k = arg;
+	pthread_mutex_lock(&k->c->lock);
+	int n = rconn_pump(k->c);
+	if (n || k->c->absorbed != k->seen)
+		return n < 0 ? n : 1;
+	pthread_mutex_unlock(&k->c->lock);
+	return 0;
+}
+
 /* Waits, under lock (released meanwhile), until some completion came in: 0, -ETIMEDOUT past
  * deadline (0: none), or the connection's failure. Spins for spin_ns first, then sleeps on
  * the completion channel and on the kick the other side sends once it took completions in.
@@ -277,21 +296,11 @@ int rconn_wait(struct rdma_conn *c, int side, uint64_t deadline)
 	if (atomic_load_explicit(&c->shut, memory_order_relaxed))
 		return rconn_fail(c, -ECONNRESET, "shut down");
 	if (c->spin_ns) {
-		uint64_t t0 = rm_transport_now_ns(), now = t0, yielded = t0;
-		int yields = rm_transport_spin_yields();
-		do {
-			pthread_mutex_unlock(&c->lock);
-			if (yields && now - yielded >= 1000) { /* about once a microsecond, as the others */
-				sched_yield();
-				yielded = now;
-			}
-#if defined(__x86_64__) || defined(__i386__)
-			__builtin_ia32_pause();
-#endif
-			pthread_mutex_lock(&c->lock);
-			if ((n = rconn_pump(c)) || c->absorbed != seen)
-				return n < 0 ? n : 0;
-		} while ((now = rm_transport_now_ns()) - t0 < c->spin_ns);
+		struct completion_look k = {c, seen};
+		pthread_mutex_unlock(&c->lock);
+		if ((n = rm_spin(c->spin_ns, 1, RDMA_YIELD_GAP_NS, look, &k)))
+			return n < 0 ? n : 0; /* under lock again */
+		pthread_mutex_lock(&c->lock);
 	}
 	c->asleep[side] = 1;
 	if (ibv_req_notify_cq(c->cq, 0)) {

@@ -15,8 +15,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sched.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,8 +28,7 @@
 struct tcp_conn {
 	struct rm_conn base;
 	int fd;
-	uint64_t spin_ns;          /* the most a receive spins */
-	_Atomic uint64_t spin_cur; /* what the next one spins (see the top) */
+	struct rm_spin_budget spin; /* what a receive spins (see the top) */
 	char peer[64];
 };
 
@@ -74,8 +71,7 @@ static struct rm_conn *conn_new(int fd)
 		return NULL;
 	c->base.tp = &rm_transport_tcp;
 	c->fd = fd;
-	c->spin_ns = rm_transport_spin_ns("REMORA_TCP_SPIN_US", TCP_SPIN_US_DEFAULT, TCP_SPIN_US_MAX);
-	c->spin_cur = c->spin_ns;
+	rm_spin_budget_init(&c->spin, rm_transport_spin_ns("REMORA_TCP_SPIN_US", TCP_SPIN_US_DEFAULT, TCP_SPIN_US_MAX));
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
 	char host[48] = "?", port[8] = "?";
@@ -274,33 +270,44 @@ static int tcp_writable(struct rm_conn *conn, size_t len)
 	return poll(&p, 1, 0) > 0 && (p.revents & POLLOUT);
 }
 
+struct spin_recv {
+	int fd;
+	void *buf;
+	size_t len;
+	ssize_t got; /* bytes, or a negative errno */
+};
+
+/* One look of the spin: 1 once bytes came or the receive failed, 0 for nothing yet. */
+static int look(void *arg)
+{
+	struct spin_recv *s = arg;
+	s->got = recv(s->fd, s->buf, s->len, MSG_DONTWAIT);
+	if (s->got == 0)
+		s->got = -ECONNRESET;
+	else if (s->got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+		s->got = -errno;
+	else if (s->got < 0)
+		return 0;
+	return 1;
+}
+
 /* The spin (see the top): bytes, 0 for none in time, or a negative errno. */
 static ssize_t spin_recv(struct tcp_conn *c, void *buf, size_t len, uint64_t spin)
 {
-	uint64_t t0 = rm_transport_now_ns();
-	int yields = rm_transport_spin_yields();
-	do {
-		ssize_t r = recv(c->fd, buf, len, MSG_DONTWAIT);
-		if (r > 0) {
-			atomic_store_explicit(&c->spin_cur, c->spin_ns, memory_order_relaxed);
-			return r;
-		}
-		if (r == 0)
-			return -ECONNRESET;
-		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-			return -errno;
-		if (yields)
-			sched_yield();
-	} while (rm_transport_now_ns() - t0 < spin);
-	/* In vain: a long wait (a kernel, an idle peer) costs less spinning next time. */
-	atomic_store_explicit(&c->spin_cur, spin / 2 > c->spin_ns / 8 ? spin / 2 : c->spin_ns / 8, memory_order_relaxed);
+	struct spin_recv s = {c->fd, buf, len, 0};
+	if (rm_spin(spin, 1, 0, look, &s)) {
+		if (s.got > 0)
+			rm_spin_budget_answered(&c->spin);
+		return s.got;
+	}
+	rm_spin_budget_in_vain(&c->spin, spin);
 	return 0;
 }
 
 static ssize_t tcp_recv_some(struct rm_conn *conn, void *buf, size_t len)
 {
 	struct tcp_conn *c = tcp(conn);
-	uint64_t spin = atomic_load_explicit(&c->spin_cur, memory_order_relaxed), t0 = 0;
+	uint64_t spin = rm_spin_budget_next(&c->spin), t0 = 0;
 	if (spin && !rm_transport_profiling) {
 		t0 = rm_transport_now_ns();
 		ssize_t r = spin_recv(c, buf, len, spin);
@@ -310,8 +317,8 @@ static ssize_t tcp_recv_some(struct rm_conn *conn, void *buf, size_t len)
 	for (;;) {
 		ssize_t r = __builtin_expect(rm_transport_profiling, 0) ? profiled_recv(c->fd, buf, len, 0)
 								   : recv(c->fd, buf, len, 0);
-		if (r > 0 && t0 && rm_transport_now_ns() - t0 < c->spin_ns) /* a whole spin would have caught it */
-			atomic_store_explicit(&c->spin_cur, c->spin_ns, memory_order_relaxed);
+		if (r > 0 && t0 && rm_transport_now_ns() - t0 < c->spin.whole) /* a whole spin would have caught it */
+			rm_spin_budget_answered(&c->spin);
 		if (r > 0)
 			return r;
 		if (r == 0)
@@ -383,6 +390,7 @@ static int tcp_adopt_fd(int fd, int extra_fd, const void *state, size_t state_le
 
 const struct rm_transport rm_transport_tcp = {
 	.scheme = "tcp",
+	.check_address = rm_transport_check_host_port,
 	.dial = tcp_dial,
 	.listen = tcp_listen,
 	.listener_addr = tcp_listener_addr,
