@@ -899,7 +899,7 @@ def main():
         elif not (e.name.startswith("rm") and e.cls == "hand"):
             raise SpecError(f"{e.where}: {e.name} is not declared in cuda.h (a call of Remora's own, "
                             "named rm..., is of class hand)")
-        elif len(e.notes) > 0:
+        elif e.notes:
             e.fail("a call of Remora's own is written by hand on both sides: nothing would honour its annotations")
     generated = []  # (function, entry, fields) of every call whose messages are generated
     for e in entries:
