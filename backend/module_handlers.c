@@ -235,6 +235,47 @@ void rm_handle_cuFuncGetName(struct rm_session *s, struct rm_request *rq)
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
+/* rmFuncGetParamLayout: what the driver's cuFuncGetParamInfo answers for each parameter of
+ * a function, up to the first index it answers CUDA_ERROR_INVALID_VALUE, in one reply. A
+ * function of more than RM_MAX_KERNEL_PARAMS is answered too_many, its parameters unlisted. */
+void rm_handle_rmFuncGetParamLayout(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__FuncGetParamLayout *req = (void *)rm_request_unpack(rq, &remora__func_get_param_layout__descriptor);
+	if (!req)
+		return;
+	Remora__FuncGetParamLayoutReply rep = REMORA__FUNC_GET_PARAM_LAYOUT_REPLY__INIT;
+	uint64_t offset[RM_MAX_KERNEL_PARAMS], size[RM_MAX_KERNEL_PARAMS];
+	void *func;
+	size_t n = 0;
+	CUresult r = rm_session_use(s, RM_H_FUNCTION, req->func, &func);
+	if (r == CUDA_SUCCESS && !rm_drv.cuFuncGetParamInfo)
+		r = rm_unsupported_by_driver("cuFuncGetParamInfo");
+	while (r == CUDA_SUCCESS) {
+		size_t at = 0, len = 0;
+		CUresult q = rm_drv.cuFuncGetParamInfo(func, n, &at, &len);
+		if (q == CUDA_ERROR_INVALID_VALUE) /* past the last parameter */
+			break;
+		if (q != CUDA_SUCCESS) {
+			r = q;
+		} else if (n == RM_MAX_KERNEL_PARAMS) {
+			rep.too_many = 1;
+			n = 0;
+			break;
+		} else {
+			offset[n] = at;
+			size[n++] = len;
+		}
+	}
+	if (r == CUDA_SUCCESS) {
+		rep.offset = offset;
+		rep.n_offset = n;
+		rep.size = size;
+		rep.n_size = n;
+	}
+	rm_request_finish(s, rq, r, &rep.base);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
 /* The handles filled in become the client's, children of the module like cuModuleGetFunction's. */
 CUresult rm_body_cuModuleEnumerateFunctions(struct rm_session *s, CUfunction *functions, unsigned int numFunctions,
 					    CUmodule mod)

@@ -19,6 +19,7 @@
 					    * (docs/managed-memory.md): the client maps it page by page */
 #define RM_MAX_RANGE_ATTRIBUTE 1024        /* bytes of one cuMemRangeGetAttribute answer */
 #define RM_MAX_GRAPH_DEPS 4096             /* node handles in one graph message (dependencies, nodes) */
+#define RM_MAX_KERNEL_PARAMS 512           /* parameters of one function's layout (rmFuncGetParamLayout) */
 
 /* Frame flags. */
 enum {

@@ -68,7 +68,7 @@ CUresult rm_connect_once(void);
  * connects afresh. Only while no other thread calls, and with nothing handed out before
  * (names, handles) used again. */
 void rm_rpc_reset(void);
-/* Forgets the parameter layouts and function names launch.c keeps (rm_rpc_reset). */
+/* Forgets the function names launch.c keeps (rm_rpc_reset). */
 void rm_launch_reset(void);
 /* The GPU host's driver version, known after rm_connect_once. */
 int rm_remote_driver_version(void);

@@ -1,10 +1,12 @@
 /* Kernel launches: arguments are packed at their offsets into one buffer and
- * sent without waiting. Each function's parameter layout is asked of the GPU
- * host once (cuFuncGetParamInfo), checked (param_layout.h: what a lying host can make
- * the client read) and kept until cuFuncGetParamInfo's answers are forgotten (a module
- * unloaded: its functions' handles may come again for other functions). */
+ * sent without waiting. Each function's parameter layout is asked of the GPU host in one
+ * round trip (rmFuncGetParamLayout), checked (param_layout.h: what a lying host can make
+ * the client read) and kept in the query cache as cuFuncGetParamInfo's answers are, until
+ * they are forgotten (a module unloaded: its functions' handles may come again for other
+ * functions). */
 #include "client.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,103 +15,52 @@
 #include "query_cache.h"
 #include "remora.pb-c.h"
 
-#define LAYOUT_BUCKETS 1024
+/* Layouts are kept as every cuFuncGetParamInfo answer of their function: forgotten with them. */
+#define LAYOUT_OP RM_OP_cuFuncGetParamInfo
 
-struct param_layout {
-	CUfunction func;
-	uint64_t epoch;     /* cuFuncGetParamInfo's (rm_query_cache_epoch) when asked */
-	CUresult refused;   /* CUDA_SUCCESS, or what every launch of func returns (said once) */
-	size_t count;
-	size_t size;        /* bytes the packed arguments span */
-	size_t *offset, *len;
-	struct param_layout *next;
-};
-
-/* Layouts, read under the read lock for as long as a launch packs by one; replaced
- * under the write lock. */
-static pthread_rwlock_t layout_lock = PTHREAD_RWLOCK_INITIALIZER;
-static struct param_layout *layouts[LAYOUT_BUCKETS];
 static pthread_mutex_t names_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static size_t bucket(CUfunction f)
+/* Asks the GPU host for f's layout. A layout param_layout.h refuses comes back refused,
+ * after one line naming f; a reply no host sends fails the connection. */
+static CUresult ask_layout(CUfunction f, struct rm_param_layout **out)
 {
-	return ((uintptr_t)f >> 4) % LAYOUT_BUCKETS;
-}
-
-static void layout_free(struct param_layout *l)
-{
-	if (l) {
-		free(l->offset);
-		free(l->len);
-	}
-	free(l);
-}
-
-/* Asks the GPU host for f's layout, one parameter at a time until an index it answers
- * CUDA_ERROR_INVALID_VALUE. A layout param_layout.h refuses comes back with `refused` set,
- * after one line naming f; an error of the calls themselves is returned. */
-static CUresult query_layout(CUfunction f, uint64_t epoch, struct param_layout **out)
-{
-	size_t offs[RM_PARAM_MAX_COUNT + 1], lens[RM_PARAM_MAX_COUNT + 1], n = 0, end = 0;
-	CUresult r = CUDA_SUCCESS;
-	for (; n <= RM_PARAM_MAX_COUNT; n++) { /* one more than the most: a layout without an end is refused */
-		r = cuFuncGetParamInfo(f, n, &offs[n], &lens[n]);
-		if (r != CUDA_SUCCESS)
-			break;
-	}
-	if (r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_VALUE)
-		return r;
-	struct param_layout *l = calloc(1, sizeof(*l));
-	if (!l || !(l->offset = malloc((n + 1) * sizeof(size_t))) || !(l->len = malloc((n + 1) * sizeof(size_t)))) {
-		layout_free(l);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
+	Remora__FuncGetParamLayout req = REMORA__FUNC_GET_PARAM_LAYOUT__INIT;
+	req.func = (uint64_t)(uintptr_t)f;
+	Remora__FuncGetParamLayoutReply *rep = NULL;
+	CUresult r = rm_rpc_simple(RM_OP_rmFuncGetParamLayout, &req.base, &remora__func_get_param_layout_reply__descriptor,
+				   (ProtobufCMessage **)&rep);
 	char why[200];
-	if (rm_param_layout_check(offs, lens, n, rm_param_limit(rm_remote_driver_version()), &end, why, sizeof(why))) {
+	int err = 0;
+	if (r == CUDA_SUCCESS && !rep)
+		r = rm_rpc_bad_reply("rmFuncGetParamLayout: no reply");
+	if (r == CUDA_SUCCESS)
+		err = rm_param_layout_decode(rep->offset, rep->n_offset, rep->size, rep->n_size, rep->too_many,
+					     rm_param_limit(rm_remote_driver_version()), out, why, sizeof(why));
+	if (err == -EPROTO)
+		r = rm_rpc_bad_reply("rmFuncGetParamLayout: %s", why);
+	else if (err)
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	else if (r == CUDA_SUCCESS && (*out)->refused)
 		rm_log(RM_LOG_ERROR, "cuFuncGetParamInfo: the GPU server describes function %p's parameters as no kernel "
 		       "has them (%s): its launches are refused with CUDA_ERROR_INVALID_IMAGE", (void *)f, why);
-		l->refused = CUDA_ERROR_INVALID_IMAGE;
-		n = end = 0;
-	}
-	memcpy(l->offset, offs, n * sizeof(size_t));
-	memcpy(l->len, lens, n * sizeof(size_t));
-	l->func = f;
-	l->epoch = epoch;
-	l->count = n;
-	l->size = end;
-	*out = l;
-	return CUDA_SUCCESS;
+	rm_rpc_free(rep ? &rep->base : NULL);
+	return r;
 }
 
-/* f's layout, asked for if none is kept of this epoch; on CUDA_SUCCESS layout_lock is held
- * (read or write) until the caller, done with the layout, unlocks it. */
-static CUresult layout_of(CUfunction f, const struct param_layout **out)
+/* f's layout, asked for if none is kept; on CUDA_SUCCESS held (rm_query_cache_hold) until
+ * the caller, done with it, releases it. */
+static CUresult layout_of(CUfunction f, const struct rm_param_layout **out)
 {
-	uint64_t epoch = rm_query_cache_epoch(RM_OP_cuFuncGetParamInfo); /* before asking: a forget meanwhile shows */
-	pthread_rwlock_rdlock(&layout_lock);
-	struct param_layout *l = layouts[bucket(f)];
-	while (l && l->func != f)
-		l = l->next;
-	if (l && l->epoch == epoch) {
-		*out = l;
+	uint64_t key = (uint64_t)(uintptr_t)f;
+	if ((*out = rm_query_cache_hold(LAYOUT_OP, key)))
 		return CUDA_SUCCESS;
-	}
-	pthread_rwlock_unlock(&layout_lock);
-	CUresult r = query_layout(f, epoch, &l);
+	uint64_t epoch = rm_query_cache_epoch(LAYOUT_OP); /* before asking: a forget meanwhile shows */
+	struct rm_param_layout *l = NULL;
+	CUresult r = ask_layout(f, &l);
 	if (r != CUDA_SUCCESS)
 		return r;
-	pthread_rwlock_wrlock(&layout_lock);
-	for (struct param_layout **p = &layouts[bucket(f)]; *p; p = &(*p)->next)
-		if ((*p)->func == f) { /* a stale one, or another thread's as fresh: this one replaces it */
-			struct param_layout *old = *p;
-			*p = old->next;
-			layout_free(old);
-			break;
-		}
-	l->next = layouts[bucket(f)];
-	layouts[bucket(f)] = l;
-	*out = l;
-	return CUDA_SUCCESS;
+	*out = rm_query_cache_keep(LAYOUT_OP, key, epoch, l, free);
+	return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 /* Finds the argument buffer the `extra` array points at. */
@@ -160,7 +111,7 @@ static CUresult describe_attrs(Remora__LaunchKernel *req, const CUlaunchAttribut
 }
 
 /* Packs kernelParams by l into dst (l->size bytes). */
-static CUresult pack(const struct param_layout *l, void **kernelParams, uint8_t *dst)
+static CUresult pack(const struct rm_param_layout *l, void **kernelParams, uint8_t *dst)
 {
 	if (l->count && !kernelParams)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -192,12 +143,12 @@ static CUresult pack_params(CUfunction f, void **kernelParams, void **extra, Rem
 		req->params.len = size;
 		return CUDA_SUCCESS;
 	}
-	const struct param_layout *l;
+	const struct rm_param_layout *l;
 	if ((r = layout_of(f, &l)) != CUDA_SUCCESS)
 		return r;
 	uint8_t *dst = NULL;
 	if (l->refused)
-		r = l->refused;
+		r = CUDA_ERROR_INVALID_IMAGE;
 	else if (!(dst = l->size <= scratch_len ? scratch : (*heap = malloc(l->size ? l->size : 1))))
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 	else
@@ -206,7 +157,7 @@ static CUresult pack_params(CUfunction f, void **kernelParams, void **extra, Rem
 		req->params.data = dst;
 		req->params.len = l->size;
 	}
-	pthread_rwlock_unlock(&layout_lock);
+	rm_query_cache_release();
 	return r;
 }
 
@@ -327,14 +278,6 @@ RM_EXPORT CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
 
 void rm_launch_reset(void)
 {
-	pthread_rwlock_wrlock(&layout_lock);
-	for (size_t b = 0; b < LAYOUT_BUCKETS; b++)
-		while (layouts[b]) {
-			struct param_layout *l = layouts[b];
-			layouts[b] = l->next;
-			layout_free(l);
-		}
-	pthread_rwlock_unlock(&layout_lock);
 	pthread_mutex_lock(&names_lock);
 	while (names) {
 		struct name_entry *e = names;

@@ -2,7 +2,9 @@
 #include "param_layout.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 size_t rm_param_limit(int driver_version)
 {
@@ -14,8 +16,8 @@ int rm_param_layout_check(const size_t *offset, const size_t *len, size_t n, siz
 {
 	size_t at = 0; /* the end of the parameters before i */
 	*end = 0;
-	if (n > RM_PARAM_MAX_COUNT) {
-		snprintf(why, whylen, "more than %d parameters", RM_PARAM_MAX_COUNT);
+	if (n > RM_MAX_KERNEL_PARAMS) {
+		snprintf(why, whylen, "more than %d parameters", RM_MAX_KERNEL_PARAMS);
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -36,5 +38,41 @@ int rm_param_layout_check(const size_t *offset, const size_t *len, size_t n, siz
 		at = offset[i] + len[i];
 	}
 	*end = at;
+	return 0;
+}
+
+static size_t to_size(uint64_t v)
+{
+	return v < SIZE_MAX ? (size_t)v : SIZE_MAX; /* beyond any limit, as it was */
+}
+
+int rm_param_layout_decode(const uint64_t *offset, size_t n_offset, const uint64_t *size, size_t n_size,
+			   int too_many, size_t limit, struct rm_param_layout **out, char *why, size_t whylen)
+{
+	*out = NULL;
+	if (n_offset != n_size || n_offset > RM_MAX_KERNEL_PARAMS || (too_many && n_offset)) {
+		snprintf(why, whylen, "%zu offsets and %zu sizes%s: at most %d, as many of each", n_offset, n_size,
+			 too_many ? " of too many parameters" : "", RM_MAX_KERNEL_PARAMS);
+		return -EPROTO;
+	}
+	size_t n = n_offset;
+	struct rm_param_layout *l = calloc(1, sizeof(*l) + 2 * n * sizeof(size_t));
+	if (!l)
+		return -ENOMEM;
+	l->offset = (size_t *)(l + 1);
+	l->len = l->offset + n;
+	for (size_t i = 0; i < n; i++) {
+		l->offset[i] = to_size(offset[i]);
+		l->len[i] = to_size(size[i]);
+	}
+	if (too_many) {
+		snprintf(why, whylen, "more than %d parameters", RM_MAX_KERNEL_PARAMS);
+		l->refused = 1;
+	} else if (rm_param_layout_check(l->offset, l->len, n, limit, &l->size, why, whylen)) {
+		l->refused = 1;
+	} else {
+		l->count = n;
+	}
+	*out = l;
 	return 0;
 }

@@ -4,7 +4,10 @@
  * for a setting, (opcode, current context, packed request with the value zeroed) -> the
  * packed request that set it. It holds at most
  * MAX_ENTRIES answers; past that it starts again empty, which costs round trips, never a wrong
- * answer. A hit unpacks a fresh reply, so callers free it as they free the daemon's. */
+ * answer. A hit unpacks a fresh reply, so callers free it as they free the daemon's.
+ *
+ * Objects made of answers are a second hash table, of (opcode, key) -> object, under a
+ * read-write lock: read for as long as a caller uses one, written to keep or forget. */
 #include "query_cache.h"
 
 #include <pthread.h>
@@ -14,6 +17,7 @@
 #include "client.h"
 
 #define BUCKETS 4096
+#define OBJECT_BUCKETS 1024
 #define MAX_ENTRIES 65536
 #define MAX_REQUEST 1024 /* bytes of packed request: larger ones are not kept */
 #define MAX_KEY (sizeof(uint64_t) + MAX_REQUEST)
@@ -30,6 +34,17 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct entry *buckets[BUCKETS];
 static size_t entries;
 static uint64_t epochs[RM_OP_LIMIT]; /* [op]: times op's answers were forgotten (atomic) */
+
+struct object {
+	struct object *next;
+	uint32_t op;
+	uint64_t key, epoch; /* epoch: op's when the answers it was made of were asked for */
+	void *obj;
+	void (*free_obj)(void *);
+};
+
+static pthread_rwlock_t objects_lock = PTHREAD_RWLOCK_INITIALIZER;
+static struct object *objects[OBJECT_BUCKETS];
 
 static uint32_t hash(uint32_t op, const uint8_t *key, size_t len)
 {
@@ -60,13 +75,38 @@ static void forget_where(int (*match)(const struct entry *, uint32_t), uint32_t 
 static int of_op(const struct entry *e, uint32_t op) { return e->op == op; }
 static int any(const struct entry *e, uint32_t op) { return (void)e, (void)op, 1; }
 
+static size_t object_bucket(uint32_t op, uint64_t key)
+{
+	return (size_t)((key >> 4) ^ op) % OBJECT_BUCKETS;
+}
+
+/* Frees the objects of op, or all (op RM_OP_LIMIT); called with objects_lock written. */
+static void forget_objects(uint32_t op)
+{
+	for (size_t b = 0; b < OBJECT_BUCKETS; b++)
+		for (struct object **link = &objects[b]; *link;) {
+			struct object *o = *link;
+			if (op == RM_OP_LIMIT || o->op == op) {
+				*link = o->next;
+				o->free_obj(o->obj);
+				free(o);
+			} else {
+				link = &o->next;
+			}
+		}
+}
+
 void rm_query_cache_forget(uint32_t op)
 {
 	pthread_mutex_lock(&lock);
 	if (entries)
 		forget_where(of_op, op);
-	if (op < RM_OP_LIMIT)
+	pthread_rwlock_wrlock(&objects_lock);
+	if (op < RM_OP_LIMIT) {
 		__atomic_add_fetch(&epochs[op], 1, __ATOMIC_RELEASE);
+		forget_objects(op);
+	}
+	pthread_rwlock_unlock(&objects_lock);
 	pthread_mutex_unlock(&lock);
 }
 
@@ -74,14 +114,56 @@ void rm_query_cache_clear(void)
 {
 	pthread_mutex_lock(&lock);
 	forget_where(any, 0);
+	pthread_rwlock_wrlock(&objects_lock);
 	for (uint32_t op = 0; op < RM_OP_LIMIT; op++)
 		__atomic_add_fetch(&epochs[op], 1, __ATOMIC_RELEASE);
+	forget_objects(RM_OP_LIMIT);
+	pthread_rwlock_unlock(&objects_lock);
 	pthread_mutex_unlock(&lock);
 }
 
 uint64_t rm_query_cache_epoch(uint32_t op)
 {
 	return op < RM_OP_LIMIT ? __atomic_load_n(&epochs[op], __ATOMIC_ACQUIRE) : 0;
+}
+
+const void *rm_query_cache_hold(uint32_t op, uint64_t key)
+{
+	uint64_t epoch = rm_query_cache_epoch(op);
+	pthread_rwlock_rdlock(&objects_lock);
+	for (struct object *o = objects[object_bucket(op, key)]; o; o = o->next)
+		if (o->op == op && o->key == key && o->epoch == epoch)
+			return o->obj;
+	pthread_rwlock_unlock(&objects_lock);
+	return NULL;
+}
+
+const void *rm_query_cache_keep(uint32_t op, uint64_t key, uint64_t epoch, void *obj, void (*free_obj)(void *))
+{
+	struct object *o = malloc(sizeof(*o));
+	if (!o) {
+		free_obj(obj);
+		return NULL;
+	}
+	*o = (struct object){.op = op, .key = key, .epoch = epoch, .obj = obj, .free_obj = free_obj};
+	size_t b = object_bucket(op, key);
+	pthread_rwlock_wrlock(&objects_lock);
+	for (struct object **link = &objects[b]; *link; link = &(*link)->next)
+		if ((*link)->op == op && (*link)->key == key) { /* a stale one, or another thread's as fresh */
+			struct object *old = *link;
+			*link = old->next;
+			old->free_obj(old->obj);
+			free(old);
+			break;
+		}
+	o->next = objects[b];
+	objects[b] = o;
+	return obj; /* held: objects_lock stays written until rm_query_cache_release */
+}
+
+void rm_query_cache_release(void)
+{
+	pthread_rwlock_unlock(&objects_lock);
 }
 
 /* A copy of the kept reply for (op, key), unpacked; NULL if none. */

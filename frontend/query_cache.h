@@ -10,7 +10,12 @@
  * A call annotated `sets=P` sets the value P for the target its other parameters name (a
  * kernel's attribute, say). The client keeps, per target and context, the request that last
  * set it successfully; setting the same value again succeeds here, unsent, and forgets
- * nothing. A target forgotten (its module unloaded) is sent again. */
+ * nothing. A target forgotten (its module unloaded) is sent again.
+ *
+ * What the client makes of answers and reads at every call, a kernel's checked parameter
+ * layout (launch.c), is kept here too, as an object under an op and a 64-bit key (not the
+ * context: the key names it alone), and forgotten with the op's answers. Objects are read
+ * under a shared lock, taken by rm_query_cache_hold or _keep, given back by _release. */
 #ifndef REMORA_QUERY_CACHE_H
 #define REMORA_QUERY_CACHE_H
 
@@ -31,8 +36,19 @@ CUresult rm_rpc_setting(uint32_t op, ProtobufCMessage *req, void *value, size_t 
 void rm_query_cache_forget(uint32_t op);
 /* Forgets every answer and setting kept (a connection given up for a new one). */
 void rm_query_cache_clear(void);
-/* How many times op's answers were forgotten: what the client keeps that it made of op's
- * answers (launch.c's parameter layouts of cuFuncGetParamInfo) is stale once this changed. */
+/* How many times op's answers were forgotten: an object made of answers asked for before
+ * it changed is stale. */
 uint64_t rm_query_cache_epoch(uint32_t op);
+
+/* The object kept under (op, key) since op's answers were last forgotten, held for reading
+ * until rm_query_cache_release; NULL, holding nothing, when there is none. */
+const void *rm_query_cache_hold(uint32_t op, uint64_t key);
+/* Keeps obj, made of op's answers asked for when rm_query_cache_epoch(op) was epoch, in place
+ * of the object kept under (op, key), and returns it held as rm_query_cache_hold does. Once
+ * forgotten or replaced it is freed by free_obj; if op's answers were forgotten since epoch,
+ * it serves this caller and no later one. NULL, obj freed, when out of memory. */
+const void *rm_query_cache_keep(uint32_t op, uint64_t key, uint64_t epoch, void *obj, void (*free_obj)(void *));
+/* Ends the hold of rm_query_cache_hold or _keep. */
+void rm_query_cache_release(void);
 
 #endif

@@ -137,7 +137,7 @@ class SpecEntry:
     """One line of the spec: OPCODE NAME CLASS [ANNOTATION ...]."""
 
     def __init__(self, where, opcode, name, cls, notes):
-        self.where, self.opcode, self.name, self.cls = where, opcode, name, cls
+        self.where, self.opcode, self.name, self.cls, self.notes = where, opcode, name, cls, notes
         self.async_ = "async" in notes
         self.syncpoint = "syncpoint" in notes
         self.cached = "cached" in notes
@@ -894,12 +894,16 @@ def main():
 
     by_name = {e.name: e for e in entries}
     for e in entries:
-        if e.name not in funcs:
-            raise SpecError(f"{e.where}: {e.name} is not declared in cuda.h")
-        check_entry(e, funcs[e.name], by_name, funcs, exports)
+        if e.name in funcs:
+            check_entry(e, funcs[e.name], by_name, funcs, exports)
+        elif not (e.name.startswith("rm") and e.cls == "hand"):
+            raise SpecError(f"{e.where}: {e.name} is not declared in cuda.h (a call of Remora's own, "
+                            "named rm..., is of class hand)")
+        elif e.notes:
+            e.fail("a call of Remora's own is written by hand on both sides: nothing would honour its annotations")
     generated = []  # (function, entry, fields) of every call whose messages are generated
     for e in entries:
-        if e.cls == "local":
+        if e.cls == "local" or e.name not in funcs:
             continue
         try:
             generated.append((funcs[e.name], e, fields_of(funcs[e.name], e, ctx)))

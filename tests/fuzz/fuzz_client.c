@@ -192,7 +192,7 @@ static CUresult drive_library(void)
 }
 
 /* kernelParams for k(a, n, b) as far as the client may read it whatever the server says
- * (param_layout.h): RM_PARAM_MAX_COUNT pointers, each to RM_PARAM_LIMIT bytes, both heap
+ * (param_layout.h): RM_MAX_KERNEL_PARAMS pointers, each to RM_PARAM_LIMIT bytes, both heap
  * objects of exactly that size, so that AddressSanitizer reports a read past the bound. A
  * server that lies consistently (one 32764-byte parameter) gets these bytes, as the bound
  * allows; no server may make the client read further. */
@@ -201,10 +201,10 @@ static void **kernel_params(void)
 	static void **params;
 	if (!params) {
 		uint8_t *arg = calloc(1, RM_PARAM_LIMIT);
-		if (!arg || !(params = malloc(RM_PARAM_MAX_COUNT * sizeof(*params))))
+		if (!arg || !(params = malloc(RM_MAX_KERNEL_PARAMS * sizeof(*params))))
 			abort();
 		arg[0] = 1;
-		for (size_t i = 0; i < RM_PARAM_MAX_COUNT; i++)
+		for (size_t i = 0; i < RM_MAX_KERNEL_PARAMS; i++)
 			params[i] = arg;
 	}
 	return params;

@@ -27,7 +27,7 @@ OP = {'cuInit': 1, 'cuDeviceGet': 2, 'cuDeviceGetCount': 3, 'cuDeviceGetName': 4
       'cuMemcpyDtoD_v2': 38, 'cuModuleLoadData': 43, 'cuModuleUnload': 44, 'cuModuleGetFunction': 45,
       'cuLaunchKernel': 47, 'cuStreamCreate': 53, 'cuStreamDestroy_v2': 55, 'cuStreamSynchronize': 56,
       'cuEventCreate': 61, 'cuEventDestroy_v2': 62, 'cuEventRecord': 63, 'cuEventSynchronize': 65,
-      'cuLibraryLoadData': 69, 'cuMemAllocAsync': 86}
+      'cuLibraryLoadData': 69, 'cuMemAllocAsync': 86, 'rmFuncGetParamLayout': 158}
 ASYNC_OPS = {'cuMemsetD16Async', 'cuMemsetD32Async', 'cuLaunchKernel', 'cuEventRecord'}
 
 
@@ -135,6 +135,13 @@ def request_seeds():
     s.call('cuLaunchKernel', launch + params).call('cuCtxSynchronize')
     s.call('cuLaunchKernel', launch + fv(9, alias(4)) + params).call('cuStreamSynchronize', fv(1, 0))
     seeds['launch-then-sync'] = s.data
+
+    # A function's parameter layout in one reply; a function the client does not own.
+    # Handles: 0 context, 1 module, 2 function.
+    s = context(Session()).call('cuModuleLoadData', fv(1, 2), bulk=PTX)
+    s.call('cuModuleGetFunction', fv(1, alias(1)) + fb(2, 'vecAdd')).call('rmFuncGetParamLayout', fv(1, alias(2)))
+    s.call('rmFuncGetParamLayout', fv(1, 0x7200))
+    seeds['param-layout'] = s.data
 
     s = context(Session()).call('cuMemGetInfo_v2').call('cuDeviceGetName', fv(1, 64) + fv(2, 64) + fv(3, 0))
     s.call('cuDeviceGetCount')
@@ -383,12 +390,19 @@ def client_seeds():
     def param_info(offset, size):
         return fv(1, offset) + fv(2, size)
 
-    honest = [param_info(0, 8), param_info(8, 4), param_info(16, 8), (b'', b'', CUDA_ERROR_INVALID_VALUE)]
+    def layout(params, too_many=False, packed=True):
+        """rmFuncGetParamLayout's reply: (offset, size) pairs, as the daemon packs them or not."""
+        if packed:
+            return (fb(1, b''.join(varint(o) for o, _ in params)) + fb(2, b''.join(varint(n) for _, n in params))
+                    + (fv(3, 1) if too_many else b''))
+        return b''.join(fv(1, o) for o, _ in params) + b''.join(fv(2, n) for _, n in params) + fv(3, too_many)
+
+    honest = layout([(0, 8), (8, 4), (16, 8)])
     seeds = {
         'context': session('context', b'', fv(1, 0x7000)),
         'module': session('module', fv(1, 0x7100), fv(1, 0x7200)),
         'library': session('library', fv(1, 0x7100), fv(1, 0x7300), fv(1, 0x7200)),
-        'launch': session('launch', *honest, b''),
+        'launch': session('launch', param_info(0, 8), honest, b''),
         'names': session('names', fb(1, 'k')),
         'copies': session('copies', fv(1, 0x100000), b'', (b'', bytes(100)), (b'', bytes(37)), b'', b''),
         'pointers': session('pointers', fb(1, struct.pack('<QQ', 2, 0)), fv(1, 1) + fb(2, bytes(5 * 16)),
@@ -397,13 +411,15 @@ def client_seeds():
         'occupancy': session('occupancy', fv(1, 2)),
         'capture': session('capture', fv(1, 0x7400), b'', fv(1, 1), fv(1, 1) + fv(2, 5) + fv(3, 0x7500) + fv(4, 0x7600),
                            fv(1, 0x7500)),
-        'graph': session('graph', fv(1, 2) + fv(2, 0x7600) + fv(2, 0x7601), fb(1, bytes(24)), *honest, fv(1, 0x7700)),
+        'graph': session('graph', fv(1, 2) + fv(2, 0x7600) + fv(2, 0x7601), fb(1, bytes(24)), honest, fv(1, 0x7700)),
         'nvml': session('nvml', fv(1, 0xff) + fv(2, 2 << 30) + fv(3, 1 << 30) + fb(11, '580.65')),
-        # Issue 37: layouts no kernel has, which the client must refuse without reading past.
-        'regress-param-endless': session('launch', *[param_info(8 * i, 8) for i in range(520)]),
-        'regress-param-overlap': session('launch', param_info(0, 8), param_info(0, 8),
-                                         (b'', b'', CUDA_ERROR_INVALID_VALUE)),
-        'regress-param-huge': session('launch', param_info(0, 32764), (b'', b'', CUDA_ERROR_INVALID_VALUE)),
+        # Issue 37: layouts no kernel has, which the client must refuse without reading past;
+        # replies no daemon sends: more parameters than the bound, offsets without sizes.
+        'regress-param-endless': session('launch', param_info(0, 8), layout([], too_many=True)),
+        'regress-param-overlap': session('launch', param_info(0, 8), layout([(0, 8), (0, 8)], packed=False)),
+        'regress-param-huge': session('launch', param_info(0, 32764), layout([(0, 32764)])),
+        'regress-param-count': session('launch', param_info(0, 8), layout([(8 * i, 8) for i in range(520)])),
+        'regress-param-unpaired': session('launch', param_info(0, 8), fb(1, bytes([0, 8])) + fb(2, bytes([8]))),
         'regress-name-unterminated': hello(len(CLIENT_HAND) + gen.index('cuDeviceGetName'))
                                      + reply(0, fb(1, b'EVIL')),
         'regress-dtoh-longer': session('copies', fv(1, 0x100000), b'', (b'', bytes(164))),
@@ -413,6 +429,23 @@ def client_seeds():
         calls = range(len(CLIENT_HAND) + first, len(CLIENT_HAND) + min(first + 16, len(gen)))
         seeds['generated-%03d' % first] = hello(calls[0]) + b''.join(reply(c) + reply(c) for c in calls)
     return seeds
+
+
+def param_layout_seeds():
+    """fuzz_param_layout.c's inputs: a byte saying the driver (even: 12.1 or later), then the reply."""
+    def reply_of(params, too_many=False):
+        return fb(1, b''.join(varint(o) for o, _ in params)) + fb(2, b''.join(varint(n) for _, n in params)) + \
+            (fv(3, 1) if too_many else b'')
+    return {
+        'honest': b'\0' + reply_of([(0, 8), (8, 4), (16, 8)]),
+        'gap': b'\0' + reply_of([(48, 2880)]),
+        'none': b'\0',
+        'old-driver-huge': b'\1' + reply_of([(0, 8192)]),
+        'overlap': b'\0' + reply_of([(0, 8), (0, 8)]),
+        'too-many': b'\0' + fv(3, 1),
+        'count': b'\0' + reply_of([(8 * i, 8) for i in range(513)]),
+        'unpaired': b'\0' + fb(1, bytes([0, 8])) + fb(2, bytes([8])),
+    }
 
 
 def write(target, seeds):
@@ -433,6 +466,7 @@ def main():
     write('status_request', status_request_seeds())
     write('rdma_wire', rdma_wire_seeds())
     write('client', client_seeds())
+    write('param_layout', param_layout_seeds())
     write('image', image_seeds(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, '..', '..', 'build')))
 
 

@@ -135,7 +135,7 @@ HAND_REQUESTS = {"cuMemcpyDtoH_v2": "MemcpyDtoH", "cuMemcpyDtoHAsync_v2": "Memcp
                  "cuMemcpyHtoD_v2": "MemcpyHtoD", "cuMemcpyHtoDAsync_v2": "MemcpyHtoD",
                  "cuModuleLoadData": "ModuleLoad", "cuLibraryLoadData": "ModuleLoad",
                  "cuLaunchKernel": "LaunchKernel", "cuFuncGetName": "FuncGetName",
-                 "cuPointerGetAttribute": "PointerAttribute"}
+                 "cuPointerGetAttribute": "PointerAttribute", "rmFuncGetParamLayout": "FuncGetParamLayout"}
 
 
 def plausible(name, req):
@@ -164,6 +164,8 @@ def plausible(name, req):
         if req.get("paramindex", 0) > 0:
             return Reply(result=CUDA_ERROR_INVALID_VALUE)
         return rep(paramoffset=0, paramsize=8)
+    if name == "rmFuncGetParamLayout":  # the same, in one reply
+        return Reply(encode("FuncGetParamLayoutReply", offset=[0], size=[8]))
     if name in ("cuMemcpyDtoH_v2", "cuMemcpyDtoHAsync_v2"):
         return Reply(bulk=bytes(req.get("count", 0)))
     if name == "cuPointerGetAttribute":
@@ -284,20 +286,10 @@ def run_program(what, server, argv, expect, params_at_most=None):
               f"(launches of {server.launch_params} bytes)")
 
 
-def param(offset, size):
-    return lambda name, req: (Reply(encode("cuFuncGetParamInfo_Rep", paramoffset=offset, paramsize=size))
-                              if name == "cuFuncGetParamInfo" and req.get("paramindex", 0) == 0 else None)
-
-
-def params(layout):
-    """A layout of cuFuncGetParamInfo: layout(index) gives (offset, size), or None past the end."""
-    def evil(name, req):
-        if name != "cuFuncGetParamInfo":
-            return None
-        at = layout(req.get("paramindex", 0))
-        return (Reply(encode("cuFuncGetParamInfo_Rep", paramoffset=at[0], paramsize=at[1])) if at
-                else Reply(result=CUDA_ERROR_INVALID_VALUE))
-    return evil
+def params(offsets, sizes, too_many=False):
+    """A layout in rmFuncGetParamLayout's reply."""
+    return lambda name, req: (Reply(encode("FuncGetParamLayoutReply", offset=offsets, size=sizes, too_many=int(too_many)))
+                              if name == "rmFuncGetParamLayout" else None)
 
 
 def name_reply(make):
@@ -310,13 +302,17 @@ def dtoh_bulk(make):
 
 
 PROGRAM_SCENARIOS = {
-    "param-offset": (param((1 << 64) - 8, 8), [probe, "fault", image], "cuFuncGetParamInfo"),
-    "param-size": (param(0, 1 << 63), [probe, "fault", image], "cuFuncGetParamInfo"),
-    # Layouts no kernel has, for probe's kernel of one 8-byte parameter (issue 37): every index
-    # answered, two parameters at one offset. (Gaps and a first parameter past 0 are real:
+    "param-offset": (params([(1 << 64) - 8], [8]), [probe, "fault", image], "cuFuncGetParamInfo"),
+    "param-size": (params([0], [1 << 63]), [probe, "fault", image], "cuFuncGetParamInfo"),
+    # Layouts no kernel has, for probe's kernel of one 8-byte parameter (issue 37): too many
+    # parameters, two parameters at one offset. (Gaps and a first parameter past 0 are real:
     # they are packed as zeros, and read nothing more of the program's memory.)
-    "param-endless": (params(lambda i: (8 * i, 8)), [probe, "fault", image], "cuFuncGetParamInfo"),
-    "param-overlap": (params(lambda i: (0, 8) if i < 2 else None), [probe, "fault", image], "cuFuncGetParamInfo"),
+    "param-endless": (params([], [], too_many=True), [probe, "fault", image], "cuFuncGetParamInfo"),
+    "param-overlap": (params([0, 0], [8, 8]), [probe, "fault", image], "cuFuncGetParamInfo"),
+    # Replies no daemon sends: more parameters than the bound, offsets without sizes.
+    "param-count": (params([8 * i for i in range(520)], [8] * 520), [probe, "fault", image],
+                    "rmFuncGetParamLayout: 520 offsets and 520 sizes"),
+    "param-unpaired": (params([0, 8], [8]), [probe, "fault", image], "rmFuncGetParamLayout: 2 offsets and 1 sizes"),
     "name-longer": (name_reply(lambda n: b"E" * (n + 44) + b"\0"), [drv_query], "cuDeviceGetName"),
     "name-unterminated": (name_reply(lambda n: b"E" * n), [drv_query], "cuDeviceGetName"),
     "dtoh-longer": (dtoh_bulk(lambda n: bytes(n + 64)), [probe, "work", "0"], "receive bulk"),
@@ -330,7 +326,7 @@ PROGRAM_SCENARIOS = {
 
 def param_old_driver():
     """A parameter of 8 KiB from a driver whose limit is 4 KiB (before CUDA 12.1)."""
-    s = EvilServer(params(lambda i: (0, 8192) if i == 0 else None), driver_version=12000)
+    s = EvilServer(params([0], [8192]), driver_version=12000)
     try:
         run_program("param-old-driver", s, [probe, "fault", image], "cuFuncGetParamInfo", params_at_most=8)
     finally:

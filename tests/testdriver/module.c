@@ -8,6 +8,11 @@
  *
  * A CUlibrary is a module with no context; CUkernel and CUfunction are the
  * same td_function.
+ *
+ * As a real driver's, handles come again: a module's functions take its first
+ * slots, in catalogue order, and the next module loaded takes the place of the
+ * last one unloaded, so that its first function has the handle the unloaded
+ * module's first function had.
  */
 #include "testdriver.h"
 
@@ -24,12 +29,13 @@
 struct td_module {
 	uint32_t magic;
 	struct td_context *ctx;          /* NULL for a library */
-	struct td_function functions[MAX_CATALOGUE];   /* by catalogue index; magic 0 if absent */
+	struct td_function functions[MAX_CATALOGUE];   /* those the image offers, then magic 0 */
 	CUdeviceptr globals[MAX_CATALOGUE];            /* by global index; 0 if absent */
 	struct td_module *next;
 };
 
 static struct td_module *modules;   /* guarded by td_lock */
+static struct td_module *spare;     /* the last one unloaded, zeroed, for the next load; td_lock */
 
 struct image { const unsigned char *bytes; size_t size; bool names_visible; };
 
@@ -87,8 +93,22 @@ static void module_free(struct td_module *m)
 	for (size_t i = 0; i < MAX_CATALOGUE; i++)
 		if (m->globals[i])
 			td_free_device_range(m->globals[i]);
-	m->magic = 0;
-	free(m);
+	memset(m, 0, sizeof *m);
+	pthread_mutex_lock(&td_lock);
+	struct td_module *old = spare;
+	spare = m;
+	pthread_mutex_unlock(&td_lock);
+	free(old);
+}
+
+/* A zeroed module: the last one unloaded, else a new one. */
+static struct td_module *module_alloc(void)
+{
+	pthread_mutex_lock(&td_lock);
+	struct td_module *m = spare;
+	spare = NULL;
+	pthread_mutex_unlock(&td_lock);
+	return m ? m : calloc(1, sizeof *m);
 }
 
 static CUresult module_load(struct td_context *ctx, const void *data, struct td_module **out)
@@ -98,16 +118,17 @@ static CUresult module_load(struct td_context *ctx, const void *data, struct td_
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!classify_image(data, &image))
 		return CUDA_ERROR_INVALID_IMAGE;
-	struct td_module *m = calloc(1, sizeof *m);
+	struct td_module *m = module_alloc();
 	if (!m)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	m->magic = TD_MAGIC_MODULE;
 	m->ctx = ctx;
 	const struct td_kernel *k;
+	size_t offered = 0;
 	for (size_t i = 0; (k = td_kernel_at(i)) && i < MAX_CATALOGUE; i++) {
 		if (!image_mentions(&image, k->name))
 			continue;
-		m->functions[i] = (struct td_function){
+		m->functions[offered++] = (struct td_function){
 			.magic = TD_MAGIC_FUNCTION, .kernel = k, .module = m,
 			.max_dynamic_shared = 49152 - (int)k->static_shared_bytes,
 			.preferred_carveout = -1, .cache_config = CU_FUNC_CACHE_PREFER_NONE,

@@ -1,6 +1,8 @@
 /* Kernel parameter layouts from the GPU host (frontend/param_layout.h): those a kernel can
  * have are taken, with the bytes they span; those no kernel has are refused. */
+#include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "expect.h"
@@ -15,6 +17,33 @@ static int check(const size_t *off, const size_t *len, size_t n, size_t limit, s
 	int err = rm_param_layout_check(off, len, n, limit, end, why, sizeof(why));
 	EXPECT(err == 0 || why[0]);
 	return err;
+}
+
+/* rm_param_layout_decode of these arrays: 0 taken, 1 refused as a layout, or its error.
+ * A layout taken must be the same layout, and span what rm_param_layout_check says. */
+static int decode(const size_t *off, const size_t *len, size_t n_off, size_t n_len, int too_many)
+{
+	uint64_t o[RM_MAX_KERNEL_PARAMS + 1], l[RM_MAX_KERNEL_PARAMS + 1];
+	for (size_t i = 0; i < n_off; i++)
+		o[i] = off[i];
+	for (size_t i = 0; i < n_len; i++)
+		l[i] = len[i];
+	char why[200] = "";
+	struct rm_param_layout *got = NULL;
+	int err = rm_param_layout_decode(o, n_off, l, n_len, too_many, RM_PARAM_LIMIT, &got, why, sizeof(why));
+	EXPECT(err == 0 || (why[0] && !got));
+	if (err)
+		return err;
+	EXPECT(got && (!got->refused || why[0]) && (!got->refused || (got->count == 0 && got->size == 0)));
+	int refused = got->refused;
+	if (!refused) {
+		size_t end;
+		EXPECT(got->count == n_off && check(off, len, n_off, RM_PARAM_LIMIT, &end) == 0 && got->size == end);
+		for (size_t i = 0; i < got->count; i++)
+			EXPECT(got->offset[i] == off[i] && got->len[i] == len[i]);
+	}
+	free(got);
+	return refused;
 }
 
 int main(void)
@@ -60,10 +89,21 @@ int main(void)
 	EXPECT(check(o14, l14, N(o14), RM_PARAM_LIMIT, &end));
 	size_t o15[] = {0}, l15[] = {8192};
 	EXPECT(check(o15, l15, N(o15), rm_param_limit(11080), &end));
-	static size_t o16[RM_PARAM_MAX_COUNT + 1], l16[RM_PARAM_MAX_COUNT + 1];
+	static size_t o16[RM_MAX_KERNEL_PARAMS + 1], l16[RM_MAX_KERNEL_PARAMS + 1];
 	for (size_t i = 0; i < N(o16); i++)
 		o16[i] = i * 8, l16[i] = 8;
-	EXPECT(check(o16, l16, RM_PARAM_MAX_COUNT, RM_PARAM_LIMIT, &end) == 0 && end == 8 * RM_PARAM_MAX_COUNT);
-	EXPECT(check(o16, l16, RM_PARAM_MAX_COUNT + 1, RM_PARAM_LIMIT, &end));
+	EXPECT(check(o16, l16, RM_MAX_KERNEL_PARAMS, RM_PARAM_LIMIT, &end) == 0 && end == 8 * RM_MAX_KERNEL_PARAMS);
+	EXPECT(check(o16, l16, RM_MAX_KERNEL_PARAMS + 1, RM_PARAM_LIMIT, &end));
+
+	/* A reply of rmFuncGetParamLayout: taken; refused as a layout (above), the parameters
+	 * unlisted; refused as a reply no host sends (offsets without sizes, more than the
+	 * bound, too_many with parameters listed). */
+	EXPECT(decode(o1, l1, N(o1), N(l1), 0) == 0);
+	EXPECT(decode(o6, l6, N(o6), N(l6), 0) == 1);
+	EXPECT(decode(o13, l13, N(o13), N(l13), 0) == 1);
+	EXPECT(decode(NULL, NULL, 0, 0, 1) == 1);
+	EXPECT(decode(o1, l1, N(o1), N(l1) - 1, 0) == -EPROTO);
+	EXPECT(decode(o16, l16, N(o16), N(l16), 0) == -EPROTO);
+	EXPECT(decode(o1, l1, N(o1), N(l1), 1) == -EPROTO);
 	return failures ? 1 : 0;
 }
