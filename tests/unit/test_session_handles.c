@@ -1,4 +1,4 @@
-/* The session's handle table (backend/session.c): records found by kind and value with the
+/* The session's handle table (backend/worker/session.c): records found by kind and value with the
  * kinds kept apart, tombstones and their reuse, growth to thousands of handles, children
  * disowned with their parent, and the sorted memory ranges behind rm_session_check_range
  * and rm_session_check_span, at the edges of the address space too; then what
