@@ -30,6 +30,7 @@
 #include "registry.h"
 #include "remora.pb-c.h"
 #include "shared_host.h"
+#include "signals.h"
 #include "stream_pool.h"
 #ifdef RM_HAVE_SHM
 #include "shm.h"
@@ -594,19 +595,10 @@ static void *watch_gpus(void *arg)
 }
 
 /* ---- stopping: SIGTERM from remorad ----
- * The handler only writes to a pipe; a thread tells every client that the daemon is going
+ * SIGTERM wakes a thread (signals.h) that tells every client that the daemon is going
  * away (one empty frame, so that its next call fails with a line saying why instead of a
  * bare "connection lost"), then lets SIGTERM end the worker as before. */
-static int stop_pipe[2] = {-1, -1};
-
-static void on_sigterm(int sig)
-{
-	(void)sig;
-	char c = 1;
-	ssize_t unused = write(stop_pipe[1], &c, 1);
-	(void)unused;
-}
-
+static struct rm_signal_pipe stop;
 static int told;
 
 static void tell_going_away(struct rm_session *s)
@@ -617,12 +609,11 @@ static void tell_going_away(struct rm_session *s)
 static void *stopper_main(void *arg)
 {
 	(void)arg;
-	char c;
-	while (read(stop_pipe[0], &c, 1) < 0 && errno == EINTR)
-		;
+	if (!rm_signal_wait(&stop))
+		return NULL;
 	sessions_each(tell_going_away);
 	rm_log(RM_LOG_INFO, "SIGTERM: told %d client connection(s) that the daemon is going away", told);
-	signal(SIGTERM, SIG_DFL);
+	rm_signal_unroute(SIGTERM);
 	raise(SIGTERM);
 	return NULL;
 }
@@ -630,14 +621,12 @@ static void *stopper_main(void *arg)
 static void stop_on_sigterm(void)
 {
 	pthread_t t;
-	struct sigaction sa = {.sa_handler = on_sigterm};
-	sigemptyset(&sa.sa_mask);
-	if (pipe2(stop_pipe, O_CLOEXEC) || pthread_create(&t, NULL, stopper_main, NULL)) {
+	if (rm_signal_pipe_open(&stop) || pthread_create(&t, NULL, stopper_main, NULL)) {
 		rm_log(RM_LOG_WARN, "clients will not be told when this worker stops");
 		return;
 	}
 	pthread_detach(t);
-	sigaction(SIGTERM, &sa, NULL);
+	rm_signal_route(SIGTERM, &stop, 0);
 }
 
 /* A connection the accepting process handed over, on its way to its own thread. */
