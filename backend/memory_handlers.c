@@ -42,8 +42,8 @@ CUresult rm_body_cuMemFree_v2(struct rm_session *s, CUdeviceptr dptr)
 	 * other cannot free what the driver may meanwhile have given another client. */
 	struct rm_handle h;
 	if (!rm_session_take(s, RM_H_MEMORY, dptr, &h)) {
-		rm_log(RM_LOG_WARN, "session %llu (%s): refused to free 0x%llx, not an allocation of its own",
-		       (unsigned long long)s->id, s->name, (unsigned long long)dptr);
+		rm_session_log(s, RM_LOG_WARN, "refused to free 0x%llx, not an allocation of its own",
+		               (unsigned long long)dptr);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	CUresult r = rm_session_free_memory(s, dptr);
@@ -99,7 +99,7 @@ static void copy_in(struct rm_session *s, struct rm_request *rq, int wait)
 		r = rm_session_check_range(s, req->dst, n);
 	r = rm_copy_in(s, rq, r, stream, req->dst, n, links, wait, req->pageable, &prof);
 	if (r == CUDA_SUCCESS)
-		rm_usage_add(&rm_registry()->clients[s->slot].usage.bytes_htod, n);
+		rm_usage_add(&rm_registry()->clients[s->sh->slot].usage.bytes_htod, n);
 	if (!rq->fatal)
 		rm_request_finish(s, rq, r, NULL);
 	rm_copy_profile_end(&prof);
@@ -141,7 +141,7 @@ static void copy_out(struct rm_session *s, struct rm_request *rq, int wait)
 	if (r == CUDA_SUCCESS) {
 		rm_copy_out(s, rq, stream, req->src, n, req->links > 1 ? req->links : 1, &prof);
 		if (!rq->fatal)
-			rm_usage_add(&rm_registry()->clients[s->slot].usage.bytes_dtoh, n);
+			rm_usage_add(&rm_registry()->clients[s->sh->slot].usage.bytes_dtoh, n);
 	}
 	else
 		rm_request_finish(s, rq, r, NULL);

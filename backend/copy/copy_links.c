@@ -327,8 +327,7 @@ static int links_ready(struct rm_session *s, struct rm_request *rq, uint32_t lin
 {
 	if (links >= 1 && links <= RM_MAX_COPY_LINKS && links - 1 <= (uint32_t)s->sh->ncopy_links)
 		return 1;
-	rm_log(RM_LOG_WARN, "session %llu (%s): a copy striped over %u links, %d attached; closing",
-	       (unsigned long long)s->id, s->name, links, s->sh->ncopy_links);
+	rm_session_log(s, RM_LOG_WARN, "a copy striped over %u links, %d attached; closing", links, s->sh->ncopy_links);
 	rq->fatal = 1;
 	return 0;
 }
@@ -339,9 +338,9 @@ CUresult rm_copy_in(struct rm_session *s, struct rm_request *rq, CUresult r, CUs
 	if (!links_ready(s, rq, links))
 		return r;
 	if (rq->frame.bulk_len != rm_stripe_share(n, links, 0)) {
-		rm_log(RM_LOG_WARN, "session %llu (%s): striped copy's first share is %llu bytes, not %llu; closing",
-		       (unsigned long long)s->id, s->name, (unsigned long long)rq->frame.bulk_len,
-		       (unsigned long long)rm_stripe_share(n, links, 0));
+		rm_session_log(s, RM_LOG_WARN, "striped copy's first share is %llu bytes, not %llu; closing",
+		               (unsigned long long)rq->frame.bulk_len,
+		               (unsigned long long)rm_stripe_share(n, links, 0));
 		rq->fatal = 1;
 		return r;
 	}
@@ -436,8 +435,9 @@ void rm_copy_out(struct rm_session *s, struct rm_request *rq, CUstream stream, u
 	}
 	for (uint32_t i = 0; i < links; i++)
 		if (jobs[i].link_failed) {
-			rm_log(RM_LOG_ERROR, "session %llu: copy from the GPU failed on link %u (%d) after the reply began; closing",
-			       (unsigned long long)s->id, i, jobs[i].result);
+			rm_session_log(s, RM_LOG_ERROR,
+			               "copy from the GPU failed on link %u (%d) after the reply began; closing", i,
+			               jobs[i].result);
 			rq->fatal = 1;
 		}
 }

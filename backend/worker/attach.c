@@ -19,7 +19,7 @@ static void *channel_main(void *arg)
 	struct rm_session_shared *sh = ch->sh;
 	prctl(PR_SET_TIMERSLACK, 1000UL);
 	rm_serve(ch);
-	rm_log(RM_LOG_INFO, "session %llu (%s): channel %d closed", (unsigned long long)ch->id, ch->name, ch->chan);
+	rm_session_log(ch, RM_LOG_INFO, "channel %d closed", ch->chan);
 	rm_hostfn_channel_gone(ch); /* waiting host functions go on without it */
 	rm_served_remove(ch);
 	pthread_mutex_lock(&sh->lock);
@@ -46,7 +46,7 @@ static int channel_attach(struct rm_session *s, struct rm_conn *conn, uint32_t i
 	pthread_mutex_lock(&sh->lock);
 	if (sh->closing)
 		err = -ESHUTDOWN;
-	else if (index < 1 || index > (uint32_t)s->max_channels)
+	else if (index < 1 || index > (uint32_t)s->sh->max_channels)
 		err = -ERANGE;
 	else if (sh->channels[index])
 		err = -EBUSY;
@@ -119,12 +119,12 @@ static int find_session(struct rm_session *s, void *arg)
 {
 	struct attach_find *x = arg;
 	uint8_t d = 0;
-	for (size_t k = 0; k < sizeof(s->attach_key); k++)
-		d |= s->attach_key[k] ^ x->h->key[k];
+	for (size_t k = 0; k < sizeof(s->sh->attach_key); k++)
+		d |= s->sh->attach_key[k] ^ x->h->key[k];
 	x->s = s;
 	x->diff = d != 0;
 	x->err = x->diff ? -EACCES : attach_hold(s);
-	snprintf(x->name, sizeof(x->name), "%s", s->name);
+	snprintf(x->name, sizeof(x->name), "%s", s->sh->name);
 	return 0;
 }
 

@@ -27,8 +27,8 @@ static uint32_t overrun_pid;
 static void find_overrun(struct rm_session *s)
 {
 	if (!overrun_name[0] && rm_kernel_watch_over(s)) {
-		snprintf(overrun_name, sizeof(overrun_name), "%s", s->name);
-		overrun_pid = s->pid;
+		snprintf(overrun_name, sizeof(overrun_name), "%s", s->sh->name);
+		overrun_pid = s->sh->pid;
 	}
 }
 
@@ -44,7 +44,7 @@ static void tell_recycled(struct rm_session *s)
 			: snprintf(line, sizeof(line), "a kernel of program %s (pid %u on its host) ran longer than "
 				   "tenant %s's kernel_time_limit: the GPU server ended the worker this program shared "
 				   "with it, and this program's GPU work with it", overrun_name, overrun_pid,
-				   s->tenant_name);
+				   s->sh->tenant_name);
 	size_t len = n < 0 ? 0 : (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
 	if (len && !s->chan)
 		rm_liveness_send_aside(s, RM_OP_FAULT_NOTICE, line, (uint32_t)len);

@@ -26,9 +26,9 @@ int rm_serve_welcome(struct rm_session *s, uint32_t seq)
 	struct rm_request rq = {.frame = {.op = RM_OP_HELLO, .seq = seq}};
 	rep.protocol_version = RM_PROTOCOL_VERSION;
 	rm_drv.cuDriverGetVersion(&rep.driver_version);
-	rep.session_id = s->id;
-	rep.attach_key.data = s->attach_key;
-	rep.attach_key.len = sizeof(s->attach_key);
+	rep.session_id = s->sh->id;
+	rep.attach_key.data = s->sh->attach_key;
+	rep.attach_key.len = sizeof(s->sh->attach_key);
 	rep.heartbeat_ms = (uint32_t)rm_worker_config()->peer_timeout_s * 1000 / 6; /* six chances before a timeout */
 	rm_request_finish(s, &rq, CUDA_SUCCESS, &rep.base);
 	return rq.fatal ? -EPIPE : 0;
@@ -42,7 +42,7 @@ static int fence(struct rm_session *s, const struct rm_frame *f)
 	Remora__Fence *m = NULL;
 	if (f->msg_len > sizeof(msg) || rm_link_read(&s->link, msg, f->msg_len) ||
 	    !(m = remora__fence__unpack(NULL, f->msg_len, msg))) {
-		rm_log(RM_LOG_WARN, "session %llu (%s): malformed fence; closing", (unsigned long long)s->id, s->name);
+		rm_session_log(s, RM_LOG_WARN, "malformed fence; closing");
 		return -1;
 	}
 	rm_liveness_call_begin(s);
@@ -57,7 +57,7 @@ static int fence(struct rm_session *s, const struct rm_frame *f)
  * times its wait has made known (rm_kernel_timing_collect). */
 static void account(struct rm_session *s, const struct rm_request *rq)
 {
-	struct rm_usage *u = &rm_registry()->clients[s->slot].usage;
+	struct rm_usage *u = &rm_registry()->clients[s->sh->slot].usage;
 	enum rm_call_kind kind = rm_call_kind(rq->frame.op);
 	rm_usage_add(&u->calls[kind], 1);
 	uint64_t waited = rm_stream_pool_take_waited_ns();
@@ -91,25 +91,27 @@ void rm_serve(struct rm_session *s)
 		int err = rm_link_read_frame(&s->link, &rq.frame);
 		rm_call_profile_read(profile, read_ns);
 		if (err == -ECONNRESET) {
-			rm_log(RM_LOG_INFO, "session %llu (%s): client disconnected", (unsigned long long)s->id, s->name);
+			rm_session_log(s, RM_LOG_INFO, "client disconnected");
 			break;
 		}
 		if (err == -ETIMEDOUT) {
-			rm_log(RM_LOG_WARN, "session %llu (%s): the client was silent for %d s (stopped, frozen or "
-			       "unreachable); closing", (unsigned long long)s->id, s->name, rm_worker_config()->peer_timeout_s);
+			rm_session_log(s, RM_LOG_WARN,
+			               "the client was silent for %d s (stopped, frozen or "
+			               "unreachable); closing",
+			               rm_worker_config()->peer_timeout_s);
 			break;
 		}
 		if (err) {
-			rm_log(RM_LOG_WARN, "session %llu (%s): %s; closing", (unsigned long long)s->id, s->name,
-			       err == -EPROTO ? "malformed frame header" : strerror(-err));
+			rm_session_log(s, RM_LOG_WARN, "%s; closing",
+			               err == -EPROTO ? "malformed frame header" : strerror(-err));
 			break;
 		}
 		/* Heartbeats, fences and host functions' answers are one-way: a client marks them
 		 * async, and one that does not would wait for a reply that never comes. */
 		int one_way = rq.frame.op == RM_OP_HEARTBEAT || rq.frame.op == RM_OP_FENCE || rq.frame.op == RM_OP_HOST_DONE;
 		if (one_way && !(rq.frame.flags & RM_F_ASYNC)) {
-			rm_log(RM_LOG_WARN, "session %llu (%s): one-way opcode %u without the async flag; closing",
-			       (unsigned long long)s->id, s->name, rq.frame.op);
+			rm_session_log(s, RM_LOG_WARN, "one-way opcode %u without the async flag; closing",
+			               rq.frame.op);
 			break;
 		}
 		if (rq.frame.op == RM_OP_HEARTBEAT && !rq.frame.msg_len && !rq.frame.bulk_len &&
@@ -122,8 +124,8 @@ void rm_serve(struct rm_session *s)
 		if (rq.frame.op == RM_OP_HOST_LISTEN && !rq.frame.msg_len && !rq.frame.bulk_len &&
 		    !(rq.frame.flags & RM_F_REPLY)) {
 			if ((err = rm_hostfn_listen(s))) {
-				rm_log(RM_LOG_WARN, "session %llu (%s): channel %d refused as callback channel (%s); closing",
-				       (unsigned long long)s->id, s->name, s->chan, strerror(-err));
+				rm_session_log(s, RM_LOG_WARN, "channel %d refused as callback channel (%s); closing",
+				               s->chan, strerror(-err));
 				break;
 			}
 			continue;
@@ -134,8 +136,7 @@ void rm_serve(struct rm_session *s)
 				rm_hostfn_done(s, rq.frame.seq);
 				continue;
 			}
-			rm_log(RM_LOG_WARN, "session %llu (%s): opcode %u on its callback channel; closing",
-			       (unsigned long long)s->id, s->name, rq.frame.op);
+			rm_session_log(s, RM_LOG_WARN, "opcode %u on its callback channel; closing", rq.frame.op);
 			break;
 		}
 		if (rq.frame.op == RM_OP_FENCE && !(rq.frame.flags & RM_F_REPLY) && !rq.frame.bulk_len) {
@@ -149,8 +150,7 @@ void rm_serve(struct rm_session *s)
 				      : rq.frame.op == RM_OP_HOST_SHARE ? rm_handle_host_share
 				      : rq.frame.op == RM_OP_HOST_UNSHARE ? rm_handle_host_unshare : NULL;
 		if (rq.frame.op == RM_OP_HELLO || !handler || (rq.frame.flags & RM_F_REPLY)) {
-			rm_log(RM_LOG_WARN, "session %llu (%s): unknown opcode %u; closing", (unsigned long long)s->id,
-			       s->name, rq.frame.op);
+			rm_session_log(s, RM_LOG_WARN, "unknown opcode %u; closing", rq.frame.op);
 			break;
 		}
 		if (rq.frame.msg_len > msgcap) {
@@ -162,8 +162,7 @@ void rm_serve(struct rm_session *s)
 		}
 		rq.msg = msgbuf;
 		if ((err = rm_link_read(&s->link, msgbuf, rq.frame.msg_len))) {
-			rm_log(RM_LOG_WARN, "session %llu (%s): truncated frame (%s); closing", (unsigned long long)s->id,
-			       s->name, strerror(-err));
+			rm_session_log(s, RM_LOG_WARN, "truncated frame (%s); closing", strerror(-err));
 			break;
 		}
 		rq.bulk_left = rq.frame.bulk_len;
@@ -199,8 +198,8 @@ void rm_serve(struct rm_session *s)
 		rm_call_part_end(RM_PART_AFTER_HANDLER, after_ns);
 		rm_call_profile_call(profile, rq.frame.op, call_ns);
 		if (rq.fatal) {
-			rm_log(RM_LOG_WARN, "session %llu (%s): protocol error in %s; closing", (unsigned long long)s->id,
-			       s->name, rq.frame.op < RM_OP_LIMIT ? rm_op_names[rq.frame.op] : "a reserved call");
+			rm_session_log(s, RM_LOG_WARN, "protocol error in %s; closing",
+			               rq.frame.op < RM_OP_LIMIT ? rm_op_names[rq.frame.op] : "a reserved call");
 			break;
 		}
 		if (rq.bulk_left && rm_link_skip(&s->link, rq.bulk_left))
@@ -209,6 +208,6 @@ void rm_serve(struct rm_session *s)
 			rm_request_finish(s, &rq, CUDA_ERROR_UNKNOWN, NULL);
 	}
 	rm_kernel_timing_post(s, 1); /* before the channel or session leaves the registry */
-	rm_call_profile_end(profile, s->id);
+	rm_call_profile_end(profile, s->sh->id);
 	free(msgbuf);
 }

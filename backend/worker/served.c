@@ -68,7 +68,7 @@ int rm_served_main(uint64_t id, int (*visit)(struct rm_session *s, void *arg), v
 	int ret = -ESRCH;
 	pthread_mutex_lock(&sessions_lock);
 	for (size_t i = 0; i < nsessions; i++)
-		if (sessions[i]->id == id && !sessions[i]->chan) {
+		if (sessions[i]->sh->id == id && !sessions[i]->chan) {
 			ret = visit(sessions[i], arg);
 			break;
 		}

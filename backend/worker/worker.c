@@ -35,13 +35,13 @@ const struct rm_daemon_config *rm_worker_config(void)
 static void *client_main(void *arg)
 {
 	struct rm_session *s = arg;
-	int slot = s->slot;
+	int slot = s->sh->slot;
 	/* Calls held for a shared hardware queue poll with sleeps from 10 us (stream_pool.c):
 	 * without this, Linux stretches each by its default 50 us slack. */
 	prctl(PR_SET_TIMERSLACK, 1000UL);
-	if (rm_serve_welcome(s, s->hello_seq) == 0) {
-		rm_log(RM_LOG_INFO, "session %llu: client %s (pid %u) from %s, tenant %s", (unsigned long long)s->id,
-		       s->name, s->pid, s->peer, s->tenant_name);
+	if (rm_serve_welcome(s, s->sh->hello_seq) == 0) {
+		rm_log(RM_LOG_INFO, "session %llu: client %s (pid %u) from %s, tenant %s", (unsigned long long)s->sh->id,
+		       s->sh->name, s->sh->pid, s->peer, s->sh->tenant_name);
 		rm_serve(s);
 	}
 	/* Until its work is waited for (rm_session_destroy), a fault of it may still break this
@@ -63,7 +63,7 @@ static void *client_main(void *arg)
 	/* Its admission place and quota go now, with the kernel time known; the memory follows
 	 * once its work is drained. */
 	rm_kernel_timing_settle(s, 200);
-	rm_registry_leave_session(slot, s->id);
+	rm_registry_leave_session(slot, s->sh->id);
 	rm_session_destroy(s);
 	rm_registry_worker_draining(getpid(), -1);
 	/* The last client gone: what the allocator keeps for its threads (an arena each, staging
