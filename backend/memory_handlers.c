@@ -1,7 +1,7 @@
 /* Device memory: allocations owned by the session (typed bodies of generated handlers),
  * and copies pipelined through two pinned staging buffers so the network and the copy
  * engine overlap (hand-written handlers: their data travels as bulk). */
-#include "copy_links.h"
+#include "copy.h"
 #include "dispatch.h"
 #include "shared_host.h"
 
@@ -75,7 +75,7 @@ CUresult rm_body_cuMemGetAddressRange_v2(struct rm_session *s, CUdeviceptr *pbas
 	return CUDA_SUCCESS;
 }
 
-/* Host to device (backend/copy_links.c moves the bytes, over one connection or striped). */
+/* Host to device (backend/copy/copy.c moves the bytes, over one connection or striped). */
 static void copy_in(struct rm_session *s, struct rm_request *rq, int wait)
 {
 	Remora__MemcpyHtoD *req = (void *)rm_request_unpack(rq, &remora__memcpy_hto_d__descriptor);
@@ -116,7 +116,7 @@ void rm_handle_cuMemcpyHtoDAsync_v2(struct rm_session *s, struct rm_request *rq)
 	copy_in(s, rq, 0);
 }
 
-/* Device to host: backend/copy_links.c waits for the stream's earlier work, so that its
+/* Device to host: backend/copy/copy.c waits for the stream's earlier work, so that its
  * error comes back as the result, and sends the bytes. */
 static void copy_out(struct rm_session *s, struct rm_request *rq, int wait)
 {

@@ -100,7 +100,7 @@ int rm_request_read_bulk(struct rm_session *s, struct rm_request *rq, void *buf,
 {
 	if (len > rq->bulk_left)
 		return -EPROTO;
-	int err = rm_link_read(&s->link, buf, len);
+	int err = buf ? rm_link_read(&s->link, buf, len) : rm_link_skip(&s->link, len);
 	if (err) {
 		rq->fatal = 1;
 		return err;

@@ -202,7 +202,7 @@ void rm_serve(struct rm_session *s)
 			               rq.frame.op < RM_OP_LIMIT ? rm_op_names[rq.frame.op] : "a reserved call");
 			break;
 		}
-		if (rq.bulk_left && rm_link_skip(&s->link, rq.bulk_left))
+		if (rq.bulk_left && rm_request_read_bulk(s, &rq, NULL, rq.bulk_left))
 			break;
 		if (!rq.replied)
 			rm_request_finish(s, &rq, CUDA_ERROR_UNKNOWN, NULL);
