@@ -42,41 +42,48 @@ static void *channel_main(void *arg)
 static int channel_attach(struct rm_session *s, struct rm_conn *conn, uint32_t index, const struct iovec *ok)
 {
 	struct rm_session_shared *sh = s->sh;
+	struct rm_session *ch = NULL;
 	int err = 0;
 	pthread_mutex_lock(&sh->lock);
 	if (sh->closing)
 		err = -ESHUTDOWN;
-	else if (index < 1 || index > (uint32_t)s->sh->max_channels)
+	else if (index < 1 || index > (uint32_t)sh->max_channels)
 		err = -ERANGE;
 	else if (sh->channels[index])
 		err = -EBUSY;
-	struct rm_session *ch = err ? NULL : rm_session_channel_new(s, conn, (int)index);
-	if (!err && !ch)
+	else if (!(ch = rm_session_channel_new(s, conn, (int)index)))
 		err = -ENOMEM;
-	if (!err)
+	else
 		sh->channels[index] = ch;
 	pthread_mutex_unlock(&sh->lock);
-	if (!err && rm_conn_sendv(conn, ok, 1))
+	if (err)
+		return err;
+	if (rm_conn_sendv(conn, ok, 1)) {
 		err = -EPIPE;
-	int listed = !err && !rm_served_add(ch);
-	if (!err && !listed)
+		goto fail_sent;
+	}
+	if (rm_served_add(ch)) {
 		err = -ENOMEM;
+		goto fail_sent;
+	}
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	pthread_t t;
-	if (!err)
-		err = -pthread_create(&t, &attr, channel_main, ch);
+	err = -pthread_create(&t, &attr, channel_main, ch);
 	pthread_attr_destroy(&attr);
-	if (err && listed)
-		rm_served_remove(ch);
-	if (err && ch) {
-		pthread_mutex_lock(&sh->lock);
-		sh->channels[index] = NULL;
-		pthread_mutex_unlock(&sh->lock);
-		ch->link.conn = NULL; /* the caller still owns conn */
-		rm_session_channel_close(ch);
-	}
+	if (err)
+		goto fail_listed;
+	return 0;
+
+fail_listed:
+	rm_served_remove(ch);
+fail_sent:
+	pthread_mutex_lock(&sh->lock);
+	sh->channels[index] = NULL;
+	pthread_mutex_unlock(&sh->lock);
+	ch->link.conn = NULL; /* the caller still owns conn */
+	rm_session_channel_close(ch);
 	return err;
 }
 

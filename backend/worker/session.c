@@ -183,10 +183,11 @@ void rm_session_destroy(struct rm_session *s)
 	free_session(s);                                    /* 1 */
 }
 
+/* A channel acquires, in order: its host memory (the channel and its connection's ring,
+ * charged as its staging is), itself, its link, its lock and staging;
+ * rm_session_channel_close releases them in reverse, after its per-thread streams. */
 struct rm_session *rm_session_channel_new(struct rm_session *s, struct rm_conn *conn, int chan)
 {
-	/* The channel itself and its connection's ring are host memory held for the client:
-	 * charged as its staging is. */
 	size_t held = sizeof(struct rm_session) + RM_LINK_RBUF + rm_conn_held(conn);
 	if (rm_host_account_take(&s->sh->host, held)) {
 		rm_session_log(s, RM_LOG_WARN,
@@ -196,11 +197,10 @@ struct rm_session *rm_session_channel_new(struct rm_session *s, struct rm_conn *
 		return NULL;
 	}
 	struct rm_session *ch = calloc(1, sizeof(*ch));
-	if (!ch || rm_link_init(&ch->link, conn)) {
-		free(ch);
-		rm_host_account_give(&s->sh->host, held);
-		return NULL;
-	}
+	if (!ch)
+		goto fail_alloc;
+	if (rm_link_init(&ch->link, conn))
+		goto fail_link;
 	ch->sh = s->sh;
 	ch->chan = chan;
 	ch->ring_bytes = held - sizeof(*ch);
@@ -208,6 +208,12 @@ struct rm_session *rm_session_channel_new(struct rm_session *s, struct rm_conn *
 	pthread_mutex_init(&ch->send_lock, NULL);
 	rm_staging_init(&ch->staging, STAGING_SIZE, &s->sh->host);
 	return ch;
+
+fail_link:
+	free(ch);
+fail_alloc:
+	rm_host_account_give(&s->sh->host, held);
+	return NULL;
 }
 
 void rm_session_channel_close(struct rm_session *ch)
@@ -229,8 +235,8 @@ void rm_session_channel_close(struct rm_session *ch)
 	}
 	rm_staging_close(&ch->staging);
 	rm_drv.cuCtxSetCurrent(NULL);
-	rm_link_close(&ch->link);
 	pthread_mutex_destroy(&ch->send_lock);
+	rm_link_close(&ch->link);
 	size_t held = sizeof(*ch) + ch->ring_bytes;
 	free(ch);
 	rm_host_account_give(&sh->host, held);
