@@ -109,9 +109,6 @@ static void attach_release(struct rm_session *s)
 	pthread_mutex_unlock(&sh->lock);
 }
 
-/* Makes conn a copy link or a channel of the session h names, if it presents that
- * session's key; answers the Attach either way. sessions_lock is held only to find the
- * session: the answers go to a peer that may read nothing (transport.h). */
 /* The session an attach names, found under the served list's lock: the key compared in
  * full (no early exit to time), a hold taken where it matches, the name copied (the
  * session may go once the lock is let go). */
@@ -135,6 +132,8 @@ static int find_session(struct rm_session *s, void *arg)
 	return 0;
 }
 
+/* The served list's lock is held only to find the session: the answers go to a peer that
+ * may read nothing (transport.h). */
 void rm_attach(struct rm_conn *conn, const struct rm_handoff *h)
 {
 	const char *what = h->channel ? "channel" : "copy link";

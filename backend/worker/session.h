@@ -113,7 +113,7 @@ struct rm_session {
 	struct rm_session_shared *sh;
 	uint64_t done_seq;         /* the seq of its last finished request (atomic; fences) */
 	uint64_t synced_gpu_ns;    /* kernel time its synchronizes ended, for the registry once
-				    * the call has replied (kernel_timing.c, worker.c) */
+				    * the call has replied (kernel_timing.c, serve.c) */
 	uint64_t synced_posted_ns; /* when it last went there */
 	struct rm_link link;
 	char peer[64];             /* its connection's peer */
@@ -124,7 +124,7 @@ struct rm_session {
 	CUresult async_error; /* first error of an async call not reported yet */
 
 	/* Liveness (liveness.h): while the session's thread runs a call, a heartbeat goes to
-	 * the client every heartbeat_ms until the call's reply begins. */
+	 * the client every sh->heartbeat_ms until the call's reply begins. */
 	pthread_mutex_t send_lock; /* who sends a frame on link: a reply, or a heartbeat */
 	uint64_t call_since_ns;    /* when the running call began; 0: none (atomic) */
 	uint64_t heartbeat_ns;     /* the last heartbeat, or the call's start (atomic) */
