@@ -17,7 +17,7 @@ CUresult rm_body_cuDeviceGet(struct rm_session *s, CUdevice *device, int ordinal
 /* The GPUs the client sees (REMORA_VISIBLE_DEVICES narrows them at connect). */
 CUresult rm_body_cuDeviceGetCount(struct rm_session *s, int *count)
 {
-	*count = s->ndevices;
+	*count = s->sh->ndevices;
 	return CUDA_SUCCESS;
 }
 
@@ -55,8 +55,7 @@ CUresult rm_body_cuDevicePrimaryCtxSetFlags_v2(struct rm_session *s, CUdevice de
 {
 	if (flags & ~(unsigned)(CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX))
 		return CUDA_ERROR_INVALID_VALUE;
-	rm_log(RM_LOG_DEBUG, "session %llu: primary context flags 0x%x noted; the shared context keeps its own",
-	       (unsigned long long)s->id, flags);
+	rm_session_log(s, RM_LOG_DEBUG, "primary context flags 0x%x noted; the shared context keeps its own", flags);
 	return CUDA_SUCCESS;
 }
 

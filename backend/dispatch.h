@@ -37,7 +37,8 @@ void rm_request_finish(struct rm_session *s, struct rm_request *rq, CUresult r, 
 int rm_request_reply_bulk(struct rm_session *s, struct rm_request *rq, uint64_t bulk_len);
 int rm_request_send_bulk(struct rm_session *s, const void *buf, size_t len);
 
-/* Reads the next len bytes of the request's bulk. */
+/* Reads (buf NULL: drops) the next len bytes of the request's bulk: the one place its
+ * unread bulk goes down. -EPROTO past its end; a failed read marks the request fatal. */
 int rm_request_read_bulk(struct rm_session *s, struct rm_request *rq, void *buf, size_t len);
 
 /* What a generated handler returns when the loaded driver lacks the function. */

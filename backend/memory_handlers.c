@@ -1,7 +1,7 @@
 /* Device memory: allocations owned by the session (typed bodies of generated handlers),
  * and copies pipelined through two pinned staging buffers so the network and the copy
  * engine overlap (hand-written handlers: their data travels as bulk). */
-#include "copy_links.h"
+#include "copy.h"
 #include "dispatch.h"
 #include "shared_host.h"
 
@@ -42,8 +42,8 @@ CUresult rm_body_cuMemFree_v2(struct rm_session *s, CUdeviceptr dptr)
 	 * other cannot free what the driver may meanwhile have given another client. */
 	struct rm_handle h;
 	if (!rm_session_take(s, RM_H_MEMORY, dptr, &h)) {
-		rm_log(RM_LOG_WARN, "session %llu (%s): refused to free 0x%llx, not an allocation of its own",
-		       (unsigned long long)s->id, s->name, (unsigned long long)dptr);
+		rm_session_log(s, RM_LOG_WARN, "refused to free 0x%llx, not an allocation of its own",
+		               (unsigned long long)dptr);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	CUresult r = rm_session_free_memory(s, dptr);
@@ -75,7 +75,7 @@ CUresult rm_body_cuMemGetAddressRange_v2(struct rm_session *s, CUdeviceptr *pbas
 	return CUDA_SUCCESS;
 }
 
-/* Host to device (backend/copy_links.c moves the bytes, over one connection or striped). */
+/* Host to device (backend/copy/copy.c moves the bytes, over one connection or striped). */
 static void copy_in(struct rm_session *s, struct rm_request *rq, int wait)
 {
 	Remora__MemcpyHtoD *req = (void *)rm_request_unpack(rq, &remora__memcpy_hto_d__descriptor);
@@ -99,7 +99,7 @@ static void copy_in(struct rm_session *s, struct rm_request *rq, int wait)
 		r = rm_session_check_range(s, req->dst, n);
 	r = rm_copy_in(s, rq, r, stream, req->dst, n, links, wait, req->pageable, &prof);
 	if (r == CUDA_SUCCESS)
-		rm_usage_add(&rm_registry()->clients[s->slot].usage.bytes_htod, n);
+		rm_usage_add(&rm_registry()->clients[s->sh->slot].usage.bytes_htod, n);
 	if (!rq->fatal)
 		rm_request_finish(s, rq, r, NULL);
 	rm_copy_profile_end(&prof);
@@ -116,7 +116,7 @@ void rm_handle_cuMemcpyHtoDAsync_v2(struct rm_session *s, struct rm_request *rq)
 	copy_in(s, rq, 0);
 }
 
-/* Device to host: backend/copy_links.c waits for the stream's earlier work, so that its
+/* Device to host: backend/copy/copy.c waits for the stream's earlier work, so that its
  * error comes back as the result, and sends the bytes. */
 static void copy_out(struct rm_session *s, struct rm_request *rq, int wait)
 {
@@ -141,7 +141,7 @@ static void copy_out(struct rm_session *s, struct rm_request *rq, int wait)
 	if (r == CUDA_SUCCESS) {
 		rm_copy_out(s, rq, stream, req->src, n, req->links > 1 ? req->links : 1, &prof);
 		if (!rq->fatal)
-			rm_usage_add(&rm_registry()->clients[s->slot].usage.bytes_dtoh, n);
+			rm_usage_add(&rm_registry()->clients[s->sh->slot].usage.bytes_dtoh, n);
 	}
 	else
 		rm_request_finish(s, rq, r, NULL);

@@ -112,8 +112,8 @@ CUresult rm_body_cuMemFreeAsync(struct rm_session *s, CUdeviceptr dptr, CUstream
 	/* Taken from the records first: of two threads freeing it, one frees it. */
 	struct rm_handle h;
 	if (!rm_session_take(s, RM_H_MEMORY, dptr, &h)) {
-		rm_log(RM_LOG_WARN, "session %llu (%s): refused to free 0x%llx, not an allocation of its own",
-		       (unsigned long long)s->id, s->name, (unsigned long long)dptr);
+		rm_session_log(s, RM_LOG_WARN, "refused to free 0x%llx, not an allocation of its own",
+		               (unsigned long long)dptr);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	CUresult r = rm_drv.cuMemFreeAsync(dptr, hStream);

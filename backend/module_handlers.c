@@ -24,13 +24,15 @@ static CUresult hold_image_memory(struct rm_session *s, uint64_t n)
 	int err = r == CUDA_SUCCESS ? rm_host_account_take(&s->sh->host, n) : 0;
 	if (err) {
 		if (err == -EDQUOT)
-			rm_log(RM_LOG_WARN, "session %llu (%s): image of %llu bytes refused: the client holds %llu bytes "
-			       "of host memory (client_host_memory_limit)", (unsigned long long)s->id, s->name,
-			       (unsigned long long)n, (unsigned long long)rm_host_account_held(&s->sh->host));
+			rm_session_log(s, RM_LOG_WARN,
+			               "image of %llu bytes refused: the client holds %llu bytes "
+			               "of host memory (client_host_memory_limit)",
+			               (unsigned long long)n, (unsigned long long)rm_host_account_held(&s->sh->host));
 		else
-			rm_log(RM_LOG_WARN, "session %llu (%s): image of %llu bytes refused: the worker holds %llu bytes "
-			       "of host memory for its clients (worker_host_memory_limit)", (unsigned long long)s->id,
-			       s->name, (unsigned long long)n, (unsigned long long)rm_host_memory_held());
+			rm_session_log(s, RM_LOG_WARN,
+			               "image of %llu bytes refused: the worker holds %llu bytes "
+			               "of host memory for its clients (worker_host_memory_limit)",
+			               (unsigned long long)n, (unsigned long long)rm_host_memory_held());
 		rm_session_uncharge(s, n);
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -62,8 +64,10 @@ static void load_image(struct rm_session *s, struct rm_request *rq, enum rm_hand
 		if (rm_request_read_bulk(s, rq, image, n))
 			goto out;
 		if (!rm_image_contained(image, n)) {
-			rm_log(RM_LOG_WARN, "session %llu (%s): an image of %llu bytes whose headers reach past its end, "
-			       "refused", (unsigned long long)s->id, s->name, (unsigned long long)n);
+			rm_session_log(s, RM_LOG_WARN,
+			               "an image of %llu bytes whose headers reach past its end, "
+			               "refused",
+			               (unsigned long long)n);
 			r = CUDA_ERROR_INVALID_IMAGE;
 		}
 		void *h = NULL;
@@ -73,8 +77,8 @@ static void load_image(struct rm_session *s, struct rm_request *rq, enum rm_hand
 		if (r == CUDA_SUCCESS)
 			rm_session_own(s, kind, h, 0);
 		if (r == CUDA_SUCCESS && shared)
-			rm_log(RM_LOG_DEBUG, "session %llu: %s of %llu bytes shared with other clients",
-			       (unsigned long long)s->id, kind == RM_H_MODULE ? "module" : "library", (unsigned long long)n);
+			rm_session_log(s, RM_LOG_DEBUG, "%s of %llu bytes shared with other clients",
+			               kind == RM_H_MODULE ? "module" : "library", (unsigned long long)n);
 		rep.module = (uint64_t)(uintptr_t)h;
 	}
 	rm_request_finish(s, rq, r, &rep.base);

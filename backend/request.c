@@ -68,8 +68,8 @@ void rm_request_finish(struct rm_session *s, struct rm_request *rq, CUresult r, 
 	rm_fault_note(s, r);
 	if (rq->frame.flags & RM_F_ASYNC) {
 		if (r != CUDA_SUCCESS) {
-			rm_log(RM_LOG_DEBUG, "session %llu: async %s failed with %d", (unsigned long long)s->id,
-			       rq->frame.op < RM_OP_LIMIT ? rm_op_names[rq->frame.op] : "?", r);
+			rm_session_log(s, RM_LOG_DEBUG, "async %s failed with %d",
+			               rq->frame.op < RM_OP_LIMIT ? rm_op_names[rq->frame.op] : "?", r);
 			if (s->async_error == CUDA_SUCCESS)
 				s->async_error = r;
 		}
@@ -100,7 +100,7 @@ int rm_request_read_bulk(struct rm_session *s, struct rm_request *rq, void *buf,
 {
 	if (len > rq->bulk_left)
 		return -EPROTO;
-	int err = rm_link_read(&s->link, buf, len);
+	int err = buf ? rm_link_read(&s->link, buf, len) : rm_link_skip(&s->link, len);
 	if (err) {
 		rq->fatal = 1;
 		return err;

@@ -76,8 +76,8 @@ static int physical(struct rm_session *s, CUmemGenericAllocationHandle h)
 {
 	struct rm_handle p;
 	if (!rm_session_find(s, RM_H_PHYSICAL, h, &p) || p.parent) {
-		rm_log(RM_LOG_WARN, "session %llu (%s): refused physical allocation 0x%llx it does not own",
-		       (unsigned long long)s->id, s->name, (unsigned long long)h);
+		rm_session_log(s, RM_LOG_WARN, "refused physical allocation 0x%llx it does not own",
+		               (unsigned long long)h);
 		return 0;
 	}
 	return 1;
@@ -163,8 +163,8 @@ static int reservation(struct rm_session *s, uint64_t ptr, uint64_t size)
 	struct span x = {ptr, size, 0};
 	if (rm_session_each(s, RM_H_VA_RANGE, holds, &x))
 		return 1;
-	rm_log(RM_LOG_WARN, "session %llu (%s): refused address range 0x%llx+%llu outside its reservations",
-	       (unsigned long long)s->id, s->name, (unsigned long long)ptr, (unsigned long long)size);
+	rm_session_log(s, RM_LOG_WARN, "refused address range 0x%llx+%llu outside its reservations",
+	               (unsigned long long)ptr, (unsigned long long)size);
 	return 0;
 }
 
@@ -245,7 +245,7 @@ CUresult rm_body_cuMemUnmap(struct rm_session *s, CUdeviceptr ptr, size_t size)
 		r = rm_drv.cuMemUnmap ? rm_drv.cuMemUnmap(ptr, size) : rm_unsupported_by_driver("cuMemUnmap");
 		struct inside x = {ptr, size, NULL, 0, 0};
 		if (r == CUDA_SUCCESS && rm_session_each(s, RM_H_MAPPING, collect_inside, &x))
-			rm_log(RM_LOG_ERROR, "session %llu: out of memory forgetting unmapped ranges", (unsigned long long)s->id);
+			rm_session_log(s, RM_LOG_ERROR, "out of memory forgetting unmapped ranges");
 		for (size_t i = 0; i < x.n; i++) {
 			rm_session_disown_value(s, RM_H_MAPPING, x.found[i].value);
 			settle(s, x.found[i].parent);

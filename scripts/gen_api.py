@@ -78,6 +78,16 @@ def read_handle_kinds(path, handle_types):
     only a driver handle type (RM_H_STREAM, /* CUstream */) is the kind of that type."""
     text = open(path).read()
     m = re.search(r"^enum rm_handle_kind \{\n(.*?)^\};", text, re.S | re.M)
+    if not m and path.endswith(".def"):  # proto/handle_kinds.def: RM_HANDLE_KIND(NAME, CTYPE, ...)
+        for n, line in enumerate(text.splitlines(), 1):
+            k = re.match(r"RM_HANDLE_KIND\((RM_H_\w+),\s*(\w+)", line)
+            if k and k.group(2) in handle_types:
+                if k.group(2) in HANDLE_KINDS:
+                    sys.exit(f"{path}:{n}: {k.group(2)} has two kinds, {HANDLE_KINDS[k.group(2)]} and {k.group(1)}")
+                HANDLE_KINDS[k.group(2)] = k.group(1)
+        if not HANDLE_KINDS:
+            sys.exit(f"{path}: names no driver handle type (RM_HANDLE_KIND(RM_H_X, CUx, ...))")
+        return
     if not m:
         sys.exit(f"{path}: no enum rm_handle_kind {{ ... }}; to read the handle kinds from")
     first = text[:m.start(1)].count("\n") + 1

@@ -1,4 +1,4 @@
-/* Fuzz target `config`: remorad's configuration file (backend/config.c), as rm_config_load
+/* Fuzz target `config`: remorad's configuration file (backend/daemon/config.c), as rm_config_load
  * reads it: whoever may edit it, or a reload (SIGHUP) of a file half written. Input: the
  * file. A file that loads holds tenants within RM_CONFIG_MAX_TENANTS, each with a name of
  * letters, digits, '.', '_' or '-', no two sharing a name or a token; every string ends

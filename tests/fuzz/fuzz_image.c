@@ -1,5 +1,5 @@
 /* Fuzz target `image`: the daemon's inspection of a module image a client sends
- * (backend/image_inspect.c): cubin (ELF), PTX, fatbin and compressed fatbin entries.
+ * (backend/gpu/image_inspect.c): cubin (ELF), PTX, fatbin and compressed fatbin entries.
  * The image is handed over as the daemon has it: n bytes with a NUL at image[n]. */
 #include <stdint.h>
 #include <stdlib.h>

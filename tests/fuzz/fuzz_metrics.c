@@ -1,5 +1,5 @@
 /* Fuzz target `metrics`: the request line of a scrape as remorad's metrics responder
- * takes it apart (backend/metrics.c, rm_metrics_request_status), given what a stranger
+ * takes it apart (backend/daemon/metrics.c, rm_metrics_request_status), given what a stranger
  * sent on metrics_listen. The answer is one of the statuses the responder knows, and
  * HEAD is only ever a 200's or a 404's. */
 #include <stdint.h>

@@ -1,9 +1,9 @@
 /* Fuzz target `request`: the daemon's request path, in process, on the CPU test driver.
  *
- * A worker (rm_worker_run, backend/worker.c) runs on a thread of this process with the
+ * A worker (rm_worker_run, backend/worker/worker.c) runs on a thread of this process with the
  * test driver loaded. Each input is one client: this file admits it in the registry and
  * hands the worker one end of a socketpair over its channel, as the accepting process
- * does after a hello (backend/server.c); the worker answers the hello and serves the
+ * does after a hello (backend/daemon/supervisor.c); the worker answers the hello and serves the
  * client on a thread of its own. This file plays the client on the other end: it reads
  * the hello's reply, writes the input, reads every reply, closes, and waits for the
  * worker to free the client's registry slot. Then nothing the session made may be left:
@@ -64,7 +64,7 @@ static void *run_worker(void *arg)
 	return NULL;
 }
 
-/* As remorad does for a worker (backend/main.c), on the test driver. */
+/* As remorad does for a worker (backend/daemon/main.c), on the test driver. */
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	rm_config_defaults(&config);

@@ -1,5 +1,5 @@
 /* Fuzz target `status_request`: a status request as remorad's accepting process takes it
- * (backend/server.c, answer_status): the message after an RM_OP_STATUS header, read and
+ * (backend/daemon/admission.c, answer_status): the message after an RM_OP_STATUS header, read and
  * judged by rm_admin_status_view, then answered by rm_admin_answer_status or refused, on
  * a connection of this file's that reads the input and keeps what is sent.
  *

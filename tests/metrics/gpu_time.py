@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Accounting of GPU time (backend/kernel_timing.c): kernel time, measured in spans of events
+"""Accounting of GPU time (backend/worker/kernel_timing.c): kernel time, measured in spans of events
 on the daemon's streams, is in `remora status --json` once a client has left. One long kernel
 (drv_spin times it with its own events) is accounted at no less than half its own time and no
 more than the client's wall time; so is one long kernel launched right before a synchronize

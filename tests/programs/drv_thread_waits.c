@@ -1,6 +1,6 @@
 /* drv_thread_waits IMAGE ROUNDS: each thread's synchronize waits for its own work, while
  * other threads wait for theirs. The main thread synchronizes first (remorad gives each
- * client thread's channel its own word to wait by, backend/stream_wait.h), then four
+ * client thread's channel its own word to wait by, backend/gpu/stream_wait.h), then four
  * threads each ROUNDS times launch sleepNs of a few microseconds and fillU32 of the
  * round's number on a stream of their own, synchronize it (by stream, by context or by
  * an event recorded after the fill, in turn), and check that the stream is idle and the

@@ -121,7 +121,7 @@ def main():
         out, err = p.communicate(timeout=60)
         check(out.strip() == "CUDA_ERROR_ILLEGAL_ADDRESS", f"a faulting kernel reports its fault ({out.strip()} {err.strip()})")
         # Its session ends a little after its process, and until then a new client gets
-        # CUDA_ERROR_DEVICE_UNAVAILABLE (backend/gpus.h): wait for that, not for luck.
+        # CUDA_ERROR_DEVICE_UNAVAILABLE (backend/gpu/gpus.h): wait for that, not for luck.
         check(sessions_closed(log_path), "the faulting client's session has ended")
         p = client(server, "work", "0.2")
         out, err = p.communicate(timeout=60)

@@ -202,7 +202,7 @@ def names(d):
 
 # The worker's calls, in the order a fresh worker's first client makes them: its first copy
 # opens the session's staging (cuMemAllocHost_v2 1, cuEventCreate 1, cuMemAllocHost_v2 2,
-# cuEventCreate 2: backend/staging.c), and with two links the first striped copy then opens
+# cuEventCreate 2: backend/copy/staging.c), and with two links the first striped copy then opens
 # copy link 1's (calls 3 and 4 of each). No other call of the worker makes either for
 # `probe work` or `probe stripes` (no blocking stream, no event of the client's). The
 # worker's host-memory bound is what one client's staging takes (16 MiB, and 8 MiB for the

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Stream waits by a word the GPU writes (backend/stream_wait.h), on the CPU test driver,
+"""Stream waits by a word the GPU writes (backend/gpu/stream_wait.h), on the CPU test driver,
 where they are off by default (2 CPUs): with gpu_wait_spin_us set, programs that check
 their results after every kind of wait still pass (threads of their own channels among
 them, which turn words off), and the session logs show that words ended some waits; a

@@ -486,7 +486,7 @@ def tenants(tmp):
         check(broke == [str(w.get("alpha"))], f"only alpha's worker saw its contexts broken ({broke})")
         check(alive(w["beta"]), "beta's worker is still running")
         # The faulted worker is retired: alpha's next client goes to a fresh one at once, and
-        # the old one exits once its clients have left (backend/fault.h).
+        # the old one exits once its clients have left (backend/worker/fault.h).
         check(info(d, token="alpha-secret")[0] == 0, "alpha is served again after its fault")
         fresh = d.workers()["alpha"]
         check(fresh != w["alpha"], f"by a fresh worker ({fresh}, faulted {w['alpha']})")

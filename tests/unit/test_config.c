@@ -1,4 +1,4 @@
-/* remorad's configuration parser (backend/config.c): keys, sizes, tenant sections, and
+/* remorad's configuration parser (backend/daemon/config.c): keys, sizes, tenant sections, and
  * what it must refuse, each with the file and line it names. */
 #include "config.h"
 #include "credential.h"

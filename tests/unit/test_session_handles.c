@@ -1,8 +1,9 @@
-/* The session's handle table (backend/session.c): records found by kind and value with the
+/* The session's handle table (backend/worker/handles.c): records found by kind and value with the
  * kinds kept apart, tombstones and their reuse, growth to thousands of handles, children
  * disowned with their parent, and the sorted memory ranges behind rm_session_check_range
  * and rm_session_check_span, at the edges of the address space too; then what
- * rm_session_release_all gives back. session.c and stream_order.c are linked as they are;
+ * rm_session_release_all (release.c) gives back. handles.c, contexts.c, quota.c, release.c
+ * and stream_order.c are linked as they are;
  * the parts of the daemon the table never calls are doubles below that abort, and the few
  * it does call record what they were given. */
 #include "session.h"
@@ -22,7 +23,7 @@
 
 #include "expect.h"
 
-/* ---- doubles: what session.c links against but the table does not use ---- */
+/* ---- doubles: what the session's files link against but the table does not use ---- */
 
 static _Noreturn void unused(const char *fn)
 {
@@ -114,8 +115,8 @@ static struct rm_session *session(void)
 	if (!s || !(s->sh = calloc(1, sizeof(*s->sh))))
 		abort();
 	pthread_mutex_init(&s->sh->lock, NULL);
-	s->id = 1;
-	snprintf(s->name, sizeof(s->name), "test");
+	s->sh->id = 1;
+	snprintf(s->sh->name, sizeof(s->sh->name), "test");
 	return s;
 }
 

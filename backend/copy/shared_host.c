@@ -48,8 +48,8 @@ static void unregister(struct rm_session *s, const struct rm_shared_region *r)
 	if (pushed)
 		rm_drv.cuCtxSetCurrent(NULL);
 	if (res != CUDA_SUCCESS)
-		rm_log(RM_LOG_WARN, "session %llu (%s): unregistering shared pinned region 0x%llx: error %d",
-		       (unsigned long long)s->id, s->name, (unsigned long long)r->addr, (int)res);
+		rm_session_log(s, RM_LOG_WARN, "unregistering shared pinned region 0x%llx: error %d",
+		               (unsigned long long)r->addr, (int)res);
 	munmap(r->map, r->map_len);
 }
 
@@ -74,15 +74,15 @@ static int map_client_memfd(struct rm_session *s, int fd, const Remora__HostShar
 	else if (!len || (uint64_t)st.st_size < len)
 		why = "smaller than the region";
 	if (why) {
-		rm_log(RM_LOG_WARN, "session %llu (%s): refused to share pinned region 0x%llx (%llu bytes): its memfd is %s",
-		       (unsigned long long)s->id, s->name, (unsigned long long)m->addr, (unsigned long long)m->length, why);
+		rm_session_log(s, RM_LOG_WARN, "refused to share pinned region 0x%llx (%llu bytes): its memfd is %s",
+		               (unsigned long long)m->addr, (unsigned long long)m->length, why);
 		return -EINVAL;
 	}
 	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
 		int err = -errno;
-		rm_log(RM_LOG_WARN, "session %llu (%s): refused to share pinned region 0x%llx: mapping its memfd: %s",
-		       (unsigned long long)s->id, s->name, (unsigned long long)m->addr, strerror(-err));
+		rm_session_log(s, RM_LOG_WARN, "refused to share pinned region 0x%llx: mapping its memfd: %s",
+		               (unsigned long long)m->addr, strerror(-err));
 		return err;
 	}
 	*map = p;
@@ -109,11 +109,11 @@ static CUresult admit_locked(struct rm_session *s, const Remora__HostShare *m, s
 		why = "the session shares the most regions it may";
 	if (!why)
 		return CUDA_SUCCESS;
-	rm_log(r == CUDA_ERROR_OUT_OF_MEMORY ? RM_LOG_INFO : RM_LOG_WARN,
-	       "session %llu (%s): pinned region 0x%llx (%llu bytes) not shared: %s (%llu of %llu bytes shared); "
-	       "its copies go over the connection", (unsigned long long)s->id, s->name, (unsigned long long)m->addr,
-	       (unsigned long long)m->length, why, (unsigned long long)sh->shared_bytes,
-	       (unsigned long long)sh->shared_limit);
+	rm_session_log(s, r == CUDA_ERROR_OUT_OF_MEMORY ? RM_LOG_INFO : RM_LOG_WARN,
+	               "pinned region 0x%llx (%llu bytes) not shared: %s (%llu of %llu bytes shared); "
+	               "its copies go over the connection",
+	               (unsigned long long)m->addr, (unsigned long long)m->length, why,
+	               (unsigned long long)sh->shared_bytes, (unsigned long long)sh->shared_limit);
 	return r;
 }
 
@@ -122,8 +122,8 @@ static CUresult share(struct rm_session *s, const Remora__HostShare *m)
 	struct rm_session_shared *sh = s->sh;
 	int fd = rm_conn_recv_fd(s->link.conn, FD_WAIT_MS);
 	if (fd < 0) {
-		rm_log(RM_LOG_WARN, "session %llu (%s): refused to share pinned region 0x%llx: no memfd came with it (%s)",
-		       (unsigned long long)s->id, s->name, (unsigned long long)m->addr, rm_transport_why(fd));
+		rm_session_log(s, RM_LOG_WARN, "refused to share pinned region 0x%llx: no memfd came with it (%s)",
+		               (unsigned long long)m->addr, rm_transport_why(fd));
 		return fd == -EOPNOTSUPP ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
 	}
 	void *map = NULL;
@@ -147,9 +147,10 @@ static CUresult share(struct rm_session *s, const Remora__HostShare *m)
 		r = rm_drv.cuMemHostRegister_v2 ? rm_drv.cuMemHostRegister_v2(map, map_len, CU_MEMHOSTREGISTER_PORTABLE)
 						: rm_unsupported_by_driver("cuMemHostRegister_v2");
 		if (r != CUDA_SUCCESS)
-			rm_log(RM_LOG_WARN, "session %llu (%s): pinned region 0x%llx (%llu bytes) not shared: the driver "
-			       "refused to register it (error %d)", (unsigned long long)s->id, s->name,
-			       (unsigned long long)m->addr, (unsigned long long)m->length, (int)r);
+			rm_session_log(s, RM_LOG_WARN,
+			               "pinned region 0x%llx (%llu bytes) not shared: the driver "
+			               "refused to register it (error %d)",
+			               (unsigned long long)m->addr, (unsigned long long)m->length, (int)r);
 	}
 	if (r == CUDA_SUCCESS) {
 		int i = region_at(sh, m->addr);
@@ -157,9 +158,9 @@ static CUresult share(struct rm_session *s, const Remora__HostShare *m)
 		sh->shared[i] = (struct rm_shared_region){.addr = m->addr, .len = m->length, .map = map, .map_len = map_len};
 		sh->nshared++;
 		sh->shared_bytes += map_len;
-		rm_log(RM_LOG_INFO, "session %llu (%s): shared pinned region 0x%llx, %llu bytes (%llu of %llu bytes shared)",
-		       (unsigned long long)s->id, s->name, (unsigned long long)m->addr, (unsigned long long)m->length,
-		       (unsigned long long)sh->shared_bytes, (unsigned long long)sh->shared_limit);
+		rm_session_log(s, RM_LOG_INFO, "shared pinned region 0x%llx, %llu bytes (%llu of %llu bytes shared)",
+		               (unsigned long long)m->addr, (unsigned long long)m->length,
+		               (unsigned long long)sh->shared_bytes, (unsigned long long)sh->shared_limit);
 	} else {
 		munmap(map, map_len);
 	}
@@ -239,9 +240,11 @@ void rm_shared_copy(struct rm_session *s, struct rm_request *rq, int to_device, 
 		int i = region_at(sh, region);
 		const struct rm_shared_region *g = i < sh->nshared && sh->shared[i].addr == region ? &sh->shared[i] : NULL;
 		if (!g || off > g->len || n > g->len - off) {
-			rm_log(RM_LOG_WARN, "session %llu (%s): refused a copy of %llu bytes at offset %llu of shared region "
-			       "0x%llx: %s", (unsigned long long)s->id, s->name, (unsigned long long)n,
-			       (unsigned long long)off, (unsigned long long)region, g ? "past its end" : "not shared");
+			rm_session_log(s, RM_LOG_WARN,
+			               "refused a copy of %llu bytes at offset %llu of shared region "
+			               "0x%llx: %s",
+			               (unsigned long long)n, (unsigned long long)off, (unsigned long long)region,
+			               g ? "past its end" : "not shared");
 			r = CUDA_ERROR_INVALID_VALUE;
 		} else {
 			uint64_t mark = rm_copy_profile_mark(&prof);
@@ -253,7 +256,7 @@ void rm_shared_copy(struct rm_session *s, struct rm_request *rq, int to_device, 
 		pthread_rwlock_unlock(&sh->shared_lock);
 	}
 	if (r == CUDA_SUCCESS) {
-		struct rm_usage *u = &rm_registry()->clients[s->slot].usage;
+		struct rm_usage *u = &rm_registry()->clients[s->sh->slot].usage;
 		rm_usage_add(to_device ? &u->bytes_htod : &u->bytes_dtoh, n);
 	}
 	if (r == CUDA_SUCCESS && wait) {

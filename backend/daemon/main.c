@@ -177,7 +177,7 @@ static int read_configuration(int argc, char **argv, struct rm_daemon_config *cf
 	return 0;
 }
 
-/* A worker's configuration, from the accepting process (server.c, config_for_worker):
+/* A worker's configuration, from the accepting process (supervisor.c, config_for_worker):
  * 0, or -1 after a line saying why. */
 static int read_worker_configuration(int fd, struct rm_daemon_config *cfg)
 {
@@ -213,7 +213,7 @@ int main(int argc, char **argv)
 	int r = read_configuration(argc, argv, &cfg, &channel, &registry_fd, &config_fd, &done);
 	if (r)
 		return done ? 0 : r;
-	/* A worker's configuration is the one in force, without credentials (server.c): the
+	/* A worker's configuration is the one in force, without credentials (supervisor.c): the
 	 * accepting process checks every credential, and a worker never reads the file. */
 	if (channel >= 0 && read_worker_configuration(config_fd, &cfg))
 		return 1;
@@ -257,7 +257,7 @@ int main(int argc, char **argv)
 	}
 	take_inventory(count);
 	/* Workers run this program again with the registry, a channel and their configuration
-	 * (server.c), not remorad's own arguments: a --set admin_token stays here. */
+	 * (supervisor.c), not remorad's own arguments: a --set admin_token stays here. */
 	char *wargv[3], regarg[32];
 	snprintf(regarg, sizeof(regarg), "--registry-fd=%d", registry_fd);
 	wargv[0] = argv[0];

@@ -1,5 +1,5 @@
 /* Handshakes: the connections the accepting process has taken but whose greeting
- * (server.c) has not finished yet. Before its hello a connection is a stranger's, so
+ * (admission.c) has not finished yet. Before its hello a connection is a stranger's, so
  * what it may cost is bounded: at most max_pending_hellos of them at once, at most
  * max_pending_hellos_per_address from one peer address (a connection past either is
  * closed at once), and each for at most hello_timeout seconds, after which a thread of

@@ -63,8 +63,8 @@ struct rm_hostfn_hub *rm_hostfn_hub_new(const struct rm_session *s, int timeout_
 	pthread_condattr_destroy(&attr);
 	hub->refs = 1;
 	hub->timeout_s = timeout_s > 0 ? timeout_s : 30;
-	hub->session_id = s->id;
-	snprintf(hub->name, sizeof(hub->name), "%s", s->name);
+	hub->session_id = s->sh->id;
+	snprintf(hub->name, sizeof(hub->name), "%s", s->sh->name);
 	return hub;
 }
 
@@ -134,8 +134,7 @@ int rm_hostfn_listen(struct rm_session *ch)
 	pthread_mutex_unlock(&ch->send_lock);
 	pthread_mutex_unlock(&hub->lock);
 	if (!err)
-		rm_log(RM_LOG_INFO, "session %llu (%s): channel %d is its callback channel (host functions)",
-		       (unsigned long long)ch->id, ch->name, ch->chan);
+		rm_session_log(ch, RM_LOG_INFO, "channel %d is its callback channel (host functions)", ch->chan);
 	return err;
 }
 

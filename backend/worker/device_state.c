@@ -43,7 +43,7 @@ void rm_handle_device_state(struct rm_session *s, struct rm_request *rq)
 				free_b = reg->gpus[dev].free_bytes;
 			}
 		}
-		rep.client_bytes = reg->clients[s->slot].mem_bytes;
+		rep.client_bytes = reg->clients[s->sh->slot].mem_bytes;
 		rm_registry_unlock();
 		rm_session_memory_view(s, &free_b, &total_b);
 		rep.total_bytes = total_b;

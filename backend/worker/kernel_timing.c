@@ -46,7 +46,7 @@ static void add_time(struct rm_session *s, CUevent start, CUevent end)
 {
 	float ms = 0;
 	if (rm_drv.cuEventElapsedTime(&ms, start, end) == CUDA_SUCCESS && ms > 0)
-		rm_registry_add_gpu_time(s->slot, s->id, (uint64_t)((double)ms * 1e6));
+		rm_registry_add_gpu_time(s->sh->slot, s->sh->id, (uint64_t)((double)ms * 1e6));
 }
 
 /* Reads slot i if its end has passed (lock held): 1 when the slot is free afterwards. */
@@ -146,7 +146,7 @@ static void close_spans(struct rm_session *s, struct rm_session_ctx *c, int chan
 		    (t->slot[i].host_timed && min_age_ns))
 			continue;
 		if (t->slot[i].host_timed) {
-			rm_registry_add_gpu_time(s->slot, s->id, now_ns() - t->slot[i].open_ns);
+			rm_registry_add_gpu_time(s->sh->slot, s->sh->id, now_ns() - t->slot[i].open_ns);
 			t->slot[i].state = SLOT_FREE;
 			__atomic_sub_fetch(&t->open_host, 1, __ATOMIC_RELAXED);
 			__atomic_sub_fetch(&t->open, 1, __ATOMIC_RELAXED);
@@ -243,7 +243,7 @@ void rm_kernel_timing_post(struct rm_session *s, int now)
 	uint64_t t = now_ns();
 	if (!now && t - s->synced_posted_ns < RM_SPAN_POST_NS)
 		return;
-	rm_registry_add_gpu_time(s->slot, s->id, s->synced_gpu_ns);
+	rm_registry_add_gpu_time(s->sh->slot, s->sh->id, s->synced_gpu_ns);
 	s->synced_gpu_ns = 0;
 	s->synced_posted_ns = t;
 }

@@ -62,26 +62,25 @@ static void beat_if_due(struct rm_session *s)
 	if (!__atomic_load_n(&s->call_since_ns, __ATOMIC_ACQUIRE))
 		return; /* most sessions, most of the time: no call running */
 	uint64_t now = now_ns();
-	if (now - __atomic_load_n(&s->heartbeat_ns, __ATOMIC_RELAXED) < (uint64_t)s->heartbeat_ms * 1000000u)
+	if (now - __atomic_load_n(&s->heartbeat_ns, __ATOMIC_RELAXED) < (uint64_t)s->sh->heartbeat_ms * 1000000u)
 		return;
 	int err = rm_liveness_send_aside(s, RM_OP_HEARTBEAT, NULL, 0);
 	if (err == -EBUSY)
 		return; /* its thread is sending (the reply: no heartbeat is due any more), or the
 			 * call ended meanwhile: looked at again at the next tick */
 	if (err == -EAGAIN)
-		rm_log(RM_LOG_DEBUG, "session %llu: heartbeat skipped: the client takes nothing",
-		       (unsigned long long)s->id);
+		rm_session_log(s, RM_LOG_DEBUG, "heartbeat skipped: the client takes nothing");
 	else if (err)
-		rm_log(RM_LOG_DEBUG, "session %llu: heartbeat not sent", (unsigned long long)s->id);
+		rm_session_log(s, RM_LOG_DEBUG, "heartbeat not sent");
 	if (err && err != -EAGAIN && s->chan == 0 && !s->left_early) {
 		/* The client is gone while its call runs (a long kernel): its admission place and
 		 * quota are free at once; its memory follows when the call returns and the session
 		 * is released (worker.c). */
 		s->left_early = 1;
-		rm_registry_leave_session(s->slot, s->id);
-		rm_log(RM_LOG_INFO, "session %llu (%s): the client is gone while its call runs: its admission "
-		       "place and quota are free now, its memory once the call ends", (unsigned long long)s->id,
-		       s->name);
+		rm_registry_leave_session(s->sh->slot, s->sh->id);
+		rm_session_log(s, RM_LOG_INFO,
+		               "the client is gone while its call runs: its admission "
+		               "place and quota are free now, its memory once the call ends");
 	}
 	__atomic_store_n(&s->heartbeat_ns, now, __ATOMIC_RELAXED);
 }

@@ -103,7 +103,7 @@ int rm_kernel_watch_over(struct rm_session *s)
 			if (l->since_ns && now - l->since_ns > (uint64_t)w->limit_ms * 1000000u && !w->over) {
 				w->over = 1;
 				rm_log(RM_LOG_WARN, "session %llu (%s, pid %u): a kernel has run for more than the tenant's "
-				       "kernel_time_limit of %u s", (unsigned long long)s->id, s->name, s->pid,
+				       "kernel_time_limit of %u s", (unsigned long long)s->sh->id, s->sh->name, s->sh->pid,
 				       w->limit_ms / 1000);
 			}
 		}

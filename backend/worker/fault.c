@@ -58,9 +58,9 @@ void rm_fault_note(const struct rm_session *s, CUresult r)
 	if (fault_error == CUDA_SUCCESS) {
 		clock_gettime(CLOCK_MONOTONIC, &fault_at);
 		if (s) {
-			culprit_session = s->id;
-			snprintf(culprit_name, sizeof(culprit_name), "%s", s->name);
-			culprit_pid = s->pid;
+			culprit_session = s->sh->id;
+			snprintf(culprit_name, sizeof(culprit_name), "%s", s->sh->name);
+			culprit_pid = s->sh->pid;
 		}
 		__atomic_store_n(&fault_error, r, __ATOMIC_RELEASE);
 		rm_registry_mark_faulted(getpid(), (int)r);
@@ -68,7 +68,7 @@ void rm_fault_note(const struct rm_session *s, CUresult r)
 			rm_log(RM_LOG_WARN, "worker: error %d (%s), first reported to session %llu (%s, pid %u), "
 			       "broke this worker's GPU contexts for good: its clients get it from now on, and the "
 			       "tenant's new clients go to a fresh worker", r, error_name(r),
-			       (unsigned long long)s->id, s->name, s->pid);
+			       (unsigned long long)s->sh->id, s->sh->name, s->sh->pid);
 		else
 			rm_log(RM_LOG_WARN, "worker: error %d (%s) broke this worker's GPU contexts for good: its "
 			       "clients get it from now on, and the tenant's new clients go to a fresh worker", r,
@@ -97,7 +97,7 @@ unsigned long long rm_fault_age_ms(void)
 size_t rm_fault_notice(struct rm_session *s, char *buf, size_t len)
 {
 	CUresult r = rm_fault_error();
-	if (r == CUDA_SUCCESS || s->id == culprit_session ||
+	if (r == CUDA_SUCCESS || s->sh->id == culprit_session ||
 	    __atomic_exchange_n(&s->sh->fault_told, 1, __ATOMIC_ACQ_REL))
 		return 0;
 	int n;
@@ -106,12 +106,12 @@ size_t rm_fault_notice(struct rm_session *s, char *buf, size_t len)
 		n = snprintf(buf, len, "the GPU context this program shares with the other clients of tenant %s was "
 			     "broken by error %d (%s), first reported to program %s (pid %u on its host); this "
 			     "program's GPU work and memory are lost, and every CUDA call now fails with that error: "
-			     "restart it", s->tenant_name, r, error_name(r), culprit_name, culprit_pid);
+			     "restart it", s->sh->tenant_name, r, error_name(r), culprit_name, culprit_pid);
 	else
 		n = snprintf(buf, len, "the GPU context this program shares with the other clients of tenant %s was "
 			     "broken by error %d (%s) in a kernel of one of them; this program's GPU work and memory "
 			     "are lost, and every CUDA call now fails with that error: restart it",
-			     s->tenant_name, r, error_name(r));
+			     s->sh->tenant_name, r, error_name(r));
 	pthread_mutex_unlock(&fault_lock);
 	return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
 }

@@ -1,0 +1,54 @@
+/* The parts of a copy (copy.h) between the copy itself, its shares' staging pipeline
+ * (share.c) and the copy links that carry shares beside the session's connection
+ * (copy_links.c). Chunk k of a striped copy travels on link k % links (common/wire.h); a
+ * copy over one link is one chunk. */
+#ifndef REMORA_STRIPE_H
+#define REMORA_STRIPE_H
+
+#include <cuda.h>
+#include <stdint.h>
+
+#include "copy_profile.h"
+#include "dispatch.h"
+
+/* One link's part of a striped copy: what the link's share is, and how it went. */
+struct rm_stripe_job {
+	int to_host;
+	uint64_t dev, n;
+	uint32_t links, index;
+	CUstream stream;
+	CUcontext ctx;
+	CUresult result;  /* in: a failure already known (then bytes in are dropped); out: the first failure */
+	int link_failed;  /* out: the link broke or fell out of step */
+};
+
+/* Where a share's bytes go through: a link and its staging. */
+struct rm_share {
+	struct rm_link *link;
+	struct rm_request *bulk_rq; /* link 0 of a copy to the device: the request whose bulk it reads */
+	/* Link 0 of a copy to the host: the reply it sends once its first piece is ready, so
+	 * that the reply follows the work the copy waits for (heartbeats cover the wait). */
+	struct rm_session *reply_s;
+	struct rm_request *reply_rq;
+	uint64_t reply_bulk;
+	struct rm_staging *staging;
+	struct rm_session *session; /* link 0's: the session whose thread runs it; else NULL */
+	/* Link 0 of a copy in one piece that waits for its stream (a blocking one to the
+	 * device, any to the host): no event is recorded for its staging buffer, since the
+	 * stream is synchronized next (rm_copy_in, share_out). unrecorded: it was. */
+	int sync_after, unrecorded;
+	const struct rm_copy_profile *prof; /* link 0's, else an inactive one */
+	struct rm_time_tally *wait, *dma;   /* where its waits and copy calls are counted */
+};
+
+/* Moves a link's share of job j through its staging: reads each piece and copies it to
+ * the device, or copies each piece from the device and sends it, the network overlapping
+ * the DMA. */
+void rm_share_run(struct rm_share *sh, struct rm_stripe_job *j);
+
+/* Runs jobs[1..links-1] on copy links 1..links-1, on their threads, and jobs[0] on sh0
+ * here; returns once all are done. One striped copy at a time, whichever channel it
+ * comes on. */
+void rm_copy_links_run(struct rm_session *s, struct rm_share *sh0, struct rm_stripe_job *jobs, uint32_t links);
+
+#endif

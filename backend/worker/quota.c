@@ -1,0 +1,49 @@
+/* A session's device memory against its quotas (quota.h). */
+#include "session.h"
+
+#include "log.h"
+#include "registry.h"
+
+CUresult rm_session_charge(struct rm_session *s, uint64_t bytes)
+{
+	uint64_t client_limit, tenant_limit;
+	if (!rm_registry_charge(s->sh->slot, s->sh->id, rm_charged_bytes(bytes), &client_limit, &tenant_limit))
+		return CUDA_SUCCESS;
+	rm_session_log(s, RM_LOG_WARN, "allocation of %llu bytes (charged %llu) refused: over its quota "
+		       "(client %llu, tenant %s %llu bytes; 0 is none)",
+		       (unsigned long long)bytes, (unsigned long long)rm_charged_bytes(bytes), (unsigned long long)client_limit,
+		       s->sh->tenant_name, (unsigned long long)tenant_limit);
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+void rm_session_uncharge(struct rm_session *s, uint64_t bytes)
+{
+	rm_registry_uncharge(s->sh->slot, s->sh->id, rm_charged_bytes(bytes));
+}
+
+uint64_t rm_session_client_limit(struct rm_session *s)
+{
+	uint64_t client_limit, tenant_limit, mine, tenant;
+	rm_registry_usage(s->sh->slot, &client_limit, &tenant_limit, &mine, &tenant);
+	return client_limit;
+}
+
+void rm_session_memory_view(struct rm_session *s, size_t *free_b, size_t *total_b)
+{
+	uint64_t client_limit, tenant_limit, mine, tenant;
+	rm_registry_usage(s->sh->slot, &client_limit, &tenant_limit, &mine, &tenant);
+	if (client_limit) {
+		if (*total_b > client_limit)
+			*total_b = client_limit;
+		uint64_t left = client_limit > mine ? client_limit - mine : 0;
+		if (*free_b > left)
+			*free_b = left;
+	}
+	if (tenant_limit) {
+		if (*total_b > tenant_limit)
+			*total_b = tenant_limit;
+		uint64_t left = tenant_limit > tenant ? tenant_limit - tenant : 0;
+		if (*free_b > left)
+			*free_b = left;
+	}
+}

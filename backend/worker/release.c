@@ -1,0 +1,124 @@
+/* Releasing what a departing client owns: each kind of proto/handle_kinds.def by its
+ * release function, the kinds in their steps (rm_session_release_all). */
+#include "session.h"
+
+#include <stdlib.h>
+
+#include "driver_table.h"
+#include "fault.h"
+#include "image_cache.h"
+#include "stream_pool.h"
+
+typedef void (*release_fn)(struct rm_session *s, const struct rm_handle *h);
+
+static void *handle_of(const struct rm_handle *h)
+{
+	return (void *)(uintptr_t)h->value;
+}
+
+static void release_graph_exec(struct rm_session *s, const struct rm_handle *h)
+{
+	if (rm_drv.cuGraphExecDestroy)
+		rm_drv.cuGraphExecDestroy(handle_of(h));
+}
+
+static void release_graph(struct rm_session *s, const struct rm_handle *h)
+{
+	if (rm_drv.cuGraphDestroy)
+		rm_drv.cuGraphDestroy(handle_of(h));
+}
+
+static void release_event(struct rm_session *s, const struct rm_handle *h)
+{
+	rm_drv.cuEventDestroy_v2(handle_of(h));
+}
+
+static void release_stream(struct rm_session *s, const struct rm_handle *h)
+{
+	rm_stream_pool_give(handle_of(h));
+}
+
+static void release_module(struct rm_session *s, const struct rm_handle *h)
+{
+	if (!h->parent) /* else a library's own */
+		rm_image_unload(RM_H_MODULE, handle_of(h));
+}
+
+static void release_library(struct rm_session *s, const struct rm_handle *h)
+{
+	rm_image_unload(RM_H_LIBRARY, handle_of(h));
+}
+
+/* The quota is released with the memory, not later with the slot. */
+static void release_memory(struct rm_session *s, const struct rm_handle *h)
+{
+	rm_session_free_drained(s, h->value);
+	rm_session_uncharge(s, h->size);
+}
+
+static void release_mapping(struct rm_session *s, const struct rm_handle *h)
+{
+	rm_drv.cuMemUnmap(h->value, h->size);
+}
+
+static void release_physical(struct rm_session *s, const struct rm_handle *h)
+{
+	if (!h->parent) /* not released by the client yet */
+		rm_drv.cuMemRelease(h->value);
+	rm_session_uncharge(s, h->size);
+}
+
+static void release_va_range(struct rm_session *s, const struct rm_handle *h)
+{
+	rm_drv.cuMemAddressFree(h->value, h->size);
+}
+
+static void release_mempool(struct rm_session *s, const struct rm_handle *h)
+{
+	rm_drv.cuMemPoolDestroy(handle_of(h));
+}
+
+/* Each kind's step and release function, beside its kind in proto/handle_kinds.def. */
+static const struct {
+	int step;
+	release_fn release;
+} releases[] = {
+#define RM_HANDLE_KIND(name, ctype, step, release) [name] = {step, release},
+#include "handle_kinds.def"
+#undef RM_HANDLE_KIND
+};
+
+#define NKINDS (sizeof(releases) / sizeof(releases[0]))
+
+size_t rm_session_release_all(struct rm_session *s)
+{
+	int last = 0;
+	for (size_t k = 0; k < NKINDS; k++)
+		last = releases[k].step > last ? releases[k].step : last;
+	size_t freed = 0;
+	CUcontext prev = s->thread_ctx;
+	if (s->sh->nctx)
+		rm_drv.cuCtxSetCurrent(s->sh->ctxs[0].ctx);
+	rm_capture_end_all(s); /* a capturing stream can be neither waited for nor reused */
+	rm_session_synchronize_all(s);
+	/* A fault of this client's work that no reply reported leaves the worker's contexts
+	 * broken for everyone: a sticky error shows on any stream, and faults the worker. */
+	for (int i = 0; i < s->sh->nctx; i++)
+		rm_fault_note(s, rm_drv.cuStreamQuery(s->sh->ctxs[i].default_stream));
+	for (int step = 1; step <= last; step++)
+		for (size_t i = 0; i < s->sh->handles_cap; i++) {
+			const struct rm_handle *h = &s->sh->handles[i];
+			if (h->kind < NKINDS && releases[h->kind].step == step) {
+				releases[h->kind].release(s, h);
+				freed++;
+			}
+		}
+	free(s->sh->handles);
+	s->sh->handles = NULL;
+	s->sh->handles_cap = s->sh->handles_used = s->sh->handles_live = 0;
+	s->sh->nstreams = 0; /* given back above */
+	s->sh->nranges = 0;
+	s->sh->mem_bytes = 0;
+	rm_drv.cuCtxSetCurrent(prev);
+	return freed;
+}

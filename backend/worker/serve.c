@@ -1,0 +1,213 @@
+/* A channel's requests, read in order and each run to its reply (worker.h): the generated
+ * calls' handlers (rm_op_handlers) and the reserved opcodes a session may call, beside
+ * the one-way frames (heartbeats, fences, host functions' answers). */
+#include "worker.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "call_profile.h"
+#include "device_state.h"
+#include "dispatch.h"
+#include "fault.h"
+#include "host_functions.h"
+#include "kernel_timing.h"
+#include "liveness.h"
+#include "log.h"
+#include "registry.h"
+#include "remora.pb-c.h"
+#include "shared_host.h"
+#include "stream_pool.h"
+
+int rm_serve_welcome(struct rm_session *s, uint32_t seq)
+{
+	Remora__HelloReply rep = REMORA__HELLO_REPLY__INIT;
+	struct rm_request rq = {.frame = {.op = RM_OP_HELLO, .seq = seq}};
+	rep.protocol_version = RM_PROTOCOL_VERSION;
+	rm_drv.cuDriverGetVersion(&rep.driver_version);
+	rep.session_id = s->sh->id;
+	rep.attach_key.data = s->sh->attach_key;
+	rep.attach_key.len = sizeof(s->sh->attach_key);
+	rep.heartbeat_ms = (uint32_t)rm_worker_config()->peer_timeout_s * 1000 / 6; /* six chances before a timeout */
+	rm_request_finish(s, &rq, CUDA_SUCCESS, &rep.base);
+	return rq.fatal ? -EPIPE : 0;
+}
+
+/* A fence (RM_OP_FENCE): waits, covered by heartbeats, until the channel it names has
+ * finished the request it names. 0, or -1 when the frame is malformed (closing). */
+static int fence(struct rm_session *s, const struct rm_frame *f)
+{
+	uint8_t msg[64];
+	Remora__Fence *m = NULL;
+	if (f->msg_len > sizeof(msg) || rm_link_read(&s->link, msg, f->msg_len) ||
+	    !(m = remora__fence__unpack(NULL, f->msg_len, msg))) {
+		rm_session_log(s, RM_LOG_WARN, "malformed fence; closing");
+		return -1;
+	}
+	rm_liveness_call_begin(s);
+	rm_session_fence(s, m->channel, m->seq);
+	rm_liveness_call_end(s);
+	remora__fence__free_unpacked(m, NULL);
+	return 0;
+}
+
+/* Counts a finished call against the client (registry.h, accounting), with the time it
+ * was held for a shared hardware queue; a synchronizing call also collects the kernel
+ * times its wait has made known (rm_kernel_timing_collect). */
+static void account(struct rm_session *s, const struct rm_request *rq)
+{
+	struct rm_usage *u = &rm_registry()->clients[s->sh->slot].usage;
+	enum rm_call_kind kind = rm_call_kind(rq->frame.op);
+	rm_usage_add(&u->calls[kind], 1);
+	uint64_t waited = rm_stream_pool_take_waited_ns();
+	if (waited)
+		rm_usage_add(&u->queue_wait_ns, waited);
+	if (rq->replied && rq->result != CUDA_SUCCESS)
+		rm_usage_add(&u->errors, 1);
+	rm_kernel_timing_post(s, 0);
+	if (kind == RM_CALL_SYNC)
+		rm_kernel_timing_collect(s);
+}
+
+/* Whether a call's handler moves bulk bytes, over the connection and perhaps the copy
+ * links: it runs even when the call is to fail, so that the bytes are drained or the
+ * links told (memory_handlers.c fails it with the worker's fault error). */
+static int moves_bulk(rm_op_handler h)
+{
+	return h == rm_handle_cuMemcpyHtoD_v2 || h == rm_handle_cuMemcpyHtoDAsync_v2 || h == rm_handle_cuMemcpyDtoH_v2 ||
+	       h == rm_handle_cuMemcpyDtoHAsync_v2;
+}
+
+void rm_serve(struct rm_session *s)
+{
+	struct rm_request rq;
+	uint8_t *msgbuf = NULL;
+	size_t msgcap = 0;
+	struct rm_call_profile *profile = rm_call_profile_begin();
+	for (;;) {
+		memset(&rq, 0, sizeof(rq));
+		uint64_t read_ns = profile ? rm_call_profile_now_ns() : 0;
+		int err = rm_link_read_frame(&s->link, &rq.frame);
+		rm_call_profile_read(profile, read_ns);
+		if (err == -ECONNRESET) {
+			rm_session_log(s, RM_LOG_INFO, "client disconnected");
+			break;
+		}
+		if (err == -ETIMEDOUT) {
+			rm_session_log(s, RM_LOG_WARN,
+			               "the client was silent for %d s (stopped, frozen or "
+			               "unreachable); closing",
+			               rm_worker_config()->peer_timeout_s);
+			break;
+		}
+		if (err) {
+			rm_session_log(s, RM_LOG_WARN, "%s; closing",
+			               err == -EPROTO ? "malformed frame header" : strerror(-err));
+			break;
+		}
+		/* Heartbeats, fences and host functions' answers are one-way: a client marks them
+		 * async, and one that does not would wait for a reply that never comes. */
+		int one_way = rq.frame.op == RM_OP_HEARTBEAT || rq.frame.op == RM_OP_FENCE || rq.frame.op == RM_OP_HOST_DONE;
+		if (one_way && !(rq.frame.flags & RM_F_ASYNC)) {
+			rm_session_log(s, RM_LOG_WARN, "one-way opcode %u without the async flag; closing",
+			               rq.frame.op);
+			break;
+		}
+		if (rq.frame.op == RM_OP_HEARTBEAT && !rq.frame.msg_len && !rq.frame.bulk_len &&
+		    !(rq.frame.flags & RM_F_REPLY)) {
+			/* An idle client is alive; a client sends one only after a silent interval,
+			 * so the channel's staging goes back until its next copy (staging.h). */
+			rm_staging_release_idle(&s->staging);
+			continue;
+		}
+		if (rq.frame.op == RM_OP_HOST_LISTEN && !rq.frame.msg_len && !rq.frame.bulk_len &&
+		    !(rq.frame.flags & RM_F_REPLY)) {
+			if ((err = rm_hostfn_listen(s))) {
+				rm_session_log(s, RM_LOG_WARN, "channel %d refused as callback channel (%s); closing",
+				               s->chan, strerror(-err));
+				break;
+			}
+			continue;
+		}
+		if (s->callbacks) { /* a callback channel carries answers, nothing else */
+			if (rq.frame.op == RM_OP_HOST_DONE && !rq.frame.msg_len && !rq.frame.bulk_len &&
+			    !(rq.frame.flags & RM_F_REPLY)) {
+				rm_hostfn_done(s, rq.frame.seq);
+				continue;
+			}
+			rm_session_log(s, RM_LOG_WARN, "opcode %u on its callback channel; closing", rq.frame.op);
+			break;
+		}
+		if (rq.frame.op == RM_OP_FENCE && !(rq.frame.flags & RM_F_REPLY) && !rq.frame.bulk_len) {
+			if (fence(s, &rq.frame))
+				break;
+			continue;
+		}
+		/* The generated calls' handlers, and the reserved opcodes a session may call. */
+		rm_op_handler handler = rq.frame.op < RM_OP_LIMIT ? rm_op_handlers[rq.frame.op]
+				      : rq.frame.op == RM_OP_DEVICE_STATE ? rm_handle_device_state
+				      : rq.frame.op == RM_OP_HOST_SHARE ? rm_handle_host_share
+				      : rq.frame.op == RM_OP_HOST_UNSHARE ? rm_handle_host_unshare : NULL;
+		if (rq.frame.op == RM_OP_HELLO || !handler || (rq.frame.flags & RM_F_REPLY)) {
+			rm_session_log(s, RM_LOG_WARN, "unknown opcode %u; closing", rq.frame.op);
+			break;
+		}
+		if (rq.frame.msg_len > msgcap) {
+			uint8_t *p = realloc(msgbuf, rq.frame.msg_len);
+			if (!p)
+				break;
+			msgbuf = p;
+			msgcap = rq.frame.msg_len;
+		}
+		rq.msg = msgbuf;
+		if ((err = rm_link_read(&s->link, msgbuf, rq.frame.msg_len))) {
+			rm_session_log(s, RM_LOG_WARN, "truncated frame (%s); closing", strerror(-err));
+			break;
+		}
+		rq.bulk_left = rq.frame.bulk_len;
+		uint64_t call_ns = profile ? rm_call_profile_now_ns() : 0;
+		int waits = rq.frame.op >= RM_OP_LIMIT || !(rm_op_flags[rq.frame.op] & RM_OPF_ASYNC);
+		if (waits)
+			rm_kernel_timing_close(s, RM_SPAN_EARLY_CLOSE_NS);
+		rm_liveness_call_begin(s);
+		CUresult r = rm_session_enter(s, rq.frame.ctx);
+		if (r == CUDA_SUCCESS && !moves_bulk(handler))
+			r = rm_fault_error(); /* a faulted worker answers every call with its error */
+		rm_call_part_end(RM_PART_BEFORE_HANDLER, call_ns);
+		if (r != CUDA_SUCCESS)
+			rm_request_finish(s, &rq, r, NULL);
+		else
+			handler(s, &rq);
+		uint64_t after_ns = rm_call_part_begin();
+		rm_liveness_call_end(s);
+		if (waits) /* replied: the young spans' ends, off the client's path */
+			rm_kernel_timing_close(s, 0);
+		/* The client's batch is done: unless its next frame has come (a synchronize
+		 * would end the spans in host time, rm_kernel_timing_synced). Before the call
+		 * counts as done, so that another thread fenced on it (rm_session_fence) finds
+		 * the end records queued: its wait for the stream then covers them, and a query
+		 * after it does not see them pending. Never on the callback channel, which
+		 * launches nothing: the timers' lock may be held by a thread whose driver call
+		 * waits behind the host function whose answer this thread is to read. */
+		else if (!s->callbacks && rm_kernel_timing_open(s) && !rm_link_buffered(&s->link) &&
+			 !rm_conn_readable(s->link.conn))
+			rm_kernel_timing_close(s, 0);
+		account(s, &rq);
+		rm_session_progress(s, rq.frame.seq);
+		rm_call_part_end(RM_PART_AFTER_HANDLER, after_ns);
+		rm_call_profile_call(profile, rq.frame.op, call_ns);
+		if (rq.fatal) {
+			rm_session_log(s, RM_LOG_WARN, "protocol error in %s; closing",
+			               rq.frame.op < RM_OP_LIMIT ? rm_op_names[rq.frame.op] : "a reserved call");
+			break;
+		}
+		if (rq.bulk_left && rm_request_read_bulk(s, &rq, NULL, rq.bulk_left))
+			break;
+		if (!rq.replied)
+			rm_request_finish(s, &rq, CUDA_ERROR_UNKNOWN, NULL);
+	}
+	rm_kernel_timing_post(s, 1); /* before the channel or session leaves the registry */
+	rm_call_profile_end(profile, s->sh->id);
+	free(msgbuf);
+}
