@@ -108,6 +108,14 @@ int rm_rpc_passes_fds(void);
 /* Whether a stream capture may be open in this process (capture.c). */
 int rm_capture_any_open(void);
 
+/* Copies for the library's own use (memory.c): the coherence copies of mapped and managed
+ * memory. The copy alone, without the coherence steps the exported cuMemcpy* take around it,
+ * so that coherence never re-enters itself. rm_copy_to_device is async on stream unless
+ * blocking (then on the legacy stream, returning once the bytes are staged, as a blocking
+ * copy from pageable memory does); rm_copy_from_device is blocking. */
+CUresult rm_copy_to_device(CUdeviceptr dst, const void *src, size_t n, CUstream stream, int blocking);
+CUresult rm_copy_from_device(void *dst, CUdeviceptr src, size_t n);
+
 /* Mapped host memory (host_memory.c): its device buffer is kept coherent at
  * synchronization points. Before a launch to stream, host copies that changed go up;
  * after a synchronizing call that succeeded, device copies come back down if work was
