@@ -61,7 +61,8 @@ void rm_rpc_fail(const char *what, int err);
  * one line on stderr saying what (printf format), and returns CUDA_ERROR_DEVICE_UNAVAILABLE. */
 CUresult rm_rpc_bad_reply(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Connects and greets the daemon once per process; later calls give the first outcome. */
+/* Opens the process's client (client_object.h): connects and greets the daemon once per
+ * process; later calls give the first outcome (CUDA_ERROR_DEINITIALIZED once it closed at exit). */
 CUresult rm_connect_once(void);
 /* For tests that play the server (tests/fuzz/fuzz_client.c): closes the process's
  * connection, lost or not, and forgets every answer and layout kept, so that the next call
@@ -70,6 +71,9 @@ CUresult rm_connect_once(void);
 void rm_rpc_reset(void);
 /* Forgets the parameter layouts and function names launch.c keeps (rm_rpc_reset). */
 void rm_launch_reset(void);
+/* Whether the process's connection was closed at exit (client_object.h): then every call
+ * returns CUDA_ERROR_DEINITIALIZED, and what fails says nothing. */
+int rm_client_closed(void);
 /* The GPU host's driver version, known after rm_connect_once. */
 int rm_remote_driver_version(void);
 /* The copy links of the process's connection (copy_links.h); NULL: none. */
