@@ -134,7 +134,8 @@ int rm_channels_none(struct rm_client *cl)
 {
 	struct rm_channels *ch = &cl->channels;
 	int none = !__atomic_load_n(&ch->sharers, __ATOMIC_SEQ_CST);
-	pthread_rwlock_rdlock(&ch->lock);
+	if (pthread_rwlock_tryrdlock(&ch->lock))
+		return 0; /* a channel opening or closing right now */
 	for (int i = 1; i <= ch->hi && none; i++)
 		none = !ch->tab[i];
 	pthread_rwlock_unlock(&ch->lock);

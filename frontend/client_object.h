@@ -55,7 +55,8 @@ extern struct rm_client rm_process_client;
 /* The calling thread's connection: its channel, opened at its first call, or the main
  * one. (channels.c) */
 struct rm_client_conn *rm_client_thread_conn(struct rm_client *cl);
-/* Whether no thread but the opener holds a channel or shares the main connection. */
+/* Whether no thread but the opener holds a channel or shares the main connection (0 too
+ * while a channel opens or closes). */
 int rm_channels_none(struct rm_client *cl);
 
 #endif
