@@ -115,8 +115,8 @@ int rm_capture_any_open(void);
 /* Copies for the library's own use (memory.c): the coherence copies of mapped and managed
  * memory. The copy alone, without the coherence steps the exported cuMemcpy* take around it,
  * so that coherence never re-enters itself. rm_copy_to_device is async on stream unless
- * blocking (then on the legacy stream, returning once the bytes are staged, as a blocking
- * copy from pageable memory does); rm_copy_from_device is blocking. */
+ * blocking (then as cuMemcpyHtoD's: it returns once the bytes are staged, as a blocking copy
+ * from pageable memory may); rm_copy_from_device is blocking, as cuMemcpyDtoH's. */
 CUresult rm_copy_to_device(CUdeviceptr dst, const void *src, size_t n, CUstream stream, int blocking);
 CUresult rm_copy_from_device(void *dst, CUdeviceptr src, size_t n);
 
