@@ -61,7 +61,8 @@ void rm_rpc_fail(const char *what, int err);
  * one line on stderr saying what (printf format), and returns CUDA_ERROR_DEVICE_UNAVAILABLE. */
 CUresult rm_rpc_bad_reply(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Connects and greets the daemon once per process; later calls give the first outcome. */
+/* Opens the process's client (client_object.h): connects and greets the daemon once per
+ * process; later calls give the first outcome (CUDA_ERROR_DEINITIALIZED once it closed at exit). */
 CUresult rm_connect_once(void);
 /* For tests that play the server (tests/fuzz/fuzz_client.c): closes the process's
  * connection, lost or not, and forgets every answer and layout kept, so that the next call
@@ -70,6 +71,9 @@ CUresult rm_connect_once(void);
 void rm_rpc_reset(void);
 /* Forgets the function names launch.c keeps (rm_rpc_reset). */
 void rm_launch_reset(void);
+/* Whether the process's connection was closed at exit (client_object.h): then every call
+ * returns CUDA_ERROR_DEINITIALIZED, and what fails says nothing. */
+int rm_client_closed(void);
 /* The GPU host's driver version, known after rm_connect_once. */
 int rm_remote_driver_version(void);
 /* The copy links of the process's connection (copy_links.h); NULL: none. */
@@ -107,6 +111,14 @@ int rm_host_shared_find(const void *p, size_t n, uint64_t *region, uint64_t *off
 int rm_rpc_passes_fds(void);
 /* Whether a stream capture may be open in this process (capture.c). */
 int rm_capture_any_open(void);
+
+/* Copies for the library's own use (memory.c): the coherence copies of mapped and managed
+ * memory. The copy alone, without the coherence steps the exported cuMemcpy* take around it,
+ * so that coherence never re-enters itself. rm_copy_to_device is async on stream unless
+ * blocking (then as cuMemcpyHtoD's: it returns once the bytes are staged, as a blocking copy
+ * from pageable memory may); rm_copy_from_device is blocking, as cuMemcpyDtoH's. */
+CUresult rm_copy_to_device(CUdeviceptr dst, const void *src, size_t n, CUstream stream, int blocking);
+CUresult rm_copy_from_device(void *dst, CUdeviceptr src, size_t n);
 
 /* Mapped host memory (host_memory.c): its device buffer is kept coherent at
  * synchronization points. Before a launch to stream, host copies that changed go up;

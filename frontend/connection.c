@@ -1,6 +1,7 @@
-/* Opening and closing the client's connection (connection.h): settings read first,
+/* Opening and closing the client's connections (connection.h): settings read first,
  * then the link, the batch, the hello, the copy links and the flusher, released in
- * reverse through one ladder. */
+ * reverse through one ladder; a channel or a copy link is dialled and attached by one
+ * function. */
 #include "connection.h"
 
 #include <errno.h>
@@ -93,6 +94,58 @@ static CUresult greet(struct rm_client_conn *c, const char *server, Remora__Hell
 	return CUDA_SUCCESS;
 }
 
+/* Dials addr with the liveness timeout set and a link around the connection: 0 or -errno. */
+static int dial_link(struct rm_link *l, const struct rm_transport *tp, const char *addr, int timeout_ms)
+{
+	struct rm_conn *conn;
+	int err = tp->dial(addr, CONNECT_TIMEOUT_MS, &conn);
+	if (err)
+		return err;
+	/* Sends wait as long as the daemon's host answers: the daemon rightly stops reading a
+	 * copy's bytes while the GPU works through what the copy waits for. */
+	if (rm_conn_set_liveness(conn, timeout_ms, 0))
+		rm_log(RM_LOG_WARN, "a connection to %s has no liveness timeout", addr);
+	if ((err = rm_link_init(l, conn)))
+		rm_conn_close(conn);
+	return err;
+}
+
+/* The batch and the fence marks of a connection: 0 or -ENOMEM (then neither). */
+static int batch_alloc(struct rm_client_conn *c)
+{
+	c->batch = malloc(RM_CLIENT_BATCH_CAP);
+	c->fenced = c->batch ? calloc(RM_MAX_CHANNELS + 1, sizeof(*c->fenced)) : NULL;
+	if (!c->fenced) {
+		free(c->batch);
+		c->batch = NULL;
+		return -ENOMEM;
+	}
+	c->batch_len = 0;
+	return 0;
+}
+
+static void batch_free(struct rm_client_conn *c)
+{
+	free(c->fenced);
+	c->fenced = NULL;
+	free(c->batch);
+	c->batch = NULL;
+	c->batch_len = 0;
+}
+
+/* What later connections need to attach to the session just greeted. */
+static void keep_attach(struct rm_attach_to *to, const struct rm_transport *tp, const char *addr,
+			const Remora__HelloReply *rep, int timeout_ms)
+{
+	to->tp = tp;
+	snprintf(to->addr, sizeof(to->addr), "%s", addr);
+	to->session_id = rep->session_id;
+	to->keylen = rep->attach_key.len == sizeof(to->key) && strlen(addr) < sizeof(to->addr) ? sizeof(to->key) : 0;
+	if (to->keylen)
+		memcpy(to->key, rep->attach_key.data, sizeof(to->key));
+	to->timeout_ms = timeout_ms;
+}
+
 CUresult rm_client_conn_open(struct rm_client_conn *c, const char *server)
 {
 	Remora__Hello hello = REMORA__HELLO__INIT;
@@ -110,44 +163,26 @@ CUresult rm_client_conn_open(struct rm_client_conn *c, const char *server)
 		return CUDA_ERROR_NO_DEVICE;
 	}
 
-	CUresult r = CUDA_ERROR_NO_DEVICE;
-	struct rm_conn *conn;
 	rm_transport_set_why(0, "%s", ""); /* a reason recorded from here on is this connection's */
-	int err = tp->dial(addr, CONNECT_TIMEOUT_MS, &conn);
+	int err = dial_link(&c->link, tp, addr, timeout_ms);
+	if (err == -ENOMEM)
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	if (err) {
 		rm_log(RM_LOG_ERROR, "cannot reach the GPU server at %s (%s); start remorad there or set "
 		       "REMORA_SERVER=host:port", server, rm_transport_why(err));
-		return r;
+		return CUDA_ERROR_NO_DEVICE;
 	}
-	/* Sends wait as long as the daemon's host answers: the daemon rightly stops reading a
-	 * copy's bytes while the GPU works through what the copy waits for. */
-	if (rm_conn_set_liveness(conn, timeout_ms, 0))
-		rm_log(RM_LOG_WARN, "the connection to %s has no liveness timeout", server);
-	if (rm_link_init(&c->link, conn)) {
-		rm_conn_close(conn);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	r = CUDA_ERROR_OUT_OF_MEMORY;
-	if (!(c->batch = malloc(RM_CLIENT_BATCH_CAP)) || !(c->fenced = calloc(RM_MAX_CHANNELS + 1, sizeof(*c->fenced)))) {
-		free(c->batch);
-		c->batch = NULL;
+	CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+	if (batch_alloc(c))
 		goto fail_batch;
-	}
-	c->batch_len = 0;
 	c->connected = 1;
 	if ((r = greet(c, server, &hello, &rep)) != CUDA_SUCCESS)
 		goto fail_hello;
 	rm_log(RM_LOG_INFO, "connected to %s, session %llu, driver %d", server, (unsigned long long)c->session_id,
 	       c->driver_version);
-	c->copy_links = rm_copy_links_open(tp, addr, rep->session_id, rep->attach_key.data, rep->attach_key.len,
-					   timeout_ms);
-	c->tp = tp;
-	snprintf(c->addr, sizeof(c->addr), "%s", addr);
-	c->keylen = rep->attach_key.len == sizeof(c->key) && strlen(addr) < sizeof(c->addr) ? sizeof(c->key) : 0;
-	if (c->keylen)
-		memcpy(c->key, rep->attach_key.data, sizeof(c->key));
-	c->timeout_ms = timeout_ms;
+	keep_attach(&c->attach, tp, addr, rep, timeout_ms);
 	rm_rpc_free(&rep->base);
+	c->copy_links = rm_copy_links_open(&c->attach);
 	if ((err = rm_client_flusher_start(c)))
 		rm_log(RM_LOG_WARN, "no flusher thread (%s): async calls go out at the next synchronizing call",
 		       strerror(-err));
@@ -156,83 +191,82 @@ CUresult rm_client_conn_open(struct rm_client_conn *c, const char *server)
 fail_hello:
 	rm_rpc_free(rep ? &rep->base : NULL);
 	c->connected = 0;
-	free(c->fenced);
-	c->fenced = NULL;
-	free(c->batch);
-	c->batch = NULL;
+	batch_free(c);
 fail_batch:
 	rm_link_close(&c->link);
 	return r;
 }
 
-/* Sends a channel's Attach on c's link and reads the answer. */
-static CUresult attach_channel(struct rm_client_conn *c, const struct rm_client_conn *main, uint32_t chan)
+/* The errno that a refused Attach's result stands for. */
+static int attach_refusal(uint32_t result)
+{
+	switch (result) {
+	case CUDA_ERROR_TOO_MANY_PEERS:
+		return -EUSERS;
+	case CUDA_ERROR_NOT_PERMITTED:
+		return -EACCES;
+	case CUDA_ERROR_OUT_OF_MEMORY:
+		return -ENOMEM;
+	default:
+		return -EPROTO;
+	}
+}
+
+int rm_client_attach(struct rm_link *l, const struct rm_attach_to *to, uint32_t index, int channel)
 {
 	Remora__Attach a = REMORA__ATTACH__INIT;
-	a.session_id = main->session_id;
-	a.key.data = (uint8_t *)main->key;
-	a.key.len = main->keylen;
-	a.index = chan;
-	a.channel = 1;
+	a.session_id = to->session_id;
+	a.key.data = (uint8_t *)to->key;
+	a.key.len = to->keylen;
+	a.index = index;
+	a.channel = channel;
 	uint8_t msg[128];
 	size_t len = remora__attach__get_packed_size(&a);
+	if (len > sizeof(msg))
+		return -EINVAL;
+	remora__attach__pack(&a, msg);
+	int err = dial_link(l, to->tp, to->addr, to->timeout_ms);
+	if (err)
+		return err;
 	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_ATTACH, .seq = 1, .msg_len = (uint32_t)len};
 	struct rm_frame rf;
-	if (len > sizeof(msg))
-		return CUDA_ERROR_INVALID_VALUE;
-	remora__attach__pack(&a, msg);
-	if (rm_link_send(&c->link, &f, msg, NULL, 0) || rm_link_read_frame(&c->link, &rf) || rf.op != RM_OP_ATTACH ||
-	    !(rf.flags & RM_F_REPLY) || rf.msg_len || rf.bulk_len)
-		return CUDA_ERROR_DEVICE_UNAVAILABLE;
-	return rf.result == CUDA_ERROR_TOO_MANY_PEERS ? CUDA_ERROR_TOO_MANY_PEERS
-	       : rf.result ? CUDA_ERROR_NOT_PERMITTED : CUDA_SUCCESS;
+	if (!(err = rm_link_send(l, &f, msg, NULL, 0)) && !(err = rm_link_read_frame(l, &rf))) {
+		if (rf.op != RM_OP_ATTACH || !(rf.flags & RM_F_REPLY) || rf.msg_len || rf.bulk_len)
+			err = -EPROTO;
+		else if (rf.result)
+			err = attach_refusal(rf.result);
+	}
+	if (err)
+		rm_link_close(l);
+	return err;
 }
 
 CUresult rm_client_channel_open(struct rm_client_conn *c, const struct rm_client_conn *main, uint32_t chan)
 {
-	struct rm_conn *conn;
-	if (!main->keylen)
+	if (!main->attach.keylen)
 		return CUDA_ERROR_TOO_MANY_PEERS; /* a daemon without attaching: share the main one */
-	int err = main->tp->dial(main->addr, CONNECT_TIMEOUT_MS, &conn);
-	if (err) {
-		rm_log(RM_LOG_ERROR, "a thread's channel to %s not opened (%s); the thread shares the main connection",
-		       main->addr, rm_transport_why(err));
-		return CUDA_ERROR_DEVICE_UNAVAILABLE;
-	}
-	if (rm_conn_set_liveness(conn, main->timeout_ms, 0))
-		rm_log(RM_LOG_WARN, "a thread's channel to %s has no liveness timeout", main->addr);
-	if (rm_link_init(&c->link, conn)) {
-		rm_conn_close(conn);
+	if (batch_alloc(c))
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
-	if (!(c->batch = malloc(RM_CLIENT_BATCH_CAP)) || !(c->fenced = calloc(RM_MAX_CHANNELS + 1, sizeof(*c->fenced))))
-		goto fail;
-	if ((r = attach_channel(c, main, chan)) != CUDA_SUCCESS) {
-		if (r != CUDA_ERROR_TOO_MANY_PEERS)
-			rm_log(RM_LOG_ERROR, "a thread's channel to %s refused (%d); the thread shares the main connection",
-			       main->addr, r);
-		goto fail;
+	int err = rm_client_attach(&c->link, &main->attach, chan, 1);
+	if (err) {
+		batch_free(c);
+		if (err == -EUSERS)
+			return CUDA_ERROR_TOO_MANY_PEERS;
+		rm_log(RM_LOG_ERROR, "a thread's channel to %s not opened (%s); the thread shares the main connection",
+		       main->attach.addr, rm_transport_why(err));
+		return err == -ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_DEVICE_UNAVAILABLE;
 	}
 	c->chan = chan;
 	c->session_id = main->session_id;
 	c->driver_version = main->driver_version;
 	c->heartbeat_ms = main->heartbeat_ms;
-	c->batch_len = 0;
 	c->connected = 1;
 	if ((err = rm_client_flusher_start(c)))
 		rm_log(RM_LOG_WARN, "a thread's channel has no flusher thread (%s)", strerror(-err));
 	return CUDA_SUCCESS;
-fail:
-	free(c->fenced);
-	c->fenced = NULL;
-	free(c->batch);
-	c->batch = NULL;
-	rm_link_close(&c->link);
-	return r;
 }
 
-void rm_client_conn_close(struct rm_client_conn *c)
+void rm_client_conn_end(struct rm_client_conn *c)
 {
 	pthread_mutex_lock(&c->lock);
 	rm_client_conn_stop_locked(c);
@@ -240,12 +274,19 @@ void rm_client_conn_close(struct rm_client_conn *c)
 	if (c->flusher_running)
 		pthread_join(c->flusher, NULL);
 	c->flusher_running = 0;
+	rm_copy_links_end(c->copy_links);
+	pthread_mutex_lock(&c->lock); /* stopped: nobody reads or writes the link any more */
+	rm_link_close(&c->link);
+	c->ended = 1;
+	pthread_mutex_unlock(&c->lock);
+}
+
+void rm_client_conn_close(struct rm_client_conn *c)
+{
+	if (!c->ended)
+		rm_client_conn_end(c);
 	rm_copy_links_close(c->copy_links);
 	c->copy_links = NULL;
-	free(c->batch);
-	c->batch = NULL;
-	c->batch_len = 0;
-	free(c->fenced);
-	c->fenced = NULL;
-	rm_link_close(&c->link);
+	batch_free(c);
+	c->ended = 0;
 }

@@ -1,25 +1,41 @@
-/* The client library's connection to its daemon: the session's link, the batch of async
- * calls not sent yet with the thread that flushes it, and the copy links.
- * rm_client_conn_open acquires them in that order and rm_client_conn_close releases them
- * in the reverse; a process has one connection (rpc.c), opened at its first call.
- * Each other thread of the process that calls gets a channel of its own (rpc.c,
- * docs/protocol.md "Channels"): a connection of the same kind attached to the session
- * (rm_client_channel_open), with its batch and flusher but no copy links. */
+/* The client library's connections to its daemon. A connection holds a link, the batch
+ * of async calls not sent yet with the thread that flushes it (flusher.c), and, for the
+ * session's main one, the copy links. rm_client_conn_open greets the daemon on a new
+ * session and acquires them in that order; rm_client_channel_open attaches a channel to
+ * that session (docs/protocol.md "Channels"): a connection of the same kind with its
+ * batch and flusher but no copy links; rm_client_conn_close releases either in reverse.
+ * The client object (client_object.h) owns the process's main connection and channels;
+ * calls go out through rm_client_call (rpc.c). */
 #ifndef REMORA_FRONTEND_CONNECTION_H
 #define REMORA_FRONTEND_CONNECTION_H
 
 #include <cuda.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "client.h"
 #include "link.h"
 
 #define RM_CLIENT_BATCH_CAP (1u << 20) /* bytes of async calls a connection queues at most */
+#define RM_BATCH_FLUSH_AT (64u << 10)  /* flush async calls once this much is queued */
+#define RM_FLUSH_DELAY_NS 50000         /* async calls wait at most this long for company */
 
 struct rm_copy_links;
 
 #define RM_ORDER_SLOTS 16
+#define RM_ATTACH_KEY_BYTES 16
+
+/* What attaching a connection to a session takes (a channel, a copy link): learnt by the
+ * main connection from its hello. */
+struct rm_attach_to {
+	const struct rm_transport *tp;
+	char addr[256];
+	uint64_t session_id;
+	uint8_t key[RM_ATTACH_KEY_BYTES];
+	size_t keylen;            /* 0: the daemon offers no attaching */
+	int timeout_ms;           /* the liveness timeout of each connection (REMORA_PEER_TIMEOUT) */
+};
 
 struct rm_client_conn {
 	struct rm_link link;      /* the session's connection */
@@ -33,13 +49,9 @@ struct rm_client_conn {
 	uint64_t last_send_ns;    /* when a frame last went out (written under lock, read atomically) */
 	struct rm_copy_links *copy_links; /* NULL: large copies go over the link alone */
 
-	/* Channels (rpc.c). What a channel needs to attach, kept by the main connection. */
 	uint32_t chan;            /* 0: the main connection; else its channel number */
-	const struct rm_transport *tp;
-	char addr[256];
-	uint8_t key[16];
-	size_t keylen;            /* 0: the daemon offers no attaching */
-	int timeout_ms;
+	struct rm_attach_to attach; /* the main connection's: how channels and copy links attach */
+	int ended;                /* rm_client_conn_end ran: the link is closed */
 	/* Fences: seqs are unique in the process (rpc.c). Written under lock, read atomically. */
 	uint64_t last_async_seq;  /* the last async call queued */
 	uint64_t synced_seq;      /* the last synchronous call answered: all before it ran */
@@ -49,7 +61,7 @@ struct rm_client_conn {
 	} order_slot[RM_ORDER_SLOTS]; /* by a key's hash: the last async call on that stream or event */
 	uint64_t unordered_seq;   /* the last async call whose streams and events are not all in order_slot */
 
-	/* The flusher (rpc.c): sends a batch whose oldest call has waited long enough, for a
+	/* The flusher (flusher.c): sends a batch whose oldest call has waited long enough, for a
 	 * program that makes no further call, and a heartbeat on a connection idle for
 	 * heartbeat_ms. The times are written under lock and read by the flusher without it
 	 * (atomics); armed is set under flusher_lock. */
@@ -72,22 +84,52 @@ CUresult rm_client_conn_open(struct rm_client_conn *c, const char *server);
  * when the daemon has no room for it (nothing said); else a failure after a line on
  * stderr. Either way not CUDA_SUCCESS leaves c holding nothing. */
 CUresult rm_client_channel_open(struct rm_client_conn *c, const struct rm_client_conn *main, uint32_t chan);
+/* Dials to->addr and attaches the connection to to's session as l: a channel (channel 1,
+ * index its number) or copy link index. 0, or -errno: the dial's, -EUSERS when the daemon
+ * has no room for it, -EACCES or -ENOMEM when it refused it, -EPROTO for an answer out of
+ * contract. Says nothing; l holds nothing on failure. (connection.c) */
+int rm_client_attach(struct rm_link *l, const struct rm_attach_to *to, uint32_t index, int channel);
+/* Stops c (calls fail fast), ends its flusher and copy links and closes its link. Its memory
+ * stays, for threads that may still look at it without its lock (rpc.c's fences). */
+void rm_client_conn_end(struct rm_client_conn *c);
 /* Ends every call in progress with CUDA_ERROR_DEVICE_UNAVAILABLE, then releases what
- * open acquired, in reverse. */
+ * open acquired, in reverse. No other thread may hold c. */
 void rm_client_conn_close(struct rm_client_conn *c);
 
-/* Makes call on c (client.h's rm_rpc on a given connection). */
+/* Makes call on c (client.h's rm_rpc on a given connection). (rpc.c) */
 CUresult rm_client_call(struct rm_client_conn *c, struct rm_rpc_call *call);
 /* Sends frame f (no message, no bulk) on c under its lock: 0, or -errno after c is lost. */
 int rm_client_send_frame(struct rm_client_conn *c, const struct rm_frame *f);
-/* Opens a channel of the session that no thread's calls use (the callback channel):
- * NULL when the daemon has no room or none could be opened. rm_channel_close_spare ends it. */
-struct rm_client_conn *rm_channel_open_spare(void);
-void rm_channel_close_spare(struct rm_client_conn *c);
-/* Starts the flusher thread: 0 or -errno. */
-int rm_client_flusher_start(struct rm_client_conn *c);
+/* Sends the batch and then extra (under c->lock): 0 or -errno. */
+int rm_client_flush_locked(struct rm_client_conn *c, const struct iovec *extra, int nextra);
+/* Gives c up after a transport error err while doing what (one line on stderr, unless
+ * the client is closed); every later call fails fast. Under c->lock. Returns
+ * CUDA_ERROR_DEVICE_UNAVAILABLE. */
+CUresult rm_client_lost_locked(struct rm_client_conn *c, const char *what, int err);
+/* Deals with frame rf read where a reply may come: 1 when it was a heartbeat or a fault
+ * notice (logged), 0 when it is none, -errno when its text could not be read. */
+int rm_client_before_reply(struct rm_client_conn *c, const struct rm_frame *rf);
 /* Marks c lost (calls fail fast from now on), unblocks a call waiting on its link and
  * wakes the flusher so that it ends. Called with c->lock held. */
 void rm_client_conn_stop_locked(struct rm_client_conn *c);
+
+/* Opens a channel of the session that no thread's calls use (the callback channel):
+ * NULL when the daemon has no room or none could be opened. rm_channel_close_spare ends
+ * it. (channels.c) */
+struct rm_client_conn *rm_channel_open_spare(void);
+void rm_channel_close_spare(struct rm_client_conn *c);
+
+static inline uint64_t rm_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The flusher (flusher.c). rm_client_flusher_start starts its thread: 0 or -errno;
+ * rm_client_flusher_arm, under c->lock after an async call was queued, makes sure it
+ * looks at the batch. */
+int rm_client_flusher_start(struct rm_client_conn *c);
+void rm_client_flusher_arm(struct rm_client_conn *c);
 
 #endif

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "connection.h"
 #include "link.h"
 #include "remora.pb-c.h"
 #include "size.h"
@@ -80,45 +81,20 @@ static void *link_main(void *arg)
 	return NULL;
 }
 
-/* Dials addr and attaches the connection as link index; 0 or -errno. */
-static int attach(struct copy_link *l, const struct rm_transport *tp, const char *addr, uint64_t session_id,
-		  const uint8_t *key, size_t keylen, uint32_t index, int timeout_ms)
+/* Attaches link index and starts its thread; 0 or -errno. */
+static int attach(struct copy_link *l, const struct rm_attach_to *to, uint32_t index)
 {
-	struct rm_conn *conn;
-	int err = tp->dial(addr, 5000, &conn);
+	int err = rm_client_attach(&l->link, to, index, 0);
 	if (err)
 		return err;
-	if ((err = rm_conn_set_liveness(conn, timeout_ms, 0))) {
-		rm_conn_close(conn);
-		return err;
-	}
-	if ((err = rm_link_init(&l->link, conn))) {
-		rm_conn_close(conn);
-		return err;
-	}
-	Remora__Attach a = REMORA__ATTACH__INIT;
-	a.session_id = session_id;
-	a.key.data = (uint8_t *)key;
-	a.key.len = keylen;
-	a.index = index;
-	uint8_t msg[128];
-	size_t len = remora__attach__get_packed_size(&a);
-	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_ATTACH, .seq = 1, .msg_len = (uint32_t)len};
-	struct rm_frame rf;
-	if (len > sizeof(msg))
-		err = -EINVAL;
-	else if (remora__attach__pack(&a, msg), (err = rm_link_send(&l->link, &f, msg, NULL, 0)) == 0 &&
-		 (err = rm_link_read_frame(&l->link, &rf)) == 0 &&
-		 (rf.op != RM_OP_ATTACH || !(rf.flags & RM_F_REPLY) || rf.msg_len || rf.bulk_len || rf.result))
-		err = rf.result == CUDA_ERROR_NOT_PERMITTED ? -EACCES : -EPROTO;
-	if (!err) {
-		pthread_mutex_init(&l->lock, NULL);
-		pthread_cond_init(&l->changed, NULL);
-		l->index = index;
-		err = -pthread_create(&l->thread, NULL, link_main, l);
-	}
-	if (err)
+	pthread_mutex_init(&l->lock, NULL);
+	pthread_cond_init(&l->changed, NULL);
+	l->index = index;
+	if ((err = -pthread_create(&l->thread, NULL, link_main, l))) {
+		pthread_cond_destroy(&l->changed);
+		pthread_mutex_destroy(&l->lock);
 		rm_link_close(&l->link);
+	}
 	return err;
 }
 
@@ -141,9 +117,9 @@ int rm_copy_links_parse_stripe_min(const char *text, uint64_t *bytes)
 	return 0;
 }
 
-struct rm_copy_links *rm_copy_links_open(const struct rm_transport *tp, const char *addr, uint64_t session_id,
-					  const uint8_t *key, size_t keylen, int timeout_ms)
+struct rm_copy_links *rm_copy_links_open(const struct rm_attach_to *to)
 {
+	const struct rm_transport *tp = to->tp;
 	uint32_t want;
 	uint64_t stripe_min;
 	/* Both checked before the first connection (environment.h). */
@@ -155,7 +131,7 @@ struct rm_copy_links *rm_copy_links_open(const struct rm_transport *tp, const ch
 	if ((!links || !*links) && (tp->flags & RM_TRANSPORT_ENCRYPTS) && !sched_getaffinity(0, sizeof(cpus), &cpus) &&
 	    CPU_COUNT(&cpus) >= DEFAULT_TLS_LINKS)
 		want = DEFAULT_TLS_LINKS;
-	if (keylen == 0 || want < 2)
+	if (to->keylen == 0 || want < 2)
 		return NULL; /* a daemon that offers no copy links, or none wanted */
 	struct rm_copy_links *cl = calloc(1, sizeof(*cl));
 	if (!cl)
@@ -163,10 +139,10 @@ struct rm_copy_links *rm_copy_links_open(const struct rm_transport *tp, const ch
 	pthread_mutex_init(&cl->lock, NULL);
 	cl->stripe_min = stripe_min;
 	for (long i = 1; i < (long)want; i++) {
-		int err = attach(&cl->tab[i], tp, addr, session_id, key, keylen, (uint32_t)i, timeout_ms);
+		int err = attach(&cl->tab[i], to, (uint32_t)i);
 		if (err) {
 			rm_log(RM_LOG_ERROR, "copy link %ld to %s not attached (%s); large copies use %ld connection(s)",
-			       i, addr, rm_transport_why(err), i);
+			       i, to->addr, rm_transport_why(err), i);
 			break;
 		}
 		cl->n = cl->attached = (int)i;
@@ -178,13 +154,15 @@ struct rm_copy_links *rm_copy_links_open(const struct rm_transport *tp, const ch
 	return cl;
 }
 
-void rm_copy_links_close(struct rm_copy_links *cl)
+void rm_copy_links_end(struct rm_copy_links *cl)
 {
 	if (!cl)
 		return;
+	for (int i = 1; i <= cl->attached; i++)
+		rm_conn_shutdown(cl->tab[i].link.conn); /* a share in progress ends with an error */
+	pthread_mutex_lock(&cl->lock);                 /* after a striped copy under way */
 	for (int i = cl->attached; i >= 1; i--) {
 		struct copy_link *l = &cl->tab[i];
-		rm_conn_shutdown(l->link.conn); /* a share in progress ends with an error */
 		pthread_mutex_lock(&l->lock);
 		l->stop = 1;
 		pthread_cond_broadcast(&l->changed);
@@ -194,6 +172,15 @@ void rm_copy_links_close(struct rm_copy_links *cl)
 		pthread_mutex_destroy(&l->lock);
 		rm_link_close(&l->link);
 	}
+	cl->n = cl->attached = 0;
+	pthread_mutex_unlock(&cl->lock);
+}
+
+void rm_copy_links_close(struct rm_copy_links *cl)
+{
+	if (!cl)
+		return;
+	rm_copy_links_end(cl);
 	pthread_mutex_destroy(&cl->lock);
 	free(cl);
 }

@@ -10,6 +10,8 @@
 
 #include "transport.h"
 
+struct rm_attach_to;
+
 struct rm_copy_links;
 
 /* REMORA_COPY_LINKS's text: connections in all, the main one counted, 1 to
@@ -19,13 +21,15 @@ int rm_copy_links_parse_count(const char *text, uint32_t *links);
  * byte; unset or empty: 16 MiB. 0 and *bytes set, or -EINVAL. */
 int rm_copy_links_parse_stripe_min(const char *text, uint64_t *bytes);
 
-/* Opens the copy links of a session just greeted at addr (REMORA_COPY_LINKS connections
- * in all, REMORA_STRIPE_MIN the smallest copy striped), each with its thread and
- * the connection's liveness timeout (transport.h).
- * Links that cannot be attached are done without, a line says so; NULL: none. */
-struct rm_copy_links *rm_copy_links_open(const struct rm_transport *tp, const char *addr, uint64_t session_id,
-					  const uint8_t *key, size_t keylen, int timeout_ms);
-/* Ends the links' threads (a share in progress fails) and closes them. NULL: nothing. */
+/* Opens the copy links of a session just greeted (REMORA_COPY_LINKS connections in all,
+ * REMORA_STRIPE_MIN the smallest copy striped), each with its thread, attached as to says
+ * (connection.h). Links that cannot be attached are done without, a line says so; NULL: none. */
+struct rm_copy_links *rm_copy_links_open(const struct rm_attach_to *to);
+/* Ends the links' threads (a share in progress fails) and closes their connections, after
+ * a striped copy under way; cl stays, striping nothing, for threads that may still hold it.
+ * NULL: nothing. */
+void rm_copy_links_end(struct rm_copy_links *cl);
+/* rm_copy_links_end, then frees cl: no other thread may hold it. NULL: nothing. */
 void rm_copy_links_close(struct rm_copy_links *cl);
 
 /* How many links a copy of n bytes is striped over (1: not striped, it goes on the main

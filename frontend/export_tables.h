@@ -7,6 +7,9 @@
 /* Backs cuGetExportTable: hands out the table for id, or refuses an unknown UUID (logging it once). */
 CUresult rm_export_table_get(const void **table, const CUuuid *id);
 
+/* The context-local storage table (c693336e, ctx_local_storage.c): put, delete, get. */
+extern void (*const rm_ctx_local_storage_table[3])(void);
+
 /* Runs the context-local-storage destructors registered for ctx and forgets its entries; the lead
  * calls it when a context is reset or destroyed. */
 void rm_ctx_local_storage_release(CUcontext ctx);

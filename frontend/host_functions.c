@@ -112,7 +112,8 @@ static void *callback_main(void *arg)
 		}
 	}
 	/* Pending functions stay unrun: their streams went on (or the session is over). */
-	rm_log(RM_LOG_ERROR, "host functions' channel closed (%s): later host functions fail", why);
+	if (!rm_client_closed())
+		rm_log(RM_LOG_ERROR, "host functions' channel closed (%s): later host functions fail", why);
 	pthread_mutex_lock(&lock);
 	state = -1;
 	pthread_mutex_unlock(&lock);

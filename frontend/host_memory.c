@@ -76,7 +76,6 @@ static uint64_t next_id = 1;
 static size_t mapped_bytes;         /* under host_lock */
 static atomic_int nmapped;          /* allocations with a device buffer */
 static atomic_int launched;         /* a kernel was launched since device buffers last came down */
-static __thread int in_coherence;   /* this thread is making coherence copies */
 /* The span of every aliased allocation, for a quick look at kernel parameters (under
  * host_lock; read without it as a hint). */
 static uint64_t alias_lo = UINT64_MAX, alias_hi;
@@ -431,9 +430,7 @@ RM_EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void
 			m->dptr = a->alias.va;
 		if (r == CUDA_SUCCESS) {
 			memcpy(shadow, a->p, a->size);
-			in_coherence = 1;
-			r = cuMemcpyHtoD_v2(m->dptr, shadow, a->size);
-			in_coherence = 0;
+			r = rm_copy_to_device(m->dptr, shadow, a->size, NULL, 1);
 			if (r != CUDA_SUCCESS && a->alias.backing) {
 				cuMemUnmap(a->alias.va, a->alias.reserved);
 				cuMemRelease(a->alias.backing);
@@ -467,7 +464,6 @@ static CUresult each_mapped(CUresult (*copy)(struct host_alloc *a, void *arg, in
 {
 	CUresult r = CUDA_SUCCESS;
 	pthread_mutex_lock(&coherence_lock);
-	in_coherence = 1;
 	/* The list may grow meanwhile (at its head); records of mapped allocations stay
 	 * while coherence_lock is held. */
 	pthread_mutex_lock(&host_lock);
@@ -482,7 +478,6 @@ static CUresult each_mapped(CUresult (*copy)(struct host_alloc *a, void *arg, in
 		if (pushed)
 			cuCtxPopCurrent_v2(&cur);
 	}
-	in_coherence = 0;
 	pthread_mutex_unlock(&coherence_lock);
 	return r;
 }
@@ -494,7 +489,7 @@ static CUresult push(struct host_alloc *a, void *arg, int other)
 	if (!memcmp(m->shadow, a->p, a->size))
 		return CUDA_SUCCESS;
 	memcpy(m->shadow, a->p, a->size);
-	return cuMemcpyHtoDAsync_v2(m->dptr, m->shadow, a->size, other ? NULL : *(CUstream *)arg);
+	return rm_copy_to_device(m->dptr, m->shadow, a->size, other ? NULL : *(CUstream *)arg, 0);
 }
 
 /* Brings down what the device changed: each byte of the device buffer that differs from
@@ -507,7 +502,7 @@ static CUresult pull(struct host_alloc *a, void *arg, int other)
 	(void)other;
 	struct mapping *m = a->map;
 	unsigned char *dev = malloc(a->size), *shadow = m->shadow, *host = a->p;
-	CUresult r = dev ? cuMemcpyDtoH_v2(dev, m->dptr, a->size) : CUDA_ERROR_OUT_OF_MEMORY;
+	CUresult r = dev ? rm_copy_from_device(dev, m->dptr, a->size) : CUDA_ERROR_OUT_OF_MEMORY;
 	size_t both = 0, first = 0;
 	for (size_t i = 0; r == CUDA_SUCCESS && i < a->size; i++) {
 		if (dev[i] == shadow[i])
@@ -533,7 +528,7 @@ CUresult rm_mapped_before_launch(CUstream stream)
 	CUresult r = rm_managed_push(stream);
 	if (r != CUDA_SUCCESS)
 		return r;
-	if (!atomic_load(&nmapped) || in_coherence)
+	if (!atomic_load(&nmapped))
 		return CUDA_SUCCESS;
 	atomic_store(&launched, 1);
 	return each_mapped(push, &stream);
@@ -544,7 +539,7 @@ CUresult rm_mapped_after_sync(void)
 	CUresult r = rm_managed_pull();
 	if (r != CUDA_SUCCESS)
 		return r;
-	if (!atomic_load(&nmapped) || in_coherence || !atomic_exchange(&launched, 0))
+	if (!atomic_load(&nmapped) || !atomic_exchange(&launched, 0))
 		return CUDA_SUCCESS;
 	return each_mapped(pull, NULL);
 }

@@ -47,11 +47,10 @@ static struct managed *list;
 static size_t total;            /* under lock */
 static atomic_int count;        /* allocations */
 static atomic_int device_work;  /* work was sent since the device copies last came down */
-static __thread int in_coherence;
 
 void rm_managed_note_work(void)
 {
-	if (atomic_load_explicit(&count, memory_order_relaxed) && !in_coherence)
+	if (atomic_load_explicit(&count, memory_order_relaxed))
 		atomic_store(&device_work, 1);
 }
 
@@ -181,7 +180,6 @@ static CUresult each(CUresult (*copy)(struct managed *m, CUstream stream), CUstr
 {
 	CUresult r = CUDA_SUCCESS;
 	pthread_mutex_lock(&coherence);
-	in_coherence = 1;
 	pthread_mutex_lock(&lock);
 	struct managed *m = list; /* records stay while coherence is held; new ones go in front */
 	pthread_mutex_unlock(&lock);
@@ -193,7 +191,6 @@ static CUresult each(CUresult (*copy)(struct managed *m, CUstream stream), CUstr
 		if (pushed)
 			cuCtxPopCurrent_v2(&cur);
 	}
-	in_coherence = 0;
 	pthread_mutex_unlock(&coherence);
 	return r;
 }
@@ -209,7 +206,7 @@ static CUresult push(struct managed *m, CUstream stream)
 	while (last > first && host[last - 1] == m->shadow[last - 1])
 		last--;
 	memcpy(m->shadow + first, host + first, last - first);
-	return cuMemcpyHtoDAsync_v2(m->base + first, m->shadow + first, last - first, stream);
+	return rm_copy_to_device(m->base + first, m->shadow + first, last - first, stream, 0);
 }
 
 static CUresult pull(struct managed *m, CUstream stream)
@@ -218,7 +215,7 @@ static CUresult pull(struct managed *m, CUstream stream)
 	uint8_t *dev = malloc(m->size);
 	if (!dev)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	CUresult r = cuMemcpyDtoH_v2(dev, m->base, m->size);
+	CUresult r = rm_copy_from_device(dev, m->base, m->size);
 	size_t both = 0, first = 0;
 	if (r == CUDA_SUCCESS) {
 		uint8_t *host = (uint8_t *)(uintptr_t)m->base;
@@ -245,7 +242,7 @@ static CUresult pull(struct managed *m, CUstream stream)
 
 CUresult rm_managed_push(CUstream stream)
 {
-	if (!atomic_load(&count) || in_coherence)
+	if (!atomic_load(&count))
 		return CUDA_SUCCESS;
 	atomic_store(&device_work, 1);
 	return each(push, stream);
@@ -253,7 +250,7 @@ CUresult rm_managed_push(CUstream stream)
 
 CUresult rm_managed_pull(void)
 {
-	if (!atomic_load(&count) || in_coherence || !atomic_exchange(&device_work, 0))
+	if (!atomic_load(&count) || !atomic_exchange(&device_work, 0))
 		return CUDA_SUCCESS;
 	return each(pull, NULL);
 }

@@ -302,6 +302,16 @@ static CUresult copy_from_device(uint32_t op, void *dst, CUdeviceptr src, size_t
 	return r;
 }
 
+CUresult rm_copy_to_device(CUdeviceptr dst, const void *src, size_t n, CUstream stream, int blocking)
+{
+	return copy_to_device(blocking ? RM_OP_cuMemcpyHtoD_v2 : RM_OP_cuMemcpyHtoDAsync_v2, dst, src, n, stream);
+}
+
+CUresult rm_copy_from_device(void *dst, CUdeviceptr src, size_t n)
+{
+	return copy_from_device(RM_OP_cuMemcpyDtoH_v2, dst, src, n, NULL);
+}
+
 /* A blocking copy is a synchronization point: mapped host memory is brought up to date after it. */
 RM_EXPORT CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {

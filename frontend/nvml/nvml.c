@@ -153,7 +153,7 @@ static nvmlReturn_t copy_string(char *dst, unsigned int len, const char *src)
 	return NVML_SUCCESS;
 }
 
-static nvmlReturn_t state_of(nvmlDevice_t d, struct rm_nvml_device_state *st)
+nvmlReturn_t rm_nvml_state_of(nvmlDevice_t d, struct rm_nvml_device_state *st)
 {
 	int ord;
 	nvmlReturn_t ret = device_of(d, &ord);
@@ -204,7 +204,7 @@ static nvmlReturn_t host_driver_version(char *out, size_t len)
 	if (!ndevices)
 		return NVML_ERROR_NOT_SUPPORTED;
 	struct rm_nvml_device_state st;
-	nvmlReturn_t ret = state_of(&devices[0], &st);
+	nvmlReturn_t ret = rm_nvml_state_of(&devices[0], &st);
 	if (ret == NVML_SUCCESS && !(st.valid & RM_NVML_HAS_DRIVER_VERSION))
 		ret = NVML_ERROR_NOT_SUPPORTED;
 	if (ret == NVML_SUCCESS)
@@ -445,7 +445,7 @@ RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t devi
 RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t *type)
 {
 	struct rm_nvml_device_state st;
-	nvmlReturn_t ret = type ? state_of(device, &st) : NVML_ERROR_INVALID_ARGUMENT;
+	nvmlReturn_t ret = type ? rm_nvml_state_of(device, &st) : NVML_ERROR_INVALID_ARGUMENT;
 	if (ret == NVML_SUCCESS && !(st.valid & RM_NVML_HAS_BRAND))
 		ret = NVML_ERROR_NOT_SUPPORTED;
 	if (ret == NVML_SUCCESS)
@@ -470,163 +470,4 @@ RM_NVML_EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, uns
 	if (ret == NVML_SUCCESS)
 		*isMigDevice = 0;
 	return ret;
-}
-
-/* ---- memory, utilization, thermals, power ---- */
-
-RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
-{
-	struct rm_nvml_device_state st;
-	nvmlReturn_t ret = memory ? state_of(device, &st) : NVML_ERROR_INVALID_ARGUMENT;
-	if (ret == NVML_SUCCESS) {
-		memory->total = st.total_bytes;
-		memory->free = st.free_bytes;
-		memory->used = st.total_bytes - st.free_bytes;
-	}
-	return ret;
-}
-
-RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
-{
-	struct rm_nvml_device_state st;
-	if (!memory)
-		return NVML_ERROR_INVALID_ARGUMENT;
-	if (memory->version != nvmlMemory_v2)
-		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-	nvmlReturn_t ret = state_of(device, &st);
-	if (ret == NVML_SUCCESS) {
-		memory->total = st.total_bytes;
-		memory->reserved = 0;
-		memory->free = st.free_bytes;
-		memory->used = st.total_bytes - st.free_bytes;
-	}
-	return ret;
-}
-
-/* A figure of the host's NVML (bit has of valid), or NVML_ERROR_NOT_SUPPORTED. */
-static nvmlReturn_t host_figure(nvmlDevice_t device, void *out, uint32_t has, struct rm_nvml_device_state *st)
-{
-	nvmlReturn_t ret = out ? state_of(device, st) : NVML_ERROR_INVALID_ARGUMENT;
-	return ret == NVML_SUCCESS && !(st->valid & has) ? NVML_ERROR_NOT_SUPPORTED : ret;
-}
-
-RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
-{
-	struct rm_nvml_device_state st;
-	nvmlReturn_t ret = host_figure(device, utilization, RM_NVML_HAS_UTILIZATION, &st);
-	if (ret == NVML_SUCCESS) {
-		utilization->gpu = st.gpu_util;
-		utilization->memory = st.memory_util;
-	}
-	return ret;
-}
-
-RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType,
-						     unsigned int *temp)
-{
-	struct rm_nvml_device_state st;
-	if (sensorType != NVML_TEMPERATURE_GPU)
-		return NVML_ERROR_INVALID_ARGUMENT;
-	nvmlReturn_t ret = host_figure(device, temp, RM_NVML_HAS_TEMPERATURE, &st);
-	if (ret == NVML_SUCCESS)
-		*temp = st.temperature_c;
-	return ret;
-}
-
-/* nvidia-smi's default table asks this one (it shows ERR! for a missing entry point). */
-RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_v1_t *temperature)
-{
-	unsigned int t;
-	if (!temperature)
-		return NVML_ERROR_INVALID_ARGUMENT;
-	if (temperature->version != NVML_TEMPERATURE_V1)
-		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-	nvmlReturn_t ret = nvmlDeviceGetTemperature(device, temperature->sensorType, &t);
-	if (ret == NVML_SUCCESS)
-		temperature->temperature = (int)t;
-	return ret;
-}
-
-RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
-{
-	struct rm_nvml_device_state st;
-	nvmlReturn_t ret = host_figure(device, power, RM_NVML_HAS_POWER, &st);
-	if (ret == NVML_SUCCESS)
-		*power = st.power_mw;
-	return ret;
-}
-
-RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit)
-{
-	struct rm_nvml_device_state st;
-	nvmlReturn_t ret = host_figure(device, limit, RM_NVML_HAS_POWER_LIMIT, &st);
-	if (ret == NVML_SUCCESS)
-		*limit = st.power_limit_mw;
-	return ret;
-}
-
-/* ---- processes: this client alone, on a GPU whose context it uses ---- */
-
-static nvmlReturn_t processes(nvmlDevice_t device, unsigned int *count, void *infos, size_t size, int compute)
-{
-	struct rm_nvml_device_state st;
-	nvmlReturn_t ret = count ? state_of(device, &st) : NVML_ERROR_INVALID_ARGUMENT;
-	if (ret != NVML_SUCCESS)
-		return ret;
-	unsigned int n = compute && st.has_context ? 1 : 0;
-	if (*count < n) {
-		*count = n;
-		return NVML_ERROR_INSUFFICIENT_SIZE;
-	}
-	*count = n;
-	if (!n)
-		return NVML_SUCCESS;
-	if (!infos)
-		return NVML_ERROR_INVALID_ARGUMENT;
-	nvmlProcessInfo_t p = {.pid = (unsigned int)getpid(), .usedGpuMemory = st.client_bytes,
-			       .gpuInstanceId = NVML_VALUE_NOT_AVAILABLE_UINT,
-			       .computeInstanceId = NVML_VALUE_NOT_AVAILABLE_UINT};
-	if (size == sizeof(nvmlProcessInfo_t)) {
-		memcpy(infos, &p, sizeof(p));
-	} else {
-		nvmlProcessInfo_v1_t v1 = {.pid = p.pid, .usedGpuMemory = p.usedGpuMemory};
-		memcpy(infos, &v1, sizeof(v1));
-	}
-	return NVML_SUCCESS;
-}
-
-RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
-								    nvmlProcessInfo_t *infos)
-{
-	return processes(device, infoCount, infos, sizeof(*infos), 1);
-}
-
-RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
-								    nvmlProcessInfo_t *infos)
-{
-	return processes(device, infoCount, infos, sizeof(*infos), 1);
-}
-
-RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
-								 nvmlProcessInfo_v1_t *infos)
-{
-	return processes(device, infoCount, infos, sizeof(*infos), 1);
-}
-
-RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
-								     nvmlProcessInfo_t *infos)
-{
-	return processes(device, infoCount, infos, sizeof(*infos), 0);
-}
-
-RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
-								     nvmlProcessInfo_t *infos)
-{
-	return processes(device, infoCount, infos, sizeof(*infos), 0);
-}
-
-RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
-								  nvmlProcessInfo_v1_t *infos)
-{
-	return processes(device, infoCount, infos, sizeof(*infos), 0);
 }

@@ -1,5 +1,6 @@
 /* The NVML shim (libnvidia-ml.so.1): what its files share. Its surface is proto/nvml.spec;
- * the functions of class impl are in nvml.c and events.c, the rest generated (scripts/gen_nvml.py). */
+ * the functions of class impl are in nvml.c, device_state.c and events.c, the rest
+ * generated (scripts/gen_nvml.py). */
 #ifndef REMORA_NVML_SHIM_H
 #define REMORA_NVML_SHIM_H
 
@@ -9,6 +10,10 @@
 
 /* Whether d is one of the shim's device handles (nvml.c). */
 int rm_nvml_is_device(nvmlDevice_t d);
+/* What the daemon tells of the GPU behind handle d (nvml_bridge.h): NVML_SUCCESS with *st,
+ * or why not (nvml.c). */
+struct rm_nvml_device_state;
+nvmlReturn_t rm_nvml_state_of(nvmlDevice_t d, struct rm_nvml_device_state *st);
 
 /* Answered by nvml.c, called by the private table too. */
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device);

@@ -2,7 +2,7 @@
 """The client library's connection, opened and given up (issue 12), under valgrind: a
 malformed REMORA_VISIBLE_DEVICES, a refused hello and an unreachable server, each with a
 second candidate server after it, leave no memory and no socket behind, and a client
-that reaches a server after one it could not works.
+that reaches a server after one it could not works, and closes its connection at exit.
 
 usage: client_lifecycle.py REMORAD DRIVER PROBE LIBDIR
 Skipped (77) where valgrind is not installed, or under scripts/sanitize.sh.
@@ -22,12 +22,14 @@ remorad, driver, probe, libdir = sys.argv[1:5]
 LEAK_EXIT = 99
 
 
-def under_valgrind(servers, **env):
-    """Runs `probe free` through the client library: (exit code, stdout, valgrind's report)."""
+def under_valgrind(servers, *args, **env):
+    """Runs `probe ARGS` (default `probe free`) through the client library: (exit code, stdout,
+    valgrind's report)."""
     e = {k: v for k, v in os.environ.items() if not k.startswith("REMORA_")}
     e.update(LD_LIBRARY_PATH=libdir, REMORA_SERVER=",".join(servers), **env)
     p = subprocess.run(["valgrind", "--leak-check=full", "--errors-for-leak-kinds=definite,indirect",
-                        f"--error-exitcode={LEAK_EXIT}", "--track-fds=yes", probe, "free"],
+                        f"--error-exitcode={LEAK_EXIT}", "--track-fds=yes", "--child-silent-after-fork=yes",
+                        probe, *(args or ["free"])],
                        capture_output=True, text=True, env=e, timeout=120)
     return p.returncode, p.stdout, p.stderr
 
@@ -59,6 +61,19 @@ def main():
         rc, out, report = under_valgrind(["127.0.0.1:1", open_d.server])
         check(rc == 0 and out.strip().isdigit(),
               f"an unreachable server, then one that works: the program runs, losing no memory ({rc})")
+        check(not sockets_left(report), "and its connection, with its copy links, closed at exit")
+
+        rc, out, report = under_valgrind([open_d.server], "exit")
+        check(rc == 0 and "after a child's exit: 0" in out,
+              f"a forked child's exit leaves its parent's connection open ({rc}: {out.strip()!r})")
+        check("at exit: 0" in out, "a call from the program's atexit handler still reaches the daemon")
+        check(not sockets_left(report), "and the connection is closed after it")
+
+        rc, out, report = under_valgrind([open_d.server], "exit", "busy")
+        check(rc == 0 and "at exit: 0" in out and "connection to the GPU server lost" not in report and
+              sockets_left(report),
+              f"a thread with a channel still running at exit: the connection is left open, nothing "
+              f"said ({rc}: {out.strip()!r})")
         if failures:
             print("--- valgrind's last report\n" + report, file=sys.stderr)
     finally:

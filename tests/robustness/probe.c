@@ -21,13 +21,18 @@
  *                     once; prints "copied K of N" once all have tried, then keeps the threads
  *                     for SECS seconds
  *   probe tiny N      makes up to N one-byte allocations, stopping at the first refusal;
- *                     prints "allocated K" and the refusal's error (0: none) */
+ *                     prints "allocated K" and the refusal's error (0: none)
+ *   probe exit [busy] a forked child exits (its library's destructor runs), then the parent
+ *                     makes a call and prints "after a child's exit: RESULT"; an atexit handler
+ *                     makes one more and prints "at exit: RESULT" (busy: a thread that holds a
+ *                     channel is still running when the process exits) */
 #include <cuda.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define CHECK(call)                                                                   \
@@ -96,6 +101,45 @@ static int probe_threads(CUcontext ctx, int n, double secs)
 	return 0;
 }
 
+/* probe exit: calls after a forked child's exit, in an atexit handler, and in a thread
+ * still running at exit. */
+static void call_at_exit(void)
+{
+	size_t free_b, total_b;
+	printf("at exit: %d\n", (int)cuMemGetInfo(&free_b, &total_b));
+	fflush(stdout);
+}
+
+static void *busy_thread(void *arg)
+{
+	size_t free_b, total_b;
+	cuCtxSetCurrent(arg);
+	cuMemGetInfo(&free_b, &total_b); /* a channel of its own */
+	for (;;)
+		pause();
+	return NULL;
+}
+
+static int probe_exit(CUcontext ctx, int busy)
+{
+	size_t free_b, total_b;
+	pthread_t t;
+	if (busy && pthread_create(&t, NULL, busy_thread, ctx))
+		return 1;
+	pid_t child = fork();
+	if (child == 0)
+		exit(0);
+	int status;
+	if (child < 0 || waitpid(child, &status, 0) != child)
+		return 1;
+	printf("after a child's exit: %d\n", (int)cuMemGetInfo(&free_b, &total_b));
+	fflush(stdout);
+	atexit(call_at_exit);
+	if (busy)
+		sleep(1); /* the thread has its channel */
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
@@ -123,6 +167,8 @@ int main(int argc, char **argv)
 		for (;;)
 			pause();
 	}
+	if (!strcmp(argv[1], "exit"))
+		return probe_exit(ctx, argc > 2 && !strcmp(argv[2], "busy"));
 	if (!strcmp(argv[1], "threads") && argc > 3)
 		return probe_threads(ctx, atoi(argv[2]), atof(argv[3]));
 	if (!strcmp(argv[1], "tiny") && argc > 2) {
