@@ -29,9 +29,7 @@ CUresult rm_body_cuStreamBeginCapture_v2(struct rm_session *s, CUstream hStream,
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (hStream == s->cur->default_stream)
 		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* the legacy NULL stream cannot capture */
-	if (!rm_drv.cuStreamBeginCapture_v2)
-		return rm_unsupported_by_driver("cuStreamBeginCapture_v2");
-	CUresult r = rm_drv.cuStreamBeginCapture_v2(hStream, CU_STREAM_CAPTURE_MODE_RELAXED);
+	CUresult r = rm_drv_cuStreamBeginCapture_v2(hStream, CU_STREAM_CAPTURE_MODE_RELAXED);
 	if (r == CUDA_SUCCESS)
 		__atomic_add_fetch(&s->cur->captures, 1, __ATOMIC_ACQ_REL);
 	return r;
@@ -41,13 +39,11 @@ CUresult rm_body_cuStreamBeginCapture_v2(struct rm_session *s, CUstream hStream,
  * error (invalidated, unjoined) is over too. */
 CUresult rm_body_cuStreamEndCapture(struct rm_session *s, CUstream hStream, CUgraph *phGraph)
 {
-	if (!rm_drv.cuStreamEndCapture)
-		return rm_unsupported_by_driver("cuStreamEndCapture");
 	CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
 	CUgraph capturing = NULL;
 	if (rm_drv.cuStreamGetCaptureInfo_v2)
 		rm_drv.cuStreamGetCaptureInfo_v2(hStream, &status, NULL, &capturing, NULL, NULL);
-	CUresult r = rm_drv.cuStreamEndCapture(hStream, phGraph);
+	CUresult r = rm_drv_cuStreamEndCapture(hStream, phGraph);
 	if (status != CU_STREAM_CAPTURE_STATUS_NONE && !rm_capture_active(hStream) &&
 	    r != CUDA_ERROR_STREAM_CAPTURE_UNMATCHED && s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0)
 		__atomic_sub_fetch(&s->cur->captures, 1, __ATOMIC_ACQ_REL);
@@ -68,8 +64,7 @@ CUresult rm_body_cuStreamIsCapturing(struct rm_session *s, CUstream hStream, CUs
 		if (r != CUDA_SUCCESS)
 			return r;
 	}
-	return rm_drv.cuStreamIsCapturing ? rm_drv.cuStreamIsCapturing(hStream, captureStatus)
-					   : rm_unsupported_by_driver("cuStreamIsCapturing");
+	return rm_drv_cuStreamIsCapturing(hStream, captureStatus);
 }
 
 CUresult rm_body_cuStreamGetCaptureInfo(struct rm_session *s, CUstream hStream,
@@ -101,9 +96,7 @@ static void capture_info(struct rm_session *s, struct rm_request *rq)
 	if (r == CUDA_SUCCESS)
 		r = rm_body_cuStreamIsCapturing(s, st, &status);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuStreamGetCaptureInfo_v2
-			    ? rm_drv.cuStreamGetCaptureInfo_v2(st, &status, &id, &graph, &deps, &ndeps)
-			    : rm_unsupported_by_driver("cuStreamGetCaptureInfo_v2");
+		r = rm_drv_cuStreamGetCaptureInfo_v2(st, &status, &id, &graph, &deps, &ndeps);
 	if (r == CUDA_SUCCESS && ndeps > RM_MAX_GRAPH_DEPS)
 		r = CUDA_ERROR_NOT_SUPPORTED;
 	uint64_t *values = r == CUDA_SUCCESS ? calloc(ndeps + 1, sizeof(*values)) : NULL;
@@ -149,10 +142,8 @@ static void update_deps(struct rm_session *s, struct rm_request *rq)
 	if (r == CUDA_SUCCESS)
 		r = rm_session_stream(s, req->stream, rq->frame.flags, &st);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuStreamUpdateCaptureDependencies_v2
-			    ? rm_drv.cuStreamUpdateCaptureDependencies_v2(st, (CUgraphNode *)req->deps, NULL, req->n_deps,
-									  req->flags)
-			    : rm_unsupported_by_driver("cuStreamUpdateCaptureDependencies_v2");
+		r = rm_drv_cuStreamUpdateCaptureDependencies_v2(st, (CUgraphNode *)req->deps, NULL, req->n_deps,
+								req->flags);
 	rm_request_finish(s, rq, r, NULL);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }

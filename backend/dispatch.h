@@ -25,6 +25,10 @@ struct rm_request {
 typedef void (*rm_op_handler)(struct rm_session *s, struct rm_request *rq);
 
 extern const rm_op_handler rm_op_handlers[RM_OP_LIMIT];
+/* The handler of opcode op, a generated call's or a reserved one's (proto/reserved_ops.def),
+ * or NULL; and whether op is one the client sends one-way (async, no reply). Generated. */
+rm_op_handler rm_op_handler_of(uint32_t op);
+int rm_op_one_way(uint32_t op);
 
 /* Unpacks the request's message; on failure marks the request fatal (protocol error). */
 ProtobufCMessage *rm_request_unpack(struct rm_request *rq, const ProtobufCMessageDescriptor *desc);
@@ -40,8 +44,6 @@ int rm_request_send_bulk(struct rm_session *s, const void *buf, size_t len);
 /* Reads the next len bytes of the request's bulk. */
 int rm_request_read_bulk(struct rm_session *s, struct rm_request *rq, void *buf, size_t len);
 
-/* What a generated handler returns when the loaded driver lacks the function. */
-CUresult rm_unsupported_by_driver(const char *name);
 /* What a body returns for a use of a call Remora does not support (name says which, a
  * string constant): CUDA_ERROR_NOT_SUPPORTED, logged once per name. */
 CUresult rm_unsupported_use(const char *name);

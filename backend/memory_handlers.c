@@ -163,9 +163,7 @@ void rm_handle_cuMemcpyDtoHAsync_v2(struct rm_session *s, struct rm_request *rq)
  * client's terms: a device ordinal is the client's for that GPU. */
 static CUresult owned_attribute(struct rm_session *s, uint8_t *data, CUpointer_attribute a, uint64_t ptr)
 {
-	if (!rm_drv.cuPointerGetAttribute)
-		return rm_unsupported_by_driver("cuPointerGetAttribute");
-	CUresult r = rm_drv.cuPointerGetAttribute(data, a, ptr);
+	CUresult r = rm_drv_cuPointerGetAttribute(data, a, ptr);
 	if (r == CUDA_SUCCESS && a == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) {
 		int dev;
 		memcpy(&dev, data, sizeof(dev));
@@ -234,8 +232,7 @@ CUresult rm_body_cuMemAllocManaged(struct rm_session *s, CUdeviceptr *dptr, size
 	CUresult r = rm_session_charge(s, size);
 	if (r != CUDA_SUCCESS)
 		return r;
-	r = rm_drv.cuMemAllocManaged ? rm_drv.cuMemAllocManaged(dptr, size, flags)
-				     : rm_unsupported_by_driver("cuMemAllocManaged");
+	r = rm_drv_cuMemAllocManaged(dptr, size, flags);
 	if (r == CUDA_SUCCESS) {
 		memset((void *)(uintptr_t)*dptr, 0, size);
 		rm_session_own_memory(s, RM_H_MEMORY, *dptr, size, 0);
@@ -256,10 +253,8 @@ void rm_handle_cuMemRangeGetAttribute(struct rm_session *s, struct rm_request *r
 	if (r == CUDA_SUCCESS)
 		r = rm_session_check_range(s, req->ptr, req->count);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuMemRangeGetAttribute
-			    ? rm_drv.cuMemRangeGetAttribute(data, req->size, (CUmem_range_attribute)req->attribute,
-							    req->ptr, req->count)
-			    : rm_unsupported_by_driver("cuMemRangeGetAttribute");
+		r = rm_drv_cuMemRangeGetAttribute(data, req->size, (CUmem_range_attribute)req->attribute, req->ptr,
+						  req->count);
 	if (r == CUDA_SUCCESS) {
 		rep.data.data = data;
 		rep.data.len = req->size;

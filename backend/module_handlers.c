@@ -174,8 +174,7 @@ static void launch(struct rm_session *s, struct rm_request *rq, int ex)
 		rm_call_part_end(RM_PART_KERNEL_TIMING, part);
 		part = rm_call_part_begin();
 		if (ex)
-			r = rm_drv.cuLaunchKernelEx ? rm_drv.cuLaunchKernelEx(&cfg, func, NULL, size ? extra : NULL)
-						    : rm_unsupported_by_driver("cuLaunchKernelEx");
+			r = rm_drv_cuLaunchKernelEx(&cfg, func, NULL, size ? extra : NULL);
 		else
 			r = rm_drv.cuLaunchKernel(func, cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX,
 						  cfg.blockDimY, cfg.blockDimZ, cfg.sharedMemBytes, cfg.hStream, NULL,
@@ -208,8 +207,7 @@ void rm_handle_cuOccupancyMaxActiveClusters(struct rm_session *s, struct rm_requ
 	CUlaunchConfig cfg;
 	CUresult r = launch_config(s, rq, req, &cfg, &func);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuOccupancyMaxActiveClusters ? rm_drv.cuOccupancyMaxActiveClusters(&rep.clusters, func, &cfg)
-							: rm_unsupported_by_driver("cuOccupancyMaxActiveClusters");
+		r = rm_drv_cuOccupancyMaxActiveClusters(&rep.clusters, func, &cfg);
 	rm_request_finish(s, rq, r, &rep.base);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
@@ -229,7 +227,7 @@ void rm_handle_cuFuncGetName(struct rm_session *s, struct rm_request *rq)
 	const char *name = NULL;
 	CUresult r = rm_session_use(s, RM_H_FUNCTION, req->func, &func);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuFuncGetName ? rm_drv.cuFuncGetName(&name, func) : rm_unsupported_by_driver("cuFuncGetName");
+		r = rm_drv_cuFuncGetName(&name, func);
 	rep.name = (char *)(name ? name : "");
 	rm_request_finish(s, rq, r, &rep.base);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
@@ -239,9 +237,7 @@ void rm_handle_cuFuncGetName(struct rm_session *s, struct rm_request *rq)
 CUresult rm_body_cuModuleEnumerateFunctions(struct rm_session *s, CUfunction *functions, unsigned int numFunctions,
 					    CUmodule mod)
 {
-	if (!rm_drv.cuModuleEnumerateFunctions)
-		return rm_unsupported_by_driver("cuModuleEnumerateFunctions");
-	CUresult r = rm_drv.cuModuleEnumerateFunctions(functions, numFunctions, mod);
+	CUresult r = rm_drv_cuModuleEnumerateFunctions(functions, numFunctions, mod);
 	for (unsigned int i = 0; r == CUDA_SUCCESS && i < numFunctions; i++)
 		if (functions[i])
 			rm_session_own(s, RM_H_FUNCTION, functions[i], (uint64_t)(uintptr_t)mod);

@@ -11,25 +11,12 @@
 #include "link.h"
 #include "staging.h"
 
-/* What a session owns. The one list of kinds: scripts/gen_api.py reads it, and a kind
- * whose comment is a driver handle type is the kind of that type's parameters. */
+/* What a session owns: the kinds of proto/handle_kinds.def, the one list of them. */
 enum rm_handle_kind {
-	RM_H_CONTEXT = 1, /* CUcontext */
-	RM_H_STREAM,      /* CUstream */
-	RM_H_EVENT,       /* CUevent */
-	RM_H_MODULE,      /* CUmodule */
-	RM_H_FUNCTION,    /* CUfunction */
-	RM_H_LIBRARY,     /* CUlibrary */
-	RM_H_KERNEL,      /* CUkernel */
-	RM_H_MEMORY,  /* a device allocation: value is its base, size its length */
-	RM_H_GLOBAL,  /* a module's global: usable memory the client cannot free */
-	RM_H_MEMPOOL,     /* CUmemoryPool */
-	RM_H_PHYSICAL, /* cuMemCreate's memory: size its length, charged until released (parent 1) and unmapped */
-	RM_H_VA_RANGE, /* a cuMemAddressReserve range: value its base, size its length */
-	RM_H_MAPPING,  /* a cuMemMap'ed piece of a range: usable memory; parent its physical allocation */
-	RM_H_GRAPH,      /* CUgraph */
-	RM_H_GRAPH_EXEC, /* CUgraphExec */
-	RM_H_GRAPH_NODE, /* CUgraphNode */
+	RM_H_NONE, /* 0: no kind; the kinds count from 1 */
+#define RM_HANDLE_KIND(kind, ctype) kind,
+#include "../proto/handle_kinds.def"
+#undef RM_HANDLE_KIND
 };
 
 struct rm_handle {

@@ -176,7 +176,7 @@ static void serve(struct rm_session *s)
 		}
 		/* Heartbeats, fences and host functions' answers are one-way: a client marks them
 		 * async, and one that does not would wait for a reply that never comes. */
-		int one_way = rq.frame.op == RM_OP_HEARTBEAT || rq.frame.op == RM_OP_FENCE || rq.frame.op == RM_OP_HOST_DONE;
+		int one_way = rm_op_one_way(rq.frame.op);
 		if (one_way && !(rq.frame.flags & RM_F_ASYNC)) {
 			rm_log(RM_LOG_WARN, "session %llu (%s): one-way opcode %u without the async flag; closing",
 			       (unsigned long long)s->id, s->name, rq.frame.op);
@@ -214,10 +214,7 @@ static void serve(struct rm_session *s)
 			continue;
 		}
 		/* The generated calls' handlers, and the reserved opcodes a session may call. */
-		rm_op_handler handler = rq.frame.op < RM_OP_LIMIT ? rm_op_handlers[rq.frame.op]
-				      : rq.frame.op == RM_OP_DEVICE_STATE ? rm_handle_device_state
-				      : rq.frame.op == RM_OP_HOST_SHARE ? rm_handle_host_share
-				      : rq.frame.op == RM_OP_HOST_UNSHARE ? rm_handle_host_unshare : NULL;
+		rm_op_handler handler = rm_op_handler_of(rq.frame.op);
 		if (rq.frame.op == RM_OP_HELLO || !handler || (rq.frame.flags & RM_F_REPLY)) {
 			rm_log(RM_LOG_WARN, "session %llu (%s): unknown opcode %u; closing", (unsigned long long)s->id,
 			       s->name, rq.frame.op);

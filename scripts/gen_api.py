@@ -10,8 +10,8 @@ Outputs (into --outdir):
   daemon_handlers.h  what people write for the daemon: the typed bodies, the hand handlers
   driver_table.h/.c  the daemon's table of every driver function, filled by dlsym
 
-The driver's handle types the daemon tracks come from enum rm_handle_kind (--handle-kinds,
-backend/session.h), the one list of them.
+The driver's handle types the daemon tracks come from proto/handle_kinds.def (--handle-kinds),
+the one list of them.
 """
 import argparse
 import os
@@ -73,29 +73,78 @@ def parse_header(cuda_root):
     return funcs, enums, structs, aliases, handles
 
 
-def read_handle_kinds(path, handle_types):
-    """Fills HANDLE_KINDS from enum rm_handle_kind in path: an enumerator whose comment is
-    only a driver handle type (RM_H_STREAM, /* CUstream */) is the kind of that type."""
-    text = open(path).read()
-    m = re.search(r"^enum rm_handle_kind \{\n(.*?)^\};", text, re.S | re.M)
-    if not m:
-        sys.exit(f"{path}: no enum rm_handle_kind {{ ... }}; to read the handle kinds from")
-    first = text[:m.start(1)].count("\n") + 1
-    for n, line in enumerate(m.group(1).splitlines(), first):
-        k = re.fullmatch(r"\s*(RM_H_\w+)\s*(?:=\s*\w+\s*)?,\s*(?:/\*\s*(.*?)\s*\*/)?\s*", line)
-        if not k:
-            if line.strip():
-                sys.exit(f"{path}:{n}: expected RM_H_NAME[ = VALUE], [/* comment */]")
+def read_handle_kinds(path, handle_types, known_types):
+    """Fills HANDLE_KINDS from path (proto/handle_kinds.def): each line RM_HANDLE_KIND(RM_H_NAME,
+    C_TYPE); a kind whose type is a driver handle type of cuda.h is the kind of that type."""
+    text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), open(path).read(), flags=re.S)
+    kinds = set()
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
             continue
-        t = k.group(2) or ""
-        if re.fullmatch(r"CU\w+", t):
-            if t not in handle_types:
-                sys.exit(f"{path}:{n}: {t} is not a handle type of cuda.h (typedef struct X *{t};)")
+        k = re.fullmatch(r"\s*RM_HANDLE_KIND\(\s*(RM_H_\w+)\s*,\s*(\w+)\s*\)\s*", line)
+        if not k:
+            sys.exit(f"{path}:{n}: expected RM_HANDLE_KIND(RM_H_NAME, C_TYPE)")
+        name, t = k.groups()
+        if name in kinds:
+            sys.exit(f"{path}:{n}: {name} listed twice")
+        kinds.add(name)
+        if t in handle_types:
             if t in HANDLE_KINDS:
-                sys.exit(f"{path}:{n}: {t} has two kinds, {HANDLE_KINDS[t]} and {k.group(1)}")
-            HANDLE_KINDS[t] = k.group(1)
+                sys.exit(f"{path}:{n}: {t} has two kinds, {HANDLE_KINDS[t]} and {name}")
+            HANDLE_KINDS[t] = name
+        elif t not in known_types:
+            sys.exit(f"{path}:{n}: {t} is not a type of cuda.h")
     if not HANDLE_KINDS:
-        sys.exit(f"{path}: enum rm_handle_kind names no driver handle type (RM_H_X, /* CUx */)")
+        sys.exit(f"{path}: no kind of a driver handle type (RM_HANDLE_KIND(RM_H_X, CUx))")
+
+
+class ReservedOp:
+    """A line of proto/reserved_ops.def: RM_RESERVED_OP(NAME, VALUE, SERVED_BY, DIRECTION)."""
+
+    def __init__(self, name, value, served_by, one_way):
+        self.name, self.value, self.served_by, self.one_way = name, value, served_by, one_way
+
+
+def read_reserved_ops(path):
+    text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), open(path).read(), flags=re.S)
+    ops, names, values = [], set(), set()
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        m = re.fullmatch(r"\s*RM_RESERVED_OP\(\s*(RM_OP_[A-Z0-9_]+)\s*,\s*(0|0x[0-9A-Fa-f]+)\s*,\s*(\w+)\s*,"
+                         r"\s*(\w+)\s*\)\s*", line)
+        if not m:
+            sys.exit(f"{path}:{n}: expected RM_RESERVED_OP(RM_OP_NAME, VALUE, SERVED_BY, DIRECTION)")
+        name, value, served_by, direction = m.group(1), int(m.group(2), 0), m.group(3), m.group(4)
+        if name in names or value in values:
+            sys.exit(f"{path}:{n}: {name} or its value {m.group(2)} listed twice")
+        if value != 0 and value < 0x10000:
+            sys.exit(f"{path}:{n}: {name}: a reserved opcode is 0 or from 0x10000 (proto/api.spec numbers below)")
+        if served_by not in ("server", "worker", "client") and not served_by.startswith("rm_handle_"):
+            sys.exit(f"{path}:{n}: {name}: SERVED_BY is server, worker, client or a handler rm_handle_NAME")
+        if direction not in ("reply", "oneway"):
+            sys.exit(f"{path}:{n}: {name}: DIRECTION is reply or oneway")
+        if direction == "oneway" and served_by in ("server", "client"):
+            sys.exit(f"{path}:{n}: {name}: only a request of a session's worker is oneway")
+        names.add(name)
+        values.add(value)
+        ops.append(ReservedOp(name, value, served_by, direction == "oneway"))
+    return ops
+
+
+def gen_reserved_dispatch(reserved):
+    """The daemon's handler of any opcode, generated or reserved, and which ones are one-way."""
+    o = ["rm_op_handler rm_op_handler_of(uint32_t op)", "{", "\tif (op < RM_OP_LIMIT)",
+         "\t\treturn rm_op_handlers[op];", "\tswitch (op) {"]
+    for r in reserved:
+        if r.served_by.startswith("rm_handle_"):
+            o.append(f"\tcase {r.name}: return {r.served_by};")
+    o += ["\tdefault: return NULL;", "\t}", "}", "", "int rm_op_one_way(uint32_t op)", "{", "\tswitch (op) {"]
+    for r in reserved:
+        if r.one_way:
+            o.append(f"\tcase {r.name}:")
+    o += ["\t\treturn 1;", "\tdefault: return 0;", "\t}", "}"]
+    return o
 
 
 def resolve(t, aliases):
@@ -193,13 +242,29 @@ class SpecEntry:
 
 
 def read_spec(path):
-    entries, seen_ops, seen_names = [], set(), set()
+    """The spec's entries, their forgets= lists with every cache group spelled out."""
+    entries, seen_ops, seen_names, groups = [], set(), set(), {}
     for lineno, line in enumerate(open(path), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
         where = f"{path}:{lineno}"
         f = split_outside(line, str.isspace)
+        if f[0] == "group":
+            if len(f) != 3 or not re.fullmatch(r"[a-z][a-z0-9_]*", f[1]) or not re.fullmatch(r"\w+(,\w+)*", f[2]):
+                raise SpecError(f"{where}: expected group NAME MEMBER,... (NAME in lower case)")
+            if f[1] in groups:
+                raise SpecError(f"{where}: group {f[1]} defined twice")
+            members = []
+            for m in f[2].split(","):
+                if m in groups:
+                    members += [x for x in groups[m] if x not in members]
+                elif re.fullmatch(r"[a-z][a-z0-9_]*", m):
+                    raise SpecError(f"{where}: group {f[1]}: no group {m} defined above")
+                elif m not in members:
+                    members.append(m)
+            groups[f[1]] = members
+            continue
         if len(f) >= 3 and f[2] == "daemon":
             raise SpecError(f"{where}: class daemon is gone: the daemon's part of a call is a typed body "
                             "(class gen or client, annotation body)")
@@ -215,6 +280,14 @@ def read_spec(path):
         seen_ops.add(op)
         seen_names.add(f[1])
         entries.append(SpecEntry(where, op, f[1], f[2], f[3:]))
+    for e in entries:
+        forgets = []
+        for n in e.forgets:
+            if re.fullmatch(r"[a-z][a-z0-9_]*", n) and n not in groups:
+                e.fail(f"forgets={n}: no group {n} defined (group NAME MEMBER,...)")
+            # A group names the calls a change makes stale; the call making it is not among them.
+            forgets += [x for x in groups.get(n, [n]) if x not in forgets and (x != e.name or n not in groups)]
+        e.forgets = forgets
     return entries
 
 
@@ -812,7 +885,7 @@ def gen_daemon_handler(fn, entry, fields):
 
 
 def driver_call(name, args):
-    return f"rm_drv.{name} ? rm_drv.{name}({', '.join(args)}) : rm_unsupported_by_driver(\"{name}\")"
+    return f"rm_drv_{name}({', '.join(args)})"
 
 
 def dptr_length(fn, expr):
@@ -878,18 +951,20 @@ def main():
     ap.add_argument("--spec", required=True)
     ap.add_argument("--exports", help="file of exported names, one a line")
     ap.add_argument("--stub-lib", help="the toolkit's stub libcuda.so, read with nm")
-    ap.add_argument("--handle-kinds", required=True, help="the C header of enum rm_handle_kind (backend/session.h)")
+    ap.add_argument("--handle-kinds", required=True, help="the handle kinds, proto/handle_kinds.def")
+    ap.add_argument("--reserved-ops", required=True, help="the reserved opcodes, proto/reserved_ops.def")
     ap.add_argument("--outdir", required=True)
     a = ap.parse_args()
 
     funcs, enums, structs, aliases, handle_types = parse_header(a.cuda_root)
-    read_handle_kinds(a.handle_kinds, handle_types)
+    read_handle_kinds(a.handle_kinds, handle_types, set(SCALARS) | set(aliases) | enums | structs)
     if a.exports:
         exports = read_exports(a.exports)
     else:
         nm = subprocess.run(["nm", "-D", "--defined-only", a.stub_lib], capture_output=True, text=True, check=True)
         exports = sorted(set(l.split()[-1] for l in nm.stdout.splitlines() if l.strip()))
     entries = read_spec(a.spec)
+    reserved = read_reserved_ops(a.reserved_ops)
     ctx = (enums, structs, aliases)
 
     by_name = {e.name: e for e in entries}
@@ -961,6 +1036,8 @@ def main():
         h = f"handle_{e.name}" if e.cls in ("gen", "client") else f"rm_handle_{e.name}"
         d.append(f"\t[RM_OP_{e.name}] = {h},")
     d.append("};")
+    d.append("")
+    d += gen_reserved_dispatch(reserved)
     write("daemon_dispatch.c", "\n".join(d) + "\n")
 
     # What people write for the daemon: the typed bodies, and the handlers of hand calls.
@@ -972,6 +1049,9 @@ def main():
     for e in entries:
         if e.cls == "hand":
             h.append(f"void rm_handle_{e.name}(struct rm_session *s, struct rm_request *rq);")
+    h += ["", "/* Handlers of reserved opcodes (proto/reserved_ops.def). */"]
+    h += [f"void {r.served_by}(struct rm_session *s, struct rm_request *rq);" for r in reserved
+          if r.served_by.startswith("rm_handle_")]
     h += ["", "#endif", ""]
     write("daemon_handlers.h", "\n".join(h))
 
@@ -983,7 +1063,17 @@ def main():
         t.append(f"\tCUresult (CUDAAPI *{n})({c_args(funcs[n])});")
     t += ["};", "", "extern struct rm_driver rm_drv;", "",
           "/* Fills rm_drv from the library handle lib; a function it lacks stays NULL. Returns how many were found. */",
-          "int rm_driver_table_load(void *lib);", "", "#endif", ""]
+          "int rm_driver_table_load(void *lib);", "",
+          "/* What rm_drv_NAME returns where the loaded driver lacks NAME: CUDA_ERROR_NOT_SUPPORTED,",
+          " * logged once per name (backend/request.c). */",
+          "CUresult rm_unsupported_by_driver(const char *name);", "",
+          "/* rm_drv_NAME: the loaded driver's NAME, or rm_unsupported_by_driver where it lacks it. */"]
+    for n in names:
+        fn = funcs[n]
+        args = ", ".join(p.name for p in fn.params)
+        t.append(f"static inline CUresult rm_drv_{n}({c_args(fn)})\n{{\n"
+                 f"\treturn rm_drv.{n} ? rm_drv.{n}({args}) : rm_unsupported_by_driver(\"{n}\");\n}}")
+    t += ["", "#endif", ""]
     write("driver_table.h", "\n".join(t))
     tc = ["/* Generated by scripts/gen_api.py. Do not edit. */", '#include "driver_table.h"', "#include <dlfcn.h>", "",
           "struct rm_driver rm_drv;", "", "int rm_driver_table_load(void *lib)", "{", "\tint found = 0;"]

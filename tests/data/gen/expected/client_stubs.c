@@ -87,6 +87,7 @@ RM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 	req.dev = dev;
 	CUresult r = rm_rpc_simple(RM_OP_cuDevicePrimaryCtxRelease_v2, &req.base, NULL, NULL);
 	rm_query_cache_forget(RM_OP_cuDeviceGetUuid);
+	rm_query_cache_forget(RM_OP_cuCtxSetLimit);
 	return r;
 }
 

@@ -12,7 +12,7 @@ static void handle_cuInit(struct rm_session *s, struct rm_request *rq)
 	Remora__CuInitRep rep = REMORA__CU_INIT__REP__INIT;
 	CUresult r = CUDA_SUCCESS;
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuInit ? rm_drv.cuInit((unsigned int)req->flags) : rm_unsupported_by_driver("cuInit");
+		r = rm_drv_cuInit((unsigned int)req->flags);
 	rm_request_finish(s, rq, r, &rep.base);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
@@ -52,7 +52,7 @@ static void handle_cuDeviceGetName(struct rm_session *s, struct rm_request *rq)
 	if (r == CUDA_SUCCESS)
 		r = rm_session_device(s, req->dev, &a_dev);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuDeviceGetName ? rm_drv.cuDeviceGetName(a_name, (int)n_name, a_dev) : rm_unsupported_by_driver("cuDeviceGetName");
+		r = rm_drv_cuDeviceGetName(a_name, (int)n_name, a_dev);
 	if (r == CUDA_SUCCESS) {
 		rep.name.data = (uint8_t *)a_name;
 		rep.name.len = n_name * sizeof(char);
@@ -75,7 +75,7 @@ static void handle_cuDeviceGetUuid(struct rm_session *s, struct rm_request *rq)
 	if (r == CUDA_SUCCESS)
 		r = rm_session_device(s, req->dev, &a_dev);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuDeviceGetUuid ? rm_drv.cuDeviceGetUuid(&a_uuid, a_dev) : rm_unsupported_by_driver("cuDeviceGetUuid");
+		r = rm_drv_cuDeviceGetUuid(&a_uuid, a_dev);
 	rep.uuid.data = (uint8_t *)&a_uuid;
 	rep.uuid.len = sizeof(a_uuid);
 	rm_request_finish(s, rq, r, &rep.base);
@@ -95,7 +95,7 @@ static void handle_cuDeviceCheckUuid(struct rm_session *s, struct rm_request *rq
 	if (r == CUDA_SUCCESS)
 		r = rm_session_device(s, req->dev, &a_dev);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuDeviceCheckUuid ? rm_drv.cuDeviceCheckUuid((const CUuuid *)req->uuid.data, a_dev) : rm_unsupported_by_driver("cuDeviceCheckUuid");
+		r = rm_drv_cuDeviceCheckUuid((const CUuuid *)req->uuid.data, a_dev);
 	rm_request_finish(s, rq, r, &rep.base);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
@@ -161,7 +161,7 @@ static void handle_cuCtxGetDevice(struct rm_session *s, struct rm_request *rq)
 	CUdevice a_device;
 	memset(&a_device, 0, sizeof(a_device));
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuCtxGetDevice ? rm_drv.cuCtxGetDevice(&a_device) : rm_unsupported_by_driver("cuCtxGetDevice");
+		r = rm_drv_cuCtxGetDevice(&a_device);
 	if (r == CUDA_SUCCESS)
 		r = rm_session_device_out(s, a_device, &a_device);
 	rep.device = a_device;
@@ -206,7 +206,7 @@ static void handle_cuCtxSetLimit(struct rm_session *s, struct rm_request *rq)
 	Remora__CuCtxSetLimitRep rep = REMORA__CU_CTX_SET_LIMIT__REP__INIT;
 	CUresult r = CUDA_SUCCESS;
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuCtxSetLimit ? rm_drv.cuCtxSetLimit((CUlimit)req->limit, (size_t)req->value) : rm_unsupported_by_driver("cuCtxSetLimit");
+		r = rm_drv_cuCtxSetLimit((CUlimit)req->limit, (size_t)req->value);
 	rm_request_finish(s, rq, r, &rep.base);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
@@ -272,7 +272,7 @@ static void handle_cuMemsetD32(struct rm_session *s, struct rm_request *rq)
 	if (r == CUDA_SUCCESS)
 		r = rm_session_stream_submit(s, 0, rq->frame.flags, &null_stream);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuMemsetD32Async ? rm_drv.cuMemsetD32Async((CUdeviceptr)req->dstdevice, (unsigned int)req->ui, (size_t)req->n, null_stream) : rm_unsupported_by_driver("cuMemsetD32Async");
+		r = rm_drv_cuMemsetD32Async((CUdeviceptr)req->dstdevice, (unsigned int)req->ui, (size_t)req->n, null_stream);
 	if (r == CUDA_SUCCESS)
 		r = rm_drv.cuStreamSynchronize(null_stream);
 	rm_request_finish(s, rq, r, &rep.base);
@@ -292,7 +292,7 @@ static void handle_cuMemsetD32Async(struct rm_session *s, struct rm_request *rq)
 	if (r == CUDA_SUCCESS)
 		r = rm_session_stream_submit(s, req->hstream, rq->frame.flags, &a_hStream);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuMemsetD32Async ? rm_drv.cuMemsetD32Async((CUdeviceptr)req->dstdevice, (unsigned int)req->ui, (size_t)req->n, a_hStream) : rm_unsupported_by_driver("cuMemsetD32Async");
+		r = rm_drv_cuMemsetD32Async((CUdeviceptr)req->dstdevice, (unsigned int)req->ui, (size_t)req->n, a_hStream);
 	rm_request_finish(s, rq, r, &rep.base);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
@@ -328,7 +328,7 @@ static void handle_cuModuleGetFunction(struct rm_session *s, struct rm_request *
 	if (r == CUDA_SUCCESS)
 		r = rm_session_use(s, RM_H_MODULE, req->hmod, (void **)&a_hmod);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuModuleGetFunction ? rm_drv.cuModuleGetFunction(&a_hfunc, a_hmod, req->name) : rm_unsupported_by_driver("cuModuleGetFunction");
+		r = rm_drv_cuModuleGetFunction(&a_hfunc, a_hmod, req->name);
 	if (r == CUDA_SUCCESS)
 		rm_session_own(s, RM_H_FUNCTION, a_hfunc, req->hmod);
 	rep.hfunc = (uint64_t)(uintptr_t)a_hfunc;
@@ -372,7 +372,7 @@ static void handle_cuFuncSetArgs(struct rm_session *s, struct rm_request *rq)
 				  req->args.len / sizeof(int) != (uint64_t)(req->count)))
 		r = CUDA_ERROR_INVALID_VALUE;
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuFuncSetArgs ? rm_drv.cuFuncSetArgs(a_hfunc, (const int *)req->args.data, (unsigned int)req->count) : rm_unsupported_by_driver("cuFuncSetArgs");
+		r = rm_drv_cuFuncSetArgs(a_hfunc, (const int *)req->args.data, (unsigned int)req->count);
 	rm_request_finish(s, rq, r, &rep.base);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
@@ -387,7 +387,7 @@ static void handle_cuStreamCreate(struct rm_session *s, struct rm_request *rq)
 	CUstream a_phStream;
 	memset(&a_phStream, 0, sizeof(a_phStream));
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuStreamCreate ? rm_drv.cuStreamCreate(&a_phStream, (unsigned int)req->flags) : rm_unsupported_by_driver("cuStreamCreate");
+		r = rm_drv_cuStreamCreate(&a_phStream, (unsigned int)req->flags);
 	if (r == CUDA_SUCCESS)
 		rm_session_own(s, RM_H_STREAM, a_phStream, 0);
 	rep.phstream = (uint64_t)(uintptr_t)a_phStream;
@@ -406,7 +406,7 @@ static void handle_cuStreamDestroy(struct rm_session *s, struct rm_request *rq)
 	if (r == CUDA_SUCCESS)
 		r = rm_session_use(s, RM_H_STREAM, req->hstream, (void **)&a_hStream);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuStreamDestroy ? rm_drv.cuStreamDestroy(a_hStream) : rm_unsupported_by_driver("cuStreamDestroy");
+		r = rm_drv_cuStreamDestroy(a_hStream);
 	if (r == CUDA_SUCCESS)
 		rm_session_disown(s, RM_H_STREAM, a_hStream);
 	rm_request_finish(s, rq, r, &rep.base);
@@ -424,7 +424,7 @@ static void handle_cuStreamSynchronize(struct rm_session *s, struct rm_request *
 	if (r == CUDA_SUCCESS)
 		r = rm_session_stream(s, req->hstream, rq->frame.flags, &a_hStream);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuStreamSynchronize ? rm_drv.cuStreamSynchronize(a_hStream) : rm_unsupported_by_driver("cuStreamSynchronize");
+		r = rm_drv_cuStreamSynchronize(a_hStream);
 	rm_request_finish(s, rq, r, &rep.base);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
@@ -464,7 +464,7 @@ static void handle_cuEventElapsedTime(struct rm_session *s, struct rm_request *r
 	if (r == CUDA_SUCCESS)
 		r = rm_session_use(s, RM_H_EVENT, req->hend, (void **)&a_hEnd);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuEventElapsedTime ? rm_drv.cuEventElapsedTime(&a_pMilliseconds, a_hStart, a_hEnd) : rm_unsupported_by_driver("cuEventElapsedTime");
+		r = rm_drv_cuEventElapsedTime(&a_pMilliseconds, a_hStart, a_hEnd);
 	rep.pmilliseconds = a_pMilliseconds;
 	rm_request_finish(s, rq, r, &rep.base);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
@@ -500,3 +500,22 @@ const rm_op_handler rm_op_handlers[RM_OP_LIMIT] = {
 	[RM_OP_cuEventRecord] = handle_cuEventRecord,
 	[RM_OP_cuEventElapsedTime] = handle_cuEventElapsedTime,
 };
+
+rm_op_handler rm_op_handler_of(uint32_t op)
+{
+	if (op < RM_OP_LIMIT)
+		return rm_op_handlers[op];
+	switch (op) {
+	case RM_OP_DEVICE_STATE: return rm_handle_device_state;
+	default: return NULL;
+	}
+}
+
+int rm_op_one_way(uint32_t op)
+{
+	switch (op) {
+	case RM_OP_HEARTBEAT:
+		return 1;
+	default: return 0;
+	}
+}

@@ -30,4 +30,7 @@ CUresult rm_body_cuEventRecord(struct rm_session *s, CUevent hEvent, CUstream hS
 void rm_handle_cuMemcpyHtoD(struct rm_session *s, struct rm_request *rq);
 void rm_handle_cuModuleLoadData(struct rm_session *s, struct rm_request *rq);
 
+/* Handlers of reserved opcodes (proto/reserved_ops.def). */
+void rm_handle_device_state(struct rm_session *s, struct rm_request *rq);
+
 #endif
