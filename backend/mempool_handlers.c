@@ -1,5 +1,4 @@
-/* Stream-ordered allocation and memory pools (typed bodies of generated handlers, and the
- * two attribute calls, whose value is an int or a 64-bit integer as the attribute says).
+/* Stream-ordered allocation and memory pools: typed bodies of generated handlers.
  *
  * Every pool a client uses is its own: the shared context's default pool would mix the
  * clients' freed memory and its attributes would be everyone's. cuDeviceGetDefaultMemPool
@@ -14,7 +13,6 @@
 #include <string.h>
 
 #include "log.h"
-#include "remora.pb-c.h"
 
 /* The session's context on host GPU dev, or NULL (contexts are appended, never moved). */
 static struct rm_session_ctx *ctx_of_device(struct rm_session *s, CUdevice dev)
@@ -152,62 +150,17 @@ CUresult rm_body_cuMemPoolDestroy(struct rm_session *s, CUmemoryPool pool)
 	return r;
 }
 
-static int int_attribute(int32_t attr)
+/* Cached memory is not charged: a client's release threshold is held to its memory limit. */
+CUresult rm_body_cuMemPoolSetAttribute(struct rm_session *s, CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
-	return attr == CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES || attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC ||
-	       attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES;
-}
-
-static int u64_attribute(int32_t attr)
-{
-	return attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD || attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT ||
-	       attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH || attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT ||
-	       attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH;
-}
-
-void rm_handle_cuMemPoolSetAttribute(struct rm_session *s, struct rm_request *rq)
-{
-	Remora__MemPoolAttribute *req = (void *)rm_request_unpack(rq, &remora__mem_pool_attribute__descriptor);
-	if (!req)
-		return;
-	CUmemoryPool pool = NULL;
-	CUresult r = rm_session_use(s, RM_H_MEMPOOL, req->pool, (void **)&pool);
-	if (r == CUDA_SUCCESS && !int_attribute(req->attr) && !u64_attribute(req->attr))
-		r = CUDA_ERROR_INVALID_VALUE;
-	if (r == CUDA_SUCCESS && int_attribute(req->attr)) {
-		int v = (int)(int64_t)req->value;
-		r = rm_drv_cuMemPoolSetAttribute(pool, (CUmemPool_attribute)req->attr, &v);
-	} else if (r == CUDA_SUCCESS) {
-		cuuint64_t v = req->value;
-		/* Cached memory is not charged: a client keeps at most its limit of it. */
-		uint64_t limit = rm_session_client_limit(s);
-		if (req->attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD && limit && v > limit)
+	cuuint64_t v;
+	uint64_t limit = rm_session_client_limit(s);
+	if (attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD && limit) {
+		memcpy(&v, value, sizeof(v));
+		if (v > limit) {
 			v = limit;
-		r = rm_drv_cuMemPoolSetAttribute(pool, (CUmemPool_attribute)req->attr, &v);
+			value = &v;
+		}
 	}
-	rm_request_finish(s, rq, r, NULL);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
-}
-
-void rm_handle_cuMemPoolGetAttribute(struct rm_session *s, struct rm_request *rq)
-{
-	Remora__MemPoolAttribute *req = (void *)rm_request_unpack(rq, &remora__mem_pool_attribute__descriptor);
-	if (!req)
-		return;
-	Remora__MemPoolAttributeReply rep = REMORA__MEM_POOL_ATTRIBUTE_REPLY__INIT;
-	CUmemoryPool pool = NULL;
-	CUresult r = rm_session_use(s, RM_H_MEMPOOL, req->pool, (void **)&pool);
-	if (r == CUDA_SUCCESS && !int_attribute(req->attr) && !u64_attribute(req->attr))
-		r = CUDA_ERROR_INVALID_VALUE;
-	if (r == CUDA_SUCCESS && int_attribute(req->attr)) {
-		int v = 0;
-		r = rm_drv_cuMemPoolGetAttribute(pool, (CUmemPool_attribute)req->attr, &v);
-		rep.value = (uint64_t)(int64_t)v;
-	} else if (r == CUDA_SUCCESS) {
-		cuuint64_t v = 0;
-		r = rm_drv_cuMemPoolGetAttribute(pool, (CUmemPool_attribute)req->attr, &v);
-		rep.value = v;
-	}
-	rm_request_finish(s, rq, r, &rep.base);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return rm_drv_cuMemPoolSetAttribute(pool, attr, value);
 }

@@ -28,7 +28,7 @@ from gen.client import gen_client_files, gen_fuzz_calls
 from gen.cuda_header import SCALARS, Unmappable, parse_errors, parse_header, read_exports, read_handle_kinds
 from gen.daemon import gen_daemon_dispatch, gen_daemon_header, gen_driver_table
 from gen.proto import fields_of, gen_errors, gen_ops_header, gen_ops_table, gen_proto
-from gen.spec import SpecError, check_entry, read_reserved_ops, read_spec
+from gen.spec import ATTRIBUTE_SIZES, SpecError, check_entry, read_reserved_ops, read_spec
 
 
 def main():
@@ -53,6 +53,9 @@ def main():
     reserved = read_reserved_ops(a.reserved_ops)
     ctx = (enums, structs, aliases)
 
+    for t, table in ATTRIBUTE_SIZES.items():
+        if t not in enums:
+            raise SpecError(f"{table['where']}: size {t}: not an enum type of cuda.h")
     by_name = {e.name: e for e in entries}
     for e in entries:
         if e.name not in funcs:

@@ -1,5 +1,6 @@
 """The messages of generated calls (api.proto), the opcode tables (api_ops.h/.c) and the error table."""
 from .cuda_header import HANDLE_KINDS, SCALARS, Unmappable, resolve
+from .spec import ATTRIBUTE_SIZES
 
 def pb_lower(name):
     """protobuf-c's CamelToLower of a message's full name part."""
@@ -52,11 +53,16 @@ class Field:
         self.base = base
         self.len_expr = None
         self.kind = None
+        self.attr = None  # in[@A], out[@A]: the attribute parameter whose value's size it is
         if buf:
             self.dir = "out" if buf[0].startswith("out[") else "in"
             self.len_expr = buf[0][buf[0].index("[") + 1:-1]
             self.kind = "buf"
             self.elem = p.base
+            if self.len_expr.startswith("@"):  # bytes of the value of attribute parameter len_expr[1:]
+                self.attr = self.len_expr[1:]
+                self.attr_type = next(q.base for q in fn.params if q.name == self.attr)
+                self.len_expr = f"rm_size_of_{self.attr_type}({self.attr})"
         elif p.stars == 0:
             self.dir = "in"
             self.kind = self.scalar_kind(p.base, base, enums, structs, fn)
@@ -165,3 +171,25 @@ def gen_errors(errors):
         o.append(f'\t{{{value}, "{name}", "{doc}"}},')
     o += ["};", "", f"const int rm_nerrors = {len(errors)};", ""]
     return "\n".join(o)
+
+
+def elem_size(f):
+    """C expression of the bytes of one element of buffer field f (a void * counts bytes)."""
+    return "1" if f.p.base == "void" else f"sizeof(*{f.p.name})"
+
+
+def gen_attribute_sizes(fields_lists):
+    """The size functions of the attribute types that buffers of these fields are sized by:
+    static size_t rm_size_of_TYPE(int a), 0 for a value no size line lists."""
+    types = sorted({f.attr_type for fields in fields_lists for f in fields if f.attr})
+    o = []
+    for t in types:
+        o += [f"/* proto/api.spec: size {t} */", f"static size_t rm_size_of_{t}(int a)", "{", "\tswitch (a) {"]
+        by_type = {}
+        for v, ctype in ATTRIBUTE_SIZES[t]["values"].items():
+            by_type.setdefault(ctype, []).append(v)
+        for ctype, values in by_type.items():
+            o += [f"\tcase {v}:" for v in values]
+            o.append(f"\t\treturn sizeof({ctype});")
+        o += ["\tdefault:", "\t\treturn 0;", "\t}", "}", ""]
+    return o

@@ -5,6 +5,10 @@ import sys
 
 from .cuda_header import HANDLE_KINDS
 
+# Attribute sizes (size lines): enum type -> {"where": file:line, "values": {VALUE: C type}}.
+ATTRIBUTE_SIZES = {}
+
+
 class SpecError(Exception):
     """An entry of the spec the generator cannot honour: the message names file:line and why."""
 
@@ -80,7 +84,7 @@ class SpecEntry:
                 for a in self.ann[k]:
                     if a not in PARAM_NOTES and not (a.startswith(PARAM_LENGTHS) and a.endswith("]")):
                         self.fail(f"{k}={a}: unknown annotation (known: {', '.join(PARAM_NOTES)}, "
-                                  "in[LEN], out[LEN], dptr[LEN])")
+                                  "in[LEN], out[LEN], in[@ATTR], out[@ATTR], dptr[LEN])")
                     if self.ann[k].count(a) > 1:
                         self.fail(f"{k}={a} given twice")
 
@@ -97,6 +101,15 @@ def read_spec(path):
             continue
         where = f"{path}:{lineno}"
         f = split_outside(line, str.isspace)
+        if f[0] == "size":
+            if len(f) != 4 or not re.fullmatch(r"\w+", f[1]) or not re.fullmatch(r"\w+(,\w+)*", f[3]):
+                raise SpecError(f"{where}: expected size ENUM_TYPE C_TYPE VALUE,...")
+            table = ATTRIBUTE_SIZES.setdefault(f[1], {"where": where, "values": {}})
+            for v in f[3].split(","):
+                if v in table["values"]:
+                    raise SpecError(f"{where}: {v} sized twice")
+                table["values"][v] = f[2]
+            continue
         if f[0] == "group":
             if len(f) != 3 or not re.fullmatch(r"[a-z][a-z0-9_]*", f[1]) or not re.fullmatch(r"\w+(,\w+)*", f[2]):
                 raise SpecError(f"{where}: expected group NAME MEMBER,... (NAME in lower case)")
@@ -204,7 +217,13 @@ def check_param(e, fn, p, notes):
     is_out = p.stars == 1 and not p.const
     handle = not p.stars and p.base in HANDLE_KINDS
     for n in notes:
-        if n.startswith(("in[", "out[")):
+        if n.startswith(("in[@", "out[@")):
+            a = next((q for q in fn.params if q.name == n[n.index("@") + 1:-1]), None)
+            if p.stars != 1 or p.base != "void" or (n.startswith("out[") and p.const):
+                e.fail(f"{p.name}={n}: {what}, not a void * (a value sized by an attribute)")
+            if a is None or a.stars or a.base not in ATTRIBUTE_SIZES:
+                e.fail(f"{p.name}={n}: {n[n.index('@') + 1:-1]} is not a parameter of a type that size lines size")
+        elif n.startswith(("in[", "out[")):
             if p.stars != 1 or p.base == "void" or (n.startswith("out[") and p.const):
                 e.fail(f"{p.name}={n}: {what}, not a {'const ' if n[0] == 'i' else ''}pointer to elements")
             for w in re.findall(r"\b[A-Za-z_]\w*", n[n.index("[") + 1:-1]):

@@ -42,4 +42,6 @@ const char *const rm_op_names[RM_OP_LIMIT] = {
 	[RM_OP_cuStreamSynchronize] = "cuStreamSynchronize",
 	[RM_OP_cuEventRecord] = "cuEventRecord",
 	[RM_OP_cuEventElapsedTime] = "cuEventElapsedTime",
+	[RM_OP_cuCtxGetLimitValue] = "cuCtxGetLimitValue",
+	[RM_OP_cuCtxSetLimitValue] = "cuCtxSetLimitValue",
 };

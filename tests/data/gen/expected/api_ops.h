@@ -35,9 +35,11 @@ enum rm_op {
 	RM_OP_cuStreamSynchronize = 26,
 	RM_OP_cuEventRecord = 27,
 	RM_OP_cuEventElapsedTime = 28,
+	RM_OP_cuCtxGetLimitValue = 29,
+	RM_OP_cuCtxSetLimitValue = 30,
 };
 
-#define RM_OP_LIMIT 29
+#define RM_OP_LIMIT 31
 
 /* Per-op flags: RM_OPF_ASYNC for calls sent without waiting for a reply (it is the frame
  * flag RM_F_ASYNC), RM_OPF_SYNCPOINT for calls whose reply reports earlier async errors. */

@@ -225,6 +225,32 @@ static CUresult call_cuEventElapsedTime(void)
 	return r;
 }
 
+static CUresult call_cuCtxGetLimitValue(void)
+{
+	CUlimit limit = (CUlimit)0;
+	void *value;
+	void *value_mem = calloc(64 ? 64 : 1, 1);
+	if (!value_mem)
+		abort();
+	value = value_mem;
+	CUresult r = cuCtxGetLimitValue(limit, value);
+	free(value_mem);
+	return r;
+}
+
+static CUresult call_cuCtxSetLimitValue(void)
+{
+	CUlimit limit = (CUlimit)0;
+	void *value;
+	void *value_mem = calloc(64 ? 64 : 1, 1);
+	if (!value_mem)
+		abort();
+	value = value_mem;
+	CUresult r = cuCtxSetLimitValue(limit, value);
+	free(value_mem);
+	return r;
+}
+
 CUresult (*const rm_fuzz_calls[])(void) = {
 	call_cuInit,
 	call_cuDeviceGet,
@@ -251,6 +277,8 @@ CUresult (*const rm_fuzz_calls[])(void) = {
 	call_cuStreamSynchronize,
 	call_cuEventRecord,
 	call_cuEventElapsedTime,
+	call_cuCtxGetLimitValue,
+	call_cuCtxSetLimitValue,
 };
 const char *const rm_fuzz_call_names[] = {
 	"cuInit",
@@ -278,5 +306,7 @@ const char *const rm_fuzz_call_names[] = {
 	"cuStreamSynchronize",
 	"cuEventRecord",
 	"cuEventElapsedTime",
+	"cuCtxGetLimitValue",
+	"cuCtxSetLimitValue",
 };
-const unsigned int rm_fuzz_ncalls = 25;
+const unsigned int rm_fuzz_ncalls = 27;

@@ -5,6 +5,17 @@
 #include "api.pb-c.h"
 #include <string.h>
 
+/* proto/api.spec: size CUlimit */
+static size_t rm_size_of_CUlimit(int a)
+{
+	switch (a) {
+	case CU_LIMIT_STACK_SIZE:
+		return sizeof(size_t);
+	default:
+		return 0;
+	}
+}
+
 RM_EXPORT CUresult CUDAAPI cuInit(unsigned int Flags)
 {
 	Remora__CuInitReq req = REMORA__CU_INIT__REQ__INIT;
@@ -297,6 +308,36 @@ RM_EXPORT CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hSta
 	if (r == CUDA_SUCCESS)
 		r = rm_mapped_after_sync();
 	return r;
+}
+
+RM_EXPORT CUresult CUDAAPI cuCtxGetLimitValue(CUlimit limit, void *value)
+{
+	Remora__CuCtxGetLimitValueReq req = REMORA__CU_CTX_GET_LIMIT_VALUE__REQ__INIT;
+	req.limit = limit;
+	req.value_len = (uint64_t)(rm_size_of_CUlimit(limit));
+	if (!value || (uint64_t)(rm_size_of_CUlimit(limit)) > RM_MAX_OUT_BUF / 1 || !rm_size_of_CUlimit(limit))
+		return CUDA_ERROR_INVALID_VALUE;
+	Remora__CuCtxGetLimitValueRep *rep = NULL;
+	CUresult r = rm_rpc_simple(RM_OP_cuCtxGetLimitValue, &req.base, &remora__cu_ctx_get_limit_value__rep__descriptor, (ProtobufCMessage **)&rep);
+	if (r == CUDA_SUCCESS && rep && (rep->value.len > (size_t)(rm_size_of_CUlimit(limit)) * 1))
+		r = rm_rpc_bad_reply("cuCtxGetLimitValue: the reply's value is %zu bytes, for a buffer of %zu", rep->value.len, (size_t)(rm_size_of_CUlimit(limit)) * 1);
+	if (r == CUDA_SUCCESS && rep) {
+		if (rep->value.len)
+			memcpy(value, rep->value.data, rep->value.len);
+	}
+	rm_rpc_free(rep ? &rep->base : NULL);
+	return r;
+}
+
+RM_EXPORT CUresult CUDAAPI cuCtxSetLimitValue(CUlimit limit, void *value)
+{
+	Remora__CuCtxSetLimitValueReq req = REMORA__CU_CTX_SET_LIMIT_VALUE__REQ__INIT;
+	req.limit = limit;
+	req.value.data = (uint8_t *)value;
+	req.value.len = (size_t)(rm_size_of_CUlimit(limit)) * 1;
+	if (!value || !rm_size_of_CUlimit(limit))
+		return CUDA_ERROR_INVALID_VALUE;
+	return rm_rpc_simple(RM_OP_cuCtxSetLimitValue, &req.base, NULL, NULL);
 }
 
 RM_EXPORT CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)

@@ -4,6 +4,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* proto/api.spec: size CUlimit */
+static size_t rm_size_of_CUlimit(int a)
+{
+	switch (a) {
+	case CU_LIMIT_STACK_SIZE:
+		return sizeof(size_t);
+	default:
+		return 0;
+	}
+}
+
 static void handle_cuInit(struct rm_session *s, struct rm_request *rq)
 {
 	Remora__CuInitReq *req = (Remora__CuInitReq *)rm_request_unpack(rq, &remora__cu_init__req__descriptor);
@@ -470,6 +481,45 @@ static void handle_cuEventElapsedTime(struct rm_session *s, struct rm_request *r
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
+static void handle_cuCtxGetLimitValue(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__CuCtxGetLimitValueReq *req = (Remora__CuCtxGetLimitValueReq *)rm_request_unpack(rq, &remora__cu_ctx_get_limit_value__req__descriptor);
+	if (!req)
+		return;
+	Remora__CuCtxGetLimitValueRep rep = REMORA__CU_CTX_GET_LIMIT_VALUE__REP__INIT;
+	CUresult r = CUDA_SUCCESS;
+	uint64_t n_value = rm_size_of_CUlimit(req->limit);
+	if (!n_value || req->value_len != n_value)
+		r = CUDA_ERROR_INVALID_VALUE;
+	void *a_value = r == CUDA_SUCCESS ? calloc(n_value, 1) : NULL;
+	if (r == CUDA_SUCCESS && !a_value)
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	if (r == CUDA_SUCCESS)
+		r = rm_drv_cuCtxGetLimitValue((CUlimit)req->limit, a_value);
+	if (r == CUDA_SUCCESS) {
+		rep.value.data = (uint8_t *)a_value;
+		rep.value.len = n_value;
+	}
+	rm_request_finish(s, rq, r, &rep.base);
+	free(a_value);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+static void handle_cuCtxSetLimitValue(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__CuCtxSetLimitValueReq *req = (Remora__CuCtxSetLimitValueReq *)rm_request_unpack(rq, &remora__cu_ctx_set_limit_value__req__descriptor);
+	if (!req)
+		return;
+	Remora__CuCtxSetLimitValueRep rep = REMORA__CU_CTX_SET_LIMIT_VALUE__REP__INIT;
+	CUresult r = CUDA_SUCCESS;
+	if (r == CUDA_SUCCESS && (!req->value.len || req->value.len != rm_size_of_CUlimit(req->limit)))
+		r = CUDA_ERROR_INVALID_VALUE;
+	if (r == CUDA_SUCCESS)
+		r = rm_drv_cuCtxSetLimitValue((CUlimit)req->limit, (void *)req->value.data);
+	rm_request_finish(s, rq, r, &rep.base);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
 const rm_op_handler rm_op_handlers[RM_OP_LIMIT] = {
 	[RM_OP_cuInit] = handle_cuInit,
 	[RM_OP_cuDeviceGet] = handle_cuDeviceGet,
@@ -499,6 +549,8 @@ const rm_op_handler rm_op_handlers[RM_OP_LIMIT] = {
 	[RM_OP_cuStreamSynchronize] = handle_cuStreamSynchronize,
 	[RM_OP_cuEventRecord] = handle_cuEventRecord,
 	[RM_OP_cuEventElapsedTime] = handle_cuEventElapsedTime,
+	[RM_OP_cuCtxGetLimitValue] = handle_cuCtxGetLimitValue,
+	[RM_OP_cuCtxSetLimitValue] = handle_cuCtxSetLimitValue,
 };
 
 rm_op_handler rm_op_handler_of(uint32_t op)

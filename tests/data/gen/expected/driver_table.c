@@ -9,7 +9,11 @@ int rm_driver_table_load(void *lib)
 	int found = 0;
 	if ((*(void **)&rm_drv.cuCtxGetDevice = dlsym(lib, "cuCtxGetDevice")))
 		found++;
+	if ((*(void **)&rm_drv.cuCtxGetLimitValue = dlsym(lib, "cuCtxGetLimitValue")))
+		found++;
 	if ((*(void **)&rm_drv.cuCtxSetLimit = dlsym(lib, "cuCtxSetLimit")))
+		found++;
+	if ((*(void **)&rm_drv.cuCtxSetLimitValue = dlsym(lib, "cuCtxSetLimitValue")))
 		found++;
 	if ((*(void **)&rm_drv.cuCtxSynchronize = dlsym(lib, "cuCtxSynchronize")))
 		found++;

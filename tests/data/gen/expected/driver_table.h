@@ -7,7 +7,9 @@
 
 struct rm_driver {
 	CUresult (CUDAAPI *cuCtxGetDevice)(CUdevice *device);
+	CUresult (CUDAAPI *cuCtxGetLimitValue)(CUlimit limit, void *value);
 	CUresult (CUDAAPI *cuCtxSetLimit)(CUlimit limit, size_t value);
+	CUresult (CUDAAPI *cuCtxSetLimitValue)(CUlimit limit, void *value);
 	CUresult (CUDAAPI *cuCtxSynchronize)(void);
 	CUresult (CUDAAPI *cuCtxSynchronize_v2)(CUcontext ctx);
 	CUresult (CUDAAPI *cuDeviceCheckUuid)(const CUuuid *uuid, CUdevice dev);
@@ -53,9 +55,17 @@ static inline CUresult rm_drv_cuCtxGetDevice(CUdevice *device)
 {
 	return rm_drv.cuCtxGetDevice ? rm_drv.cuCtxGetDevice(device) : rm_unsupported_by_driver("cuCtxGetDevice");
 }
+static inline CUresult rm_drv_cuCtxGetLimitValue(CUlimit limit, void *value)
+{
+	return rm_drv.cuCtxGetLimitValue ? rm_drv.cuCtxGetLimitValue(limit, value) : rm_unsupported_by_driver("cuCtxGetLimitValue");
+}
 static inline CUresult rm_drv_cuCtxSetLimit(CUlimit limit, size_t value)
 {
 	return rm_drv.cuCtxSetLimit ? rm_drv.cuCtxSetLimit(limit, value) : rm_unsupported_by_driver("cuCtxSetLimit");
+}
+static inline CUresult rm_drv_cuCtxSetLimitValue(CUlimit limit, void *value)
+{
+	return rm_drv.cuCtxSetLimitValue ? rm_drv.cuCtxSetLimitValue(limit, value) : rm_unsupported_by_driver("cuCtxSetLimitValue");
 }
 static inline CUresult rm_drv_cuCtxSynchronize(void)
 {

@@ -58,6 +58,8 @@ CUresult CUDAAPI cuModuleUnload(CUmodule hmod);
 CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
 CUresult CUDAAPI cuModuleGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
 CUresult CUDAAPI cuFuncSetArgs(CUfunction hfunc, const int *args, unsigned int count);
+CUresult CUDAAPI cuCtxGetLimitValue(CUlimit limit, void *value);
+CUresult CUDAAPI cuCtxSetLimitValue(CUlimit limit, void *value);
 CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags);
 CUresult CUDAAPI cuStreamDestroy(CUstream hStream);
 CUresult CUDAAPI cuStreamSynchronize(CUstream hStream);
