@@ -159,9 +159,9 @@ void rm_handle_cuMemcpyDtoHAsync_v2(struct rm_session *s, struct rm_request *rq)
 	copy_out(s, rq, 0);
 }
 
-/* The driver's answer for one attribute of owned memory, into data (64 bytes), in the
- * client's terms: a device ordinal is the client's for that GPU. */
-static CUresult owned_attribute(struct rm_session *s, uint8_t *data, CUpointer_attribute a, uint64_t ptr)
+/* The driver's answer for one attribute of owned memory, into data (its size, at most 64
+ * bytes), in the client's terms: a device ordinal is the client's for that GPU. */
+static CUresult owned_attribute(struct rm_session *s, void *data, CUpointer_attribute a, uint64_t ptr)
 {
 	CUresult r = rm_drv_cuPointerGetAttribute(data, a, ptr);
 	if (r == CUDA_SUCCESS && a == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) {
@@ -173,24 +173,11 @@ static CUresult owned_attribute(struct rm_session *s, uint8_t *data, CUpointer_a
 	return r;
 }
 
-/* Only memory the client owns is described; any other pointer is refused as
- * one CUDA does not know. */
-void rm_handle_cuPointerGetAttribute(struct rm_session *s, struct rm_request *rq)
+/* Only memory the client owns is described (ptr is checked as the client's): any other
+ * pointer is refused as one CUDA does not know. */
+CUresult rm_body_cuPointerGetAttribute(struct rm_session *s, void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
-	Remora__PointerAttribute *req = (void *)rm_request_unpack(rq, &remora__pointer_attribute__descriptor);
-	if (!req)
-		return;
-	Remora__PointerAttributeReply rep = REMORA__POINTER_ATTRIBUTE_REPLY__INIT;
-	uint8_t data[64] = {0};
-	CUresult r = rm_session_check_range(s, req->ptr, 1);
-	if (r == CUDA_SUCCESS)
-		r = owned_attribute(s, data, (CUpointer_attribute)req->attribute, req->ptr);
-	if (r == CUDA_SUCCESS) {
-		rep.data.data = data;
-		rep.data.len = RM_POINTER_ATTRIBUTE_SLOT; /* the client takes its attribute's size */
-	}
-	rm_request_finish(s, rq, r, &rep.base);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return owned_attribute(s, data, attribute, ptr);
 }
 
 /* As the driver's cuPointerGetAttributes: an attribute that does not apply, or memory

@@ -178,13 +178,13 @@ def elem_size(f):
     return "1" if f.p.base == "void" else f"sizeof(*{f.p.name})"
 
 
-def gen_attribute_sizes(fields_lists):
-    """The size functions of the attribute types that buffers of these fields are sized by:
-    static size_t rm_size_of_TYPE(int a), 0 for a value no size line lists."""
-    types = sorted({f.attr_type for fields in fields_lists for f in fields if f.attr})
-    o = []
-    for t in types:
-        o += [f"/* proto/api.spec: size {t} */", f"static size_t rm_size_of_{t}(int a)", "{", "\tswitch (a) {"]
+def gen_attribute_sizes():
+    """The size function of every attribute type the spec's size lines size, for the generated
+    headers of both sides: static inline size_t rm_size_of_TYPE(int a), 0 for a value no size
+    line lists."""
+    o = ["/* Bytes of the value of attribute a (proto/api.spec: size), 0 for one not listed. */"]
+    for t in sorted(ATTRIBUTE_SIZES):
+        o += [f"static inline size_t rm_size_of_{t}(int a)", "{", "\tswitch (a) {"]
         by_type = {}
         for v, ctype in ATTRIBUTE_SIZES[t]["values"].items():
             by_type.setdefault(ctype, []).append(v)

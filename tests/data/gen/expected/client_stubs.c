@@ -5,17 +5,6 @@
 #include "api.pb-c.h"
 #include <string.h>
 
-/* proto/api.spec: size CUlimit */
-static size_t rm_size_of_CUlimit(int a)
-{
-	switch (a) {
-	case CU_LIMIT_STACK_SIZE:
-		return sizeof(size_t);
-	default:
-		return 0;
-	}
-}
-
 RM_EXPORT CUresult CUDAAPI cuInit(unsigned int Flags)
 {
 	Remora__CuInitReq req = REMORA__CU_INIT__REQ__INIT;

@@ -3,6 +3,18 @@
 #define REMORA_CLIENT_STUBS_H
 
 #include <cuda.h>
+#include <stddef.h>
+
+/* Bytes of the value of attribute a (proto/api.spec: size), 0 for one not listed. */
+static inline size_t rm_size_of_CUlimit(int a)
+{
+	switch (a) {
+	case CU_LIMIT_STACK_SIZE:
+		return sizeof(size_t);
+	default:
+		return 0;
+	}
+}
 
 /* Hand-written client bodies (frontend/) of calls whose annotations the generated entry
  * point honours: syncpoint (mapped host memory brought up to date after success). */

@@ -4,17 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* proto/api.spec: size CUlimit */
-static size_t rm_size_of_CUlimit(int a)
-{
-	switch (a) {
-	case CU_LIMIT_STACK_SIZE:
-		return sizeof(size_t);
-	default:
-		return 0;
-	}
-}
-
 static void handle_cuInit(struct rm_session *s, struct rm_request *rq)
 {
 	Remora__CuInitReq *req = (Remora__CuInitReq *)rm_request_unpack(rq, &remora__cu_init__req__descriptor);

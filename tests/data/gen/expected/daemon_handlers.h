@@ -3,9 +3,21 @@
 #define REMORA_DAEMON_HANDLERS_H
 
 #include <cuda.h>
+#include <stddef.h>
 
 struct rm_session;
 struct rm_request;
+
+/* Bytes of the value of attribute a (proto/api.spec: size), 0 for one not listed. */
+static inline size_t rm_size_of_CUlimit(int a)
+{
+	switch (a) {
+	case CU_LIMIT_STACK_SIZE:
+		return sizeof(size_t);
+	default:
+		return 0;
+	}
+}
 
 /* Typed bodies (proto/api.spec: body): the daemon's part of a call that is more than a
  * driver call. The generated handler has checked every parameter: handles are the
