@@ -228,24 +228,3 @@ CUresult rm_body_cuMemAllocManaged(struct rm_session *s, CUdeviceptr *dptr, size
 	}
 	return r;
 }
-
-void rm_handle_cuMemRangeGetAttribute(struct rm_session *s, struct rm_request *rq)
-{
-	Remora__RangeAttribute *req = (void *)rm_request_unpack(rq, &remora__range_attribute__descriptor);
-	if (!req)
-		return;
-	Remora__RangeAttributeReply rep = REMORA__RANGE_ATTRIBUTE_REPLY__INIT;
-	uint8_t data[RM_MAX_RANGE_ATTRIBUTE];
-	CUresult r = req->size && req->size <= sizeof(data) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-	if (r == CUDA_SUCCESS)
-		r = rm_session_check_range(s, req->ptr, req->count);
-	if (r == CUDA_SUCCESS)
-		r = rm_drv_cuMemRangeGetAttribute(data, req->size, (CUmem_range_attribute)req->attribute, req->ptr,
-						  req->count);
-	if (r == CUDA_SUCCESS) {
-		rep.data.data = data;
-		rep.data.len = req->size;
-	}
-	rm_request_finish(s, rq, r, &rep.base);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
-}

@@ -17,7 +17,6 @@
 #define RM_POINTER_ATTRIBUTE_SLOT 16       /* bytes of one attribute's value on the wire (the largest, P2P tokens) */
 #define RM_MANAGED_ALIGN (64u << 10)       /* a managed allocation is a whole number of these
 					    * (docs/managed-memory.md): the client maps it page by page */
-#define RM_MAX_RANGE_ATTRIBUTE 1024        /* bytes of one cuMemRangeGetAttribute answer */
 #define RM_MAX_GRAPH_DEPS 4096             /* node handles in one graph message (dependencies, nodes) */
 
 /* Frame flags. */

@@ -28,6 +28,7 @@ def gen_daemon_handler(fn, entry, fields):
     lens = {f.len_expr: f for f in fields if f.kind == "buf" and f.dir == "out"}
     for f in fields:
         p, v = f.p, f"a_{f.p.name}"
+        esz = "1" if p.base == "void" else f"sizeof({p.base})"  # bytes of one element
         if f.dir == "out" and f.kind == "buf" and f.attr:
             # Sized by its attribute, as the client sized it; an attribute of no size is refused.
             o.append(f"\tuint64_t n_{p.name} = {request_expr(fn, f.len_expr)};")
@@ -39,8 +40,8 @@ def gen_daemon_handler(fn, entry, fields):
         elif f.dir == "out" and f.kind == "buf":
             # The client sends the buffer's length; its length parameter takes that value.
             o.append(f"\tuint64_t n_{p.name} = req->{f.field}_len;")
-            o.append(f"\tif (n_{p.name} > RM_MAX_OUT_BUF / sizeof({p.base}))\n\t\tr = CUDA_ERROR_INVALID_VALUE;")
-            o.append(f"\t{p.base} *{v} = r == CUDA_SUCCESS ? calloc(n_{p.name} ? n_{p.name} : 1, sizeof({p.base})) : NULL;")
+            o.append(f"\tif (n_{p.name} > RM_MAX_OUT_BUF / {esz})\n\t\tr = CUDA_ERROR_INVALID_VALUE;")
+            o.append(f"\t{p.base} *{v} = r == CUDA_SUCCESS ? calloc(n_{p.name} ? n_{p.name} : 1, {esz}) : NULL;")
             o.append(f"\tif (r == CUDA_SUCCESS && !{v})\n\t\tr = CUDA_ERROR_OUT_OF_MEMORY;")
             cleanup.append(f"\tfree({v});")
             args[p.name] = v
@@ -78,8 +79,8 @@ def gen_daemon_handler(fn, entry, fields):
             args[p.name] = f"({p.ctype})req->{f.field}.data"
         elif f.kind == "buf":
             n = request_expr(fn, f.len_expr)
-            o.append(f"\tif (r == CUDA_SUCCESS && (req->{f.field}.len % sizeof({p.base}) ||\n"
-                     f"\t\t\t\t  req->{f.field}.len / sizeof({p.base}) != (uint64_t)({n})))\n"
+            o.append(f"\tif (r == CUDA_SUCCESS && (req->{f.field}.len % {esz} ||\n"
+                     f"\t\t\t\t  req->{f.field}.len / {esz} != (uint64_t)({n})))\n"
                      f"\t\tr = CUDA_ERROR_INVALID_VALUE;")
             args[p.name] = f"({p.ctype})req->{f.field}.data"
         elif p.name in lens:
@@ -118,11 +119,12 @@ def gen_daemon_handler(fn, entry, fields):
             o.append(f"\tif (r == CUDA_SUCCESS)\n\t\trm_session_disown(s, {HANDLE_KINDS[p.base]}, {v});")
     for f in fields:
         p, v = f.p, f"a_{f.p.name}"
+        esz = "1" if p.base == "void" else f"sizeof({p.base})"
         if f.dir != "out":
             continue
         if f.kind == "buf":
             o.append(f"\tif (r == CUDA_SUCCESS) {{\n\t\trep.{f.field}.data = (uint8_t *){v};\n"
-                     f"\t\trep.{f.field}.len = n_{p.name}{'' if f.attr else f' * sizeof({p.base})'};\n\t}}")
+                     f"\t\trep.{f.field}.len = n_{p.name}{'' if f.attr else f' * {esz}'};\n\t}}")
         elif f.kind == "struct":
             o.append(f"\trep.{f.field}.data = (uint8_t *)&{v};\n\trep.{f.field}.len = sizeof({v});")
         elif f.kind == "handle":

@@ -224,7 +224,7 @@ def check_param(e, fn, p, notes):
             if a is None or a.stars or a.base not in ATTRIBUTE_SIZES:
                 e.fail(f"{p.name}={n}: {n[n.index('@') + 1:-1]} is not a parameter of a type that size lines size")
         elif n.startswith(("in[", "out[")):
-            if p.stars != 1 or p.base == "void" or (n.startswith("out[") and p.const):
+            if p.stars != 1 or (n.startswith("out[") and p.const):  # elements of a void * are bytes
                 e.fail(f"{p.name}={n}: {what}, not a {'const ' if n[0] == 'i' else ''}pointer to elements")
             for w in re.findall(r"\b[A-Za-z_]\w*", n[n.index("[") + 1:-1]):
                 if w not in [q.name for q in fn.params]:
