@@ -129,31 +129,3 @@ void rm_handle_cuStreamGetCaptureInfo_v3(struct rm_session *s, struct rm_request
 {
 	capture_info(s, rq);
 }
-
-static void update_deps(struct rm_session *s, struct rm_request *rq)
-{
-	Remora__CaptureDeps *req = (void *)rm_request_unpack(rq, &remora__capture_deps__descriptor);
-	if (!req)
-		return;
-	CUstream st = NULL;
-	CUresult r = req->n_deps > RM_MAX_GRAPH_DEPS ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
-	for (size_t i = 0; r == CUDA_SUCCESS && i < req->n_deps; i++)
-		r = rm_session_use(s, RM_H_GRAPH_NODE, req->deps[i], &(void *){NULL});
-	if (r == CUDA_SUCCESS)
-		r = rm_session_stream(s, req->stream, rq->frame.flags, &st);
-	if (r == CUDA_SUCCESS)
-		r = rm_drv_cuStreamUpdateCaptureDependencies_v2(st, (CUgraphNode *)req->deps, NULL, req->n_deps,
-								req->flags);
-	rm_request_finish(s, rq, r, NULL);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
-}
-
-void rm_handle_cuStreamUpdateCaptureDependencies(struct rm_session *s, struct rm_request *rq)
-{
-	update_deps(s, rq);
-}
-
-void rm_handle_cuStreamUpdateCaptureDependencies_v2(struct rm_session *s, struct rm_request *rq)
-{
-	update_deps(s, rq);
-}

@@ -45,6 +45,9 @@ def gen_client_stub(fn, entry, fields):
         elif f.kind == "string":
             checks.append(f"!{p.name}")
             o.append(f"\treq.{f.field} = (char *){p.name};")
+        elif f.kind == "struct" and f.optional:  # NULL travels as no bytes
+            o.append(f"\tif ({p.name}) {{\n\t\treq.{f.field}.data = (uint8_t *){p.name};")
+            o.append(f"\t\treq.{f.field}.len = sizeof(*{p.name});\n\t}}")
         elif f.kind == "struct":
             checks.append(f"!{p.name}")
             if p.stars:

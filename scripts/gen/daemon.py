@@ -69,6 +69,10 @@ def gen_daemon_handler(fn, entry, fields):
             args[p.name] = v
         elif f.kind == "string":
             args[p.name] = f"req->{f.field}"
+        elif f.kind == "struct" and f.optional:  # no bytes: NULL
+            o.append(f"\tif (r == CUDA_SUCCESS && req->{f.field}.len && req->{f.field}.len != sizeof({p.base}))\n"
+                     f"\t\tr = CUDA_ERROR_INVALID_VALUE;")
+            args[p.name] = f"req->{f.field}.len ? (const {p.base} *)req->{f.field}.data : NULL"
         elif f.kind == "struct":
             o.append(f"\tif (r == CUDA_SUCCESS && req->{f.field}.len != sizeof({p.base}))\n\t\tr = CUDA_ERROR_INVALID_VALUE;")
             args[p.name] = f"(const {p.base} *)req->{f.field}.data" if p.stars else f"*({p.base} *)req->{f.field}.data"
@@ -82,6 +86,10 @@ def gen_daemon_handler(fn, entry, fields):
             o.append(f"\tif (r == CUDA_SUCCESS && (req->{f.field}.len % {esz} ||\n"
                      f"\t\t\t\t  req->{f.field}.len / {esz} != (uint64_t)({n})))\n"
                      f"\t\tr = CUDA_ERROR_INVALID_VALUE;")
+            if f.handles:  # each element a handle the client owns
+                o.append(f"\tfor (size_t i = 0; r == CUDA_SUCCESS && i < req->{f.field}.len / {esz}; i++) {{\n"
+                         f"\t\t{p.base} h;\n\t\tmemcpy(&h, req->{f.field}.data + i * {esz}, {esz});\n"
+                         f"\t\tr = rm_session_use(s, {HANDLE_KINDS[p.base]}, (uint64_t)(uintptr_t)h, &(void *){{NULL}});\n\t}}")
             args[p.name] = f"({p.ctype})req->{f.field}.data"
         elif p.name in lens:
             args[p.name] = f"({p.base})n_{lens[p.name].p.name}"

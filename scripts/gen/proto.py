@@ -81,6 +81,7 @@ class Field:
         self.delete = "del" in notes    # an input the handler stops recording as the client's
         self.unchecked = "unchecked" in notes or "del:body" in notes  # a device pointer the body checks
         self.nosubmit = "nosubmit" in notes  # a stream the body submits to, if it does
+        self.handles = "handles" in notes  # an in[LEN] buffer of handles, each checked as the client's
 
     @staticmethod
     def scalar_kind(t, base, enums, structs, fn):

@@ -14,7 +14,7 @@ class SpecError(Exception):
 
 
 # What a parameter's annotation may say (proto/api.spec's header comment has their meaning).
-PARAM_NOTES = ("new", "new:body", "del", "del:body", "opt", "unchecked", "nosubmit")
+PARAM_NOTES = ("new", "new:body", "del", "del:body", "opt", "unchecked", "nosubmit", "handles")
 
 
 PARAM_LENGTHS = ("in[", "out[", "dptr[")
@@ -254,8 +254,14 @@ def check_param(e, fn, p, notes):
             if not handle and p.base != "CUdeviceptr":
                 e.fail(f"{p.name}={n}: {what}, not a handle or device pointer")
         elif n == "opt":
-            if not is_out and not (handle and p.base != "CUstream"):
-                e.fail(f"{p.name}=opt: {what}: only an output, or an input handle but a stream, may be NULL")
+            in_struct = p.stars == 1 and p.const and p.base not in ("char", "void") and not lengths
+            if not is_out and not (handle and p.base != "CUstream") and not in_struct:
+                e.fail(f"{p.name}=opt: {what}: only an output, an input handle but a stream, or a const "
+                       "pointer to one input value may be NULL")
+        elif n == "handles":
+            elem = p.base
+            if not [x for x in notes if x.startswith("in[") and not x.startswith("in[@")] or elem not in HANDLE_KINDS:
+                e.fail(f"{p.name}=handles: {what}, not an in[LEN] buffer of handles")
         elif n == "unchecked":
             if p.stars or p.base != "CUdeviceptr":
                 e.fail(f"{p.name}=unchecked: {what}, not an input CUdeviceptr")

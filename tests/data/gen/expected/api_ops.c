@@ -44,4 +44,5 @@ const char *const rm_op_names[RM_OP_LIMIT] = {
 	[RM_OP_cuEventElapsedTime] = "cuEventElapsedTime",
 	[RM_OP_cuCtxGetLimitValue] = "cuCtxGetLimitValue",
 	[RM_OP_cuCtxSetLimitValue] = "cuCtxSetLimitValue",
+	[RM_OP_cuStreamWaitStreams] = "cuStreamWaitStreams",
 };

@@ -251,6 +251,22 @@ static CUresult call_cuCtxSetLimitValue(void)
 	return r;
 }
 
+static CUresult call_cuStreamWaitStreams(void)
+{
+	CUstream hStream = (CUstream)(uintptr_t)0x1000;
+	CUstream *others;
+	size_t count = (size_t)4;
+	CUuuid tag;
+	memset(&tag, 0, sizeof(tag));
+	void *others_mem = calloc((size_t)(count) ? (size_t)(count) : 1, sizeof(CUstream));
+	if (!others_mem)
+		abort();
+	others = others_mem;
+	CUresult r = cuStreamWaitStreams(hStream, others, count, &tag);
+	free(others_mem);
+	return r;
+}
+
 CUresult (*const rm_fuzz_calls[])(void) = {
 	call_cuInit,
 	call_cuDeviceGet,
@@ -279,6 +295,7 @@ CUresult (*const rm_fuzz_calls[])(void) = {
 	call_cuEventElapsedTime,
 	call_cuCtxGetLimitValue,
 	call_cuCtxSetLimitValue,
+	call_cuStreamWaitStreams,
 };
 const char *const rm_fuzz_call_names[] = {
 	"cuInit",
@@ -308,5 +325,6 @@ const char *const rm_fuzz_call_names[] = {
 	"cuEventElapsedTime",
 	"cuCtxGetLimitValue",
 	"cuCtxSetLimitValue",
+	"cuStreamWaitStreams",
 };
-const unsigned int rm_fuzz_ncalls = 27;
+const unsigned int rm_fuzz_ncalls = 28;

@@ -329,6 +329,22 @@ RM_EXPORT CUresult CUDAAPI cuCtxSetLimitValue(CUlimit limit, void *value)
 	return rm_rpc_simple(RM_OP_cuCtxSetLimitValue, &req.base, NULL, NULL);
 }
 
+RM_EXPORT CUresult CUDAAPI cuStreamWaitStreams(CUstream hStream, CUstream *others, size_t count, const CUuuid *tag)
+{
+	Remora__CuStreamWaitStreamsReq req = REMORA__CU_STREAM_WAIT_STREAMS__REQ__INIT;
+	req.hstream = (uint64_t)(uintptr_t)hStream;
+	req.others.data = (uint8_t *)others;
+	req.others.len = (size_t)(count) * sizeof(*others);
+	req.count = count;
+	if (tag) {
+		req.tag.data = (uint8_t *)tag;
+		req.tag.len = sizeof(*tag);
+	}
+	if ((!others && (count) != 0))
+		return CUDA_ERROR_INVALID_VALUE;
+	return rm_rpc_simple(RM_OP_cuStreamWaitStreams, &req.base, NULL, NULL);
+}
+
 RM_EXPORT CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
 	rm_per_thread_enter();

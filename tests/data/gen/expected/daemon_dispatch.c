@@ -509,6 +509,32 @@ static void handle_cuCtxSetLimitValue(struct rm_session *s, struct rm_request *r
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
+static void handle_cuStreamWaitStreams(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__CuStreamWaitStreamsReq *req = (Remora__CuStreamWaitStreamsReq *)rm_request_unpack(rq, &remora__cu_stream_wait_streams__req__descriptor);
+	if (!req)
+		return;
+	Remora__CuStreamWaitStreamsRep rep = REMORA__CU_STREAM_WAIT_STREAMS__REP__INIT;
+	CUresult r = CUDA_SUCCESS;
+	CUstream a_hStream = NULL;
+	if (r == CUDA_SUCCESS && (req->others.len % sizeof(CUstream) ||
+				  req->others.len / sizeof(CUstream) != (uint64_t)(req->count)))
+		r = CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; r == CUDA_SUCCESS && i < req->others.len / sizeof(CUstream); i++) {
+		CUstream h;
+		memcpy(&h, req->others.data + i * sizeof(CUstream), sizeof(CUstream));
+		r = rm_session_use(s, RM_H_STREAM, (uint64_t)(uintptr_t)h, &(void *){NULL});
+	}
+	if (r == CUDA_SUCCESS && req->tag.len && req->tag.len != sizeof(CUuuid))
+		r = CUDA_ERROR_INVALID_VALUE;
+	if (r == CUDA_SUCCESS)
+		r = rm_session_stream(s, req->hstream, rq->frame.flags, &a_hStream);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv_cuStreamWaitStreams(a_hStream, (CUstream *)req->others.data, (size_t)req->count, req->tag.len ? (const CUuuid *)req->tag.data : NULL);
+	rm_request_finish(s, rq, r, &rep.base);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
 const rm_op_handler rm_op_handlers[RM_OP_LIMIT] = {
 	[RM_OP_cuInit] = handle_cuInit,
 	[RM_OP_cuDeviceGet] = handle_cuDeviceGet,
@@ -540,6 +566,7 @@ const rm_op_handler rm_op_handlers[RM_OP_LIMIT] = {
 	[RM_OP_cuEventElapsedTime] = handle_cuEventElapsedTime,
 	[RM_OP_cuCtxGetLimitValue] = handle_cuCtxGetLimitValue,
 	[RM_OP_cuCtxSetLimitValue] = handle_cuCtxSetLimitValue,
+	[RM_OP_cuStreamWaitStreams] = handle_cuStreamWaitStreams,
 };
 
 rm_op_handler rm_op_handler_of(uint32_t op)

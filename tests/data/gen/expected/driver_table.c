@@ -73,5 +73,7 @@ int rm_driver_table_load(void *lib)
 		found++;
 	if ((*(void **)&rm_drv.cuStreamSynchronize = dlsym(lib, "cuStreamSynchronize")))
 		found++;
+	if ((*(void **)&rm_drv.cuStreamWaitStreams = dlsym(lib, "cuStreamWaitStreams")))
+		found++;
 	return found;
 }

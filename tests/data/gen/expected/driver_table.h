@@ -39,6 +39,7 @@ struct rm_driver {
 	CUresult (CUDAAPI *cuStreamCreate)(CUstream *phStream, unsigned int Flags);
 	CUresult (CUDAAPI *cuStreamDestroy)(CUstream hStream);
 	CUresult (CUDAAPI *cuStreamSynchronize)(CUstream hStream);
+	CUresult (CUDAAPI *cuStreamWaitStreams)(CUstream hStream, CUstream *others, size_t count, const CUuuid *tag);
 };
 
 extern struct rm_driver rm_drv;
@@ -182,6 +183,10 @@ static inline CUresult rm_drv_cuStreamDestroy(CUstream hStream)
 static inline CUresult rm_drv_cuStreamSynchronize(CUstream hStream)
 {
 	return rm_drv.cuStreamSynchronize ? rm_drv.cuStreamSynchronize(hStream) : rm_unsupported_by_driver("cuStreamSynchronize");
+}
+static inline CUresult rm_drv_cuStreamWaitStreams(CUstream hStream, CUstream *others, size_t count, const CUuuid *tag)
+{
+	return rm_drv.cuStreamWaitStreams ? rm_drv.cuStreamWaitStreams(hStream, others, count, tag) : rm_unsupported_by_driver("cuStreamWaitStreams");
 }
 
 #endif

@@ -59,6 +59,7 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const cha
 CUresult CUDAAPI cuModuleGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
 CUresult CUDAAPI cuFuncSetArgs(CUfunction hfunc, const int *args, unsigned int count);
 CUresult CUDAAPI cuCtxGetLimitValue(CUlimit limit, void *value);
+CUresult CUDAAPI cuStreamWaitStreams(CUstream hStream, CUstream *others, size_t count, const CUuuid *tag);
 CUresult CUDAAPI cuCtxSetLimitValue(CUlimit limit, void *value);
 CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags);
 CUresult CUDAAPI cuStreamDestroy(CUstream hStream);
