@@ -18,6 +18,7 @@ struct rm_request {
 	int replied;
 	int fatal;             /* set when the connection must close */
 	CUresult result;       /* what it was finished with (accounting) */
+	void *reply_mem;       /* what the reply points into, freed once it is sent (a typed body's) */
 };
 
 /* A handler reads its message (and bulk, if any), calls the driver and

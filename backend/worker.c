@@ -140,15 +140,6 @@ static void account(struct rm_session *s, const struct rm_request *rq)
 		rm_kernel_timing_collect(s);
 }
 
-/* Whether a call's handler moves bulk bytes, over the connection and perhaps the copy
- * links: it runs even when the call is to fail, so that the bytes are drained or the
- * links told (memory_handlers.c fails it with the worker's fault error). */
-static int moves_bulk(rm_op_handler h)
-{
-	return h == rm_handle_cuMemcpyHtoD_v2 || h == rm_handle_cuMemcpyHtoDAsync_v2 || h == rm_handle_cuMemcpyDtoH_v2 ||
-	       h == rm_handle_cuMemcpyDtoHAsync_v2;
-}
-
 static void serve(struct rm_session *s)
 {
 	struct rm_request rq;
@@ -240,7 +231,9 @@ static void serve(struct rm_session *s)
 			rm_kernel_timing_close(s, RM_SPAN_EARLY_CLOSE_NS);
 		rm_liveness_call_begin(s);
 		CUresult r = rm_session_enter(s, rq.frame.ctx);
-		if (r == CUDA_SUCCESS && !moves_bulk(handler))
+		/* A striped call's handler runs even when the call is to fail, so that its bytes are
+		 * drained or the copy links told (memory_handlers.c fails it with the fault's error). */
+		if (r == CUDA_SUCCESS && !(rq.frame.op < RM_OP_LIMIT && (rm_op_flags[rq.frame.op] & RM_OPF_STRIPED)))
 			r = rm_fault_error(); /* a faulted worker answers every call with its error */
 		rm_call_part_end(RM_PART_BEFORE_HANDLER, call_ns);
 		if (r != CUDA_SUCCESS)

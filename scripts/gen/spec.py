@@ -39,6 +39,8 @@ class SpecEntry:
     def __init__(self, where, opcode, name, cls, notes):
         self.where, self.opcode, self.name, self.cls = where, opcode, name, cls
         self.async_ = "async" in notes
+        self.striped = "striped" in notes  # its bulk may travel over the copy links too
+        self.msg = None        # msg=REQ[,REP]: a hand call's messages of proto/remora.proto
         self.syncpoint = "syncpoint" in notes
         self.cached = "cached" in notes
         self.forgets = []      # forgets=NAME,...: cached calls whose answers this call makes stale
@@ -50,7 +52,7 @@ class SpecEntry:
         for n in notes:
             if notes.count(n) > 1:
                 self.fail(f"{n} given twice")
-            if n in ("async", "syncpoint", "cached"):
+            if n in ("async", "syncpoint", "cached", "striped"):
                 continue
             if n == "body":
                 self.body = name
@@ -77,6 +79,10 @@ class SpecEntry:
                 if not re.fullmatch(r"\w+", v):
                     self.fail(f"{n}: expected via=NAME")
                 self.via = v
+            elif k == "msg":
+                if not re.fullmatch(r"[A-Z]\w*(,[A-Z]\w*)?", v):
+                    self.fail(f"{n}: expected msg=REQUEST or msg=REQUEST,REPLY (messages of proto/remora.proto)")
+                self.msg = v.split(",")
             else:
                 if k in self.ann:
                     self.fail(f"{k}: annotated twice: write {k}=A,B")
@@ -156,6 +162,10 @@ def check_entry(e, fn, by_name, funcs, exports):
     params = {p.name: p for p in fn.params}
     if e.cls in ("hand", "local") and (e.ann or e.body or e.via):
         e.fail(f"a {e.cls} call's daemon side is not generated: nothing would honour its annotations")
+    if (e.msg or e.striped) and e.cls != "hand":
+        e.fail("msg=... and striped are a hand call's: the others' messages are generated")
+    if e.striped and not e.msg:
+        e.fail("striped: the handler the worker runs even when faulted is a generated one (msg=...)")
     if e.cls == "local" and (e.async_ or e.syncpoint):
         e.fail("a local call sends nothing: async and syncpoint mean nothing for it")
     if e.async_ and e.syncpoint:

@@ -43,8 +43,9 @@ enum rm_op {
 #define RM_OP_LIMIT 32
 
 /* Per-op flags: RM_OPF_ASYNC for calls sent without waiting for a reply (it is the frame
- * flag RM_F_ASYNC), RM_OPF_SYNCPOINT for calls whose reply reports earlier async errors. */
-enum { RM_OPF_ASYNC = RM_F_ASYNC, RM_OPF_SYNCPOINT = 1u << 8 };
+ * flag RM_F_ASYNC), RM_OPF_SYNCPOINT for calls whose reply reports earlier async errors,
+ * RM_OPF_STRIPED for calls whose bulk may travel over the session's copy links too. */
+enum { RM_OPF_ASYNC = RM_F_ASYNC, RM_OPF_SYNCPOINT = 1u << 8, RM_OPF_STRIPED = 1u << 9 };
 extern const uint32_t rm_op_flags[RM_OP_LIMIT];
 extern const char *const rm_op_names[RM_OP_LIMIT];
 

@@ -38,8 +38,16 @@ CUresult rm_body_cuModuleUnload(struct rm_session *s, CUmodule hmod);
 CUresult rm_body_cuModuleGetGlobal(struct rm_session *s, CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
 CUresult rm_body_cuEventRecord(struct rm_session *s, CUevent hEvent, CUstream hStream);
 
-/* Handlers of hand calls: each unpacks, checks, replies and frees itself. */
-void rm_handle_cuMemcpyHtoD(struct rm_session *s, struct rm_request *rq);
+/* Typed bodies of hand calls with messages of proto/remora.proto (msg=REQ[,REP]): the
+ * generated handler has unpacked the request; the body checks and translates what it
+ * names, does the call and fills rep. Its result is the reply's, unless it replied
+ * itself (bulk) or made the request fatal; memory rep points into goes in rq->reply_mem,
+ * freed once the reply is sent. */
+struct Remora__MemcpyHtoD;
+CUresult rm_body_cuMemcpyHtoD(struct rm_session *s, struct rm_request *rq, const struct Remora__MemcpyHtoD *req);
+
+/* Handlers of hand calls without generated messages: each unpacks, checks, replies and
+ * frees itself. */
 void rm_handle_cuModuleLoadData(struct rm_session *s, struct rm_request *rq);
 
 /* Handlers of reserved opcodes (proto/reserved_ops.def). */
