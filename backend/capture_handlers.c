@@ -80,12 +80,9 @@ CUresult rm_body_cuStreamGetCaptureInfo(struct rm_session *s, CUstream hStream,
 }
 
 /* Handles of the stream's capture: its graph and the nodes it depends on, now the client's. */
-static void capture_info(struct rm_session *s, struct rm_request *rq)
+static CUresult capture_info(struct rm_session *s, struct rm_request *rq, const Remora__CaptureInfo *req,
+			     Remora__CaptureInfoReply *rep)
 {
-	Remora__CaptureInfo *req = (void *)rm_request_unpack(rq, &remora__capture_info__descriptor);
-	if (!req)
-		return;
-	Remora__CaptureInfoReply rep = REMORA__CAPTURE_INFO_REPLY__INIT;
 	CUstream st = NULL;
 	CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
 	cuuint64_t id = 0;
@@ -109,23 +106,24 @@ static void capture_info(struct rm_session *s, struct rm_request *rq)
 			values[i] = (uint64_t)(uintptr_t)deps[i];
 			rm_session_own(s, RM_H_GRAPH_NODE, deps[i], (uint64_t)(uintptr_t)graph);
 		}
-		rep.status = status;
-		rep.id = id;
-		rep.graph = (uint64_t)(uintptr_t)graph;
-		rep.deps = values;
-		rep.n_deps = ndeps;
+		rep->status = status;
+		rep->id = id;
+		rep->graph = (uint64_t)(uintptr_t)graph;
+		rep->deps = values;
+		rep->n_deps = ndeps;
 	}
-	rm_request_finish(s, rq, r, &rep.base);
-	free(values);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	rq->reply_mem = values;
+	return r;
 }
 
-void rm_handle_cuStreamGetCaptureInfo_v2(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuStreamGetCaptureInfo_v2(struct rm_session *s, struct rm_request *rq, const Remora__CaptureInfo *req,
+					   Remora__CaptureInfoReply *rep)
 {
-	capture_info(s, rq);
+	return capture_info(s, rq, req, rep);
 }
 
-void rm_handle_cuStreamGetCaptureInfo_v3(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuStreamGetCaptureInfo_v3(struct rm_session *s, struct rm_request *rq, const Remora__CaptureInfo *req,
+					   Remora__CaptureInfoReply *rep)
 {
-	capture_info(s, rq);
+	return capture_info(s, rq, req, rep);
 }

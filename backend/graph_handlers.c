@@ -107,12 +107,9 @@ CUresult rm_body_cuGraphExecUpdate_v2(struct rm_session *s, CUgraphExec hGraphEx
 	return r;
 }
 
-void rm_handle_cuGraphGetNodes(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuGraphGetNodes(struct rm_session *s, struct rm_request *rq, const Remora__GraphNodes *req,
+				 Remora__GraphNodesReply *rep)
 {
-	Remora__GraphNodes *req = (void *)rm_request_unpack(rq, &remora__graph_nodes__descriptor);
-	if (!req)
-		return;
-	Remora__GraphNodesReply rep = REMORA__GRAPH_NODES_REPLY__INIT;
 	void *g = NULL;
 	size_t count = 0;
 	CUgraphNode *nodes = NULL;
@@ -136,14 +133,13 @@ void rm_handle_cuGraphGetNodes(struct rm_session *s, struct rm_request *rq)
 		values[i] = (uint64_t)(uintptr_t)nodes[i];
 	}
 	if (r == CUDA_SUCCESS) {
-		rep.count = count;
-		rep.nodes = values;
-		rep.n_nodes = give;
+		rep->count = count;
+		rep->nodes = values;
+		rep->n_nodes = give;
 	}
-	rm_request_finish(s, rq, r, &rep.base);
-	free(values);
+	rq->reply_mem = values;
 	free(nodes);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return r;
 }
 
 /* The bytes f's parameters span, from the driver's layout of it. */
@@ -191,12 +187,10 @@ static CUresult kernel_params(struct rm_session *s, const Remora__LaunchKernel *
 	return CUDA_SUCCESS;
 }
 
-void rm_handle_cuGraphAddKernelNode_v2(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuGraphAddKernelNode_v2(struct rm_session *s, struct rm_request *rq, const Remora__GraphKernelNode *req,
+					 Remora__GraphNodeReply *rep)
 {
-	Remora__GraphKernelNode *req = (void *)rm_request_unpack(rq, &remora__graph_kernel_node__descriptor);
-	if (!req)
-		return;
-	Remora__GraphNodeReply rep = REMORA__GRAPH_NODE_REPLY__INIT;
+	(void)rq;
 	void *g = NULL, *extra[5];
 	size_t size = 0;
 	CUDA_KERNEL_NODE_PARAMS p;
@@ -210,17 +204,15 @@ void rm_handle_cuGraphAddKernelNode_v2(struct rm_session *s, struct rm_request *
 		r = rm_drv_cuGraphAddKernelNode_v2(&node, g, (const CUgraphNode *)req->deps, req->n_deps, &p);
 	if (r == CUDA_SUCCESS) {
 		rm_session_own(s, RM_H_GRAPH_NODE, node, req->graph);
-		rep.node = (uint64_t)(uintptr_t)node;
+		rep->node = (uint64_t)(uintptr_t)node;
 	}
-	rm_request_finish(s, rq, r, &rep.base);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return r;
 }
 
-void rm_handle_cuGraphExecKernelNodeSetParams_v2(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuGraphExecKernelNodeSetParams_v2(struct rm_session *s, struct rm_request *rq,
+						   const Remora__GraphKernelNode *req)
 {
-	Remora__GraphKernelNode *req = (void *)rm_request_unpack(rq, &remora__graph_kernel_node__descriptor);
-	if (!req)
-		return;
+	(void)rq;
 	void *exec = NULL, *node = NULL, *extra[5];
 	size_t size = 0;
 	CUDA_KERNEL_NODE_PARAMS p;
@@ -231,15 +223,13 @@ void rm_handle_cuGraphExecKernelNodeSetParams_v2(struct rm_session *s, struct rm
 		r = kernel_params(s, req->launch, &p, extra, &size);
 	if (r == CUDA_SUCCESS)
 		r = rm_drv_cuGraphExecKernelNodeSetParams_v2(exec, node, &p);
-	rm_request_finish(s, rq, r, NULL);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return r;
 }
 
-void rm_handle_cuGraphKernelNodeSetParams_v2(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuGraphKernelNodeSetParams_v2(struct rm_session *s, struct rm_request *rq,
+					       const Remora__GraphKernelNode *req)
 {
-	Remora__GraphKernelNode *req = (void *)rm_request_unpack(rq, &remora__graph_kernel_node__descriptor);
-	if (!req)
-		return;
+	(void)rq;
 	void *node = NULL, *extra[5];
 	size_t size = 0;
 	CUDA_KERNEL_NODE_PARAMS p;
@@ -248,6 +238,5 @@ void rm_handle_cuGraphKernelNodeSetParams_v2(struct rm_session *s, struct rm_req
 		r = kernel_params(s, req->launch, &p, extra, &size);
 	if (r == CUDA_SUCCESS)
 		r = rm_drv_cuGraphKernelNodeSetParams_v2(node, &p);
-	rm_request_finish(s, rq, r, NULL);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return r;
 }

@@ -244,11 +244,8 @@ CUresult rm_hostfn_node(struct rm_hostfn_hub *hub, uint64_t id, CUDA_HOST_NODE_P
 	return r;
 }
 
-void rm_handle_cuLaunchHostFunc(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuLaunchHostFunc(struct rm_session *s, struct rm_request *rq, const Remora__HostFunc *req)
 {
-	Remora__HostFunc *req = (void *)rm_request_unpack(rq, &remora__host_func__descriptor);
-	if (!req)
-		return;
 	struct rm_hostfn_hub *hub = s->sh->hostfn;
 	CUstream st = NULL;
 	CUresult r = CUDA_SUCCESS;
@@ -286,6 +283,5 @@ void rm_handle_cuLaunchHostFunc(struct rm_session *s, struct rm_request *rq)
 			hub_unref_locked(hub);
 		}
 	}
-	rm_request_finish(s, rq, r, NULL);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return r;
 }

@@ -38,12 +38,9 @@ static CUresult hold_image_memory(struct rm_session *s, uint64_t n)
 }
 
 /* Reads an image sent as bulk and loads it as a module or a library owned by the session. */
-static void load_image(struct rm_session *s, struct rm_request *rq, enum rm_handle_kind kind)
+static CUresult load_image(struct rm_session *s, struct rm_request *rq, Remora__ModuleLoadReply *rep,
+			   enum rm_handle_kind kind)
 {
-	Remora__ModuleLoad *req = (void *)rm_request_unpack(rq, &remora__module_load__descriptor);
-	if (!req)
-		return;
-	Remora__ModuleLoadReply rep = REMORA__MODULE_LOAD_REPLY__INIT;
 	uint64_t n = rq->frame.bulk_len;
 	/* A module belongs to the current context; a library to none. */
 	CUresult r = s->cur || kind == RM_H_LIBRARY ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
@@ -59,8 +56,10 @@ static void load_image(struct rm_session *s, struct rm_request *rq, enum rm_hand
 	if (r == CUDA_SUCCESS && !(image = calloc(1, n + IMAGE_PAD)))
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 	if (r == CUDA_SUCCESS) {
-		if (rm_request_read_bulk(s, rq, image, n))
+		if (rm_request_read_bulk(s, rq, image, n)) {
+			r = CUDA_ERROR_UNKNOWN; /* the connection fails (rq->fatal) */
 			goto out;
+		}
 		if (!rm_image_contained(image, n)) {
 			rm_log(RM_LOG_WARN, "session %llu (%s): an image of %llu bytes whose headers reach past its end, "
 			       "refused", (unsigned long long)s->id, s->name, (unsigned long long)n);
@@ -75,21 +74,29 @@ static void load_image(struct rm_session *s, struct rm_request *rq, enum rm_hand
 		if (r == CUDA_SUCCESS && shared)
 			rm_log(RM_LOG_DEBUG, "session %llu: %s of %llu bytes shared with other clients",
 			       (unsigned long long)s->id, kind == RM_H_MODULE ? "module" : "library", (unsigned long long)n);
-		rep.module = (uint64_t)(uintptr_t)h;
+		rep->module = (uint64_t)(uintptr_t)h;
 	}
-	rm_request_finish(s, rq, r, &rep.base);
 out:
 	free(image);
 	if (held) {
 		rm_host_account_give(&s->sh->host, n);
 		rm_session_uncharge(s, n);
 	}
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return r;
 }
 
-void rm_handle_cuModuleLoadData(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuModuleLoadData(struct rm_session *s, struct rm_request *rq, const Remora__ModuleLoad *req,
+				  Remora__ModuleLoadReply *rep)
 {
-	load_image(s, rq, RM_H_MODULE);
+	(void)req; /* the image kind is the driver's to find */
+	return load_image(s, rq, rep, RM_H_MODULE);
+}
+
+CUresult rm_body_cuLibraryLoadData(struct rm_session *s, struct rm_request *rq, const Remora__ModuleLoad *req,
+				   Remora__ModuleLoadReply *rep)
+{
+	(void)req;
+	return load_image(s, rq, rep, RM_H_LIBRARY);
 }
 
 /* Typed bodies of generated handlers (proto/api.spec, daemon_handlers.h): the handler
@@ -157,11 +164,8 @@ static CUresult launch_config(struct rm_session *s, struct rm_request *rq, const
 	return r;
 }
 
-static void launch(struct rm_session *s, struct rm_request *rq, int ex)
+static CUresult launch(struct rm_session *s, struct rm_request *rq, const Remora__LaunchKernel *req, int ex)
 {
-	Remora__LaunchKernel *req = (void *)rm_request_unpack(rq, &remora__launch_kernel__descriptor);
-	if (!req)
-		return;
 	void *func;
 	CUlaunchConfig cfg;
 	CUresult r = launch_config(s, rq, req, &cfg, &func);
@@ -183,54 +187,39 @@ static void launch(struct rm_session *s, struct rm_request *rq, int ex)
 		if (r == CUDA_SUCCESS)
 			rm_kernel_watch_launched(s, cfg.hStream);
 	}
-	rm_request_finish(s, rq, r, NULL);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return r;
 }
 
-void rm_handle_cuLaunchKernel(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuLaunchKernel(struct rm_session *s, struct rm_request *rq, const Remora__LaunchKernel *req)
 {
-	launch(s, rq, 0);
+	return launch(s, rq, req, 0);
 }
 
-void rm_handle_cuLaunchKernelEx(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuLaunchKernelEx(struct rm_session *s, struct rm_request *rq, const Remora__LaunchKernel *req)
 {
-	launch(s, rq, 1);
+	return launch(s, rq, req, 1);
 }
 
-void rm_handle_cuOccupancyMaxActiveClusters(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuOccupancyMaxActiveClusters(struct rm_session *s, struct rm_request *rq, const Remora__LaunchKernel *req,
+					      Remora__OccupancyClustersReply *rep)
 {
-	Remora__LaunchKernel *req = (void *)rm_request_unpack(rq, &remora__launch_kernel__descriptor);
-	if (!req)
-		return;
-	Remora__OccupancyClustersReply rep = REMORA__OCCUPANCY_CLUSTERS_REPLY__INIT;
 	void *func;
 	CUlaunchConfig cfg;
 	CUresult r = launch_config(s, rq, req, &cfg, &func);
-	if (r == CUDA_SUCCESS)
-		r = rm_drv_cuOccupancyMaxActiveClusters(&rep.clusters, func, &cfg);
-	rm_request_finish(s, rq, r, &rep.base);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return r == CUDA_SUCCESS ? rm_drv_cuOccupancyMaxActiveClusters(&rep->clusters, func, &cfg) : r;
 }
 
-void rm_handle_cuLibraryLoadData(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuFuncGetName(struct rm_session *s, struct rm_request *rq, const Remora__FuncGetName *req,
+			       Remora__FuncGetNameReply *rep)
 {
-	load_image(s, rq, RM_H_LIBRARY);
-}
-
-void rm_handle_cuFuncGetName(struct rm_session *s, struct rm_request *rq)
-{
-	Remora__FuncGetName *req = (void *)rm_request_unpack(rq, &remora__func_get_name__descriptor);
-	if (!req)
-		return;
-	Remora__FuncGetNameReply rep = REMORA__FUNC_GET_NAME_REPLY__INIT;
+	(void)rq;
 	void *func;
 	const char *name = NULL;
 	CUresult r = rm_session_use(s, RM_H_FUNCTION, req->func, &func);
 	if (r == CUDA_SUCCESS)
 		r = rm_drv_cuFuncGetName(&name, func);
-	rep.name = (char *)(name ? name : "");
-	rm_request_finish(s, rq, r, &rep.base);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	rep->name = (char *)(name ? name : "");
+	return r;
 }
 
 /* The handles filled in become the client's, children of the module like cuModuleGetFunction's. */

@@ -232,8 +232,7 @@ def gen_daemon_dispatch(entries, generated, reserved):
     for e in entries:
         if e.opcode is None:
             continue
-        h = f"handle_{e.name}" if e.cls in ("gen", "client") or e.msg else f"rm_handle_{e.name}"
-        d.append(f"\t[RM_OP_{e.name}] = {h},")
+        d.append(f"\t[RM_OP_{e.name}] = handle_{e.name},")
     d.append("};")
     d.append("")
     d += gen_reserved_dispatch(reserved)
@@ -258,11 +257,6 @@ def gen_daemon_header(entries, funcs, reserved):
             rep = f", struct {Msg(e.msg[1]).ctype} *rep" if len(e.msg) > 1 else ""
             h.append(f"CUresult rm_body_{e.name}(struct rm_session *s, struct rm_request *rq, "
                      f"const struct {Msg(e.msg[0]).ctype} *req{rep});")
-    h += ["", "/* Handlers of hand calls without generated messages: each unpacks, checks, replies and",
-          " * frees itself. */"]
-    for e in entries:
-        if e.cls == "hand" and not e.msg:
-            h.append(f"void rm_handle_{e.name}(struct rm_session *s, struct rm_request *rq);")
     h += ["", "/* Handlers of reserved opcodes (proto/reserved_ops.def). */"]
     h += [f"void {r.served_by}(struct rm_session *s, struct rm_request *rq);" for r in reserved
           if r.served_by.startswith("rm_handle_")]

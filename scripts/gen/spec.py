@@ -164,8 +164,6 @@ def check_entry(e, fn, by_name, funcs, exports):
         e.fail(f"a {e.cls} call's daemon side is not generated: nothing would honour its annotations")
     if (e.msg or e.striped) and e.cls != "hand":
         e.fail("msg=... and striped are a hand call's: the others' messages are generated")
-    if e.striped and not e.msg:
-        e.fail("striped: the handler the worker runs even when faulted is a generated one (msg=...)")
     if e.cls == "local" and (e.async_ or e.syncpoint):
         e.fail("a local call sends nothing: async and syncpoint mean nothing for it")
     if e.async_ and e.syncpoint:
@@ -216,6 +214,8 @@ def check_entry(e, fn, by_name, funcs, exports):
                     e.fail(f"body={e.body}(...): {w} is not a parameter of {e.name}, NULL or a constant")
     if e.body and e.cls not in ("gen", "client"):
         e.fail(f"body: a {e.cls} call has no generated daemon handler to call it")
+    if e.cls == "hand" and not e.msg:
+        e.fail("a hand call names its messages of proto/remora.proto: msg=REQUEST[,REPLY]")
 
 
 def check_param(e, fn, p, notes):

@@ -549,6 +549,20 @@ static void handle_cuMemcpyHtoD(struct rm_session *s, struct rm_request *rq)
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
+static void handle_cuModuleLoadData(struct rm_session *s, struct rm_request *rq)
+{
+	Remora__ModuleLoad *req = (Remora__ModuleLoad *)rm_request_unpack(rq, &remora__module_load__descriptor);
+	if (!req)
+		return;
+	Remora__ModuleLoadReply rep = REMORA__MODULE_LOAD_REPLY__INIT;
+	CUresult r = rm_body_cuModuleLoadData(s, rq, req, &rep);
+	if (!rq->replied && !rq->fatal)
+		rm_request_finish(s, rq, r, &rep.base);
+	free(rq->reply_mem);
+	rq->reply_mem = NULL;
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
 const rm_op_handler rm_op_handlers[RM_OP_LIMIT] = {
 	[RM_OP_cuInit] = handle_cuInit,
 	[RM_OP_cuDeviceGet] = handle_cuDeviceGet,
@@ -568,7 +582,7 @@ const rm_op_handler rm_op_handlers[RM_OP_LIMIT] = {
 	[RM_OP_cuMemsetD32] = handle_cuMemsetD32,
 	[RM_OP_cuMemsetD32Async] = handle_cuMemsetD32Async,
 	[RM_OP_cuMemcpyHtoD] = handle_cuMemcpyHtoD,
-	[RM_OP_cuModuleLoadData] = rm_handle_cuModuleLoadData,
+	[RM_OP_cuModuleLoadData] = handle_cuModuleLoadData,
 	[RM_OP_cuModuleUnload] = handle_cuModuleUnload,
 	[RM_OP_cuModuleGetFunction] = handle_cuModuleGetFunction,
 	[RM_OP_cuModuleGetGlobal] = handle_cuModuleGetGlobal,

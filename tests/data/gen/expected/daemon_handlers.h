@@ -44,11 +44,10 @@ CUresult rm_body_cuEventRecord(struct rm_session *s, CUevent hEvent, CUstream hS
  * itself (bulk) or made the request fatal; memory rep points into goes in rq->reply_mem,
  * freed once the reply is sent. */
 struct Remora__MemcpyHtoD;
+struct Remora__ModuleLoad;
+struct Remora__ModuleLoadReply;
 CUresult rm_body_cuMemcpyHtoD(struct rm_session *s, struct rm_request *rq, const struct Remora__MemcpyHtoD *req);
-
-/* Handlers of hand calls without generated messages: each unpacks, checks, replies and
- * frees itself. */
-void rm_handle_cuModuleLoadData(struct rm_session *s, struct rm_request *rq);
+CUresult rm_body_cuModuleLoadData(struct rm_session *s, struct rm_request *rq, const struct Remora__ModuleLoad *req, struct Remora__ModuleLoadReply *rep);
 
 /* Handlers of reserved opcodes (proto/reserved_ops.def). */
 void rm_handle_device_state(struct rm_session *s, struct rm_request *rq);
