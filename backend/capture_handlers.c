@@ -29,9 +29,7 @@ CUresult rm_body_cuStreamBeginCapture_v2(struct rm_session *s, CUstream hStream,
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (hStream == s->cur->default_stream)
 		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* the legacy NULL stream cannot capture */
-	if (!rm_drv.cuStreamBeginCapture_v2)
-		return rm_unsupported_by_driver("cuStreamBeginCapture_v2");
-	CUresult r = rm_drv.cuStreamBeginCapture_v2(hStream, CU_STREAM_CAPTURE_MODE_RELAXED);
+	CUresult r = rm_drv_cuStreamBeginCapture_v2(hStream, CU_STREAM_CAPTURE_MODE_RELAXED);
 	if (r == CUDA_SUCCESS)
 		__atomic_add_fetch(&s->cur->captures, 1, __ATOMIC_ACQ_REL);
 	return r;
@@ -41,13 +39,11 @@ CUresult rm_body_cuStreamBeginCapture_v2(struct rm_session *s, CUstream hStream,
  * error (invalidated, unjoined) is over too. */
 CUresult rm_body_cuStreamEndCapture(struct rm_session *s, CUstream hStream, CUgraph *phGraph)
 {
-	if (!rm_drv.cuStreamEndCapture)
-		return rm_unsupported_by_driver("cuStreamEndCapture");
 	CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
 	CUgraph capturing = NULL;
 	if (rm_drv.cuStreamGetCaptureInfo_v2)
 		rm_drv.cuStreamGetCaptureInfo_v2(hStream, &status, NULL, &capturing, NULL, NULL);
-	CUresult r = rm_drv.cuStreamEndCapture(hStream, phGraph);
+	CUresult r = rm_drv_cuStreamEndCapture(hStream, phGraph);
 	if (status != CU_STREAM_CAPTURE_STATUS_NONE && !rm_capture_active(hStream) &&
 	    r != CUDA_ERROR_STREAM_CAPTURE_UNMATCHED && s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0)
 		__atomic_sub_fetch(&s->cur->captures, 1, __ATOMIC_ACQ_REL);
@@ -68,8 +64,7 @@ CUresult rm_body_cuStreamIsCapturing(struct rm_session *s, CUstream hStream, CUs
 		if (r != CUDA_SUCCESS)
 			return r;
 	}
-	return rm_drv.cuStreamIsCapturing ? rm_drv.cuStreamIsCapturing(hStream, captureStatus)
-					   : rm_unsupported_by_driver("cuStreamIsCapturing");
+	return rm_drv_cuStreamIsCapturing(hStream, captureStatus);
 }
 
 CUresult rm_body_cuStreamGetCaptureInfo(struct rm_session *s, CUstream hStream,
@@ -85,12 +80,9 @@ CUresult rm_body_cuStreamGetCaptureInfo(struct rm_session *s, CUstream hStream,
 }
 
 /* Handles of the stream's capture: its graph and the nodes it depends on, now the client's. */
-static void capture_info(struct rm_session *s, struct rm_request *rq)
+static CUresult capture_info(struct rm_session *s, struct rm_request *rq, const Remora__CaptureInfo *req,
+			     Remora__CaptureInfoReply *rep)
 {
-	Remora__CaptureInfo *req = (void *)rm_request_unpack(rq, &remora__capture_info__descriptor);
-	if (!req)
-		return;
-	Remora__CaptureInfoReply rep = REMORA__CAPTURE_INFO_REPLY__INIT;
 	CUstream st = NULL;
 	CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
 	cuuint64_t id = 0;
@@ -101,9 +93,7 @@ static void capture_info(struct rm_session *s, struct rm_request *rq)
 	if (r == CUDA_SUCCESS)
 		r = rm_body_cuStreamIsCapturing(s, st, &status);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuStreamGetCaptureInfo_v2
-			    ? rm_drv.cuStreamGetCaptureInfo_v2(st, &status, &id, &graph, &deps, &ndeps)
-			    : rm_unsupported_by_driver("cuStreamGetCaptureInfo_v2");
+		r = rm_drv_cuStreamGetCaptureInfo_v2(st, &status, &id, &graph, &deps, &ndeps);
 	if (r == CUDA_SUCCESS && ndeps > RM_MAX_GRAPH_DEPS)
 		r = CUDA_ERROR_NOT_SUPPORTED;
 	uint64_t *values = r == CUDA_SUCCESS ? calloc(ndeps + 1, sizeof(*values)) : NULL;
@@ -116,53 +106,24 @@ static void capture_info(struct rm_session *s, struct rm_request *rq)
 			values[i] = (uint64_t)(uintptr_t)deps[i];
 			rm_session_own(s, RM_H_GRAPH_NODE, deps[i], (uint64_t)(uintptr_t)graph);
 		}
-		rep.status = status;
-		rep.id = id;
-		rep.graph = (uint64_t)(uintptr_t)graph;
-		rep.deps = values;
-		rep.n_deps = ndeps;
+		rep->status = status;
+		rep->id = id;
+		rep->graph = (uint64_t)(uintptr_t)graph;
+		rep->deps = values;
+		rep->n_deps = ndeps;
 	}
-	rm_request_finish(s, rq, r, &rep.base);
-	free(values);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	rq->reply_mem = values;
+	return r;
 }
 
-void rm_handle_cuStreamGetCaptureInfo_v2(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuStreamGetCaptureInfo_v2(struct rm_session *s, struct rm_request *rq, const Remora__CaptureInfo *req,
+					   Remora__CaptureInfoReply *rep)
 {
-	capture_info(s, rq);
+	return capture_info(s, rq, req, rep);
 }
 
-void rm_handle_cuStreamGetCaptureInfo_v3(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuStreamGetCaptureInfo_v3(struct rm_session *s, struct rm_request *rq, const Remora__CaptureInfo *req,
+					   Remora__CaptureInfoReply *rep)
 {
-	capture_info(s, rq);
-}
-
-static void update_deps(struct rm_session *s, struct rm_request *rq)
-{
-	Remora__CaptureDeps *req = (void *)rm_request_unpack(rq, &remora__capture_deps__descriptor);
-	if (!req)
-		return;
-	CUstream st = NULL;
-	CUresult r = req->n_deps > RM_MAX_GRAPH_DEPS ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
-	for (size_t i = 0; r == CUDA_SUCCESS && i < req->n_deps; i++)
-		r = rm_session_use(s, RM_H_GRAPH_NODE, req->deps[i], &(void *){NULL});
-	if (r == CUDA_SUCCESS)
-		r = rm_session_stream(s, req->stream, rq->frame.flags, &st);
-	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuStreamUpdateCaptureDependencies_v2
-			    ? rm_drv.cuStreamUpdateCaptureDependencies_v2(st, (CUgraphNode *)req->deps, NULL, req->n_deps,
-									  req->flags)
-			    : rm_unsupported_by_driver("cuStreamUpdateCaptureDependencies_v2");
-	rm_request_finish(s, rq, r, NULL);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
-}
-
-void rm_handle_cuStreamUpdateCaptureDependencies(struct rm_session *s, struct rm_request *rq)
-{
-	update_deps(s, rq);
-}
-
-void rm_handle_cuStreamUpdateCaptureDependencies_v2(struct rm_session *s, struct rm_request *rq)
-{
-	update_deps(s, rq);
+	return capture_info(s, rq, req, rep);
 }

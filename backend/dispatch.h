@@ -18,6 +18,7 @@ struct rm_request {
 	int replied;
 	int fatal;             /* set when the connection must close */
 	CUresult result;       /* what it was finished with (accounting) */
+	void *reply_mem;       /* what the reply points into, freed once it is sent (a typed body's) */
 };
 
 /* A handler reads its message (and bulk, if any), calls the driver and
@@ -25,6 +26,10 @@ struct rm_request {
 typedef void (*rm_op_handler)(struct rm_session *s, struct rm_request *rq);
 
 extern const rm_op_handler rm_op_handlers[RM_OP_LIMIT];
+/* The handler of opcode op, a generated call's or a reserved one's (proto/reserved_ops.def),
+ * or NULL; and whether op is one the client sends one-way (async, no reply). Generated. */
+rm_op_handler rm_op_handler_of(uint32_t op);
+int rm_op_one_way(uint32_t op);
 
 /* Unpacks the request's message; on failure marks the request fatal (protocol error). */
 ProtobufCMessage *rm_request_unpack(struct rm_request *rq, const ProtobufCMessageDescriptor *desc);
@@ -41,8 +46,6 @@ int rm_request_send_bulk(struct rm_session *s, const void *buf, size_t len);
  * unread bulk goes down. -EPROTO past its end; a failed read marks the request fatal. */
 int rm_request_read_bulk(struct rm_session *s, struct rm_request *rq, void *buf, size_t len);
 
-/* What a generated handler returns when the loaded driver lacks the function. */
-CUresult rm_unsupported_by_driver(const char *name);
 /* What a body returns for a use of a call Remora does not support (name says which, a
  * string constant): CUDA_ERROR_NOT_SUPPORTED, logged once per name. */
 CUresult rm_unsupported_use(const char *name);

@@ -44,9 +44,7 @@ CUresult rm_graph_check_memset(struct rm_session *s, const CUDA_MEMSET_NODE_PARA
 CUresult rm_body_cuGraphInstantiateWithFlags(struct rm_session *s, CUgraphExec *phGraphExec, CUgraph hGraph,
 					     unsigned long long flags)
 {
-	if (!rm_drv.cuGraphInstantiateWithFlags)
-		return rm_unsupported_by_driver("cuGraphInstantiateWithFlags");
-	CUresult r = rm_drv.cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags);
+	CUresult r = rm_drv_cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags);
 	if (r == CUDA_SUCCESS)
 		rm_session_own(s, RM_H_GRAPH_EXEC, *phGraphExec, 0);
 	return r;
@@ -55,7 +53,7 @@ CUresult rm_body_cuGraphInstantiateWithFlags(struct rm_session *s, CUgraphExec *
 /* Its kernels held to kernel_time_limit as launches are (kernel_watch.h). */
 CUresult rm_body_cuGraphLaunch(struct rm_session *s, CUgraphExec hGraph, CUstream hStream)
 {
-	CUresult r = rm_drv.cuGraphLaunch ? rm_drv.cuGraphLaunch(hGraph, hStream) : rm_unsupported_by_driver("cuGraphLaunch");
+	CUresult r = rm_drv_cuGraphLaunch(hGraph, hStream);
 	if (r == CUDA_SUCCESS)
 		rm_kernel_watch_launched(s, hStream);
 	return r;
@@ -63,9 +61,7 @@ CUresult rm_body_cuGraphLaunch(struct rm_session *s, CUgraphExec hGraph, CUstrea
 
 CUresult rm_body_cuGraphClone(struct rm_session *s, CUgraph *phGraphClone, CUgraph originalGraph)
 {
-	if (!rm_drv.cuGraphClone)
-		return rm_unsupported_by_driver("cuGraphClone");
-	CUresult r = rm_drv.cuGraphClone(phGraphClone, originalGraph);
+	CUresult r = rm_drv_cuGraphClone(phGraphClone, originalGraph);
 	if (r == CUDA_SUCCESS)
 		rm_session_own(s, RM_H_GRAPH, *phGraphClone, 0);
 	return r;
@@ -103,9 +99,7 @@ CUresult rm_body_cuGraphExecMemsetNodeSetParams(struct rm_session *s, CUgraphExe
 CUresult rm_body_cuGraphExecUpdate_v2(struct rm_session *s, CUgraphExec hGraphExec, CUgraph hGraph,
 				      CUgraphExecUpdateResultInfo *resultInfo)
 {
-	if (!rm_drv.cuGraphExecUpdate_v2)
-		return rm_unsupported_by_driver("cuGraphExecUpdate_v2");
-	CUresult r = rm_drv.cuGraphExecUpdate_v2(hGraphExec, hGraph, resultInfo);
+	CUresult r = rm_drv_cuGraphExecUpdate_v2(hGraphExec, hGraph, resultInfo);
 	if (resultInfo->errorNode)
 		rm_session_own(s, RM_H_GRAPH_NODE, resultInfo->errorNode, (uint64_t)(uintptr_t)hGraph);
 	if (resultInfo->errorFromNode)
@@ -113,12 +107,9 @@ CUresult rm_body_cuGraphExecUpdate_v2(struct rm_session *s, CUgraphExec hGraphEx
 	return r;
 }
 
-void rm_handle_cuGraphGetNodes(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuGraphGetNodes(struct rm_session *s, struct rm_request *rq, const Remora__GraphNodes *req,
+				 Remora__GraphNodesReply *rep)
 {
-	Remora__GraphNodes *req = (void *)rm_request_unpack(rq, &remora__graph_nodes__descriptor);
-	if (!req)
-		return;
-	Remora__GraphNodesReply rep = REMORA__GRAPH_NODES_REPLY__INIT;
 	void *g = NULL;
 	size_t count = 0;
 	CUgraphNode *nodes = NULL;
@@ -126,16 +117,14 @@ void rm_handle_cuGraphGetNodes(struct rm_session *s, struct rm_request *rq)
 	CUresult r = req->room > RM_MAX_GRAPH_DEPS ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 	if (r == CUDA_SUCCESS)
 		r = rm_session_use(s, RM_H_GRAPH, req->graph, &g);
-	if (r == CUDA_SUCCESS && !rm_drv.cuGraphGetNodes)
-		r = rm_unsupported_by_driver("cuGraphGetNodes");
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuGraphGetNodes(g, NULL, &count);
+		r = rm_drv_cuGraphGetNodes(g, NULL, &count);
 	size_t give = count < req->room ? count : req->room;
 	if (r == CUDA_SUCCESS && give) {
 		nodes = calloc(count, sizeof(*nodes));
 		values = calloc(give, sizeof(*values));
 		size_t got = count;
-		r = !nodes || !values ? CUDA_ERROR_OUT_OF_MEMORY : rm_drv.cuGraphGetNodes(g, nodes, &got);
+		r = !nodes || !values ? CUDA_ERROR_OUT_OF_MEMORY : rm_drv_cuGraphGetNodes(g, nodes, &got);
 		if (r == CUDA_SUCCESS && got < give)
 			give = got;
 	}
@@ -144,14 +133,13 @@ void rm_handle_cuGraphGetNodes(struct rm_session *s, struct rm_request *rq)
 		values[i] = (uint64_t)(uintptr_t)nodes[i];
 	}
 	if (r == CUDA_SUCCESS) {
-		rep.count = count;
-		rep.nodes = values;
-		rep.n_nodes = give;
+		rep->count = count;
+		rep->nodes = values;
+		rep->n_nodes = give;
 	}
-	rm_request_finish(s, rq, r, &rep.base);
-	free(values);
+	rq->reply_mem = values;
 	free(nodes);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return r;
 }
 
 /* The bytes f's parameters span, from the driver's layout of it. */
@@ -160,8 +148,7 @@ static CUresult param_bytes(CUfunction f, size_t *out)
 	size_t end = 0;
 	for (size_t i = 0;; i++) {
 		size_t off = 0, len = 0;
-		CUresult r = rm_drv.cuFuncGetParamInfo ? rm_drv.cuFuncGetParamInfo(f, i, &off, &len)
-						       : rm_unsupported_by_driver("cuFuncGetParamInfo");
+		CUresult r = rm_drv_cuFuncGetParamInfo(f, i, &off, &len);
 		if (r == CUDA_ERROR_INVALID_VALUE)
 			break;
 		if (r != CUDA_SUCCESS)
@@ -200,12 +187,10 @@ static CUresult kernel_params(struct rm_session *s, const Remora__LaunchKernel *
 	return CUDA_SUCCESS;
 }
 
-void rm_handle_cuGraphAddKernelNode_v2(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuGraphAddKernelNode_v2(struct rm_session *s, struct rm_request *rq, const Remora__GraphKernelNode *req,
+					 Remora__GraphNodeReply *rep)
 {
-	Remora__GraphKernelNode *req = (void *)rm_request_unpack(rq, &remora__graph_kernel_node__descriptor);
-	if (!req)
-		return;
-	Remora__GraphNodeReply rep = REMORA__GRAPH_NODE_REPLY__INIT;
+	(void)rq;
 	void *g = NULL, *extra[5];
 	size_t size = 0;
 	CUDA_KERNEL_NODE_PARAMS p;
@@ -215,23 +200,19 @@ void rm_handle_cuGraphAddKernelNode_v2(struct rm_session *s, struct rm_request *
 		r = rm_graph_check_nodes(s, g, (const CUgraphNode *)req->deps, req->n_deps);
 	if (r == CUDA_SUCCESS)
 		r = kernel_params(s, req->launch, &p, extra, &size);
-	if (r == CUDA_SUCCESS && !rm_drv.cuGraphAddKernelNode_v2)
-		r = rm_unsupported_by_driver("cuGraphAddKernelNode_v2");
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuGraphAddKernelNode_v2(&node, g, (const CUgraphNode *)req->deps, req->n_deps, &p);
+		r = rm_drv_cuGraphAddKernelNode_v2(&node, g, (const CUgraphNode *)req->deps, req->n_deps, &p);
 	if (r == CUDA_SUCCESS) {
 		rm_session_own(s, RM_H_GRAPH_NODE, node, req->graph);
-		rep.node = (uint64_t)(uintptr_t)node;
+		rep->node = (uint64_t)(uintptr_t)node;
 	}
-	rm_request_finish(s, rq, r, &rep.base);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return r;
 }
 
-void rm_handle_cuGraphExecKernelNodeSetParams_v2(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuGraphExecKernelNodeSetParams_v2(struct rm_session *s, struct rm_request *rq,
+						   const Remora__GraphKernelNode *req)
 {
-	Remora__GraphKernelNode *req = (void *)rm_request_unpack(rq, &remora__graph_kernel_node__descriptor);
-	if (!req)
-		return;
+	(void)rq;
 	void *exec = NULL, *node = NULL, *extra[5];
 	size_t size = 0;
 	CUDA_KERNEL_NODE_PARAMS p;
@@ -240,29 +221,22 @@ void rm_handle_cuGraphExecKernelNodeSetParams_v2(struct rm_session *s, struct rm
 		r = rm_session_use(s, RM_H_GRAPH_NODE, req->node, &node);
 	if (r == CUDA_SUCCESS)
 		r = kernel_params(s, req->launch, &p, extra, &size);
-	if (r == CUDA_SUCCESS && !rm_drv.cuGraphExecKernelNodeSetParams_v2)
-		r = rm_unsupported_by_driver("cuGraphExecKernelNodeSetParams_v2");
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuGraphExecKernelNodeSetParams_v2(exec, node, &p);
-	rm_request_finish(s, rq, r, NULL);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+		r = rm_drv_cuGraphExecKernelNodeSetParams_v2(exec, node, &p);
+	return r;
 }
 
-void rm_handle_cuGraphKernelNodeSetParams_v2(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuGraphKernelNodeSetParams_v2(struct rm_session *s, struct rm_request *rq,
+					       const Remora__GraphKernelNode *req)
 {
-	Remora__GraphKernelNode *req = (void *)rm_request_unpack(rq, &remora__graph_kernel_node__descriptor);
-	if (!req)
-		return;
+	(void)rq;
 	void *node = NULL, *extra[5];
 	size_t size = 0;
 	CUDA_KERNEL_NODE_PARAMS p;
 	CUresult r = rm_session_use(s, RM_H_GRAPH_NODE, req->node, &node);
 	if (r == CUDA_SUCCESS)
 		r = kernel_params(s, req->launch, &p, extra, &size);
-	if (r == CUDA_SUCCESS && !rm_drv.cuGraphKernelNodeSetParams_v2)
-		r = rm_unsupported_by_driver("cuGraphKernelNodeSetParams_v2");
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuGraphKernelNodeSetParams_v2(node, &p);
-	rm_request_finish(s, rq, r, NULL);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+		r = rm_drv_cuGraphKernelNodeSetParams_v2(node, &p);
+	return r;
 }

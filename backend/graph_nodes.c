@@ -77,10 +77,8 @@ CUresult rm_body_cuGraphAddMemcpyNode(struct rm_session *s, CUgraphNode *phGraph
 	CUresult r = rm_graph_check_nodes(s, hGraph, dependencies, numDependencies);
 	if (r == CUDA_SUCCESS)
 		r = check_copy(s, copyParams);
-	if (r == CUDA_SUCCESS && !rm_drv.cuGraphAddMemcpyNode)
-		r = rm_unsupported_by_driver("cuGraphAddMemcpyNode");
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, numDependencies, copyParams,
+		r = rm_drv_cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, numDependencies, copyParams,
 						context_or_current(s, ctx));
 	return r;
 }
@@ -88,18 +86,14 @@ CUresult rm_body_cuGraphAddMemcpyNode(struct rm_session *s, CUgraphNode *phGraph
 CUresult rm_body_cuGraphMemcpyNodeSetParams(struct rm_session *s, CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams)
 {
 	CUresult r = check_copy(s, nodeParams);
-	if (r == CUDA_SUCCESS && !rm_drv.cuGraphMemcpyNodeSetParams)
-		r = rm_unsupported_by_driver("cuGraphMemcpyNodeSetParams");
-	return r == CUDA_SUCCESS ? rm_drv.cuGraphMemcpyNodeSetParams(hNode, nodeParams) : r;
+	return r == CUDA_SUCCESS ? rm_drv_cuGraphMemcpyNodeSetParams(hNode, nodeParams) : r;
 }
 
 CUresult rm_body_cuGraphExecMemcpyNodeSetParams(struct rm_session *s, CUgraphExec hGraphExec, CUgraphNode hNode,
 						const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
 	CUresult r = check_copy(s, copyParams);
-	if (r == CUDA_SUCCESS && !rm_drv.cuGraphExecMemcpyNodeSetParams)
-		r = rm_unsupported_by_driver("cuGraphExecMemcpyNodeSetParams");
-	return r == CUDA_SUCCESS ? rm_drv.cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, copyParams,
+	return r == CUDA_SUCCESS ? rm_drv_cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, copyParams,
 									  context_or_current(s, ctx))
 				 : r;
 }
@@ -108,9 +102,7 @@ CUresult rm_body_cuGraphMemsetNodeSetParams(struct rm_session *s, CUgraphNode hN
 					    const CUDA_MEMSET_NODE_PARAMS *nodeParams)
 {
 	CUresult r = rm_graph_check_memset(s, nodeParams);
-	if (r == CUDA_SUCCESS && !rm_drv.cuGraphMemsetNodeSetParams)
-		r = rm_unsupported_by_driver("cuGraphMemsetNodeSetParams");
-	return r == CUDA_SUCCESS ? rm_drv.cuGraphMemsetNodeSetParams(hNode, nodeParams) : r;
+	return r == CUDA_SUCCESS ? rm_drv_cuGraphMemsetNodeSetParams(hNode, nodeParams) : r;
 }
 
 /* Host nodes: the parameters carry the client's id of its function in userData (the
@@ -121,11 +113,9 @@ CUresult rm_body_cuGraphAddHostNode(struct rm_session *s, CUgraphNode *phGraphNo
 {
 	CUDA_HOST_NODE_PARAMS node;
 	CUresult r = rm_graph_check_nodes(s, hGraph, dependencies, numDependencies);
-	if (r == CUDA_SUCCESS && !rm_drv.cuGraphAddHostNode)
-		r = rm_unsupported_by_driver("cuGraphAddHostNode");
 	if (r == CUDA_SUCCESS)
 		r = rm_hostfn_node(s->sh->hostfn, (uint64_t)(uintptr_t)nodeParams->userData, &node);
-	return r == CUDA_SUCCESS ? rm_drv.cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, &node)
+	return r == CUDA_SUCCESS ? rm_drv_cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, &node)
 				 : r;
 }
 
@@ -133,31 +123,23 @@ CUresult rm_body_cuGraphHostNodeSetParams(struct rm_session *s, CUgraphNode hNod
 					  const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
 	CUDA_HOST_NODE_PARAMS node;
-	CUresult r = rm_drv.cuGraphHostNodeSetParams ? CUDA_SUCCESS
-						      : rm_unsupported_by_driver("cuGraphHostNodeSetParams");
-	if (r == CUDA_SUCCESS)
-		r = rm_hostfn_node(s->sh->hostfn, (uint64_t)(uintptr_t)nodeParams->userData, &node);
-	return r == CUDA_SUCCESS ? rm_drv.cuGraphHostNodeSetParams(hNode, &node) : r;
+	CUresult r = rm_hostfn_node(s->sh->hostfn, (uint64_t)(uintptr_t)nodeParams->userData, &node);
+	return r == CUDA_SUCCESS ? rm_drv_cuGraphHostNodeSetParams(hNode, &node) : r;
 }
 
 CUresult rm_body_cuGraphExecHostNodeSetParams(struct rm_session *s, CUgraphExec hGraphExec, CUgraphNode hNode,
 					      const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
 	CUDA_HOST_NODE_PARAMS node;
-	CUresult r = rm_drv.cuGraphExecHostNodeSetParams ? CUDA_SUCCESS
-							  : rm_unsupported_by_driver("cuGraphExecHostNodeSetParams");
-	if (r == CUDA_SUCCESS)
-		r = rm_hostfn_node(s->sh->hostfn, (uint64_t)(uintptr_t)nodeParams->userData, &node);
-	return r == CUDA_SUCCESS ? rm_drv.cuGraphExecHostNodeSetParams(hGraphExec, hNode, &node) : r;
+	CUresult r = rm_hostfn_node(s->sh->hostfn, (uint64_t)(uintptr_t)nodeParams->userData, &node);
+	return r == CUDA_SUCCESS ? rm_drv_cuGraphExecHostNodeSetParams(hGraphExec, hNode, &node) : r;
 }
 
 CUresult rm_body_cuGraphAddEventRecordNode(struct rm_session *s, CUgraphNode *phGraphNode, CUgraph hGraph,
 					   const CUgraphNode *dependencies, size_t numDependencies, CUevent event)
 {
 	CUresult r = rm_graph_check_nodes(s, hGraph, dependencies, numDependencies);
-	if (r == CUDA_SUCCESS && !rm_drv.cuGraphAddEventRecordNode)
-		r = rm_unsupported_by_driver("cuGraphAddEventRecordNode");
-	return r == CUDA_SUCCESS ? rm_drv.cuGraphAddEventRecordNode(phGraphNode, hGraph, dependencies,
+	return r == CUDA_SUCCESS ? rm_drv_cuGraphAddEventRecordNode(phGraphNode, hGraph, dependencies,
 								     numDependencies, event)
 				 : r;
 }
@@ -166,9 +148,7 @@ CUresult rm_body_cuGraphAddEventWaitNode(struct rm_session *s, CUgraphNode *phGr
 					 const CUgraphNode *dependencies, size_t numDependencies, CUevent event)
 {
 	CUresult r = rm_graph_check_nodes(s, hGraph, dependencies, numDependencies);
-	if (r == CUDA_SUCCESS && !rm_drv.cuGraphAddEventWaitNode)
-		r = rm_unsupported_by_driver("cuGraphAddEventWaitNode");
-	return r == CUDA_SUCCESS ? rm_drv.cuGraphAddEventWaitNode(phGraphNode, hGraph, dependencies, numDependencies,
+	return r == CUDA_SUCCESS ? rm_drv_cuGraphAddEventWaitNode(phGraphNode, hGraph, dependencies, numDependencies,
 								   event)
 				 : r;
 }
@@ -179,9 +159,7 @@ CUresult rm_body_cuGraphAddChildGraphNode(struct rm_session *s, CUgraphNode *phG
 					  const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
 {
 	CUresult r = rm_graph_check_nodes(s, hGraph, dependencies, numDependencies);
-	if (r == CUDA_SUCCESS && !rm_drv.cuGraphAddChildGraphNode)
-		r = rm_unsupported_by_driver("cuGraphAddChildGraphNode");
-	return r == CUDA_SUCCESS ? rm_drv.cuGraphAddChildGraphNode(phGraphNode, hGraph, dependencies, numDependencies,
+	return r == CUDA_SUCCESS ? rm_drv_cuGraphAddChildGraphNode(phGraphNode, hGraph, dependencies, numDependencies,
 								    childGraph)
 				 : r;
 }
@@ -192,7 +170,5 @@ CUresult rm_body_cuGraphAddDependencies(struct rm_session *s, CUgraph hGraph, co
 	CUresult r = rm_graph_check_nodes(s, hGraph, from, numDependencies);
 	if (r == CUDA_SUCCESS)
 		r = rm_graph_check_nodes(s, hGraph, to, numDependencies);
-	if (r == CUDA_SUCCESS && !rm_drv.cuGraphAddDependencies)
-		r = rm_unsupported_by_driver("cuGraphAddDependencies");
-	return r == CUDA_SUCCESS ? rm_drv.cuGraphAddDependencies(hGraph, from, to, numDependencies) : r;
+	return r == CUDA_SUCCESS ? rm_drv_cuGraphAddDependencies(hGraph, from, to, numDependencies) : r;
 }

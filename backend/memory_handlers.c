@@ -76,15 +76,11 @@ CUresult rm_body_cuMemGetAddressRange_v2(struct rm_session *s, CUdeviceptr *pbas
 }
 
 /* Host to device (backend/copy/copy.c moves the bytes, over one connection or striped). */
-static void copy_in(struct rm_session *s, struct rm_request *rq, int wait)
+static CUresult copy_in(struct rm_session *s, struct rm_request *rq, const Remora__MemcpyHtoD *req, int wait)
 {
-	Remora__MemcpyHtoD *req = (void *)rm_request_unpack(rq, &remora__memcpy_hto_d__descriptor);
-	if (!req)
-		return;
-	if (req->shared) { /* from shared pinned memory (shared_host.h): no bytes to move here */
+	if (req->shared) { /* from shared pinned memory (shared_host.h): no bytes to move here; it replies */
 		rm_shared_copy(s, rq, 1, req->dst, req->shared, req->shared_offset, req->count, req->stream, wait);
-		protobuf_c_message_free_unpacked(&req->base, NULL);
-		return;
+		return CUDA_SUCCESS;
 	}
 	uint32_t links = req->links > 1 ? req->links : 1;
 	uint64_t n = links > 1 ? req->count : rq->frame.bulk_len;
@@ -92,7 +88,7 @@ static void copy_in(struct rm_session *s, struct rm_request *rq, int wait)
 	rm_copy_profile_begin(&prof, "daemon", rm_op_names[rq->frame.op], n);
 	prof.host = "staging";
 	CUstream stream = NULL;
-	CUresult r = rm_fault_error(); /* worker.c runs this handler even then, to drain the bytes */
+	CUresult r = rm_fault_error(); /* the worker runs this body even then (striped), to drain the bytes */
 	if (r == CUDA_SUCCESS)
 		r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &stream);
 	if (r == CUDA_SUCCESS)
@@ -100,33 +96,27 @@ static void copy_in(struct rm_session *s, struct rm_request *rq, int wait)
 	r = rm_copy_in(s, rq, r, stream, req->dst, n, links, wait, req->pageable, &prof);
 	if (r == CUDA_SUCCESS)
 		rm_usage_add(&rm_registry()->clients[s->sh->slot].usage.bytes_htod, n);
-	if (!rq->fatal)
-		rm_request_finish(s, rq, r, NULL);
 	rm_copy_profile_end(&prof);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return r;
 }
 
-void rm_handle_cuMemcpyHtoD_v2(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuMemcpyHtoD_v2(struct rm_session *s, struct rm_request *rq, const Remora__MemcpyHtoD *req)
 {
-	copy_in(s, rq, 1);
+	return copy_in(s, rq, req, 1);
 }
 
-void rm_handle_cuMemcpyHtoDAsync_v2(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuMemcpyHtoDAsync_v2(struct rm_session *s, struct rm_request *rq, const Remora__MemcpyHtoD *req)
 {
-	copy_in(s, rq, 0);
+	return copy_in(s, rq, req, 0);
 }
 
 /* Device to host: backend/copy/copy.c waits for the stream's earlier work, so that its
- * error comes back as the result, and sends the bytes. */
-static void copy_out(struct rm_session *s, struct rm_request *rq, int wait)
+ * error comes back as the result, and sends the bytes (it replies). */
+static CUresult copy_out(struct rm_session *s, struct rm_request *rq, const Remora__MemcpyDtoH *req, int wait)
 {
-	Remora__MemcpyDtoH *req = (void *)rm_request_unpack(rq, &remora__memcpy_dto_h__descriptor);
-	if (!req)
-		return;
 	if (req->shared) { /* into shared pinned memory: the Async form returns once queued */
 		rm_shared_copy(s, rq, 0, req->src, req->shared, req->shared_offset, req->count, req->stream, wait);
-		protobuf_c_message_free_unpacked(&req->base, NULL);
-		return;
+		return CUDA_SUCCESS;
 	}
 	uint64_t n = req->count;
 	struct rm_copy_profile prof;
@@ -143,29 +133,25 @@ static void copy_out(struct rm_session *s, struct rm_request *rq, int wait)
 		if (!rq->fatal)
 			rm_usage_add(&rm_registry()->clients[s->sh->slot].usage.bytes_dtoh, n);
 	}
-	else
-		rm_request_finish(s, rq, r, NULL);
 	rm_copy_profile_end(&prof);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return r;
 }
 
-void rm_handle_cuMemcpyDtoH_v2(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuMemcpyDtoH_v2(struct rm_session *s, struct rm_request *rq, const Remora__MemcpyDtoH *req)
 {
-	copy_out(s, rq, 1);
+	return copy_out(s, rq, req, 1);
 }
 
-void rm_handle_cuMemcpyDtoHAsync_v2(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuMemcpyDtoHAsync_v2(struct rm_session *s, struct rm_request *rq, const Remora__MemcpyDtoH *req)
 {
-	copy_out(s, rq, 0);
+	return copy_out(s, rq, req, 0);
 }
 
-/* The driver's answer for one attribute of owned memory, into data (64 bytes), in the
- * client's terms: a device ordinal is the client's for that GPU. */
-static CUresult owned_attribute(struct rm_session *s, uint8_t *data, CUpointer_attribute a, uint64_t ptr)
+/* The driver's answer for one attribute of owned memory, into data (its size, at most 64
+ * bytes), in the client's terms: a device ordinal is the client's for that GPU. */
+static CUresult owned_attribute(struct rm_session *s, void *data, CUpointer_attribute a, uint64_t ptr)
 {
-	if (!rm_drv.cuPointerGetAttribute)
-		return rm_unsupported_by_driver("cuPointerGetAttribute");
-	CUresult r = rm_drv.cuPointerGetAttribute(data, a, ptr);
+	CUresult r = rm_drv_cuPointerGetAttribute(data, a, ptr);
 	if (r == CUDA_SUCCESS && a == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) {
 		int dev;
 		memcpy(&dev, data, sizeof(dev));
@@ -175,49 +161,36 @@ static CUresult owned_attribute(struct rm_session *s, uint8_t *data, CUpointer_a
 	return r;
 }
 
-/* Only memory the client owns is described; any other pointer is refused as
- * one CUDA does not know. */
-void rm_handle_cuPointerGetAttribute(struct rm_session *s, struct rm_request *rq)
+/* Only memory the client owns is described (ptr is checked as the client's): any other
+ * pointer is refused as one CUDA does not know. */
+CUresult rm_body_cuPointerGetAttribute(struct rm_session *s, void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
-	Remora__PointerAttribute *req = (void *)rm_request_unpack(rq, &remora__pointer_attribute__descriptor);
-	if (!req)
-		return;
-	Remora__PointerAttributeReply rep = REMORA__POINTER_ATTRIBUTE_REPLY__INIT;
-	uint8_t data[64] = {0};
-	CUresult r = rm_session_check_range(s, req->ptr, 1);
-	if (r == CUDA_SUCCESS)
-		r = owned_attribute(s, data, (CUpointer_attribute)req->attribute, req->ptr);
-	if (r == CUDA_SUCCESS) {
-		rep.data.data = data;
-		rep.data.len = RM_POINTER_ATTRIBUTE_SLOT; /* the client takes its attribute's size */
-	}
-	rm_request_finish(s, rq, r, &rep.base);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return owned_attribute(s, data, attribute, ptr);
 }
 
 /* As the driver's cuPointerGetAttributes: an attribute that does not apply, or memory
  * that is not the client's, gets the default value (the client writes it: owned false),
  * not an error. */
-void rm_handle_cuPointerGetAttributes(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuPointerGetAttributes(struct rm_session *s, struct rm_request *rq, const Remora__PointerAttributes *req,
+					Remora__PointerAttributesReply *rep)
 {
-	Remora__PointerAttributes *req = (void *)rm_request_unpack(rq, &remora__pointer_attributes__descriptor);
-	if (!req)
-		return;
-	Remora__PointerAttributesReply rep = REMORA__POINTER_ATTRIBUTES_REPLY__INIT;
-	uint8_t out[RM_MAX_POINTER_ATTRIBUTES * RM_POINTER_ATTRIBUTE_SLOT] = {0};
-	CUresult r = req->n_attributes > RM_MAX_POINTER_ATTRIBUTES ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
-	if (r == CUDA_SUCCESS && rm_session_range_of(s, req->ptr, NULL)) {
-		for (size_t i = 0; i < req->n_attributes; i++) {
-			uint8_t data[64] = {0};
-			if (owned_attribute(s, data, (CUpointer_attribute)req->attributes[i], req->ptr) == CUDA_SUCCESS)
-				memcpy(out + i * RM_POINTER_ATTRIBUTE_SLOT, data, RM_POINTER_ATTRIBUTE_SLOT);
-		}
-		rep.owned = 1;
-		rep.data.data = out;
-		rep.data.len = req->n_attributes * RM_POINTER_ATTRIBUTE_SLOT;
+	if (req->n_attributes > RM_MAX_POINTER_ATTRIBUTES)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!rm_session_range_of(s, req->ptr, NULL))
+		return CUDA_SUCCESS;
+	uint8_t *out = calloc(RM_MAX_POINTER_ATTRIBUTES, RM_POINTER_ATTRIBUTE_SLOT);
+	if (!out)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (size_t i = 0; i < req->n_attributes; i++) {
+		uint8_t data[64] = {0};
+		if (owned_attribute(s, data, (CUpointer_attribute)req->attributes[i], req->ptr) == CUDA_SUCCESS)
+			memcpy(out + i * RM_POINTER_ATTRIBUTE_SLOT, data, RM_POINTER_ATTRIBUTE_SLOT);
 	}
-	rm_request_finish(s, rq, r, &rep.base);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	rq->reply_mem = out;
+	rep->owned = 1;
+	rep->data.data = out;
+	rep->data.len = req->n_attributes * RM_POINTER_ATTRIBUTE_SLOT;
+	return CUDA_SUCCESS;
 }
 
 /* Managed memory (docs/managed-memory.md): a whole number of RM_MANAGED_ALIGN bytes, so that
@@ -234,8 +207,7 @@ CUresult rm_body_cuMemAllocManaged(struct rm_session *s, CUdeviceptr *dptr, size
 	CUresult r = rm_session_charge(s, size);
 	if (r != CUDA_SUCCESS)
 		return r;
-	r = rm_drv.cuMemAllocManaged ? rm_drv.cuMemAllocManaged(dptr, size, flags)
-				     : rm_unsupported_by_driver("cuMemAllocManaged");
+	r = rm_drv_cuMemAllocManaged(dptr, size, flags);
 	if (r == CUDA_SUCCESS) {
 		memset((void *)(uintptr_t)*dptr, 0, size);
 		rm_session_own_memory(s, RM_H_MEMORY, *dptr, size, 0);
@@ -243,27 +215,4 @@ CUresult rm_body_cuMemAllocManaged(struct rm_session *s, CUdeviceptr *dptr, size
 		rm_session_uncharge(s, size);
 	}
 	return r;
-}
-
-void rm_handle_cuMemRangeGetAttribute(struct rm_session *s, struct rm_request *rq)
-{
-	Remora__RangeAttribute *req = (void *)rm_request_unpack(rq, &remora__range_attribute__descriptor);
-	if (!req)
-		return;
-	Remora__RangeAttributeReply rep = REMORA__RANGE_ATTRIBUTE_REPLY__INIT;
-	uint8_t data[RM_MAX_RANGE_ATTRIBUTE];
-	CUresult r = req->size && req->size <= sizeof(data) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-	if (r == CUDA_SUCCESS)
-		r = rm_session_check_range(s, req->ptr, req->count);
-	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuMemRangeGetAttribute
-			    ? rm_drv.cuMemRangeGetAttribute(data, req->size, (CUmem_range_attribute)req->attribute,
-							    req->ptr, req->count)
-			    : rm_unsupported_by_driver("cuMemRangeGetAttribute");
-	if (r == CUDA_SUCCESS) {
-		rep.data.data = data;
-		rep.data.len = req->size;
-	}
-	rm_request_finish(s, rq, r, &rep.base);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
 }

@@ -1,5 +1,4 @@
-/* Stream-ordered allocation and memory pools (typed bodies of generated handlers, and the
- * two attribute calls, whose value is an int or a 64-bit integer as the attribute says).
+/* Stream-ordered allocation and memory pools: typed bodies of generated handlers.
  *
  * Every pool a client uses is its own: the shared context's default pool would mix the
  * clients' freed memory and its attributes would be everyone's. cuDeviceGetDefaultMemPool
@@ -14,7 +13,6 @@
 #include <string.h>
 
 #include "log.h"
-#include "remora.pb-c.h"
 
 /* The session's context on host GPU dev, or NULL (contexts are appended, never moved). */
 static struct rm_session_ctx *ctx_of_device(struct rm_session *s, CUdevice dev)
@@ -44,8 +42,6 @@ static CUresult default_pool(struct rm_session *s, struct rm_session_ctx *c, CUm
 static CUresult make_default_pool(struct rm_session *s, struct rm_session_ctx *c)
 {
 	{
-		if (!rm_drv.cuMemPoolCreate)
-			return rm_unsupported_by_driver("cuMemPoolCreate");
 		CUmemPoolProps props;
 		memset(&props, 0, sizeof(props));
 		props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -53,7 +49,7 @@ static CUresult make_default_pool(struct rm_session *s, struct rm_session_ctx *c
 		props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
 		props.location.id = c->dev;
 		CUmemoryPool pool;
-		CUresult r = rm_drv.cuMemPoolCreate(&pool, &props);
+		CUresult r = rm_drv_cuMemPoolCreate(&pool, &props);
 		if (r != CUDA_SUCCESS)
 			return r;
 		rm_session_own(s, RM_H_MEMPOOL, pool, 0);
@@ -75,12 +71,10 @@ CUresult rm_body_cuDeviceGetDefaultMemPool(struct rm_session *s, CUmemoryPool *p
 /* Charged first, allocated from pool, then owned as device memory of the client's. */
 static CUresult alloc_from(struct rm_session *s, CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream st)
 {
-	if (!rm_drv.cuMemAllocFromPoolAsync)
-		return rm_unsupported_by_driver("cuMemAllocFromPoolAsync");
 	CUresult r = rm_session_charge(s, bytesize);
 	if (r != CUDA_SUCCESS)
 		return r;
-	r = rm_drv.cuMemAllocFromPoolAsync(dptr, bytesize, pool, st);
+	r = rm_drv_cuMemAllocFromPoolAsync(dptr, bytesize, pool, st);
 	if (r == CUDA_SUCCESS)
 		rm_session_own_memory(s, RM_H_MEMORY, *dptr, bytesize, 0);
 	else
@@ -107,8 +101,6 @@ CUresult rm_body_cuMemAllocFromPoolAsync(struct rm_session *s, CUdeviceptr *dptr
  * longer charged once the free is queued. */
 CUresult rm_body_cuMemFreeAsync(struct rm_session *s, CUdeviceptr dptr, CUstream hStream)
 {
-	if (!rm_drv.cuMemFreeAsync)
-		return rm_unsupported_by_driver("cuMemFreeAsync");
 	/* Taken from the records first: of two threads freeing it, one frees it. */
 	struct rm_handle h;
 	if (!rm_session_take(s, RM_H_MEMORY, dptr, &h)) {
@@ -116,7 +108,7 @@ CUresult rm_body_cuMemFreeAsync(struct rm_session *s, CUdeviceptr dptr, CUstream
 		               (unsigned long long)dptr);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	CUresult r = rm_drv.cuMemFreeAsync(dptr, hStream);
+	CUresult r = rm_drv_cuMemFreeAsync(dptr, hStream);
 	if (r == CUDA_SUCCESS)
 		rm_session_uncharge(s, h.size);
 	else
@@ -138,9 +130,7 @@ CUresult rm_body_cuMemPoolCreate(struct rm_session *s, CUmemoryPool *pool, const
 		return r;
 	props.location.id = dev;
 	props.win32SecurityAttributes = NULL; /* a pointer of the client's means nothing here */
-	if (!rm_drv.cuMemPoolCreate)
-		return rm_unsupported_by_driver("cuMemPoolCreate");
-	r = rm_drv.cuMemPoolCreate(pool, &props);
+	r = rm_drv_cuMemPoolCreate(pool, &props);
 	if (r == CUDA_SUCCESS)
 		rm_session_own(s, RM_H_MEMPOOL, *pool, 0);
 	return r;
@@ -154,74 +144,23 @@ CUresult rm_body_cuMemPoolDestroy(struct rm_session *s, CUmemoryPool pool)
 	for (int i = 0; i < n; i++)
 		if (__atomic_load_n(&s->sh->ctxs[i].pool, __ATOMIC_ACQUIRE) == pool)
 			return CUDA_ERROR_INVALID_VALUE;
-	if (!rm_drv.cuMemPoolDestroy)
-		return rm_unsupported_by_driver("cuMemPoolDestroy");
-	CUresult r = rm_drv.cuMemPoolDestroy(pool);
+	CUresult r = rm_drv_cuMemPoolDestroy(pool);
 	if (r == CUDA_SUCCESS)
 		rm_session_disown(s, RM_H_MEMPOOL, pool);
 	return r;
 }
 
-static int int_attribute(int32_t attr)
+/* Cached memory is not charged: a client's release threshold is held to its memory limit. */
+CUresult rm_body_cuMemPoolSetAttribute(struct rm_session *s, CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
-	return attr == CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES || attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC ||
-	       attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES;
-}
-
-static int u64_attribute(int32_t attr)
-{
-	return attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD || attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT ||
-	       attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH || attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT ||
-	       attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH;
-}
-
-void rm_handle_cuMemPoolSetAttribute(struct rm_session *s, struct rm_request *rq)
-{
-	Remora__MemPoolAttribute *req = (void *)rm_request_unpack(rq, &remora__mem_pool_attribute__descriptor);
-	if (!req)
-		return;
-	CUmemoryPool pool = NULL;
-	CUresult r = rm_session_use(s, RM_H_MEMPOOL, req->pool, (void **)&pool);
-	if (r == CUDA_SUCCESS && !int_attribute(req->attr) && !u64_attribute(req->attr))
-		r = CUDA_ERROR_INVALID_VALUE;
-	if (r == CUDA_SUCCESS && !rm_drv.cuMemPoolSetAttribute)
-		r = rm_unsupported_by_driver("cuMemPoolSetAttribute");
-	if (r == CUDA_SUCCESS && int_attribute(req->attr)) {
-		int v = (int)(int64_t)req->value;
-		r = rm_drv.cuMemPoolSetAttribute(pool, (CUmemPool_attribute)req->attr, &v);
-	} else if (r == CUDA_SUCCESS) {
-		cuuint64_t v = req->value;
-		/* Cached memory is not charged: a client keeps at most its limit of it. */
-		uint64_t limit = rm_session_client_limit(s);
-		if (req->attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD && limit && v > limit)
+	cuuint64_t v;
+	uint64_t limit = rm_session_client_limit(s);
+	if (attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD && limit) {
+		memcpy(&v, value, sizeof(v));
+		if (v > limit) {
 			v = limit;
-		r = rm_drv.cuMemPoolSetAttribute(pool, (CUmemPool_attribute)req->attr, &v);
+			value = &v;
+		}
 	}
-	rm_request_finish(s, rq, r, NULL);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
-}
-
-void rm_handle_cuMemPoolGetAttribute(struct rm_session *s, struct rm_request *rq)
-{
-	Remora__MemPoolAttribute *req = (void *)rm_request_unpack(rq, &remora__mem_pool_attribute__descriptor);
-	if (!req)
-		return;
-	Remora__MemPoolAttributeReply rep = REMORA__MEM_POOL_ATTRIBUTE_REPLY__INIT;
-	CUmemoryPool pool = NULL;
-	CUresult r = rm_session_use(s, RM_H_MEMPOOL, req->pool, (void **)&pool);
-	if (r == CUDA_SUCCESS && !int_attribute(req->attr) && !u64_attribute(req->attr))
-		r = CUDA_ERROR_INVALID_VALUE;
-	if (r == CUDA_SUCCESS && !rm_drv.cuMemPoolGetAttribute)
-		r = rm_unsupported_by_driver("cuMemPoolGetAttribute");
-	if (r == CUDA_SUCCESS && int_attribute(req->attr)) {
-		int v = 0;
-		r = rm_drv.cuMemPoolGetAttribute(pool, (CUmemPool_attribute)req->attr, &v);
-		rep.value = (uint64_t)(int64_t)v;
-	} else if (r == CUDA_SUCCESS) {
-		cuuint64_t v = 0;
-		r = rm_drv.cuMemPoolGetAttribute(pool, (CUmemPool_attribute)req->attr, &v);
-		rep.value = v;
-	}
-	rm_request_finish(s, rq, r, &rep.base);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return rm_drv_cuMemPoolSetAttribute(pool, attr, value);
 }

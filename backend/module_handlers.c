@@ -40,12 +40,9 @@ static CUresult hold_image_memory(struct rm_session *s, uint64_t n)
 }
 
 /* Reads an image sent as bulk and loads it as a module or a library owned by the session. */
-static void load_image(struct rm_session *s, struct rm_request *rq, enum rm_handle_kind kind)
+static CUresult load_image(struct rm_session *s, struct rm_request *rq, Remora__ModuleLoadReply *rep,
+			   enum rm_handle_kind kind)
 {
-	Remora__ModuleLoad *req = (void *)rm_request_unpack(rq, &remora__module_load__descriptor);
-	if (!req)
-		return;
-	Remora__ModuleLoadReply rep = REMORA__MODULE_LOAD_REPLY__INIT;
 	uint64_t n = rq->frame.bulk_len;
 	/* A module belongs to the current context; a library to none. */
 	CUresult r = s->cur || kind == RM_H_LIBRARY ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
@@ -61,8 +58,10 @@ static void load_image(struct rm_session *s, struct rm_request *rq, enum rm_hand
 	if (r == CUDA_SUCCESS && !(image = calloc(1, n + IMAGE_PAD)))
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 	if (r == CUDA_SUCCESS) {
-		if (rm_request_read_bulk(s, rq, image, n))
+		if (rm_request_read_bulk(s, rq, image, n)) {
+			r = CUDA_ERROR_UNKNOWN; /* the connection fails (rq->fatal) */
 			goto out;
+		}
 		if (!rm_image_contained(image, n)) {
 			rm_session_log(s, RM_LOG_WARN,
 			               "an image of %llu bytes whose headers reach past its end, "
@@ -79,21 +78,29 @@ static void load_image(struct rm_session *s, struct rm_request *rq, enum rm_hand
 		if (r == CUDA_SUCCESS && shared)
 			rm_session_log(s, RM_LOG_DEBUG, "%s of %llu bytes shared with other clients",
 			               kind == RM_H_MODULE ? "module" : "library", (unsigned long long)n);
-		rep.module = (uint64_t)(uintptr_t)h;
+		rep->module = (uint64_t)(uintptr_t)h;
 	}
-	rm_request_finish(s, rq, r, &rep.base);
 out:
 	free(image);
 	if (held) {
 		rm_host_account_give(&s->sh->host, n);
 		rm_session_uncharge(s, n);
 	}
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return r;
 }
 
-void rm_handle_cuModuleLoadData(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuModuleLoadData(struct rm_session *s, struct rm_request *rq, const Remora__ModuleLoad *req,
+				  Remora__ModuleLoadReply *rep)
 {
-	load_image(s, rq, RM_H_MODULE);
+	(void)req; /* the image kind is the driver's to find */
+	return load_image(s, rq, rep, RM_H_MODULE);
+}
+
+CUresult rm_body_cuLibraryLoadData(struct rm_session *s, struct rm_request *rq, const Remora__ModuleLoad *req,
+				   Remora__ModuleLoadReply *rep)
+{
+	(void)req;
+	return load_image(s, rq, rep, RM_H_LIBRARY);
 }
 
 /* Typed bodies of generated handlers (proto/api.spec, daemon_handlers.h): the handler
@@ -161,11 +168,8 @@ static CUresult launch_config(struct rm_session *s, struct rm_request *rq, const
 	return r;
 }
 
-static void launch(struct rm_session *s, struct rm_request *rq, int ex)
+static CUresult launch(struct rm_session *s, struct rm_request *rq, const Remora__LaunchKernel *req, int ex)
 {
-	Remora__LaunchKernel *req = (void *)rm_request_unpack(rq, &remora__launch_kernel__descriptor);
-	if (!req)
-		return;
 	void *func;
 	CUlaunchConfig cfg;
 	CUresult r = launch_config(s, rq, req, &cfg, &func);
@@ -178,8 +182,7 @@ static void launch(struct rm_session *s, struct rm_request *rq, int ex)
 		rm_call_part_end(RM_PART_KERNEL_TIMING, part);
 		part = rm_call_part_begin();
 		if (ex)
-			r = rm_drv.cuLaunchKernelEx ? rm_drv.cuLaunchKernelEx(&cfg, func, NULL, size ? extra : NULL)
-						    : rm_unsupported_by_driver("cuLaunchKernelEx");
+			r = rm_drv_cuLaunchKernelEx(&cfg, func, NULL, size ? extra : NULL);
 		else
 			r = rm_drv.cuLaunchKernel(func, cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX,
 						  cfg.blockDimY, cfg.blockDimZ, cfg.sharedMemBytes, cfg.hStream, NULL,
@@ -188,105 +191,84 @@ static void launch(struct rm_session *s, struct rm_request *rq, int ex)
 		if (r == CUDA_SUCCESS)
 			rm_kernel_watch_launched(s, cfg.hStream);
 	}
-	rm_request_finish(s, rq, r, NULL);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return r;
 }
 
-void rm_handle_cuLaunchKernel(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuLaunchKernel(struct rm_session *s, struct rm_request *rq, const Remora__LaunchKernel *req)
 {
-	launch(s, rq, 0);
+	return launch(s, rq, req, 0);
 }
 
-void rm_handle_cuLaunchKernelEx(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuLaunchKernelEx(struct rm_session *s, struct rm_request *rq, const Remora__LaunchKernel *req)
 {
-	launch(s, rq, 1);
+	return launch(s, rq, req, 1);
 }
 
-void rm_handle_cuOccupancyMaxActiveClusters(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuOccupancyMaxActiveClusters(struct rm_session *s, struct rm_request *rq, const Remora__LaunchKernel *req,
+					      Remora__OccupancyClustersReply *rep)
 {
-	Remora__LaunchKernel *req = (void *)rm_request_unpack(rq, &remora__launch_kernel__descriptor);
-	if (!req)
-		return;
-	Remora__OccupancyClustersReply rep = REMORA__OCCUPANCY_CLUSTERS_REPLY__INIT;
 	void *func;
 	CUlaunchConfig cfg;
 	CUresult r = launch_config(s, rq, req, &cfg, &func);
-	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuOccupancyMaxActiveClusters ? rm_drv.cuOccupancyMaxActiveClusters(&rep.clusters, func, &cfg)
-							: rm_unsupported_by_driver("cuOccupancyMaxActiveClusters");
-	rm_request_finish(s, rq, r, &rep.base);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return r == CUDA_SUCCESS ? rm_drv_cuOccupancyMaxActiveClusters(&rep->clusters, func, &cfg) : r;
 }
 
-void rm_handle_cuLibraryLoadData(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuFuncGetName(struct rm_session *s, struct rm_request *rq, const Remora__FuncGetName *req,
+			       Remora__FuncGetNameReply *rep)
 {
-	load_image(s, rq, RM_H_LIBRARY);
-}
-
-void rm_handle_cuFuncGetName(struct rm_session *s, struct rm_request *rq)
-{
-	Remora__FuncGetName *req = (void *)rm_request_unpack(rq, &remora__func_get_name__descriptor);
-	if (!req)
-		return;
-	Remora__FuncGetNameReply rep = REMORA__FUNC_GET_NAME_REPLY__INIT;
+	(void)rq;
 	void *func;
 	const char *name = NULL;
 	CUresult r = rm_session_use(s, RM_H_FUNCTION, req->func, &func);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuFuncGetName ? rm_drv.cuFuncGetName(&name, func) : rm_unsupported_by_driver("cuFuncGetName");
-	rep.name = (char *)(name ? name : "");
-	rm_request_finish(s, rq, r, &rep.base);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+		r = rm_drv_cuFuncGetName(&name, func);
+	rep->name = (char *)(name ? name : "");
+	return r;
 }
 
 /* rmFuncGetParamLayout: what the driver's cuFuncGetParamInfo answers for each parameter of
  * a function, up to the first index it answers CUDA_ERROR_INVALID_VALUE, in one reply. A
  * function of more than RM_MAX_KERNEL_PARAMS is answered too_many, its parameters unlisted. */
-void rm_handle_rmFuncGetParamLayout(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_rmFuncGetParamLayout(struct rm_session *s, struct rm_request *rq, const Remora__FuncGetParamLayout *req,
+				      Remora__FuncGetParamLayoutReply *rep)
 {
-	Remora__FuncGetParamLayout *req = (void *)rm_request_unpack(rq, &remora__func_get_param_layout__descriptor);
-	if (!req)
-		return;
-	Remora__FuncGetParamLayoutReply rep = REMORA__FUNC_GET_PARAM_LAYOUT_REPLY__INIT;
-	uint64_t offset[RM_MAX_KERNEL_PARAMS], size[RM_MAX_KERNEL_PARAMS];
 	void *func;
 	size_t n = 0;
+	uint64_t *layout = NULL; /* offsets, then sizes */
 	CUresult r = rm_session_use(s, RM_H_FUNCTION, req->func, &func);
-	if (r == CUDA_SUCCESS && !rm_drv.cuFuncGetParamInfo)
-		r = rm_unsupported_by_driver("cuFuncGetParamInfo");
+	if (r == CUDA_SUCCESS && !(layout = calloc(2 * RM_MAX_KERNEL_PARAMS, sizeof(*layout))))
+		r = CUDA_ERROR_OUT_OF_MEMORY;
 	while (r == CUDA_SUCCESS) {
 		size_t at = 0, len = 0;
-		CUresult q = rm_drv.cuFuncGetParamInfo(func, n, &at, &len);
+		CUresult q = rm_drv_cuFuncGetParamInfo(func, n, &at, &len);
 		if (q == CUDA_ERROR_INVALID_VALUE) /* past the last parameter */
 			break;
 		if (q != CUDA_SUCCESS) {
 			r = q;
 		} else if (n == RM_MAX_KERNEL_PARAMS) {
-			rep.too_many = 1;
+			rep->too_many = 1;
 			n = 0;
 			break;
 		} else {
-			offset[n] = at;
-			size[n++] = len;
+			layout[n] = at;
+			layout[RM_MAX_KERNEL_PARAMS + n++] = len;
 		}
 	}
 	if (r == CUDA_SUCCESS) {
-		rep.offset = offset;
-		rep.n_offset = n;
-		rep.size = size;
-		rep.n_size = n;
+		rep->offset = layout;
+		rep->n_offset = n;
+		rep->size = layout + RM_MAX_KERNEL_PARAMS;
+		rep->n_size = n;
 	}
-	rm_request_finish(s, rq, r, &rep.base);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	rq->reply_mem = layout; /* freed once the reply is sent */
+	return r;
 }
 
 /* The handles filled in become the client's, children of the module like cuModuleGetFunction's. */
 CUresult rm_body_cuModuleEnumerateFunctions(struct rm_session *s, CUfunction *functions, unsigned int numFunctions,
 					    CUmodule mod)
 {
-	if (!rm_drv.cuModuleEnumerateFunctions)
-		return rm_unsupported_by_driver("cuModuleEnumerateFunctions");
-	CUresult r = rm_drv.cuModuleEnumerateFunctions(functions, numFunctions, mod);
+	CUresult r = rm_drv_cuModuleEnumerateFunctions(functions, numFunctions, mod);
 	for (unsigned int i = 0; r == CUDA_SUCCESS && i < numFunctions; i++)
 		if (functions[i])
 			rm_session_own(s, RM_H_FUNCTION, functions[i], (uint64_t)(uintptr_t)mod);

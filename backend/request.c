@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "call_profile.h"
 #include "fault.h"
@@ -109,27 +110,38 @@ int rm_request_read_bulk(struct rm_session *s, struct rm_request *rq, void *buf,
 	return 0;
 }
 
-CUresult rm_unsupported_by_driver(const char *name)
-{
-	rm_log(RM_LOG_WARN, "the loaded driver lacks %s", name);
-	return CUDA_ERROR_NOT_SUPPORTED;
-}
+#define RM_LOGGED_NAMES 64
 
-CUresult rm_unsupported_use(const char *name)
+/* Whether name (a string constant) is new to logged, where it is then kept: the first
+ * RM_LOGGED_NAMES names are remembered, later ones are new every time. */
+static int first_time(const char *logged[RM_LOGGED_NAMES], const char *name)
 {
-	static const char *logged[32];
 	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 	int seen = 0;
 	pthread_mutex_lock(&lock);
-	for (size_t i = 0; i < sizeof(logged) / sizeof(logged[0]) && !seen; i++)
-		if (logged[i] == name)
+	for (size_t i = 0; i < RM_LOGGED_NAMES && !seen; i++)
+		if (logged[i] && !strcmp(logged[i], name))
 			seen = 1;
 		else if (!logged[i]) {
 			logged[i] = name;
 			break;
 		}
 	pthread_mutex_unlock(&lock);
-	if (!seen)
+	return !seen;
+}
+
+CUresult rm_unsupported_by_driver(const char *name)
+{
+	static const char *logged[RM_LOGGED_NAMES];
+	if (first_time(logged, name))
+		rm_log(RM_LOG_WARN, "the loaded driver lacks %s", name);
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+CUresult rm_unsupported_use(const char *name)
+{
+	static const char *logged[RM_LOGGED_NAMES];
+	if (first_time(logged, name))
 		rm_log(RM_LOG_WARN, "not supported: %s", name);
 	return CUDA_ERROR_NOT_SUPPORTED;
 }

@@ -116,6 +116,5 @@ CUresult rm_body_cuEventRecordWithFlags(struct rm_session *s, CUevent hEvent, CU
 	CUresult r = before_record(s, hEvent, hStream);
 	if (r != CUDA_SUCCESS)
 		return r;
-	return rm_drv.cuEventRecordWithFlags ? rm_drv.cuEventRecordWithFlags(hEvent, hStream, flags)
-					     : rm_unsupported_by_driver("cuEventRecordWithFlags");
+	return rm_drv_cuEventRecordWithFlags(hEvent, hStream, flags);
 }

@@ -47,8 +47,7 @@ CUresult rm_body_cuMemGetAllocationGranularity(struct rm_session *s, size_t *gra
 	CUmemAllocationProp p;
 	CUresult r = prop_in(s, prop, &p);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuMemGetAllocationGranularity ? rm_drv.cuMemGetAllocationGranularity(granularity, &p, option)
-							 : rm_unsupported_by_driver("cuMemGetAllocationGranularity");
+		r = rm_drv_cuMemGetAllocationGranularity(granularity, &p, option);
 	return r;
 }
 
@@ -59,11 +58,9 @@ CUresult rm_body_cuMemCreate(struct rm_session *s, CUmemGenericAllocationHandle 
 	CUresult r = prop_in(s, prop, &p);
 	if (r != CUDA_SUCCESS)
 		return r;
-	if (!rm_drv.cuMemCreate)
-		return rm_unsupported_by_driver("cuMemCreate");
 	if ((r = rm_session_charge(s, size)) != CUDA_SUCCESS)
 		return r;
-	r = rm_drv.cuMemCreate(handle, size, &p, flags);
+	r = rm_drv_cuMemCreate(handle, size, &p, flags);
 	if (r == CUDA_SUCCESS)
 		rm_session_own_memory(s, RM_H_PHYSICAL, *handle, size, 0);
 	else
@@ -108,7 +105,7 @@ CUresult rm_body_cuMemRelease(struct rm_session *s, CUmemGenericAllocationHandle
 	pthread_mutex_lock(&vmm_lock);
 	CUresult r = CUDA_ERROR_INVALID_VALUE;
 	if (physical(s, handle)) {
-		r = rm_drv.cuMemRelease ? rm_drv.cuMemRelease(handle) : rm_unsupported_by_driver("cuMemRelease");
+		r = rm_drv_cuMemRelease(handle);
 		if (r == CUDA_SUCCESS) {
 			rm_session_set_parent(s, RM_H_PHYSICAL, handle, 1); /* released: freed once unmapped */
 			settle(s, handle);
@@ -123,9 +120,7 @@ CUresult rm_body_cuMemGetAllocationPropertiesFromHandle(struct rm_session *s, CU
 {
 	if (!physical(s, handle))
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult r = rm_drv.cuMemGetAllocationPropertiesFromHandle
-			     ? rm_drv.cuMemGetAllocationPropertiesFromHandle(prop, handle)
-			     : rm_unsupported_by_driver("cuMemGetAllocationPropertiesFromHandle");
+	CUresult r = rm_drv_cuMemGetAllocationPropertiesFromHandle(prop, handle);
 	if (r == CUDA_SUCCESS && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
 		CUdevice ord;
 		r = rm_session_device_out(s, prop->location.id, &ord);
@@ -138,9 +133,7 @@ CUresult rm_body_cuMemGetAllocationPropertiesFromHandle(struct rm_session *s, CU
 CUresult rm_body_cuMemAddressReserve(struct rm_session *s, CUdeviceptr *ptr, size_t size, size_t alignment,
 				     CUdeviceptr addr, unsigned long long flags)
 {
-	if (!rm_drv.cuMemAddressReserve)
-		return rm_unsupported_by_driver("cuMemAddressReserve");
-	CUresult r = rm_drv.cuMemAddressReserve(ptr, size, alignment, addr, flags); /* addr is only a hint */
+	CUresult r = rm_drv_cuMemAddressReserve(ptr, size, alignment, addr, flags); /* addr is only a hint */
 	if (r == CUDA_SUCCESS)
 		rm_session_own_memory(s, RM_H_VA_RANGE, *ptr, size, 0);
 	return r;
@@ -191,7 +184,7 @@ CUresult rm_body_cuMemAddressFree(struct rm_session *s, CUdeviceptr ptr, size_t 
 	struct rm_handle h;
 	CUresult r = CUDA_ERROR_INVALID_VALUE;
 	if (rm_session_find(s, RM_H_VA_RANGE, ptr, &h) && h.size == size && !overlapping(s, ptr, size, 0)) {
-		r = rm_drv.cuMemAddressFree ? rm_drv.cuMemAddressFree(ptr, size) : rm_unsupported_by_driver("cuMemAddressFree");
+		r = rm_drv_cuMemAddressFree(ptr, size);
 		if (r == CUDA_SUCCESS)
 			rm_session_disown_value(s, RM_H_VA_RANGE, ptr);
 	}
@@ -206,7 +199,7 @@ CUresult rm_body_cuMemMap(struct rm_session *s, CUdeviceptr ptr, size_t size, si
 	pthread_mutex_lock(&vmm_lock);
 	CUresult r = CUDA_ERROR_INVALID_VALUE;
 	if (size && reservation(s, ptr, size) && physical(s, handle) && !overlapping(s, ptr, size, 0)) {
-		r = rm_drv.cuMemMap ? rm_drv.cuMemMap(ptr, size, offset, handle, flags) : rm_unsupported_by_driver("cuMemMap");
+		r = rm_drv_cuMemMap(ptr, size, offset, handle, flags);
 		if (r == CUDA_SUCCESS)
 			rm_session_own_memory(s, RM_H_MAPPING, ptr, size, handle);
 	}
@@ -242,7 +235,7 @@ CUresult rm_body_cuMemUnmap(struct rm_session *s, CUdeviceptr ptr, size_t size)
 	pthread_mutex_lock(&vmm_lock);
 	CUresult r = CUDA_ERROR_INVALID_VALUE;
 	if (size && reservation(s, ptr, size) && !overlapping(s, ptr, size, 1)) {
-		r = rm_drv.cuMemUnmap ? rm_drv.cuMemUnmap(ptr, size) : rm_unsupported_by_driver("cuMemUnmap");
+		r = rm_drv_cuMemUnmap(ptr, size);
 		struct inside x = {ptr, size, NULL, 0, 0};
 		if (r == CUDA_SUCCESS && rm_session_each(s, RM_H_MAPPING, collect_inside, &x))
 			rm_session_log(s, RM_LOG_ERROR, "out of memory forgetting unmapped ranges");
@@ -269,7 +262,7 @@ CUresult rm_body_cuMemSetAccess(struct rm_session *s, CUdeviceptr ptr, size_t si
 		if (r != CUDA_SUCCESS)
 			return r;
 	}
-	return rm_drv.cuMemSetAccess ? rm_drv.cuMemSetAccess(ptr, size, d, count) : rm_unsupported_by_driver("cuMemSetAccess");
+	return rm_drv_cuMemSetAccess(ptr, size, d, count);
 }
 
 CUresult rm_body_cuMemGetAccess(struct rm_session *s, unsigned long long *flags, const CUmemLocation *location,
@@ -278,6 +271,6 @@ CUresult rm_body_cuMemGetAccess(struct rm_session *s, unsigned long long *flags,
 	CUmemLocation loc = *location;
 	CUresult r = location_in(s, &loc);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuMemGetAccess ? rm_drv.cuMemGetAccess(flags, &loc, ptr) : rm_unsupported_by_driver("cuMemGetAccess");
+		r = rm_drv_cuMemGetAccess(flags, &loc, ptr);
 	return r;
 }

@@ -17,7 +17,6 @@
 #define RM_POINTER_ATTRIBUTE_SLOT 16       /* bytes of one attribute's value on the wire (the largest, P2P tokens) */
 #define RM_MANAGED_ALIGN (64u << 10)       /* a managed allocation is a whole number of these
 					    * (docs/managed-memory.md): the client maps it page by page */
-#define RM_MAX_RANGE_ATTRIBUTE 1024        /* bytes of one cuMemRangeGetAttribute answer */
 #define RM_MAX_GRAPH_DEPS 4096             /* node handles in one graph message (dependencies, nodes) */
 #define RM_MAX_KERNEL_PARAMS 512           /* parameters of one function's layout (rmFuncGetParamLayout) */
 
@@ -28,35 +27,11 @@ enum {
 	RM_F_PER_THREAD = 1u << 2, /* the call came through a _ptds/_ptsz entry point */
 };
 
-/* Reserved opcodes outside the generated ones (proto/api.spec starts at 1). */
+/* Reserved opcodes outside the generated ones (proto/reserved_ops.def says what each is). */
 enum {
-	RM_OP_HELLO = 0,
-	RM_OP_STATUS = 0x10000, /* first frame of an admin connection: remora.StatusReply (docs/pool.md) */
-	RM_OP_ATTACH = 0x10001, /* first frame of a copy link: remora.Attach (docs/protocol.md) */
-	RM_OP_HEARTBEAT = 0x10002, /* empty: a client idle on its connection, or a daemon busy
-				    * with the client's call, is alive (docs/protocol.md) */
-	RM_OP_FENCE = 0x10003,     /* async, remora.Fence: the next call of this channel waits
-				    * until another channel has finished a request (docs/protocol.md) */
-	RM_OP_GOING_AWAY = 0x10004, /* empty, from the daemon: it is stopping, and the connection
-				     * ends after this frame (docs/protocol.md) */
-	RM_OP_DEVICE_STATE = 0x10005, /* remora.DeviceState: what NVML tells of a GPU the client
-				       * sees (docs/operations.md, the NVML shim) */
-	/* Host functions (docs/protocol.md, "Host functions"), all empty: */
-	RM_OP_HOST_LISTEN = 0x10006, /* a channel becomes the session's callback channel;
-				      * answered by an empty reply frame */
-	RM_OP_HOST_CALL = 0x10007,   /* daemon to callback channel, flagged a reply: run host
-				      * function seq (the id its cuLaunchHostFunc gave), then answer */
-	RM_OP_HOST_DONE = 0x10008,   /* async, on the callback channel: host function seq returned */
-	RM_OP_HOST_NODE_CALL = 0x10009, /* as RM_OP_HOST_CALL, for a graph's host node: the client
-					 * keeps function seq, as the node runs at every launch */
-	/* Shared pinned memory (docs/hotpath.md), over a transport that passes descriptors: */
-	RM_OP_HOST_SHARE = 0x1000A,   /* remora.HostShare: the memfd passed just before this frame
-				       * is the client's pinned allocation addr; empty reply */
-	RM_OP_HOST_UNSHARE = 0x1000B, /* remora.HostShare (addr only): no longer shared; empty reply */
-	RM_OP_FAULT_NOTICE = 0x1000C, /* from the daemon, flagged a reply, just before a call's reply:
-				       * one line of text (at most RM_NOTICE_MAX bytes) saying why
-				       * the call fails: another client's fault broke the shared
-				       * context (docs/sharing.md, "Faults") */
+#define RM_RESERVED_OP(name, value, served_by, direction) name = value,
+#include "../proto/reserved_ops.def"
+#undef RM_RESERVED_OP
 };
 
 #define RM_NOTICE_MAX 512

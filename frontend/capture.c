@@ -159,37 +159,22 @@ RM_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamC
 			    dependencies_out, numDependencies_out);
 }
 
-static CUresult update_deps(uint32_t op, CUstream hStream, CUgraphNode *deps, size_t n, unsigned int flags)
-{
-	if ((n && !deps) || n > RM_MAX_GRAPH_DEPS)
-		return CUDA_ERROR_INVALID_VALUE;
-	Remora__CaptureDeps req = REMORA__CAPTURE_DEPS__INIT;
-	req.stream = (uint64_t)(uintptr_t)hStream;
-	req.flags = flags;
-	req.n_deps = n;
-	req.deps = n ? calloc(n, sizeof(*req.deps)) : NULL;
-	if (n && !req.deps)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	for (size_t i = 0; i < n; i++)
-		req.deps[i] = (uint64_t)(uintptr_t)deps[i];
-	CUresult r = rm_rpc_simple(op, &req.base, NULL, NULL);
-	free(req.deps);
-	return r;
-}
-
-RM_EXPORT CUresult CUDAAPI cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode *dependencies,
-							     size_t numDependencies, unsigned int flags)
-{
-	return update_deps(RM_OP_cuStreamUpdateCaptureDependencies, hStream, dependencies, numDependencies, flags);
-}
-
+/* Edge data is not supported: the daemon's part is generated (proto/api.spec). */
 RM_EXPORT CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dependencies,
 								const CUgraphEdgeData *dependencyData,
 								size_t numDependencies, unsigned int flags)
 {
 	if (dependencyData)
 		return rm_unsupported("cuStreamUpdateCaptureDependencies_v2 with edge data");
-	return update_deps(RM_OP_cuStreamUpdateCaptureDependencies_v2, hStream, dependencies, numDependencies, flags);
+	if ((numDependencies && !dependencies) || numDependencies > RM_MAX_GRAPH_DEPS)
+		return CUDA_ERROR_INVALID_VALUE;
+	Remora__CuStreamUpdateCaptureDependenciesV2Req req = REMORA__CU_STREAM_UPDATE_CAPTURE_DEPENDENCIES_V2__REQ__INIT;
+	req.hstream = (uint64_t)(uintptr_t)hStream;
+	req.dependencies.data = (uint8_t *)dependencies;
+	req.dependencies.len = numDependencies * sizeof(*dependencies);
+	req.numdependencies = numDependencies;
+	req.flags = flags;
+	return rm_rpc_simple(RM_OP_cuStreamUpdateCaptureDependencies_v2, &req.base, NULL, NULL);
 }
 
 RM_EXPORT CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)

@@ -310,28 +310,6 @@ RM_EXPORT CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUme
 	return cuMemAdvise(devPtr, count, advice, dev);
 }
 
-RM_EXPORT CUresult CUDAAPI cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem_range_attribute attribute,
-						  CUdeviceptr devPtr, size_t count)
-{
-	if (!data || !dataSize || dataSize > RM_MAX_RANGE_ATTRIBUTE)
-		return CUDA_ERROR_INVALID_VALUE;
-	Remora__RangeAttribute req = REMORA__RANGE_ATTRIBUTE__INIT;
-	req.attribute = attribute;
-	req.ptr = devPtr;
-	req.count = count;
-	req.size = (uint32_t)dataSize;
-	Remora__RangeAttributeReply *rep = NULL;
-	CUresult r = rm_rpc_simple(RM_OP_cuMemRangeGetAttribute, &req.base, &remora__range_attribute_reply__descriptor,
-				   (ProtobufCMessage **)&rep);
-	if (r == CUDA_SUCCESS && (!rep || rep->data.len != dataSize))
-		r = rm_rpc_bad_reply("cuMemRangeGetAttribute: the reply holds %zu bytes, not %zu", rep ? rep->data.len : 0,
-				     dataSize);
-	else if (r == CUDA_SUCCESS)
-		memcpy(data, rep->data.data, dataSize);
-	rm_rpc_free(rep ? &rep->base : NULL);
-	return r;
-}
-
 RM_EXPORT CUresult CUDAAPI cuMemRangeGetAttributes(void **data, size_t *dataSizes, CUmem_range_attribute *attributes,
 						   size_t numAttributes, CUdeviceptr devPtr, size_t count)
 {

@@ -3,6 +3,7 @@
  * host side lies in pinned memory shared with the daemon (docs/hotpath.md) carries only
  * where it is, and the daemon's driver copies it. */
 #include "client.h"
+#include "client_stubs.h"
 #include "copy_links.h"
 
 #include <errno.h>
@@ -312,12 +313,12 @@ CUresult rm_copy_from_device(void *dst, CUdeviceptr src, size_t n)
 	return copy_from_device(RM_OP_cuMemcpyDtoH_v2, dst, src, n, NULL);
 }
 
-/* A blocking copy is a synchronization point: mapped host memory is brought up to date after it. */
-RM_EXPORT CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+/* A blocking copy is a synchronization point (syncpoint): the generated entry point brings
+ * mapped host memory up to date after it. */
+CUresult rm_client_body_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
 	rm_managed_note_work();
-	CUresult r = copy_to_device(RM_OP_cuMemcpyHtoD_v2, dstDevice, srcHost, ByteCount, NULL);
-	return r == CUDA_SUCCESS ? rm_mapped_after_sync() : r;
+	return copy_to_device(RM_OP_cuMemcpyHtoD_v2, dstDevice, srcHost, ByteCount, NULL);
 }
 
 RM_EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
@@ -326,19 +327,16 @@ RM_EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const voi
 	return copy_to_device(RM_OP_cuMemcpyHtoDAsync_v2, dstDevice, srcHost, ByteCount, hStream);
 }
 
-RM_EXPORT CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+CUresult rm_client_body_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
 	CUresult r = rm_managed_push(NULL); /* what the host wrote in managed memory the copy reads */
-	if (r == CUDA_SUCCESS)
-		r = copy_from_device(RM_OP_cuMemcpyDtoH_v2, dstHost, srcDevice, ByteCount, NULL);
-	return r == CUDA_SUCCESS ? rm_mapped_after_sync() : r;
+	return r == CUDA_SUCCESS ? copy_from_device(RM_OP_cuMemcpyDtoH_v2, dstHost, srcDevice, ByteCount, NULL) : r;
 }
 
 /* The data must land in the program's memory, so this returns once it has:
  * stronger than CUDA promises, never weaker; into shared pinned memory it returns once
  * queued, as CUDA's does. */
-RM_EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
-						 CUstream hStream)
+CUresult rm_client_body_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
 	CUresult r = rm_managed_push(hStream);
 	return r == CUDA_SUCCESS ? copy_from_device(RM_OP_cuMemcpyDtoHAsync_v2, dstHost, srcDevice, ByteCount, hStream) : r;

@@ -1,41 +1,18 @@
 /* Pointer attributes: the client's own host allocations are answered here,
  * device pointers by the daemon, which checks that the client owns them. */
 #include "client.h"
+#include "client_stubs.h"
 
 #include <string.h>
 
+#include "api.pb-c.h"
 #include "remora.pb-c.h"
 
-/* Bytes the driver writes for an attribute, or 0 for one this library does not know. */
+/* Bytes the driver writes for an attribute, or 0 for one this library does not know
+ * (proto/api.spec: size CUpointer_attribute). */
 static size_t attribute_size(CUpointer_attribute a)
 {
-	switch (a) {
-	case CU_POINTER_ATTRIBUTE_CONTEXT:
-	case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-	case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-	case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-	case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-	case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
-	case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-	case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
-	case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
-	case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
-		return 8;
-	case CU_POINTER_ATTRIBUTE_P2P_TOKENS:
-		return sizeof(CUDA_POINTER_ATTRIBUTE_P2P_TOKENS);
-	case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-	case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
-	case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-	case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-	case CU_POINTER_ATTRIBUTE_MAPPED:
-	case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
-	case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
-	case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
-		return 4;
-	}
-	return 0;
+	return rm_size_of_CUpointer_attribute(a);
 }
 
 /* A host allocation or registration: what is known here about it. Attributes that do
@@ -87,13 +64,14 @@ RM_EXPORT CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute
 	struct rm_host_info h;
 	if (rm_host_alloc_info((void *)(uintptr_t)ptr, &h))
 		return host_attribute(data, attribute, ptr, &h);
-	Remora__PointerAttribute req = REMORA__POINTER_ATTRIBUTE__INIT;
+	Remora__CuPointerGetAttributeReq req = REMORA__CU_POINTER_GET_ATTRIBUTE__REQ__INIT;
+	req.data_len = n;
 	req.attribute = attribute;
 	req.ptr = ptr;
-	Remora__PointerAttributeReply *rep = NULL;
-	CUresult r = rm_rpc_simple(RM_OP_cuPointerGetAttribute, &req.base, &remora__pointer_attribute_reply__descriptor,
+	Remora__CuPointerGetAttributeRep *rep = NULL;
+	CUresult r = rm_rpc_simple(RM_OP_cuPointerGetAttribute, &req.base, &remora__cu_pointer_get_attribute__rep__descriptor,
 				   (ProtobufCMessage **)&rep);
-	if (r == CUDA_SUCCESS && rep && rep->data.len < n) /* the daemon sends 16 bytes; the attribute has n */
+	if (r == CUDA_SUCCESS && rep && rep->data.len != n)
 		r = rm_rpc_bad_reply("cuPointerGetAttribute: %zu bytes for a %zu-byte attribute", rep->data.len, n);
 	else if (r == CUDA_SUCCESS && rep)
 		memcpy(data, rep->data.data, n);

@@ -144,8 +144,7 @@ static CUresult share(struct rm_session *s, const Remora__HostShare *m)
 	if (grown)
 		sh->shared = grown;
 	if (r == CUDA_SUCCESS) {
-		r = rm_drv.cuMemHostRegister_v2 ? rm_drv.cuMemHostRegister_v2(map, map_len, CU_MEMHOSTREGISTER_PORTABLE)
-						: rm_unsupported_by_driver("cuMemHostRegister_v2");
+		r = rm_drv_cuMemHostRegister_v2(map, map_len, CU_MEMHOSTREGISTER_PORTABLE);
 		if (r != CUDA_SUCCESS)
 			rm_session_log(s, RM_LOG_WARN,
 			               "pinned region 0x%llx (%llu bytes) not shared: the driver "

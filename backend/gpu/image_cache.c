@@ -43,16 +43,14 @@ static CUresult driver_load(enum rm_handle_kind kind, const uint8_t *image, void
 {
 	if (kind == RM_H_MODULE)
 		return rm_drv.cuModuleLoadData((CUmodule *)out, image);
-	if (!rm_drv.cuLibraryLoadData)
-		return rm_unsupported_by_driver("cuLibraryLoadData");
-	return rm_drv.cuLibraryLoadData((CUlibrary *)out, image, NULL, NULL, 0, NULL, NULL, 0);
+	return rm_drv_cuLibraryLoadData((CUlibrary *)out, image, NULL, NULL, 0, NULL, NULL, 0);
 }
 
 static CUresult driver_unload(enum rm_handle_kind kind, void *h)
 {
 	if (kind == RM_H_MODULE)
 		return rm_drv.cuModuleUnload(h);
-	return rm_drv.cuLibraryUnload ? rm_drv.cuLibraryUnload(h) : rm_unsupported_by_driver("cuLibraryUnload");
+	return rm_drv_cuLibraryUnload(h);
 }
 
 /* Unloads the longest-idle image once more than MAX_IDLE are idle; called with the lock held. */

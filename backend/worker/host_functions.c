@@ -243,11 +243,8 @@ CUresult rm_hostfn_node(struct rm_hostfn_hub *hub, uint64_t id, CUDA_HOST_NODE_P
 	return r;
 }
 
-void rm_handle_cuLaunchHostFunc(struct rm_session *s, struct rm_request *rq)
+CUresult rm_body_cuLaunchHostFunc(struct rm_session *s, struct rm_request *rq, const Remora__HostFunc *req)
 {
-	Remora__HostFunc *req = (void *)rm_request_unpack(rq, &remora__host_func__descriptor);
-	if (!req)
-		return;
 	struct rm_hostfn_hub *hub = s->sh->hostfn;
 	CUstream st = NULL;
 	CUresult r = CUDA_SUCCESS;
@@ -261,8 +258,6 @@ void rm_handle_cuLaunchHostFunc(struct rm_session *s, struct rm_request *rq)
 	}
 	if (r == CUDA_SUCCESS)
 		r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &st);
-	if (r == CUDA_SUCCESS && !rm_drv.cuLaunchHostFunc)
-		r = rm_unsupported_by_driver("cuLaunchHostFunc");
 	/* Captured, it becomes a host node: a kept call, run at every launch of the graph. */
 	int captured = r == CUDA_SUCCESS && s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) &&
 		       rm_capture_active(st);
@@ -270,7 +265,7 @@ void rm_handle_cuLaunchHostFunc(struct rm_session *s, struct rm_request *rq)
 		CUDA_HOST_NODE_PARAMS node;
 		r = rm_hostfn_node(hub, req->id, &node);
 		if (r == CUDA_SUCCESS)
-			r = rm_drv.cuLaunchHostFunc(st, node.fn, node.userData);
+			r = rm_drv_cuLaunchHostFunc(st, node.fn, node.userData);
 	}
 	struct call *c = r == CUDA_SUCCESS && !captured ? calloc(1, sizeof(*c)) : NULL;
 	if (r == CUDA_SUCCESS && !captured && !c)
@@ -281,12 +276,11 @@ void rm_handle_cuLaunchHostFunc(struct rm_session *s, struct rm_request *rq)
 		pthread_mutex_lock(&hub->lock);
 		hub->refs++;
 		pthread_mutex_unlock(&hub->lock);
-		if ((r = rm_drv.cuLaunchHostFunc(st, run_call, c)) != CUDA_SUCCESS) {
+		if ((r = rm_drv_cuLaunchHostFunc(st, run_call, c)) != CUDA_SUCCESS) {
 			free(c);
 			pthread_mutex_lock(&hub->lock);
 			hub_unref_locked(hub);
 		}
 	}
-	rm_request_finish(s, rq, r, NULL);
-	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return r;
 }

@@ -70,15 +70,6 @@ static void account(struct rm_session *s, const struct rm_request *rq)
 		rm_kernel_timing_collect(s);
 }
 
-/* Whether a call's handler moves bulk bytes, over the connection and perhaps the copy
- * links: it runs even when the call is to fail, so that the bytes are drained or the
- * links told (memory_handlers.c fails it with the worker's fault error). */
-static int moves_bulk(rm_op_handler h)
-{
-	return h == rm_handle_cuMemcpyHtoD_v2 || h == rm_handle_cuMemcpyHtoDAsync_v2 || h == rm_handle_cuMemcpyDtoH_v2 ||
-	       h == rm_handle_cuMemcpyDtoHAsync_v2;
-}
-
 void rm_serve(struct rm_session *s)
 {
 	struct rm_request rq;
@@ -108,7 +99,7 @@ void rm_serve(struct rm_session *s)
 		}
 		/* Heartbeats, fences and host functions' answers are one-way: a client marks them
 		 * async, and one that does not would wait for a reply that never comes. */
-		int one_way = rq.frame.op == RM_OP_HEARTBEAT || rq.frame.op == RM_OP_FENCE || rq.frame.op == RM_OP_HOST_DONE;
+		int one_way = rm_op_one_way(rq.frame.op);
 		if (one_way && !(rq.frame.flags & RM_F_ASYNC)) {
 			rm_session_log(s, RM_LOG_WARN, "one-way opcode %u without the async flag; closing",
 			               rq.frame.op);
@@ -145,10 +136,7 @@ void rm_serve(struct rm_session *s)
 			continue;
 		}
 		/* The generated calls' handlers, and the reserved opcodes a session may call. */
-		rm_op_handler handler = rq.frame.op < RM_OP_LIMIT ? rm_op_handlers[rq.frame.op]
-				      : rq.frame.op == RM_OP_DEVICE_STATE ? rm_handle_device_state
-				      : rq.frame.op == RM_OP_HOST_SHARE ? rm_handle_host_share
-				      : rq.frame.op == RM_OP_HOST_UNSHARE ? rm_handle_host_unshare : NULL;
+		rm_op_handler handler = rm_op_handler_of(rq.frame.op);
 		if (rq.frame.op == RM_OP_HELLO || !handler || (rq.frame.flags & RM_F_REPLY)) {
 			rm_session_log(s, RM_LOG_WARN, "unknown opcode %u; closing", rq.frame.op);
 			break;
@@ -172,7 +160,9 @@ void rm_serve(struct rm_session *s)
 			rm_kernel_timing_close(s, RM_SPAN_EARLY_CLOSE_NS);
 		rm_liveness_call_begin(s);
 		CUresult r = rm_session_enter(s, rq.frame.ctx);
-		if (r == CUDA_SUCCESS && !moves_bulk(handler))
+		/* A striped call's handler runs even when the call is to fail, so that its bytes are
+		 * drained or the copy links told (memory_handlers.c fails it with the fault's error). */
+		if (r == CUDA_SUCCESS && !(rq.frame.op < RM_OP_LIMIT && (rm_op_flags[rq.frame.op] & RM_OPF_STRIPED)))
 			r = rm_fault_error(); /* a faulted worker answers every call with its error */
 		rm_call_part_end(RM_PART_BEFORE_HANDLER, call_ns);
 		if (r != CUDA_SUCCESS)

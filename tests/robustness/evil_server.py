@@ -135,7 +135,7 @@ HAND_REQUESTS = {"cuMemcpyDtoH_v2": "MemcpyDtoH", "cuMemcpyDtoHAsync_v2": "Memcp
                  "cuMemcpyHtoD_v2": "MemcpyHtoD", "cuMemcpyHtoDAsync_v2": "MemcpyHtoD",
                  "cuModuleLoadData": "ModuleLoad", "cuLibraryLoadData": "ModuleLoad",
                  "cuLaunchKernel": "LaunchKernel", "cuFuncGetName": "FuncGetName",
-                 "cuPointerGetAttribute": "PointerAttribute", "rmFuncGetParamLayout": "FuncGetParamLayout"}
+                 "rmFuncGetParamLayout": "FuncGetParamLayout"}
 
 
 def plausible(name, req):
@@ -169,7 +169,7 @@ def plausible(name, req):
     if name in ("cuMemcpyDtoH_v2", "cuMemcpyDtoHAsync_v2"):
         return Reply(bulk=bytes(req.get("count", 0)))
     if name == "cuPointerGetAttribute":
-        return Reply(encode("PointerAttributeReply", data=struct.pack("<QQ", 2, 0)))
+        return rep(data=struct.pack("<QQ", 2, 0)[:req.get("data_len", 0)])
     if name == "cuFuncGetName":
         return Reply(encode("FuncGetNameReply", name="evilKernel"))
     return Reply()
@@ -319,7 +319,7 @@ PROGRAM_SCENARIOS = {
     "dtoh-missing": (dtoh_bulk(lambda n: b""), [probe, "work", "0"], "receive bulk"),
     "wrong-seq": (lambda name, req: Reply(encode("cuMemGetInfo_v2_Rep", free=1, total=2), seq_delta=1)
                   if name == "cuMemGetInfo_v2" else None, [probe, "free"], "reply out of order"),
-    "pointer-short": (lambda name, req: Reply(encode("PointerAttributeReply", data=b"\x02\x00"))
+    "pointer-short": (lambda name, req: Reply(encode("cuPointerGetAttribute_Rep", data=b"\x02\x00"))
                       if name == "cuPointerGetAttribute" else None, [probe, "pointers"], "cuPointerGetAttribute"),
 }
 

@@ -3,7 +3,7 @@
 tests/data/gen: what it writes must equal the files of tests/data/gen/expected, and it
 must refuse each file of tests/data/gen/reject with the message that file's first line
 gives after 'expect:' (SPEC standing for the file's path). A reject/*.spec is read as the
-spec, a reject/*.h as the handle kinds.
+spec, a reject/*.def as the handle kinds.
 
   test_gen_api.py GEN_API DATA_DIR            check
   test_gen_api.py GEN_API DATA_DIR --update   rewrite DATA_DIR/expected (then review the diff)
@@ -16,7 +16,8 @@ import tempfile
 
 def generate(gen_api, data, outdir, spec=None, kinds=None):
     cmd = [sys.executable, gen_api, "--cuda-root", data, "--spec", spec or os.path.join(data, "api.spec"),
-           "--handle-kinds", kinds or os.path.join(data, "session.h"),
+           "--handle-kinds", kinds or os.path.join(data, "handle_kinds.def"),
+           "--reserved-ops", os.path.join(data, "reserved_ops.def"),
            "--exports", os.path.join(data, "exports.txt"), "--outdir", outdir]
     return subprocess.run(cmd, capture_output=True, text=True)
 
@@ -60,7 +61,7 @@ def main():
         if "expect:" not in first:
             failures.append(f"reject/{name}: its first line gives no 'expect:' message")
             continue
-        msg = first.split("expect:", 1)[1].strip().replace("SPEC", path)
+        msg = first.split("expect:", 1)[1].strip().removesuffix("*/").strip().replace("SPEC", path)
         with tempfile.TemporaryDirectory() as out:
             p = generate(gen_api, data, out, **({"spec": path} if name.endswith(".spec") else {"kinds": path}))
         if p.returncode == 0:

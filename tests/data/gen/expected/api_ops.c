@@ -6,7 +6,7 @@ const uint32_t rm_op_flags[RM_OP_LIMIT] = {
 	[RM_OP_cuCtxSynchronize] = RM_OPF_SYNCPOINT,
 	[RM_OP_cuCtxSynchronize_v2] = RM_OPF_SYNCPOINT,
 	[RM_OP_cuMemsetD32Async] = RM_OPF_ASYNC,
-	[RM_OP_cuMemcpyHtoD] = RM_OPF_SYNCPOINT,
+	[RM_OP_cuMemcpyHtoD] = RM_OPF_SYNCPOINT | RM_OPF_STRIPED,
 	[RM_OP_cuStreamSynchronize] = RM_OPF_SYNCPOINT,
 	[RM_OP_cuEventRecord] = RM_OPF_ASYNC,
 	[RM_OP_cuEventElapsedTime] = RM_OPF_SYNCPOINT,
@@ -42,4 +42,7 @@ const char *const rm_op_names[RM_OP_LIMIT] = {
 	[RM_OP_cuStreamSynchronize] = "cuStreamSynchronize",
 	[RM_OP_cuEventRecord] = "cuEventRecord",
 	[RM_OP_cuEventElapsedTime] = "cuEventElapsedTime",
+	[RM_OP_cuCtxGetLimitValue] = "cuCtxGetLimitValue",
+	[RM_OP_cuCtxSetLimitValue] = "cuCtxSetLimitValue",
+	[RM_OP_cuStreamWaitStreams] = "cuStreamWaitStreams",
 };

@@ -35,13 +35,17 @@ enum rm_op {
 	RM_OP_cuStreamSynchronize = 26,
 	RM_OP_cuEventRecord = 27,
 	RM_OP_cuEventElapsedTime = 28,
+	RM_OP_cuCtxGetLimitValue = 29,
+	RM_OP_cuCtxSetLimitValue = 30,
+	RM_OP_cuStreamWaitStreams = 31,
 };
 
-#define RM_OP_LIMIT 29
+#define RM_OP_LIMIT 32
 
 /* Per-op flags: RM_OPF_ASYNC for calls sent without waiting for a reply (it is the frame
- * flag RM_F_ASYNC), RM_OPF_SYNCPOINT for calls whose reply reports earlier async errors. */
-enum { RM_OPF_ASYNC = RM_F_ASYNC, RM_OPF_SYNCPOINT = 1u << 8 };
+ * flag RM_F_ASYNC), RM_OPF_SYNCPOINT for calls whose reply reports earlier async errors,
+ * RM_OPF_STRIPED for calls whose bulk may travel over the session's copy links too. */
+enum { RM_OPF_ASYNC = RM_F_ASYNC, RM_OPF_SYNCPOINT = 1u << 8, RM_OPF_STRIPED = 1u << 9 };
 extern const uint32_t rm_op_flags[RM_OP_LIMIT];
 extern const char *const rm_op_names[RM_OP_LIMIT];
 

@@ -225,6 +225,48 @@ static CUresult call_cuEventElapsedTime(void)
 	return r;
 }
 
+static CUresult call_cuCtxGetLimitValue(void)
+{
+	CUlimit limit = (CUlimit)0;
+	void *value;
+	void *value_mem = calloc(64 ? 64 : 1, 1);
+	if (!value_mem)
+		abort();
+	value = value_mem;
+	CUresult r = cuCtxGetLimitValue(limit, value);
+	free(value_mem);
+	return r;
+}
+
+static CUresult call_cuCtxSetLimitValue(void)
+{
+	CUlimit limit = (CUlimit)0;
+	void *value;
+	void *value_mem = calloc(64 ? 64 : 1, 1);
+	if (!value_mem)
+		abort();
+	value = value_mem;
+	CUresult r = cuCtxSetLimitValue(limit, value);
+	free(value_mem);
+	return r;
+}
+
+static CUresult call_cuStreamWaitStreams(void)
+{
+	CUstream hStream = (CUstream)(uintptr_t)0x1000;
+	CUstream *others;
+	size_t count = (size_t)4;
+	CUuuid tag;
+	memset(&tag, 0, sizeof(tag));
+	void *others_mem = calloc((size_t)(count) ? (size_t)(count) : 1, sizeof(CUstream));
+	if (!others_mem)
+		abort();
+	others = others_mem;
+	CUresult r = cuStreamWaitStreams(hStream, others, count, &tag);
+	free(others_mem);
+	return r;
+}
+
 CUresult (*const rm_fuzz_calls[])(void) = {
 	call_cuInit,
 	call_cuDeviceGet,
@@ -251,6 +293,9 @@ CUresult (*const rm_fuzz_calls[])(void) = {
 	call_cuStreamSynchronize,
 	call_cuEventRecord,
 	call_cuEventElapsedTime,
+	call_cuCtxGetLimitValue,
+	call_cuCtxSetLimitValue,
+	call_cuStreamWaitStreams,
 };
 const char *const rm_fuzz_call_names[] = {
 	"cuInit",
@@ -278,5 +323,8 @@ const char *const rm_fuzz_call_names[] = {
 	"cuStreamSynchronize",
 	"cuEventRecord",
 	"cuEventElapsedTime",
+	"cuCtxGetLimitValue",
+	"cuCtxSetLimitValue",
+	"cuStreamWaitStreams",
 };
-const unsigned int rm_fuzz_ncalls = 25;
+const unsigned int rm_fuzz_ncalls = 28;

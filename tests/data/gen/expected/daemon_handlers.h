@@ -3,9 +3,21 @@
 #define REMORA_DAEMON_HANDLERS_H
 
 #include <cuda.h>
+#include <stddef.h>
 
 struct rm_session;
 struct rm_request;
+
+/* Bytes of the value of attribute a (proto/api.spec: size), 0 for one not listed. */
+static inline size_t rm_size_of_CUlimit(int a)
+{
+	switch (a) {
+	case CU_LIMIT_STACK_SIZE:
+		return sizeof(size_t);
+	default:
+		return 0;
+	}
+}
 
 /* Typed bodies (proto/api.spec: body): the daemon's part of a call that is more than a
  * driver call. The generated handler has checked every parameter: handles are the
@@ -26,8 +38,18 @@ CUresult rm_body_cuModuleUnload(struct rm_session *s, CUmodule hmod);
 CUresult rm_body_cuModuleGetGlobal(struct rm_session *s, CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
 CUresult rm_body_cuEventRecord(struct rm_session *s, CUevent hEvent, CUstream hStream);
 
-/* Handlers of hand calls: each unpacks, checks, replies and frees itself. */
-void rm_handle_cuMemcpyHtoD(struct rm_session *s, struct rm_request *rq);
-void rm_handle_cuModuleLoadData(struct rm_session *s, struct rm_request *rq);
+/* Typed bodies of hand calls with messages of proto/remora.proto (msg=REQ[,REP]): the
+ * generated handler has unpacked the request; the body checks and translates what it
+ * names, does the call and fills rep. Its result is the reply's, unless it replied
+ * itself (bulk) or made the request fatal; memory rep points into goes in rq->reply_mem,
+ * freed once the reply is sent. */
+struct Remora__MemcpyHtoD;
+struct Remora__ModuleLoad;
+struct Remora__ModuleLoadReply;
+CUresult rm_body_cuMemcpyHtoD(struct rm_session *s, struct rm_request *rq, const struct Remora__MemcpyHtoD *req);
+CUresult rm_body_cuModuleLoadData(struct rm_session *s, struct rm_request *rq, const struct Remora__ModuleLoad *req, struct Remora__ModuleLoadReply *rep);
+
+/* Handlers of reserved opcodes (proto/reserved_ops.def). */
+void rm_handle_device_state(struct rm_session *s, struct rm_request *rq);
 
 #endif

@@ -9,7 +9,11 @@ int rm_driver_table_load(void *lib)
 	int found = 0;
 	if ((*(void **)&rm_drv.cuCtxGetDevice = dlsym(lib, "cuCtxGetDevice")))
 		found++;
+	if ((*(void **)&rm_drv.cuCtxGetLimitValue = dlsym(lib, "cuCtxGetLimitValue")))
+		found++;
 	if ((*(void **)&rm_drv.cuCtxSetLimit = dlsym(lib, "cuCtxSetLimit")))
+		found++;
+	if ((*(void **)&rm_drv.cuCtxSetLimitValue = dlsym(lib, "cuCtxSetLimitValue")))
 		found++;
 	if ((*(void **)&rm_drv.cuCtxSynchronize = dlsym(lib, "cuCtxSynchronize")))
 		found++;
@@ -68,6 +72,8 @@ int rm_driver_table_load(void *lib)
 	if ((*(void **)&rm_drv.cuStreamDestroy = dlsym(lib, "cuStreamDestroy")))
 		found++;
 	if ((*(void **)&rm_drv.cuStreamSynchronize = dlsym(lib, "cuStreamSynchronize")))
+		found++;
+	if ((*(void **)&rm_drv.cuStreamWaitStreams = dlsym(lib, "cuStreamWaitStreams")))
 		found++;
 	return found;
 }

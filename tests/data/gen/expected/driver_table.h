@@ -7,7 +7,9 @@
 
 struct rm_driver {
 	CUresult (CUDAAPI *cuCtxGetDevice)(CUdevice *device);
+	CUresult (CUDAAPI *cuCtxGetLimitValue)(CUlimit limit, void *value);
 	CUresult (CUDAAPI *cuCtxSetLimit)(CUlimit limit, size_t value);
+	CUresult (CUDAAPI *cuCtxSetLimitValue)(CUlimit limit, void *value);
 	CUresult (CUDAAPI *cuCtxSynchronize)(void);
 	CUresult (CUDAAPI *cuCtxSynchronize_v2)(CUcontext ctx);
 	CUresult (CUDAAPI *cuDeviceCheckUuid)(const CUuuid *uuid, CUdevice dev);
@@ -37,11 +39,154 @@ struct rm_driver {
 	CUresult (CUDAAPI *cuStreamCreate)(CUstream *phStream, unsigned int Flags);
 	CUresult (CUDAAPI *cuStreamDestroy)(CUstream hStream);
 	CUresult (CUDAAPI *cuStreamSynchronize)(CUstream hStream);
+	CUresult (CUDAAPI *cuStreamWaitStreams)(CUstream hStream, CUstream *others, size_t count, const CUuuid *tag);
 };
 
 extern struct rm_driver rm_drv;
 
 /* Fills rm_drv from the library handle lib; a function it lacks stays NULL. Returns how many were found. */
 int rm_driver_table_load(void *lib);
+
+/* What rm_drv_NAME returns where the loaded driver lacks NAME: CUDA_ERROR_NOT_SUPPORTED,
+ * logged once per name (backend/request.c). */
+CUresult rm_unsupported_by_driver(const char *name);
+
+/* rm_drv_NAME: the loaded driver's NAME, or rm_unsupported_by_driver where it lacks it. */
+static inline CUresult rm_drv_cuCtxGetDevice(CUdevice *device)
+{
+	return rm_drv.cuCtxGetDevice ? rm_drv.cuCtxGetDevice(device) : rm_unsupported_by_driver("cuCtxGetDevice");
+}
+static inline CUresult rm_drv_cuCtxGetLimitValue(CUlimit limit, void *value)
+{
+	return rm_drv.cuCtxGetLimitValue ? rm_drv.cuCtxGetLimitValue(limit, value) : rm_unsupported_by_driver("cuCtxGetLimitValue");
+}
+static inline CUresult rm_drv_cuCtxSetLimit(CUlimit limit, size_t value)
+{
+	return rm_drv.cuCtxSetLimit ? rm_drv.cuCtxSetLimit(limit, value) : rm_unsupported_by_driver("cuCtxSetLimit");
+}
+static inline CUresult rm_drv_cuCtxSetLimitValue(CUlimit limit, void *value)
+{
+	return rm_drv.cuCtxSetLimitValue ? rm_drv.cuCtxSetLimitValue(limit, value) : rm_unsupported_by_driver("cuCtxSetLimitValue");
+}
+static inline CUresult rm_drv_cuCtxSynchronize(void)
+{
+	return rm_drv.cuCtxSynchronize ? rm_drv.cuCtxSynchronize() : rm_unsupported_by_driver("cuCtxSynchronize");
+}
+static inline CUresult rm_drv_cuCtxSynchronize_v2(CUcontext ctx)
+{
+	return rm_drv.cuCtxSynchronize_v2 ? rm_drv.cuCtxSynchronize_v2(ctx) : rm_unsupported_by_driver("cuCtxSynchronize_v2");
+}
+static inline CUresult rm_drv_cuDeviceCheckUuid(const CUuuid *uuid, CUdevice dev)
+{
+	return rm_drv.cuDeviceCheckUuid ? rm_drv.cuDeviceCheckUuid(uuid, dev) : rm_unsupported_by_driver("cuDeviceCheckUuid");
+}
+static inline CUresult rm_drv_cuDeviceGet(CUdevice *device, int ordinal)
+{
+	return rm_drv.cuDeviceGet ? rm_drv.cuDeviceGet(device, ordinal) : rm_unsupported_by_driver("cuDeviceGet");
+}
+static inline CUresult rm_drv_cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+	return rm_drv.cuDeviceGetName ? rm_drv.cuDeviceGetName(name, len, dev) : rm_unsupported_by_driver("cuDeviceGetName");
+}
+static inline CUresult rm_drv_cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+	return rm_drv.cuDeviceGetUuid ? rm_drv.cuDeviceGetUuid(uuid, dev) : rm_unsupported_by_driver("cuDeviceGetUuid");
+}
+static inline CUresult rm_drv_cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+	return rm_drv.cuDevicePrimaryCtxRelease ? rm_drv.cuDevicePrimaryCtxRelease(dev) : rm_unsupported_by_driver("cuDevicePrimaryCtxRelease");
+}
+static inline CUresult rm_drv_cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	return rm_drv.cuDevicePrimaryCtxRelease_v2 ? rm_drv.cuDevicePrimaryCtxRelease_v2(dev) : rm_unsupported_by_driver("cuDevicePrimaryCtxRelease_v2");
+}
+static inline CUresult rm_drv_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	return rm_drv.cuDevicePrimaryCtxRetain ? rm_drv.cuDevicePrimaryCtxRetain(pctx, dev) : rm_unsupported_by_driver("cuDevicePrimaryCtxRetain");
+}
+static inline CUresult rm_drv_cuDriverGetVersion(int *driverVersion)
+{
+	return rm_drv.cuDriverGetVersion ? rm_drv.cuDriverGetVersion(driverVersion) : rm_unsupported_by_driver("cuDriverGetVersion");
+}
+static inline CUresult rm_drv_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
+{
+	return rm_drv.cuEventElapsedTime ? rm_drv.cuEventElapsedTime(pMilliseconds, hStart, hEnd) : rm_unsupported_by_driver("cuEventElapsedTime");
+}
+static inline CUresult rm_drv_cuEventRecord(CUevent hEvent, CUstream hStream)
+{
+	return rm_drv.cuEventRecord ? rm_drv.cuEventRecord(hEvent, hStream) : rm_unsupported_by_driver("cuEventRecord");
+}
+static inline CUresult rm_drv_cuFuncSetArgs(CUfunction hfunc, const int *args, unsigned int count)
+{
+	return rm_drv.cuFuncSetArgs ? rm_drv.cuFuncSetArgs(hfunc, args, count) : rm_unsupported_by_driver("cuFuncSetArgs");
+}
+static inline CUresult rm_drv_cuGraphDestroy(CUgraph hGraph)
+{
+	return rm_drv.cuGraphDestroy ? rm_drv.cuGraphDestroy(hGraph) : rm_unsupported_by_driver("cuGraphDestroy");
+}
+static inline CUresult rm_drv_cuInit(unsigned int Flags)
+{
+	return rm_drv.cuInit ? rm_drv.cuInit(Flags) : rm_unsupported_by_driver("cuInit");
+}
+static inline CUresult rm_drv_cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
+{
+	return rm_drv.cuMemAlloc ? rm_drv.cuMemAlloc(dptr, bytesize) : rm_unsupported_by_driver("cuMemAlloc");
+}
+static inline CUresult rm_drv_cuMemFree(CUdeviceptr dptr)
+{
+	return rm_drv.cuMemFree ? rm_drv.cuMemFree(dptr) : rm_unsupported_by_driver("cuMemFree");
+}
+static inline CUresult rm_drv_cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+	return rm_drv.cuMemGetAddressRange ? rm_drv.cuMemGetAddressRange(pbase, psize, dptr) : rm_unsupported_by_driver("cuMemGetAddressRange");
+}
+static inline CUresult rm_drv_cuMemcpyHtoD(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+	return rm_drv.cuMemcpyHtoD ? rm_drv.cuMemcpyHtoD(dstDevice, srcHost, ByteCount) : rm_unsupported_by_driver("cuMemcpyHtoD");
+}
+static inline CUresult rm_drv_cuMemsetD32(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+{
+	return rm_drv.cuMemsetD32 ? rm_drv.cuMemsetD32(dstDevice, ui, N) : rm_unsupported_by_driver("cuMemsetD32");
+}
+static inline CUresult rm_drv_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
+{
+	return rm_drv.cuMemsetD32Async ? rm_drv.cuMemsetD32Async(dstDevice, ui, N, hStream) : rm_unsupported_by_driver("cuMemsetD32Async");
+}
+static inline CUresult rm_drv_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+	return rm_drv.cuModuleGetFunction ? rm_drv.cuModuleGetFunction(hfunc, hmod, name) : rm_unsupported_by_driver("cuModuleGetFunction");
+}
+static inline CUresult rm_drv_cuModuleGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
+{
+	return rm_drv.cuModuleGetGlobal ? rm_drv.cuModuleGetGlobal(dptr, bytes, hmod, name) : rm_unsupported_by_driver("cuModuleGetGlobal");
+}
+static inline CUresult rm_drv_cuModuleLoadData(CUmodule *module, const void *image)
+{
+	return rm_drv.cuModuleLoadData ? rm_drv.cuModuleLoadData(module, image) : rm_unsupported_by_driver("cuModuleLoadData");
+}
+static inline CUresult rm_drv_cuModuleUnload(CUmodule hmod)
+{
+	return rm_drv.cuModuleUnload ? rm_drv.cuModuleUnload(hmod) : rm_unsupported_by_driver("cuModuleUnload");
+}
+static inline CUresult rm_drv_cuProfilerStart(void)
+{
+	return rm_drv.cuProfilerStart ? rm_drv.cuProfilerStart() : rm_unsupported_by_driver("cuProfilerStart");
+}
+static inline CUresult rm_drv_cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+	return rm_drv.cuStreamCreate ? rm_drv.cuStreamCreate(phStream, Flags) : rm_unsupported_by_driver("cuStreamCreate");
+}
+static inline CUresult rm_drv_cuStreamDestroy(CUstream hStream)
+{
+	return rm_drv.cuStreamDestroy ? rm_drv.cuStreamDestroy(hStream) : rm_unsupported_by_driver("cuStreamDestroy");
+}
+static inline CUresult rm_drv_cuStreamSynchronize(CUstream hStream)
+{
+	return rm_drv.cuStreamSynchronize ? rm_drv.cuStreamSynchronize(hStream) : rm_unsupported_by_driver("cuStreamSynchronize");
+}
+static inline CUresult rm_drv_cuStreamWaitStreams(CUstream hStream, CUstream *others, size_t count, const CUuuid *tag)
+{
+	return rm_drv.cuStreamWaitStreams ? rm_drv.cuStreamWaitStreams(hStream, others, count, tag) : rm_unsupported_by_driver("cuStreamWaitStreams");
+}
 
 #endif

@@ -1,0 +1,1 @@
+"""The modules of scripts/gen_api.py, one per job."""
