@@ -21,7 +21,7 @@
 #include "log.h"
 #include "remora.pb-c.h"
 
-CUresult rm_body_cuStreamBeginCapture_v2(struct rm_session *s, CUstream hStream, CUstreamCaptureMode mode)
+CUresult rm_body_cuStreamBeginCapture_v2(struct rm_channel *s, CUstream hStream, CUstreamCaptureMode mode)
 {
 	if ((unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -37,7 +37,7 @@ CUresult rm_body_cuStreamBeginCapture_v2(struct rm_session *s, CUstream hStream,
 
 /* Ends the capture st began: the graph becomes the client's. A capture that ends in an
  * error (invalidated, unjoined) is over too. */
-CUresult rm_body_cuStreamEndCapture(struct rm_session *s, CUstream hStream, CUgraph *phGraph)
+CUresult rm_body_cuStreamEndCapture(struct rm_channel *s, CUstream hStream, CUgraph *phGraph)
 {
 	CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
 	CUgraph capturing = NULL;
@@ -57,7 +57,7 @@ CUresult rm_body_cuStreamEndCapture(struct rm_session *s, CUstream hStream, CUgr
 	return r;
 }
 
-CUresult rm_body_cuStreamIsCapturing(struct rm_session *s, CUstream hStream, CUstreamCaptureStatus *captureStatus)
+CUresult rm_body_cuStreamIsCapturing(struct rm_channel *s, CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
 	if (s->cur && hStream == s->cur->default_stream && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0) {
 		CUresult r = rm_capture_check_legacy(s->cur);
@@ -67,7 +67,7 @@ CUresult rm_body_cuStreamIsCapturing(struct rm_session *s, CUstream hStream, CUs
 	return rm_drv_cuStreamIsCapturing(hStream, captureStatus);
 }
 
-CUresult rm_body_cuStreamGetCaptureInfo(struct rm_session *s, CUstream hStream,
+CUresult rm_body_cuStreamGetCaptureInfo(struct rm_channel *s, CUstream hStream,
 					CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out)
 {
 	CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -80,7 +80,7 @@ CUresult rm_body_cuStreamGetCaptureInfo(struct rm_session *s, CUstream hStream,
 }
 
 /* Handles of the stream's capture: its graph and the nodes it depends on, now the client's. */
-static CUresult capture_info(struct rm_session *s, struct rm_request *rq, const Remora__CaptureInfo *req,
+static CUresult capture_info(struct rm_channel *s, struct rm_request *rq, const Remora__CaptureInfo *req,
 			     Remora__CaptureInfoReply *rep)
 {
 	CUstream st = NULL;
@@ -116,13 +116,13 @@ static CUresult capture_info(struct rm_session *s, struct rm_request *rq, const 
 	return r;
 }
 
-CUresult rm_body_cuStreamGetCaptureInfo_v2(struct rm_session *s, struct rm_request *rq, const Remora__CaptureInfo *req,
+CUresult rm_body_cuStreamGetCaptureInfo_v2(struct rm_channel *s, struct rm_request *rq, const Remora__CaptureInfo *req,
 					   Remora__CaptureInfoReply *rep)
 {
 	return capture_info(s, rq, req, rep);
 }
 
-CUresult rm_body_cuStreamGetCaptureInfo_v3(struct rm_session *s, struct rm_request *rq, const Remora__CaptureInfo *req,
+CUresult rm_body_cuStreamGetCaptureInfo_v3(struct rm_channel *s, struct rm_request *rq, const Remora__CaptureInfo *req,
 					   Remora__CaptureInfoReply *rep)
 {
 	return capture_info(s, rq, req, rep);

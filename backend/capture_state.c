@@ -39,7 +39,7 @@ CUresult rm_capture_check_legacy(struct rm_session_ctx *c)
 
 /* Ends what the client's streams capture, origins first (ending a stream that only joined
  * a capture fails until its origin has ended). */
-void rm_capture_end_all(struct rm_session *s)
+void rm_capture_end_all(struct rm_channel *s)
 {
 	if (!rm_drv.cuStreamEndCapture || !rm_drv.cuGraphDestroy)
 		return; /* a driver without graphs made no capture */

@@ -6,22 +6,22 @@
 #include <cuda.h>
 #include <stddef.h>
 
-struct rm_session;
+struct rm_channel;
 struct rm_session_ctx;
 
 /* Whether driver stream st takes part in a stream capture (active or invalidated). */
 int rm_capture_active(CUstream st);
 /* Ends every capture of the client's streams, destroying what they made (a client that
  * went away mid-capture); the contexts' capture counts drop to 0. */
-void rm_capture_end_all(struct rm_session *s);
+void rm_capture_end_all(struct rm_channel *s);
 /* Whether a call to the legacy stream of c must fail because a blocking stream of the
  * client captures (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT): that capture is invalidated. */
 CUresult rm_capture_check_legacy(struct rm_session_ctx *c);
 
 /* Each of n node handles is one the client owns, of graph g (graph_handlers.c). */
-CUresult rm_graph_check_nodes(struct rm_session *s, CUgraph g, const CUgraphNode *nodes, size_t n);
+CUresult rm_graph_check_nodes(struct rm_channel *s, CUgraph g, const CUgraphNode *nodes, size_t n);
 /* A memset node's rows lie in memory the client owns: height rows of width elements,
  * pitch bytes apart, without overflow. */
-CUresult rm_graph_check_memset(struct rm_session *s, const CUDA_MEMSET_NODE_PARAMS *p);
+CUresult rm_graph_check_memset(struct rm_channel *s, const CUDA_MEMSET_NODE_PARAMS *p);
 
 #endif

@@ -9,13 +9,13 @@
 #include "log.h"
 
 /* A client's CUdevice is its own ordinal; the handler maps the host's GPU back to it. */
-CUresult rm_body_cuDeviceGet(struct rm_session *s, CUdevice *device, int ordinal)
+CUresult rm_body_cuDeviceGet(struct rm_channel *s, CUdevice *device, int ordinal)
 {
 	return rm_session_device(s, ordinal, device);
 }
 
 /* The GPUs the client sees (REMORA_VISIBLE_DEVICES narrows them at connect). */
-CUresult rm_body_cuDeviceGetCount(struct rm_session *s, int *count)
+CUresult rm_body_cuDeviceGetCount(struct rm_channel *s, int *count)
 {
 	*count = s->sh->ndevices;
 	return CUDA_SUCCESS;
@@ -23,14 +23,14 @@ CUresult rm_body_cuDeviceGetCount(struct rm_session *s, int *count)
 
 /* The session records the context itself (pctx=new:body): once per device, with the
  * client's default stream in it. */
-CUresult rm_body_cuDevicePrimaryCtxRetain(struct rm_session *s, CUcontext *pctx, CUdevice dev)
+CUresult rm_body_cuDevicePrimaryCtxRetain(struct rm_channel *s, CUcontext *pctx, CUdevice dev)
 {
 	return rm_session_add_ctx(s, dev, pctx);
 }
 
 /* Active is this client's view: whether it has retained the device's context, not whether
  * another client has. */
-CUresult rm_body_cuDevicePrimaryCtxGetState(struct rm_session *s, CUdevice dev, unsigned int *flags, int *active)
+CUresult rm_body_cuDevicePrimaryCtxGetState(struct rm_channel *s, CUdevice dev, unsigned int *flags, int *active)
 {
 	CUresult r = rm_drv.cuDevicePrimaryCtxGetState(dev, flags, active);
 	if (r == CUDA_SUCCESS) {
@@ -44,14 +44,14 @@ CUresult rm_body_cuDevicePrimaryCtxGetState(struct rm_session *s, CUdevice dev, 
 }
 
 /* The session keeps its use of the context until it ends: releasing is only checked. */
-CUresult rm_body_cuDevicePrimaryCtxRelease_v2(struct rm_session *s, CUdevice dev)
+CUresult rm_body_cuDevicePrimaryCtxRelease_v2(struct rm_channel *s, CUdevice dev)
 {
 	return CUDA_SUCCESS;
 }
 
 /* Scheduling flags only change how the daemon's threads wait; the shared
  * context keeps the flags it was created with. */
-CUresult rm_body_cuDevicePrimaryCtxSetFlags_v2(struct rm_session *s, CUdevice dev, unsigned int flags)
+CUresult rm_body_cuDevicePrimaryCtxSetFlags_v2(struct rm_channel *s, CUdevice dev, unsigned int flags)
 {
 	if (flags & ~(unsigned)(CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX))
 		return CUDA_ERROR_INVALID_VALUE;
@@ -61,21 +61,21 @@ CUresult rm_body_cuDevicePrimaryCtxSetFlags_v2(struct rm_session *s, CUdevice de
 
 /* Resetting the shared context would end every client's work: a reset frees
  * what this client holds instead, as a reset would for it. */
-CUresult rm_body_cuDevicePrimaryCtxReset_v2(struct rm_session *s, CUdevice dev)
+CUresult rm_body_cuDevicePrimaryCtxReset_v2(struct rm_channel *s, CUdevice dev)
 {
 	rm_session_release_all(s);
 	return CUDA_SUCCESS;
 }
 
 /* Waits for the client's own streams of ctx (NULL: the current context). */
-CUresult rm_body_cuCtxSynchronize_v2(struct rm_session *s, CUcontext ctx)
+CUresult rm_body_cuCtxSynchronize_v2(struct rm_channel *s, CUcontext ctx)
 {
 	CUresult r = ctx ? rm_session_enter(s, (uint64_t)(uintptr_t)ctx) : CUDA_SUCCESS;
 	return r == CUDA_SUCCESS ? rm_session_synchronize(s) : r;
 }
 
 /* Limits belong to the shared context: a client may raise one, never lower it under others. */
-CUresult rm_body_cuCtxSetLimit(struct rm_session *s, CUlimit limit, size_t value)
+CUresult rm_body_cuCtxSetLimit(struct rm_channel *s, CUlimit limit, size_t value)
 {
 	size_t cur = 0;
 	CUresult r = rm_drv.cuCtxGetLimit(&cur, limit);
@@ -105,7 +105,7 @@ static int remote_lacks(CUdevice_attribute attrib)
 	}
 }
 
-CUresult rm_body_cuDeviceGetAttribute(struct rm_session *s, int *pi, CUdevice_attribute attrib, CUdevice dev)
+CUresult rm_body_cuDeviceGetAttribute(struct rm_channel *s, int *pi, CUdevice_attribute attrib, CUdevice dev)
 {
 	(void)s;
 	CUresult r = rm_drv.cuDeviceGetAttribute(pi, attrib, dev);

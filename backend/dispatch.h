@@ -23,7 +23,7 @@ struct rm_request {
 
 /* A handler reads its message (and bulk, if any), calls the driver and
  * finishes the request exactly once: rm_request_finish or rm_request_reply_bulk. */
-typedef void (*rm_op_handler)(struct rm_session *s, struct rm_request *rq);
+typedef void (*rm_op_handler)(struct rm_channel *s, struct rm_request *rq);
 
 extern const rm_op_handler rm_op_handlers[RM_OP_LIMIT];
 /* The handler of opcode op, a generated call's or a reserved one's (proto/reserved_ops.def),
@@ -36,15 +36,15 @@ ProtobufCMessage *rm_request_unpack(struct rm_request *rq, const ProtobufCMessag
 
 /* Ends a request with result r and reply message rep (NULL for none). For an
  * async request nothing is sent; a failure is kept for the next syncpoint. */
-void rm_request_finish(struct rm_session *s, struct rm_request *rq, CUresult r, const ProtobufCMessage *rep);
+void rm_request_finish(struct rm_channel *s, struct rm_request *rq, CUresult r, const ProtobufCMessage *rep);
 
 /* Sends a successful reply whose bulk (bulk_len bytes) the handler then sends with rm_request_send_bulk. */
-int rm_request_reply_bulk(struct rm_session *s, struct rm_request *rq, uint64_t bulk_len);
-int rm_request_send_bulk(struct rm_session *s, const void *buf, size_t len);
+int rm_request_reply_bulk(struct rm_channel *s, struct rm_request *rq, uint64_t bulk_len);
+int rm_request_send_bulk(struct rm_channel *s, const void *buf, size_t len);
 
 /* Reads (buf NULL: drops) the next len bytes of the request's bulk: the one place its
  * unread bulk goes down. -EPROTO past its end; a failed read marks the request fatal. */
-int rm_request_read_bulk(struct rm_session *s, struct rm_request *rq, void *buf, size_t len);
+int rm_request_read_bulk(struct rm_channel *s, struct rm_request *rq, void *buf, size_t len);
 
 /* What a body returns for a use of a call Remora does not support (name says which, a
  * string constant): CUDA_ERROR_NOT_SUPPORTED, logged once per name. */

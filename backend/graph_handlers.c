@@ -12,7 +12,7 @@
 
 #define MAX_PARAM_BYTES 32764 /* CUDA's limit on the bytes of a kernel's parameters */
 
-CUresult rm_graph_check_nodes(struct rm_session *s, CUgraph g, const CUgraphNode *nodes, size_t n)
+CUresult rm_graph_check_nodes(struct rm_channel *s, CUgraph g, const CUgraphNode *nodes, size_t n)
 {
 	if (n > RM_MAX_GRAPH_DEPS)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -25,7 +25,7 @@ CUresult rm_graph_check_nodes(struct rm_session *s, CUgraph g, const CUgraphNode
 	return CUDA_SUCCESS;
 }
 
-CUresult rm_graph_check_memset(struct rm_session *s, const CUDA_MEMSET_NODE_PARAMS *p)
+CUresult rm_graph_check_memset(struct rm_channel *s, const CUDA_MEMSET_NODE_PARAMS *p)
 {
 	uint64_t row, span;
 	if ((p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4) || !p->height)
@@ -41,7 +41,7 @@ CUresult rm_graph_check_memset(struct rm_session *s, const CUDA_MEMSET_NODE_PARA
 }
 
 /* An executable graph is the client's until it destroys it, whatever becomes of its graph. */
-CUresult rm_body_cuGraphInstantiateWithFlags(struct rm_session *s, CUgraphExec *phGraphExec, CUgraph hGraph,
+CUresult rm_body_cuGraphInstantiateWithFlags(struct rm_channel *s, CUgraphExec *phGraphExec, CUgraph hGraph,
 					     unsigned long long flags)
 {
 	CUresult r = rm_drv_cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags);
@@ -51,7 +51,7 @@ CUresult rm_body_cuGraphInstantiateWithFlags(struct rm_session *s, CUgraphExec *
 }
 
 /* Its kernels held to kernel_time_limit as launches are (kernel_watch.h). */
-CUresult rm_body_cuGraphLaunch(struct rm_session *s, CUgraphExec hGraph, CUstream hStream)
+CUresult rm_body_cuGraphLaunch(struct rm_channel *s, CUgraphExec hGraph, CUstream hStream)
 {
 	CUresult r = rm_drv_cuGraphLaunch(hGraph, hStream);
 	if (r == CUDA_SUCCESS)
@@ -59,7 +59,7 @@ CUresult rm_body_cuGraphLaunch(struct rm_session *s, CUgraphExec hGraph, CUstrea
 	return r;
 }
 
-CUresult rm_body_cuGraphClone(struct rm_session *s, CUgraph *phGraphClone, CUgraph originalGraph)
+CUresult rm_body_cuGraphClone(struct rm_channel *s, CUgraph *phGraphClone, CUgraph originalGraph)
 {
 	CUresult r = rm_drv_cuGraphClone(phGraphClone, originalGraph);
 	if (r == CUDA_SUCCESS)
@@ -67,14 +67,14 @@ CUresult rm_body_cuGraphClone(struct rm_session *s, CUgraph *phGraphClone, CUgra
 	return r;
 }
 
-CUresult rm_body_cuGraphAddEmptyNode(struct rm_session *s, CUgraphNode *phGraphNode, CUgraph hGraph,
+CUresult rm_body_cuGraphAddEmptyNode(struct rm_channel *s, CUgraphNode *phGraphNode, CUgraph hGraph,
 				     const CUgraphNode *dependencies, size_t numDependencies)
 {
 	CUresult r = rm_graph_check_nodes(s, hGraph, dependencies, numDependencies);
 	return r == CUDA_SUCCESS ? rm_drv.cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies) : r;
 }
 
-CUresult rm_body_cuGraphAddMemsetNode(struct rm_session *s, CUgraphNode *phGraphNode, CUgraph hGraph,
+CUresult rm_body_cuGraphAddMemsetNode(struct rm_channel *s, CUgraphNode *phGraphNode, CUgraph hGraph,
 				      const CUgraphNode *dependencies, size_t numDependencies,
 				      const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
@@ -86,7 +86,7 @@ CUresult rm_body_cuGraphAddMemsetNode(struct rm_session *s, CUgraphNode *phGraph
 				 : r;
 }
 
-CUresult rm_body_cuGraphExecMemsetNodeSetParams(struct rm_session *s, CUgraphExec hGraphExec, CUgraphNode hNode,
+CUresult rm_body_cuGraphExecMemsetNodeSetParams(struct rm_channel *s, CUgraphExec hGraphExec, CUgraphNode hNode,
 						const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
 	CUresult r = rm_graph_check_memset(s, memsetParams);
@@ -96,7 +96,7 @@ CUresult rm_body_cuGraphExecMemsetNodeSetParams(struct rm_session *s, CUgraphExe
 }
 
 /* The nodes the result names are of hGraph, which the client owns: they become its. */
-CUresult rm_body_cuGraphExecUpdate_v2(struct rm_session *s, CUgraphExec hGraphExec, CUgraph hGraph,
+CUresult rm_body_cuGraphExecUpdate_v2(struct rm_channel *s, CUgraphExec hGraphExec, CUgraph hGraph,
 				      CUgraphExecUpdateResultInfo *resultInfo)
 {
 	CUresult r = rm_drv_cuGraphExecUpdate_v2(hGraphExec, hGraph, resultInfo);
@@ -107,7 +107,7 @@ CUresult rm_body_cuGraphExecUpdate_v2(struct rm_session *s, CUgraphExec hGraphEx
 	return r;
 }
 
-CUresult rm_body_cuGraphGetNodes(struct rm_session *s, struct rm_request *rq, const Remora__GraphNodes *req,
+CUresult rm_body_cuGraphGetNodes(struct rm_channel *s, struct rm_request *rq, const Remora__GraphNodes *req,
 				 Remora__GraphNodesReply *rep)
 {
 	void *g = NULL;
@@ -162,7 +162,7 @@ static CUresult param_bytes(CUfunction f, size_t *out)
 
 /* A kernel node's parameters from the launch message: the function the client's, its
  * packed arguments exactly as long as the function's parameters. *size must outlive p. */
-static CUresult kernel_params(struct rm_session *s, const Remora__LaunchKernel *l, CUDA_KERNEL_NODE_PARAMS *p,
+static CUresult kernel_params(struct rm_channel *s, const Remora__LaunchKernel *l, CUDA_KERNEL_NODE_PARAMS *p,
 			      void **extra, size_t *size)
 {
 	void *f = NULL;
@@ -187,7 +187,7 @@ static CUresult kernel_params(struct rm_session *s, const Remora__LaunchKernel *
 	return CUDA_SUCCESS;
 }
 
-CUresult rm_body_cuGraphAddKernelNode_v2(struct rm_session *s, struct rm_request *rq, const Remora__GraphKernelNode *req,
+CUresult rm_body_cuGraphAddKernelNode_v2(struct rm_channel *s, struct rm_request *rq, const Remora__GraphKernelNode *req,
 					 Remora__GraphNodeReply *rep)
 {
 	(void)rq;
@@ -209,7 +209,7 @@ CUresult rm_body_cuGraphAddKernelNode_v2(struct rm_session *s, struct rm_request
 	return r;
 }
 
-CUresult rm_body_cuGraphExecKernelNodeSetParams_v2(struct rm_session *s, struct rm_request *rq,
+CUresult rm_body_cuGraphExecKernelNodeSetParams_v2(struct rm_channel *s, struct rm_request *rq,
 						   const Remora__GraphKernelNode *req)
 {
 	(void)rq;
@@ -226,7 +226,7 @@ CUresult rm_body_cuGraphExecKernelNodeSetParams_v2(struct rm_session *s, struct 
 	return r;
 }
 
-CUresult rm_body_cuGraphKernelNodeSetParams_v2(struct rm_session *s, struct rm_request *rq,
+CUresult rm_body_cuGraphKernelNodeSetParams_v2(struct rm_channel *s, struct rm_request *rq,
 					       const Remora__GraphKernelNode *req)
 {
 	(void)rq;

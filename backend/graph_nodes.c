@@ -36,7 +36,7 @@ static int copy_span(uint64_t x, uint64_t y, uint64_t z, uint64_t pitch, uint64_
 /* One side of a copy: device memory (or unified memory at a device address) the client
  * owns, over every byte the copy touches. Host memory is the client's, out of reach of a
  * graph the daemon launches: refused, and logged once. */
-static CUresult check_side(struct rm_session *s, CUmemorytype type, CUdeviceptr dev, size_t x, size_t y, size_t z,
+static CUresult check_side(struct rm_channel *s, CUmemorytype type, CUdeviceptr dev, size_t x, size_t y, size_t z,
 			   size_t pitch, size_t height, const CUDA_MEMCPY3D *p)
 {
 	uint64_t first, span;
@@ -52,7 +52,7 @@ static CUresult check_side(struct rm_session *s, CUmemorytype type, CUdeviceptr 
 }
 
 /* A memcpy node's parameters: both sides device memory the client owns, no LOD planes. */
-static CUresult check_copy(struct rm_session *s, const CUDA_MEMCPY3D *p)
+static CUresult check_copy(struct rm_channel *s, const CUDA_MEMCPY3D *p)
 {
 	if (!p->WidthInBytes || !p->Height || !p->Depth || p->srcLOD || p->dstLOD)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -65,12 +65,12 @@ static CUresult check_copy(struct rm_session *s, const CUDA_MEMCPY3D *p)
 }
 
 /* The context a node's call names, or the client's current one. */
-static CUcontext context_or_current(struct rm_session *s, CUcontext ctx)
+static CUcontext context_or_current(struct rm_channel *s, CUcontext ctx)
 {
 	return ctx ? ctx : s->cur ? s->cur->ctx : NULL;
 }
 
-CUresult rm_body_cuGraphAddMemcpyNode(struct rm_session *s, CUgraphNode *phGraphNode, CUgraph hGraph,
+CUresult rm_body_cuGraphAddMemcpyNode(struct rm_channel *s, CUgraphNode *phGraphNode, CUgraph hGraph,
 				      const CUgraphNode *dependencies, size_t numDependencies,
 				      const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
@@ -83,13 +83,13 @@ CUresult rm_body_cuGraphAddMemcpyNode(struct rm_session *s, CUgraphNode *phGraph
 	return r;
 }
 
-CUresult rm_body_cuGraphMemcpyNodeSetParams(struct rm_session *s, CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams)
+CUresult rm_body_cuGraphMemcpyNodeSetParams(struct rm_channel *s, CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams)
 {
 	CUresult r = check_copy(s, nodeParams);
 	return r == CUDA_SUCCESS ? rm_drv_cuGraphMemcpyNodeSetParams(hNode, nodeParams) : r;
 }
 
-CUresult rm_body_cuGraphExecMemcpyNodeSetParams(struct rm_session *s, CUgraphExec hGraphExec, CUgraphNode hNode,
+CUresult rm_body_cuGraphExecMemcpyNodeSetParams(struct rm_channel *s, CUgraphExec hGraphExec, CUgraphNode hNode,
 						const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
 	CUresult r = check_copy(s, copyParams);
@@ -98,7 +98,7 @@ CUresult rm_body_cuGraphExecMemcpyNodeSetParams(struct rm_session *s, CUgraphExe
 				 : r;
 }
 
-CUresult rm_body_cuGraphMemsetNodeSetParams(struct rm_session *s, CUgraphNode hNode,
+CUresult rm_body_cuGraphMemsetNodeSetParams(struct rm_channel *s, CUgraphNode hNode,
 					    const CUDA_MEMSET_NODE_PARAMS *nodeParams)
 {
 	CUresult r = rm_graph_check_memset(s, nodeParams);
@@ -107,7 +107,7 @@ CUresult rm_body_cuGraphMemsetNodeSetParams(struct rm_session *s, CUgraphNode hN
 
 /* Host nodes: the parameters carry the client's id of its function in userData (the
  * client keeps the function); the driver gets the hub's call for that id. */
-CUresult rm_body_cuGraphAddHostNode(struct rm_session *s, CUgraphNode *phGraphNode, CUgraph hGraph,
+CUresult rm_body_cuGraphAddHostNode(struct rm_channel *s, CUgraphNode *phGraphNode, CUgraph hGraph,
 				    const CUgraphNode *dependencies, size_t numDependencies,
 				    const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
@@ -119,7 +119,7 @@ CUresult rm_body_cuGraphAddHostNode(struct rm_session *s, CUgraphNode *phGraphNo
 				 : r;
 }
 
-CUresult rm_body_cuGraphHostNodeSetParams(struct rm_session *s, CUgraphNode hNode,
+CUresult rm_body_cuGraphHostNodeSetParams(struct rm_channel *s, CUgraphNode hNode,
 					  const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
 	CUDA_HOST_NODE_PARAMS node;
@@ -127,7 +127,7 @@ CUresult rm_body_cuGraphHostNodeSetParams(struct rm_session *s, CUgraphNode hNod
 	return r == CUDA_SUCCESS ? rm_drv_cuGraphHostNodeSetParams(hNode, &node) : r;
 }
 
-CUresult rm_body_cuGraphExecHostNodeSetParams(struct rm_session *s, CUgraphExec hGraphExec, CUgraphNode hNode,
+CUresult rm_body_cuGraphExecHostNodeSetParams(struct rm_channel *s, CUgraphExec hGraphExec, CUgraphNode hNode,
 					      const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
 	CUDA_HOST_NODE_PARAMS node;
@@ -135,7 +135,7 @@ CUresult rm_body_cuGraphExecHostNodeSetParams(struct rm_session *s, CUgraphExec 
 	return r == CUDA_SUCCESS ? rm_drv_cuGraphExecHostNodeSetParams(hGraphExec, hNode, &node) : r;
 }
 
-CUresult rm_body_cuGraphAddEventRecordNode(struct rm_session *s, CUgraphNode *phGraphNode, CUgraph hGraph,
+CUresult rm_body_cuGraphAddEventRecordNode(struct rm_channel *s, CUgraphNode *phGraphNode, CUgraph hGraph,
 					   const CUgraphNode *dependencies, size_t numDependencies, CUevent event)
 {
 	CUresult r = rm_graph_check_nodes(s, hGraph, dependencies, numDependencies);
@@ -144,7 +144,7 @@ CUresult rm_body_cuGraphAddEventRecordNode(struct rm_session *s, CUgraphNode *ph
 				 : r;
 }
 
-CUresult rm_body_cuGraphAddEventWaitNode(struct rm_session *s, CUgraphNode *phGraphNode, CUgraph hGraph,
+CUresult rm_body_cuGraphAddEventWaitNode(struct rm_channel *s, CUgraphNode *phGraphNode, CUgraph hGraph,
 					 const CUgraphNode *dependencies, size_t numDependencies, CUevent event)
 {
 	CUresult r = rm_graph_check_nodes(s, hGraph, dependencies, numDependencies);
@@ -155,7 +155,7 @@ CUresult rm_body_cuGraphAddEventWaitNode(struct rm_session *s, CUgraphNode *phGr
 
 /* The driver copies the child graph into the node: the child stays the client's to
  * change or destroy. */
-CUresult rm_body_cuGraphAddChildGraphNode(struct rm_session *s, CUgraphNode *phGraphNode, CUgraph hGraph,
+CUresult rm_body_cuGraphAddChildGraphNode(struct rm_channel *s, CUgraphNode *phGraphNode, CUgraph hGraph,
 					  const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
 {
 	CUresult r = rm_graph_check_nodes(s, hGraph, dependencies, numDependencies);
@@ -164,7 +164,7 @@ CUresult rm_body_cuGraphAddChildGraphNode(struct rm_session *s, CUgraphNode *phG
 				 : r;
 }
 
-CUresult rm_body_cuGraphAddDependencies(struct rm_session *s, CUgraph hGraph, const CUgraphNode *from,
+CUresult rm_body_cuGraphAddDependencies(struct rm_channel *s, CUgraph hGraph, const CUgraphNode *from,
 					const CUgraphNode *to, size_t numDependencies)
 {
 	CUresult r = rm_graph_check_nodes(s, hGraph, from, numDependencies);

@@ -17,7 +17,7 @@
 /* Typed bodies of generated handlers (proto/api.spec, daemon_handlers.h). */
 
 /* Charged to the client's and its tenant's quotas first; recorded with its size (dptr=new:body). */
-CUresult rm_body_cuMemAlloc_v2(struct rm_session *s, CUdeviceptr *dptr, size_t bytesize)
+CUresult rm_body_cuMemAlloc_v2(struct rm_channel *s, CUdeviceptr *dptr, size_t bytesize)
 {
 	if (!s->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
@@ -34,7 +34,7 @@ CUresult rm_body_cuMemAlloc_v2(struct rm_session *s, CUdeviceptr *dptr, size_t b
 
 /* Only an allocation of the client's own, freed without waiting for other clients'
  * work (rm_session_free_memory), and then no longer charged (dptr=del:body). */
-CUresult rm_body_cuMemFree_v2(struct rm_session *s, CUdeviceptr dptr)
+CUresult rm_body_cuMemFree_v2(struct rm_channel *s, CUdeviceptr dptr)
 {
 	if (!dptr) /* freeing 0 is a no-op, as in CUDA */
 		return CUDA_SUCCESS;
@@ -55,7 +55,7 @@ CUresult rm_body_cuMemFree_v2(struct rm_session *s, CUdeviceptr dptr)
 }
 
 /* The device's figures, narrowed by the client's quotas. */
-CUresult rm_body_cuMemGetInfo_v2(struct rm_session *s, size_t *free_b, size_t *total_b)
+CUresult rm_body_cuMemGetInfo_v2(struct rm_channel *s, size_t *free_b, size_t *total_b)
 {
 	CUresult r = s->cur ? rm_drv.cuMemGetInfo_v2(free_b, total_b) : CUDA_ERROR_INVALID_CONTEXT;
 	if (r == CUDA_SUCCESS)
@@ -65,7 +65,7 @@ CUresult rm_body_cuMemGetInfo_v2(struct rm_session *s, size_t *free_b, size_t *t
 
 /* Only memory the client owns is found (dptr=unchecked: any other pointer is one CUDA
  * does not know). */
-CUresult rm_body_cuMemGetAddressRange_v2(struct rm_session *s, CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+CUresult rm_body_cuMemGetAddressRange_v2(struct rm_channel *s, CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
 	struct rm_handle h;
 	if (!rm_session_range_of(s, dptr, &h))
@@ -76,7 +76,7 @@ CUresult rm_body_cuMemGetAddressRange_v2(struct rm_session *s, CUdeviceptr *pbas
 }
 
 /* Host to device (backend/copy/copy.c moves the bytes, over one connection or striped). */
-static CUresult copy_in(struct rm_session *s, struct rm_request *rq, const Remora__MemcpyHtoD *req, int wait)
+static CUresult copy_in(struct rm_channel *s, struct rm_request *rq, const Remora__MemcpyHtoD *req, int wait)
 {
 	if (req->shared) { /* from shared pinned memory (shared_host.h): no bytes to move here; it replies */
 		rm_shared_copy(s, rq, 1, req->dst, req->shared, req->shared_offset, req->count, req->stream, wait);
@@ -100,19 +100,19 @@ static CUresult copy_in(struct rm_session *s, struct rm_request *rq, const Remor
 	return r;
 }
 
-CUresult rm_body_cuMemcpyHtoD_v2(struct rm_session *s, struct rm_request *rq, const Remora__MemcpyHtoD *req)
+CUresult rm_body_cuMemcpyHtoD_v2(struct rm_channel *s, struct rm_request *rq, const Remora__MemcpyHtoD *req)
 {
 	return copy_in(s, rq, req, 1);
 }
 
-CUresult rm_body_cuMemcpyHtoDAsync_v2(struct rm_session *s, struct rm_request *rq, const Remora__MemcpyHtoD *req)
+CUresult rm_body_cuMemcpyHtoDAsync_v2(struct rm_channel *s, struct rm_request *rq, const Remora__MemcpyHtoD *req)
 {
 	return copy_in(s, rq, req, 0);
 }
 
 /* Device to host: backend/copy/copy.c waits for the stream's earlier work, so that its
  * error comes back as the result, and sends the bytes (it replies). */
-static CUresult copy_out(struct rm_session *s, struct rm_request *rq, const Remora__MemcpyDtoH *req, int wait)
+static CUresult copy_out(struct rm_channel *s, struct rm_request *rq, const Remora__MemcpyDtoH *req, int wait)
 {
 	if (req->shared) { /* into shared pinned memory: the Async form returns once queued */
 		rm_shared_copy(s, rq, 0, req->src, req->shared, req->shared_offset, req->count, req->stream, wait);
@@ -137,19 +137,19 @@ static CUresult copy_out(struct rm_session *s, struct rm_request *rq, const Remo
 	return r;
 }
 
-CUresult rm_body_cuMemcpyDtoH_v2(struct rm_session *s, struct rm_request *rq, const Remora__MemcpyDtoH *req)
+CUresult rm_body_cuMemcpyDtoH_v2(struct rm_channel *s, struct rm_request *rq, const Remora__MemcpyDtoH *req)
 {
 	return copy_out(s, rq, req, 1);
 }
 
-CUresult rm_body_cuMemcpyDtoHAsync_v2(struct rm_session *s, struct rm_request *rq, const Remora__MemcpyDtoH *req)
+CUresult rm_body_cuMemcpyDtoHAsync_v2(struct rm_channel *s, struct rm_request *rq, const Remora__MemcpyDtoH *req)
 {
 	return copy_out(s, rq, req, 0);
 }
 
 /* The driver's answer for one attribute of owned memory, into data (its size, at most 64
  * bytes), in the client's terms: a device ordinal is the client's for that GPU. */
-static CUresult owned_attribute(struct rm_session *s, void *data, CUpointer_attribute a, uint64_t ptr)
+static CUresult owned_attribute(struct rm_channel *s, void *data, CUpointer_attribute a, uint64_t ptr)
 {
 	CUresult r = rm_drv_cuPointerGetAttribute(data, a, ptr);
 	if (r == CUDA_SUCCESS && a == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) {
@@ -163,7 +163,7 @@ static CUresult owned_attribute(struct rm_session *s, void *data, CUpointer_attr
 
 /* Only memory the client owns is described (ptr is checked as the client's): any other
  * pointer is refused as one CUDA does not know. */
-CUresult rm_body_cuPointerGetAttribute(struct rm_session *s, void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+CUresult rm_body_cuPointerGetAttribute(struct rm_channel *s, void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
 	return owned_attribute(s, data, attribute, ptr);
 }
@@ -171,7 +171,7 @@ CUresult rm_body_cuPointerGetAttribute(struct rm_session *s, void *data, CUpoint
 /* As the driver's cuPointerGetAttributes: an attribute that does not apply, or memory
  * that is not the client's, gets the default value (the client writes it: owned false),
  * not an error. */
-CUresult rm_body_cuPointerGetAttributes(struct rm_session *s, struct rm_request *rq, const Remora__PointerAttributes *req,
+CUresult rm_body_cuPointerGetAttributes(struct rm_channel *s, struct rm_request *rq, const Remora__PointerAttributes *req,
 					Remora__PointerAttributesReply *rep)
 {
 	if (req->n_attributes > RM_MAX_POINTER_ATTRIBUTES)
@@ -197,7 +197,7 @@ CUresult rm_body_cuPointerGetAttributes(struct rm_session *s, struct rm_request 
  * the client can map its copy at the same address page by page; charged like cuMemAlloc,
  * and zeroed, since the client's copy starts as zeros. It is host memory here as well, so
  * the daemon's own CPU writes it. */
-CUresult rm_body_cuMemAllocManaged(struct rm_session *s, CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+CUresult rm_body_cuMemAllocManaged(struct rm_channel *s, CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
 	if (!s->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;

@@ -15,7 +15,7 @@
 #include "log.h"
 
 /* The session's context on host GPU dev, or NULL (contexts are appended, never moved). */
-static struct rm_session_ctx *ctx_of_device(struct rm_session *s, CUdevice dev)
+static struct rm_session_ctx *ctx_of_device(struct rm_channel *s, CUdevice dev)
 {
 	int n = __atomic_load_n(&s->sh->nctx, __ATOMIC_ACQUIRE);
 	for (int i = 0; i < n; i++)
@@ -24,11 +24,11 @@ static struct rm_session_ctx *ctx_of_device(struct rm_session *s, CUdevice dev)
 	return NULL;
 }
 
-static CUresult make_default_pool(struct rm_session *s, struct rm_session_ctx *c);
+static CUresult make_default_pool(struct rm_channel *s, struct rm_session_ctx *c);
 
 /* The client's default pool on the GPU of context c, made when first named (under the
  * context's order_lock: two threads naming it first make one). */
-static CUresult default_pool(struct rm_session *s, struct rm_session_ctx *c, CUmemoryPool *out)
+static CUresult default_pool(struct rm_channel *s, struct rm_session_ctx *c, CUmemoryPool *out)
 {
 	CUresult r = CUDA_SUCCESS;
 	pthread_mutex_lock(&c->order_lock);
@@ -39,7 +39,7 @@ static CUresult default_pool(struct rm_session *s, struct rm_session_ctx *c, CUm
 	return r;
 }
 
-static CUresult make_default_pool(struct rm_session *s, struct rm_session_ctx *c)
+static CUresult make_default_pool(struct rm_channel *s, struct rm_session_ctx *c)
 {
 	{
 		CUmemPoolProps props;
@@ -60,7 +60,7 @@ static CUresult make_default_pool(struct rm_session *s, struct rm_session_ctx *c
 
 /* Also the body of cuDeviceGetMemPool: a client cannot set another (cuDeviceSetMemPool is
  * not forwarded), so its current pool is its default one. */
-CUresult rm_body_cuDeviceGetDefaultMemPool(struct rm_session *s, CUmemoryPool *pool_out, CUdevice dev)
+CUresult rm_body_cuDeviceGetDefaultMemPool(struct rm_channel *s, CUmemoryPool *pool_out, CUdevice dev)
 {
 	struct rm_session_ctx *c = ctx_of_device(s, dev);
 	if (!c) /* its pools live as long as its context of that GPU */
@@ -69,7 +69,7 @@ CUresult rm_body_cuDeviceGetDefaultMemPool(struct rm_session *s, CUmemoryPool *p
 }
 
 /* Charged first, allocated from pool, then owned as device memory of the client's. */
-static CUresult alloc_from(struct rm_session *s, CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream st)
+static CUresult alloc_from(struct rm_channel *s, CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream st)
 {
 	CUresult r = rm_session_charge(s, bytesize);
 	if (r != CUDA_SUCCESS)
@@ -82,7 +82,7 @@ static CUresult alloc_from(struct rm_session *s, CUdeviceptr *dptr, size_t bytes
 	return r;
 }
 
-CUresult rm_body_cuMemAllocAsync(struct rm_session *s, CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+CUresult rm_body_cuMemAllocAsync(struct rm_channel *s, CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
 	CUmemoryPool pool = NULL;
 	if (!s->cur)
@@ -91,7 +91,7 @@ CUresult rm_body_cuMemAllocAsync(struct rm_session *s, CUdeviceptr *dptr, size_t
 	return r == CUDA_SUCCESS ? alloc_from(s, dptr, bytesize, pool, hStream) : r;
 }
 
-CUresult rm_body_cuMemAllocFromPoolAsync(struct rm_session *s, CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+CUresult rm_body_cuMemAllocFromPoolAsync(struct rm_channel *s, CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
 					 CUstream hStream)
 {
 	return s->cur ? alloc_from(s, dptr, bytesize, pool, hStream) : CUDA_ERROR_INVALID_CONTEXT;
@@ -99,7 +99,7 @@ CUresult rm_body_cuMemAllocFromPoolAsync(struct rm_session *s, CUdeviceptr *dptr
 
 /* Only an allocation of the client's own (any: cuMemAlloc's too, as CUDA allows); no
  * longer charged once the free is queued. */
-CUresult rm_body_cuMemFreeAsync(struct rm_session *s, CUdeviceptr dptr, CUstream hStream)
+CUresult rm_body_cuMemFreeAsync(struct rm_channel *s, CUdeviceptr dptr, CUstream hStream)
 {
 	/* Taken from the records first: of two threads freeing it, one frees it. */
 	struct rm_handle h;
@@ -118,7 +118,7 @@ CUresult rm_body_cuMemFreeAsync(struct rm_session *s, CUdeviceptr dptr, CUstream
 
 /* A pool of device memory on one of the client's GPUs; nothing shareable with other
  * processes (no handle types: exporting is not forwarded). */
-CUresult rm_body_cuMemPoolCreate(struct rm_session *s, CUmemoryPool *pool, const CUmemPoolProps *poolProps)
+CUresult rm_body_cuMemPoolCreate(struct rm_channel *s, CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
 	CUmemPoolProps props;
 	memcpy(&props, poolProps, sizeof(props));
@@ -138,7 +138,7 @@ CUresult rm_body_cuMemPoolCreate(struct rm_session *s, CUmemoryPool *pool, const
 
 /* Not the client's default pool, which lives as long as its session, as a device's does.
  * Allocations from the pool stay the client's until freed (the driver frees the pool then). */
-CUresult rm_body_cuMemPoolDestroy(struct rm_session *s, CUmemoryPool pool)
+CUresult rm_body_cuMemPoolDestroy(struct rm_channel *s, CUmemoryPool pool)
 {
 	int n = __atomic_load_n(&s->sh->nctx, __ATOMIC_ACQUIRE);
 	for (int i = 0; i < n; i++)
@@ -151,7 +151,7 @@ CUresult rm_body_cuMemPoolDestroy(struct rm_session *s, CUmemoryPool pool)
 }
 
 /* Cached memory is not charged: a client's release threshold is held to its memory limit. */
-CUresult rm_body_cuMemPoolSetAttribute(struct rm_session *s, CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+CUresult rm_body_cuMemPoolSetAttribute(struct rm_channel *s, CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
 	cuuint64_t v;
 	uint64_t limit = rm_session_client_limit(s);

@@ -18,7 +18,7 @@
 
 /* An image being received is host memory the daemon holds for the client: it counts
  * against the client's memory quota and the worker's host-memory bound until loaded. */
-static CUresult hold_image_memory(struct rm_session *s, uint64_t n)
+static CUresult hold_image_memory(struct rm_channel *s, uint64_t n)
 {
 	CUresult r = rm_session_charge(s, n);
 	int err = r == CUDA_SUCCESS ? rm_host_account_take(&s->sh->host, n) : 0;
@@ -40,7 +40,7 @@ static CUresult hold_image_memory(struct rm_session *s, uint64_t n)
 }
 
 /* Reads an image sent as bulk and loads it as a module or a library owned by the session. */
-static CUresult load_image(struct rm_session *s, struct rm_request *rq, Remora__ModuleLoadReply *rep,
+static CUresult load_image(struct rm_channel *s, struct rm_request *rq, Remora__ModuleLoadReply *rep,
 			   enum rm_handle_kind kind)
 {
 	uint64_t n = rq->frame.bulk_len;
@@ -89,14 +89,14 @@ out:
 	return r;
 }
 
-CUresult rm_body_cuModuleLoadData(struct rm_session *s, struct rm_request *rq, const Remora__ModuleLoad *req,
+CUresult rm_body_cuModuleLoadData(struct rm_channel *s, struct rm_request *rq, const Remora__ModuleLoad *req,
 				  Remora__ModuleLoadReply *rep)
 {
 	(void)req; /* the image kind is the driver's to find */
 	return load_image(s, rq, rep, RM_H_MODULE);
 }
 
-CUresult rm_body_cuLibraryLoadData(struct rm_session *s, struct rm_request *rq, const Remora__ModuleLoad *req,
+CUresult rm_body_cuLibraryLoadData(struct rm_channel *s, struct rm_request *rq, const Remora__ModuleLoad *req,
 				   Remora__ModuleLoadReply *rep)
 {
 	(void)req;
@@ -105,25 +105,25 @@ CUresult rm_body_cuLibraryLoadData(struct rm_session *s, struct rm_request *rq, 
 
 /* Typed bodies of generated handlers (proto/api.spec, daemon_handlers.h): the handler
  * forgets an unloaded module or library, and what was its (hmod=del, library=del). */
-CUresult rm_body_cuModuleUnload(struct rm_session *s, CUmodule hmod)
+CUresult rm_body_cuModuleUnload(struct rm_channel *s, CUmodule hmod)
 {
 	return rm_image_unload(RM_H_MODULE, hmod);
 }
 
-CUresult rm_body_cuLibraryUnload(struct rm_session *s, CUlibrary library)
+CUresult rm_body_cuLibraryUnload(struct rm_channel *s, CUlibrary library)
 {
 	return rm_image_unload(RM_H_LIBRARY, library);
 }
 
 /* A global is usable memory of the client's, owned with its module or library, so
  * that it goes when they go (dptr=new:body); asking twice records it once. */
-static void own_global(struct rm_session *s, CUdeviceptr p, size_t bytes, const void *parent)
+static void own_global(struct rm_channel *s, CUdeviceptr p, size_t bytes, const void *parent)
 {
 	if (!rm_session_find(s, RM_H_GLOBAL, p, NULL))
 		rm_session_own_memory(s, RM_H_GLOBAL, p, bytes, (uint64_t)(uintptr_t)parent);
 }
 
-CUresult rm_body_cuModuleGetGlobal_v2(struct rm_session *s, CUdeviceptr *dptr, size_t *bytes, CUmodule hmod,
+CUresult rm_body_cuModuleGetGlobal_v2(struct rm_channel *s, CUdeviceptr *dptr, size_t *bytes, CUmodule hmod,
 				      const char *name)
 {
 	CUresult r = rm_drv.cuModuleGetGlobal_v2(dptr, bytes, hmod, name);
@@ -132,7 +132,7 @@ CUresult rm_body_cuModuleGetGlobal_v2(struct rm_session *s, CUdeviceptr *dptr, s
 	return r;
 }
 
-CUresult rm_body_cuLibraryGetGlobal(struct rm_session *s, CUdeviceptr *dptr, size_t *bytes, CUlibrary library,
+CUresult rm_body_cuLibraryGetGlobal(struct rm_channel *s, CUdeviceptr *dptr, size_t *bytes, CUlibrary library,
 				    const char *name)
 {
 	CUresult r = rm_drv.cuLibraryGetGlobal(dptr, bytes, library, name);
@@ -142,7 +142,7 @@ CUresult rm_body_cuLibraryGetGlobal(struct rm_session *s, CUdeviceptr *dptr, siz
 }
 
 /* Turns a launch message into a driver launch configuration; attrs must outlive cfg. */
-static CUresult launch_config(struct rm_session *s, struct rm_request *rq, const Remora__LaunchKernel *req,
+static CUresult launch_config(struct rm_channel *s, struct rm_request *rq, const Remora__LaunchKernel *req,
 			      CUlaunchConfig *cfg, void **func)
 {
 	CUresult r = rm_session_use(s, RM_H_FUNCTION, req->func, func);
@@ -168,7 +168,7 @@ static CUresult launch_config(struct rm_session *s, struct rm_request *rq, const
 	return r;
 }
 
-static CUresult launch(struct rm_session *s, struct rm_request *rq, const Remora__LaunchKernel *req, int ex)
+static CUresult launch(struct rm_channel *s, struct rm_request *rq, const Remora__LaunchKernel *req, int ex)
 {
 	void *func;
 	CUlaunchConfig cfg;
@@ -194,17 +194,17 @@ static CUresult launch(struct rm_session *s, struct rm_request *rq, const Remora
 	return r;
 }
 
-CUresult rm_body_cuLaunchKernel(struct rm_session *s, struct rm_request *rq, const Remora__LaunchKernel *req)
+CUresult rm_body_cuLaunchKernel(struct rm_channel *s, struct rm_request *rq, const Remora__LaunchKernel *req)
 {
 	return launch(s, rq, req, 0);
 }
 
-CUresult rm_body_cuLaunchKernelEx(struct rm_session *s, struct rm_request *rq, const Remora__LaunchKernel *req)
+CUresult rm_body_cuLaunchKernelEx(struct rm_channel *s, struct rm_request *rq, const Remora__LaunchKernel *req)
 {
 	return launch(s, rq, req, 1);
 }
 
-CUresult rm_body_cuOccupancyMaxActiveClusters(struct rm_session *s, struct rm_request *rq, const Remora__LaunchKernel *req,
+CUresult rm_body_cuOccupancyMaxActiveClusters(struct rm_channel *s, struct rm_request *rq, const Remora__LaunchKernel *req,
 					      Remora__OccupancyClustersReply *rep)
 {
 	void *func;
@@ -213,7 +213,7 @@ CUresult rm_body_cuOccupancyMaxActiveClusters(struct rm_session *s, struct rm_re
 	return r == CUDA_SUCCESS ? rm_drv_cuOccupancyMaxActiveClusters(&rep->clusters, func, &cfg) : r;
 }
 
-CUresult rm_body_cuFuncGetName(struct rm_session *s, struct rm_request *rq, const Remora__FuncGetName *req,
+CUresult rm_body_cuFuncGetName(struct rm_channel *s, struct rm_request *rq, const Remora__FuncGetName *req,
 			       Remora__FuncGetNameReply *rep)
 {
 	(void)rq;
@@ -229,7 +229,7 @@ CUresult rm_body_cuFuncGetName(struct rm_session *s, struct rm_request *rq, cons
 /* rmFuncGetParamLayout: what the driver's cuFuncGetParamInfo answers for each parameter of
  * a function, up to the first index it answers CUDA_ERROR_INVALID_VALUE, in one reply. A
  * function of more than RM_MAX_KERNEL_PARAMS is answered too_many, its parameters unlisted. */
-CUresult rm_body_rmFuncGetParamLayout(struct rm_session *s, struct rm_request *rq, const Remora__FuncGetParamLayout *req,
+CUresult rm_body_rmFuncGetParamLayout(struct rm_channel *s, struct rm_request *rq, const Remora__FuncGetParamLayout *req,
 				      Remora__FuncGetParamLayoutReply *rep)
 {
 	void *func;
@@ -265,7 +265,7 @@ CUresult rm_body_rmFuncGetParamLayout(struct rm_session *s, struct rm_request *r
 }
 
 /* The handles filled in become the client's, children of the module like cuModuleGetFunction's. */
-CUresult rm_body_cuModuleEnumerateFunctions(struct rm_session *s, CUfunction *functions, unsigned int numFunctions,
+CUresult rm_body_cuModuleEnumerateFunctions(struct rm_channel *s, CUfunction *functions, unsigned int numFunctions,
 					    CUmodule mod)
 {
 	CUresult r = rm_drv_cuModuleEnumerateFunctions(functions, numFunctions, mod);

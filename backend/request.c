@@ -21,7 +21,7 @@ ProtobufCMessage *rm_request_unpack(struct rm_request *rq, const ProtobufCMessag
 	return m;
 }
 
-static int send_reply(struct rm_session *s, struct rm_request *rq, CUresult r, const ProtobufCMessage *rep,
+static int send_reply(struct rm_channel *s, struct rm_request *rq, CUresult r, const ProtobufCMessage *rep,
 		      uint64_t bulk_len)
 {
 	uint8_t small[1024];
@@ -63,7 +63,7 @@ static int send_reply(struct rm_session *s, struct rm_request *rq, CUresult r, c
 	return err;
 }
 
-void rm_request_finish(struct rm_session *s, struct rm_request *rq, CUresult r, const ProtobufCMessage *rep)
+void rm_request_finish(struct rm_channel *s, struct rm_request *rq, CUresult r, const ProtobufCMessage *rep)
 {
 	rq->result = r;
 	rm_fault_note(s, r);
@@ -83,7 +83,7 @@ void rm_request_finish(struct rm_session *s, struct rm_request *rq, CUresult r, 
 	rm_call_part_end(RM_PART_REPLY, part);
 }
 
-int rm_request_reply_bulk(struct rm_session *s, struct rm_request *rq, uint64_t bulk_len)
+int rm_request_reply_bulk(struct rm_channel *s, struct rm_request *rq, uint64_t bulk_len)
 {
 	int err = send_reply(s, rq, CUDA_SUCCESS, NULL, bulk_len);
 	if (err)
@@ -91,13 +91,13 @@ int rm_request_reply_bulk(struct rm_session *s, struct rm_request *rq, uint64_t 
 	return err;
 }
 
-int rm_request_send_bulk(struct rm_session *s, const void *buf, size_t len)
+int rm_request_send_bulk(struct rm_channel *s, const void *buf, size_t len)
 {
 	struct iovec v = {(void *)buf, len};
 	return rm_conn_sendv(s->link.conn, &v, 1);
 }
 
-int rm_request_read_bulk(struct rm_session *s, struct rm_request *rq, void *buf, size_t len)
+int rm_request_read_bulk(struct rm_channel *s, struct rm_request *rq, void *buf, size_t len)
 {
 	if (len > rq->bulk_left)
 		return -EPROTO;

@@ -12,7 +12,7 @@
 /* Typed bodies of generated handlers (proto/api.spec, daemon_handlers.h); the handler
  * records a new stream as the client's (phStream=new) and forgets a destroyed one. */
 
-static CUresult create_stream(struct rm_session *s, unsigned flags, int priority, int with_priority, CUstream *out)
+static CUresult create_stream(struct rm_channel *s, unsigned flags, int priority, int with_priority, CUstream *out)
 {
 	if (!s->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
@@ -35,18 +35,18 @@ static CUresult create_stream(struct rm_session *s, unsigned flags, int priority
 	return r;
 }
 
-CUresult rm_body_cuStreamCreate(struct rm_session *s, CUstream *phStream, unsigned int Flags)
+CUresult rm_body_cuStreamCreate(struct rm_channel *s, CUstream *phStream, unsigned int Flags)
 {
 	return create_stream(s, Flags, 0, 0, phStream);
 }
 
-CUresult rm_body_cuStreamCreateWithPriority(struct rm_session *s, CUstream *phStream, unsigned int flags, int priority)
+CUresult rm_body_cuStreamCreateWithPriority(struct rm_channel *s, CUstream *phStream, unsigned int flags, int priority)
 {
 	return create_stream(s, flags, priority, 1, phStream);
 }
 
 /* The stream goes back to the pool; its work still runs to the end, as CUDA's does. */
-CUresult rm_body_cuStreamDestroy_v2(struct rm_session *s, CUstream hStream)
+CUresult rm_body_cuStreamDestroy_v2(struct rm_channel *s, CUstream hStream)
 {
 	CUgraph g = NULL; /* a capture it began ends here: the pool's next user gets a plain stream */
 	if (s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 && rm_capture_active(hStream) &&
@@ -60,14 +60,14 @@ CUresult rm_body_cuStreamDestroy_v2(struct rm_session *s, CUstream hStream)
 }
 
 /* Its return tells kernel timing that the stream's spans have ended (rm_stream_wait). */
-CUresult rm_body_cuStreamSynchronize(struct rm_session *s, CUstream hStream)
+CUresult rm_body_cuStreamSynchronize(struct rm_channel *s, CUstream hStream)
 {
 	return rm_stream_wait(s, hStream);
 }
 
 /* When the stream shares its hardware queue, the wait is done here, so that it holds up
  * no other client's work queued behind it. */
-CUresult rm_body_cuStreamWaitEvent(struct rm_session *s, CUstream hStream, CUevent hEvent, unsigned int Flags)
+CUresult rm_body_cuStreamWaitEvent(struct rm_channel *s, CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
 	/* During a capture the event may be a captured one, which may not be queried. */
 	CUresult r = s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 ? CUDA_SUCCESS
@@ -76,7 +76,7 @@ CUresult rm_body_cuStreamWaitEvent(struct rm_session *s, CUstream hStream, CUeve
 }
 
 /* The flags the client asked for, not the driver's. */
-CUresult rm_body_cuStreamGetFlags(struct rm_session *s, CUstream hStream, unsigned int *flags)
+CUresult rm_body_cuStreamGetFlags(struct rm_channel *s, CUstream hStream, unsigned int *flags)
 {
 	*flags = rm_stream_order_is_blocking(s->cur, hStream) ? 0 : CU_STREAM_NON_BLOCKING; /* per-thread streams are blocking */
 	return CUDA_SUCCESS;
@@ -85,7 +85,7 @@ CUresult rm_body_cuStreamGetFlags(struct rm_session *s, CUstream hStream, unsign
 /* Events remember their flags (phEvent=new:body): a record of a CU_EVENT_DISABLE_TIMING
  * event does not hold up a shared hardware queue (H200, bench/queue_probe), so it needs
  * no wait for the stream's running work; a timed one does. */
-CUresult rm_body_cuEventCreate(struct rm_session *s, CUevent *phEvent, unsigned int Flags)
+CUresult rm_body_cuEventCreate(struct rm_channel *s, CUevent *phEvent, unsigned int Flags)
 {
 	CUresult r = s->cur ? rm_drv.cuEventCreate(phEvent, Flags) : CUDA_ERROR_INVALID_CONTEXT;
 	if (r == CUDA_SUCCESS)
@@ -95,7 +95,7 @@ CUresult rm_body_cuEventCreate(struct rm_session *s, CUevent *phEvent, unsigned 
 
 /* The stream arrives selected without the wait for submission (hStream=nosubmit):
  * only a timed record waits. */
-static CUresult before_record(struct rm_session *s, CUevent ev, CUstream st)
+static CUresult before_record(struct rm_channel *s, CUevent ev, CUstream st)
 {
 	struct rm_handle h;
 	if (s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 && rm_capture_active(st))
@@ -105,13 +105,13 @@ static CUresult before_record(struct rm_session *s, CUevent ev, CUstream st)
 		       ? CUDA_SUCCESS : rm_stream_pool_before_submit(st);
 }
 
-CUresult rm_body_cuEventRecord(struct rm_session *s, CUevent hEvent, CUstream hStream)
+CUresult rm_body_cuEventRecord(struct rm_channel *s, CUevent hEvent, CUstream hStream)
 {
 	CUresult r = before_record(s, hEvent, hStream);
 	return r == CUDA_SUCCESS ? rm_drv.cuEventRecord(hEvent, hStream) : r;
 }
 
-CUresult rm_body_cuEventRecordWithFlags(struct rm_session *s, CUevent hEvent, CUstream hStream, unsigned int flags)
+CUresult rm_body_cuEventRecordWithFlags(struct rm_channel *s, CUevent hEvent, CUstream hStream, unsigned int flags)
 {
 	CUresult r = before_record(s, hEvent, hStream);
 	if (r != CUDA_SUCCESS)

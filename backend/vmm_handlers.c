@@ -22,7 +22,7 @@
 static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The client's location as the host's: a device location with the client's ordinal. */
-static CUresult location_in(struct rm_session *s, CUmemLocation *loc)
+static CUresult location_in(struct rm_channel *s, CUmemLocation *loc)
 {
 	if (loc->type != CU_MEM_LOCATION_TYPE_DEVICE)
 		return rm_unsupported_use("virtual memory of a location other than a device");
@@ -34,14 +34,14 @@ static CUresult location_in(struct rm_session *s, CUmemLocation *loc)
 }
 
 /* A copy of the client's allocation properties the driver may be given. */
-static CUresult prop_in(struct rm_session *s, const CUmemAllocationProp *from, CUmemAllocationProp *prop)
+static CUresult prop_in(struct rm_channel *s, const CUmemAllocationProp *from, CUmemAllocationProp *prop)
 {
 	memcpy(prop, from, sizeof(*prop));
 	prop->win32HandleMetaData = NULL; /* a pointer of the client's means nothing here */
 	return location_in(s, &prop->location);
 }
 
-CUresult rm_body_cuMemGetAllocationGranularity(struct rm_session *s, size_t *granularity, const CUmemAllocationProp *prop,
+CUresult rm_body_cuMemGetAllocationGranularity(struct rm_channel *s, size_t *granularity, const CUmemAllocationProp *prop,
 					       CUmemAllocationGranularity_flags option)
 {
 	CUmemAllocationProp p;
@@ -51,7 +51,7 @@ CUresult rm_body_cuMemGetAllocationGranularity(struct rm_session *s, size_t *gra
 	return r;
 }
 
-CUresult rm_body_cuMemCreate(struct rm_session *s, CUmemGenericAllocationHandle *handle, size_t size,
+CUresult rm_body_cuMemCreate(struct rm_channel *s, CUmemGenericAllocationHandle *handle, size_t size,
 			     const CUmemAllocationProp *prop, unsigned long long flags)
 {
 	CUmemAllocationProp p;
@@ -69,7 +69,7 @@ CUresult rm_body_cuMemCreate(struct rm_session *s, CUmemGenericAllocationHandle 
 }
 
 /* Whether h is a live (unreleased) physical allocation of the client's; logged if not. */
-static int physical(struct rm_session *s, CUmemGenericAllocationHandle h)
+static int physical(struct rm_channel *s, CUmemGenericAllocationHandle h)
 {
 	struct rm_handle p;
 	if (!rm_session_find(s, RM_H_PHYSICAL, h, &p) || p.parent) {
@@ -85,13 +85,13 @@ static int maps(const struct rm_handle *h, void *handle)
 	return h->parent == *(uint64_t *)handle;
 }
 
-static int mapped(struct rm_session *s, uint64_t handle)
+static int mapped(struct rm_channel *s, uint64_t handle)
 {
 	return rm_session_each(s, RM_H_MAPPING, maps, &handle);
 }
 
 /* Forgets a released physical allocation no longer mapped, and its charge. */
-static void settle(struct rm_session *s, uint64_t handle)
+static void settle(struct rm_channel *s, uint64_t handle)
 {
 	struct rm_handle p;
 	if (!rm_session_find(s, RM_H_PHYSICAL, handle, &p) || !p.parent || mapped(s, handle))
@@ -100,7 +100,7 @@ static void settle(struct rm_session *s, uint64_t handle)
 	rm_session_uncharge(s, p.size);
 }
 
-CUresult rm_body_cuMemRelease(struct rm_session *s, CUmemGenericAllocationHandle handle)
+CUresult rm_body_cuMemRelease(struct rm_channel *s, CUmemGenericAllocationHandle handle)
 {
 	pthread_mutex_lock(&vmm_lock);
 	CUresult r = CUDA_ERROR_INVALID_VALUE;
@@ -115,7 +115,7 @@ CUresult rm_body_cuMemRelease(struct rm_session *s, CUmemGenericAllocationHandle
 	return r;
 }
 
-CUresult rm_body_cuMemGetAllocationPropertiesFromHandle(struct rm_session *s, CUmemAllocationProp *prop,
+CUresult rm_body_cuMemGetAllocationPropertiesFromHandle(struct rm_channel *s, CUmemAllocationProp *prop,
 							CUmemGenericAllocationHandle handle)
 {
 	if (!physical(s, handle))
@@ -130,7 +130,7 @@ CUresult rm_body_cuMemGetAllocationPropertiesFromHandle(struct rm_session *s, CU
 	return r;
 }
 
-CUresult rm_body_cuMemAddressReserve(struct rm_session *s, CUdeviceptr *ptr, size_t size, size_t alignment,
+CUresult rm_body_cuMemAddressReserve(struct rm_channel *s, CUdeviceptr *ptr, size_t size, size_t alignment,
 				     CUdeviceptr addr, unsigned long long flags)
 {
 	CUresult r = rm_drv_cuMemAddressReserve(ptr, size, alignment, addr, flags); /* addr is only a hint */
@@ -151,7 +151,7 @@ static int holds(const struct rm_handle *h, void *arg)
 }
 
 /* Whether a reservation of the client's holds [ptr, ptr + size) (logged if not). */
-static int reservation(struct rm_session *s, uint64_t ptr, uint64_t size)
+static int reservation(struct rm_channel *s, uint64_t ptr, uint64_t size)
 {
 	struct span x = {ptr, size, 0};
 	if (rm_session_each(s, RM_H_VA_RANGE, holds, &x))
@@ -171,14 +171,14 @@ static int overlaps(const struct rm_handle *h, void *arg)
 
 /* Whether a mapping of the client's overlaps [ptr, ptr + size); with cut, one that is
  * not wholly inside it. */
-static int overlapping(struct rm_session *s, uint64_t ptr, uint64_t size, int cut)
+static int overlapping(struct rm_channel *s, uint64_t ptr, uint64_t size, int cut)
 {
 	struct span x = {ptr, size, cut};
 	return rm_session_each(s, RM_H_MAPPING, overlaps, &x);
 }
 
 /* The whole reservation, with nothing of it mapped. */
-CUresult rm_body_cuMemAddressFree(struct rm_session *s, CUdeviceptr ptr, size_t size)
+CUresult rm_body_cuMemAddressFree(struct rm_channel *s, CUdeviceptr ptr, size_t size)
 {
 	pthread_mutex_lock(&vmm_lock);
 	struct rm_handle h;
@@ -193,7 +193,7 @@ CUresult rm_body_cuMemAddressFree(struct rm_session *s, CUdeviceptr ptr, size_t 
 }
 
 /* Inside a reservation of the client's, of a physical allocation of its own. */
-CUresult rm_body_cuMemMap(struct rm_session *s, CUdeviceptr ptr, size_t size, size_t offset,
+CUresult rm_body_cuMemMap(struct rm_channel *s, CUdeviceptr ptr, size_t size, size_t offset,
 			  CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
 	pthread_mutex_lock(&vmm_lock);
@@ -230,7 +230,7 @@ static int collect_inside(const struct rm_handle *h, void *arg)
 }
 
 /* Every mapping inside [ptr, ptr + size), which may not cut one. */
-CUresult rm_body_cuMemUnmap(struct rm_session *s, CUdeviceptr ptr, size_t size)
+CUresult rm_body_cuMemUnmap(struct rm_channel *s, CUdeviceptr ptr, size_t size)
 {
 	pthread_mutex_lock(&vmm_lock);
 	CUresult r = CUDA_ERROR_INVALID_VALUE;
@@ -250,7 +250,7 @@ CUresult rm_body_cuMemUnmap(struct rm_session *s, CUdeviceptr ptr, size_t size)
 }
 
 /* Access for devices of the client's, to mapped memory of its reservations. */
-CUresult rm_body_cuMemSetAccess(struct rm_session *s, CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+CUresult rm_body_cuMemSetAccess(struct rm_channel *s, CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
 				size_t count)
 {
 	CUmemAccessDesc d[MAX_ACCESS_DESCS];
@@ -265,7 +265,7 @@ CUresult rm_body_cuMemSetAccess(struct rm_session *s, CUdeviceptr ptr, size_t si
 	return rm_drv_cuMemSetAccess(ptr, size, d, count);
 }
 
-CUresult rm_body_cuMemGetAccess(struct rm_session *s, unsigned long long *flags, const CUmemLocation *location,
+CUresult rm_body_cuMemGetAccess(struct rm_channel *s, unsigned long long *flags, const CUmemLocation *location,
 				CUdeviceptr ptr)
 {
 	CUmemLocation loc = *location;

@@ -9,7 +9,7 @@
 #include "stripe.h"
 
 /* Link 0's share goes through the session's own staging buffers, profiled in prof. */
-static CUresult session_share(struct rm_session *s, struct rm_request *rq, struct rm_copy_profile *prof,
+static CUresult session_share(struct rm_channel *s, struct rm_request *rq, struct rm_copy_profile *prof,
 			      struct rm_share *sh, uint64_t n)
 {
 	uint64_t mark = rm_copy_profile_mark(prof);
@@ -20,7 +20,7 @@ static CUresult session_share(struct rm_session *s, struct rm_request *rq, struc
 	return r;
 }
 
-static int links_ready(struct rm_session *s, struct rm_request *rq, uint32_t links)
+static int links_ready(struct rm_channel *s, struct rm_request *rq, uint32_t links)
 {
 	if (links >= 1 && links <= RM_MAX_COPY_LINKS && links - 1 <= (uint32_t)s->sh->ncopy_links)
 		return 1;
@@ -29,7 +29,7 @@ static int links_ready(struct rm_session *s, struct rm_request *rq, uint32_t lin
 	return 0;
 }
 
-CUresult rm_copy_in(struct rm_session *s, struct rm_request *rq, CUresult r, CUstream stream, uint64_t dst,
+CUresult rm_copy_in(struct rm_channel *s, struct rm_request *rq, CUresult r, CUstream stream, uint64_t dst,
 		    uint64_t n, uint32_t links, int waited, int pageable, struct rm_copy_profile *prof)
 {
 	if (!links_ready(s, rq, links))
@@ -95,7 +95,7 @@ CUresult rm_copy_in(struct rm_session *s, struct rm_request *rq, CUresult r, CUs
 	return r;
 }
 
-void rm_copy_out(struct rm_session *s, struct rm_request *rq, CUstream stream, uint64_t src, uint64_t n,
+void rm_copy_out(struct rm_channel *s, struct rm_request *rq, CUstream stream, uint64_t src, uint64_t n,
 		 uint32_t links, struct rm_copy_profile *prof)
 {
 	if (!links_ready(s, rq, links))

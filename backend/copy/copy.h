@@ -21,12 +21,12 @@ struct rm_copy_profile;
  * does this, once the driver has taken them (from pageable memory, cuMemcpyHtoDAsync
  * stages them before it returns). Returns the copy's result; sets rq->fatal when the links are out of step (the session must
  * close). Link 0's waits and copies count in prof. */
-CUresult rm_copy_in(struct rm_session *s, struct rm_request *rq, CUresult r, CUstream stream, uint64_t dst,
+CUresult rm_copy_in(struct rm_channel *s, struct rm_request *rq, CUresult r, CUstream stream, uint64_t dst,
 		    uint64_t n, uint32_t links, int waited, int pageable, struct rm_copy_profile *prof);
 /* A device-to-host copy: waits for the stream's earlier work (its error is the answer),
  * replies (or answers an error), then sends every link's share. Any failure after the
  * reply began sets rq->fatal. */
-void rm_copy_out(struct rm_session *s, struct rm_request *rq, CUstream stream, uint64_t src, uint64_t n,
+void rm_copy_out(struct rm_channel *s, struct rm_request *rq, CUstream stream, uint64_t src, uint64_t n,
 		 uint32_t links, struct rm_copy_profile *prof);
 
 #endif

@@ -64,7 +64,7 @@ static void *link_main(void *arg)
 	return NULL;
 }
 
-int rm_copy_link_attach(struct rm_session *s, struct rm_conn *conn, uint32_t index, const struct iovec *ok)
+int rm_copy_link_attach(struct rm_channel *s, struct rm_conn *conn, uint32_t index, const struct iovec *ok)
 {
 	/* The link, its read buffer and its connection's ring are the client's host memory. */
 	size_t held = sizeof(struct rm_copy_link) + RM_LINK_RBUF + rm_conn_held(conn);
@@ -98,7 +98,7 @@ int rm_copy_link_attach(struct rm_session *s, struct rm_conn *conn, uint32_t ind
 	return err;
 }
 
-void rm_copy_links_close(struct rm_session *s)
+void rm_copy_links_close(struct rm_channel *s)
 {
 	for (int i = 1; i <= s->sh->ncopy_links; i++) {
 		struct rm_copy_link *l = s->sh->copy_links[i];
@@ -117,7 +117,7 @@ void rm_copy_links_close(struct rm_session *s)
 
 /* Runs links 1..links-1's jobs on their threads and link 0's share here (sh0). */
 
-void rm_copy_links_run(struct rm_session *s, struct rm_share *sh0, struct rm_stripe_job *jobs, uint32_t links)
+void rm_copy_links_run(struct rm_channel *s, struct rm_share *sh0, struct rm_stripe_job *jobs, uint32_t links)
 {
 	if (links > 1) /* one striped copy at a time, whichever channel it comes on */
 		pthread_mutex_lock(&s->sh->copy_lock);

@@ -14,8 +14,8 @@
  * answer ok on it once the link is sure to be taken; 0, or -errno with nothing sent
  * (-EPROTO: an index out of order, -EDQUOT/-ENOMEM: past the client's or the worker's
  * host memory) but for -EPIPE (ok was not sent whole). The caller keeps conn on failure. */
-int rm_copy_link_attach(struct rm_session *s, struct rm_conn *conn, uint32_t index, const struct iovec *ok);
+int rm_copy_link_attach(struct rm_channel *s, struct rm_conn *conn, uint32_t index, const struct iovec *ok);
 /* Stops and closes the session's copy links. */
-void rm_copy_links_close(struct rm_session *s);
+void rm_copy_links_close(struct rm_channel *s);
 
 #endif

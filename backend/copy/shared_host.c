@@ -18,7 +18,7 @@
 #define FD_WAIT_MS 2000 /* the descriptor was sent before the frame: it is there, or never comes */
 
 /* Index of the first region whose addr >= addr. Under shared_lock. */
-static int region_at(const struct rm_session_shared *sh, uint64_t addr)
+static int region_at(const struct rm_session *sh, uint64_t addr)
 {
 	int lo = 0, hi = sh->nshared;
 	while (lo < hi) {
@@ -34,14 +34,14 @@ static int region_at(const struct rm_session_shared *sh, uint64_t addr)
 /* Makes some context of the session current for a registration's change where the
  * request named none (registrations are PORTABLE: any context will do); 1 when the
  * caller must go back to none. */
-static int any_ctx(struct rm_session *s)
+static int any_ctx(struct rm_channel *s)
 {
 	if (s->thread_ctx || !__atomic_load_n(&s->sh->nctx, __ATOMIC_ACQUIRE))
 		return 0;
 	return rm_drv.cuCtxSetCurrent(s->sh->ctxs[0].ctx) == CUDA_SUCCESS;
 }
 
-static void unregister(struct rm_session *s, const struct rm_shared_region *r)
+static void unregister(struct rm_channel *s, const struct rm_shared_region *r)
 {
 	int pushed = any_ctx(s);
 	CUresult res = rm_drv.cuMemHostUnregister(r->map);
@@ -56,7 +56,7 @@ static void unregister(struct rm_session *s, const struct rm_shared_region *r)
 /* Maps the client's memfd for a region of len bytes: refused (a line says why) unless it
  * is sealed against shrinking, so that no access can fault, and holds len rounded up to
  * pages; the file the client named by inode. 0 or -errno. */
-static int map_client_memfd(struct rm_session *s, int fd, const Remora__HostShare *m, void **map, size_t *map_len)
+static int map_client_memfd(struct rm_channel *s, int fd, const Remora__HostShare *m, void **map, size_t *map_len)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	int seals = fcntl(fd, F_GET_SEALS);
@@ -92,9 +92,9 @@ static int map_client_memfd(struct rm_session *s, int fd, const Remora__HostShar
 
 /* Checks the share against the session's bounds and that it overlaps no shared region;
  * under shared_lock (written). */
-static CUresult admit_locked(struct rm_session *s, const Remora__HostShare *m, size_t map_len)
+static CUresult admit_locked(struct rm_channel *s, const Remora__HostShare *m, size_t map_len)
 {
-	struct rm_session_shared *sh = s->sh;
+	struct rm_session *sh = s->sh;
 	const char *why = NULL;
 	CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
 	int i = region_at(sh, m->addr);
@@ -117,9 +117,9 @@ static CUresult admit_locked(struct rm_session *s, const Remora__HostShare *m, s
 	return r;
 }
 
-static CUresult share(struct rm_session *s, const Remora__HostShare *m)
+static CUresult share(struct rm_channel *s, const Remora__HostShare *m)
 {
-	struct rm_session_shared *sh = s->sh;
+	struct rm_session *sh = s->sh;
 	int fd = rm_conn_recv_fd(s->link.conn, FD_WAIT_MS);
 	if (fd < 0) {
 		rm_session_log(s, RM_LOG_WARN, "refused to share pinned region 0x%llx: no memfd came with it (%s)",
@@ -167,7 +167,7 @@ static CUresult share(struct rm_session *s, const Remora__HostShare *m)
 	return r;
 }
 
-void rm_handle_host_share(struct rm_session *s, struct rm_request *rq)
+void rm_handle_host_share(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__HostShare *m = (void *)rm_request_unpack(rq, &remora__host_share__descriptor);
 	if (!m)
@@ -176,12 +176,12 @@ void rm_handle_host_share(struct rm_session *s, struct rm_request *rq)
 	protobuf_c_message_free_unpacked(&m->base, NULL);
 }
 
-void rm_handle_host_unshare(struct rm_session *s, struct rm_request *rq)
+void rm_handle_host_unshare(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__HostShare *m = (void *)rm_request_unpack(rq, &remora__host_share__descriptor);
 	if (!m)
 		return;
-	struct rm_session_shared *sh = s->sh;
+	struct rm_session *sh = s->sh;
 	struct rm_shared_region gone = {0};
 	pthread_rwlock_wrlock(&sh->shared_lock);
 	int i = region_at(sh, m->addr);
@@ -202,9 +202,9 @@ void rm_handle_host_unshare(struct rm_session *s, struct rm_request *rq)
 	protobuf_c_message_free_unpacked(&m->base, NULL);
 }
 
-int rm_shared_host_release_all(struct rm_session *s, uint64_t *bytes)
+int rm_shared_host_release_all(struct rm_channel *s, uint64_t *bytes)
 {
-	struct rm_session_shared *sh = s->sh;
+	struct rm_session *sh = s->sh;
 	int n = sh->nshared;
 	*bytes = sh->shared_bytes;
 	for (int i = 0; i < n; i++)
@@ -216,10 +216,10 @@ int rm_shared_host_release_all(struct rm_session *s, uint64_t *bytes)
 	return n;
 }
 
-void rm_shared_copy(struct rm_session *s, struct rm_request *rq, int to_device, uint64_t dptr, uint64_t region,
+void rm_shared_copy(struct rm_channel *s, struct rm_request *rq, int to_device, uint64_t dptr, uint64_t region,
 		    uint64_t off, uint64_t n, uint64_t stream_v, int wait)
 {
-	struct rm_session_shared *sh = s->sh;
+	struct rm_session *sh = s->sh;
 	struct rm_copy_profile prof;
 	rm_copy_profile_begin(&prof, "daemon", rm_op_names[rq->frame.op], n);
 	prof.host = "shared";

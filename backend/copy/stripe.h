@@ -28,11 +28,11 @@ struct rm_share {
 	struct rm_request *bulk_rq; /* link 0 of a copy to the device: the request whose bulk it reads */
 	/* Link 0 of a copy to the host: the reply it sends once its first piece is ready, so
 	 * that the reply follows the work the copy waits for (heartbeats cover the wait). */
-	struct rm_session *reply_s;
+	struct rm_channel *reply_s;
 	struct rm_request *reply_rq;
 	uint64_t reply_bulk;
 	struct rm_staging *staging;
-	struct rm_session *session; /* link 0's: the session whose thread runs it; else NULL */
+	struct rm_channel *session; /* link 0's: the session whose thread runs it; else NULL */
 	/* Link 0 of a copy in one piece that waits for its stream (a blocking one to the
 	 * device, any to the host): no event is recorded for its staging buffer, since the
 	 * stream is synchronized next (rm_copy_in, share_out). unrecorded: it was. */
@@ -49,6 +49,6 @@ void rm_share_run(struct rm_share *sh, struct rm_stripe_job *j);
 /* Runs jobs[1..links-1] on copy links 1..links-1, on their threads, and jobs[0] on sh0
  * here; returns once all are done. One striped copy at a time, whichever channel it
  * comes on. */
-void rm_copy_links_run(struct rm_session *s, struct rm_share *sh0, struct rm_stripe_job *jobs, uint32_t links);
+void rm_copy_links_run(struct rm_channel *s, struct rm_share *sh0, struct rm_stripe_job *jobs, uint32_t links);
 
 #endif

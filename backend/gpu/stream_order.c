@@ -39,7 +39,7 @@ CUresult rm_stream_order_add(struct rm_session_ctx *c, CUstream st)
 	return r;
 }
 
-void rm_stream_order_remove(struct rm_session *s, CUstream st)
+void rm_stream_order_remove(struct rm_channel *s, CUstream st)
 {
 	for (int k = 0; k < __atomic_load_n(&s->sh->nctx, __ATOMIC_ACQUIRE); k++) {
 		struct rm_session_ctx *c = &s->sh->ctxs[k];

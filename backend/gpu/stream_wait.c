@@ -82,7 +82,7 @@ static int add_page_locked(int dev)
 }
 
 /* Session s's word for its current context, taken at its first use; NULL: none. */
-static struct rm_wait_word *word_of(struct rm_session *s)
+static struct rm_wait_word *word_of(struct rm_channel *s)
 {
 	int k = (int)(s->cur - s->sh->ctxs), dev = s->cur->dev;
 	if (s->wait_words[k])
@@ -123,14 +123,14 @@ static int watch(const struct rm_wait_word *w, uint32_t v)
 	return rm_spin(spin_ns, LOOKS_PER_CLOCK, 0, look, &k);
 }
 
-static CUresult driver_wait(struct rm_session *s, CUstream st)
+static CUresult driver_wait(struct rm_channel *s, CUstream st)
 {
 	if (s)
 		count(&s->sh->waits_driver);
 	return rm_drv.cuStreamSynchronize(st);
 }
 
-static CUresult wait_by_word(struct rm_session *s, CUstream st)
+static CUresult wait_by_word(struct rm_channel *s, CUstream st)
 {
 	if (!spin_ns || !s || !s->cur || !rm_drv.cuStreamWriteValue32_v2 || !rm_drv.cuStreamQuery ||
 	    __atomic_load_n(&s->sh->nchannels, __ATOMIC_ACQUIRE) > 0 ||
@@ -156,7 +156,7 @@ static CUresult wait_by_word(struct rm_session *s, CUstream st)
 	return driver_wait(s, st); /* it waits for the write too: nothing of it is left on st */
 }
 
-CUresult rm_stream_wait(struct rm_session *s, CUstream st)
+CUresult rm_stream_wait(struct rm_channel *s, CUstream st)
 {
 	CUresult r = wait_by_word(s, st);
 	if (r == CUDA_SUCCESS && s)
@@ -164,7 +164,7 @@ CUresult rm_stream_wait(struct rm_session *s, CUstream st)
 	return r;
 }
 
-void rm_stream_wait_release(struct rm_session *s)
+void rm_stream_wait_release(struct rm_channel *s)
 {
 	pthread_mutex_lock(&lock);
 	for (int k = 0; k < RM_SESSION_MAX_CTX; k++) {

@@ -28,7 +28,7 @@
 
 #include <cuda.h>
 
-struct rm_session;
+struct rm_channel;
 
 /* How long a wait watches its word, in µs (0: the driver's wait alone); negative: 60 where
  * this process may run on 4 or more CPUs, else 0 (with fewer, the spinner takes the CPU
@@ -39,10 +39,10 @@ void rm_stream_wait_configure(int spin_us);
  * session thread s with st's context current (s->cur); NULL: the driver's wait. Done, it
  * ends the channel's kernel-time spans on st in host time (rm_kernel_timing_synced), so
  * that no end record is queued on st after the client knows it idle. */
-CUresult rm_stream_wait(struct rm_session *s, CUstream st);
+CUresult rm_stream_wait(struct rm_channel *s, CUstream st);
 
 /* Gives back the words session s took (before its contexts are released). */
-void rm_stream_wait_release(struct rm_session *s);
+void rm_stream_wait_release(struct rm_channel *s);
 
 /* Forgets dev's words: its context ctx is about to be reset, and no channel holds one. */
 void rm_stream_wait_forget_gpu(int dev, CUcontext ctx);

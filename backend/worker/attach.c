@@ -15,8 +15,8 @@
  * Its end leaves the session and its other channels be. */
 static void *channel_main(void *arg)
 {
-	struct rm_session *ch = arg;
-	struct rm_session_shared *sh = ch->sh;
+	struct rm_channel *ch = arg;
+	struct rm_session *sh = ch->sh;
 	prctl(PR_SET_TIMERSLACK, 1000UL);
 	rm_serve(ch);
 	rm_session_log(ch, RM_LOG_INFO, "channel %d closed", ch->chan);
@@ -39,10 +39,10 @@ static void *channel_main(void *arg)
  * passes to the channel's thread. The slot is taken before ok goes, so that a session
  * closing meanwhile shuts conn down, and ok is sent under no lock (transport.h).
  * 0 (the thread owns conn), or -errno (-EPIPE: ok was not sent). */
-static int channel_attach(struct rm_session *s, struct rm_conn *conn, uint32_t index, const struct iovec *ok)
+static int channel_attach(struct rm_channel *s, struct rm_conn *conn, uint32_t index, const struct iovec *ok)
 {
-	struct rm_session_shared *sh = s->sh;
-	struct rm_session *ch = NULL;
+	struct rm_session *sh = s->sh;
+	struct rm_channel *ch = NULL;
 	int err = 0;
 	pthread_mutex_lock(&sh->lock);
 	if (sh->closing)
@@ -90,7 +90,7 @@ fail_sent:
 /* Holds the session of a main channel against its end while a link attaches to it: counted
  * as a channel (client_main waits for those), so that no lock need be held meanwhile. 0, or
  * -ESHUTDOWN where it is closing. */
-static int attach_hold(struct rm_session *s)
+static int attach_hold(struct rm_channel *s)
 {
 	pthread_mutex_lock(&s->sh->lock);
 	int err = s->sh->closing ? -ESHUTDOWN : 0;
@@ -100,9 +100,9 @@ static int attach_hold(struct rm_session *s)
 	return err;
 }
 
-static void attach_release(struct rm_session *s)
+static void attach_release(struct rm_channel *s)
 {
-	struct rm_session_shared *sh = s->sh;
+	struct rm_session *sh = s->sh;
 	pthread_mutex_lock(&sh->lock);
 	sh->nchannels--;
 	pthread_cond_broadcast(&sh->channel_gone);
@@ -114,12 +114,12 @@ static void attach_release(struct rm_session *s)
  * session may go once the lock is let go). */
 struct attach_find {
 	const struct rm_handoff *h;
-	struct rm_session *s;
+	struct rm_channel *s;
 	int diff, err;
 	char name[64];
 };
 
-static int find_session(struct rm_session *s, void *arg)
+static int find_session(struct rm_channel *s, void *arg)
 {
 	struct attach_find *x = arg;
 	uint8_t d = 0;
@@ -142,7 +142,7 @@ void rm_attach(struct rm_conn *conn, const struct rm_handoff *h)
 		rm_conn_close(conn);
 		return;
 	}
-	struct rm_session *s = found.s;
+	struct rm_channel *s = found.s;
 	int err = found.err, diff = found.diff;
 	const char *name = found.name;
 	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_ATTACH, .flags = RM_F_REPLY,

@@ -12,7 +12,7 @@
 #include "stream_wait.h"
 
 /* Context i of the session, or NULL (the list is only appended to). */
-struct rm_session_ctx *rm_session_ctx_at(struct rm_session *s, int i)
+struct rm_session_ctx *rm_session_ctx_at(struct rm_channel *s, int i)
 {
 	return i < __atomic_load_n(&s->sh->nctx, __ATOMIC_ACQUIRE) ? &s->sh->ctxs[i] : NULL;
 }
@@ -41,7 +41,7 @@ static CUresult per_thread_stream(struct rm_session_ctx *c, int chan, CUstream *
 }
 
 /* rm_session_stream without naming the stream to the pool. */
-static CUresult resolve_stream(struct rm_session *s, uint64_t v, uint32_t frame_flags, CUstream *out)
+static CUresult resolve_stream(struct rm_channel *s, uint64_t v, uint32_t frame_flags, CUstream *out)
 {
 	CUresult r;
 	int per_thread = v == (uint64_t)(uintptr_t)CU_STREAM_PER_THREAD || (v == 0 && (frame_flags & RM_F_PER_THREAD));
@@ -70,7 +70,7 @@ static CUresult resolve_stream(struct rm_session *s, uint64_t v, uint32_t frame_
 	return rm_stream_order_before(s->cur, *out);
 }
 
-CUresult rm_session_stream(struct rm_session *s, uint64_t v, uint32_t frame_flags, CUstream *out)
+CUresult rm_session_stream(struct rm_channel *s, uint64_t v, uint32_t frame_flags, CUstream *out)
 {
 	CUresult r = resolve_stream(s, v, frame_flags, out);
 	if (r == CUDA_SUCCESS)
@@ -79,7 +79,7 @@ CUresult rm_session_stream(struct rm_session *s, uint64_t v, uint32_t frame_flag
 }
 
 /* The submission names the stream (rm_stream_pool_before_submit). */
-CUresult rm_session_stream_submit(struct rm_session *s, uint64_t v, uint32_t frame_flags, CUstream *out)
+CUresult rm_session_stream_submit(struct rm_channel *s, uint64_t v, uint32_t frame_flags, CUstream *out)
 {
 	CUresult r = resolve_stream(s, v, frame_flags, out);
 	if (r == CUDA_SUCCESS && s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 && rm_capture_active(*out))
@@ -87,7 +87,7 @@ CUresult rm_session_stream_submit(struct rm_session *s, uint64_t v, uint32_t fra
 	return r == CUDA_SUCCESS ? rm_stream_pool_before_submit(*out) : r;
 }
 
-int rm_session_sync_follows(struct rm_session *s, const struct rm_frame *launch, uint64_t v)
+int rm_session_sync_follows(struct rm_channel *s, const struct rm_frame *launch, uint64_t v)
 {
 	struct rm_frame f;
 	const uint8_t *msg;
@@ -106,7 +106,7 @@ int rm_session_sync_follows(struct rm_session *s, const struct rm_frame *launch,
 	return same;
 }
 
-CUresult rm_session_device(struct rm_session *s, int ordinal, CUdevice *out)
+CUresult rm_session_device(struct rm_channel *s, int ordinal, CUdevice *out)
 {
 	if (ordinal < 0 || ordinal >= s->sh->ndevices)
 		return CUDA_ERROR_INVALID_DEVICE;
@@ -114,7 +114,7 @@ CUresult rm_session_device(struct rm_session *s, int ordinal, CUdevice *out)
 	return CUDA_SUCCESS;
 }
 
-CUresult rm_session_device_out(struct rm_session *s, CUdevice dev, CUdevice *out)
+CUresult rm_session_device_out(struct rm_channel *s, CUdevice dev, CUdevice *out)
 {
 	for (int i = 0; i < s->sh->ndevices; i++)
 		if (s->sh->devices[i] == dev) {
@@ -124,7 +124,7 @@ CUresult rm_session_device_out(struct rm_session *s, CUdevice dev, CUdevice *out
 	return CUDA_ERROR_INVALID_DEVICE; /* a GPU the client does not see */
 }
 
-static CUresult add_ctx_locked(struct rm_session *s, CUdevice dev, CUcontext *out)
+static CUresult add_ctx_locked(struct rm_channel *s, CUdevice dev, CUcontext *out)
 {
 	for (int i = 0; i < s->sh->nctx; i++)
 		if (s->sh->ctxs[i].dev == dev) {
@@ -157,7 +157,7 @@ static CUresult add_ctx_locked(struct rm_session *s, CUdevice dev, CUcontext *ou
 
 /* Held across the context's creation (rm_gpu_acquire), so that two threads' first calls
  * on a device make one. */
-CUresult rm_session_add_ctx(struct rm_session *s, CUdevice dev, CUcontext *out)
+CUresult rm_session_add_ctx(struct rm_channel *s, CUdevice dev, CUcontext *out)
 {
 	pthread_mutex_lock(&s->sh->lock);
 	CUresult r = add_ctx_locked(s, dev, out);
@@ -165,7 +165,7 @@ CUresult rm_session_add_ctx(struct rm_session *s, CUdevice dev, CUcontext *out)
 	return r;
 }
 
-CUresult rm_session_enter(struct rm_session *s, uint64_t ctx)
+CUresult rm_session_enter(struct rm_channel *s, uint64_t ctx)
 {
 	struct rm_session_ctx *c = NULL, *k;
 	for (int i = 0; ctx && !c && (k = rm_session_ctx_at(s, i)); i++)
@@ -188,7 +188,7 @@ CUresult rm_session_enter(struct rm_session *s, uint64_t ctx)
  * those it created, gathered under the locks into a new array (*n of them) so that they
  * are waited for without. A stream another thread destroys meanwhile went back to the
  * pool, not to the driver (stream_pool.h): waiting for it is harmless. NULL: no memory. */
-static CUstream *gather_streams(struct rm_session *s, struct rm_session_ctx *only, CUstream *small, size_t nsmall,
+static CUstream *gather_streams(struct rm_channel *s, struct rm_session_ctx *only, CUstream *small, size_t nsmall,
 				size_t *n)
 {
 	pthread_mutex_lock(&s->sh->lock);
@@ -214,7 +214,7 @@ static CUstream *gather_streams(struct rm_session *s, struct rm_session_ctx *onl
 
 /* Waits for the streams gather_streams gives, holding no lock. Kernel timing learns of
  * the current context's (rm_kernel_timing_synced). */
-static CUresult sync_streams(struct rm_session *s, struct rm_session_ctx *only)
+static CUresult sync_streams(struct rm_channel *s, struct rm_session_ctx *only)
 {
 	size_t n;
 	CUstream small[1024]; /* one context, its channels' streams and 765 more without malloc */
@@ -235,19 +235,19 @@ static CUresult sync_streams(struct rm_session *s, struct rm_session_ctx *only)
 	return first;
 }
 
-CUresult rm_session_synchronize(struct rm_session *s)
+CUresult rm_session_synchronize(struct rm_channel *s)
 {
 	if (!s->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	return sync_streams(s, s->cur);
 }
 
-CUresult rm_session_synchronize_all(struct rm_session *s)
+CUresult rm_session_synchronize_all(struct rm_channel *s)
 {
 	return sync_streams(s, NULL);
 }
 
-CUresult rm_session_free_memory(struct rm_session *s, uint64_t ptr)
+CUresult rm_session_free_memory(struct rm_channel *s, uint64_t ptr)
 {
 	CUcontext owner = NULL;
 	struct rm_session_ctx *c = NULL;
@@ -269,7 +269,7 @@ CUresult rm_session_free_memory(struct rm_session *s, uint64_t ptr)
 
 /* Frees memory whose users are known to be done, without cuMemFree's wait for the
  * whole shared context. */
-void rm_session_free_drained(struct rm_session *s, uint64_t ptr)
+void rm_session_free_drained(struct rm_channel *s, uint64_t ptr)
 {
 	CUresult r = CUDA_ERROR_NOT_SUPPORTED;
 	if (rm_drv.cuMemFreeAsync && s->sh->nctx)

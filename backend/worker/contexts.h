@@ -12,7 +12,7 @@
 
 struct rm_frame;
 struct rm_kernel_timers;
-struct rm_session;
+struct rm_channel;
 
 /* A stream the client created without CU_STREAM_NON_BLOCKING (or its per-thread
  * default stream). The driver's streams are all non-blocking, so that no client
@@ -53,48 +53,48 @@ struct rm_session_ctx {
 };
 
 /* Context i of the session, or NULL (the list is only appended to). */
-struct rm_session_ctx *rm_session_ctx_at(struct rm_session *s, int i);
+struct rm_session_ctx *rm_session_ctx_at(struct rm_channel *s, int i);
 /* Makes the context a request names current on this thread; 0 means none. */
-CUresult rm_session_enter(struct rm_session *s, uint64_t ctx);
+CUresult rm_session_enter(struct rm_channel *s, uint64_t ctx);
 
 /* Maps the client's device ordinal to the host's GPU. */
-CUresult rm_session_device(struct rm_session *s, int ordinal, CUdevice *out);
+CUresult rm_session_device(struct rm_channel *s, int ordinal, CUdevice *out);
 /* Maps a host GPU to the client's ordinal for it (a CUdevice the driver gave back). */
-CUresult rm_session_device_out(struct rm_session *s, CUdevice dev, CUdevice *out);
+CUresult rm_session_device_out(struct rm_channel *s, CUdevice dev, CUdevice *out);
 
 /* Gives the session dev's shared context (once per device), creating the client's default stream in it. */
-CUresult rm_session_add_ctx(struct rm_session *s, CUdevice dev, CUcontext *out);
+CUresult rm_session_add_ctx(struct rm_channel *s, CUdevice dev, CUcontext *out);
 
 /* Frees one of the client's allocations in the current context once the client's own
  * work is done: cuMemFree would wait for every client's work in the shared context
  * and hold up their launches meanwhile (H200: 348 ms behind another client's kernel). */
-CUresult rm_session_free_memory(struct rm_session *s, uint64_t ptr);
+CUresult rm_session_free_memory(struct rm_channel *s, uint64_t ptr);
 
 /* Frees memory whose users are known to be done, without cuMemFree's wait for the whole
  * shared context. */
-void rm_session_free_drained(struct rm_session *s, uint64_t ptr);
+void rm_session_free_drained(struct rm_channel *s, uint64_t ptr);
 /* Waits for every stream of the client in the current context. */
-CUresult rm_session_synchronize(struct rm_session *s);
+CUresult rm_session_synchronize(struct rm_channel *s);
 /* Waits for every stream of the client in every context. */
-CUresult rm_session_synchronize_all(struct rm_session *s);
+CUresult rm_session_synchronize_all(struct rm_channel *s);
 
 /* Maps a stream value for a call about to be issued to it: 0 and CU_STREAM_LEGACY become
  * the client's legacy stream, CU_STREAM_PER_THREAD (or 0 from a _ptds/_ptsz entry point)
  * its per-thread stream; and orders the call as CUDA's legacy stream semantics ask. The
  * stream counts as in use on its hardware queue (stream_pool.h). */
-CUresult rm_session_stream(struct rm_session *s, uint64_t v, uint32_t frame_flags, CUstream *out);
+CUresult rm_session_stream(struct rm_channel *s, uint64_t v, uint32_t frame_flags, CUstream *out);
 /* rm_session_stream for a call that puts work on the stream: when another client's stream
  * on its hardware queue is in use, first waits for its unfinished work. */
-CUresult rm_session_stream_submit(struct rm_session *s, uint64_t v, uint32_t frame_flags, CUstream *out);
+CUresult rm_session_stream_submit(struct rm_channel *s, uint64_t v, uint32_t frame_flags, CUstream *out);
 /* Whether the client's next frame, already buffered behind the launch of frame launch on
  * stream value v, is a synchronize that waits for that stream: cuCtxSynchronize of the
  * same context, or cuStreamSynchronize naming the same stream. Only looks; consumes and
  * orders nothing. (Kernel timing then needs no event, kernel_timing.h.) */
-int rm_session_sync_follows(struct rm_session *s, const struct rm_frame *launch, uint64_t v);
+int rm_session_sync_follows(struct rm_channel *s, const struct rm_frame *launch, uint64_t v);
 /* Records that the client's new stream st was asked for as blocking (flags without
  * CU_STREAM_NON_BLOCKING), and forgets a destroyed one. */
 CUresult rm_stream_order_add(struct rm_session_ctx *c, CUstream st);
-void rm_stream_order_remove(struct rm_session *s, CUstream st);
+void rm_stream_order_remove(struct rm_channel *s, CUstream st);
 /* Whether st is one of the client's blocking streams (or its legacy or per-thread stream). */
 int rm_stream_order_is_blocking(struct rm_session_ctx *c, CUstream st);
 /* Orders a call about to be issued to stream st (a stream of context c). */

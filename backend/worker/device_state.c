@@ -10,7 +10,7 @@
 #include "registry.h"
 #include "remora.pb-c.h"
 
-static int uses_device(struct rm_session *s, CUdevice dev)
+static int uses_device(struct rm_channel *s, CUdevice dev)
 {
 	int used = 0;
 	pthread_mutex_lock(&s->sh->lock);
@@ -20,7 +20,7 @@ static int uses_device(struct rm_session *s, CUdevice dev)
 	return used;
 }
 
-void rm_handle_device_state(struct rm_session *s, struct rm_request *rq)
+void rm_handle_device_state(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__DeviceState *req = (void *)rm_request_unpack(rq, &remora__device_state__descriptor);
 	if (!req)

@@ -4,6 +4,6 @@
 
 #include "dispatch.h"
 
-void rm_handle_device_state(struct rm_session *s, struct rm_request *rq);
+void rm_handle_device_state(struct rm_channel *s, struct rm_request *rq);
 
 #endif

@@ -50,7 +50,7 @@ static const char *error_name(CUresult r)
 	return name;
 }
 
-void rm_fault_note(const struct rm_session *s, CUresult r)
+void rm_fault_note(const struct rm_channel *s, CUresult r)
 {
 	if (!rm_fault_is_sticky(r) || __atomic_load_n(&fault_error, __ATOMIC_ACQUIRE) != CUDA_SUCCESS)
 		return;
@@ -94,7 +94,7 @@ unsigned long long rm_fault_age_ms(void)
 	return ms > 0 ? (unsigned long long)ms : 1;
 }
 
-size_t rm_fault_notice(struct rm_session *s, char *buf, size_t len)
+size_t rm_fault_notice(struct rm_channel *s, char *buf, size_t len)
 {
 	CUresult r = rm_fault_error();
 	if (r == CUDA_SUCCESS || s->sh->id == culprit_session ||

@@ -10,14 +10,14 @@
 #include <cuda.h>
 #include <stddef.h>
 
-struct rm_session;
+struct rm_channel;
 
 /* Whether r is an error after which the driver leaves the process's contexts unusable. */
 int rm_fault_is_sticky(CUresult r);
 /* Notes result r of a driver call made for session s (NULL: the worker's own check). The
  * first sticky one faults the worker: logged, marked in the registry for the accepting
  * process, and s recorded as the client it was first reported to. */
-void rm_fault_note(const struct rm_session *s, CUresult r);
+void rm_fault_note(const struct rm_channel *s, CUresult r);
 /* The sticky error the worker faulted with; CUDA_SUCCESS while it has not. */
 CUresult rm_fault_error(void);
 /* How long ago the worker faulted, in ms; 0 when it has not. */
@@ -26,7 +26,7 @@ unsigned long long rm_fault_age_ms(void);
  * buf: the cause (the program, its pid, the error) and what follows from it. Returns its
  * length, 0 where s needs no telling: no fault, s is that client, or s's process was
  * told already (on any of its channels). */
-size_t rm_fault_notice(struct rm_session *s, char *buf, size_t len);
+size_t rm_fault_notice(struct rm_channel *s, char *buf, size_t len);
 
 /* Forgets the fault: for the request fuzzer (tests/fuzz) once it has reset the test
  * driver's contexts (rm_gpu_reset), never in remorad. */

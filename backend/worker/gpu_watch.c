@@ -24,7 +24,7 @@
 static char overrun_name[64];
 static uint32_t overrun_pid;
 
-static void find_overrun(struct rm_session *s)
+static void find_overrun(struct rm_channel *s)
 {
 	if (!overrun_name[0] && rm_kernel_watch_over(s)) {
 		snprintf(overrun_name, sizeof(overrun_name), "%s", s->sh->name);
@@ -34,7 +34,7 @@ static void find_overrun(struct rm_session *s)
 
 /* Tells a client why its worker ends: one line (printed by the client library), then
  * going-away. A busy or full connection is skipped: it finds the connection closed. */
-static void tell_recycled(struct rm_session *s)
+static void tell_recycled(struct rm_channel *s)
 {
 	char line[RM_NOTICE_MAX];
 	int n = rm_kernel_watch_over(s)

@@ -17,7 +17,7 @@ static size_t slot_of(uint32_t kind, uint64_t v, size_t cap)
 	return (size_t)(h >> 20) & (cap - 1);
 }
 
-static struct rm_handle *find_slot(struct rm_session *s, uint32_t kind, uint64_t v)
+static struct rm_handle *find_slot(struct rm_channel *s, uint32_t kind, uint64_t v)
 {
 	if (!s->sh->handles_cap)
 		return NULL;
@@ -32,7 +32,7 @@ static struct rm_handle *find_slot(struct rm_session *s, uint32_t kind, uint64_t
 	return NULL;
 }
 
-int rm_session_find(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, struct rm_handle *out)
+int rm_session_find(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, struct rm_handle *out)
 {
 	pthread_mutex_lock(&s->sh->lock);
 	const struct rm_handle *h = find_slot(s, kind, v);
@@ -42,7 +42,7 @@ int rm_session_find(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, 
 	return h != NULL;
 }
 
-int rm_session_each(struct rm_session *s, enum rm_handle_kind kind, int (*visit)(const struct rm_handle *h, void *arg),
+int rm_session_each(struct rm_channel *s, enum rm_handle_kind kind, int (*visit)(const struct rm_handle *h, void *arg),
 		    void *arg)
 {
 	int stop = 0;
@@ -54,7 +54,7 @@ int rm_session_each(struct rm_session *s, enum rm_handle_kind kind, int (*visit)
 	return stop;
 }
 
-int rm_session_set_parent(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, uint64_t parent)
+int rm_session_set_parent(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, uint64_t parent)
 {
 	pthread_mutex_lock(&s->sh->lock);
 	struct rm_handle *h = find_slot(s, kind, v);
@@ -66,7 +66,7 @@ int rm_session_set_parent(struct rm_session *s, enum rm_handle_kind kind, uint64
 
 /* Rebuilds the table without tombstones, at the size that keeps it at most half full
  * (so churn with few live handles does not grow it). */
-static int grow(struct rm_session *s)
+static int grow(struct rm_channel *s)
 {
 	size_t cap = 64;
 	while (cap < (s->sh->handles_live + 1) * 2)
@@ -90,7 +90,7 @@ static int grow(struct rm_session *s)
 	return 0;
 }
 
-static void range_insert(struct rm_session *s, const struct rm_handle *h)
+static void range_insert(struct rm_channel *s, const struct rm_handle *h)
 {
 	if (s->sh->nranges == s->sh->ranges_cap) {
 		size_t cap = s->sh->ranges_cap ? s->sh->ranges_cap * 2 : 64;
@@ -109,7 +109,7 @@ static void range_insert(struct rm_session *s, const struct rm_handle *h)
 	s->sh->nranges++;
 }
 
-static void range_remove(struct rm_session *s, uint64_t base)
+static void range_remove(struct rm_channel *s, uint64_t base)
 {
 	for (size_t i = 0; i < s->sh->nranges; i++)
 		if (s->sh->ranges[i].value == base) {
@@ -119,7 +119,7 @@ static void range_remove(struct rm_session *s, uint64_t base)
 		}
 }
 
-static void own_locked(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, uint64_t size, uint64_t parent)
+static void own_locked(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, uint64_t size, uint64_t parent)
 {
 	if (find_slot(s, kind, v))
 		return; /* asked for again (cuModuleGetFunction of one function): one record */
@@ -151,7 +151,7 @@ static void own_locked(struct rm_session *s, enum rm_handle_kind kind, uint64_t 
 		rm_session_log(s, RM_LOG_ERROR, "out of memory recording a stream: a synchronize will not wait for it");
 }
 
-void rm_session_own_memory(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, uint64_t size,
+void rm_session_own_memory(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, uint64_t size,
 			   uint64_t parent)
 {
 	pthread_mutex_lock(&s->sh->lock);
@@ -159,13 +159,13 @@ void rm_session_own_memory(struct rm_session *s, enum rm_handle_kind kind, uint6
 	pthread_mutex_unlock(&s->sh->lock);
 }
 
-void rm_session_own(struct rm_session *s, enum rm_handle_kind kind, const void *h, uint64_t parent)
+void rm_session_own(struct rm_channel *s, enum rm_handle_kind kind, const void *h, uint64_t parent)
 {
 	rm_session_own_memory(s, kind, (uint64_t)(uintptr_t)h, 0, parent);
 }
 
 /* Forgets v and its dependents: 1, or 0 when v was not owned. */
-static int disown_locked(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, struct rm_handle *out)
+static int disown_locked(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, struct rm_handle *out)
 {
 	struct rm_handle *h = find_slot(s, kind, v);
 	if (!h)
@@ -199,7 +199,7 @@ static int disown_locked(struct rm_session *s, enum rm_handle_kind kind, uint64_
 	return 1;
 }
 
-int rm_session_take(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, struct rm_handle *out)
+int rm_session_take(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, struct rm_handle *out)
 {
 	pthread_mutex_lock(&s->sh->lock);
 	int owned = disown_locked(s, kind, v, out);
@@ -207,17 +207,17 @@ int rm_session_take(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, 
 	return owned;
 }
 
-void rm_session_disown_value(struct rm_session *s, enum rm_handle_kind kind, uint64_t v)
+void rm_session_disown_value(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v)
 {
 	rm_session_take(s, kind, v, NULL);
 }
 
-void rm_session_disown(struct rm_session *s, enum rm_handle_kind kind, const void *h)
+void rm_session_disown(struct rm_channel *s, enum rm_handle_kind kind, const void *h)
 {
 	rm_session_disown_value(s, kind, (uint64_t)(uintptr_t)h);
 }
 
-CUresult rm_session_use(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, void **out)
+CUresult rm_session_use(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, void **out)
 {
 	if (kind == RM_H_CONTEXT) {
 		struct rm_session_ctx *c;
@@ -242,7 +242,7 @@ CUresult rm_session_use(struct rm_session *s, enum rm_handle_kind kind, uint64_t
 	return CUDA_ERROR_INVALID_HANDLE;
 }
 
-CUresult rm_session_check_span(struct rm_session *s, uint64_t ptr, uint64_t count, uint64_t unit)
+CUresult rm_session_check_span(struct rm_channel *s, uint64_t ptr, uint64_t count, uint64_t unit)
 {
 	uint64_t len;
 	if (__builtin_mul_overflow(count, unit, &len))
@@ -251,7 +251,7 @@ CUresult rm_session_check_span(struct rm_session *s, uint64_t ptr, uint64_t coun
 }
 
 /* The last owned range with base <= ptr, or NULL. Under sh->lock. */
-static const struct rm_handle *range_below(struct rm_session *s, uint64_t ptr)
+static const struct rm_handle *range_below(struct rm_channel *s, uint64_t ptr)
 {
 	size_t lo = 0, hi = s->sh->nranges;
 	while (lo < hi) {
@@ -264,7 +264,7 @@ static const struct rm_handle *range_below(struct rm_session *s, uint64_t ptr)
 	return lo > 0 ? &s->sh->ranges[lo - 1] : NULL;
 }
 
-int rm_session_range_of(struct rm_session *s, uint64_t ptr, struct rm_handle *out)
+int rm_session_range_of(struct rm_channel *s, uint64_t ptr, struct rm_handle *out)
 {
 	pthread_mutex_lock(&s->sh->lock);
 	const struct rm_handle *r = range_below(s, ptr);
@@ -275,7 +275,7 @@ int rm_session_range_of(struct rm_session *s, uint64_t ptr, struct rm_handle *ou
 	return found;
 }
 
-CUresult rm_session_check_range(struct rm_session *s, uint64_t ptr, uint64_t len)
+CUresult rm_session_check_range(struct rm_channel *s, uint64_t ptr, uint64_t len)
 {
 	pthread_mutex_lock(&s->sh->lock);
 	const struct rm_handle *r = range_below(s, ptr);

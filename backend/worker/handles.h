@@ -20,38 +20,38 @@ struct rm_handle {
 	uint32_t kind;
 };
 
-struct rm_session;
+struct rm_channel;
 
 /* Records that the client now owns h (size: bytes of memory; parent: owning module). */
-void rm_session_own(struct rm_session *s, enum rm_handle_kind kind, const void *h, uint64_t parent);
-void rm_session_own_memory(struct rm_session *s, enum rm_handle_kind kind, uint64_t base, uint64_t size,
+void rm_session_own(struct rm_channel *s, enum rm_handle_kind kind, const void *h, uint64_t parent);
+void rm_session_own_memory(struct rm_channel *s, enum rm_handle_kind kind, uint64_t base, uint64_t size,
 			   uint64_t parent);
 /* Forgets h, and what h is the parent of. */
-void rm_session_disown(struct rm_session *s, enum rm_handle_kind kind, const void *h);
-void rm_session_disown_value(struct rm_session *s, enum rm_handle_kind kind, uint64_t v);
+void rm_session_disown(struct rm_channel *s, enum rm_handle_kind kind, const void *h);
+void rm_session_disown_value(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v);
 /* Copies an owned handle's record into out (may be NULL): 1, or 0 when not owned. */
-int rm_session_find(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, struct rm_handle *out);
+int rm_session_find(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, struct rm_handle *out);
 /* Calls visit on each owned handle of kind, under the session's lock (visit must not call
  * into the session), until one returns nonzero; returns that, or 0. */
-int rm_session_each(struct rm_session *s, enum rm_handle_kind kind, int (*visit)(const struct rm_handle *h, void *arg),
+int rm_session_each(struct rm_channel *s, enum rm_handle_kind kind, int (*visit)(const struct rm_handle *h, void *arg),
 		    void *arg);
 /* Sets an owned handle's parent field (a mark kinds without parents keep there): 1, or 0
  * when it is not owned. */
-int rm_session_set_parent(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, uint64_t parent);
+int rm_session_set_parent(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, uint64_t parent);
 /* Forgets an owned handle as one step, copying its record into out: 1, or 0 when it was
  * not owned (another thread's call gave it up first). For a call that gives the handle
  * back to the driver: a handle only one call can take is freed once. */
-int rm_session_take(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, struct rm_handle *out);
+int rm_session_take(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, struct rm_handle *out);
 /* Gives the real handle of wire value v, if the client owns one of that kind. */
-CUresult rm_session_use(struct rm_session *s, enum rm_handle_kind kind, uint64_t v, void **out);
+CUresult rm_session_use(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, void **out);
 /* Checks that [ptr, ptr+len) lies inside one piece of memory the client owns. */
-CUresult rm_session_check_range(struct rm_session *s, uint64_t ptr, uint64_t len);
+CUresult rm_session_check_range(struct rm_channel *s, uint64_t ptr, uint64_t len);
 /* rm_session_check_range for count elements of unit bytes: CUDA_ERROR_INVALID_VALUE
  * when count * unit overflows. */
-CUresult rm_session_check_span(struct rm_session *s, uint64_t ptr, uint64_t count, uint64_t unit);
+CUresult rm_session_check_span(struct rm_channel *s, uint64_t ptr, uint64_t count, uint64_t unit);
 /* Whether a piece of usable memory (an allocation, global or mapping) the client owns
  * holds ptr, and if so a copy of its record in *out (may be NULL); quietly, for queries
  * that answer "not found" themselves. */
-int rm_session_range_of(struct rm_session *s, uint64_t ptr, struct rm_handle *out);
+int rm_session_range_of(struct rm_channel *s, uint64_t ptr, struct rm_handle *out);
 
 #endif

@@ -34,7 +34,7 @@ struct rm_hostfn_hub {
 	pthread_cond_t answered; /* a call was answered, or the channel went */
 	int refs;                /* the session's, and one per one-shot call the driver holds */
 	int closed;              /* the session is gone: nothing more is sent */
-	struct rm_session *ch;   /* the callback channel; NULL: none (yet, or any more) */
+	struct rm_channel *ch;   /* the callback channel; NULL: none (yet, or any more) */
 	struct waiting *waiting; /* calls sent and not answered, newest first */
 	struct call *kept;       /* host nodes' calls, freed with the hub */
 	size_t nkept;
@@ -50,7 +50,7 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-struct rm_hostfn_hub *rm_hostfn_hub_new(const struct rm_session *s, int timeout_s)
+struct rm_hostfn_hub *rm_hostfn_hub_new(const struct rm_channel *s, int timeout_s)
 {
 	struct rm_hostfn_hub *hub = calloc(1, sizeof(*hub));
 	pthread_condattr_t attr;
@@ -105,7 +105,7 @@ void rm_hostfn_hub_release(struct rm_hostfn_hub *hub)
 	hub_unref_locked(hub);
 }
 
-int rm_hostfn_listen(struct rm_session *ch)
+int rm_hostfn_listen(struct rm_channel *ch)
 {
 	struct rm_hostfn_hub *hub = ch->sh->hostfn;
 	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_HOST_LISTEN, .flags = RM_F_REPLY};
@@ -140,7 +140,7 @@ int rm_hostfn_listen(struct rm_session *ch)
 
 /* A host node's id may wait more than once (two executable graphs of one graph): the
  * client answers in the order the calls went, so the oldest wait of id is the one answered. */
-void rm_hostfn_done(struct rm_session *ch, uint64_t id)
+void rm_hostfn_done(struct rm_channel *ch, uint64_t id)
 {
 	struct rm_hostfn_hub *hub = ch->sh->hostfn;
 	struct waiting *oldest = NULL;
@@ -154,7 +154,7 @@ void rm_hostfn_done(struct rm_session *ch, uint64_t id)
 	pthread_mutex_unlock(&hub->lock);
 }
 
-void rm_hostfn_channel_gone(struct rm_session *ch)
+void rm_hostfn_channel_gone(struct rm_channel *ch)
 {
 	struct rm_hostfn_hub *hub = ch->sh->hostfn;
 	if (!hub || !ch->callbacks)
@@ -175,7 +175,7 @@ static void CUDA_CB run_call(void *arg)
 	struct rm_hostfn_hub *hub = c->hub;
 	struct waiting w = {.id = c->id};
 	pthread_mutex_lock(&hub->lock);
-	struct rm_session *ch = hub->ch;
+	struct rm_channel *ch = hub->ch;
 	int err = -ENOTCONN;
 	if (ch && !hub->closed) {
 		struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = c->kept ? RM_OP_HOST_NODE_CALL : RM_OP_HOST_CALL,
@@ -243,7 +243,7 @@ CUresult rm_hostfn_node(struct rm_hostfn_hub *hub, uint64_t id, CUDA_HOST_NODE_P
 	return r;
 }
 
-CUresult rm_body_cuLaunchHostFunc(struct rm_session *s, struct rm_request *rq, const Remora__HostFunc *req)
+CUresult rm_body_cuLaunchHostFunc(struct rm_channel *s, struct rm_request *rq, const Remora__HostFunc *req)
 {
 	struct rm_hostfn_hub *hub = s->sh->hostfn;
 	CUstream st = NULL;

@@ -19,12 +19,12 @@
 
 #define RM_MAX_HOST_NODES 65536 /* host node ids a session keeps (distinct functions and data) */
 
-struct rm_session;
+struct rm_channel;
 struct rm_hostfn_hub;
 
 /* A hub for session s (its identity for log lines), waiting at most timeout_s for an
  * answer; NULL when out of memory (host functions are then refused). */
-struct rm_hostfn_hub *rm_hostfn_hub_new(const struct rm_session *s, int timeout_s);
+struct rm_hostfn_hub *rm_hostfn_hub_new(const struct rm_channel *s, int timeout_s);
 /* The session is going: every wait ends, no call is sent from now on. */
 void rm_hostfn_hub_close(struct rm_hostfn_hub *hub);
 /* The session is gone, its graphs destroyed and streams idle: closes the hub and drops
@@ -39,10 +39,10 @@ CUresult rm_hostfn_node(struct rm_hostfn_hub *hub, uint64_t id, CUDA_HOST_NODE_P
 /* Channel ch asks to be its session's callback channel (RM_OP_HOST_LISTEN): answers it and
  * from then on keeps it covered by heartbeats. 0, or -errno when the frame must close ch
  * (-EBUSY: the session has one already; -EPIPE: the answer could not be sent). */
-int rm_hostfn_listen(struct rm_session *ch);
+int rm_hostfn_listen(struct rm_channel *ch);
 /* The client answered RM_OP_HOST_DONE for call id on callback channel ch. */
-void rm_hostfn_done(struct rm_session *ch, uint64_t id);
+void rm_hostfn_done(struct rm_channel *ch, uint64_t id);
 /* Callback channel ch is closing: waits end, later calls are not sent. */
-void rm_hostfn_channel_gone(struct rm_session *ch);
+void rm_hostfn_channel_gone(struct rm_channel *ch);
 
 #endif

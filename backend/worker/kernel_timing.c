@@ -42,7 +42,7 @@ static uint64_t now_ns(void)
 
 void rm_kernel_timing_enable(int on) { enabled = on; }
 
-static void add_time(struct rm_session *s, CUevent start, CUevent end)
+static void add_time(struct rm_channel *s, CUevent start, CUevent end)
 {
 	float ms = 0;
 	if (rm_drv.cuEventElapsedTime(&ms, start, end) == CUDA_SUCCESS && ms > 0)
@@ -50,7 +50,7 @@ static void add_time(struct rm_session *s, CUevent start, CUevent end)
 }
 
 /* Reads slot i if its end has passed (lock held): 1 when the slot is free afterwards. */
-static int reap_locked(struct rm_session *s, struct rm_kernel_timers *t, int i)
+static int reap_locked(struct rm_channel *s, struct rm_kernel_timers *t, int i)
 {
 	if (t->slot[i].state != SLOT_PENDING)
 		return t->slot[i].state == SLOT_FREE;
@@ -64,7 +64,7 @@ static int reap_locked(struct rm_session *s, struct rm_kernel_timers *t, int i)
 	return 1;
 }
 
-static struct rm_kernel_timers *timers_of(struct rm_session *s, struct rm_session_ctx *c)
+static struct rm_kernel_timers *timers_of(struct rm_channel *s, struct rm_session_ctx *c)
 {
 	struct rm_kernel_timers *t = __atomic_load_n(&c->timers, __ATOMIC_ACQUIRE);
 	if (t)
@@ -80,7 +80,7 @@ static struct rm_kernel_timers *timers_of(struct rm_session *s, struct rm_sessio
 }
 
 /* A free slot (lock held), reaping finished spans when none is; -1 when all run. */
-static int free_slot_locked(struct rm_session *s, struct rm_kernel_timers *t)
+static int free_slot_locked(struct rm_channel *s, struct rm_kernel_timers *t)
 {
 	for (int i = 0; i < RING; i++)
 		if (t->slot[i].state == SLOT_FREE)
@@ -91,7 +91,7 @@ static int free_slot_locked(struct rm_session *s, struct rm_kernel_timers *t)
 	return -1;
 }
 
-void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st, const struct rm_frame *launch, uint64_t v)
+void rm_kernel_timing_before_launch(struct rm_channel *s, CUstream st, const struct rm_frame *launch, uint64_t v)
 {
 	struct rm_kernel_timers *t;
 	if (!enabled || !s->cur || !rm_drv.cuEventElapsedTime || rm_stream_pool_contended(st) ||
@@ -131,7 +131,7 @@ void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st, const str
  * before a waited call (min_age_ns set: the synchronize behind its launch, which ends it)
  * and otherwise (that synchronize failed, or the client went) counted in host time up to
  * now. */
-static void close_spans(struct rm_session *s, struct rm_session_ctx *c, int chan, uint64_t min_age_ns,
+static void close_spans(struct rm_channel *s, struct rm_session_ctx *c, int chan, uint64_t min_age_ns,
 			CUstream only)
 {
 	struct rm_kernel_timers *t = __atomic_load_n(&c->timers, __ATOMIC_ACQUIRE);
@@ -164,7 +164,7 @@ static void close_spans(struct rm_session *s, struct rm_session_ctx *c, int chan
 	pthread_mutex_unlock(&t->lock);
 }
 
-void rm_kernel_timing_synced(struct rm_session *s, CUstream st)
+void rm_kernel_timing_synced(struct rm_channel *s, CUstream st)
 {
 	struct rm_kernel_timers *t = s->cur ? __atomic_load_n(&s->cur->timers, __ATOMIC_ACQUIRE) : NULL;
 	if (!t || !__atomic_load_n(&t->open, __ATOMIC_RELAXED))
@@ -186,25 +186,25 @@ void rm_kernel_timing_synced(struct rm_session *s, CUstream st)
 }
 
 /* Context k of the session, or NULL past the last (contexts are appended, never moved). */
-static struct rm_session_ctx *ctx_at(struct rm_session *s, int k)
+static struct rm_session_ctx *ctx_at(struct rm_channel *s, int k)
 {
 	return k < __atomic_load_n(&s->sh->nctx, __ATOMIC_ACQUIRE) ? &s->sh->ctxs[k] : NULL;
 }
 
-void rm_kernel_timing_close_stream(struct rm_session *s, CUstream st)
+void rm_kernel_timing_close_stream(struct rm_channel *s, CUstream st)
 {
 	if (s->cur && __atomic_load_n(&s->sh->open_spans, __ATOMIC_RELAXED))
 		close_spans(s, s->cur, s->chan, 0, st);
 }
 
-int rm_kernel_timing_open(struct rm_session *s)
+int rm_kernel_timing_open(struct rm_channel *s)
 {
 	return __atomic_load_n(&s->sh->open_spans, __ATOMIC_RELAXED) > 0;
 }
 
 /* Called before every read that finds the link empty and around waited calls: with no
  * span open anywhere in the session (most of the time) it returns without a lock. */
-void rm_kernel_timing_close(struct rm_session *s, uint64_t min_age_ns)
+void rm_kernel_timing_close(struct rm_channel *s, uint64_t min_age_ns)
 {
 	struct rm_session_ctx *c;
 	if (!__atomic_load_n(&s->sh->open_spans, __ATOMIC_RELAXED))
@@ -216,7 +216,7 @@ void rm_kernel_timing_close(struct rm_session *s, uint64_t min_age_ns)
 /* Reads every finished span of the session's contexts whose end was recorded at least
  * min_age_ns ago (younger ones are not asked: their end is rarely reached yet, and each
  * question is a driver call): the number left unread. */
-static int reap_all(struct rm_session *s, uint64_t min_age_ns)
+static int reap_all(struct rm_channel *s, uint64_t min_age_ns)
 {
 	if (!__atomic_load_n(&s->sh->pending_spans, __ATOMIC_RELAXED))
 		return 0; /* nothing to read (most synchronizing calls): no lock */
@@ -236,7 +236,7 @@ static int reap_all(struct rm_session *s, uint64_t min_age_ns)
 	return running;
 }
 
-void rm_kernel_timing_post(struct rm_session *s, int now)
+void rm_kernel_timing_post(struct rm_channel *s, int now)
 {
 	if (!s->synced_gpu_ns)
 		return;
@@ -248,12 +248,12 @@ void rm_kernel_timing_post(struct rm_session *s, int now)
 	s->synced_posted_ns = t;
 }
 
-void rm_kernel_timing_collect(struct rm_session *s)
+void rm_kernel_timing_collect(struct rm_channel *s)
 {
 	reap_all(s, RM_SPAN_READ_AGE_NS);
 }
 
-void rm_kernel_timing_settle(struct rm_session *s, int wait_ms)
+void rm_kernel_timing_settle(struct rm_channel *s, int wait_ms)
 {
 	struct rm_session_ctx *c;
 	for (int k = 0; (c = ctx_at(s, k)); k++)
@@ -262,7 +262,7 @@ void rm_kernel_timing_settle(struct rm_session *s, int wait_ms)
 		nanosleep(&(struct timespec){0, 1000000}, NULL);
 }
 
-void rm_kernel_timing_release(struct rm_session *s, struct rm_session_ctx *c)
+void rm_kernel_timing_release(struct rm_channel *s, struct rm_session_ctx *c)
 {
 	struct rm_kernel_timers *t = c->timers;
 	if (!t)

@@ -23,7 +23,7 @@
 
 #include <cuda.h>
 
-struct rm_session;
+struct rm_channel;
 struct rm_session_ctx;
 
 /* Whether launches are timed (the configuration's kernel_timing; default on). */
@@ -35,42 +35,42 @@ void rm_kernel_timing_enable(int on);
  * (rm_kernel_timing_synced), the span records no start event: a launch followed by a
  * synchronize makes no event call at all. */
 struct rm_frame;
-void rm_kernel_timing_before_launch(struct rm_session *s, CUstream st, const struct rm_frame *launch, uint64_t v);
+void rm_kernel_timing_before_launch(struct rm_channel *s, CUstream st, const struct rm_frame *launch, uint64_t v);
 #define RM_SPAN_EARLY_CLOSE_NS 200000u
 
 /* Whether any span of the session is open. */
-int rm_kernel_timing_open(struct rm_session *s);
+int rm_kernel_timing_open(struct rm_channel *s);
 /* Closes the calling channel's open spans opened at least min_age_ns ago (records their
  * end events). */
-void rm_kernel_timing_close(struct rm_session *s, uint64_t min_age_ns);
+void rm_kernel_timing_close(struct rm_channel *s, uint64_t min_age_ns);
 /* The client records an event on st (current context): the calling channel's open span
  * there is closed first, so that its end record precedes the client's and a wait for the
  * client's event leaves nothing of remorad's behind on st (a query after it finds st idle,
  * as in CUDA). It replaces the close at the batch's end or after the reply. */
-void rm_kernel_timing_close_stream(struct rm_session *s, CUstream st);
+void rm_kernel_timing_close_stream(struct rm_channel *s, CUstream st);
 /* A synchronize of stream st by the calling channel has returned: its open spans there
  * have ended, and are counted from their start to now, host time (an upper bound, as a
  * span is), with no end event recorded and nothing to read later; the time waits in
  * s->synced_gpu_ns for rm_kernel_timing_post, after the reply. Saves a launch
  * followed by a synchronize two of its four event calls. (A closed one is left to be
  * read after the reply.) */
-void rm_kernel_timing_synced(struct rm_session *s, CUstream st);
+void rm_kernel_timing_synced(struct rm_channel *s, CUstream st);
 /* Adds the time of every finished span of the session's contexts to its usage, asking only
  * about spans whose end was recorded RM_SPAN_READ_AGE_NS ago or more: the span a
  * synchronizing call just closed has not ended yet, and asking is a driver call the
  * client's next call waits behind. */
-void rm_kernel_timing_collect(struct rm_session *s);
+void rm_kernel_timing_collect(struct rm_channel *s);
 /* Adds to the registry the time the calling channel's synchronizes ended (s->synced_gpu_ns),
  * at most once every RM_SPAN_POST_NS unless now: the registry's lock is every worker's. */
-void rm_kernel_timing_post(struct rm_session *s, int now);
+void rm_kernel_timing_post(struct rm_channel *s, int now);
 #define RM_SPAN_POST_NS 1000000u
 #define RM_SPAN_READ_AGE_NS 50000u
 /* The client has gone: closes every open span and collects the spans that end within
  * wait_ms, before the session's usage goes to the history (a span that ends later is
  * not counted: the kernel it waits for may run long). */
-void rm_kernel_timing_settle(struct rm_session *s, int wait_ms);
+void rm_kernel_timing_settle(struct rm_channel *s, int wait_ms);
 /* The session's end, its work drained: collects every span, then frees context c's events
  * (c current). */
-void rm_kernel_timing_release(struct rm_session *s, struct rm_session_ctx *c);
+void rm_kernel_timing_release(struct rm_channel *s, struct rm_session_ctx *c);
 
 #endif

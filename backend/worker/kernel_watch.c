@@ -46,7 +46,7 @@ struct rm_kernel_watch *rm_kernel_watch_new(uint32_t limit_ms)
 	return w;
 }
 
-void rm_kernel_watch_launched(struct rm_session *s, CUstream st)
+void rm_kernel_watch_launched(struct rm_channel *s, CUstream st)
 {
 	struct rm_kernel_watch *w = s->sh->kernel_watch;
 	if (!w)
@@ -69,7 +69,7 @@ void rm_kernel_watch_launched(struct rm_session *s, CUstream st)
 	pthread_mutex_unlock(&w->lock);
 }
 
-int rm_kernel_watch_over(struct rm_session *s)
+int rm_kernel_watch_over(struct rm_channel *s)
 {
 	struct rm_kernel_watch *w = s->sh->kernel_watch;
 	if (!w || !w->count || s->chan || !s->sh->nctx)

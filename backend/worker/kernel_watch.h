@@ -20,17 +20,17 @@
 
 #define RM_KERNEL_WATCH_MAX 64
 
-struct rm_session;
+struct rm_channel;
 struct rm_kernel_watch;
 
 /* A watch of limit_ms for a new session; NULL where limit_ms is 0 (no limit) or memory
  * is short (then the session is not watched, and a line says so). */
 struct rm_kernel_watch *rm_kernel_watch_new(uint32_t limit_ms);
 /* A launch of s succeeded on stream st (its context current). */
-void rm_kernel_watch_launched(struct rm_session *s, CUstream st);
+void rm_kernel_watch_launched(struct rm_channel *s, CUstream st);
 /* Looks at s's launches (its main channel; the worker's watch thread, with s kept alive).
  * 1 where one has run past the limit: the caller recycles the worker (a line logged). */
-int rm_kernel_watch_over(struct rm_session *s);
+int rm_kernel_watch_over(struct rm_channel *s);
 /* Frees the watch's events (the session's context current) and the watch. */
 void rm_kernel_watch_free(struct rm_kernel_watch *w);
 

@@ -13,7 +13,7 @@
 #include "log.h"
 #include "registry.h"
 
-static void (*for_each_session)(void (*visit)(struct rm_session *s));
+static void (*for_each_session)(void (*visit)(struct rm_channel *s));
 
 static uint64_t now_ns(void)
 {
@@ -25,7 +25,7 @@ static uint64_t now_ns(void)
 /* Every call passes here: no lock. A heartbeat the thread sends between two calls is
  * harmless (the client skips heartbeats); what matters is that none goes out inside a
  * reply, and reply_begun is set under send_lock before a reply's first byte. */
-void rm_liveness_call_begin(struct rm_session *s)
+void rm_liveness_call_begin(struct rm_channel *s)
 {
 	uint64_t now = now_ns();
 	__atomic_store_n(&s->reply_begun, 0, __ATOMIC_RELAXED);
@@ -33,17 +33,17 @@ void rm_liveness_call_begin(struct rm_session *s)
 	__atomic_store_n(&s->call_since_ns, now, __ATOMIC_RELEASE);
 }
 
-void rm_liveness_call_end(struct rm_session *s)
+void rm_liveness_call_end(struct rm_channel *s)
 {
 	__atomic_store_n(&s->call_since_ns, 0, __ATOMIC_RELEASE);
 }
 
-void rm_liveness_reply_begins(struct rm_session *s)
+void rm_liveness_reply_begins(struct rm_channel *s)
 {
 	__atomic_store_n(&s->reply_begun, 1, __ATOMIC_RELAXED);
 }
 
-int rm_liveness_send_aside(struct rm_session *s, uint32_t op, const void *msg, uint32_t len)
+int rm_liveness_send_aside(struct rm_channel *s, uint32_t op, const void *msg, uint32_t len)
 {
 	if (pthread_mutex_trylock(&s->send_lock))
 		return -EBUSY;
@@ -57,7 +57,7 @@ int rm_liveness_send_aside(struct rm_session *s, uint32_t op, const void *msg, u
 	return err;
 }
 
-static void beat_if_due(struct rm_session *s)
+static void beat_if_due(struct rm_channel *s)
 {
 	if (!__atomic_load_n(&s->call_since_ns, __ATOMIC_ACQUIRE))
 		return; /* most sessions, most of the time: no call running */
@@ -96,7 +96,7 @@ static void *heartbeat_main(void *arg)
 	return NULL;
 }
 
-int rm_liveness_start(void (*sessions_each)(void (*visit)(struct rm_session *s)))
+int rm_liveness_start(void (*sessions_each)(void (*visit)(struct rm_channel *s)))
 {
 	pthread_t t;
 	for_each_session = sessions_each;

@@ -9,18 +9,18 @@
 
 /* Brackets the call the session's thread runs: heartbeats cover it from its start until
  * its reply begins (rm_liveness_reply_begins) or it ends. */
-void rm_liveness_call_begin(struct rm_session *s);
-void rm_liveness_call_end(struct rm_session *s);
+void rm_liveness_call_begin(struct rm_channel *s);
+void rm_liveness_call_end(struct rm_channel *s);
 /* Called with s->send_lock held just before a reply is sent: no heartbeat may follow. */
-void rm_liveness_reply_begins(struct rm_session *s);
+void rm_liveness_reply_begins(struct rm_channel *s);
 
 /* Sends a frame of op with len bytes of msg (a heartbeat, going-away: none; a notice: its
  * text) beside the session's calls, without waiting on anyone: -EBUSY where its thread is
  * sending (or a reply has begun), -EAGAIN where the connection would not take the frame
  * at once; else what the send gave. */
-int rm_liveness_send_aside(struct rm_session *s, uint32_t op, const void *msg, uint32_t len);
+int rm_liveness_send_aside(struct rm_channel *s, uint32_t op, const void *msg, uint32_t len);
 
 /* Starts the worker's heartbeat thread over the sessions that sessions_each visits. */
-int rm_liveness_start(void (*sessions_each)(void (*visit)(struct rm_session *s)));
+int rm_liveness_start(void (*sessions_each)(void (*visit)(struct rm_channel *s)));
 
 #endif

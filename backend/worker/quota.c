@@ -4,7 +4,7 @@
 #include "log.h"
 #include "registry.h"
 
-CUresult rm_session_charge(struct rm_session *s, uint64_t bytes)
+CUresult rm_session_charge(struct rm_channel *s, uint64_t bytes)
 {
 	uint64_t client_limit, tenant_limit;
 	if (!rm_registry_charge(s->sh->slot, s->sh->id, rm_charged_bytes(bytes), &client_limit, &tenant_limit))
@@ -16,19 +16,19 @@ CUresult rm_session_charge(struct rm_session *s, uint64_t bytes)
 	return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-void rm_session_uncharge(struct rm_session *s, uint64_t bytes)
+void rm_session_uncharge(struct rm_channel *s, uint64_t bytes)
 {
 	rm_registry_uncharge(s->sh->slot, s->sh->id, rm_charged_bytes(bytes));
 }
 
-uint64_t rm_session_client_limit(struct rm_session *s)
+uint64_t rm_session_client_limit(struct rm_channel *s)
 {
 	uint64_t client_limit, tenant_limit, mine, tenant;
 	rm_registry_usage(s->sh->slot, &client_limit, &tenant_limit, &mine, &tenant);
 	return client_limit;
 }
 
-void rm_session_memory_view(struct rm_session *s, size_t *free_b, size_t *total_b)
+void rm_session_memory_view(struct rm_channel *s, size_t *free_b, size_t *total_b)
 {
 	uint64_t client_limit, tenant_limit, mine, tenant;
 	rm_registry_usage(s->sh->slot, &client_limit, &tenant_limit, &mine, &tenant);

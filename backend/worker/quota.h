@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct rm_session;
+struct rm_channel;
 
 /* What an allocation of bytes is charged: what the driver takes for it, not what was asked
  * (docs/sharing.md, "Quotas"). cuMemAlloc gives no two allocations one 512-byte block, and
@@ -23,11 +23,11 @@ static inline uint64_t rm_charged_bytes(uint64_t bytes)
 /* Charges a new allocation of bytes (rm_charged_bytes of them) to the client's and its
  * tenant's quotas: CUDA_ERROR_OUT_OF_MEMORY (and a log line) when it would pass either.
  * rm_session_uncharge gives back what charging the same bytes took. */
-CUresult rm_session_charge(struct rm_session *s, uint64_t bytes);
-void rm_session_uncharge(struct rm_session *s, uint64_t bytes);
+CUresult rm_session_charge(struct rm_channel *s, uint64_t bytes);
+void rm_session_uncharge(struct rm_channel *s, uint64_t bytes);
 /* The client's view of device memory: the device's, narrowed by its quotas. */
-void rm_session_memory_view(struct rm_session *s, size_t *free_b, size_t *total_b);
+void rm_session_memory_view(struct rm_channel *s, size_t *free_b, size_t *total_b);
 /* The device memory one client of its tenant may hold now (registry.h); 0: no limit. */
-uint64_t rm_session_client_limit(struct rm_session *s);
+uint64_t rm_session_client_limit(struct rm_channel *s);
 
 #endif

@@ -9,71 +9,71 @@
 #include "image_cache.h"
 #include "stream_pool.h"
 
-typedef void (*release_fn)(struct rm_session *s, const struct rm_handle *h);
+typedef void (*release_fn)(struct rm_channel *s, const struct rm_handle *h);
 
 static void *handle_of(const struct rm_handle *h)
 {
 	return (void *)(uintptr_t)h->value;
 }
 
-static void release_graph_exec(struct rm_session *s, const struct rm_handle *h)
+static void release_graph_exec(struct rm_channel *s, const struct rm_handle *h)
 {
 	if (rm_drv.cuGraphExecDestroy)
 		rm_drv.cuGraphExecDestroy(handle_of(h));
 }
 
-static void release_graph(struct rm_session *s, const struct rm_handle *h)
+static void release_graph(struct rm_channel *s, const struct rm_handle *h)
 {
 	if (rm_drv.cuGraphDestroy)
 		rm_drv.cuGraphDestroy(handle_of(h));
 }
 
-static void release_event(struct rm_session *s, const struct rm_handle *h)
+static void release_event(struct rm_channel *s, const struct rm_handle *h)
 {
 	rm_drv.cuEventDestroy_v2(handle_of(h));
 }
 
-static void release_stream(struct rm_session *s, const struct rm_handle *h)
+static void release_stream(struct rm_channel *s, const struct rm_handle *h)
 {
 	rm_stream_pool_give(handle_of(h));
 }
 
-static void release_module(struct rm_session *s, const struct rm_handle *h)
+static void release_module(struct rm_channel *s, const struct rm_handle *h)
 {
 	if (!h->parent) /* else a library's own */
 		rm_image_unload(RM_H_MODULE, handle_of(h));
 }
 
-static void release_library(struct rm_session *s, const struct rm_handle *h)
+static void release_library(struct rm_channel *s, const struct rm_handle *h)
 {
 	rm_image_unload(RM_H_LIBRARY, handle_of(h));
 }
 
 /* The quota is released with the memory, not later with the slot. */
-static void release_memory(struct rm_session *s, const struct rm_handle *h)
+static void release_memory(struct rm_channel *s, const struct rm_handle *h)
 {
 	rm_session_free_drained(s, h->value);
 	rm_session_uncharge(s, h->size);
 }
 
-static void release_mapping(struct rm_session *s, const struct rm_handle *h)
+static void release_mapping(struct rm_channel *s, const struct rm_handle *h)
 {
 	rm_drv.cuMemUnmap(h->value, h->size);
 }
 
-static void release_physical(struct rm_session *s, const struct rm_handle *h)
+static void release_physical(struct rm_channel *s, const struct rm_handle *h)
 {
 	if (!h->parent) /* not released by the client yet */
 		rm_drv.cuMemRelease(h->value);
 	rm_session_uncharge(s, h->size);
 }
 
-static void release_va_range(struct rm_session *s, const struct rm_handle *h)
+static void release_va_range(struct rm_channel *s, const struct rm_handle *h)
 {
 	rm_drv.cuMemAddressFree(h->value, h->size);
 }
 
-static void release_mempool(struct rm_session *s, const struct rm_handle *h)
+static void release_mempool(struct rm_channel *s, const struct rm_handle *h)
 {
 	rm_drv.cuMemPoolDestroy(handle_of(h));
 }
@@ -90,7 +90,7 @@ static const struct {
 
 #define NKINDS (sizeof(releases) / sizeof(releases[0]))
 
-size_t rm_session_release_all(struct rm_session *s)
+size_t rm_session_release_all(struct rm_channel *s)
 {
 	int last = 0;
 	for (size_t k = 0; k < NKINDS; k++)

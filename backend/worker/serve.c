@@ -20,7 +20,7 @@
 #include "shared_host.h"
 #include "stream_pool.h"
 
-int rm_serve_welcome(struct rm_session *s, uint32_t seq)
+int rm_serve_welcome(struct rm_channel *s, uint32_t seq)
 {
 	Remora__HelloReply rep = REMORA__HELLO_REPLY__INIT;
 	struct rm_request rq = {.frame = {.op = RM_OP_HELLO, .seq = seq}};
@@ -36,7 +36,7 @@ int rm_serve_welcome(struct rm_session *s, uint32_t seq)
 
 /* A fence (RM_OP_FENCE): waits, covered by heartbeats, until the channel it names has
  * finished the request it names. 0, or -1 when the frame is malformed (closing). */
-static int fence(struct rm_session *s, const struct rm_frame *f)
+static int fence(struct rm_channel *s, const struct rm_frame *f)
 {
 	uint8_t msg[64];
 	Remora__Fence *m = NULL;
@@ -55,7 +55,7 @@ static int fence(struct rm_session *s, const struct rm_frame *f)
 /* Counts a finished call against the client (registry.h, accounting), with the time it
  * was held for a shared hardware queue; a synchronizing call also collects the kernel
  * times its wait has made known (rm_kernel_timing_collect). */
-static void account(struct rm_session *s, const struct rm_request *rq)
+static void account(struct rm_channel *s, const struct rm_request *rq)
 {
 	struct rm_usage *u = &rm_registry()->clients[s->sh->slot].usage;
 	enum rm_call_kind kind = rm_call_kind(rq->frame.op);
@@ -70,7 +70,7 @@ static void account(struct rm_session *s, const struct rm_request *rq)
 		rm_kernel_timing_collect(s);
 }
 
-void rm_serve(struct rm_session *s)
+void rm_serve(struct rm_channel *s)
 {
 	struct rm_request rq;
 	uint8_t *msgbuf = NULL;

@@ -5,15 +5,15 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-static struct rm_session **sessions;
+static struct rm_channel **sessions;
 static size_t nsessions, sessions_cap;
 static pthread_mutex_t sessions_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static int add_locked(struct rm_session *s)
+static int add_locked(struct rm_channel *s)
 {
 	if (nsessions == sessions_cap) {
 		size_t cap = sessions_cap ? 2 * sessions_cap : 64;
-		struct rm_session **p = realloc(sessions, cap * sizeof(*p));
+		struct rm_channel **p = realloc(sessions, cap * sizeof(*p));
 		if (!p)
 			return -1;
 		sessions = p;
@@ -23,7 +23,7 @@ static int add_locked(struct rm_session *s)
 	return 0;
 }
 
-int rm_served_add(struct rm_session *s)
+int rm_served_add(struct rm_channel *s)
 {
 	pthread_mutex_lock(&sessions_lock);
 	int err = add_locked(s);
@@ -31,7 +31,7 @@ int rm_served_add(struct rm_session *s)
 	return err;
 }
 
-void rm_served_each(void (*visit)(struct rm_session *s))
+void rm_served_each(void (*visit)(struct rm_channel *s))
 {
 	pthread_mutex_lock(&sessions_lock);
 	for (size_t i = 0; i < nsessions; i++)
@@ -39,7 +39,7 @@ void rm_served_each(void (*visit)(struct rm_session *s))
 	pthread_mutex_unlock(&sessions_lock);
 }
 
-static void remove_locked(struct rm_session *s)
+static void remove_locked(struct rm_channel *s)
 {
 	for (size_t i = 0; i < nsessions; i++)
 		if (sessions[i] == s) {
@@ -48,7 +48,7 @@ static void remove_locked(struct rm_session *s)
 		}
 }
 
-void rm_served_remove(struct rm_session *s)
+void rm_served_remove(struct rm_channel *s)
 {
 	pthread_mutex_lock(&sessions_lock);
 	remove_locked(s);
@@ -63,7 +63,7 @@ size_t rm_served_count(void)
 	return n;
 }
 
-int rm_served_main(uint64_t id, int (*visit)(struct rm_session *s, void *arg), void *arg)
+int rm_served_main(uint64_t id, int (*visit)(struct rm_channel *s, void *arg), void *arg)
 {
 	int ret = -ESRCH;
 	pthread_mutex_lock(&sessions_lock);

@@ -32,7 +32,7 @@
 #define STAGING_SIZE (8u << 20)
 
 /* Who the client is, as the accepting process admitted it: no resource. */
-static void set_identity(struct rm_session_shared *sh, const struct rm_daemon_config *cfg,
+static void set_identity(struct rm_session *sh, const struct rm_daemon_config *cfg,
 			 const struct rm_handoff *h)
 {
 	sh->id = rm_registry()->clients[h->slot].session_id;
@@ -56,10 +56,10 @@ static void set_identity(struct rm_session_shared *sh, const struct rm_daemon_co
 }
 
 /* Step 1: the session and its main channel, their locks. */
-static struct rm_session *alloc_session(void)
+static struct rm_channel *alloc_session(void)
 {
-	struct rm_session *s = calloc(1, sizeof(*s));
-	struct rm_session_shared *sh = calloc(1, sizeof(*sh));
+	struct rm_channel *s = calloc(1, sizeof(*s));
+	struct rm_session *sh = calloc(1, sizeof(*sh));
 	if (!s || !sh) {
 		free(sh);
 		free(s);
@@ -76,9 +76,9 @@ static struct rm_session *alloc_session(void)
 	return s;
 }
 
-static void free_session(struct rm_session *s)
+static void free_session(struct rm_channel *s)
 {
-	struct rm_session_shared *sh = s->sh;
+	struct rm_session *sh = s->sh;
 	free(sh->ranges);
 	free(sh->streams);
 	pthread_mutex_destroy(&s->send_lock);
@@ -91,13 +91,13 @@ static void free_session(struct rm_session *s)
 	free(s);
 }
 
-struct rm_session *rm_session_new(struct rm_conn *conn, const struct rm_daemon_config *cfg,
+struct rm_channel *rm_session_new(struct rm_conn *conn, const struct rm_daemon_config *cfg,
 				  const struct rm_handoff *h)
 {
-	struct rm_session *s = alloc_session();
+	struct rm_channel *s = alloc_session();
 	if (!s)
 		return NULL;
-	struct rm_session_shared *sh = s->sh;
+	struct rm_session *sh = s->sh;
 	set_identity(sh, cfg, h);
 	if (rm_link_init(&s->link, conn))
 		goto fail_link;
@@ -128,7 +128,7 @@ fail_link:
 /* Releases what the client acquired while it was served but its contexts and copy
  * links: its handles (its work drained first), its shared pinned regions and its stream
  * waits' words. Returns how many handles it released, with their bytes in *bytes. */
-static size_t release_served(struct rm_session *s, size_t *bytes, int *shared, uint64_t *shared_bytes)
+static size_t release_served(struct rm_channel *s, size_t *bytes, int *shared, uint64_t *shared_bytes)
 {
 	*bytes = s->sh->mem_bytes;
 	size_t freed = rm_session_release_all(s);
@@ -140,7 +140,7 @@ static size_t release_served(struct rm_session *s, size_t *bytes, int *shared, u
 }
 
 /* The contexts and what the client kept in each: timing, ordering, its streams. */
-static void release_contexts(struct rm_session *s)
+static void release_contexts(struct rm_channel *s)
 {
 	for (int i = 0; i < s->sh->nctx; i++) {
 		struct rm_session_ctx *c = &s->sh->ctxs[i];
@@ -157,7 +157,7 @@ static void release_contexts(struct rm_session *s)
 	rm_drv.cuCtxSetCurrent(NULL);
 }
 
-void rm_session_destroy(struct rm_session *s)
+void rm_session_destroy(struct rm_channel *s)
 {
 	rm_copy_links_close(s);
 	/* Host functions still queued on its streams return at once from now on; the hub's
@@ -186,9 +186,9 @@ void rm_session_destroy(struct rm_session *s)
 /* A channel acquires, in order: its host memory (the channel and its connection's ring,
  * charged as its staging is), itself, its link, its lock and staging;
  * rm_session_channel_close releases them in reverse, after its per-thread streams. */
-struct rm_session *rm_session_channel_new(struct rm_session *s, struct rm_conn *conn, int chan)
+struct rm_channel *rm_session_channel_new(struct rm_channel *s, struct rm_conn *conn, int chan)
 {
-	size_t held = sizeof(struct rm_session) + RM_LINK_RBUF + rm_conn_held(conn);
+	size_t held = sizeof(struct rm_channel) + RM_LINK_RBUF + rm_conn_held(conn);
 	if (rm_host_account_take(&s->sh->host, held)) {
 		rm_session_log(s, RM_LOG_WARN,
 		               "channel %d refused: the client or the worker holds its limit of host "
@@ -196,7 +196,7 @@ struct rm_session *rm_session_channel_new(struct rm_session *s, struct rm_conn *
 		               chan);
 		return NULL;
 	}
-	struct rm_session *ch = calloc(1, sizeof(*ch));
+	struct rm_channel *ch = calloc(1, sizeof(*ch));
 	if (!ch)
 		goto fail_alloc;
 	if (rm_link_init(&ch->link, conn))
@@ -216,9 +216,9 @@ fail_alloc:
 	return NULL;
 }
 
-void rm_session_channel_close(struct rm_session *ch)
+void rm_session_channel_close(struct rm_channel *ch)
 {
-	struct rm_session_shared *sh = ch->sh;
+	struct rm_session *sh = ch->sh;
 	/* Its per-thread streams: drained, forgotten and given back. */
 	for (int i = 0; i < __atomic_load_n(&sh->nctx, __ATOMIC_ACQUIRE); i++) {
 		struct rm_session_ctx *c = &sh->ctxs[i];
@@ -242,7 +242,7 @@ void rm_session_channel_close(struct rm_session *ch)
 	rm_host_account_give(&sh->host, held);
 }
 
-void rm_session_progress(struct rm_session *s, uint64_t seq)
+void rm_session_progress(struct rm_channel *s, uint64_t seq)
 {
 	__atomic_store_n(&s->done_seq, seq, __ATOMIC_RELEASE);
 	if (!__atomic_load_n(&s->sh->fence_waiters, __ATOMIC_ACQUIRE))
@@ -252,15 +252,15 @@ void rm_session_progress(struct rm_session *s, uint64_t seq)
 	pthread_mutex_unlock(&s->sh->lock);
 }
 
-void rm_session_fence(struct rm_session *s, uint32_t chan, uint64_t seq)
+void rm_session_fence(struct rm_channel *s, uint32_t chan, uint64_t seq)
 {
-	struct rm_session_shared *sh = s->sh;
+	struct rm_session *sh = s->sh;
 	if (chan > RM_MAX_CHANNELS || chan == (uint32_t)s->chan)
 		return;
 	pthread_mutex_lock(&sh->lock);
 	__atomic_add_fetch(&sh->fence_waiters, 1, __ATOMIC_SEQ_CST);
 	for (;;) {
-		struct rm_session *other = sh->channels[chan];
+		struct rm_channel *other = sh->channels[chan];
 		if (!other || sh->closing || __atomic_load_n(&other->done_seq, __ATOMIC_ACQUIRE) >= seq)
 			break;
 		pthread_cond_wait(&sh->progress, &sh->lock);

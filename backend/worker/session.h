@@ -23,7 +23,7 @@ struct rm_handoff;
 struct rm_kernel_timers;
 struct rm_copy_link;
 struct rm_hostfn_hub;
-struct rm_session;
+struct rm_channel;
 struct rm_shared_region;
 
 struct rm_wait_word;
@@ -35,7 +35,7 @@ struct rm_wait_word;
  * owned ranges, the contexts' list and the channel table, and is never held across a
  * driver call that waits for the GPU (a synchronize's streams are gathered under it,
  * waited for without). */
-struct rm_session_shared {
+struct rm_session {
 	uint64_t id;
 	int slot;                /* its registry slot */
 	int tenant;              /* configuration tenant index; -1: anonymous */
@@ -70,7 +70,7 @@ struct rm_session_shared {
 	/* The channels (worker.c): [0] the main connection's, [1 .. max_channels] threads'
 	 * channels, NULL where none. The session closes once the main connection ends,
 	 * after shutting the other channels and waiting for their threads (nchannels). */
-	struct rm_session *channels[RM_MAX_CHANNELS + 1];
+	struct rm_channel *channels[RM_MAX_CHANNELS + 1];
 	int nchannels;             /* thread channels whose threads run */
 	int closing;               /* the main connection ended: no channel attaches */
 	pthread_cond_t channel_gone;
@@ -104,13 +104,13 @@ struct rm_session_shared {
 /* A channel of a session: one connection of the client and the thread that runs its
  * calls, in order. Handlers get the channel; the session it belongs to, who the client
  * is and what it shares with the session's other channels, is sh. */
-struct rm_session {
+struct rm_channel {
 	int chan;                  /* 0: the session's main connection; 1..: a client thread's */
 	int callbacks;             /* the session's callback channel: it carries host functions'
 				    * calls and answers, nothing else (host_functions.h) */
 	int left_early;            /* the client went during a call: its registry slot is freed
 				    * (liveness.c; set and read by the heartbeat thread) */
-	struct rm_session_shared *sh;
+	struct rm_session *sh;
 	uint64_t done_seq;         /* the seq of its last finished request (atomic; fences) */
 	uint64_t synced_gpu_ns;    /* kernel time its synchronizes ended, for the registry once
 				    * the call has replied (kernel_timing.c, serve.c) */
@@ -145,23 +145,23 @@ struct rm_session {
 	       ##__VA_ARGS__)
 
 /* A session for a client the accepting process admitted (handoff h). */
-struct rm_session *rm_session_new(struct rm_conn *conn, const struct rm_daemon_config *cfg,
+struct rm_channel *rm_session_new(struct rm_conn *conn, const struct rm_daemon_config *cfg,
 				  const struct rm_handoff *h);
 /* A channel of s's session for a client thread's connection conn, numbered
  * chan (attach.c); NULL when out of memory. rm_session_channel_close frees it and what the channel
  * alone held (its per-thread default streams, drained first). */
-struct rm_session *rm_session_channel_new(struct rm_session *s, struct rm_conn *conn, int chan);
-void rm_session_channel_close(struct rm_session *ch);
+struct rm_channel *rm_session_channel_new(struct rm_channel *s, struct rm_conn *conn, int chan);
+void rm_session_channel_close(struct rm_channel *ch);
 /* Waits until channel chan of s's session has finished its request seq (or is gone):
  * a call on one channel that another client thread's returned async calls must precede. */
-void rm_session_fence(struct rm_session *s, uint32_t chan, uint64_t seq);
+void rm_session_fence(struct rm_channel *s, uint32_t chan, uint64_t seq);
 /* Records that s finished its request seq, waking fences. */
-void rm_session_progress(struct rm_session *s, uint64_t seq);
+void rm_session_progress(struct rm_channel *s, uint64_t seq);
 
 /* Frees everything the client owns, each kind in its step of proto/handle_kinds.def
  * (release.c); returns how many handles that was. */
-size_t rm_session_release_all(struct rm_session *s);
+size_t rm_session_release_all(struct rm_channel *s);
 /* Frees everything the client still owns, then the session. */
-void rm_session_destroy(struct rm_session *s);
+void rm_session_destroy(struct rm_channel *s);
 
 #endif

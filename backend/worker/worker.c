@@ -34,7 +34,7 @@ const struct rm_daemon_config *rm_worker_config(void)
 /* A client's main channel: welcomed, served until it closes, then its session closed. */
 static void *client_main(void *arg)
 {
-	struct rm_session *s = arg;
+	struct rm_channel *s = arg;
 	int slot = s->sh->slot;
 	/* Calls held for a shared hardware queue poll with sleeps from 10 us (stream_pool.c):
 	 * without this, Linux stretches each by its default 50 us slack. */
@@ -50,7 +50,7 @@ static void *client_main(void *arg)
 	rm_served_remove(s);
 	/* The main connection ended: the process is gone (or gave up on the daemon), so its
 	 * threads' channels go too, before what they share. */
-	struct rm_session_shared *sh = s->sh;
+	struct rm_session *sh = s->sh;
 	pthread_mutex_lock(&sh->lock);
 	sh->closing = 1;
 	for (int i = 1; i <= RM_MAX_CHANNELS; i++)
@@ -110,7 +110,7 @@ static int receive(int channel, struct rm_handoff *h, int fds[2])
 static struct rm_signal_pipe stop;
 static int told;
 
-static void tell_going_away(struct rm_session *s)
+static void tell_going_away(struct rm_channel *s)
 {
 	told += !rm_liveness_send_aside(s, RM_OP_GOING_AWAY, NULL, 0); /* a busy or full session is skipped */
 }
@@ -156,7 +156,7 @@ static void *take_over(void *arg)
 	int fd = x->fds[0];
 	const struct rm_daemon_config *cfg = config;
 	struct rm_conn *conn;
-	struct rm_session *s = NULL;
+	struct rm_channel *s = NULL;
 	int adopted = h->transport_state_len <= sizeof(h->transport_state)
 			      ? x->tp->adopt_fd(fd, x->fds[1], h->transport_state, h->transport_state_len, &conn) : -EINVAL;
 	explicit_bzero(h->transport_state, sizeof(h->transport_state));

@@ -12,19 +12,19 @@ const struct rm_daemon_config *rm_worker_config(void);
 
 /* The channels being served, main ones and client threads' (the heartbeat thread visits
  * each); an attach looks for a session's main one. rm_served_add: 0, or -1 (no memory). */
-int rm_served_add(struct rm_session *s);
-void rm_served_remove(struct rm_session *s);
-void rm_served_each(void (*visit)(struct rm_session *s));
+int rm_served_add(struct rm_channel *s);
+void rm_served_remove(struct rm_channel *s);
+void rm_served_each(void (*visit)(struct rm_channel *s));
 /* How many channels are served. */
 size_t rm_served_count(void);
 /* Calls visit on the main channel of session id, under the list's lock (visit must not
  * block on the session): what visit returns, or -ESRCH where there is no such session. */
-int rm_served_main(uint64_t id, int (*visit)(struct rm_session *s, void *arg), void *arg);
+int rm_served_main(uint64_t id, int (*visit)(struct rm_channel *s, void *arg), void *arg);
 
 /* Answers the hello the accepting process read for the client: 0, or -EPIPE. */
-int rm_serve_welcome(struct rm_session *s, uint32_t seq);
+int rm_serve_welcome(struct rm_channel *s, uint32_t seq);
 /* Reads the channel's frames and runs its calls, in order, until it closes. */
-void rm_serve(struct rm_session *s);
+void rm_serve(struct rm_channel *s);
 
 /* Makes conn the copy link or channel of the session h names, if it presents that
  * session's key; answers the Attach either way. Takes conn. */

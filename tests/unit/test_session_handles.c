@@ -43,18 +43,18 @@ CUresult rm_stream_pool_before_wait(CUstream st, CUevent ev) { unused(__func__);
 void rm_stream_pool_named(CUstream st) { unused(__func__); }
 CUresult rm_gpu_acquire(CUdevice dev, CUcontext *out) { unused(__func__); }
 void rm_gpu_release(CUdevice dev) { unused(__func__); }
-void rm_fault_note(const struct rm_session *s, CUresult r) { (void)s; (void)r; }
+void rm_fault_note(const struct rm_channel *s, CUresult r) { (void)s; (void)r; }
 struct rm_kernel_watch *rm_kernel_watch_new(uint32_t limit_ms) { (void)limit_ms; return NULL; }
 void rm_kernel_watch_free(struct rm_kernel_watch *w) { (void)w; }
-void rm_copy_links_close(struct rm_session *s) { unused(__func__); }
-int rm_shared_host_release_all(struct rm_session *s, uint64_t *bytes) { unused(__func__); }
-void rm_kernel_timing_release(struct rm_session *s, struct rm_session_ctx *c) { (void)s; (void)c; }
-void rm_kernel_timing_synced(struct rm_session *s, CUstream st) { unused(__func__); }
-CUresult rm_stream_wait(struct rm_session *s, CUstream st) { unused(__func__); }
-void rm_stream_wait_release(struct rm_session *s) { (void)s; }
+void rm_copy_links_close(struct rm_channel *s) { unused(__func__); }
+int rm_shared_host_release_all(struct rm_channel *s, uint64_t *bytes) { unused(__func__); }
+void rm_kernel_timing_release(struct rm_channel *s, struct rm_session_ctx *c) { (void)s; (void)c; }
+void rm_kernel_timing_synced(struct rm_channel *s, CUstream st) { unused(__func__); }
+CUresult rm_stream_wait(struct rm_channel *s, CUstream st) { unused(__func__); }
+void rm_stream_wait_release(struct rm_channel *s) { (void)s; }
 void rm_staging_init(struct rm_staging *st, size_t size, struct rm_host_account *a) { unused(__func__); }
 void rm_staging_close(struct rm_staging *st) { unused(__func__); }
-struct rm_hostfn_hub *rm_hostfn_hub_new(const struct rm_session *s, int timeout_s) { unused(__func__); }
+struct rm_hostfn_hub *rm_hostfn_hub_new(const struct rm_channel *s, int timeout_s) { unused(__func__); }
 void rm_hostfn_hub_release(struct rm_hostfn_hub *hub) { unused(__func__); }
 void rm_hostfn_hub_close(struct rm_hostfn_hub *hub) { unused(__func__); }
 
@@ -109,9 +109,9 @@ static CUresult CUDAAPI fake_kernel_function(CUfunction *f, CUkernel k)
 
 /* ---- helpers ---- */
 
-static struct rm_session *session(void)
+static struct rm_channel *session(void)
 {
-	struct rm_session *s = calloc(1, sizeof(*s));
+	struct rm_channel *s = calloc(1, sizeof(*s));
 	if (!s || !(s->sh = calloc(1, sizeof(*s->sh))))
 		abort();
 	pthread_mutex_init(&s->sh->lock, NULL);
@@ -120,7 +120,7 @@ static struct rm_session *session(void)
 	return s;
 }
 
-static void session_free(struct rm_session *s)
+static void session_free(struct rm_channel *s)
 {
 	free(s->sh->handles);
 	free(s->sh->ranges);
@@ -130,7 +130,7 @@ static void session_free(struct rm_session *s)
 }
 
 /* rm_session_find's copy of the record, or NULL. */
-static const struct rm_handle *find(struct rm_session *s, enum rm_handle_kind kind, uint64_t v)
+static const struct rm_handle *find(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v)
 {
 	static struct rm_handle copy;
 	return rm_session_find(s, kind, v, &copy) ? &copy : NULL;
@@ -138,32 +138,32 @@ static const struct rm_handle *find(struct rm_session *s, enum rm_handle_kind ki
 
 static const void *ptr(uint64_t v) { return (const void *)(uintptr_t)v; }
 
-static int owns(struct rm_session *s, enum rm_handle_kind kind, uint64_t v)
+static int owns(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v)
 {
 	const struct rm_handle *h = find(s, kind, v);
 	return h && h->kind == (uint32_t)kind && h->value == v;
 }
 
-static int usable(struct rm_session *s, enum rm_handle_kind kind, uint64_t v)
+static int usable(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v)
 {
 	void *out = NULL;
 	return rm_session_use(s, kind, v, &out) == CUDA_SUCCESS && out == ptr(v);
 }
 
-static int inside(struct rm_session *s, uint64_t p, uint64_t len)
+static int inside(struct rm_channel *s, uint64_t p, uint64_t len)
 {
 	return rm_session_check_range(s, p, len) == CUDA_SUCCESS;
 }
 
 /* The table's invariants: a power-of-two capacity, at most three quarters of it used
  * (live records and tombstones), live records no more than used slots. */
-static int table_sound(const struct rm_session *s)
+static int table_sound(const struct rm_channel *s)
 {
 	return s->sh->handles_cap && !(s->sh->handles_cap & (s->sh->handles_cap - 1)) &&
 	       s->sh->handles_used * 4 <= s->sh->handles_cap * 3 && s->sh->handles_live <= s->sh->handles_used;
 }
 
-static int ranges_sorted(const struct rm_session *s)
+static int ranges_sorted(const struct rm_channel *s)
 {
 	for (size_t i = 1; i < s->sh->nranges; i++)
 		if (s->sh->ranges[i - 1].value >= s->sh->ranges[i].value)
@@ -185,7 +185,7 @@ static uint64_t next_random(void)
 
 static void empty_session(void)
 {
-	struct rm_session *s = session();
+	struct rm_channel *s = session();
 	void *out;
 	EXPECT(!find(s, RM_H_STREAM, 0x1000));
 	EXPECT(rm_session_use(s, RM_H_STREAM, 0x1000, &out) == CUDA_ERROR_INVALID_HANDLE);
@@ -201,7 +201,7 @@ static void empty_session(void)
 /* One value owned as several kinds is several records; each goes on its own. */
 static void kinds_apart(void)
 {
-	struct rm_session *s = session();
+	struct rm_channel *s = session();
 	const uint64_t v = 0x7f0012345600ull;
 	rm_session_own(s, RM_H_STREAM, ptr(v), 0);
 	rm_session_own_memory(s, RM_H_EVENT, v, CU_EVENT_DISABLE_TIMING, 0);
@@ -249,7 +249,7 @@ static void many_handles(void)
 {
 	enum { N = 5000 };
 	static uint64_t v[N];
-	struct rm_session *s = session();
+	struct rm_channel *s = session();
 	/* Pointer-like values (aligned, close together) and random ones. */
 	for (int i = 0; i < N; i++)
 		v[i] = i % 2 ? 0x7f3a00000000ull + (uint64_t)i * 0x200 : next_random() | 1;
@@ -319,7 +319,7 @@ static void many_handles(void)
  * lookup stays right while tombstones pile up and are cleared. */
 static void churn(void)
 {
-	struct rm_session *s = session();
+	struct rm_channel *s = session();
 	rm_session_own(s, RM_H_STREAM, ptr(0x10), 0);
 	int wrong = 0;
 	for (uint64_t i = 1; i <= 100000; i++) {
@@ -344,7 +344,7 @@ static void churn(void)
 /* Disowning a module or library forgets what it is the parent of, and only that. */
 static void children(void)
 {
-	struct rm_session *s = session();
+	struct rm_channel *s = session();
 	const uint64_t mod = 0xa000, mod2 = 0xb000, lib = 0xc000, kernel = 0xc100, lib_mod = 0xc200;
 	rm_session_own(s, RM_H_MODULE, ptr(mod), 0);
 	rm_session_own(s, RM_H_FUNCTION, ptr(0xa010), mod);
@@ -383,7 +383,7 @@ static void children(void)
  * address space, and lengths multiplied past 2^64. */
 static void ranges_at_edges(void)
 {
-	struct rm_session *s = session();
+	struct rm_channel *s = session();
 	const uint64_t a = 0x10000, b = 0x11000, top = UINT64_MAX - 4095, empty = 0x30000;
 	rm_session_own_memory(s, RM_H_MEMORY, b, 0x1000, 0); /* out of order: kept sorted */
 	rm_session_own_memory(s, RM_H_MEMORY, top, 4096, 0); /* ends at 2^64 - 1 */
@@ -431,7 +431,7 @@ static void many_ranges(void)
 	enum { N = 3000 };
 	static uint64_t base[N], size[N];
 	static int order[N];
-	struct rm_session *s = session();
+	struct rm_channel *s = session();
 	uint64_t at = 0x700000000000ull;
 	for (int i = 0; i < N; i++) {
 		size[i] = 1 + next_random() % (1 << 20);
@@ -477,7 +477,7 @@ static void many_ranges(void)
  * module with its library; every byte of memory uncharged. */
 static void release_all(void)
 {
-	struct rm_session *s = session();
+	struct rm_channel *s = session();
 	rm_session_own_memory(s, RM_H_MEMORY, 0x900000, 8192, 0);
 	rm_session_own(s, RM_H_LIBRARY, ptr(0xc000), 0);
 	rm_session_own(s, RM_H_MODULE, ptr(0xc200), 0xc000);

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void handle_cuInit(struct rm_session *s, struct rm_request *rq)
+static void handle_cuInit(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuInitReq *req = (Remora__CuInitReq *)rm_request_unpack(rq, &remora__cu_init__req__descriptor);
 	if (!req)
@@ -18,7 +18,7 @@ static void handle_cuInit(struct rm_session *s, struct rm_request *rq)
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuDeviceGet(struct rm_session *s, struct rm_request *rq)
+static void handle_cuDeviceGet(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuDeviceGetReq *req = (Remora__CuDeviceGetReq *)rm_request_unpack(rq, &remora__cu_device_get__req__descriptor);
 	if (!req)
@@ -36,7 +36,7 @@ static void handle_cuDeviceGet(struct rm_session *s, struct rm_request *rq)
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuDeviceGetName(struct rm_session *s, struct rm_request *rq)
+static void handle_cuDeviceGetName(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuDeviceGetNameReq *req = (Remora__CuDeviceGetNameReq *)rm_request_unpack(rq, &remora__cu_device_get_name__req__descriptor);
 	if (!req)
@@ -63,7 +63,7 @@ static void handle_cuDeviceGetName(struct rm_session *s, struct rm_request *rq)
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuDeviceGetUuid(struct rm_session *s, struct rm_request *rq)
+static void handle_cuDeviceGetUuid(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuDeviceGetUuidReq *req = (Remora__CuDeviceGetUuidReq *)rm_request_unpack(rq, &remora__cu_device_get_uuid__req__descriptor);
 	if (!req)
@@ -83,7 +83,7 @@ static void handle_cuDeviceGetUuid(struct rm_session *s, struct rm_request *rq)
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuDeviceCheckUuid(struct rm_session *s, struct rm_request *rq)
+static void handle_cuDeviceCheckUuid(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuDeviceCheckUuidReq *req = (Remora__CuDeviceCheckUuidReq *)rm_request_unpack(rq, &remora__cu_device_check_uuid__req__descriptor);
 	if (!req)
@@ -101,7 +101,7 @@ static void handle_cuDeviceCheckUuid(struct rm_session *s, struct rm_request *rq
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuDevicePrimaryCtxRetain(struct rm_session *s, struct rm_request *rq)
+static void handle_cuDevicePrimaryCtxRetain(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuDevicePrimaryCtxRetainReq *req = (Remora__CuDevicePrimaryCtxRetainReq *)rm_request_unpack(rq, &remora__cu_device_primary_ctx_retain__req__descriptor);
 	if (!req)
@@ -120,7 +120,7 @@ static void handle_cuDevicePrimaryCtxRetain(struct rm_session *s, struct rm_requ
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuDevicePrimaryCtxRelease(struct rm_session *s, struct rm_request *rq)
+static void handle_cuDevicePrimaryCtxRelease(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuDevicePrimaryCtxReleaseReq *req = (Remora__CuDevicePrimaryCtxReleaseReq *)rm_request_unpack(rq, &remora__cu_device_primary_ctx_release__req__descriptor);
 	if (!req)
@@ -136,7 +136,7 @@ static void handle_cuDevicePrimaryCtxRelease(struct rm_session *s, struct rm_req
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuDevicePrimaryCtxRelease_v2(struct rm_session *s, struct rm_request *rq)
+static void handle_cuDevicePrimaryCtxRelease_v2(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuDevicePrimaryCtxReleaseV2Req *req = (Remora__CuDevicePrimaryCtxReleaseV2Req *)rm_request_unpack(rq, &remora__cu_device_primary_ctx_release_v2__req__descriptor);
 	if (!req)
@@ -152,7 +152,7 @@ static void handle_cuDevicePrimaryCtxRelease_v2(struct rm_session *s, struct rm_
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuCtxGetDevice(struct rm_session *s, struct rm_request *rq)
+static void handle_cuCtxGetDevice(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuCtxGetDeviceReq *req = (Remora__CuCtxGetDeviceReq *)rm_request_unpack(rq, &remora__cu_ctx_get_device__req__descriptor);
 	if (!req)
@@ -170,7 +170,7 @@ static void handle_cuCtxGetDevice(struct rm_session *s, struct rm_request *rq)
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuCtxSynchronize(struct rm_session *s, struct rm_request *rq)
+static void handle_cuCtxSynchronize(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuCtxSynchronizeReq *req = (Remora__CuCtxSynchronizeReq *)rm_request_unpack(rq, &remora__cu_ctx_synchronize__req__descriptor);
 	if (!req)
@@ -183,7 +183,7 @@ static void handle_cuCtxSynchronize(struct rm_session *s, struct rm_request *rq)
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuCtxSynchronize_v2(struct rm_session *s, struct rm_request *rq)
+static void handle_cuCtxSynchronize_v2(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuCtxSynchronizeV2Req *req = (Remora__CuCtxSynchronizeV2Req *)rm_request_unpack(rq, &remora__cu_ctx_synchronize_v2__req__descriptor);
 	if (!req)
@@ -199,7 +199,7 @@ static void handle_cuCtxSynchronize_v2(struct rm_session *s, struct rm_request *
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuCtxSetLimit(struct rm_session *s, struct rm_request *rq)
+static void handle_cuCtxSetLimit(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuCtxSetLimitReq *req = (Remora__CuCtxSetLimitReq *)rm_request_unpack(rq, &remora__cu_ctx_set_limit__req__descriptor);
 	if (!req)
@@ -212,7 +212,7 @@ static void handle_cuCtxSetLimit(struct rm_session *s, struct rm_request *rq)
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuMemAlloc(struct rm_session *s, struct rm_request *rq)
+static void handle_cuMemAlloc(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuMemAllocReq *req = (Remora__CuMemAllocReq *)rm_request_unpack(rq, &remora__cu_mem_alloc__req__descriptor);
 	if (!req)
@@ -228,7 +228,7 @@ static void handle_cuMemAlloc(struct rm_session *s, struct rm_request *rq)
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuMemFree(struct rm_session *s, struct rm_request *rq)
+static void handle_cuMemFree(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuMemFreeReq *req = (Remora__CuMemFreeReq *)rm_request_unpack(rq, &remora__cu_mem_free__req__descriptor);
 	if (!req)
@@ -241,7 +241,7 @@ static void handle_cuMemFree(struct rm_session *s, struct rm_request *rq)
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuMemGetAddressRange(struct rm_session *s, struct rm_request *rq)
+static void handle_cuMemGetAddressRange(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuMemGetAddressRangeReq *req = (Remora__CuMemGetAddressRangeReq *)rm_request_unpack(rq, &remora__cu_mem_get_address_range__req__descriptor);
 	if (!req)
@@ -260,7 +260,7 @@ static void handle_cuMemGetAddressRange(struct rm_session *s, struct rm_request 
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuMemsetD32(struct rm_session *s, struct rm_request *rq)
+static void handle_cuMemsetD32(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuMemsetD32Req *req = (Remora__CuMemsetD32Req *)rm_request_unpack(rq, &remora__cu_memset_d32__req__descriptor);
 	if (!req)
@@ -280,7 +280,7 @@ static void handle_cuMemsetD32(struct rm_session *s, struct rm_request *rq)
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuMemsetD32Async(struct rm_session *s, struct rm_request *rq)
+static void handle_cuMemsetD32Async(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuMemsetD32AsyncReq *req = (Remora__CuMemsetD32AsyncReq *)rm_request_unpack(rq, &remora__cu_memset_d32_async__req__descriptor);
 	if (!req)
@@ -298,7 +298,7 @@ static void handle_cuMemsetD32Async(struct rm_session *s, struct rm_request *rq)
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuModuleUnload(struct rm_session *s, struct rm_request *rq)
+static void handle_cuModuleUnload(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuModuleUnloadReq *req = (Remora__CuModuleUnloadReq *)rm_request_unpack(rq, &remora__cu_module_unload__req__descriptor);
 	if (!req)
@@ -316,7 +316,7 @@ static void handle_cuModuleUnload(struct rm_session *s, struct rm_request *rq)
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuModuleGetFunction(struct rm_session *s, struct rm_request *rq)
+static void handle_cuModuleGetFunction(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuModuleGetFunctionReq *req = (Remora__CuModuleGetFunctionReq *)rm_request_unpack(rq, &remora__cu_module_get_function__req__descriptor);
 	if (!req)
@@ -337,7 +337,7 @@ static void handle_cuModuleGetFunction(struct rm_session *s, struct rm_request *
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuModuleGetGlobal(struct rm_session *s, struct rm_request *rq)
+static void handle_cuModuleGetGlobal(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuModuleGetGlobalReq *req = (Remora__CuModuleGetGlobalReq *)rm_request_unpack(rq, &remora__cu_module_get_global__req__descriptor);
 	if (!req)
@@ -359,7 +359,7 @@ static void handle_cuModuleGetGlobal(struct rm_session *s, struct rm_request *rq
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuFuncSetArgs(struct rm_session *s, struct rm_request *rq)
+static void handle_cuFuncSetArgs(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuFuncSetArgsReq *req = (Remora__CuFuncSetArgsReq *)rm_request_unpack(rq, &remora__cu_func_set_args__req__descriptor);
 	if (!req)
@@ -378,7 +378,7 @@ static void handle_cuFuncSetArgs(struct rm_session *s, struct rm_request *rq)
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuStreamCreate(struct rm_session *s, struct rm_request *rq)
+static void handle_cuStreamCreate(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuStreamCreateReq *req = (Remora__CuStreamCreateReq *)rm_request_unpack(rq, &remora__cu_stream_create__req__descriptor);
 	if (!req)
@@ -396,7 +396,7 @@ static void handle_cuStreamCreate(struct rm_session *s, struct rm_request *rq)
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuStreamDestroy(struct rm_session *s, struct rm_request *rq)
+static void handle_cuStreamDestroy(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuStreamDestroyReq *req = (Remora__CuStreamDestroyReq *)rm_request_unpack(rq, &remora__cu_stream_destroy__req__descriptor);
 	if (!req)
@@ -414,7 +414,7 @@ static void handle_cuStreamDestroy(struct rm_session *s, struct rm_request *rq)
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuStreamSynchronize(struct rm_session *s, struct rm_request *rq)
+static void handle_cuStreamSynchronize(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuStreamSynchronizeReq *req = (Remora__CuStreamSynchronizeReq *)rm_request_unpack(rq, &remora__cu_stream_synchronize__req__descriptor);
 	if (!req)
@@ -430,7 +430,7 @@ static void handle_cuStreamSynchronize(struct rm_session *s, struct rm_request *
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuEventRecord(struct rm_session *s, struct rm_request *rq)
+static void handle_cuEventRecord(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuEventRecordReq *req = (Remora__CuEventRecordReq *)rm_request_unpack(rq, &remora__cu_event_record__req__descriptor);
 	if (!req)
@@ -449,7 +449,7 @@ static void handle_cuEventRecord(struct rm_session *s, struct rm_request *rq)
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuEventElapsedTime(struct rm_session *s, struct rm_request *rq)
+static void handle_cuEventElapsedTime(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuEventElapsedTimeReq *req = (Remora__CuEventElapsedTimeReq *)rm_request_unpack(rq, &remora__cu_event_elapsed_time__req__descriptor);
 	if (!req)
@@ -471,7 +471,7 @@ static void handle_cuEventElapsedTime(struct rm_session *s, struct rm_request *r
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuCtxGetLimitValue(struct rm_session *s, struct rm_request *rq)
+static void handle_cuCtxGetLimitValue(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuCtxGetLimitValueReq *req = (Remora__CuCtxGetLimitValueReq *)rm_request_unpack(rq, &remora__cu_ctx_get_limit_value__req__descriptor);
 	if (!req)
@@ -495,7 +495,7 @@ static void handle_cuCtxGetLimitValue(struct rm_session *s, struct rm_request *r
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuCtxSetLimitValue(struct rm_session *s, struct rm_request *rq)
+static void handle_cuCtxSetLimitValue(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuCtxSetLimitValueReq *req = (Remora__CuCtxSetLimitValueReq *)rm_request_unpack(rq, &remora__cu_ctx_set_limit_value__req__descriptor);
 	if (!req)
@@ -510,7 +510,7 @@ static void handle_cuCtxSetLimitValue(struct rm_session *s, struct rm_request *r
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuStreamWaitStreams(struct rm_session *s, struct rm_request *rq)
+static void handle_cuStreamWaitStreams(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__CuStreamWaitStreamsReq *req = (Remora__CuStreamWaitStreamsReq *)rm_request_unpack(rq, &remora__cu_stream_wait_streams__req__descriptor);
 	if (!req)
@@ -536,7 +536,7 @@ static void handle_cuStreamWaitStreams(struct rm_session *s, struct rm_request *
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuMemcpyHtoD(struct rm_session *s, struct rm_request *rq)
+static void handle_cuMemcpyHtoD(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__MemcpyHtoD *req = (Remora__MemcpyHtoD *)rm_request_unpack(rq, &remora__memcpy_hto_d__descriptor);
 	if (!req)
@@ -549,7 +549,7 @@ static void handle_cuMemcpyHtoD(struct rm_session *s, struct rm_request *rq)
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
-static void handle_cuModuleLoadData(struct rm_session *s, struct rm_request *rq)
+static void handle_cuModuleLoadData(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__ModuleLoad *req = (Remora__ModuleLoad *)rm_request_unpack(rq, &remora__module_load__descriptor);
 	if (!req)

@@ -5,7 +5,7 @@
 #include <cuda.h>
 #include <stddef.h>
 
-struct rm_session;
+struct rm_channel;
 struct rm_request;
 
 /* Bytes of the value of attribute a (proto/api.spec: size), 0 for one not listed. */
@@ -25,18 +25,18 @@ static inline size_t rm_size_of_CUlimit(int a)
  * pointers lie in the client's memory unless unchecked; outputs point at zeroed
  * storage. The handler records new outputs and forgets del inputs after CUDA_SUCCESS,
  * except those annotated :body, which the body records or forgets itself. */
-CUresult rm_body_cuDeviceGet(struct rm_session *s, CUdevice *device, int ordinal);
-CUresult rm_body_cuDevicePrimaryCtxRetain(struct rm_session *s, CUcontext *pctx, CUdevice dev);
+CUresult rm_body_cuDeviceGet(struct rm_channel *s, CUdevice *device, int ordinal);
+CUresult rm_body_cuDevicePrimaryCtxRetain(struct rm_channel *s, CUcontext *pctx, CUdevice dev);
 /* also the body of cuDevicePrimaryCtxRelease */
-CUresult rm_body_cuDevicePrimaryCtxRelease_v2(struct rm_session *s, CUdevice dev);
+CUresult rm_body_cuDevicePrimaryCtxRelease_v2(struct rm_channel *s, CUdevice dev);
 /* also the body of cuCtxSynchronize */
-CUresult rm_body_cuCtxSynchronize_v2(struct rm_session *s, CUcontext ctx);
-CUresult rm_body_cuMemAlloc(struct rm_session *s, CUdeviceptr *dptr, size_t bytesize);
-CUresult rm_body_cuMemFree(struct rm_session *s, CUdeviceptr dptr);
-CUresult rm_body_cuMemGetAddressRange(struct rm_session *s, CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr);
-CUresult rm_body_cuModuleUnload(struct rm_session *s, CUmodule hmod);
-CUresult rm_body_cuModuleGetGlobal(struct rm_session *s, CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
-CUresult rm_body_cuEventRecord(struct rm_session *s, CUevent hEvent, CUstream hStream);
+CUresult rm_body_cuCtxSynchronize_v2(struct rm_channel *s, CUcontext ctx);
+CUresult rm_body_cuMemAlloc(struct rm_channel *s, CUdeviceptr *dptr, size_t bytesize);
+CUresult rm_body_cuMemFree(struct rm_channel *s, CUdeviceptr dptr);
+CUresult rm_body_cuMemGetAddressRange(struct rm_channel *s, CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr);
+CUresult rm_body_cuModuleUnload(struct rm_channel *s, CUmodule hmod);
+CUresult rm_body_cuModuleGetGlobal(struct rm_channel *s, CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
+CUresult rm_body_cuEventRecord(struct rm_channel *s, CUevent hEvent, CUstream hStream);
 
 /* Typed bodies of hand calls with messages of proto/remora.proto (msg=REQ[,REP]): the
  * generated handler has unpacked the request; the body checks and translates what it
@@ -46,10 +46,10 @@ CUresult rm_body_cuEventRecord(struct rm_session *s, CUevent hEvent, CUstream hS
 struct Remora__MemcpyHtoD;
 struct Remora__ModuleLoad;
 struct Remora__ModuleLoadReply;
-CUresult rm_body_cuMemcpyHtoD(struct rm_session *s, struct rm_request *rq, const struct Remora__MemcpyHtoD *req);
-CUresult rm_body_cuModuleLoadData(struct rm_session *s, struct rm_request *rq, const struct Remora__ModuleLoad *req, struct Remora__ModuleLoadReply *rep);
+CUresult rm_body_cuMemcpyHtoD(struct rm_channel *s, struct rm_request *rq, const struct Remora__MemcpyHtoD *req);
+CUresult rm_body_cuModuleLoadData(struct rm_channel *s, struct rm_request *rq, const struct Remora__ModuleLoad *req, struct Remora__ModuleLoadReply *rep);
 
 /* Handlers of reserved opcodes (proto/reserved_ops.def). */
-void rm_handle_device_state(struct rm_session *s, struct rm_request *rq);
+void rm_handle_device_state(struct rm_channel *s, struct rm_request *rq);
 
 #endif
