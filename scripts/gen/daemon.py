@@ -276,7 +276,7 @@ def gen_driver_table(funcs, exports):
           "/* Fills rm_drv from the library handle lib; a function it lacks stays NULL. Returns how many were found. */",
           "int rm_driver_table_load(void *lib);", "",
           "/* What rm_drv_NAME returns where the loaded driver lacks NAME: CUDA_ERROR_NOT_SUPPORTED,",
-          " * logged once per name (backend/request.c). */",
+          " * logged once per name (backend/calls/request.c). */",
           "CUresult rm_unsupported_by_driver(const char *name);", "",
           "/* rm_drv_NAME: the loaded driver's NAME, or rm_unsupported_by_driver where it lacks it. */"]
     for n in names:

@@ -591,7 +591,7 @@ def multigpu(tmp):
 
 # KNOWN DAEMON ISSUE, registered with should_fail in meson.build until it is fixed: a
 # client's cuMemFree waits for every other client's work in the shared context.
-# rm_handle_cuMemFree_v2 (backend/memory_handlers.c) calls the driver's cuMemFree_v2 in
+# rm_body_cuMemFree_v2 (backend/calls/memory_handlers.c) calls the driver's cuMemFree_v2 in
 # the context all clients of the tenant share; like cudaFree it synchronizes the whole
 # context (the test driver does as CUDA does: td_context_synchronize), so one client's
 # 3 s kernel holds another client's cuMemFree for 3 s. Under MPS each client's free waits

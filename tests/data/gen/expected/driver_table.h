@@ -48,7 +48,7 @@ extern struct rm_driver rm_drv;
 int rm_driver_table_load(void *lib);
 
 /* What rm_drv_NAME returns where the loaded driver lacks NAME: CUDA_ERROR_NOT_SUPPORTED,
- * logged once per name (backend/request.c). */
+ * logged once per name (backend/calls/request.c). */
 CUresult rm_unsupported_by_driver(const char *name);
 
 /* rm_drv_NAME: the loaded driver's NAME, or rm_unsupported_by_driver where it lacks it. */
