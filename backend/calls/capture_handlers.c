@@ -42,7 +42,7 @@ CUresult rm_body_cuStreamEndCapture(struct rm_channel *s, CUstream hStream, CUgr
 	CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
 	CUgraph capturing = NULL;
 	if (rm_drv.cuStreamGetCaptureInfo_v2)
-		rm_drv.cuStreamGetCaptureInfo_v2(hStream, &status, NULL, &capturing, NULL, NULL);
+		rm_drv_cuStreamGetCaptureInfo_v2(hStream, &status, NULL, &capturing, NULL, NULL);
 	CUresult r = rm_drv_cuStreamEndCapture(hStream, phGraph);
 	if (status != CU_STREAM_CAPTURE_STATUS_NONE && !rm_capture_active(hStream) &&
 	    r != CUDA_ERROR_STREAM_CAPTURE_UNMATCHED && s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0)
@@ -73,7 +73,7 @@ CUresult rm_body_cuStreamGetCaptureInfo(struct rm_channel *s, CUstream hStream,
 	CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
 	CUresult r = rm_body_cuStreamIsCapturing(s, hStream, &status);
 	if (r == CUDA_SUCCESS && rm_drv.cuStreamGetCaptureInfo_v2)
-		r = rm_drv.cuStreamGetCaptureInfo_v2(hStream, captureStatus_out, id_out, NULL, NULL, NULL);
+		r = rm_drv_cuStreamGetCaptureInfo_v2(hStream, captureStatus_out, id_out, NULL, NULL, NULL);
 	else if (r == CUDA_SUCCESS)
 		*captureStatus_out = status;
 	return r;

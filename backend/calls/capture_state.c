@@ -8,7 +8,7 @@
 int rm_capture_active(CUstream st)
 {
 	CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-	return rm_drv.cuStreamIsCapturing && rm_drv.cuStreamIsCapturing(st, &status) == CUDA_SUCCESS &&
+	return rm_drv.cuStreamIsCapturing && rm_drv_cuStreamIsCapturing(st, &status) == CUDA_SUCCESS &&
 	       status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
@@ -16,7 +16,7 @@ int rm_capture_active(CUstream st)
  * defines: a query (the driver refuses it and invalidates the capture). */
 static void invalidate(CUstream st)
 {
-	rm_drv.cuStreamQuery(st);
+	rm_drv_cuStreamQuery(st);
 }
 
 CUresult rm_capture_check_legacy(struct rm_session_ctx *c)
@@ -47,21 +47,21 @@ void rm_capture_end_all(struct rm_channel *s)
 		struct rm_session_ctx *c = &s->sh->ctxs[k];
 		if (__atomic_load_n(&c->captures, __ATOMIC_ACQUIRE) == 0)
 			continue;
-		rm_drv.cuCtxSetCurrent(c->ctx);
+		rm_drv_cuCtxSetCurrent(c->ctx);
 		pthread_mutex_lock(&s->sh->lock);
 		for (size_t i = 0; i < s->sh->handles_cap; i++) {
 			if (s->sh->handles[i].kind != RM_H_STREAM)
 				continue;
 			CUstream st = (CUstream)(uintptr_t)s->sh->handles[i].value;
 			CUgraph g = NULL;
-			if (rm_capture_active(st) && rm_drv.cuStreamEndCapture(st, &g) == CUDA_SUCCESS && g)
-				rm_drv.cuGraphDestroy(g);
+			if (rm_capture_active(st) && rm_drv_cuStreamEndCapture(st, &g) == CUDA_SUCCESS && g)
+				rm_drv_cuGraphDestroy(g);
 		}
 		for (int i = 0; i <= RM_MAX_CHANNELS; i++) {
 			CUgraph g = NULL;
 			if (c->per_thread[i] && rm_capture_active(c->per_thread[i]) &&
-			    rm_drv.cuStreamEndCapture(c->per_thread[i], &g) == CUDA_SUCCESS && g)
-				rm_drv.cuGraphDestroy(g);
+			    rm_drv_cuStreamEndCapture(c->per_thread[i], &g) == CUDA_SUCCESS && g)
+				rm_drv_cuGraphDestroy(g);
 		}
 		pthread_mutex_unlock(&s->sh->lock);
 		__atomic_store_n(&c->captures, 0, __ATOMIC_RELEASE);

@@ -32,7 +32,7 @@ CUresult rm_body_cuDevicePrimaryCtxRetain(struct rm_channel *s, CUcontext *pctx,
  * another client has. */
 CUresult rm_body_cuDevicePrimaryCtxGetState(struct rm_channel *s, CUdevice dev, unsigned int *flags, int *active)
 {
-	CUresult r = rm_drv.cuDevicePrimaryCtxGetState(dev, flags, active);
+	CUresult r = rm_drv_cuDevicePrimaryCtxGetState(dev, flags, active);
 	if (r == CUDA_SUCCESS) {
 		/* Contexts are appended, never moved: read up to the count published last. */
 		int n = __atomic_load_n(&s->sh->nctx, __ATOMIC_ACQUIRE);
@@ -78,9 +78,9 @@ CUresult rm_body_cuCtxSynchronize_v2(struct rm_channel *s, CUcontext ctx)
 CUresult rm_body_cuCtxSetLimit(struct rm_channel *s, CUlimit limit, size_t value)
 {
 	size_t cur = 0;
-	CUresult r = rm_drv.cuCtxGetLimit(&cur, limit);
+	CUresult r = rm_drv_cuCtxGetLimit(&cur, limit);
 	if (r == CUDA_SUCCESS && value > cur)
-		r = rm_drv.cuCtxSetLimit(limit, value);
+		r = rm_drv_cuCtxSetLimit(limit, value);
 	return r;
 }
 
@@ -108,7 +108,7 @@ static int remote_lacks(CUdevice_attribute attrib)
 CUresult rm_body_cuDeviceGetAttribute(struct rm_channel *s, int *pi, CUdevice_attribute attrib, CUdevice dev)
 {
 	(void)s;
-	CUresult r = rm_drv.cuDeviceGetAttribute(pi, attrib, dev);
+	CUresult r = rm_drv_cuDeviceGetAttribute(pi, attrib, dev);
 	if (r == CUDA_SUCCESS && remote_lacks(attrib))
 		*pi = 0;
 	return r;

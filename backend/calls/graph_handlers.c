@@ -71,7 +71,7 @@ CUresult rm_body_cuGraphAddEmptyNode(struct rm_channel *s, CUgraphNode *phGraphN
 				     const CUgraphNode *dependencies, size_t numDependencies)
 {
 	CUresult r = rm_graph_check_nodes(s, hGraph, dependencies, numDependencies);
-	return r == CUDA_SUCCESS ? rm_drv.cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies) : r;
+	return r == CUDA_SUCCESS ? rm_drv_cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies) : r;
 }
 
 CUresult rm_body_cuGraphAddMemsetNode(struct rm_channel *s, CUgraphNode *phGraphNode, CUgraph hGraph,
@@ -81,7 +81,7 @@ CUresult rm_body_cuGraphAddMemsetNode(struct rm_channel *s, CUgraphNode *phGraph
 	CUresult r = rm_graph_check_nodes(s, hGraph, dependencies, numDependencies);
 	if (r == CUDA_SUCCESS)
 		r = rm_graph_check_memset(s, memsetParams);
-	return r == CUDA_SUCCESS ? rm_drv.cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, numDependencies,
+	return r == CUDA_SUCCESS ? rm_drv_cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, numDependencies,
 								memsetParams, ctx ? ctx : s->cur ? s->cur->ctx : NULL)
 				 : r;
 }
@@ -90,7 +90,7 @@ CUresult rm_body_cuGraphExecMemsetNodeSetParams(struct rm_channel *s, CUgraphExe
 						const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
 	CUresult r = rm_graph_check_memset(s, memsetParams);
-	return r == CUDA_SUCCESS ? rm_drv.cuGraphExecMemsetNodeSetParams(hGraphExec, hNode, memsetParams,
+	return r == CUDA_SUCCESS ? rm_drv_cuGraphExecMemsetNodeSetParams(hGraphExec, hNode, memsetParams,
 									  ctx ? ctx : s->cur ? s->cur->ctx : NULL)
 				 : r;
 }

@@ -24,7 +24,7 @@ CUresult rm_body_cuMemAlloc_v2(struct rm_channel *s, CUdeviceptr *dptr, size_t b
 	CUresult r = rm_session_charge(s, bytesize);
 	if (r != CUDA_SUCCESS)
 		return r;
-	r = rm_drv.cuMemAlloc_v2(dptr, bytesize);
+	r = rm_drv_cuMemAlloc_v2(dptr, bytesize);
 	if (r == CUDA_SUCCESS)
 		rm_session_own_memory(s, RM_H_MEMORY, *dptr, bytesize, 0);
 	else
@@ -57,7 +57,7 @@ CUresult rm_body_cuMemFree_v2(struct rm_channel *s, CUdeviceptr dptr)
 /* The device's figures, narrowed by the client's quotas. */
 CUresult rm_body_cuMemGetInfo_v2(struct rm_channel *s, size_t *free_b, size_t *total_b)
 {
-	CUresult r = s->cur ? rm_drv.cuMemGetInfo_v2(free_b, total_b) : CUDA_ERROR_INVALID_CONTEXT;
+	CUresult r = s->cur ? rm_drv_cuMemGetInfo_v2(free_b, total_b) : CUDA_ERROR_INVALID_CONTEXT;
 	if (r == CUDA_SUCCESS)
 		rm_session_memory_view(s, free_b, total_b);
 	return r;

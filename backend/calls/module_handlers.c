@@ -126,7 +126,7 @@ static void own_global(struct rm_channel *s, CUdeviceptr p, size_t bytes, const 
 CUresult rm_body_cuModuleGetGlobal_v2(struct rm_channel *s, CUdeviceptr *dptr, size_t *bytes, CUmodule hmod,
 				      const char *name)
 {
-	CUresult r = rm_drv.cuModuleGetGlobal_v2(dptr, bytes, hmod, name);
+	CUresult r = rm_drv_cuModuleGetGlobal_v2(dptr, bytes, hmod, name);
 	if (r == CUDA_SUCCESS)
 		own_global(s, *dptr, *bytes, hmod);
 	return r;
@@ -135,7 +135,7 @@ CUresult rm_body_cuModuleGetGlobal_v2(struct rm_channel *s, CUdeviceptr *dptr, s
 CUresult rm_body_cuLibraryGetGlobal(struct rm_channel *s, CUdeviceptr *dptr, size_t *bytes, CUlibrary library,
 				    const char *name)
 {
-	CUresult r = rm_drv.cuLibraryGetGlobal(dptr, bytes, library, name);
+	CUresult r = rm_drv_cuLibraryGetGlobal(dptr, bytes, library, name);
 	if (r == CUDA_SUCCESS)
 		own_global(s, *dptr, *bytes, library);
 	return r;
@@ -184,7 +184,7 @@ static CUresult launch(struct rm_channel *s, struct rm_request *rq, const Remora
 		if (ex)
 			r = rm_drv_cuLaunchKernelEx(&cfg, func, NULL, size ? extra : NULL);
 		else
-			r = rm_drv.cuLaunchKernel(func, cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX,
+			r = rm_drv_cuLaunchKernel(func, cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX,
 						  cfg.blockDimY, cfg.blockDimZ, cfg.sharedMemBytes, cfg.hStream, NULL,
 						  size ? extra : NULL);
 		rm_call_part_end(RM_PART_DRIVER_LAUNCH, part);

@@ -20,7 +20,7 @@ static CUresult create_stream(struct rm_channel *s, unsigned flags, int priority
 		return CUDA_ERROR_INVALID_VALUE;
 	if (with_priority) { /* clamped to the range, as CUDA does */
 		int least = 0, greatest = 0;
-		CUresult r = rm_drv.cuCtxGetStreamPriorityRange(&least, &greatest);
+		CUresult r = rm_drv_cuCtxGetStreamPriorityRange(&least, &greatest);
 		if (r != CUDA_SUCCESS)
 			return r;
 		priority = priority > least ? least : priority < greatest ? greatest : priority;
@@ -50,10 +50,10 @@ CUresult rm_body_cuStreamDestroy_v2(struct rm_channel *s, CUstream hStream)
 {
 	CUgraph g = NULL; /* a capture it began ends here: the pool's next user gets a plain stream */
 	if (s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 && rm_capture_active(hStream) &&
-	    rm_drv.cuStreamEndCapture(hStream, &g) == CUDA_SUCCESS) {
+	    rm_drv_cuStreamEndCapture(hStream, &g) == CUDA_SUCCESS) {
 		__atomic_sub_fetch(&s->cur->captures, 1, __ATOMIC_ACQ_REL);
 		if (g)
-			rm_drv.cuGraphDestroy(g);
+			rm_drv_cuGraphDestroy(g);
 	}
 	rm_stream_pool_give(hStream);
 	return CUDA_SUCCESS;
@@ -72,7 +72,7 @@ CUresult rm_body_cuStreamWaitEvent(struct rm_channel *s, CUstream hStream, CUeve
 	/* During a capture the event may be a captured one, which may not be queried. */
 	CUresult r = s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 ? CUDA_SUCCESS
 									      : rm_stream_pool_before_wait(hStream, hEvent);
-	return r == CUDA_SUCCESS ? rm_drv.cuStreamWaitEvent(hStream, hEvent, Flags) : r;
+	return r == CUDA_SUCCESS ? rm_drv_cuStreamWaitEvent(hStream, hEvent, Flags) : r;
 }
 
 /* The flags the client asked for, not the driver's. */
@@ -87,7 +87,7 @@ CUresult rm_body_cuStreamGetFlags(struct rm_channel *s, CUstream hStream, unsign
  * no wait for the stream's running work; a timed one does. */
 CUresult rm_body_cuEventCreate(struct rm_channel *s, CUevent *phEvent, unsigned int Flags)
 {
-	CUresult r = s->cur ? rm_drv.cuEventCreate(phEvent, Flags) : CUDA_ERROR_INVALID_CONTEXT;
+	CUresult r = s->cur ? rm_drv_cuEventCreate(phEvent, Flags) : CUDA_ERROR_INVALID_CONTEXT;
 	if (r == CUDA_SUCCESS)
 		rm_session_own_memory(s, RM_H_EVENT, (uint64_t)(uintptr_t)*phEvent, Flags, 0);
 	return r;
@@ -108,7 +108,7 @@ static CUresult before_record(struct rm_channel *s, CUevent ev, CUstream st)
 CUresult rm_body_cuEventRecord(struct rm_channel *s, CUevent hEvent, CUstream hStream)
 {
 	CUresult r = before_record(s, hEvent, hStream);
-	return r == CUDA_SUCCESS ? rm_drv.cuEventRecord(hEvent, hStream) : r;
+	return r == CUDA_SUCCESS ? rm_drv_cuEventRecord(hEvent, hStream) : r;
 }
 
 CUresult rm_body_cuEventRecordWithFlags(struct rm_channel *s, CUevent hEvent, CUstream hStream, unsigned int flags)

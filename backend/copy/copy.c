@@ -57,7 +57,7 @@ CUresult rm_copy_in(struct rm_channel *s, struct rm_request *rq, CUresult r, CUs
 		}
 		uint64_t mark = rm_copy_profile_mark(prof);
 		if (r == CUDA_SUCCESS)
-			r = rm_drv.cuMemcpyHtoDAsync_v2(dst, s->small_in, n, stream);
+			r = rm_drv_cuMemcpyHtoDAsync_v2(dst, s->small_in, n, stream);
 		rm_copy_profile_add(prof, &prof->dma, mark);
 		if (r == CUDA_SUCCESS && !pageable) {
 			mark = rm_copy_profile_mark(prof);

@@ -52,7 +52,7 @@ static void *link_main(void *arg)
 			break;
 		struct rm_stripe_job *j = l->job;
 		pthread_mutex_unlock(&l->lock);
-		if (j->ctx != current && rm_drv.cuCtxSetCurrent(j->ctx) == CUDA_SUCCESS)
+		if (j->ctx != current && rm_drv_cuCtxSetCurrent(j->ctx) == CUDA_SUCCESS)
 			current = j->ctx;
 		rm_share_run(&sh, j);
 		pthread_mutex_lock(&l->lock);

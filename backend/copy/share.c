@@ -18,12 +18,12 @@ static CUresult piece_dma(struct rm_share *sh, int b, void *buf, struct rm_strip
 {
 	uint64_t mark = rm_copy_profile_mark(sh->prof);
 	sh->staging->idle[b] = 0;
-	CUresult r = j->to_host ? rm_drv.cuMemcpyDtoHAsync_v2(buf, j->dev + off, len, j->stream)
-				: rm_drv.cuMemcpyHtoDAsync_v2(j->dev + off, buf, len, j->stream);
+	CUresult r = j->to_host ? rm_drv_cuMemcpyDtoHAsync_v2(buf, j->dev + off, len, j->stream)
+				: rm_drv_cuMemcpyHtoDAsync_v2(j->dev + off, buf, len, j->stream);
 	if (r == CUDA_SUCCESS && sh->sync_after)
 		sh->unrecorded = 1;
 	else if (r == CUDA_SUCCESS)
-		r = rm_drv.cuEventRecord(sh->staging->done[b], j->stream);
+		r = rm_drv_cuEventRecord(sh->staging->done[b], j->stream);
 	rm_copy_profile_add(sh->prof, sh->dma, mark);
 	return r;
 }

@@ -38,15 +38,15 @@ static int any_ctx(struct rm_channel *s)
 {
 	if (s->thread_ctx || !__atomic_load_n(&s->sh->nctx, __ATOMIC_ACQUIRE))
 		return 0;
-	return rm_drv.cuCtxSetCurrent(s->sh->ctxs[0].ctx) == CUDA_SUCCESS;
+	return rm_drv_cuCtxSetCurrent(s->sh->ctxs[0].ctx) == CUDA_SUCCESS;
 }
 
 static void unregister(struct rm_channel *s, const struct rm_shared_region *r)
 {
 	int pushed = any_ctx(s);
-	CUresult res = rm_drv.cuMemHostUnregister(r->map);
+	CUresult res = rm_drv_cuMemHostUnregister(r->map);
 	if (pushed)
-		rm_drv.cuCtxSetCurrent(NULL);
+		rm_drv_cuCtxSetCurrent(NULL);
 	if (res != CUDA_SUCCESS)
 		rm_session_log(s, RM_LOG_WARN, "unregistering shared pinned region 0x%llx: error %d",
 		               (unsigned long long)r->addr, (int)res);
@@ -248,8 +248,8 @@ void rm_shared_copy(struct rm_channel *s, struct rm_request *rq, int to_device, 
 		} else {
 			uint64_t mark = rm_copy_profile_mark(&prof);
 			void *host = (uint8_t *)g->map + off;
-			r = to_device ? rm_drv.cuMemcpyHtoDAsync_v2(dptr, host, n, stream)
-				      : rm_drv.cuMemcpyDtoHAsync_v2(host, dptr, n, stream);
+			r = to_device ? rm_drv_cuMemcpyHtoDAsync_v2(dptr, host, n, stream)
+				      : rm_drv_cuMemcpyDtoHAsync_v2(host, dptr, n, stream);
 			rm_copy_profile_add(&prof, &prof.dma, mark);
 		}
 		pthread_rwlock_unlock(&sh->shared_lock);

@@ -26,7 +26,7 @@ static size_t wanted(const struct rm_staging *st, uint64_t bytes)
 static int all_idle(const struct rm_staging *st)
 {
 	for (int b = 0; b < RM_STAGING_BUFS; b++)
-		if (!st->idle[b] && rm_drv.cuEventQuery(st->done[b]) != CUDA_SUCCESS)
+		if (!st->idle[b] && rm_drv_cuEventQuery(st->done[b]) != CUDA_SUCCESS)
 			return 0;
 	return 1;
 }
@@ -64,21 +64,21 @@ CUresult rm_staging_open_for(struct rm_staging *st, uint64_t bytes)
 	CUresult r = CUDA_SUCCESS;
 	int b = 0;
 	for (; b < RM_STAGING_BUFS; b++) {
-		r = rm_drv.cuMemAllocHost_v2(&st->buf[b], st->size);
+		r = rm_drv_cuMemAllocHost_v2(&st->buf[b], st->size);
 		if (r != CUDA_SUCCESS)
 			break;
-		r = rm_drv.cuEventCreate(&st->done[b], CU_EVENT_DISABLE_TIMING);
+		r = rm_drv_cuEventCreate(&st->done[b], CU_EVENT_DISABLE_TIMING);
 		if (r != CUDA_SUCCESS) {
-			rm_drv.cuMemFreeHost(st->buf[b]);
+			rm_drv_cuMemFreeHost(st->buf[b]);
 			break;
 		}
 		rm_transport_pin(st->buf[b], st->size); /* rdma: registered once per connection */
 	}
 	if (r != CUDA_SUCCESS) {
 		while (b-- > 0) {
-			rm_drv.cuEventDestroy_v2(st->done[b]);
+			rm_drv_cuEventDestroy_v2(st->done[b]);
 			rm_transport_unpin(st->buf[b]);
-			rm_drv.cuMemFreeHost(st->buf[b]);
+			rm_drv_cuMemFreeHost(st->buf[b]);
 		}
 		rm_host_account_give(st->account, bytes_taken);
 		rm_staging_init(st, st->full, st->account);
@@ -95,7 +95,7 @@ CUresult rm_staging_wait(struct rm_staging *st, int b, void **buf)
 	if (r != CUDA_SUCCESS)
 		return r;
 	*buf = st->buf[b];
-	return st->idle[b] ? CUDA_SUCCESS : rm_drv.cuEventSynchronize(st->done[b]);
+	return st->idle[b] ? CUDA_SUCCESS : rm_drv_cuEventSynchronize(st->done[b]);
 }
 
 void rm_staging_close(struct rm_staging *st)
@@ -103,10 +103,10 @@ void rm_staging_close(struct rm_staging *st)
 	if (!st->open)
 		return;
 	for (int b = 0; b < RM_STAGING_BUFS; b++) {
-		rm_drv.cuEventSynchronize(st->done[b]);
-		rm_drv.cuEventDestroy_v2(st->done[b]);
+		rm_drv_cuEventSynchronize(st->done[b]);
+		rm_drv_cuEventDestroy_v2(st->done[b]);
 		rm_transport_unpin(st->buf[b]);
-		rm_drv.cuMemFreeHost(st->buf[b]);
+		rm_drv_cuMemFreeHost(st->buf[b]);
 	}
 	rm_host_account_give(st->account, (uint64_t)st->size * RM_STAGING_BUFS);
 	rm_staging_init(st, st->full, st->account);

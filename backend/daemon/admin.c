@@ -102,7 +102,7 @@ int rm_admin_answer_status(struct rm_link *l, const struct rm_frame *f, const st
 	rep.address = address;
 	rep.pool = membership;
 	rep.draining = s->draining != 0;
-	rm_drv.cuDriverGetVersion(&rep.driver_version);
+	rm_drv_cuDriverGetVersion(&rep.driver_version);
 	for (int i = 0; i < s->ngpus; i++) {
 		Remora__StatusReply__Gpu *g = &gpus[i];
 		remora__status_reply__gpu__init(g);

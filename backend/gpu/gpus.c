@@ -39,10 +39,10 @@ CUresult rm_gpu_acquire(CUdevice dev, CUcontext *out)
 	if (r == CUDA_SUCCESS && !g->ctx) {
 		/* Before the context exists; refused (another process made it) it keeps its own. */
 		if (sync_flags != CU_CTX_SCHED_AUTO && rm_drv.cuDevicePrimaryCtxSetFlags_v2 &&
-		    rm_drv.cuDevicePrimaryCtxSetFlags_v2(dev, sync_flags) != CUDA_SUCCESS)
+		    rm_drv_cuDevicePrimaryCtxSetFlags_v2(dev, sync_flags) != CUDA_SUCCESS)
 			rm_log(RM_LOG_WARN, "GPU %d: the shared context keeps its scheduling flags (gpu_sync not applied)",
 			       dev);
-		r = rm_drv.cuDevicePrimaryCtxRetain(&g->ctx, dev);
+		r = rm_drv_cuDevicePrimaryCtxRetain(&g->ctx, dev);
 		rm_fault_note(NULL, r);
 	}
 	if (r == CUDA_SUCCESS) {
@@ -73,8 +73,8 @@ void rm_gpu_reset(CUdevice dev)
 		rm_image_forget_context(g->ctx);
 		rm_stream_pool_forget_context(g->ctx);
 		rm_stream_wait_forget_gpu(dev, g->ctx);
-		rm_drv.cuDevicePrimaryCtxRelease_v2(dev);
-		rm_drv.cuDevicePrimaryCtxReset_v2(dev);
+		rm_drv_cuDevicePrimaryCtxRelease_v2(dev);
+		rm_drv_cuDevicePrimaryCtxReset_v2(dev);
 		g->ctx = NULL;
 	}
 	pthread_mutex_unlock(&gpus_lock);
@@ -89,11 +89,11 @@ CUresult rm_gpu_memory(CUdevice dev, size_t *free_b, size_t *total_b)
 	pthread_mutex_unlock(&gpus_lock);
 	if (!ctx)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	CUresult r = rm_drv.cuCtxPushCurrent_v2(ctx);
+	CUresult r = rm_drv_cuCtxPushCurrent_v2(ctx);
 	if (r == CUDA_SUCCESS) {
-		r = rm_drv.cuMemGetInfo_v2(free_b, total_b);
+		r = rm_drv_cuMemGetInfo_v2(free_b, total_b);
 		CUcontext popped;
-		rm_drv.cuCtxPopCurrent_v2(&popped);
+		rm_drv_cuCtxPopCurrent_v2(&popped);
 	}
 	rm_fault_note(NULL, r); /* also the worker's check for a fault no call has reported */
 	return r;

@@ -42,14 +42,14 @@ static uint64_t fnv1a(const uint8_t *p, size_t n)
 static CUresult driver_load(enum rm_handle_kind kind, const uint8_t *image, void **out)
 {
 	if (kind == RM_H_MODULE)
-		return rm_drv.cuModuleLoadData((CUmodule *)out, image);
+		return rm_drv_cuModuleLoadData((CUmodule *)out, image);
 	return rm_drv_cuLibraryLoadData((CUlibrary *)out, image, NULL, NULL, 0, NULL, NULL, 0);
 }
 
 static CUresult driver_unload(enum rm_handle_kind kind, void *h)
 {
 	if (kind == RM_H_MODULE)
-		return rm_drv.cuModuleUnload(h);
+		return rm_drv_cuModuleUnload(h);
 	return rm_drv_cuLibraryUnload(h);
 }
 
@@ -70,12 +70,12 @@ static void trim_idle(void)
 	*oldest = im->next;
 	CUcontext prev = NULL;
 	if (im->ctx) {
-		rm_drv.cuCtxGetCurrent(&prev);
-		rm_drv.cuCtxSetCurrent(im->ctx);
+		rm_drv_cuCtxGetCurrent(&prev);
+		rm_drv_cuCtxSetCurrent(im->ctx);
 	}
 	driver_unload(im->kind, im->handle);
 	if (im->ctx)
-		rm_drv.cuCtxSetCurrent(prev);
+		rm_drv_cuCtxSetCurrent(prev);
 	free(im->bytes);
 	free(im);
 }
@@ -87,7 +87,7 @@ CUresult rm_image_load(enum rm_handle_kind kind, const uint8_t *image, size_t n,
 		return driver_load(kind, image, out);
 	CUcontext ctx = NULL;
 	if (kind == RM_H_MODULE)
-		rm_drv.cuCtxGetCurrent(&ctx);
+		rm_drv_cuCtxGetCurrent(&ctx);
 	uint64_t hash = fnv1a(image, n);
 	pthread_mutex_lock(&lock);
 	struct image *im;

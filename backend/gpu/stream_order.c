@@ -23,7 +23,7 @@ static CUresult add_locked(struct rm_session_ctx *c, CUstream st)
 		c->blocking_cap = cap;
 	}
 	CUevent ev;
-	CUresult r = rm_drv.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
+	CUresult r = rm_drv_cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
 	if (r != CUDA_SUCCESS)
 		return r;
 	/* A new blocking stream starts after what the legacy stream holds so far. */
@@ -47,7 +47,7 @@ void rm_stream_order_remove(struct rm_channel *s, CUstream st)
 		pthread_mutex_lock(&c->order_lock);
 		for (int i = 0; i < c->nblocking && !found; i++)
 			if (c->blocking[i].stream == st) {
-				rm_drv.cuEventDestroy_v2(c->blocking[i].done);
+				rm_drv_cuEventDestroy_v2(c->blocking[i].done);
 				c->blocking[i] = c->blocking[--c->nblocking];
 				found = 1;
 			}
@@ -87,11 +87,11 @@ static CUresult before_locked(struct rm_session_ctx *c, CUstream st)
 			struct rm_blocking_stream *b = &c->blocking[i];
 			if (b->work == b->legacy_waited)
 				continue;
-			r = rm_drv.cuEventRecord(b->done, b->stream);
+			r = rm_drv_cuEventRecord(b->done, b->stream);
 			if (r == CUDA_SUCCESS)
 				r = rm_stream_pool_before_wait(c->default_stream, b->done);
 			if (r == CUDA_SUCCESS)
-				r = rm_drv.cuStreamWaitEvent(c->default_stream, b->done, 0);
+				r = rm_drv_cuStreamWaitEvent(c->default_stream, b->done, 0);
 			b->legacy_waited = b->work;
 		}
 		c->legacy_work++;
@@ -103,13 +103,13 @@ static CUresult before_locked(struct rm_session_ctx *c, CUstream st)
 			continue;
 		if (b->waited_legacy != c->legacy_work) {
 			if (!c->legacy_done)
-				r = rm_drv.cuEventCreate(&c->legacy_done, CU_EVENT_DISABLE_TIMING);
+				r = rm_drv_cuEventCreate(&c->legacy_done, CU_EVENT_DISABLE_TIMING);
 			if (r == CUDA_SUCCESS)
-				r = rm_drv.cuEventRecord(c->legacy_done, c->default_stream);
+				r = rm_drv_cuEventRecord(c->legacy_done, c->default_stream);
 			if (r == CUDA_SUCCESS)
 				r = rm_stream_pool_before_wait(st, c->legacy_done);
 			if (r == CUDA_SUCCESS)
-				r = rm_drv.cuStreamWaitEvent(st, c->legacy_done, 0);
+				r = rm_drv_cuStreamWaitEvent(st, c->legacy_done, 0);
 			b->waited_legacy = c->legacy_work;
 		}
 		b->work++;
@@ -121,11 +121,11 @@ static CUresult before_locked(struct rm_session_ctx *c, CUstream st)
 void rm_stream_order_release(struct rm_session_ctx *c)
 {
 	for (int i = 0; i < c->nblocking; i++)
-		rm_drv.cuEventDestroy_v2(c->blocking[i].done);
+		rm_drv_cuEventDestroy_v2(c->blocking[i].done);
 	free(c->blocking);
 	c->blocking = NULL;
 	c->nblocking = c->blocking_cap = 0;
 	if (c->legacy_done)
-		rm_drv.cuEventDestroy_v2(c->legacy_done);
+		rm_drv_cuEventDestroy_v2(c->legacy_done);
 	c->legacy_done = NULL;
 }

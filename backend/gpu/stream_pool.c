@@ -130,7 +130,7 @@ static CUresult add_batch(struct ctx_pool *pool, int priority)
 		struct pool_stream *e = calloc(1, sizeof(*e));
 		if (!e)
 			return CUDA_ERROR_OUT_OF_MEMORY;
-		CUresult r = rm_drv.cuStreamCreateWithPriority(&e->stream, CU_STREAM_NON_BLOCKING, priority);
+		CUresult r = rm_drv_cuStreamCreateWithPriority(&e->stream, CU_STREAM_NON_BLOCKING, priority);
 		if (r != CUDA_SUCCESS) {
 			free(e);
 			return r;
@@ -156,7 +156,7 @@ static struct pool_stream *pick(struct ctx_pool *pool, int priority)
 	for (int i = 0; i < pool->n; i++) {
 		struct pool_stream *e = pool->streams[i];
 		if (!e->in_use && e->priority == priority && pool->users[e->queue] == fewest &&
-		    rm_drv.cuStreamQuery(e->stream) == CUDA_SUCCESS)
+		    rm_drv_cuStreamQuery(e->stream) == CUDA_SUCCESS)
 			return e;
 	}
 	return NULL;
@@ -291,7 +291,7 @@ CUresult rm_stream_pool_before_submit(CUstream st)
 {
 	CUresult r = CUDA_SUCCESS;
 	if (submitting(st))
-		POLL(rm_drv.cuStreamQuery(st));
+		POLL(rm_drv_cuStreamQuery(st));
 	return r;
 }
 
@@ -299,7 +299,7 @@ CUresult rm_stream_pool_before_wait(CUstream st, CUevent ev)
 {
 	CUresult r = CUDA_SUCCESS;
 	if (submitting(st))
-		POLL(rm_drv.cuEventQuery(ev));
+		POLL(rm_drv_cuEventQuery(ev));
 	return r;
 }
 

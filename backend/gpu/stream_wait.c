@@ -58,10 +58,10 @@ static int add_page_locked(int dev)
 	CUdeviceptr base = 0;
 	CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
 	if (p && rm_drv.cuMemHostAlloc && rm_drv.cuMemHostGetDevicePointer_v2 &&
-	    (r = rm_drv.cuMemHostAlloc(&p->host, PAGE_BYTES, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP)) ==
+	    (r = rm_drv_cuMemHostAlloc(&p->host, PAGE_BYTES, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP)) ==
 		    CUDA_SUCCESS &&
-	    (r = rm_drv.cuMemHostGetDevicePointer_v2(&base, p->host, 0)) != CUDA_SUCCESS)
-		rm_drv.cuMemFreeHost(p->host);
+	    (r = rm_drv_cuMemHostGetDevicePointer_v2(&base, p->host, 0)) != CUDA_SUCCESS)
+		rm_drv_cuMemFreeHost(p->host);
 	if (r != CUDA_SUCCESS) {
 		rm_log(RM_LOG_WARN, "GPU %d: no page-locked words for stream waits (error %d); the driver's waits are used",
 		       dev, r);
@@ -127,7 +127,7 @@ static CUresult driver_wait(struct rm_channel *s, CUstream st)
 {
 	if (s)
 		count(&s->sh->waits_driver);
-	return rm_drv.cuStreamSynchronize(st);
+	return rm_drv_cuStreamSynchronize(st);
 }
 
 static CUresult wait_by_word(struct rm_channel *s, CUstream st)
@@ -136,7 +136,7 @@ static CUresult wait_by_word(struct rm_channel *s, CUstream st)
 	    __atomic_load_n(&s->sh->nchannels, __ATOMIC_ACQUIRE) > 0 ||
 	    (__atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 && rm_capture_active(st)))
 		return driver_wait(s, st);
-	CUresult r = rm_drv.cuStreamQuery(st);
+	CUresult r = rm_drv_cuStreamQuery(st);
 	if (r != CUDA_ERROR_NOT_READY) { /* done, or the error the driver's wait would give */
 		count(&s->sh->waits_idle);
 		return r;
@@ -147,7 +147,7 @@ static CUresult wait_by_word(struct rm_channel *s, CUstream st)
 	if (!w)
 		return driver_wait(s, st);
 	uint32_t v = ++w->value;
-	if (rm_drv.cuStreamWriteValue32_v2(st, w->device, v, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS)
+	if (rm_drv_cuStreamWriteValue32_v2(st, w->device, v, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS)
 		return driver_wait(s, st);
 	if (watch(w, v)) {
 		count(&s->sh->waits_word);
@@ -191,11 +191,11 @@ void rm_stream_wait_forget_gpu(int dev, CUcontext ctx)
 	gpus[dev].free = NULL;
 	gpus[dev].failed = 0;
 	pthread_mutex_unlock(&lock);
-	if (p && rm_drv.cuCtxPushCurrent_v2(ctx) == CUDA_SUCCESS) {
+	if (p && rm_drv_cuCtxPushCurrent_v2(ctx) == CUDA_SUCCESS) {
 		for (struct word_page *q = p; q; q = q->next)
-			rm_drv.cuMemFreeHost(q->host);
+			rm_drv_cuMemFreeHost(q->host);
 		CUcontext popped;
-		rm_drv.cuCtxPopCurrent_v2(&popped);
+		rm_drv_cuCtxPopCurrent_v2(&popped);
 	}
 	while (p) {
 		struct word_page *next = p->next;

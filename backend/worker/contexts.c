@@ -138,11 +138,11 @@ static CUresult add_ctx_locked(struct rm_channel *s, CUdevice dev, CUcontext *ou
 	if (r != CUDA_SUCCESS)
 		return r;
 	CUcontext prev = s->thread_ctx;
-	r = rm_drv.cuCtxSetCurrent(ctx);
+	r = rm_drv_cuCtxSetCurrent(ctx);
 	CUstream stream = NULL;
 	if (r == CUDA_SUCCESS)
 		r = rm_stream_pool_take(ctx, 0, &stream);
-	rm_drv.cuCtxSetCurrent(prev);
+	rm_drv_cuCtxSetCurrent(prev);
 	if (r != CUDA_SUCCESS) {
 		rm_gpu_release(dev);
 		return r;
@@ -176,7 +176,7 @@ CUresult rm_session_enter(struct rm_channel *s, uint64_t ctx)
 	s->cur = c;
 	CUcontext want = c ? c->ctx : NULL;
 	if (want != s->thread_ctx) {
-		CUresult r = rm_drv.cuCtxSetCurrent(want);
+		CUresult r = rm_drv_cuCtxSetCurrent(want);
 		if (r != CUDA_SUCCESS)
 			return r;
 		s->thread_ctx = want;
@@ -225,7 +225,7 @@ static CUresult sync_streams(struct rm_channel *s, struct rm_session_ctx *only)
 	uint64_t part = rm_call_part_begin();
 	for (size_t i = 0; i < n; i++) {
 		/* In the current context a wait also ends its kernel-time spans (stream_wait.h). */
-		CUresult r = only && only == s->cur ? rm_stream_wait(s, st[i]) : rm_drv.cuStreamSynchronize(st[i]);
+		CUresult r = only && only == s->cur ? rm_stream_wait(s, st[i]) : rm_drv_cuStreamSynchronize(st[i]);
 		if (first == CUDA_SUCCESS)
 			first = r;
 	}
@@ -253,17 +253,17 @@ CUresult rm_session_free_memory(struct rm_channel *s, uint64_t ptr)
 	struct rm_session_ctx *c = NULL;
 	int managed = 0; /* managed memory: not cuMemFreeAsync's to free (cuMemFree waits) */
 	if (rm_drv.cuPointerGetAttribute)
-		rm_drv.cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, ptr);
+		rm_drv_cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, ptr);
 	if (!managed && rm_drv.cuMemFreeAsync && rm_drv.cuPointerGetAttribute &&
-	    rm_drv.cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, ptr) == CUDA_SUCCESS)
+	    rm_drv_cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, ptr) == CUDA_SUCCESS)
 		for (int i = 0; !c && rm_session_ctx_at(s, i); i++)
 			if (s->sh->ctxs[i].ctx == owner)
 				c = &s->sh->ctxs[i];
 	if (!c || c != s->cur)
-		return rm_drv.cuMemFree_v2(ptr);
+		return rm_drv_cuMemFree_v2(ptr);
 	CUresult r = rm_session_synchronize(s);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv.cuMemFreeAsync(ptr, c->default_stream);
+		r = rm_drv_cuMemFreeAsync(ptr, c->default_stream);
 	return r;
 }
 
@@ -273,7 +273,7 @@ void rm_session_free_drained(struct rm_channel *s, uint64_t ptr)
 {
 	CUresult r = CUDA_ERROR_NOT_SUPPORTED;
 	if (rm_drv.cuMemFreeAsync && s->sh->nctx)
-		r = rm_drv.cuMemFreeAsync(ptr, s->sh->ctxs[0].default_stream);
+		r = rm_drv_cuMemFreeAsync(ptr, s->sh->ctxs[0].default_stream);
 	if (r != CUDA_SUCCESS)
-		rm_drv.cuMemFree_v2(ptr);
+		rm_drv_cuMemFree_v2(ptr);
 }

@@ -45,7 +45,7 @@ int rm_fault_is_sticky(CUresult r)
 static const char *error_name(CUresult r)
 {
 	const char *name = NULL;
-	if (!rm_drv.cuGetErrorName || rm_drv.cuGetErrorName(r, &name) != CUDA_SUCCESS || !name)
+	if (!rm_drv.cuGetErrorName || rm_drv_cuGetErrorName(r, &name) != CUDA_SUCCESS || !name)
 		name = "a sticky error";
 	return name;
 }

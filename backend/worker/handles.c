@@ -237,7 +237,7 @@ CUresult rm_session_use(struct rm_channel *s, enum rm_handle_kind kind, uint64_t
 	}
 	/* A CUkernel is accepted wherever a CUfunction is: it stands for its function in the current context. */
 	if (kernel)
-		return rm_drv.cuKernelGetFunction((CUfunction *)out, (CUkernel)(uintptr_t)v);
+		return rm_drv_cuKernelGetFunction((CUfunction *)out, (CUkernel)(uintptr_t)v);
 	rm_session_log(s, RM_LOG_WARN, "refused handle 0x%llx of kind %d it does not own", (unsigned long long)v, kind);
 	return CUDA_ERROR_INVALID_HANDLE;
 }

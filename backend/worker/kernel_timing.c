@@ -45,7 +45,7 @@ void rm_kernel_timing_enable(int on) { enabled = on; }
 static void add_time(struct rm_channel *s, CUevent start, CUevent end)
 {
 	float ms = 0;
-	if (rm_drv.cuEventElapsedTime(&ms, start, end) == CUDA_SUCCESS && ms > 0)
+	if (rm_drv_cuEventElapsedTime(&ms, start, end) == CUDA_SUCCESS && ms > 0)
 		rm_registry_add_gpu_time(s->sh->slot, s->sh->id, (uint64_t)((double)ms * 1e6));
 }
 
@@ -54,7 +54,7 @@ static int reap_locked(struct rm_channel *s, struct rm_kernel_timers *t, int i)
 {
 	if (t->slot[i].state != SLOT_PENDING)
 		return t->slot[i].state == SLOT_FREE;
-	CUresult r = rm_drv.cuEventQuery(t->slot[i].end);
+	CUresult r = rm_drv_cuEventQuery(t->slot[i].end);
 	if (r == CUDA_ERROR_NOT_READY)
 		return 0;
 	if (r == CUDA_SUCCESS)
@@ -109,9 +109,9 @@ void rm_kernel_timing_before_launch(struct rm_channel *s, CUstream st, const str
 	}
 	int sync_follows = rm_session_sync_follows(s, launch, v);
 	if (!sync_follows &&
-	    ((!t->slot[i].start && rm_drv.cuEventCreate(&t->slot[i].start, CU_EVENT_DEFAULT) != CUDA_SUCCESS) ||
-	     (!t->slot[i].end && rm_drv.cuEventCreate(&t->slot[i].end, CU_EVENT_DEFAULT) != CUDA_SUCCESS) ||
-	     rm_drv.cuEventRecord(t->slot[i].start, st) != CUDA_SUCCESS)) {
+	    ((!t->slot[i].start && rm_drv_cuEventCreate(&t->slot[i].start, CU_EVENT_DEFAULT) != CUDA_SUCCESS) ||
+	     (!t->slot[i].end && rm_drv_cuEventCreate(&t->slot[i].end, CU_EVENT_DEFAULT) != CUDA_SUCCESS) ||
+	     rm_drv_cuEventRecord(t->slot[i].start, st) != CUDA_SUCCESS)) {
 		pthread_mutex_unlock(&t->lock);
 		return;
 	}
@@ -153,7 +153,7 @@ static void close_spans(struct rm_channel *s, struct rm_session_ctx *c, int chan
 			__atomic_sub_fetch(&s->sh->open_spans, 1, __ATOMIC_RELAXED);
 			continue;
 		}
-		int recorded = rm_drv.cuEventRecord(t->slot[i].end, t->slot[i].stream) == CUDA_SUCCESS;
+		int recorded = rm_drv_cuEventRecord(t->slot[i].end, t->slot[i].stream) == CUDA_SUCCESS;
 		t->slot[i].state = recorded ? SLOT_PENDING : SLOT_FREE;
 		if (recorded)
 			__atomic_add_fetch(&s->sh->pending_spans, 1, __ATOMIC_RELAXED);
@@ -270,12 +270,12 @@ void rm_kernel_timing_release(struct rm_channel *s, struct rm_session_ctx *c)
 	close_spans(s, c, -1, 0, NULL);
 	for (int i = 0; i < RING; i++) {
 		if (t->slot[i].state == SLOT_PENDING) /* the session's work is drained: ends come at once */
-			rm_drv.cuEventSynchronize(t->slot[i].end);
+			rm_drv_cuEventSynchronize(t->slot[i].end);
 		reap_locked(s, t, i);
 		if (t->slot[i].start)
-			rm_drv.cuEventDestroy_v2(t->slot[i].start);
+			rm_drv_cuEventDestroy_v2(t->slot[i].start);
 		if (t->slot[i].end)
-			rm_drv.cuEventDestroy_v2(t->slot[i].end);
+			rm_drv_cuEventDestroy_v2(t->slot[i].end);
 	}
 	pthread_mutex_destroy(&t->lock);
 	free(t);

@@ -57,8 +57,8 @@ void rm_kernel_watch_launched(struct rm_channel *s, CUstream st)
 		queued |= w->ring[(w->head + i) % RM_KERNEL_WATCH_MAX].stream == st;
 	CUevent ev = w->nspare ? w->spare[--w->nspare] : NULL;
 	if (w->count < RM_KERNEL_WATCH_MAX &&
-	    (ev || rm_drv.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS)) {
-		if (rm_drv.cuEventRecord(ev, st) == CUDA_SUCCESS) {
+	    (ev || rm_drv_cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS)) {
+		if (rm_drv_cuEventRecord(ev, st) == CUDA_SUCCESS) {
 			w->ring[(w->head + w->count++) % RM_KERNEL_WATCH_MAX] =
 				(struct launch){.stream = st, .done = ev, .since_ns = queued ? 0 : now_ns()};
 			ev = NULL;
@@ -78,7 +78,7 @@ int rm_kernel_watch_over(struct rm_channel *s)
 	CUstream running[RM_KERNEL_WATCH_MAX]; /* streams whose oldest launch is unfinished */
 	unsigned nrunning = 0;
 	pthread_mutex_lock(&w->lock);
-	rm_drv.cuCtxSetCurrent(s->sh->ctxs[0].ctx);
+	rm_drv_cuCtxSetCurrent(s->sh->ctxs[0].ctx);
 	struct launch kept[RM_KERNEL_WATCH_MAX];
 	unsigned nkept = 0;
 	for (unsigned i = 0; i < w->count; i++) {
@@ -86,7 +86,7 @@ int rm_kernel_watch_over(struct rm_channel *s)
 		int behind = 0;
 		for (unsigned k = 0; k < nrunning; k++)
 			behind |= running[k] == l->stream;
-		if (!behind && rm_drv.cuEventQuery(l->done) != CUDA_ERROR_NOT_READY) {
+		if (!behind && rm_drv_cuEventQuery(l->done) != CUDA_ERROR_NOT_READY) {
 			w->spare[w->nspare++] = l->done; /* finished (or its context broke): the next of
 							  * its stream can start now */
 			for (unsigned k = i + 1; k < w->count; k++) {
@@ -123,9 +123,9 @@ void rm_kernel_watch_free(struct rm_kernel_watch *w)
 	if (!w)
 		return;
 	for (unsigned i = 0; i < w->count; i++)
-		rm_drv.cuEventDestroy_v2(w->ring[(w->head + i) % RM_KERNEL_WATCH_MAX].done);
+		rm_drv_cuEventDestroy_v2(w->ring[(w->head + i) % RM_KERNEL_WATCH_MAX].done);
 	for (unsigned i = 0; i < w->nspare; i++)
-		rm_drv.cuEventDestroy_v2(w->spare[i]);
+		rm_drv_cuEventDestroy_v2(w->spare[i]);
 	pthread_mutex_destroy(&w->lock);
 	free(w);
 }

@@ -19,18 +19,18 @@ static void *handle_of(const struct rm_handle *h)
 static void release_graph_exec(struct rm_channel *s, const struct rm_handle *h)
 {
 	if (rm_drv.cuGraphExecDestroy)
-		rm_drv.cuGraphExecDestroy(handle_of(h));
+		rm_drv_cuGraphExecDestroy(handle_of(h));
 }
 
 static void release_graph(struct rm_channel *s, const struct rm_handle *h)
 {
 	if (rm_drv.cuGraphDestroy)
-		rm_drv.cuGraphDestroy(handle_of(h));
+		rm_drv_cuGraphDestroy(handle_of(h));
 }
 
 static void release_event(struct rm_channel *s, const struct rm_handle *h)
 {
-	rm_drv.cuEventDestroy_v2(handle_of(h));
+	rm_drv_cuEventDestroy_v2(handle_of(h));
 }
 
 static void release_stream(struct rm_channel *s, const struct rm_handle *h)
@@ -58,24 +58,24 @@ static void release_memory(struct rm_channel *s, const struct rm_handle *h)
 
 static void release_mapping(struct rm_channel *s, const struct rm_handle *h)
 {
-	rm_drv.cuMemUnmap(h->value, h->size);
+	rm_drv_cuMemUnmap(h->value, h->size);
 }
 
 static void release_physical(struct rm_channel *s, const struct rm_handle *h)
 {
 	if (!h->parent) /* not released by the client yet */
-		rm_drv.cuMemRelease(h->value);
+		rm_drv_cuMemRelease(h->value);
 	rm_session_uncharge(s, h->size);
 }
 
 static void release_va_range(struct rm_channel *s, const struct rm_handle *h)
 {
-	rm_drv.cuMemAddressFree(h->value, h->size);
+	rm_drv_cuMemAddressFree(h->value, h->size);
 }
 
 static void release_mempool(struct rm_channel *s, const struct rm_handle *h)
 {
-	rm_drv.cuMemPoolDestroy(handle_of(h));
+	rm_drv_cuMemPoolDestroy(handle_of(h));
 }
 
 /* Each kind's step and release function, beside its kind in proto/handle_kinds.def. */
@@ -98,13 +98,13 @@ size_t rm_session_release_all(struct rm_channel *s)
 	size_t freed = 0;
 	CUcontext prev = s->thread_ctx;
 	if (s->sh->nctx)
-		rm_drv.cuCtxSetCurrent(s->sh->ctxs[0].ctx);
+		rm_drv_cuCtxSetCurrent(s->sh->ctxs[0].ctx);
 	rm_capture_end_all(s); /* a capturing stream can be neither waited for nor reused */
 	rm_session_synchronize_all(s);
 	/* A fault of this client's work that no reply reported leaves the worker's contexts
 	 * broken for everyone: a sticky error shows on any stream, and faults the worker. */
 	for (int i = 0; i < s->sh->nctx; i++)
-		rm_fault_note(s, rm_drv.cuStreamQuery(s->sh->ctxs[i].default_stream));
+		rm_fault_note(s, rm_drv_cuStreamQuery(s->sh->ctxs[i].default_stream));
 	for (int step = 1; step <= last; step++)
 		for (size_t i = 0; i < s->sh->handles_cap; i++) {
 			const struct rm_handle *h = &s->sh->handles[i];
@@ -119,6 +119,6 @@ size_t rm_session_release_all(struct rm_channel *s)
 	s->sh->nstreams = 0; /* given back above */
 	s->sh->nranges = 0;
 	s->sh->mem_bytes = 0;
-	rm_drv.cuCtxSetCurrent(prev);
+	rm_drv_cuCtxSetCurrent(prev);
 	return freed;
 }

@@ -25,7 +25,7 @@ int rm_serve_welcome(struct rm_channel *s, uint32_t seq)
 	Remora__HelloReply rep = REMORA__HELLO_REPLY__INIT;
 	struct rm_request rq = {.frame = {.op = RM_OP_HELLO, .seq = seq}};
 	rep.protocol_version = RM_PROTOCOL_VERSION;
-	rm_drv.cuDriverGetVersion(&rep.driver_version);
+	rm_drv_cuDriverGetVersion(&rep.driver_version);
 	rep.session_id = s->sh->id;
 	rep.attach_key.data = s->sh->attach_key;
 	rep.attach_key.len = sizeof(s->sh->attach_key);

@@ -133,7 +133,7 @@ static size_t release_served(struct rm_channel *s, size_t *bytes, int *shared, u
 	*bytes = s->sh->mem_bytes;
 	size_t freed = rm_session_release_all(s);
 	if (s->sh->nctx)
-		rm_drv.cuCtxSetCurrent(s->sh->ctxs[0].ctx);
+		rm_drv_cuCtxSetCurrent(s->sh->ctxs[0].ctx);
 	*shared = rm_shared_host_release_all(s, shared_bytes); /* its work drained above */
 	rm_stream_wait_release(s);
 	return freed;
@@ -144,7 +144,7 @@ static void release_contexts(struct rm_channel *s)
 {
 	for (int i = 0; i < s->sh->nctx; i++) {
 		struct rm_session_ctx *c = &s->sh->ctxs[i];
-		rm_drv.cuCtxSetCurrent(c->ctx);
+		rm_drv_cuCtxSetCurrent(c->ctx);
 		rm_kernel_timing_release(s, c);
 		rm_stream_order_release(c);
 		for (int k = 0; k <= RM_MAX_CHANNELS; k++)
@@ -154,7 +154,7 @@ static void release_contexts(struct rm_channel *s)
 		rm_stream_pool_give(c->default_stream);
 		rm_gpu_release(c->dev);
 	}
-	rm_drv.cuCtxSetCurrent(NULL);
+	rm_drv_cuCtxSetCurrent(NULL);
 }
 
 void rm_session_destroy(struct rm_channel *s)
@@ -229,12 +229,12 @@ void rm_session_channel_close(struct rm_channel *ch)
 		pthread_mutex_unlock(&c->order_lock);
 		if (!st)
 			continue;
-		rm_drv.cuStreamSynchronize(st);
+		rm_drv_cuStreamSynchronize(st);
 		rm_stream_order_remove(ch, st);
 		rm_stream_pool_give(st);
 	}
 	rm_staging_close(&ch->staging);
-	rm_drv.cuCtxSetCurrent(NULL);
+	rm_drv_cuCtxSetCurrent(NULL);
 	pthread_mutex_destroy(&ch->send_lock);
 	rm_link_close(&ch->link);
 	size_t held = sizeof(*ch) + ch->ring_bytes;

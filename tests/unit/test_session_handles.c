@@ -51,6 +51,7 @@ int rm_shared_host_release_all(struct rm_channel *s, uint64_t *bytes) { unused(_
 void rm_kernel_timing_release(struct rm_channel *s, struct rm_session_ctx *c) { (void)s; (void)c; }
 void rm_kernel_timing_synced(struct rm_channel *s, CUstream st) { unused(__func__); }
 CUresult rm_stream_wait(struct rm_channel *s, CUstream st) { unused(__func__); }
+CUresult rm_unsupported_by_driver(const char *name) { (void)name; return CUDA_ERROR_NOT_SUPPORTED; } /* as request.c: the double driver lacks nothing the test reaches */
 void rm_stream_wait_release(struct rm_channel *s) { (void)s; }
 void rm_staging_init(struct rm_staging *st, size_t size, struct rm_host_account *a) { unused(__func__); }
 void rm_staging_close(struct rm_staging *st) { unused(__func__); }
