@@ -145,7 +145,7 @@ static void run_launch(CUmodule module, long long async_n, long long sync_n)
 	printf("launch_sync_us=%.4f\n", (now_us() - t) / (double)sync_n);
 }
 
-/* Waits for st as remorad's stream waits do (backend/stream_wait.c): a query, and while
+/* Waits for st as remorad's stream waits do (backend/gpu/stream_wait.c): a query, and while
  * not ready, a write of the next value to a mapped page-locked word behind st's work and
  * a spin on the word, for at most a second before the driver's wait (which reports a
  * fault that kept the word from being written). */

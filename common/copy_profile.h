@@ -52,7 +52,7 @@ extern int rm_copy_profile_mode;
 
 /* REMORA_PROFILE's text, a comma-separated list of items: "copies" or "copies:SIZE"
  * (*copies_min the smallest copy profiled, 0 without), "calls" (*calls 1: remorad's
- * per-call profile, backend/call_profile.h). 0, or -EINVAL. */
+ * per-call profile, backend/worker/call_profile.h). 0, or -EINVAL. */
 int rm_profile_parse(const char *text, uint64_t *copies_min, int *calls);
 
 int rm_copy_profile_start(struct rm_copy_profile *p, const char *side, const char *op, uint64_t bytes);

@@ -1,5 +1,5 @@
 /* The part of NVML's ABI that Remora answers (the NVML shim, frontend/nvml/) or reads from
- * the GPU host's own libnvidia-ml.so.1 (backend/host_nvml.c). Written from NVML's public API
+ * the GPU host's own libnvidia-ml.so.1 (backend/gpu/host_nvml.c). Written from NVML's public API
  * reference: the toolkit's nvml.h is not on every build machine (Debian ships it only in
  * non-free). Only types and values whose layout NVML keeps stable (versioned entry points
  * for changed ones) are here. */

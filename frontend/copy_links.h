@@ -1,6 +1,6 @@
 /* The client's copy links: extra connections to its session that carry shares of
  * large copies beside the main connection (common/wire.h says which chunk goes
- * where; backend/copy_links.h is the daemon's side). Each link has a thread that
+ * where; backend/copy/copy_links.h is the daemon's side). Each link has a thread that
  * sends or receives its chunks straight from or into the program's buffer. */
 #ifndef REMORA_FRONTEND_COPY_LINKS_H
 #define REMORA_FRONTEND_COPY_LINKS_H

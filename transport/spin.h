@@ -1,5 +1,5 @@
 /* Waiting by looking before sleeping: the one spin loop of the transports (tcp, shm, rdma)
- * and of remorad's stream waits (backend/stream_wait.c). */
+ * and of remorad's stream waits (backend/gpu/stream_wait.c). */
 #ifndef REMORA_SPIN_H
 #define REMORA_SPIN_H
 

@@ -3,7 +3,7 @@
 // two modules hold functions of different parameter layouts.
 //
 // Each image holds kernelsMagic, device state a client could write: remorad loads it for
-// its client alone and unloads it at cuModuleUnload (backend/image_cache.h), so that the
+// its client alone and unloads it at cuModuleUnload (backend/gpu/image_cache.h), so that the
 // handles of an unloaded module may come again for the next module's functions.
 
 extern "C" {
