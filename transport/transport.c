@@ -72,6 +72,13 @@ void rm_transport_pin(void *addr, size_t len)
 			transports[i]->pin(addr, len);
 }
 
+void rm_transport_limit_peer_buffers(uint64_t bytes)
+{
+	for (size_t i = 0; i < COUNT(transports); i++)
+		if (transports[i]->limit_peer_buffers)
+			transports[i]->limit_peer_buffers(bytes);
+}
+
 void rm_transport_unpin(void *addr)
 {
 	for (size_t i = 0; i < COUNT(transports); i++)

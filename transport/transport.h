@@ -152,6 +152,11 @@ struct rm_transport {
 	 * Process-wide, not a connection's; never block. Optional (NULL: nothing to do). */
 	void (*pin)(void *addr, size_t len);
 	void (*unpin)(void *addr);
+	/* The most host memory, in bytes, a peer may have this process hold for one of its
+	 * connections' buffers (shm: the ring the peer writes in; clamped to the transport's
+	 * own bounds). Process-wide, set before listening; never blocks. Optional (NULL: the
+	 * transport's buffers do not depend on the peer). */
+	void (*limit_peer_buffers)(uint64_t bytes);
 };
 
 #define RM_TRANSPORT_STATE_MAX 160
@@ -265,6 +270,10 @@ static inline void rm_transport_tally_end(uint64_t t0, int receive)
  * stay mapped until rm_transport_unpin(addr), which is called before the memory is freed. */
 void rm_transport_pin(void *addr, size_t len);
 void rm_transport_unpin(void *addr);
+
+/* Told to every transport of the build that has a limit_peer_buffers op (remorad:
+ * shm_ring_max, remorad.conf(5)). */
+void rm_transport_limit_peer_buffers(uint64_t bytes);
 
 /* Splits host:port ([v6]:port too) into host and port: 0, or -EINVAL where there is no
  * port or a part does not fit. */

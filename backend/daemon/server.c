@@ -28,9 +28,6 @@
 #include "sd_notify.h"
 #include "signals.h"
 #include "supervisor.h"
-#ifdef RM_HAVE_SHM
-#include "shm.h"
-#endif
 
 #define ACCEPT_RETRY_US 100000 /* out of descriptors: how long accept waits before trying again */
 
@@ -139,9 +136,7 @@ int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char
 		rm_log(RM_LOG_ERROR, "the %s transport cannot hand connections to workers", tp->scheme);
 		return -ENOTSUP;
 	}
-#ifdef RM_HAVE_SHM
-	rm_shm_set_ring_max(cfg->shm_ring_max);
-#endif
+	rm_transport_limit_peer_buffers(cfg->shm_ring_max);
 	if (tp->configure_listener) {
 		char why[400];
 		if (tp->configure_listener(cfg->tls_cert, cfg->tls_key, cfg->tls_client_ca[0] ? cfg->tls_client_ca : NULL,

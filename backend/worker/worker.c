@@ -20,9 +20,6 @@
 #include "log.h"
 #include "registry.h"
 #include "signals.h"
-#ifdef RM_HAVE_SHM
-#include "shm.h"
-#endif
 
 static const struct rm_daemon_config *config;
 
@@ -197,9 +194,7 @@ int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 	config = cfg;
 	rm_kernel_timing_enable(cfg->kernel_timing);
 	rm_host_memory_set_limit(cfg->worker_host_memory_limit);
-#ifdef RM_HAVE_SHM
-	rm_shm_set_ring_max(cfg->shm_ring_max);
-#endif
+	rm_transport_limit_peer_buffers(cfg->shm_ring_max);
 	const char *addr;
 	const struct rm_transport *tp = rm_transport_for(cfg->listen, &addr);
 	pthread_t t;
