@@ -1,9 +1,9 @@
-/* Kernel launches: arguments are packed at their offsets into one buffer and
- * sent without waiting. Each function's parameter layout is asked of the GPU host in one
- * round trip (rmFuncGetParamLayout), checked (param_layout.h: what a lying host can make
- * the client read) and kept in the query cache as cuFuncGetParamInfo's answers are, until
- * they are forgotten (a module unloaded: its functions' handles may come again for other
- * functions). */
+/* Kernel launches and their occupancy: arguments are packed at their offsets into one
+ * buffer and sent without waiting (a cooperative launch waits for its answer). Each
+ * function's parameter layout is asked of the GPU host in one round trip
+ * (rmFuncGetParamLayout), checked (param_layout.h: what a lying host can make the client
+ * read) and kept in the query cache as cuFuncGetParamInfo's answers are, until they are
+ * forgotten (a module unloaded: its functions' handles may come again for other functions). */
 #include "client.h"
 
 #include <errno.h>
@@ -101,6 +101,8 @@ static void describe_launch(Remora__LaunchKernel *req, CUfunction f, unsigned in
  * event would need translating and are refused. */
 static CUresult describe_attrs(Remora__LaunchKernel *req, const CUlaunchAttribute *attrs, unsigned int n)
 {
+	if (n && !attrs)
+		return CUDA_ERROR_INVALID_VALUE;
 	for (unsigned int i = 0; i < n; i++)
 		if (attrs[i].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT ||
 		    attrs[i].id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT)
@@ -185,8 +187,20 @@ static CUresult launch(uint32_t op, Remora__LaunchKernel *req, CUfunction f, voi
 		r = rm_mapped_before_launch((CUstream)(uintptr_t)req->stream);
 	if (r == CUDA_SUCCESS) /* after other threads' work on its stream, not on others' */
 		r = rm_rpc_ordered(op, &req->base, req->stream, 0);
+	if (r == CUDA_SUCCESS && !(rm_op_flags[op] & RM_OPF_ASYNC))
+		rm_managed_note_work(); /* a launch that waited for its answer: as rpc.c does for async calls */
 	free(heap);
 	return r;
+}
+
+/* A cooperative launch waits for the driver's answer: a grid too large to be co-resident
+ * is refused at the call (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE), as natively. */
+static int cooperative(const CUlaunchAttribute *attrs, unsigned int n)
+{
+	for (unsigned int i = 0; i < n; i++)
+		if (attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && attrs[i].value.cooperative)
+			return 1;
+	return 0;
 }
 
 RM_EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
@@ -208,12 +222,25 @@ RM_EXPORT CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunc
 	describe_launch(&req, f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
 			config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream);
 	CUresult r = describe_attrs(&req, config->attrs, config->numAttrs);
-	return r == CUDA_SUCCESS ? launch(RM_OP_cuLaunchKernelEx, &req, f, kernelParams, extra) : r;
+	uint32_t op = r == CUDA_SUCCESS && cooperative(config->attrs, config->numAttrs) ? RM_OP_rmLaunchKernelExWait
+											   : RM_OP_cuLaunchKernelEx;
+	return r == CUDA_SUCCESS ? launch(op, &req, f, kernelParams, extra) : r;
 }
 
-RM_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config)
+RM_EXPORT CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+						      unsigned int gridDimZ, unsigned int blockDimX,
+						      unsigned int blockDimY, unsigned int blockDimZ,
+						      unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
-	if (!numClusters || !config)
+	Remora__LaunchKernel req = REMORA__LAUNCH_KERNEL__INIT;
+	describe_launch(&req, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream);
+	return launch(RM_OP_cuLaunchCooperativeKernel, &req, f, kernelParams, NULL);
+}
+
+/* cuOccupancyMaxActiveClusters and cuOccupancyMaxPotentialClusterSize: a launch configuration in, a count out. */
+static CUresult cluster_query(uint32_t op, int *out, CUfunction func, const CUlaunchConfig *config)
+{
+	if (!out || !config)
 		return CUDA_ERROR_INVALID_VALUE;
 	Remora__LaunchKernel req = REMORA__LAUNCH_KERNEL__INIT;
 	describe_launch(&req, func, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
@@ -221,12 +248,111 @@ RM_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *numClusters, CUfunc
 	CUresult r = describe_attrs(&req, config->attrs, config->numAttrs);
 	Remora__OccupancyClustersReply *rep = NULL;
 	if (r == CUDA_SUCCESS)
-		r = rm_rpc_simple(RM_OP_cuOccupancyMaxActiveClusters, &req.base, &remora__occupancy_clusters_reply__descriptor,
-				  (ProtobufCMessage **)&rep);
+		r = rm_rpc_simple(op, &req.base, &remora__occupancy_clusters_reply__descriptor, (ProtobufCMessage **)&rep);
 	if (r == CUDA_SUCCESS && rep)
-		*numClusters = rep->clusters;
+		*out = rep->clusters;
 	rm_rpc_free(rep ? &rep->base : NULL);
 	return r;
+}
+
+RM_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config)
+{
+	return cluster_query(RM_OP_cuOccupancyMaxActiveClusters, numClusters, func, config);
+}
+
+RM_EXPORT CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func,
+							       const CUlaunchConfig *config)
+{
+	return cluster_query(RM_OP_cuOccupancyMaxPotentialClusterSize, clusterSize, func, config);
+}
+
+/* cuOccupancyMaxPotentialBlockSize with the program's blockSizeToDynamicSMemSize, which only
+ * the client can call: NVIDIA's published algorithm (cuda_runtime.h,
+ * cudaOccupancyMaxPotentialBlockSizeVariableSMemWithFlags) over the GPU host's occupancy of
+ * each candidate block size, every query of it cached (kernel_attributes). */
+static CUresult block_size_by_callback(int *minGridSize, int *blockSize, CUfunction func,
+				       CUoccupancyB2DSize smemOf, int limit, unsigned int flags)
+{
+	CUdevice dev;
+	int per_sm = 0, warp = 0, dev_max = 0, sms = 0, func_max = 0;
+	CUresult r = cuCtxGetDevice(&dev);
+	if (r == CUDA_SUCCESS)
+		r = cuDeviceGetAttribute(&per_sm, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev);
+	if (r == CUDA_SUCCESS)
+		r = cuDeviceGetAttribute(&warp, CU_DEVICE_ATTRIBUTE_WARP_SIZE, dev);
+	if (r == CUDA_SUCCESS)
+		r = cuDeviceGetAttribute(&dev_max, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, dev);
+	if (r == CUDA_SUCCESS)
+		r = cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+	if (r == CUDA_SUCCESS)
+		r = cuFuncGetAttribute(&func_max, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, func);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (warp <= 0 || dev_max / warp > 4096) /* a bound on the queries below */
+		return rm_rpc_bad_reply("cuOccupancyMaxPotentialBlockSize: blocks of %d threads, warps of %d", dev_max, warp);
+	if (limit == 0 || dev_max < limit)
+		limit = dev_max;
+	if (func_max < limit)
+		limit = func_max;
+	int best_size = 0, best_blocks = 0, best = 0;
+	for (int aligned = (limit + warp - 1) / warp * warp; aligned > 0; aligned -= warp) {
+		int size = limit < aligned ? limit : aligned, blocks = 0;
+		r = cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, func, size, smemOf(size), flags);
+		if (r != CUDA_SUCCESS)
+			return r;
+		if ((long long)size * blocks > best) {
+			best_size = size;
+			best_blocks = blocks;
+			best = size * blocks;
+		}
+		if (best == per_sm)
+			break;
+	}
+	*minGridSize = best_blocks * sms;
+	*blockSize = best_size;
+	return CUDA_SUCCESS;
+}
+
+static CUresult potential_block_size(uint32_t op, int *minGridSize, int *blockSize, CUfunction func,
+				     CUoccupancyB2DSize smemOf, size_t dynamicSMemSize, int blockSizeLimit,
+				     unsigned int flags)
+{
+	if (!minGridSize || !blockSize)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (smemOf)
+		return block_size_by_callback(minGridSize, blockSize, func, smemOf, blockSizeLimit, flags);
+	Remora__OccupancyBlockSize req = REMORA__OCCUPANCY_BLOCK_SIZE__INIT;
+	req.func = (uint64_t)(uintptr_t)func;
+	req.dynamic_smem = dynamicSMemSize;
+	req.block_size_limit = blockSizeLimit;
+	req.flags = flags;
+	Remora__OccupancyBlockSizeReply *rep = NULL;
+	CUresult r = rm_rpc_simple(op, &req.base, &remora__occupancy_block_size_reply__descriptor,
+				   (ProtobufCMessage **)&rep);
+	if (r == CUDA_SUCCESS && rep) {
+		*minGridSize = rep->min_grid_size;
+		*blockSize = rep->block_size;
+	}
+	rm_rpc_free(rep ? &rep->base : NULL);
+	return r;
+}
+
+RM_EXPORT CUresult CUDAAPI cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func,
+							     CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+							     size_t dynamicSMemSize, int blockSizeLimit)
+{
+	return potential_block_size(RM_OP_cuOccupancyMaxPotentialBlockSize, minGridSize, blockSize, func,
+				    blockSizeToDynamicSMemSize, dynamicSMemSize, blockSizeLimit, 0);
+}
+
+RM_EXPORT CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize,
+								      CUfunction func,
+								      CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+								      size_t dynamicSMemSize, int blockSizeLimit,
+								      unsigned int flags)
+{
+	return potential_block_size(RM_OP_cuOccupancyMaxPotentialBlockSizeWithFlags, minGridSize, blockSize, func,
+				    blockSizeToDynamicSMemSize, dynamicSMemSize, blockSizeLimit, flags);
 }
 
 /* Function names are kept for the program's lifetime, as the driver keeps them. */

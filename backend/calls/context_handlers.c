@@ -88,7 +88,8 @@ CUresult rm_body_cuCtxSetLimit(struct rm_channel *s, CUlimit limit, size_t value
  * their other path instead of getting wrong data (docs/managed-memory.md): the client's
  * managed memory is a copy kept coherent at synchronization, not memory the GPU and the
  * host reach at once; its pageable and registered memory never reaches the GPU by the host
- * pointer; host and device atomics never meet on the same bytes. */
+ * pointer; host and device atomics never meet on the same bytes. A multi-device cooperative
+ * launch, deprecated, is not forwarded. */
 static int remote_lacks(CUdevice_attribute attrib)
 {
 	switch (attrib) {
@@ -99,6 +100,7 @@ static int remote_lacks(CUdevice_attribute attrib)
 	case CU_DEVICE_ATTRIBUTE_ONLY_PARTIAL_HOST_NATIVE_ATOMIC_SUPPORTED:
 	case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST:
 	case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
+	case CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH:
 		return 1;
 	default:
 		return 0;

@@ -1,16 +1,13 @@
-/* Modules and launches. Images arrive whole and the driver picks their code. Loads,
- * launches and the calls whose messages are in remora.proto have hand-written handlers;
- * unloads and globals are typed bodies of generated ones. */
+/* Modules. Images arrive whole and the driver picks their code. Loads and the calls whose
+ * messages are in remora.proto have typed bodies of hand calls; unloads and globals are
+ * typed bodies of generated ones. Launches: launch_handlers.c. */
 #include "dispatch.h"
 
 #include <errno.h>
 #include <stdlib.h>
 
-#include "call_profile.h"
 #include "host_memory.h"
 #include "image_cache.h"
-#include "kernel_timing.h"
-#include "kernel_watch.h"
 #include "log.h"
 #include "remora.pb-c.h"
 
@@ -139,78 +136,6 @@ CUresult rm_body_cuLibraryGetGlobal(struct rm_channel *s, CUdeviceptr *dptr, siz
 	if (r == CUDA_SUCCESS)
 		own_global(s, *dptr, *bytes, library);
 	return r;
-}
-
-/* Turns a launch message into a driver launch configuration; attrs must outlive cfg. */
-static CUresult launch_config(struct rm_channel *s, struct rm_request *rq, const Remora__LaunchKernel *req,
-			      CUlaunchConfig *cfg, void **func)
-{
-	CUresult r = rm_session_use(s, RM_H_FUNCTION, req->func, func);
-	uint64_t part = rm_call_part_begin();
-	if (r == CUDA_SUCCESS)
-		r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &cfg->hStream);
-	rm_call_part_end(RM_PART_LAUNCH_STREAM, part);
-	if (r == CUDA_SUCCESS && req->attrs.len % sizeof(CUlaunchAttribute))
-		r = CUDA_ERROR_INVALID_VALUE;
-	cfg->gridDimX = req->grid_x;
-	cfg->gridDimY = req->grid_y;
-	cfg->gridDimZ = req->grid_z;
-	cfg->blockDimX = req->block_x;
-	cfg->blockDimY = req->block_y;
-	cfg->blockDimZ = req->block_z;
-	cfg->sharedMemBytes = req->shared_mem;
-	cfg->attrs = (CUlaunchAttribute *)req->attrs.data;
-	cfg->numAttrs = (unsigned int)(req->attrs.len / sizeof(CUlaunchAttribute));
-	for (unsigned int i = 0; r == CUDA_SUCCESS && i < cfg->numAttrs; i++)
-		if (cfg->attrs[i].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT ||
-		    cfg->attrs[i].id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT)
-			r = CUDA_ERROR_NOT_SUPPORTED; /* they carry event handles of the client */
-	return r;
-}
-
-static CUresult launch(struct rm_channel *s, struct rm_request *rq, const Remora__LaunchKernel *req, int ex)
-{
-	void *func;
-	CUlaunchConfig cfg;
-	CUresult r = launch_config(s, rq, req, &cfg, &func);
-	if (r == CUDA_SUCCESS) {
-		size_t size = req->params.len;
-		void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, req->params.data, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
-				 CU_LAUNCH_PARAM_END};
-		uint64_t part = rm_call_part_begin();
-		rm_kernel_timing_before_launch(s, cfg.hStream, &rq->frame, req->stream);
-		rm_call_part_end(RM_PART_KERNEL_TIMING, part);
-		part = rm_call_part_begin();
-		if (ex)
-			r = rm_drv_cuLaunchKernelEx(&cfg, func, NULL, size ? extra : NULL);
-		else
-			r = rm_drv_cuLaunchKernel(func, cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX,
-						  cfg.blockDimY, cfg.blockDimZ, cfg.sharedMemBytes, cfg.hStream, NULL,
-						  size ? extra : NULL);
-		rm_call_part_end(RM_PART_DRIVER_LAUNCH, part);
-		if (r == CUDA_SUCCESS)
-			rm_kernel_watch_launched(s, cfg.hStream);
-	}
-	return r;
-}
-
-CUresult rm_body_cuLaunchKernel(struct rm_channel *s, struct rm_request *rq, const Remora__LaunchKernel *req)
-{
-	return launch(s, rq, req, 0);
-}
-
-CUresult rm_body_cuLaunchKernelEx(struct rm_channel *s, struct rm_request *rq, const Remora__LaunchKernel *req)
-{
-	return launch(s, rq, req, 1);
-}
-
-CUresult rm_body_cuOccupancyMaxActiveClusters(struct rm_channel *s, struct rm_request *rq, const Remora__LaunchKernel *req,
-					      Remora__OccupancyClustersReply *rep)
-{
-	void *func;
-	CUlaunchConfig cfg;
-	CUresult r = launch_config(s, rq, req, &cfg, &func);
-	return r == CUDA_SUCCESS ? rm_drv_cuOccupancyMaxActiveClusters(&rep->clusters, func, &cfg) : r;
 }
 
 CUresult rm_body_cuFuncGetName(struct rm_channel *s, struct rm_request *rq, const Remora__FuncGetName *req,

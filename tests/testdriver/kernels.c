@@ -172,6 +172,55 @@ static CUresult run_assert_kernel(const struct td_launch_shape *shape, const uns
 	return v ? CUDA_SUCCESS : CUDA_ERROR_ASSERT;
 }
 
+/* tests/programs/coop_kernels.cu: a grid-wide sum in two phases that grid.sync() separates,
+ * each block writing its partial sum, then every block reading all of them into out[block].
+ * Run as the phases in turn; without a cooperative launch grid.sync() is not allowed. */
+static CUresult run_grid_sum_coop(const struct td_launch_shape *shape, const unsigned char *args)
+{
+	struct arg_reader r = { args, 0 };
+	const int *in;
+	unsigned long long *partial, *out;
+	int n;
+	next_arg(&r, &in, sizeof in), next_arg(&r, &partial, sizeof partial), next_arg(&r, &out, sizeof out);
+	next_arg(&r, &n, sizeof n);
+	if (!shape->cooperative)
+		return CUDA_ERROR_LAUNCH_FAILED;
+	unsigned long long blocks = (unsigned long long)shape->grid[0] * shape->grid[1] * shape->grid[2];
+	unsigned long long threads = (unsigned long long)shape->block[0] * shape->block[1] * shape->block[2];
+	if (shape->grid[1] * shape->grid[2] != 1 || !span_ok(in, n, 4) || !span_ok(partial, (long long)blocks, 8) ||
+	    !span_ok(out, (long long)blocks, 8))
+		return shape->grid[1] * shape->grid[2] != 1 ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_ILLEGAL_ADDRESS;
+	for (unsigned long long b = 0; b < blocks; b++)
+		partial[b] = 0;
+	for (long long i = 0; i < n; i++) /* element i is grid thread i mod the grid's threads' */
+		partial[(unsigned long long)i % (blocks * threads) / threads] += (unsigned long long)(long long)in[i];
+	unsigned long long total = 0;
+	for (unsigned long long b = 0; b < blocks; b++)
+		total += partial[b];
+	for (unsigned long long b = 0; b < blocks; b++)
+		out[b] = total;
+	return CUDA_SUCCESS;
+}
+
+/* coop_kernels.cu: each block of a one-dimensional grid writes its rank in its cluster, the
+ * cluster's size and its next neighbour's mark (read from the neighbour's shared memory). */
+static CUresult run_cluster_ranks(const struct td_launch_shape *shape, const unsigned char *args)
+{
+	struct arg_reader r = { args, 0 };
+	unsigned *out;
+	next_arg(&r, &out, sizeof out);
+	unsigned size = shape->cluster[0] ? shape->cluster[0] : 1;
+	if (shape->grid[1] * shape->grid[2] != 1 || (shape->cluster[0] && shape->cluster[1] * shape->cluster[2] != 1))
+		return CUDA_ERROR_NOT_SUPPORTED; /* the model's limit: clusters along x */
+	if (!span_ok(out, shape->grid[0], 4))
+		return CUDA_ERROR_ILLEGAL_ADDRESS;
+	for (unsigned b = 0; b < shape->grid[0]; b++) {
+		unsigned rank = b % size, neighbour = b - rank + (rank + 1) % size;
+		out[b] = rank | size << 8 | (neighbour * 3 + 1) << 16;
+	}
+	return CUDA_SUCCESS;
+}
+
 #define P 8 /* a pointer parameter */
 static const struct td_kernel catalogue[] = {
 	{ "vecAdd", 4, { P, P, P, 4 }, 0, 16, run_vec_add },
@@ -184,6 +233,8 @@ static const struct td_kernel catalogue[] = {
 	{ "emptyKernel", 0, { 0 }, 0, 4, run_empty_kernel },
 	{ "faultKernel", 1, { P }, 0, 8, run_fault_kernel },
 	{ "assertKernel", 1, { 4 }, 0, 8, run_assert_kernel },
+	{ "gridSumCoop", 4, { P, P, P, 4 }, 8, 16, run_grid_sum_coop },
+	{ "clusterRanks", 1, { P }, 4, 8, run_cluster_ranks },
 };
 #undef P
 

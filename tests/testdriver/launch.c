@@ -1,4 +1,4 @@
-/* Function attributes, kernel launches and occupancy. */
+/* Function attributes, kernel launches (cooperative ones and clusters too) and occupancy. */
 #include "testdriver.h"
 
 #include <stdlib.h>
@@ -12,6 +12,8 @@
 #define SHARED_PER_BLOCK_OPTIN 232448
 #define SM_COUNT 132
 #define WARP 32
+#define PORTABLE_CLUSTER 8
+#define NON_PORTABLE_CLUSTER 16
 
 struct td_function *td_function_from(const void *handle);
 
@@ -32,12 +34,12 @@ static CUresult function_attribute(int *value, CUfunction_attribute attrib, cons
 	case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA: *value = 0; break;
 	case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *value = f->max_dynamic_shared; break;
 	case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *value = f->preferred_carveout; break;
-	case CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET:
-	case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
-	case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
-	case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
-	case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
-	case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: *value = 0; break;
+	case CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET: *value = 0; break;
+	case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH: *value = f->required_cluster[0]; break;
+	case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT: *value = f->required_cluster[1]; break;
+	case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH: *value = f->required_cluster[2]; break;
+	case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: *value = f->non_portable_cluster; break;
+	case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: *value = f->cluster_policy; break;
 	default: return CUDA_ERROR_INVALID_VALUE;
 	}
 	return CUDA_SUCCESS;
@@ -57,10 +59,21 @@ static CUresult set_function_attribute(struct td_function *f, CUfunction_attribu
 		f->preferred_carveout = value;
 		return CUDA_SUCCESS;
 	case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
+		if (value != 0 && value != 1)
+			return CUDA_ERROR_INVALID_VALUE;
+		f->non_portable_cluster = value;
+		return CUDA_SUCCESS;
 	case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+		if (value < CU_CLUSTER_SCHEDULING_POLICY_DEFAULT || value > CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING)
+			return CUDA_ERROR_INVALID_VALUE;
+		f->cluster_policy = value;
+		return CUDA_SUCCESS;
 	case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
 	case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
 	case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
+		if (value < 0 || value > NON_PORTABLE_CLUSTER)
+			return CUDA_ERROR_INVALID_VALUE;
+		f->required_cluster[attrib - CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH] = value;
 		return CUDA_SUCCESS;
 	default:
 		return CUDA_ERROR_INVALID_VALUE;
@@ -175,8 +188,55 @@ static CUresult pack_arguments(const struct td_kernel *k, void **params, void **
 	return CUDA_SUCCESS;
 }
 
+static int blocks_per_sm(const struct td_kernel *k, int block_size, size_t dynamic_shared);
+
+/* What a launch's attributes ask for: co-residency, cluster dimensions. */
+struct launch_options {
+	bool cooperative;
+	unsigned cluster[3];
+};
+
+static CUresult read_attributes(const CUlaunchAttribute *attrs, unsigned n, struct launch_options *o)
+{
+	if (n && !attrs)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned i = 0; i < n; i++) {
+		const CUlaunchAttributeValue *v = &attrs[i].value;
+		switch (attrs[i].id) {
+		case CU_LAUNCH_ATTRIBUTE_COOPERATIVE: o->cooperative = v->cooperative != 0; break;
+		case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+			o->cluster[0] = v->clusterDim.x, o->cluster[1] = v->clusterDim.y, o->cluster[2] = v->clusterDim.z;
+			break;
+		case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+			if ((unsigned)v->clusterSchedulingPolicyPreference > CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING)
+				return CUDA_ERROR_INVALID_VALUE;
+			break;
+		default: break; /* the others change nothing the test driver models */
+		}
+	}
+	return CUDA_SUCCESS;
+}
+
+/* Clusters must tile the grid, and hold at most 8 blocks (16 where the function allows). */
+static CUresult check_cluster(const struct td_function *f, const unsigned grid[3], unsigned cluster[3])
+{
+	if (!cluster[0] && !cluster[1] && !cluster[2])
+		for (int d = 0; d < 3; d++)
+			cluster[d] = (unsigned)f->required_cluster[d];
+	if (!cluster[0] && !cluster[1] && !cluster[2])
+		return CUDA_SUCCESS;
+	unsigned long long blocks = 1;
+	for (int d = 0; d < 3; d++) {
+		if (!cluster[d] || grid[d] % cluster[d])
+			return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+		blocks *= cluster[d];
+	}
+	return blocks > (f->non_portable_cluster ? NON_PORTABLE_CLUSTER : PORTABLE_CLUSTER) ? CUDA_ERROR_INVALID_CLUSTER_SIZE
+											      : CUDA_SUCCESS;
+}
+
 static CUresult launch(CUfunction hfunc, const unsigned grid[3], const unsigned block[3], unsigned shared_bytes,
-		       CUstream stream, void **params, void **extra)
+		       CUstream stream, void **params, void **extra, struct launch_options o)
 {
 	struct td_stream *s;
 	CUresult rc = td_resolve_stream(stream, &s);
@@ -195,6 +255,12 @@ static CUresult launch(CUfunction hfunc, const unsigned grid[3], const unsigned 
 		return CUDA_ERROR_INVALID_VALUE;
 	if (shared_bytes > (unsigned)f->max_dynamic_shared)
 		return CUDA_ERROR_INVALID_VALUE;
+	if ((rc = check_cluster(f, grid, o.cluster)) != CUDA_SUCCESS)
+		return rc;
+	if (o.cooperative && (unsigned long long)grid[0] * grid[1] * grid[2] >
+				     (unsigned long long)blocks_per_sm(f->kernel, (int)(block[0] * block[1] * block[2]),
+								       shared_bytes) * SM_COUNT)
+		return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
 	struct td_op *op = td_op_new(TD_OP_KERNEL);
 	if (!op)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -207,6 +273,8 @@ static CUresult launch(CUfunction hfunc, const unsigned grid[3], const unsigned 
 	memcpy(op->u.launch.shape.grid, grid, sizeof op->u.launch.shape.grid);
 	memcpy(op->u.launch.shape.block, block, sizeof op->u.launch.shape.block);
 	op->u.launch.shape.shared_bytes = shared_bytes;
+	op->u.launch.shape.cooperative = o.cooperative;
+	memcpy(op->u.launch.shape.cluster, o.cluster, sizeof o.cluster);
 	td_enqueue(s, op);
 	return CUDA_SUCCESS;
 }
@@ -241,7 +309,15 @@ TD_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy
 				  CUstream stream, void **params, void **extra)
 {
 	const unsigned grid[3] = { gx, gy, gz }, block[3] = { bx, by, bz };
-	return launch(f, grid, block, shared_bytes, stream, params, extra);
+	return launch(f, grid, block, shared_bytes, stream, params, extra, (struct launch_options){ 0 });
+}
+
+TD_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+					     unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared_bytes,
+					     CUstream stream, void **params)
+{
+	const unsigned grid[3] = { gx, gy, gz }, block[3] = { bx, by, bz };
+	return launch(f, grid, block, shared_bytes, stream, params, NULL, (struct launch_options){ .cooperative = true });
 }
 
 TD_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
@@ -250,7 +326,9 @@ TD_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, 
 		return CUDA_ERROR_INVALID_VALUE;
 	const unsigned grid[3] = { config->gridDimX, config->gridDimY, config->gridDimZ };
 	const unsigned block[3] = { config->blockDimX, config->blockDimY, config->blockDimZ };
-	return launch(f, grid, block, config->sharedMemBytes, config->hStream, params, extra);
+	struct launch_options o = { 0 };
+	CUresult rc = read_attributes(config->attrs, config->numAttrs, &o);
+	return rc == CUDA_SUCCESS ? launch(f, grid, block, config->sharedMemBytes, config->hStream, params, extra, o) : rc;
 }
 
 /* ---- occupancy ---- */
@@ -293,10 +371,13 @@ TD_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, CUfu
 	return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, hfunc, block_size, dynamic_shared, 0);
 }
 
-TD_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid_size, int *block_size, CUfunction hfunc,
-						    CUoccupancyB2DSize shared_for_block, size_t dynamic_shared,
-						    int block_size_limit)
+/* As cuda_runtime.h's cudaOccupancyMaxPotentialBlockSizeVariableSMemWithFlags: the block
+ * size of the most resident threads, the largest on a tie, trying the limit first. */
+TD_EXPORT CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *min_grid_size, int *block_size, CUfunction hfunc,
+							     CUoccupancyB2DSize shared_for_block, size_t dynamic_shared,
+							     int block_size_limit, unsigned int flags)
 {
+	(void)flags;
 	struct td_function *f = td_function_from(hfunc);
 	if (!td_initialized())
 		return CUDA_ERROR_NOT_INITIALIZED;
@@ -304,10 +385,11 @@ TD_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid_size, int *blo
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (!min_grid_size || !block_size)
 		return CUDA_ERROR_INVALID_VALUE;
-	int limit = block_size_limit > 0 && block_size_limit < MAX_THREADS_PER_BLOCK ? block_size_limit
-										   : MAX_THREADS_PER_BLOCK;
+	int limit = block_size_limit == 0 || block_size_limit > MAX_THREADS_PER_BLOCK ? MAX_THREADS_PER_BLOCK
+										      : block_size_limit;
 	int best_size = 0, best_blocks = 0, best_threads = 0;
-	for (int size = limit / WARP * WARP; size >= WARP; size -= WARP) {
+	for (int aligned = (limit + WARP - 1) / WARP * WARP; aligned > 0; aligned -= WARP) {
+		int size = limit < aligned ? limit : aligned;
 		size_t shared = shared_for_block ? shared_for_block(size) : dynamic_shared;
 		int blocks = blocks_per_sm(f->kernel, size, shared);
 		if (blocks * size > best_threads) {
@@ -315,10 +397,55 @@ TD_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid_size, int *blo
 			best_size = size;
 			best_blocks = blocks;
 		}
+		if (best_threads == MAX_THREADS_PER_SM)
+			break;
 	}
-	if (best_size == 0)   /* limit below one warp */
-		best_size = limit, best_blocks = blocks_per_sm(f->kernel, limit, dynamic_shared);
 	*block_size = best_size;
 	*min_grid_size = best_blocks * SM_COUNT;
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid_size, int *block_size, CUfunction hfunc,
+						    CUoccupancyB2DSize shared_for_block, size_t dynamic_shared,
+						    int block_size_limit)
+{
+	return cuOccupancyMaxPotentialBlockSizeWithFlags(min_grid_size, block_size, hfunc, shared_for_block,
+							 dynamic_shared, block_size_limit, 0);
+}
+
+/* The largest cluster a launch of config could have, and how many clusters of config's
+ * (its cluster dimension attribute) fit on the device at once. */
+TD_EXPORT CUresult cuOccupancyMaxPotentialClusterSize(int *size, CUfunction hfunc, const CUlaunchConfig *config)
+{
+	struct td_function *f = td_function_from(hfunc);
+	if (!td_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!size || !config)
+		return CUDA_ERROR_INVALID_VALUE;
+	*size = f->non_portable_cluster ? NON_PORTABLE_CLUSTER : PORTABLE_CLUSTER;
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuOccupancyMaxActiveClusters(int *clusters, CUfunction hfunc, const CUlaunchConfig *config)
+{
+	struct td_function *f = td_function_from(hfunc);
+	if (!td_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!clusters || !config)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct launch_options o = { 0 };
+	CUresult rc = read_attributes(config->attrs, config->numAttrs, &o);
+	const unsigned grid[3] = { config->gridDimX, config->gridDimY, config->gridDimZ };
+	if (rc == CUDA_SUCCESS)
+		rc = check_cluster(f, grid, o.cluster);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	unsigned per_cluster = o.cluster[0] ? o.cluster[0] * o.cluster[1] * o.cluster[2] : 1;
+	int block = (int)(config->blockDimX * config->blockDimY * config->blockDimZ);
+	*clusters = blocks_per_sm(f->kernel, block, config->sharedMemBytes) * SM_COUNT / (int)per_cluster;
 	return CUDA_SUCCESS;
 }

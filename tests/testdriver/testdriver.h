@@ -167,6 +167,8 @@ struct td_launch_shape {
 	unsigned grid[3];
 	unsigned block[3];
 	unsigned shared_bytes;
+	bool cooperative;            /* every block co-resident: grid.sync() is allowed */
+	unsigned cluster[3];         /* blocks per cluster; 0s: clusters of one block */
 };
 
 struct td_op {
@@ -303,6 +305,9 @@ struct td_function {
 	int max_dynamic_shared;
 	int preferred_carveout;
 	CUfunc_cache cache_config;
+	int non_portable_cluster;    /* CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED */
+	int cluster_policy;          /* CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE */
+	int required_cluster[3];     /* CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, _HEIGHT, _DEPTH */
 };
 
 #endif
