@@ -49,6 +49,7 @@ PROGRAMS=(
 	"drv_hostptr|tests/programs/drv_hostptr tests/programs/kernels.fatbin"
 	"drv_coop|tests/programs/drv_coop tests/programs/coop_kernels.cubin"
 	"drv_coop_ptx|tests/programs/drv_coop tests/programs/coop_kernels.ptx"
+	"rt_coop|tests/rtprograms/rt_coop"
 )
 # Framework programs (issue 13), run from the repository root with the Python on the
 # PATH (PyTorch and torchvision for CUDA 13); --no-frameworks leaves them out.
