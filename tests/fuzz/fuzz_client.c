@@ -229,6 +229,8 @@ static CUresult drive_launch(void)
 	if (r == CUDA_SUCCESS)
 		r = cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, h.stream, NULL, extra);
 	if (r == CUDA_SUCCESS)
+		r = cuLaunchCooperativeKernel(f, 1, 1, 1, 1, 1, 1, 0, h.stream, params);
+	if (r == CUDA_SUCCESS)
 		r = cuCtxSynchronize();
 	return r;
 }
@@ -291,11 +293,20 @@ static CUresult drive_pool(void)
 	return r == CUDA_SUCCESS ? cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &reuse) : r;
 }
 
+static size_t smem_of(int block) { return (size_t)block; }
+
+/* The block size query with a callback runs on the client over the server's answers. */
 static CUresult drive_occupancy(void)
 {
-	int clusters;
+	int clusters, grid, block;
+	CUfunction f = h.func ? h.func : (CUfunction)(uintptr_t)0x7200;
 	CUlaunchConfig cfg = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 1, .blockDimY = 1, .blockDimZ = 1};
-	return cuOccupancyMaxActiveClusters(&clusters, h.func ? h.func : (CUfunction)(uintptr_t)0x7200, &cfg);
+	CUresult r = cuOccupancyMaxActiveClusters(&clusters, f, &cfg);
+	if (r == CUDA_SUCCESS)
+		r = cuOccupancyMaxPotentialClusterSize(&clusters, f, &cfg);
+	if (r == CUDA_SUCCESS)
+		r = cuOccupancyMaxPotentialBlockSize(&grid, &block, f, NULL, 0, 0);
+	return r == CUDA_SUCCESS ? cuOccupancyMaxPotentialBlockSize(&grid, &block, f, smem_of, 0, 0) : r;
 }
 
 static CUresult drive_capture(void)
