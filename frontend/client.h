@@ -91,6 +91,13 @@ int rm_per_thread_active(void);
 CUcontext rm_ctx_current(void);
 /* Remembers ctx as a context of device dev, handed out by the daemon. */
 void rm_ctx_known(CUcontext ctx, CUdevice dev);
+/* Remembers ctx as a context the program created on dev, with its flags (implicit: those of
+ * them it did not ask for) and id; rm_ctx_forget forgets it once destroyed, popping it if
+ * it is the calling thread's current context. */
+void rm_ctx_known_created(CUcontext ctx, CUdevice dev, unsigned flags, unsigned implicit, unsigned long long id);
+void rm_ctx_forget(CUcontext ctx);
+/* Pushes ctx on the calling thread's stack of current contexts. */
+CUresult rm_ctx_push(CUcontext ctx);
 
 /* Finds the host allocation or registration holding p (any out may be NULL); 1 if there is one. */
 int rm_host_alloc_find(const void *p, void **base, size_t *size, unsigned int *flags);

@@ -17,7 +17,7 @@
 #include "quota.h"
 #include "staging.h"
 
-#define RM_SESSION_MAX_CTX 16
+#define RM_SESSION_MAX_CTX 64 /* primary and created contexts, destroyed ones included */
 
 struct rm_handoff;
 struct rm_kernel_timers;
