@@ -53,13 +53,15 @@ static void forget_module_answers(void)
 		rm_query_cache_forget(ops[i]);
 }
 
-/* cudart's context-local storage goes first, while the context still works; answers kept
+/* cudart's context-local storage and mapped host memory's device buffers go first, while
+ * the context still works; answers kept
  * for the functions of modules it held are forgotten, as their handles may come again. */
 RM_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
 {
 	if (!ctx)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	rm_ctx_local_storage_release(ctx);
+	rm_host_memory_ctx_gone(ctx);
 	Remora__CtxDestroy req = REMORA__CTX_DESTROY__INIT;
 	req.ctx = (uint64_t)(uintptr_t)ctx;
 	CUresult r = rm_rpc_simple(RM_OP_cuCtxDestroy_v2, &req.base, NULL, NULL);

@@ -122,6 +122,21 @@ int main(int argc, char **argv)
 	uint64_t sum_b = vec_add_here(image, "b", &module_b, &c_b);
 	printf("b: vecAdd checksum %016llx, a's: %s\n", (unsigned long long)sum_b, sum_a == sum_b ? "same" : "differs");
 
+	/* Mapped pinned memory of b's, written by the device: it goes with b. */
+	unsigned *pinned;
+	CUdeviceptr pinned_dev;
+	CHECK(cuMemHostAlloc((void **)&pinned, 4096, CU_MEMHOSTALLOC_DEVICEMAP));
+	CHECK(cuMemHostGetDevicePointer(&pinned_dev, pinned, 0));
+	CUfunction fill;
+	CHECK(cuModuleGetFunction(&fill, module_b, "fillU32"));
+	unsigned value = 0x5a5a5a5a;
+	int count = 1024;
+	void *fill_args[] = { &pinned_dev, &value, &count };
+	CHECK(cuLaunchKernel(fill, 4, 1, 1, 256, 1, 1, 0, NULL, fill_args, NULL));
+	CHECK(cuCtxSynchronize());
+	printf("b: mapped pinned memory written by the device: %s\n", pinned[1023] == 0x5a5a5a5a ? "yes" : "no");
+	EXPECT(pinned[0] == 0x5a5a5a5a && pinned[1023] == 0x5a5a5a5a, "b's mapped memory reads 0x%x", pinned[0]);
+
 	/* Pop b, back to a; a's memory and module still work there, then push b again. */
 	CHECK(cuCtxPopCurrent(&cur));
 	EXPECT(cur == b, "popped another context than b");
@@ -145,6 +160,7 @@ int main(int argc, char **argv)
 	EXPECT_RESULT(cuCtxPushCurrent(b), CUDA_ERROR_INVALID_CONTEXT);
 	CHECK(cuMemcpyDtoH(host_c, c_a, sizeof host_c));
 	EXPECT(memcmp(host_c, expected, sizeof host_c) == 0, "a's result changed after destroying b");
+	CHECK(cuCtxSynchronize());
 
 	/* A third context after b is gone works as the others did. */
 	CUcontext c3;
