@@ -96,6 +96,8 @@ void rm_ctx_known(CUcontext ctx, CUdevice dev);
  * it is the calling thread's current context. */
 void rm_ctx_known_created(CUcontext ctx, CUdevice dev, unsigned flags, unsigned implicit, unsigned long long id);
 void rm_ctx_forget(CUcontext ctx);
+/* Whether ctx is a context the program created and has not destroyed. */
+int rm_ctx_created(CUcontext ctx);
 /* Context ctx is about to be destroyed: the device buffers of mapped host memory made in
  * it go while it works (host_memory.c); the host memory stays the program's. */
 void rm_host_memory_ctx_gone(CUcontext ctx);

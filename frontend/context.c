@@ -79,6 +79,15 @@ void rm_ctx_forget(CUcontext ctx)
 		depth--;
 }
 
+int rm_ctx_created(CUcontext ctx)
+{
+	pthread_mutex_lock(&known_lock);
+	struct known_ctx *k = ctx ? find_locked(ctx) : NULL;
+	int created = k && k->created;
+	pthread_mutex_unlock(&known_lock);
+	return created;
+}
+
 static int ctx_device(CUcontext ctx, CUdevice *dev)
 {
 	pthread_mutex_lock(&known_lock);

@@ -58,8 +58,8 @@ static void forget_module_answers(void)
  * for the functions of modules it held are forgotten, as their handles may come again. */
 RM_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
 {
-	if (!ctx)
-		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!rm_ctx_created(ctx))
+		return CUDA_ERROR_INVALID_CONTEXT; /* a primary context, or none of the program's */
 	rm_ctx_local_storage_release(ctx);
 	rm_host_memory_ctx_gone(ctx);
 	Remora__CtxDestroy req = REMORA__CTX_DESTROY__INIT;

@@ -70,10 +70,11 @@ CUresult rm_body_cuDevicePrimaryCtxReset_v2(struct rm_channel *s, CUdevice dev)
 	return CUDA_SUCCESS;
 }
 
-/* Waits for the client's own streams of ctx (NULL: the current context). */
+/* Waits for the client's own streams of ctx (NULL: the current context): ctx is the
+ * driver's context, the session's context it stands for is s->named. */
 CUresult rm_body_cuCtxSynchronize_v2(struct rm_channel *s, CUcontext ctx)
 {
-	CUresult r = ctx ? rm_session_enter(s, (uint64_t)(uintptr_t)ctx) : CUDA_SUCCESS;
+	CUresult r = ctx && s->named ? rm_session_enter(s, s->named->handle) : CUDA_SUCCESS;
 	return r == CUDA_SUCCESS ? rm_session_synchronize(s) : r;
 }
 

@@ -225,6 +225,7 @@ CUresult rm_session_use(struct rm_channel *s, enum rm_handle_kind kind, uint64_t
 		struct rm_session_ctx *c = rm_session_ctx_of(s, v, &why);
 		if (c)
 			*out = c->ctx;
+		s->named = c;
 		return c ? CUDA_SUCCESS : why;
 	}
 	pthread_mutex_lock(&s->sh->lock);
