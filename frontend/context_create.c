@@ -41,6 +41,22 @@ RM_EXPORT CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ct
 	return r;
 }
 
+/* The entry points of programs built before CUDA 12.5. */
+RM_EXPORT CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	return cuCtxCreate_v4(pctx, NULL, flags, dev);
+}
+
+RM_EXPORT CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
+					  unsigned int flags, CUdevice dev)
+{
+	if (numParams < 0 || (numParams && !paramsArray))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (numParams)
+		return rm_unsupported("cuCtxCreate_v3 with execution affinity parameters");
+	return cuCtxCreate_v4(pctx, NULL, flags, dev);
+}
+
 /* What cuModuleUnload forgets (proto/api.spec, the group module_functions). */
 static void forget_module_answers(void)
 {

@@ -9,6 +9,9 @@
 
 #define N 100003
 
+/* The entry point of programs built before CUDA 12.5 (cuda.h declares only the newest). */
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+
 static float host_a[N], host_b[N], host_c[N], expected[N];
 
 /* Loads IMAGE in the current context and runs vecAdd on memory of its own; returns the
@@ -174,6 +177,12 @@ int main(int argc, char **argv)
 	CHECK(cuMemFree(c_c));
 	CHECK(cuCtxDestroy(c3));
 
+	/* The same through the entry point older programs call. */
+	CHECK(cuCtxCreate_v2(&c3, CU_CTX_SCHED_YIELD, dev));
+	CHECK(cuCtxGetFlags(&flags));
+	printf("cuCtxCreate_v2: scheduling flags %u\n", flags & CU_CTX_SCHED_MASK);
+	EXPECT((flags & CU_CTX_SCHED_MASK) == CU_CTX_SCHED_YIELD, "cuCtxCreate_v2's flags 0x%x", flags);
+	CHECK(cuCtxDestroy(c3));
 	CHECK(cuCtxGetCurrent(&cur));
 	EXPECT(cur == a, "a is not current after destroying c");
 	CHECK(cuCtxDestroy(a));
