@@ -91,6 +91,18 @@ int rm_per_thread_active(void);
 CUcontext rm_ctx_current(void);
 /* Remembers ctx as a context of device dev, handed out by the daemon. */
 void rm_ctx_known(CUcontext ctx, CUdevice dev);
+/* Remembers ctx as a context the program created on dev, with its flags (implicit: those of
+ * them it did not ask for) and id; rm_ctx_forget forgets it once destroyed, popping it if
+ * it is the calling thread's current context. */
+void rm_ctx_known_created(CUcontext ctx, CUdevice dev, unsigned flags, unsigned implicit, unsigned long long id);
+void rm_ctx_forget(CUcontext ctx);
+/* Whether ctx is a context the program created and has not destroyed. */
+int rm_ctx_created(CUcontext ctx);
+/* Context ctx is about to be destroyed: the device buffers of mapped host memory made in
+ * it go while it works (host_memory.c); the host memory stays the program's. */
+void rm_host_memory_ctx_gone(CUcontext ctx);
+/* Pushes ctx on the calling thread's stack of current contexts. */
+CUresult rm_ctx_push(CUcontext ctx);
 
 /* Finds the host allocation or registration holding p (any out may be NULL); 1 if there is one. */
 int rm_host_alloc_find(const void *p, void **base, size_t *size, unsigned int *flags);

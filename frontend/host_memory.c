@@ -275,6 +275,18 @@ static void unmap(struct host_alloc *a)
 	a->map = NULL;
 }
 
+void rm_host_memory_ctx_gone(CUcontext ctx)
+{
+	pthread_mutex_lock(&coherence_lock); /* the list changes only under it */
+	pthread_mutex_lock(&host_lock);
+	struct host_alloc *a = host_allocs;
+	pthread_mutex_unlock(&host_lock);
+	for (; a; a = a->next)
+		if (a->map && a->map->ctx == ctx)
+			unmap(a);
+	pthread_mutex_unlock(&coherence_lock);
+}
+
 /* Unlinks the allocation starting at p of the given origin, or returns NULL. */
 static struct host_alloc *take_host_alloc(void *p, int registered)
 {

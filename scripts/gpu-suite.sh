@@ -50,6 +50,8 @@ PROGRAMS=(
 	"drv_coop|tests/programs/drv_coop tests/programs/coop_kernels.cubin"
 	"drv_coop_ptx|tests/programs/drv_coop tests/programs/coop_kernels.ptx"
 	"rt_coop|tests/rtprograms/rt_coop"
+	"drv_contexts|tests/programs/drv_contexts tests/programs/kernels.ptx"
+	"drv_nvrtc|tests/programs/drv_nvrtc"
 )
 # Framework programs (issue 13), run from the repository root with the Python on the
 # PATH (PyTorch and torchvision for CUDA 13); --no-frameworks leaves them out.

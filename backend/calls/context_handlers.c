@@ -1,4 +1,5 @@
-/* Contexts: every client of a GPU shares the daemon's primary context of it.
+/* Contexts: every client of a GPU shares the daemon's primary context of it; a context
+ * the client creates is its own record over that one (contexts.h).
  * Retain and release only track the client's use; synchronize waits for the
  * client's own streams, never for other clients' work.
  *
@@ -6,7 +7,9 @@
  * arrive as the host's GPUs, contexts as the client's own. */
 #include "dispatch.h"
 
+#include "gpus.h"
 #include "log.h"
+#include "remora.pb-c.h"
 
 /* A client's CUdevice is its own ordinal; the handler maps the host's GPU back to it. */
 CUresult rm_body_cuDeviceGet(struct rm_channel *s, CUdevice *device, int ordinal)
@@ -38,7 +41,7 @@ CUresult rm_body_cuDevicePrimaryCtxGetState(struct rm_channel *s, CUdevice dev, 
 		int n = __atomic_load_n(&s->sh->nctx, __ATOMIC_ACQUIRE);
 		*active = 0;
 		for (int i = 0; i < n; i++)
-			*active |= s->sh->ctxs[i].dev == dev;
+			*active |= s->sh->ctxs[i].dev == dev && !s->sh->ctxs[i].created;
 	}
 	return r;
 }
@@ -67,20 +70,84 @@ CUresult rm_body_cuDevicePrimaryCtxReset_v2(struct rm_channel *s, CUdevice dev)
 	return CUDA_SUCCESS;
 }
 
-/* Waits for the client's own streams of ctx (NULL: the current context). */
+/* Waits for the client's own streams of ctx (NULL: the current context): ctx is the
+ * driver's context, the session's context it stands for is s->named. */
 CUresult rm_body_cuCtxSynchronize_v2(struct rm_channel *s, CUcontext ctx)
 {
-	CUresult r = ctx ? rm_session_enter(s, (uint64_t)(uintptr_t)ctx) : CUDA_SUCCESS;
+	CUresult r = ctx && s->named ? rm_session_enter(s, s->named->handle) : CUDA_SUCCESS;
 	return r == CUDA_SUCCESS ? rm_session_synchronize(s) : r;
 }
 
-/* Limits belong to the shared context: a client may raise one, never lower it under others. */
+/* The flags a context may be created with; coredumps are the host's business. */
+#define CREATE_FLAGS (CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX | CU_CTX_SYNC_MEMOPS)
+
+/* A context of the client's own over the shared context of the device (contexts.h): its
+ * flags are recorded (the shared context's scheduling is the daemon's), and those the
+ * shared context has regardless, as mapped host memory, are answered with them. */
+CUresult rm_body_cuCtxCreate_v4(struct rm_channel *s, struct rm_request *rq, const Remora__CtxCreate *req,
+				Remora__CtxCreateReply *rep)
+{
+	(void)rq;
+	CUdevice dev;
+	unsigned sched = req->flags & CU_CTX_SCHED_MASK;
+	if (req->flags & ~(unsigned)CREATE_FLAGS || (sched & (sched - 1)))
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = rm_session_device(s, req->dev, &dev);
+	struct rm_session_ctx *c = NULL;
+	if (r == CUDA_SUCCESS)
+		r = rm_session_create_ctx(s, dev, &c);
+	if (r != CUDA_SUCCESS)
+		return r;
+	unsigned shared = 0;
+	if (rm_session_enter(s, c->handle) == CUDA_SUCCESS && rm_drv_cuCtxGetFlags(&shared) != CUDA_SUCCESS)
+		shared = 0;
+	rep->ctx = c->handle;
+	rep->id = c->id;
+	rep->flags = req->flags | (shared & (CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX));
+	return CUDA_SUCCESS;
+}
+
+CUresult rm_body_cuCtxDestroy_v2(struct rm_channel *s, struct rm_request *rq, const Remora__CtxDestroy *req)
+{
+	(void)rq;
+	CUresult r = CUDA_ERROR_INVALID_CONTEXT;
+	struct rm_session_ctx *c = rm_session_ctx_of(s, req->ctx, &r);
+	return c ? rm_session_destroy_ctx(s, c) : r;
+}
+
+/* Limits are each context's, as the client set them; the shared context gets the highest
+ * any client set, so that a client may raise one, never lower it under others. */
 CUresult rm_body_cuCtxSetLimit(struct rm_channel *s, CUlimit limit, size_t value)
 {
 	size_t cur = 0;
+	if (!s->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
 	CUresult r = rm_drv_cuCtxGetLimit(&cur, limit);
-	if (r == CUDA_SUCCESS && value > cur)
-		r = rm_drv_cuCtxSetLimit(limit, value);
+	if (r == CUDA_SUCCESS && (value > cur || limit == CU_LIMIT_SHMEM_SIZE || limit == CU_LIMIT_CIG_ENABLED))
+		if ((r = rm_drv_cuCtxSetLimit(limit, value)) == CUDA_SUCCESS)
+			r = rm_drv_cuCtxGetLimit(&value, limit); /* as the driver rounded it */
+	if (r == CUDA_SUCCESS && (unsigned)limit < RM_CTX_LIMITS) {
+		pthread_mutex_lock(&s->sh->lock);
+		s->cur->limits[limit] = value;
+		s->cur->limits_set |= 1u << limit;
+		pthread_mutex_unlock(&s->sh->lock);
+	}
+	return r;
+}
+
+/* The context's own value once the client set it, else a fresh context's (another client
+ * may have raised the shared context's). */
+CUresult rm_body_cuCtxGetLimit(struct rm_channel *s, size_t *pvalue, CUlimit limit)
+{
+	if (!s->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	CUresult r = rm_drv_cuCtxGetLimit(pvalue, limit);
+	if (r == CUDA_SUCCESS)
+		rm_gpu_default_limit(s->cur->dev, limit, pvalue);
+	pthread_mutex_lock(&s->sh->lock);
+	if (r == CUDA_SUCCESS && (unsigned)limit < RM_CTX_LIMITS && (s->cur->limits_set & (1u << limit)))
+		*pvalue = s->cur->limits[limit];
+	pthread_mutex_unlock(&s->sh->lock);
 	return r;
 }
 

@@ -18,8 +18,8 @@
 static struct rm_session_ctx *ctx_of_device(struct rm_channel *s, CUdevice dev)
 {
 	int n = __atomic_load_n(&s->sh->nctx, __ATOMIC_ACQUIRE);
-	for (int i = 0; i < n; i++)
-		if (s->sh->ctxs[i].dev == dev)
+	for (int i = 0; i < n; i++) /* a created context's pool is its device's too */
+		if (s->sh->ctxs[i].dev == dev && !__atomic_load_n(&s->sh->ctxs[i].destroyed, __ATOMIC_ACQUIRE))
 			return &s->sh->ctxs[i];
 	return NULL;
 }
@@ -87,7 +87,7 @@ CUresult rm_body_cuMemAllocAsync(struct rm_channel *s, CUdeviceptr *dptr, size_t
 	CUmemoryPool pool = NULL;
 	if (!s->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	CUresult r = default_pool(s, s->cur, &pool);
+	CUresult r = default_pool(s, ctx_of_device(s, s->cur->dev), &pool); /* the device's, whichever context */
 	return r == CUDA_SUCCESS ? alloc_from(s, dptr, bytesize, pool, hStream) : r;
 }
 

@@ -13,9 +13,13 @@
 
 #define MAX_GPUS 64
 
+#define GPU_LIMITS 16
+
 static struct gpu {
 	CUcontext ctx;
 	int users;
+	size_t limits[GPU_LIMITS]; /* a fresh context's limits, read when the context was made */
+	unsigned limits_read;      /* which of them the driver answered */
 } gpus[MAX_GPUS];
 static pthread_mutex_t gpus_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned int sync_flags = CU_CTX_SCHED_AUTO;
@@ -44,6 +48,15 @@ CUresult rm_gpu_acquire(CUdevice dev, CUcontext *out)
 			       dev);
 		r = rm_drv_cuDevicePrimaryCtxRetain(&g->ctx, dev);
 		rm_fault_note(NULL, r);
+		CUcontext prev = NULL;
+		g->limits_read = 0;
+		if (r == CUDA_SUCCESS && rm_drv_cuCtxGetCurrent(&prev) == CUDA_SUCCESS &&
+		    rm_drv_cuCtxSetCurrent(g->ctx) == CUDA_SUCCESS) {
+			for (int l = 0; l < GPU_LIMITS; l++)
+				if (rm_drv_cuCtxGetLimit(&g->limits[l], (CUlimit)l) == CUDA_SUCCESS)
+					g->limits_read |= 1u << l;
+			rm_drv_cuCtxSetCurrent(prev);
+		}
 	}
 	if (r == CUDA_SUCCESS) {
 		g->users++;
@@ -51,6 +64,20 @@ CUresult rm_gpu_acquire(CUdevice dev, CUcontext *out)
 	}
 	pthread_mutex_unlock(&gpus_lock);
 	return r;
+}
+
+int rm_gpu_default_limit(CUdevice dev, CUlimit limit, size_t *out)
+{
+	int known = 0;
+	if (dev < 0 || dev >= MAX_GPUS || (unsigned)limit >= GPU_LIMITS)
+		return 0;
+	pthread_mutex_lock(&gpus_lock);
+	if (gpus[dev].ctx && (gpus[dev].limits_read & (1u << limit))) {
+		*out = gpus[dev].limits[limit];
+		known = 1;
+	}
+	pthread_mutex_unlock(&gpus_lock);
+	return known;
 }
 
 void rm_gpu_release(CUdevice dev)

@@ -11,6 +11,9 @@ void rm_gpu_set_sync(const char *mode);
 /* The shared context of dev for a new user; a faulted worker's sticky error once it has
  * faulted (fault.h). */
 CUresult rm_gpu_acquire(CUdevice dev, CUcontext *out);
+/* The value of limit in a fresh context of dev, as its shared context had it when made:
+ * 1, or 0 when unknown. */
+int rm_gpu_default_limit(CUdevice dev, CUlimit limit, size_t *out);
 /* A session stops using dev's context. */
 void rm_gpu_release(CUdevice dev);
 

@@ -8,6 +8,7 @@
 #include "call_profile.h"
 #include "driver_table.h"
 #include "gpus.h"
+#include "kernel_timing.h"
 #include "stream_pool.h"
 #include "stream_wait.h"
 
@@ -124,15 +125,14 @@ CUresult rm_session_device_out(struct rm_channel *s, CUdevice dev, CUdevice *out
 	return CUDA_ERROR_INVALID_DEVICE; /* a GPU the client does not see */
 }
 
-static CUresult add_ctx_locked(struct rm_channel *s, CUdevice dev, CUcontext *out)
+/* Appends a context of dev to the session, its default stream made in it. Under sh->lock. */
+static CUresult append_ctx_locked(struct rm_channel *s, CUdevice dev, struct rm_session_ctx **out)
 {
-	for (int i = 0; i < s->sh->nctx; i++)
-		if (s->sh->ctxs[i].dev == dev) {
-			*out = s->sh->ctxs[i].ctx;
-			return CUDA_SUCCESS;
-		}
-	if (s->sh->nctx == RM_SESSION_MAX_CTX)
+	if (s->sh->nctx == RM_SESSION_MAX_CTX) {
+		rm_session_log(s, RM_LOG_WARN, "no room for another context: %d made, destroyed ones included",
+			       RM_SESSION_MAX_CTX);
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	CUcontext ctx;
 	CUresult r = rm_gpu_acquire(dev, &ctx);
 	if (r != CUDA_SUCCESS)
@@ -148,11 +148,66 @@ static CUresult add_ctx_locked(struct rm_channel *s, CUdevice dev, CUcontext *ou
 		return r;
 	}
 	struct rm_session_ctx *c = &s->sh->ctxs[s->sh->nctx];
-	*c = (struct rm_session_ctx){.ctx = ctx, .dev = dev, .default_stream = stream};
+	*c = (struct rm_session_ctx){.ctx = ctx, .dev = dev, .handle = (uint64_t)(uintptr_t)ctx, .default_stream = stream};
 	pthread_mutex_init(&c->order_lock, NULL);
-	__atomic_store_n(&s->sh->nctx, s->sh->nctx + 1, __ATOMIC_RELEASE);
-	*out = ctx;
+	*out = c;
 	return CUDA_SUCCESS;
+}
+
+static void publish_ctx_locked(struct rm_channel *s)
+{
+	__atomic_store_n(&s->sh->nctx, s->sh->nctx + 1, __ATOMIC_RELEASE);
+}
+
+static CUresult add_ctx_locked(struct rm_channel *s, CUdevice dev, CUcontext *out)
+{
+	for (int i = 0; i < s->sh->nctx; i++)
+		if (s->sh->ctxs[i].dev == dev && !s->sh->ctxs[i].created) {
+			*out = s->sh->ctxs[i].ctx;
+			return CUDA_SUCCESS;
+		}
+	struct rm_session_ctx *c;
+	CUresult r = append_ctx_locked(s, dev, &c);
+	if (r == CUDA_SUCCESS) {
+		publish_ctx_locked(s);
+		*out = c->ctx;
+	}
+	return r;
+}
+
+/* A created context's handle: above every user-space address, so never a primary
+ * context's (the driver's pointer); unique in the session as slots are never reused. */
+#define RM_CREATED_CTX_BASE 0x00c7000000000000ull
+
+CUresult rm_session_create_ctx(struct rm_channel *s, CUdevice dev, struct rm_session_ctx **out)
+{
+	static unsigned long long ids; /* the worker's created contexts' ids, above the driver's */
+	pthread_mutex_lock(&s->sh->lock);
+	struct rm_session_ctx *c = NULL;
+	CUresult r = append_ctx_locked(s, dev, &c);
+	if (r == CUDA_SUCCESS) {
+		c->created = 1;
+		c->handle = RM_CREATED_CTX_BASE | ((uint64_t)(c - s->sh->ctxs) << 8);
+		c->id = (1ull << 32) + __atomic_add_fetch(&ids, 1, __ATOMIC_RELAXED);
+		publish_ctx_locked(s);
+		*out = c;
+	}
+	pthread_mutex_unlock(&s->sh->lock);
+	return r;
+}
+
+struct rm_session_ctx *rm_session_ctx_of(struct rm_channel *s, uint64_t v, CUresult *why)
+{
+	struct rm_session_ctx *k;
+	for (int i = 0; v && (k = rm_session_ctx_at(s, i)); i++)
+		if (k->handle == v) {
+			if (!__atomic_load_n(&k->destroyed, __ATOMIC_ACQUIRE))
+				return k;
+			*why = CUDA_ERROR_CONTEXT_IS_DESTROYED;
+			return NULL;
+		}
+	*why = CUDA_ERROR_INVALID_CONTEXT;
+	return NULL;
 }
 
 /* Held across the context's creation (rm_gpu_acquire), so that two threads' first calls
@@ -167,12 +222,10 @@ CUresult rm_session_add_ctx(struct rm_channel *s, CUdevice dev, CUcontext *out)
 
 CUresult rm_session_enter(struct rm_channel *s, uint64_t ctx)
 {
-	struct rm_session_ctx *c = NULL, *k;
-	for (int i = 0; ctx && !c && (k = rm_session_ctx_at(s, i)); i++)
-		if ((uint64_t)(uintptr_t)k->ctx == ctx)
-			c = k;
+	CUresult why = CUDA_SUCCESS;
+	struct rm_session_ctx *c = ctx ? rm_session_ctx_of(s, ctx, &why) : NULL;
 	if (ctx && !c)
-		return CUDA_ERROR_INVALID_CONTEXT;
+		return why;
 	s->cur = c;
 	CUcontext want = c ? c->ctx : NULL;
 	if (want != s->thread_ctx) {
@@ -197,7 +250,7 @@ static CUstream *gather_streams(struct rm_channel *s, struct rm_session_ctx *onl
 	*n = 0;
 	for (int k = 0; st && k < s->sh->nctx; k++) {
 		struct rm_session_ctx *c = &s->sh->ctxs[k];
-		if (only && c != only)
+		if ((only && c != only) || __atomic_load_n(&c->destroyed, __ATOMIC_ACQUIRE))
 			continue;
 		st[(*n)++] = c->default_stream;
 		pthread_mutex_lock(&c->order_lock);
@@ -235,6 +288,40 @@ static CUresult sync_streams(struct rm_channel *s, struct rm_session_ctx *only)
 	return first;
 }
 
+/* The session's thread is left in the shared context, which outlives c (session.c
+ * releases the worker's context at the session's end). */
+CUresult rm_session_destroy_ctx(struct rm_channel *s, struct rm_session_ctx *c)
+{
+	if (!c->created)
+		return CUDA_ERROR_INVALID_CONTEXT; /* a primary context is not the client's to destroy */
+	if (s->thread_ctx != c->ctx && rm_drv_cuCtxSetCurrent(c->ctx) == CUDA_SUCCESS)
+		s->thread_ctx = c->ctx;
+	struct rm_session_ctx *cur = s->cur;
+	s->cur = c;
+	CUresult r = sync_streams(s, c); /* its work done before what it uses goes */
+	size_t n = rm_session_release_ctx(s, c);
+	rm_kernel_timing_release(s, c);
+	pthread_mutex_lock(&c->order_lock);
+	for (int i = 0; i <= RM_MAX_CHANNELS; i++)
+		if (c->per_thread[i]) {
+			rm_stream_pool_give(c->per_thread[i]);
+			c->per_thread[i] = NULL;
+		}
+	c->nper_thread = 0;
+	pthread_mutex_unlock(&c->order_lock);
+	rm_stream_order_release(c);
+	pthread_mutex_lock(&s->sh->lock);
+	CUstream st = c->default_stream;
+	c->default_stream = NULL;
+	__atomic_store_n(&c->destroyed, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&s->sh->lock);
+	rm_stream_pool_give(st);
+	s->cur = cur == c ? NULL : cur;
+	rm_session_log(s, RM_LOG_DEBUG, "context %#llx destroyed with %zu handles made in it",
+		       (unsigned long long)c->handle, n);
+	return r;
+}
+
 CUresult rm_session_synchronize(struct rm_channel *s)
 {
 	if (!s->cur)
@@ -258,7 +345,7 @@ CUresult rm_session_free_memory(struct rm_channel *s, uint64_t ptr)
 	    rm_drv_cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, ptr) == CUDA_SUCCESS)
 		for (int i = 0; !c && rm_session_ctx_at(s, i); i++)
 			if (s->sh->ctxs[i].ctx == owner)
-				c = &s->sh->ctxs[i];
+				c = s->cur && s->cur->ctx == owner ? s->cur : &s->sh->ctxs[i];
 	if (!c || c != s->cur)
 		return rm_drv_cuMemFree_v2(ptr);
 	CUresult r = rm_session_synchronize(s);
@@ -272,8 +359,12 @@ CUresult rm_session_free_memory(struct rm_channel *s, uint64_t ptr)
 void rm_session_free_drained(struct rm_channel *s, uint64_t ptr)
 {
 	CUresult r = CUDA_ERROR_NOT_SUPPORTED;
-	if (rm_drv.cuMemFreeAsync && s->sh->nctx)
-		r = rm_drv_cuMemFreeAsync(ptr, s->sh->ctxs[0].default_stream);
+	struct rm_session_ctx *c = NULL;
+	for (int i = 0; !c && i < s->sh->nctx; i++)
+		if (s->sh->ctxs[i].default_stream)
+			c = &s->sh->ctxs[i]; /* a destroyed context's is given back */
+	if (rm_drv.cuMemFreeAsync && c)
+		r = rm_drv_cuMemFreeAsync(ptr, c->default_stream);
 	if (r != CUDA_SUCCESS)
 		rm_drv_cuMemFree_v2(ptr);
 }

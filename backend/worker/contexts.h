@@ -26,10 +26,22 @@ struct rm_blocking_stream {
 	uint64_t waited_legacy; /* the legacy stream's work count it last waited for */
 };
 
-/* Per-context state of a session, shared by its channels. */
+#define RM_CTX_LIMITS 16 /* CUlimit values a context records (beyond: the driver's) */
+
+/* Per-context state of a session, shared by its channels: a primary context (the worker's
+ * shared context of the GPU), or a context the client created, its own record over that
+ * same shared context. Slots are appended and never reused: a destroyed one stays, marked. */
 struct rm_session_ctx {
-	CUcontext ctx;
+	CUcontext ctx;           /* the worker's shared context: what the driver is given */
 	CUdevice dev;
+	uint64_t handle;         /* the client's value for it: ctx itself for the primary context */
+	int created;             /* made by cuCtxCreate */
+	int destroyed;           /* by cuCtxDestroy (atomic): requests naming it are refused */
+	unsigned long long id;   /* a created context's cuCtxGetId */
+	/* The limits the client set in it (cuCtxSetLimit; under the session's lock): what
+	 * cuCtxGetLimit answers, while the shared context keeps the highest any client set. */
+	size_t limits[RM_CTX_LIMITS];
+	uint32_t limits_set;
 	CUstream default_stream; /* the client's legacy NULL stream: a stream of its own */
 	/* The fields below are guarded by order_lock: held while a call is ordered on the
 	 * legacy stream semantics (stream_order.c), which may wait for a shared hardware
@@ -64,6 +76,17 @@ CUresult rm_session_device_out(struct rm_channel *s, CUdevice dev, CUdevice *out
 
 /* Gives the session dev's shared context (once per device), creating the client's default stream in it. */
 CUresult rm_session_add_ctx(struct rm_channel *s, CUdevice dev, CUcontext *out);
+/* A context the client creates on dev: a slot of its own over dev's shared context, with
+ * its own default stream; *out its record. */
+CUresult rm_session_create_ctx(struct rm_channel *s, CUdevice dev, struct rm_session_ctx **out);
+/* The session's context of the client's value v (created or primary), or NULL; a destroyed
+ * one gives CUDA_ERROR_CONTEXT_IS_DESTROYED in *why. */
+struct rm_session_ctx *rm_session_ctx_of(struct rm_channel *s, uint64_t v, CUresult *why);
+/* Destroys created context c: waits for its streams, releases what the client made in it
+ * (release.c, rm_session_release_ctx) and gives its streams back. */
+CUresult rm_session_destroy_ctx(struct rm_channel *s, struct rm_session_ctx *c);
+/* Releases the handles the client made in context c that die with it (release.c). */
+size_t rm_session_release_ctx(struct rm_channel *s, struct rm_session_ctx *c);
 
 /* Frees one of the client's allocations in the current context once the client's own
  * work is done: cuMemFree would wait for every client's work in the shared context

@@ -127,7 +127,8 @@ static void own_locked(struct rm_channel *s, enum rm_handle_kind kind, uint64_t 
 		rm_session_log(s, RM_LOG_ERROR, "out of memory recording a handle");
 		return;
 	}
-	struct rm_handle h = {.value = v, .size = size, .parent = parent, .kind = kind};
+	struct rm_handle h = {.value = v, .size = size, .parent = parent, .kind = kind,
+			      .ctx = s->cur ? (uint32_t)(s->cur - s->sh->ctxs) + 1 : 0};
 	size_t i = slot_of(kind, v, s->sh->handles_cap);
 	while (s->sh->handles[i].kind && s->sh->handles[i].kind != TOMBSTONE)
 		i = (i + 1) & (s->sh->handles_cap - 1);
@@ -219,14 +220,13 @@ void rm_session_disown(struct rm_channel *s, enum rm_handle_kind kind, const voi
 
 CUresult rm_session_use(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, void **out)
 {
-	if (kind == RM_H_CONTEXT) {
-		struct rm_session_ctx *c;
-		for (int i = 0; (c = rm_session_ctx_at(s, i)); i++)
-			if ((uint64_t)(uintptr_t)c->ctx == v) {
-				*out = c->ctx;
-				return CUDA_SUCCESS;
-			}
-		return CUDA_ERROR_INVALID_CONTEXT;
+	if (kind == RM_H_CONTEXT) { /* the client's value of a context: the driver's is the shared one */
+		CUresult why = CUDA_ERROR_INVALID_CONTEXT;
+		struct rm_session_ctx *c = rm_session_ctx_of(s, v, &why);
+		if (c)
+			*out = c->ctx;
+		s->named = c;
+		return c ? CUDA_SUCCESS : why;
 	}
 	pthread_mutex_lock(&s->sh->lock);
 	int owned = find_slot(s, kind, v) != NULL, kernel = !owned && kind == RM_H_FUNCTION && find_slot(s, RM_H_KERNEL, v);

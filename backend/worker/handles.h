@@ -18,6 +18,7 @@ struct rm_handle {
 	uint64_t size;   /* memory: its length; an event: its creation flags */
 	uint64_t parent; /* the module of a function or global, else 0 */
 	uint32_t kind;
+	uint32_t ctx;    /* 1 + the slot of the session's context current when it was made; 0: none */
 };
 
 struct rm_channel;

@@ -90,11 +90,17 @@ static const struct {
 
 #define NKINDS (sizeof(releases) / sizeof(releases[0]))
 
-size_t rm_session_release_all(struct rm_channel *s)
+static int last_step(void)
 {
 	int last = 0;
 	for (size_t k = 0; k < NKINDS; k++)
 		last = releases[k].step > last ? releases[k].step : last;
+	return last;
+}
+
+size_t rm_session_release_all(struct rm_channel *s)
+{
+	int last = last_step();
 	size_t freed = 0;
 	CUcontext prev = s->thread_ctx;
 	if (s->sh->nctx)
@@ -104,7 +110,8 @@ size_t rm_session_release_all(struct rm_channel *s)
 	/* A fault of this client's work that no reply reported leaves the worker's contexts
 	 * broken for everyone: a sticky error shows on any stream, and faults the worker. */
 	for (int i = 0; i < s->sh->nctx; i++)
-		rm_fault_note(s, rm_drv_cuStreamQuery(s->sh->ctxs[i].default_stream));
+		if (s->sh->ctxs[i].default_stream) /* a destroyed context's is given back */
+			rm_fault_note(s, rm_drv_cuStreamQuery(s->sh->ctxs[i].default_stream));
 	for (int step = 1; step <= last; step++)
 		for (size_t i = 0; i < s->sh->handles_cap; i++) {
 			const struct rm_handle *h = &s->sh->handles[i];
@@ -120,5 +127,67 @@ size_t rm_session_release_all(struct rm_channel *s)
 	s->sh->nranges = 0;
 	s->sh->mem_bytes = 0;
 	rm_drv_cuCtxSetCurrent(prev);
+	return freed;
+}
+
+/* Whether memory the client made in a context goes with it: cuMemAlloc's, not a pool's (as
+ * CUDA says) nor managed memory, whose copy the client keeps coherent (frontend/managed.c). */
+static int memory_dies_with_ctx(uint64_t p)
+{
+	unsigned int managed = 0;
+	CUmemoryPool pool = NULL;
+	if (rm_drv.cuPointerGetAttribute) {
+		rm_drv_cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, p);
+		rm_drv_cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, p);
+	}
+	return !managed && !pool;
+}
+
+/* The kinds CUDA destroys with their context; graphs, libraries, pools and virtual memory
+ * are the process's. A library's module goes with its library. */
+static int dies_with_ctx(const struct rm_handle *h)
+{
+	switch (h->kind) {
+	case RM_H_GRAPH_EXEC:
+	case RM_H_EVENT:
+	case RM_H_STREAM:
+	case RM_H_MEMORY:
+		return 1;
+	case RM_H_MODULE:
+		return !h->parent;
+	default:
+		return 0;
+	}
+}
+
+size_t rm_session_release_ctx(struct rm_channel *s, struct rm_session_ctx *c)
+{
+	uint32_t tag = (uint32_t)(c - s->sh->ctxs) + 1;
+	size_t freed = 0;
+	for (int step = 1; step <= last_step(); step++) {
+		/* Gathered under the lock, released without it, each taken first so that a
+		 * handle another thread gives up meanwhile is released once. */
+		pthread_mutex_lock(&s->sh->lock);
+		size_t n = 0;
+		struct rm_handle *list = malloc((s->sh->handles_live + 1) * sizeof(*list));
+		for (size_t i = 0; list && i < s->sh->handles_cap; i++) {
+			const struct rm_handle *h = &s->sh->handles[i];
+			if (h->kind < NKINDS && releases[h->kind].step == step && h->ctx == tag && dies_with_ctx(h))
+				list[n++] = *h;
+		}
+		pthread_mutex_unlock(&s->sh->lock);
+		if (!list)
+			rm_session_log(s, RM_LOG_ERROR, "out of memory releasing a context's handles: they stay the session's");
+		for (size_t i = 0; i < n; i++) {
+			struct rm_handle h;
+			if (list[i].kind == RM_H_MEMORY && !memory_dies_with_ctx(list[i].value))
+				continue;
+			if (rm_session_take(s, list[i].kind, list[i].value, &h)) {
+				releases[h.kind].release(s, &h);
+				freed++;
+			}
+		}
+		free(list);
+	}
 	return freed;
 }

@@ -151,7 +151,8 @@ static void release_contexts(struct rm_channel *s)
 			if (c->per_thread[k])
 				rm_stream_pool_give(c->per_thread[k]);
 		pthread_mutex_destroy(&c->order_lock);
-		rm_stream_pool_give(c->default_stream);
+		if (c->default_stream) /* else destroyed (cuCtxDestroy), its streams given back */
+			rm_stream_pool_give(c->default_stream);
 		rm_gpu_release(c->dev);
 	}
 	rm_drv_cuCtxSetCurrent(NULL);

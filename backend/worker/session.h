@@ -17,7 +17,7 @@
 #include "quota.h"
 #include "staging.h"
 
-#define RM_SESSION_MAX_CTX 16
+#define RM_SESSION_MAX_CTX 64 /* primary and created contexts, destroyed ones included */
 
 struct rm_handoff;
 struct rm_kernel_timers;
@@ -119,6 +119,8 @@ struct rm_channel {
 	char peer[64];             /* its connection's peer */
 
 	struct rm_session_ctx *cur; /* the context the current request names */
+	struct rm_session_ctx *named; /* the context its last CUcontext parameter named (rm_session_use):
+				       * a created context's driver value is the shared one's */
 	CUcontext thread_ctx;       /* the context current on this session's thread */
 
 	CUresult async_error; /* first error of an async call not reported yet */

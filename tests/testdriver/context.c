@@ -53,6 +53,8 @@ static void context_activate(struct td_context *ctx, int device, unsigned flags)
 	static unsigned long long ids;
 	ctx->id = __atomic_add_fetch(&ids, 1, __ATOMIC_RELAXED);
 	memcpy(ctx->limits, default_limits, sizeof default_limits);
+	ctx->cache_config = CU_FUNC_CACHE_PREFER_NONE;
+	ctx->shmem_config = CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE;
 }
 
 /* Releases everything the context owns; the struct itself stays. */
@@ -210,7 +212,9 @@ static CUresult context_create(CUcontext *pctx, unsigned flags, CUdevice dev)
 	CUresult rc = check_device(dev);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	if (!pctx)
+	unsigned sched = flags & CU_CTX_SCHED_MASK;
+	if (!pctx || (flags & ~(unsigned)(CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX |
+					  CU_CTX_SYNC_MEMOPS)) || (sched & (sched - 1)))
 		return CUDA_ERROR_INVALID_VALUE;
 	if (context_depth == CONTEXT_STACK_DEPTH)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -458,5 +462,65 @@ TD_EXPORT CUresult cuCtxGetFlags(unsigned int *flags)
 	if (!flags)
 		return CUDA_ERROR_INVALID_VALUE;
 	*flags = ctx->flags;
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuCtxSetFlags(unsigned int flags)
+{
+	struct td_context *ctx;
+	CUresult rc = context_or_current(NULL, &ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	unsigned sched = flags & CU_CTX_SCHED_MASK;
+	if (flags & ~(unsigned)(CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX | CU_CTX_SYNC_MEMOPS) ||
+	    (sched & (sched - 1)))
+		return CUDA_ERROR_INVALID_VALUE;
+	ctx->flags = flags;
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache config)
+{
+	struct td_context *ctx;
+	CUresult rc = context_or_current(NULL, &ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if ((unsigned)config > CU_FUNC_CACHE_PREFER_EQUAL)
+		return CUDA_ERROR_INVALID_VALUE;
+	ctx->cache_config = config;
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache *config)
+{
+	struct td_context *ctx;
+	CUresult rc = context_or_current(NULL, &ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!config)
+		return CUDA_ERROR_INVALID_VALUE;
+	*config = ctx->cache_config;
+	return CUDA_SUCCESS;
+}
+
+/* The bank size is fixed on every GPU CUDA 13 supports: setting it changes nothing. */
+TD_EXPORT CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
+{
+	struct td_context *ctx;
+	CUresult rc = context_or_current(NULL, &ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	return (unsigned)config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuCtxGetSharedMemConfig(CUsharedconfig *config)
+{
+	struct td_context *ctx;
+	CUresult rc = context_or_current(NULL, &ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!config)
+		return CUDA_ERROR_INVALID_VALUE;
+	*config = ctx->shmem_config;
 	return CUDA_SUCCESS;
 }

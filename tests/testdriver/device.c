@@ -191,6 +191,17 @@ TD_EXPORT CUresult cuInit(unsigned int flags)
 	return device_count ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
 }
 
+/* No private export tables: a library that looks one up (NVRTC does, when it compiles)
+ * takes its other path, as with a driver that does not know the table. */
+TD_EXPORT CUresult cuGetExportTable(const void **table, const CUuuid *id)
+{
+	(void)id;
+	if (!table)
+		return CUDA_ERROR_INVALID_VALUE;
+	*table = NULL;
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 TD_EXPORT CUresult cuDriverGetVersion(int *version)
 {
 	if (!version)

@@ -75,6 +75,8 @@ struct td_context {
 	bool active;                 /* false once destroyed or primary refcount reached 0 */
 	unsigned long long id;       /* cuCtxGetId: unique per activation in the process */
 	size_t limits[CU_LIMIT_MAX];
+	CUfunc_cache cache_config;   /* cuCtxSetCacheConfig: recorded, a hint */
+	CUsharedconfig shmem_config; /* cuCtxSetSharedMemConfig: recorded */
 	struct td_stream *legacy_stream;  /* created on first use */
 	struct td_stream *streams;   /* every stream of this context, linked by next_in_context */
 	struct td_channel *channels; /* td_hardware_queues() of them, or NULL (stream.c) */

@@ -224,11 +224,18 @@ static void kinds_apart(void)
 	/* Contexts are the session's own list, not the table. */
 	const uint64_t ctx = 0x5550000ull;
 	s->sh->ctxs[0].ctx = (CUcontext)(uintptr_t)ctx;
-	s->sh->nctx = 1;
+	s->sh->ctxs[0].handle = ctx;
+	/* A created context: the client's value of its own, the shared context underneath. */
+	const uint64_t created = 0x00c7000000000100ull;
+	s->sh->ctxs[1] = (struct rm_session_ctx){.ctx = (CUcontext)(uintptr_t)ctx, .handle = created, .created = 1};
+	s->sh->nctx = 2;
 	rm_session_own(s, RM_H_STREAM, ptr(ctx + 64), 0);
 	EXPECT(usable(s, RM_H_CONTEXT, ctx));
 	void *out;
+	EXPECT(rm_session_use(s, RM_H_CONTEXT, created, &out) == CUDA_SUCCESS && out == ptr(ctx));
 	EXPECT(rm_session_use(s, RM_H_CONTEXT, ctx + 64, &out) == CUDA_ERROR_INVALID_CONTEXT);
+	s->sh->ctxs[1].destroyed = 1;
+	EXPECT(rm_session_use(s, RM_H_CONTEXT, created, &out) == CUDA_ERROR_CONTEXT_IS_DESTROYED);
 	EXPECT(!usable(s, RM_H_STREAM, ctx));
 
 	/* A kernel stands for its function wherever a function is asked for; not the other way. */
