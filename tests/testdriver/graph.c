@@ -708,6 +708,19 @@ TD_EXPORT CUresult cuGraphGetNodes(CUgraph h, CUgraphNode *nodes, size_t *count)
 	return g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* A clone's nodes are in the original's order (graph_clone). */
+TD_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *ph, CUgraphNode h, CUgraph clone)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	struct td_graph *c = graph_from(clone);
+	CUresult rc = ph && n && c && n->graph != c && n->index < c->n ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		*ph = (CUgraphNode)c->nodes[n->index];
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
 TD_EXPORT CUresult cuGraphNodeGetType(CUgraphNode h, CUgraphNodeType *type)
 {
 	pthread_mutex_lock(&glock);
@@ -759,6 +772,8 @@ static CUresult copy_op(const CUDA_MEMCPY3D *p, struct td_op *op)
 	op->u.copy.dst = dst;
 	op->u.copy.src = src;
 	op->u.copy.bytes = p->WidthInBytes;
+	op->u.copy.src_host = !src_dev;
+	op->u.copy.dst_host = !dst_dev;
 	return CUDA_SUCCESS;
 }
 
@@ -780,6 +795,32 @@ TD_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *ph, CUgraph h, const CUgrap
 	struct td_op op;
 	CUresult rc = copy_op(params, &op);
 	return rc == CUDA_SUCCESS ? add_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_MEMCPY, &op, NULL) : rc;
+}
+
+/* The model keeps one contiguous range, and which sides are host memory. */
+TD_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode h, CUDA_MEMCPY3D *params)
+{
+	if (!params)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	CUresult rc = n && n->type == CU_GRAPH_NODE_TYPE_MEMCPY ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS) {
+		const struct td_op *op = &n->op;
+		memset(params, 0, sizeof *params);
+		params->WidthInBytes = params->srcPitch = params->dstPitch = op->u.copy.bytes;
+		params->Height = params->Depth = params->srcHeight = params->dstHeight = 1;
+		if (!op->u.copy.src_host)
+			params->srcMemoryType = CU_MEMORYTYPE_DEVICE, params->srcDevice = (CUdeviceptr)(uintptr_t)op->u.copy.src;
+		else
+			params->srcMemoryType = CU_MEMORYTYPE_HOST, params->srcHost = op->u.copy.src;
+		if (!op->u.copy.dst_host)
+			params->dstMemoryType = CU_MEMORYTYPE_DEVICE, params->dstDevice = (CUdeviceptr)(uintptr_t)op->u.copy.dst;
+		else
+			params->dstMemoryType = CU_MEMORYTYPE_HOST, params->dstHost = op->u.copy.dst;
+	}
+	pthread_mutex_unlock(&glock);
+	return rc;
 }
 
 TD_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps,
