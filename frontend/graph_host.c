@@ -10,10 +10,15 @@
  * graph owning it:
  *  - a host source's bytes go up into its buffer, on the launch's stream before the graph:
  *    the graph reads them as they are at the launch;
- *  - a host destination is marked pending with an event recorded after the graph; the
- *    first synchronizing call that returns once the event is complete (a synchronize of
- *    the stream, of the context or of a later event, a query answering done) brings the
- *    buffer down into the host range before it returns (rm_graph_host_after_sync).
+ *  - a host destination's bytes go up too, kept as its snapshot, and it is marked pending
+ *    with an event recorded after the graph. What the graph wrote comes down into the host
+ *    range (each byte of the buffer that differs from the snapshot) before a host node of
+ *    a graph runs here, which may read it (the graph waits at the node meanwhile), and at
+ *    the first synchronizing call that finds the event complete (a synchronize of the
+ *    stream, of the context or of a later event, a query answering done), before that
+ *    call returns (rm_graph_host_after_sync). What the graph leaves unwritten, or writes
+ *    as the host had it at the launch, is not written back: a host node's own later
+ *    writes to the range stay, as they do natively.
  * A host side must be one contiguous range (a 1-D copy, or rows and planes without gaps):
  * another is refused (CUDA_ERROR_NOT_SUPPORTED, logged once). Staging buffers are kept for
  * the process's life and shared by every node naming the same range the same way. */
@@ -34,6 +39,8 @@ struct stage {
 	uint64_t *owners; /* graphs and executable graphs, by handle */
 	size_t nowners, cap;
 	CUevent done;    /* to_host: recorded after each launch */
+	CUstream drain;  /* to_host: where it comes down, waiting for no other stream */
+	unsigned char *snap; /* to_host: the host range as last sent up or brought down */
 	int pending;     /* to_host: a launch wrote it and it has not come down */
 	struct stage *next;
 };
@@ -86,6 +93,10 @@ static CUresult stage_of(void *host, size_t n, int to_host, uint64_t owner, CUde
 		r = !st ? CUDA_ERROR_OUT_OF_MEMORY : cuMemAlloc_v2(&st->dev, n);
 		if (r == CUDA_SUCCESS && to_host)
 			r = cuEventCreate(&st->done, CU_EVENT_DISABLE_TIMING);
+		if (r == CUDA_SUCCESS && to_host)
+			r = cuStreamCreate(&st->drain, CU_STREAM_NON_BLOCKING);
+		if (r == CUDA_SUCCESS && to_host && !(st->snap = malloc(n)))
+			r = CUDA_ERROR_OUT_OF_MEMORY;
 		if (r == CUDA_SUCCESS) {
 			st->host = host;
 			st->n = n;
@@ -95,6 +106,10 @@ static CUresult stage_of(void *host, size_t n, int to_host, uint64_t owner, CUde
 			stages = st;
 			__atomic_add_fetch(&nstages, 1, __ATOMIC_ACQ_REL);
 		} else if (st) {
+			if (st->drain)
+				cuStreamDestroy_v2(st->drain);
+			if (st->done)
+				cuEventDestroy_v2(st->done);
 			if (st->dev)
 				cuMemFree_v2(st->dev);
 			free(st);
@@ -225,9 +240,13 @@ CUresult rm_graph_host_before_launch(CUgraphExec exec, CUstream stream)
 		return CUDA_SUCCESS;
 	CUresult r = CUDA_SUCCESS;
 	pthread_mutex_lock(&lock);
-	for (struct stage *st = stages; st && r == CUDA_SUCCESS; st = st->next)
-		if (!st->to_host && owned_by(st, (uint64_t)(uintptr_t)exec))
-			r = rm_copy_to_device(st->dev, st->host, st->n, stream, 0);
+	for (struct stage *st = stages; st && r == CUDA_SUCCESS; st = st->next) {
+		if (!owned_by(st, (uint64_t)(uintptr_t)exec))
+			continue;
+		if (st->to_host) /* what the graph leaves unwritten stays as the host has it */
+			memcpy(st->snap, st->host, st->n);
+		r = rm_copy_to_device(st->dev, st->to_host ? (const void *)st->snap : st->host, st->n, stream, 0);
+	}
 	pthread_mutex_unlock(&lock);
 	return r;
 }
@@ -251,7 +270,26 @@ CUresult rm_graph_host_after_launch(CUgraphExec exec, CUstream stream)
 	return r;
 }
 
-CUresult rm_graph_host_after_sync(void)
+/* Brings down what the graph wrote of st's range so far: each byte of the buffer that
+ * differs from the snapshot (the host range as sent up at the launch) goes to the host
+ * range and the snapshot. On the stage's own stream, which waits for no other: a host
+ * node's graph is stopped at the node meanwhile. Caller holds lock, st's context current. */
+static CUresult drain(struct stage *st)
+{
+	unsigned char *dev = malloc(st->n), *host = (unsigned char *)st->host;
+	CUresult r = dev ? cuMemcpyDtoHAsync_v2(dev, st->dev, st->n, st->drain) : CUDA_ERROR_OUT_OF_MEMORY;
+	if (r == CUDA_SUCCESS)
+		r = cuStreamSynchronize(st->drain);
+	for (size_t i = 0; r == CUDA_SUCCESS && i < st->n; i++)
+		if (dev[i] != st->snap[i])
+			host[i] = st->snap[i] = dev[i];
+	free(dev);
+	return r;
+}
+
+/* Every pending destination, or (done_only) those whose last launch is complete, which
+ * stop being pending. */
+static CUresult drain_pending(int done_only)
 {
 	if (!__atomic_load_n(&npending, __ATOMIC_ACQUIRE) || draining)
 		return CUDA_SUCCESS;
@@ -263,10 +301,10 @@ CUresult rm_graph_host_after_sync(void)
 			continue;
 		CUcontext cur = rm_ctx_current();
 		int pushed = cur != st->ctx && cuCtxPushCurrent_v2(st->ctx) == CUDA_SUCCESS;
-		CUresult q = cuEventQuery(st->done);
-		if (q == CUDA_SUCCESS)
-			r = rm_copy_from_device(st->host, st->dev, st->n);
-		else if (q != CUDA_ERROR_NOT_READY)
+		CUresult q = done_only ? cuEventQuery(st->done) : CUDA_ERROR_NOT_READY;
+		if (q == CUDA_SUCCESS || q == CUDA_ERROR_NOT_READY)
+			r = q == CUDA_SUCCESS || !done_only ? drain(st) : CUDA_SUCCESS;
+		else
 			r = q;
 		if (q == CUDA_SUCCESS && r == CUDA_SUCCESS) {
 			st->pending = 0;
@@ -278,6 +316,17 @@ CUresult rm_graph_host_after_sync(void)
 	pthread_mutex_unlock(&lock);
 	draining = 0;
 	return r;
+}
+
+CUresult rm_graph_host_after_sync(void)
+{
+	return drain_pending(1);
+}
+
+void rm_graph_host_before_host_node(void)
+{
+	if (drain_pending(0) != CUDA_SUCCESS)
+		rm_log(RM_LOG_ERROR, "a graph's copies into host memory could not come down before its host node");
 }
 
 /* The graph of each memcpy node added with host memory, for its setter. */
@@ -341,6 +390,9 @@ void rm_graph_host_forget(uint64_t owner)
 		cuMemFree_v2(st->dev);
 		if (st->done)
 			cuEventDestroy_v2(st->done);
+		if (st->drain)
+			cuStreamDestroy_v2(st->drain);
+		free(st->snap);
 		free(st->owners);
 		free(st);
 		__atomic_sub_fetch(&nstages, 1, __ATOMIC_ACQ_REL);

@@ -53,6 +53,17 @@ static CUDA_MEMCPY3D device_to_host(void *dst, CUdeviceptr src)
 	return c;
 }
 
+static float seen;
+
+/* A host node after the copy down: reads the destination, then writes it (simpleCudaGraphs'
+ * callback resets its result so). */
+static void CUDA_CB after_down(void *arg)
+{
+	float *out = arg;
+	seen = out[N - 1];
+	out[0] = -2.0f;
+}
+
 static void fill(float *x, int round)
 {
 	for (int i = 0; i < N; i++)
@@ -92,6 +103,9 @@ static void explicit_graph(CUstream st, int launches)
 	CHECK(cuGraphAddKernelNode(&k, g, &up, 1, &kp));
 	c = device_to_host(out, d);
 	CHECK(cuGraphAddMemcpyNode(&down, g, &k, 1, &c, ctx));
+	CUgraphNode hn;
+	CUDA_HOST_NODE_PARAMS h = { after_down, out };
+	CHECK(cuGraphAddHostNode(&hn, g, &down, 1, &h));
 
 	CUDA_MEMCPY3D back;
 	CHECK(cuGraphMemcpyNodeGetParams(up, &back));
@@ -108,7 +122,12 @@ static void explicit_graph(CUstream st, int launches)
 		memset(out, 0, N * sizeof(float));
 		CHECK(cuGraphLaunch(e, st));
 		CHECK(cuStreamSynchronize(st));
-		good += check(out, in, 2.0f, "explicit graph", round);
+		/* The host node saw the copy's result, and its own write stays. */
+		EXPECT(out[0] == -2.0f, "round %d: the host node's write to the destination was lost", round);
+		out[0] = in[0] * 2.0f;
+		int ok = check(out, in, 2.0f, "explicit graph", round) && seen == in[N - 1] * 2.0f;
+		EXPECT(seen == in[N - 1] * 2.0f, "round %d: the host node saw %g, expected %g", round, seen, in[N - 1] * 2.0f);
+		good += ok;
 	}
 	printf("explicit graph: %d of %d launches read their source anew\n", good, launches);
 
@@ -125,7 +144,9 @@ static void explicit_graph(CUstream st, int launches)
 	fill(in, 1000);
 	CHECK(cuGraphLaunch(ce, st));
 	CHECK(cuStreamSynchronize(st));
-	int clone_ok = check(out, in, 2.0f, "clone", 0);
+	int clone_ok = out[0] == -2.0f;
+	out[0] = in[0] * 2.0f;
+	clone_ok &= check(out, in, 2.0f, "clone", 0);
 	CUgraphNode down_clone;
 	CHECK(cuGraphNodeFindInClone(&down_clone, down, cl));
 	c = device_to_host(other, d);
