@@ -721,6 +721,176 @@ TD_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *ph, CUgraphNode h, CUgrap
 	return rc;
 }
 
+/* ---- a graph's structure: roots, dependencies, dependents, edges ---- */
+
+/* Hands out up to *count of the n nodes list gives (CUDA's contract); caller holds glock. */
+static void hand_out(struct td_gnode *const *list, size_t n, CUgraphNode *out, CUgraphEdgeData *edges, size_t *count)
+{
+	for (size_t i = 0; out && i < *count; i++) {
+		out[i] = i < n ? (CUgraphNode)list[i] : NULL;
+		if (edges)
+			memset(&edges[i], 0, sizeof edges[i]);
+	}
+	*count = n;
+}
+
+/* The nodes of g that n depends on (dependents 0) or that depend on it (1). */
+static size_t related(struct td_gnode *n, int dependents, struct td_gnode **out)
+{
+	size_t k = 0;
+	if (!dependents) {
+		for (size_t i = 0; i < n->ndeps; i++)
+			out[k++] = n->deps[i];
+		return k;
+	}
+	for (size_t i = 0; i < n->graph->n; i++)
+		for (size_t d = 0; d < n->graph->nodes[i]->ndeps; d++)
+			if (n->graph->nodes[i]->deps[d] == n) {
+				out[k++] = n->graph->nodes[i];
+				break;
+			}
+	return k;
+}
+
+static CUresult node_list(CUgraphNode h, int dependents, CUgraphNode *out, CUgraphEdgeData *edges, size_t *count)
+{
+	if (!count)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	struct td_gnode **list = n ? calloc(n->graph->n + 1, sizeof *list) : NULL;
+	CUresult rc = !n ? CUDA_ERROR_INVALID_VALUE : !list ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+	if (rc == CUDA_SUCCESS)
+		hand_out(list, related(n, dependents, list), out, edges, count);
+	pthread_mutex_unlock(&glock);
+	free(list);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphNodeGetDependencies_v2(CUgraphNode h, CUgraphNode *deps, CUgraphEdgeData *edges, size_t *n)
+{
+	return node_list(h, 0, deps, edges, n);
+}
+
+TD_EXPORT CUresult cuGraphNodeGetDependencies(CUgraphNode h, CUgraphNode *deps, size_t *n)
+{
+	return node_list(h, 0, deps, NULL, n);
+}
+
+TD_EXPORT CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode h, CUgraphNode *deps, CUgraphEdgeData *edges, size_t *n)
+{
+	return node_list(h, 1, deps, edges, n);
+}
+
+TD_EXPORT CUresult cuGraphNodeGetDependentNodes(CUgraphNode h, CUgraphNode *deps, size_t *n)
+{
+	return node_list(h, 1, deps, NULL, n);
+}
+
+TD_EXPORT CUresult cuGraphGetRootNodes(CUgraph h, CUgraphNode *roots, size_t *count)
+{
+	if (!count)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&glock);
+	struct td_graph *g = graph_from(h);
+	struct td_gnode **list = g ? calloc(g->n + 1, sizeof *list) : NULL;
+	CUresult rc = !g ? CUDA_ERROR_INVALID_VALUE : !list ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+	size_t k = 0;
+	for (size_t i = 0; rc == CUDA_SUCCESS && i < g->n; i++)
+		if (!g->nodes[i]->ndeps)
+			list[k++] = g->nodes[i];
+	if (rc == CUDA_SUCCESS)
+		hand_out(list, k, roots, NULL, count);
+	pthread_mutex_unlock(&glock);
+	free(list);
+	return rc;
+}
+
+/* Edges in node order, each node's dependencies in the order they were added. */
+TD_EXPORT CUresult cuGraphGetEdges_v2(CUgraph h, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edges,
+				      size_t *count)
+{
+	if (!count || (!from) != (!to))
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&glock);
+	struct td_graph *g = graph_from(h);
+	size_t k = 0;
+	for (size_t i = 0; g && i < g->n; i++)
+		for (size_t d = 0; d < g->nodes[i]->ndeps; d++, k++)
+			if (from && k < *count) {
+				from[k] = (CUgraphNode)g->nodes[i]->deps[d];
+				to[k] = (CUgraphNode)g->nodes[i];
+				if (edges)
+					memset(&edges[k], 0, sizeof edges[k]);
+			}
+	for (size_t i = k; from && i < *count; i++)
+		from[i] = to[i] = NULL;
+	if (g)
+		*count = k;
+	pthread_mutex_unlock(&glock);
+	return g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+TD_EXPORT CUresult cuGraphGetEdges(CUgraph h, CUgraphNode *from, CUgraphNode *to, size_t *count)
+{
+	return cuGraphGetEdges_v2(h, from, to, NULL, count);
+}
+
+TD_EXPORT CUresult cuGraphRemoveDependencies_v2(CUgraph h, const CUgraphNode *from, const CUgraphNode *to,
+						const CUgraphEdgeData *edges, size_t n)
+{
+	if ((n && (!from || !to)) || edges)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&glock);
+	struct td_graph *g = graph_from(h);
+	CUresult rc = g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; rc == CUDA_SUCCESS && i < n; i++) {
+		struct td_gnode *a = node_from(from[i]), *b = node_from(to[i]);
+		size_t d = 0;
+		while (a && b && d < b->ndeps && b->deps[d] != a)
+			d++;
+		if (!a || !b || a->graph != g || b->graph != g || d == b->ndeps)
+			rc = CUDA_ERROR_INVALID_VALUE; /* no such edge */
+		else
+			memmove(&b->deps[d], &b->deps[d + 1], (--b->ndeps - d) * sizeof *b->deps);
+	}
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphRemoveDependencies(CUgraph h, const CUgraphNode *from, const CUgraphNode *to, size_t n)
+{
+	return cuGraphRemoveDependencies_v2(h, from, to, NULL, n);
+}
+
+/* The node and every edge to or from it go; the nodes after it move up one. */
+TD_EXPORT CUresult cuGraphDestroyNode(CUgraphNode h)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	if (n) {
+		struct td_graph *g = n->graph;
+		for (size_t i = 0; i < g->n; i++) {
+			struct td_gnode *o = g->nodes[i];
+			for (size_t d = 0; d < o->ndeps;)
+				if (o->deps[d] == n)
+					memmove(&o->deps[d], &o->deps[d + 1], (--o->ndeps - d) * sizeof *o->deps);
+				else
+					d++;
+		}
+		memmove(&g->nodes[n->index], &g->nodes[n->index + 1], (g->n - n->index - 1) * sizeof *g->nodes);
+		g->n--;
+		for (size_t i = n->index; i < g->n; i++)
+			g->nodes[i]->index = i;
+		graph_free(n->child);
+		n->magic = 0;
+		free(n->deps);
+		free(n);
+	}
+	pthread_mutex_unlock(&glock);
+	return n ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 TD_EXPORT CUresult cuGraphNodeGetType(CUgraphNode h, CUgraphNodeType *type)
 {
 	pthread_mutex_lock(&glock);
