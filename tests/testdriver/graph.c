@@ -39,6 +39,7 @@ struct td_gnode {
 	struct td_op op;          /* kernel, copy, memset, host: what a launch enqueues */
 	CUevent event;            /* an event node's */
 	struct td_graph *child;   /* a child graph node's own copy of the child */
+	CUDA_MEM_ALLOC_NODE_PARAMS alloc; /* a memory node's (a free node's: dptr) */
 	struct td_gnode **deps;
 	size_t ndeps;
 	size_t index;             /* its place in graph->nodes */
@@ -152,6 +153,7 @@ static struct td_graph *graph_clone(const struct td_graph *g);
 static int copy_extras(struct td_gnode *n, const struct td_gnode *from)
 {
 	n->event = from->event;
+	n->alloc = from->alloc;
 	n->child = NULL;
 	return from->child && !(n->child = graph_clone(from->child)) ? -1 : 0;
 }
@@ -721,6 +723,100 @@ TD_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *ph, CUgraphNode h, CUgrap
 	return rc;
 }
 
+/* ---- memory nodes: the model allocates a node's memory when the node is added, and
+ * keeps it (a free node frees nothing); the graph memory attributes count those bytes ---- */
+
+static uint64_t graph_mem_used, graph_mem_high; /* under glock */
+
+TD_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps,
+					  CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+	if (!p || !p->bytesize || p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+	    p->poolProps.location.id != 0 || p->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct td_gnode extras = {.alloc = *p};
+	CUresult rc = cuMemAlloc_v2(&extras.alloc.dptr, p->bytesize);
+	extras.alloc.accessDescs = NULL;
+	extras.alloc.accessDescCount = 0;
+	if (rc == CUDA_SUCCESS)
+		rc = add_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_MEM_ALLOC, NULL, &extras);
+	if (rc != CUDA_SUCCESS) {
+		if (extras.alloc.dptr)
+			cuMemFree_v2(extras.alloc.dptr);
+		return rc;
+	}
+	p->dptr = extras.alloc.dptr;
+	pthread_mutex_lock(&glock);
+	graph_mem_used += p->bytesize;
+	if (graph_mem_used > graph_mem_high)
+		graph_mem_high = graph_mem_used;
+	pthread_mutex_unlock(&glock);
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps,
+					 CUdeviceptr dptr)
+{
+	if (!td_device_range_ok((void *)(uintptr_t)dptr, 1))
+		return CUDA_ERROR_INVALID_VALUE;
+	struct td_gnode extras = {.alloc = {.dptr = dptr}};
+	return add_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_MEM_FREE, NULL, &extras);
+}
+
+TD_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode h, CUDA_MEM_ALLOC_NODE_PARAMS *out)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	CUresult rc = n && out && n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		*out = n->alloc;
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphMemFreeNodeGetParams(CUgraphNode h, CUdeviceptr *out)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	CUresult rc = n && out && n->type == CU_GRAPH_NODE_TYPE_MEM_FREE ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		*out = n->alloc.dptr;
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice dev)
+{
+	return dev == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+TD_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void *value)
+{
+	if (dev != 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (!value || (unsigned)attr > CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&glock);
+	int high = attr == CU_GRAPH_MEM_ATTR_USED_MEM_HIGH || attr == CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH;
+	*(cuuint64_t *)value = high ? graph_mem_high : graph_mem_used;
+	pthread_mutex_unlock(&glock);
+	return CUDA_SUCCESS;
+}
+
+/* Only a high watermark, only back to 0 (to what is in use), as CUDA. */
+TD_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void *value)
+{
+	if (dev != 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (!value || *(cuuint64_t *)value != 0 ||
+	    (attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH))
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&glock);
+	graph_mem_high = graph_mem_used;
+	pthread_mutex_unlock(&glock);
+	return CUDA_SUCCESS;
+}
+
 /* ---- a graph's structure: roots, dependencies, dependents, edges ---- */
 
 /* Hands out up to *count of the n nodes list gives (CUDA's contract); caller holds glock. */
@@ -1262,8 +1358,9 @@ static CUresult collect(const struct td_graph *g, const size_t *order, struct st
 	CUresult rc = CUDA_SUCCESS;
 	for (size_t i = 0; rc == CUDA_SUCCESS && i < g->n; i++) {
 		const struct td_gnode *node = g->nodes[order[i]];
-		if (node->type == CU_GRAPH_NODE_TYPE_EMPTY)
-			continue;
+		if (node->type == CU_GRAPH_NODE_TYPE_EMPTY || node->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ||
+		    node->type == CU_GRAPH_NODE_TYPE_MEM_FREE)
+			continue; /* the model's graph memory is allocated with its node */
 		if (node->type == CU_GRAPH_NODE_TYPE_GRAPH) {
 			size_t *sub = malloc((node->child->n + 1) * sizeof *sub);
 			rc = !sub ? CUDA_ERROR_OUT_OF_MEMORY
