@@ -2,7 +2,8 @@
  * memset nodes: its roots, edges, each node's dependencies and dependents (as sets: the
  * driver's order is its own), through the v1 and v2 calls; an edge removed, a node
  * destroyed, each change read back; the graph launched after them (its memsets checked);
- * a node found in a clone, of the same type. */
+ * a node found in a clone, of the same type. A graph built with the generic calls
+ * (cuGraphAddNode, cuGraphNodeSetParams, cuGraphExecNodeSetParams), launched and checked. */
 #include "drv_common.h"
 
 #define N 256
@@ -169,6 +170,40 @@ int main(int argc, char **argv)
 	CHECK(cuGraphExecDestroy(e));
 	CHECK(cuGraphDestroy(clone));
 	CHECK(cuGraphDestroy(graph));
+
+	/* The generic calls: an empty root, then a memset, changed in the graph, then in its
+	 * executable graph before the launch. */
+	CUgraph gen;
+	CUgraphNode root, set;
+	CUgraphNodeParams np;
+	CHECK(cuGraphCreate(&gen, 0));
+	memset(&np, 0, sizeof np);
+	np.type = CU_GRAPH_NODE_TYPE_EMPTY;
+	CHECK(cuGraphAddNode(&root, gen, NULL, NULL, 0, &np));
+	memset(&np, 0, sizeof np);
+	np.type = CU_GRAPH_NODE_TYPE_MEMSET;
+	np.memset.dst = x;
+	np.memset.value = 11;
+	np.memset.elementSize = 4;
+	np.memset.width = 2 * N;
+	np.memset.height = 1;
+	np.memset.ctx = ctx;
+	CHECK(cuGraphAddNode(&set, gen, &root, NULL, 1, &np));
+	np.memset.value = 12;
+	CHECK(cuGraphNodeSetParams(set, &np));
+	CHECK(cuGraphInstantiate(&e, gen, 0));
+	np.memset.value = 13;
+	CHECK(cuGraphExecNodeSetParams(e, set, &np));
+	CHECK(cuGraphLaunch(e, NULL));
+	CHECK(cuCtxSynchronize());
+	CHECK(cuMemcpyDtoH(host, x, sizeof host));
+	good = 1;
+	for (int i = 0; i < 2 * N; i++)
+		good &= host[i] == 13u;
+	EXPECT(good, "the generic calls' memset wrote the wrong values");
+	printf("generic node calls: %s\n", good ? "ok" : "wrong");
+	CHECK(cuGraphExecDestroy(e));
+	CHECK(cuGraphDestroy(gen));
 	CHECK(cuMemFree(x));
 	drv_close_device0();
 	return drv_exit_status();
