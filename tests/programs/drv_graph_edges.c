@@ -191,6 +191,10 @@ int main(int argc, char **argv)
 	CHECK(cuGraphAddNode(&set, gen, &root, NULL, 1, &np));
 	np.memset.value = 12;
 	CHECK(cuGraphNodeSetParams(set, &np));
+	CUDA_MEMSET_NODE_PARAMS mback;
+	CHECK(cuGraphMemsetNodeGetParams(set, &mback));
+	EXPECT(mback.dst == x && mback.value == 12 && mback.elementSize == 4 && mback.width == 2 * N && mback.height == 1,
+	       "the memset node's parameters read back");
 	CHECK(cuGraphInstantiate(&e, gen, 0));
 	np.memset.value = 13;
 	CHECK(cuGraphExecNodeSetParams(e, set, &np));

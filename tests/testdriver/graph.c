@@ -1063,6 +1063,24 @@ TD_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *ph, CUgraph h, const CUgrap
 	return rc == CUDA_SUCCESS ? add_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_MEMCPY, &op, NULL) : rc;
 }
 
+/* The model sets contiguous memory only: one row. */
+TD_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode h, CUDA_MEMSET_NODE_PARAMS *params)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	CUresult rc = n && params && n->type == CU_GRAPH_NODE_TYPE_MEMSET ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS) {
+		memset(params, 0, sizeof *params);
+		params->dst = (CUdeviceptr)(uintptr_t)n->op.u.set.dst;
+		params->value = n->op.u.set.value;
+		params->elementSize = n->op.u.set.width;
+		params->width = n->op.u.set.count;
+		params->height = 1;
+	}
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
 /* The model keeps one contiguous range, and which sides are host memory. */
 TD_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode h, CUDA_MEMCPY3D *params)
 {
