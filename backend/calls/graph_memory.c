@@ -10,6 +10,8 @@
 
 #include "remora.pb-c.h"
 
+#define MAX_ACCESS 64 /* access descriptors: one a GPU, and no host has more GPUs */
+
 /* A location of the client's, mapped to the host's device. */
 static CUresult device_location(struct rm_channel *s, CUmemLocation *loc)
 {
@@ -28,10 +30,10 @@ CUresult rm_body_cuGraphAddMemAllocNode(struct rm_channel *s, struct rm_request 
 	(void)rq;
 	void *g = NULL;
 	CUDA_MEM_ALLOC_NODE_PARAMS p;
-	CUmemAccessDesc access[RM_MAX_GRAPH_DEPS];
+	CUmemAccessDesc access[MAX_ACCESS];
 	size_t naccess = req->access.len / sizeof(CUmemAccessDesc);
 	CUresult r = req->params.len != sizeof(p) || req->access.len % sizeof(CUmemAccessDesc) ||
-			     naccess > RM_MAX_GRAPH_DEPS
+			     naccess > MAX_ACCESS
 		     ? CUDA_ERROR_INVALID_VALUE
 		     : rm_session_use(s, RM_H_GRAPH, req->graph, &g);
 	if (r == CUDA_SUCCESS)
