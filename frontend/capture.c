@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "api.pb-c.h"
+#include "graph_host.h"
 #include "remora.pb-c.h"
 
 /* What cuStreamGetCaptureInfo_v2/_v3 hand out: CUDA keeps the array valid until the next
@@ -339,17 +340,24 @@ RM_EXPORT CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph 
 				     rep->resultinfo.len, sizeof(*resultInfo));
 	else if (answered && rep)
 		memcpy(resultInfo, rep->resultinfo.data, sizeof(*resultInfo));
+	if (r == CUDA_SUCCESS)
+		r = rm_graph_host_inherit(req.hgraph, req.hgraphexec);
 	rm_rpc_free(rep ? &rep->base : NULL);
 	return r;
 }
 
 /* As a kernel launch: mapped and managed host memory the graph's kernels may read goes up
- * first, on the launch's stream. */
+ * first, on the launch's stream; so do the host sources of its copies, and its host
+ * destinations come down at a synchronization once it is done (graph_host.c). */
 RM_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraph, CUstream hStream)
 {
 	Remora__CuGraphLaunchReq req = REMORA__CU_GRAPH_LAUNCH__REQ__INIT;
 	req.hgraph = (uint64_t)(uintptr_t)hGraph;
 	req.hstream = (uint64_t)(uintptr_t)hStream;
 	CUresult r = rm_mapped_before_launch(hStream);
-	return r == CUDA_SUCCESS ? rm_rpc_ordered(RM_OP_cuGraphLaunch, &req.base, req.hstream, 0) : r;
+	if (r == CUDA_SUCCESS)
+		r = rm_graph_host_before_launch(hGraph, hStream);
+	if (r == CUDA_SUCCESS)
+		r = rm_rpc_ordered(RM_OP_cuGraphLaunch, &req.base, req.hstream, 0);
+	return r == CUDA_SUCCESS ? rm_graph_host_after_launch(hGraph, hStream) : r;
 }

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "connection.h"
+#include "graph_host.h"
 #include "api.pb-c.h"
 #include "remora.pb-c.h"
 
@@ -92,6 +93,8 @@ static void *callback_main(void *arg)
 			break;
 		}
 		struct pending *e = take(f.seq, as_node);
+		if (e && as_node)
+			rm_graph_host_before_host_node(); /* copies into host memory before it */
 		if (e) {
 			running = 1;
 			if (e->fn)

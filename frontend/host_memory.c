@@ -37,6 +37,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "graph_host.h"
 #include "host_alias.h"
 #include "remora.pb-c.h"
 #include "transport.h"
@@ -548,7 +549,9 @@ CUresult rm_mapped_before_launch(CUstream stream)
 
 CUresult rm_mapped_after_sync(void)
 {
-	CUresult r = rm_managed_pull();
+	CUresult r = rm_graph_host_after_sync(); /* graphs' host destinations (graph_host.c) */
+	if (r == CUDA_SUCCESS)
+		r = rm_managed_pull();
 	if (r != CUDA_SUCCESS)
 		return r;
 	if (!atomic_load(&nmapped) || !atomic_exchange(&launched, 0))

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "copy_profile.h"
+#include "graph_host.h"
 #include "remora.pb-c.h"
 
 /* Pre-faulting a pageable destination. A program's fresh buffer (malloc, or
@@ -224,6 +225,9 @@ static CUresult copy_to_device(uint32_t op, CUdeviceptr dst, const void *src, si
 	if (!src)
 		return CUDA_ERROR_INVALID_VALUE;
 	CUresult shared_r;
+	if (op == RM_OP_cuMemcpyHtoDAsync_v2 && rm_capture_any_open() &&
+	    rm_graph_host_capture(0, dst, (void *)src, n, stream, &shared_r))
+		return shared_r; /* captured through a staging buffer (graph_host.c) */
 	if (copy_shared(op, 1, dst, src, n, stream, &shared_r))
 		return shared_r;
 	Remora__MemcpyHtoD req = REMORA__MEMCPY_HTO_D__INIT;
@@ -262,6 +266,9 @@ static CUresult copy_from_device(uint32_t op, void *dst, CUdeviceptr src, size_t
 	if (!dst)
 		return CUDA_ERROR_INVALID_VALUE;
 	CUresult shared_r;
+	if (op == RM_OP_cuMemcpyDtoHAsync_v2 && rm_capture_any_open() &&
+	    rm_graph_host_capture(1, src, dst, n, stream, &shared_r))
+		return shared_r; /* captured through a staging buffer (graph_host.c) */
 	if (copy_shared(op, 0, src, dst, n, stream, &shared_r))
 		return shared_r;
 	Remora__MemcpyDtoH req = REMORA__MEMCPY_DTO_H__INIT;

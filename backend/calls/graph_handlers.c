@@ -240,3 +240,13 @@ CUresult rm_body_cuGraphKernelNodeSetParams_v2(struct rm_channel *s, struct rm_r
 		r = rm_drv_cuGraphKernelNodeSetParams_v2(node, &p);
 	return r;
 }
+
+/* The node found is of the clone, which the client owns. */
+CUresult rm_body_cuGraphNodeFindInClone(struct rm_channel *s, CUgraphNode *phNode, CUgraphNode hOriginalNode,
+					CUgraph hClonedGraph)
+{
+	CUresult r = rm_drv_cuGraphNodeFindInClone(phNode, hOriginalNode, hClonedGraph);
+	if (r == CUDA_SUCCESS)
+		rm_session_own(s, RM_H_GRAPH_NODE, *phNode, (uint64_t)(uintptr_t)hClonedGraph);
+	return r;
+}

@@ -39,6 +39,7 @@ struct td_gnode {
 	struct td_op op;          /* kernel, copy, memset, host: what a launch enqueues */
 	CUevent event;            /* an event node's */
 	struct td_graph *child;   /* a child graph node's own copy of the child */
+	CUDA_MEM_ALLOC_NODE_PARAMS alloc; /* a memory node's (a free node's: dptr) */
 	struct td_gnode **deps;
 	size_t ndeps;
 	size_t index;             /* its place in graph->nodes */
@@ -152,6 +153,7 @@ static struct td_graph *graph_clone(const struct td_graph *g);
 static int copy_extras(struct td_gnode *n, const struct td_gnode *from)
 {
 	n->event = from->event;
+	n->alloc = from->alloc;
 	n->child = NULL;
 	return from->child && !(n->child = graph_clone(from->child)) ? -1 : 0;
 }
@@ -708,6 +710,283 @@ TD_EXPORT CUresult cuGraphGetNodes(CUgraph h, CUgraphNode *nodes, size_t *count)
 	return g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* A clone's nodes are in the original's order (graph_clone). */
+TD_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *ph, CUgraphNode h, CUgraph clone)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	struct td_graph *c = graph_from(clone);
+	CUresult rc = ph && n && c && n->graph != c && n->index < c->n ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		*ph = (CUgraphNode)c->nodes[n->index];
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+/* ---- memory nodes: the model allocates a node's memory when the node is added, and
+ * keeps it (a free node frees nothing); the graph memory attributes count those bytes ---- */
+
+static uint64_t graph_mem_used, graph_mem_high; /* under glock */
+
+TD_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps,
+					  CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+	if (!p || !p->bytesize || p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+	    p->poolProps.location.id != 0 || p->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct td_gnode extras = {.alloc = *p};
+	CUresult rc = cuMemAlloc_v2(&extras.alloc.dptr, p->bytesize);
+	extras.alloc.accessDescs = NULL;
+	extras.alloc.accessDescCount = 0;
+	if (rc == CUDA_SUCCESS)
+		rc = add_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_MEM_ALLOC, NULL, &extras);
+	if (rc != CUDA_SUCCESS) {
+		if (extras.alloc.dptr)
+			cuMemFree_v2(extras.alloc.dptr);
+		return rc;
+	}
+	p->dptr = extras.alloc.dptr;
+	pthread_mutex_lock(&glock);
+	graph_mem_used += p->bytesize;
+	if (graph_mem_used > graph_mem_high)
+		graph_mem_high = graph_mem_used;
+	pthread_mutex_unlock(&glock);
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps,
+					 CUdeviceptr dptr)
+{
+	if (!td_device_range_ok((void *)(uintptr_t)dptr, 1))
+		return CUDA_ERROR_INVALID_VALUE;
+	struct td_gnode extras = {.alloc = {.dptr = dptr}};
+	return add_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_MEM_FREE, NULL, &extras);
+}
+
+TD_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode h, CUDA_MEM_ALLOC_NODE_PARAMS *out)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	CUresult rc = n && out && n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		*out = n->alloc;
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphMemFreeNodeGetParams(CUgraphNode h, CUdeviceptr *out)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	CUresult rc = n && out && n->type == CU_GRAPH_NODE_TYPE_MEM_FREE ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		*out = n->alloc.dptr;
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice dev)
+{
+	return dev == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+TD_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void *value)
+{
+	if (dev != 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (!value || (unsigned)attr > CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&glock);
+	int high = attr == CU_GRAPH_MEM_ATTR_USED_MEM_HIGH || attr == CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH;
+	*(cuuint64_t *)value = high ? graph_mem_high : graph_mem_used;
+	pthread_mutex_unlock(&glock);
+	return CUDA_SUCCESS;
+}
+
+/* Only a high watermark, only back to 0 (to what is in use), as CUDA. */
+TD_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void *value)
+{
+	if (dev != 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (!value || *(cuuint64_t *)value != 0 ||
+	    (attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH))
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&glock);
+	graph_mem_high = graph_mem_used;
+	pthread_mutex_unlock(&glock);
+	return CUDA_SUCCESS;
+}
+
+/* ---- a graph's structure: roots, dependencies, dependents, edges ---- */
+
+/* Hands out up to *count of the n nodes list gives (CUDA's contract); caller holds glock. */
+static void hand_out(struct td_gnode *const *list, size_t n, CUgraphNode *out, CUgraphEdgeData *edges, size_t *count)
+{
+	for (size_t i = 0; out && i < *count; i++) {
+		out[i] = i < n ? (CUgraphNode)list[i] : NULL;
+		if (edges)
+			memset(&edges[i], 0, sizeof edges[i]);
+	}
+	*count = n;
+}
+
+/* The nodes of g that n depends on (dependents 0) or that depend on it (1). */
+static size_t related(struct td_gnode *n, int dependents, struct td_gnode **out)
+{
+	size_t k = 0;
+	if (!dependents) {
+		for (size_t i = 0; i < n->ndeps; i++)
+			out[k++] = n->deps[i];
+		return k;
+	}
+	for (size_t i = 0; i < n->graph->n; i++)
+		for (size_t d = 0; d < n->graph->nodes[i]->ndeps; d++)
+			if (n->graph->nodes[i]->deps[d] == n) {
+				out[k++] = n->graph->nodes[i];
+				break;
+			}
+	return k;
+}
+
+static CUresult node_list(CUgraphNode h, int dependents, CUgraphNode *out, CUgraphEdgeData *edges, size_t *count)
+{
+	if (!count)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	struct td_gnode **list = n ? calloc(n->graph->n + 1, sizeof *list) : NULL;
+	CUresult rc = !n ? CUDA_ERROR_INVALID_VALUE : !list ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+	if (rc == CUDA_SUCCESS)
+		hand_out(list, related(n, dependents, list), out, edges, count);
+	pthread_mutex_unlock(&glock);
+	free(list);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphNodeGetDependencies_v2(CUgraphNode h, CUgraphNode *deps, CUgraphEdgeData *edges, size_t *n)
+{
+	return node_list(h, 0, deps, edges, n);
+}
+
+TD_EXPORT CUresult cuGraphNodeGetDependencies(CUgraphNode h, CUgraphNode *deps, size_t *n)
+{
+	return node_list(h, 0, deps, NULL, n);
+}
+
+TD_EXPORT CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode h, CUgraphNode *deps, CUgraphEdgeData *edges, size_t *n)
+{
+	return node_list(h, 1, deps, edges, n);
+}
+
+TD_EXPORT CUresult cuGraphNodeGetDependentNodes(CUgraphNode h, CUgraphNode *deps, size_t *n)
+{
+	return node_list(h, 1, deps, NULL, n);
+}
+
+TD_EXPORT CUresult cuGraphGetRootNodes(CUgraph h, CUgraphNode *roots, size_t *count)
+{
+	if (!count)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&glock);
+	struct td_graph *g = graph_from(h);
+	struct td_gnode **list = g ? calloc(g->n + 1, sizeof *list) : NULL;
+	CUresult rc = !g ? CUDA_ERROR_INVALID_VALUE : !list ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+	size_t k = 0;
+	for (size_t i = 0; rc == CUDA_SUCCESS && i < g->n; i++)
+		if (!g->nodes[i]->ndeps)
+			list[k++] = g->nodes[i];
+	if (rc == CUDA_SUCCESS)
+		hand_out(list, k, roots, NULL, count);
+	pthread_mutex_unlock(&glock);
+	free(list);
+	return rc;
+}
+
+/* Edges in node order, each node's dependencies in the order they were added. */
+TD_EXPORT CUresult cuGraphGetEdges_v2(CUgraph h, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edges,
+				      size_t *count)
+{
+	if (!count || (!from) != (!to))
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&glock);
+	struct td_graph *g = graph_from(h);
+	size_t k = 0;
+	for (size_t i = 0; g && i < g->n; i++)
+		for (size_t d = 0; d < g->nodes[i]->ndeps; d++, k++)
+			if (from && k < *count) {
+				from[k] = (CUgraphNode)g->nodes[i]->deps[d];
+				to[k] = (CUgraphNode)g->nodes[i];
+				if (edges)
+					memset(&edges[k], 0, sizeof edges[k]);
+			}
+	for (size_t i = k; from && i < *count; i++)
+		from[i] = to[i] = NULL;
+	if (g)
+		*count = k;
+	pthread_mutex_unlock(&glock);
+	return g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+TD_EXPORT CUresult cuGraphGetEdges(CUgraph h, CUgraphNode *from, CUgraphNode *to, size_t *count)
+{
+	return cuGraphGetEdges_v2(h, from, to, NULL, count);
+}
+
+TD_EXPORT CUresult cuGraphRemoveDependencies_v2(CUgraph h, const CUgraphNode *from, const CUgraphNode *to,
+						const CUgraphEdgeData *edges, size_t n)
+{
+	if ((n && (!from || !to)) || edges)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&glock);
+	struct td_graph *g = graph_from(h);
+	CUresult rc = g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; rc == CUDA_SUCCESS && i < n; i++) {
+		struct td_gnode *a = node_from(from[i]), *b = node_from(to[i]);
+		size_t d = 0;
+		while (a && b && d < b->ndeps && b->deps[d] != a)
+			d++;
+		if (!a || !b || a->graph != g || b->graph != g || d == b->ndeps)
+			rc = CUDA_ERROR_INVALID_VALUE; /* no such edge */
+		else
+			memmove(&b->deps[d], &b->deps[d + 1], (--b->ndeps - d) * sizeof *b->deps);
+	}
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphRemoveDependencies(CUgraph h, const CUgraphNode *from, const CUgraphNode *to, size_t n)
+{
+	return cuGraphRemoveDependencies_v2(h, from, to, NULL, n);
+}
+
+/* The node and every edge to or from it go; the nodes after it move up one. */
+TD_EXPORT CUresult cuGraphDestroyNode(CUgraphNode h)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	if (n) {
+		struct td_graph *g = n->graph;
+		for (size_t i = 0; i < g->n; i++) {
+			struct td_gnode *o = g->nodes[i];
+			for (size_t d = 0; d < o->ndeps;)
+				if (o->deps[d] == n)
+					memmove(&o->deps[d], &o->deps[d + 1], (--o->ndeps - d) * sizeof *o->deps);
+				else
+					d++;
+		}
+		memmove(&g->nodes[n->index], &g->nodes[n->index + 1], (g->n - n->index - 1) * sizeof *g->nodes);
+		g->n--;
+		for (size_t i = n->index; i < g->n; i++)
+			g->nodes[i]->index = i;
+		graph_free(n->child);
+		n->magic = 0;
+		free(n->deps);
+		free(n);
+	}
+	pthread_mutex_unlock(&glock);
+	return n ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 TD_EXPORT CUresult cuGraphNodeGetType(CUgraphNode h, CUgraphNodeType *type)
 {
 	pthread_mutex_lock(&glock);
@@ -759,6 +1038,8 @@ static CUresult copy_op(const CUDA_MEMCPY3D *p, struct td_op *op)
 	op->u.copy.dst = dst;
 	op->u.copy.src = src;
 	op->u.copy.bytes = p->WidthInBytes;
+	op->u.copy.src_host = !src_dev;
+	op->u.copy.dst_host = !dst_dev;
 	return CUDA_SUCCESS;
 }
 
@@ -780,6 +1061,50 @@ TD_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *ph, CUgraph h, const CUgrap
 	struct td_op op;
 	CUresult rc = copy_op(params, &op);
 	return rc == CUDA_SUCCESS ? add_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_MEMCPY, &op, NULL) : rc;
+}
+
+/* The model sets contiguous memory only: one row. */
+TD_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode h, CUDA_MEMSET_NODE_PARAMS *params)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	CUresult rc = n && params && n->type == CU_GRAPH_NODE_TYPE_MEMSET ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS) {
+		memset(params, 0, sizeof *params);
+		params->dst = (CUdeviceptr)(uintptr_t)n->op.u.set.dst;
+		params->value = n->op.u.set.value;
+		params->elementSize = n->op.u.set.width;
+		params->width = n->op.u.set.count;
+		params->height = 1;
+	}
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+/* The model keeps one contiguous range, and which sides are host memory. */
+TD_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode h, CUDA_MEMCPY3D *params)
+{
+	if (!params)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	CUresult rc = n && n->type == CU_GRAPH_NODE_TYPE_MEMCPY ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS) {
+		const struct td_op *op = &n->op;
+		memset(params, 0, sizeof *params);
+		params->WidthInBytes = params->srcPitch = params->dstPitch = op->u.copy.bytes;
+		params->Height = params->Depth = params->srcHeight = params->dstHeight = 1;
+		if (!op->u.copy.src_host)
+			params->srcMemoryType = CU_MEMORYTYPE_DEVICE, params->srcDevice = (CUdeviceptr)(uintptr_t)op->u.copy.src;
+		else
+			params->srcMemoryType = CU_MEMORYTYPE_HOST, params->srcHost = op->u.copy.src;
+		if (!op->u.copy.dst_host)
+			params->dstMemoryType = CU_MEMORYTYPE_DEVICE, params->dstDevice = (CUdeviceptr)(uintptr_t)op->u.copy.dst;
+		else
+			params->dstMemoryType = CU_MEMORYTYPE_HOST, params->dstHost = op->u.copy.dst;
+	}
+	pthread_mutex_unlock(&glock);
+	return rc;
 }
 
 TD_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps,
@@ -1051,8 +1376,9 @@ static CUresult collect(const struct td_graph *g, const size_t *order, struct st
 	CUresult rc = CUDA_SUCCESS;
 	for (size_t i = 0; rc == CUDA_SUCCESS && i < g->n; i++) {
 		const struct td_gnode *node = g->nodes[order[i]];
-		if (node->type == CU_GRAPH_NODE_TYPE_EMPTY)
-			continue;
+		if (node->type == CU_GRAPH_NODE_TYPE_EMPTY || node->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ||
+		    node->type == CU_GRAPH_NODE_TYPE_MEM_FREE)
+			continue; /* the model's graph memory is allocated with its node */
 		if (node->type == CU_GRAPH_NODE_TYPE_GRAPH) {
 			size_t *sub = malloc((node->child->n + 1) * sizeof *sub);
 			rc = !sub ? CUDA_ERROR_OUT_OF_MEMORY

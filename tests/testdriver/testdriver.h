@@ -176,7 +176,7 @@ struct td_launch_shape {
 struct td_op {
 	enum td_op_kind kind;
 	union {
-		struct { void *dst; const void *src; size_t bytes; } copy;
+		struct { void *dst; const void *src; size_t bytes; bool src_host, dst_host; } copy; /* *_host: a graph node's host side */
 		struct { void *dst; uint32_t value; unsigned width; size_t count; } set;
 		struct { const struct td_kernel *kernel; struct td_launch_shape shape;
 			 unsigned char args[TD_MAX_ARG_BYTES]; } launch;
