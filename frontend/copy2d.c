@@ -254,3 +254,76 @@ CUresult rm_client_body_cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream 
 {
 	return copy_3d(RM_OP_cuMemcpy3DAsync_v2, pCopy, hStream, 1);
 }
+
+/* The 1-D array copies (cuMemcpy*A*): one row of ByteCount bytes at a byte offset of the
+ * array's, as cuMemcpy2DUnaligned (the Async ones as cuMemcpy2DAsync). */
+static CUDA_MEMCPY2D row_copy(size_t n)
+{
+	CUDA_MEMCPY2D c;
+	memset(&c, 0, sizeof(c));
+	c.WidthInBytes = n;
+	c.Height = 1;
+	return c;
+}
+
+#define SRC_ARRAY(c, a, off) ((c).srcMemoryType = CU_MEMORYTYPE_ARRAY, (c).srcArray = (a), (c).srcXInBytes = (off))
+#define DST_ARRAY(c, a, off) ((c).dstMemoryType = CU_MEMORYTYPE_ARRAY, (c).dstArray = (a), (c).dstXInBytes = (off))
+
+RM_EXPORT CUresult CUDAAPI cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount)
+{
+	CUDA_MEMCPY2D c = row_copy(ByteCount);
+	DST_ARRAY(c, dstArray, dstOffset);
+	c.srcMemoryType = CU_MEMORYTYPE_HOST, c.srcHost = srcHost;
+	return cuMemcpy2DUnaligned_v2(&c);
+}
+
+RM_EXPORT CUresult CUDAAPI cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
+{
+	CUDA_MEMCPY2D c = row_copy(ByteCount);
+	SRC_ARRAY(c, srcArray, srcOffset);
+	c.dstMemoryType = CU_MEMORYTYPE_HOST, c.dstHost = dstHost;
+	return cuMemcpy2DUnaligned_v2(&c);
+}
+
+RM_EXPORT CUresult CUDAAPI cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount,
+						 CUstream hStream)
+{
+	CUDA_MEMCPY2D c = row_copy(ByteCount);
+	DST_ARRAY(c, dstArray, dstOffset);
+	c.srcMemoryType = CU_MEMORYTYPE_HOST, c.srcHost = srcHost;
+	return cuMemcpy2DAsync_v2(&c, hStream);
+}
+
+RM_EXPORT CUresult CUDAAPI cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount,
+						 CUstream hStream)
+{
+	CUDA_MEMCPY2D c = row_copy(ByteCount);
+	SRC_ARRAY(c, srcArray, srcOffset);
+	c.dstMemoryType = CU_MEMORYTYPE_HOST, c.dstHost = dstHost;
+	return cuMemcpy2DAsync_v2(&c, hStream);
+}
+
+RM_EXPORT CUresult CUDAAPI cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	CUDA_MEMCPY2D c = row_copy(ByteCount);
+	DST_ARRAY(c, dstArray, dstOffset);
+	c.srcMemoryType = CU_MEMORYTYPE_DEVICE, c.srcDevice = srcDevice;
+	return cuMemcpy2DUnaligned_v2(&c);
+}
+
+RM_EXPORT CUresult CUDAAPI cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount)
+{
+	CUDA_MEMCPY2D c = row_copy(ByteCount);
+	SRC_ARRAY(c, srcArray, srcOffset);
+	c.dstMemoryType = CU_MEMORYTYPE_DEVICE, c.dstDevice = dstDevice;
+	return cuMemcpy2DUnaligned_v2(&c);
+}
+
+RM_EXPORT CUresult CUDAAPI cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset,
+					    size_t ByteCount)
+{
+	CUDA_MEMCPY2D c = row_copy(ByteCount);
+	SRC_ARRAY(c, srcArray, srcOffset);
+	DST_ARRAY(c, dstArray, dstOffset);
+	return cuMemcpy2DUnaligned_v2(&c);
+}

@@ -2,7 +2,7 @@
  * proto/api.spec). A copy's host side arrives or leaves packed as bulk (frontend/copy2d.c):
  * here it is a buffer of width * height * depth bytes, the device side the client's, every
  * row of it checked: the span from its first row's start to its last row's end must lie in
- * one piece of memory the client owns. */
+ * one piece of memory the client owns; an array side must be an array of the client's. */
 #include "dispatch.h"
 
 #include <stdlib.h>
@@ -69,12 +69,14 @@ static CUresult span(uint64_t base, uint64_t x, uint64_t y, uint64_t z, uint64_t
 	return CUDA_SUCCESS;
 }
 
-/* A device side of a copy of w x h x d bytes: every row in memory the client owns. */
+/* A device side of a copy of w x h x d bytes: every row in memory the client owns, or an
+ * array of the client's (its real handle in *array; the driver checks its extents). */
 static CUresult device_side(struct rm_channel *s, const Remora__CopySide *sd, int dims, uint64_t w, uint64_t h,
-			    uint64_t d)
+			    uint64_t d, CUarray *array)
 {
+	*array = NULL;
 	if (sd->memory_type == CU_MEMORYTYPE_ARRAY)
-		return rm_unsupported_use("cuMemcpy2D/3D with an array");
+		return rm_session_use(s, RM_H_ARRAY, sd->ptr, (void **)array);
 	if (sd->memory_type != CU_MEMORYTYPE_DEVICE)
 		return CUDA_ERROR_INVALID_VALUE;
 	uint64_t start, len;
@@ -83,24 +85,27 @@ static CUresult device_side(struct rm_channel *s, const Remora__CopySide *sd, in
 	return r == CUDA_SUCCESS ? rm_session_check_range(s, start, len) : r;
 }
 
-/* Fills one side of m: the client's (checked), or the daemon's packed host buffer. */
-static void fill_side(CUDA_MEMCPY3D *m, int is_dst, const Remora__CopySide *sd, void *host, uint64_t w, uint64_t h)
+/* Fills one side of m: the client's device memory or array (checked), or the daemon's packed
+ * host buffer. */
+static void fill_side(CUDA_MEMCPY3D *m, int is_dst, const Remora__CopySide *sd, void *host, CUarray array, uint64_t w,
+		      uint64_t h)
 {
-	CUmemorytype type = host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+	CUmemorytype type = host ? CU_MEMORYTYPE_HOST : array ? CU_MEMORYTYPE_ARRAY : CU_MEMORYTYPE_DEVICE;
 	size_t x = host ? 0 : sd->x_in_bytes, y = host ? 0 : sd->y, z = host ? 0 : sd->z;
-	size_t pitch = host ? w : sd->pitch, height = host ? h : sd->height;
+	size_t pitch = host ? w : array ? 0 : sd->pitch, height = host ? h : array ? 0 : sd->height;
+	CUdeviceptr dev = type == CU_MEMORYTYPE_DEVICE ? (CUdeviceptr)sd->ptr : 0;
 	if (is_dst) {
 		m->dstMemoryType = type;
 		m->dstXInBytes = x, m->dstY = y, m->dstZ = z;
-		m->dstHost = host;
-		m->dstDevice = host ? 0 : (CUdeviceptr)sd->ptr;
+		m->dstHost = host, m->dstDevice = dev, m->dstArray = array;
 		m->dstPitch = pitch, m->dstHeight = height;
+		m->dstLOD = host ? 0 : sd->lod;
 	} else {
 		m->srcMemoryType = type;
 		m->srcXInBytes = x, m->srcY = y, m->srcZ = z;
-		m->srcHost = host;
-		m->srcDevice = host ? 0 : (CUdeviceptr)sd->ptr;
+		m->srcHost = host, m->srcDevice = dev, m->srcArray = array;
 		m->srcPitch = pitch, m->srcHeight = height;
+		m->srcLOD = host ? 0 : sd->lod;
 	}
 }
 
@@ -112,9 +117,9 @@ static CUresult issue(uint32_t op, const CUDA_MEMCPY3D *m, CUstream stream)
 		return rm_drv_cuMemcpy3DAsync_v2(m, stream);
 	CUDA_MEMCPY2D m2 = {
 		.srcXInBytes = m->srcXInBytes, .srcY = m->srcY, .srcMemoryType = m->srcMemoryType,
-		.srcHost = m->srcHost, .srcDevice = m->srcDevice, .srcPitch = m->srcPitch,
+		.srcHost = m->srcHost, .srcDevice = m->srcDevice, .srcArray = m->srcArray, .srcPitch = m->srcPitch,
 		.dstXInBytes = m->dstXInBytes, .dstY = m->dstY, .dstMemoryType = m->dstMemoryType,
-		.dstHost = m->dstHost, .dstDevice = m->dstDevice, .dstPitch = m->dstPitch,
+		.dstHost = m->dstHost, .dstDevice = m->dstDevice, .dstArray = m->dstArray, .dstPitch = m->dstPitch,
 		.WidthInBytes = m->WidthInBytes, .Height = m->Height,
 	};
 	return rm_drv_cuMemcpy2DAsync_v2(&m2, stream);
@@ -140,10 +145,11 @@ static CUresult copy3d(struct rm_channel *s, struct rm_request *rq, const Remora
 	if (!n)
 		return CUDA_SUCCESS;
 	CUresult r = CUDA_SUCCESS;
+	CUarray src_array = NULL, dst_array = NULL;
 	if (!src_host)
-		r = device_side(s, req->src, dims, w, h, d);
+		r = device_side(s, req->src, dims, w, h, d, &src_array);
 	if (r == CUDA_SUCCESS && !dst_host)
-		r = device_side(s, req->dst, dims, w, h, d);
+		r = device_side(s, req->dst, dims, w, h, d, &dst_array);
 	CUstream stream = NULL;
 	if (r == CUDA_SUCCESS)
 		r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &stream);
@@ -164,10 +170,8 @@ static CUresult copy3d(struct rm_channel *s, struct rm_request *rq, const Remora
 		wait = 1;
 	}
 	CUDA_MEMCPY3D m = {.WidthInBytes = w, .Height = h, .Depth = d};
-	fill_side(&m, 0, req->src, src_host ? buf : NULL, w, h);
-	fill_side(&m, 1, req->dst, dst_host ? buf : NULL, w, h);
-	m.srcLOD = req->src->lod;
-	m.dstLOD = req->dst->lod;
+	fill_side(&m, 0, req->src, src_host ? buf : NULL, src_array, w, h);
+	fill_side(&m, 1, req->dst, dst_host ? buf : NULL, dst_array, w, h);
 	r = issue(op, &m, stream);
 	if (r == CUDA_SUCCESS && wait)
 		r = rm_stream_wait(s, stream);

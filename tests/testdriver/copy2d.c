@@ -1,9 +1,8 @@
 /* Pitched allocation, 2-D and 3-D copies and 2-D memsets on linear memory: a copy is one
  * queued copy per row, a memset one queued fill per row, so that they are ordered on their
- * stream as any other work. The pitch is the width rounded up to TD_PITCH_ALIGN. Not
- * modelled: arrays as copy sides (arrays.c refuses what it does not model), the 2-D
- * alignment rules of cuMemcpy2D (every pitch and offset is accepted, as by
- * cuMemcpy2DUnaligned). */
+ * stream as any other work. The pitch is the width rounded up to TD_PITCH_ALIGN. An array
+ * side is its rows (arrays.c), its extents checked. Not modelled: the 2-D alignment rules of
+ * cuMemcpy2D (every pitch and offset is accepted, as by cuMemcpy2DUnaligned). */
 #include "testdriver.h"
 
 #include <stdlib.h>
@@ -30,6 +29,7 @@ TD_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t w
 struct side {
 	char *base; /* the side's pointer, offsets not applied */
 	bool device;
+	struct td_array *array; /* an array side: base its data, pitch and height its own */
 	size_t x, y, z, pitch, height;
 };
 
@@ -51,9 +51,16 @@ static CUresult side_of(struct side *o, CUmemorytype t, size_t x, size_t y, size
 		o->device = td_find_alloc(dev, 1, &a) && a.kind != TD_ALLOC_HOST && a.kind != TD_ALLOC_REGISTERED;
 		break;
 	}
-	case CU_MEMORYTYPE_ARRAY:
-		(void)array;
-		return CUDA_ERROR_NOT_SUPPORTED;
+	case CU_MEMORYTYPE_ARRAY: {
+		struct td_array *a = td_array_of(array);
+		if (!a)
+			return CUDA_ERROR_INVALID_HANDLE;
+		o->base = a->data;
+		o->array = a;
+		o->pitch = a->width * a->elem;
+		o->height = a->height;
+		break;
+	}
 	default:
 		return CUDA_ERROR_INVALID_VALUE;
 	}
@@ -87,7 +94,10 @@ static CUresult copy(struct side *src, struct side *dst, size_t w, size_t h, siz
 			for (size_t y = 0; y < h; y++)
 				if (!td_device_range_ok(row(sd, y, z), w))
 					return CUDA_ERROR_INVALID_VALUE;
-		if (!sd->device && !pinned(sd->base))
+		if (sd->array && (sd->x > sd->pitch || w > sd->pitch - sd->x || sd->y + h > sd->array->height ||
+				  sd->z + d > sd->array->depth))
+			return CUDA_ERROR_INVALID_VALUE;
+		if (!sd->device && !sd->array && !pinned(sd->base))
 			async = false;
 	}
 	uint64_t ticket = 0;

@@ -49,7 +49,9 @@ enum td_magic {
 	TD_MAGIC_FUNCTION = 0x46554e43, /* "FUNC" */
 	TD_MAGIC_GRAPH = 0x47525048,    /* "GRPH" */
 	TD_MAGIC_NODE = 0x4e4f4445,     /* "NODE" */
-	TD_MAGIC_EXEC = 0x45584543      /* "EXEC" */
+	TD_MAGIC_EXEC = 0x45584543,     /* "EXEC" */
+	TD_MAGIC_ARRAY = 0x41525259,    /* "ARRY" */
+	TD_MAGIC_MIPMAP = 0x4d49504d    /* "MIPM" */
 };
 
 extern pthread_mutex_t td_lock;
@@ -304,5 +306,19 @@ struct td_function {
 	int preferred_carveout;
 	CUfunc_cache cache_config;
 };
+
+
+/* ---- arrays (arrays.c) ---- */
+/* An array as host memory: depth slices of height rows of width elements of elem bytes,
+ * rows packed (pitch = width * elem). */
+struct td_array {
+	uint32_t magic;
+	CUDA_ARRAY3D_DESCRIPTOR desc;
+	size_t elem, width, height, depth;
+	char *data;
+	bool level;                  /* a mipmapped array's level: freed with it */
+};
+/* The array of handle a, or NULL. */
+struct td_array *td_array_of(CUarray a);
 
 #endif
