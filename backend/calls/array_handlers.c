@@ -1,12 +1,10 @@
 /* Arrays and mipmapped arrays (typed bodies, proto/api.spec): the client's handles, charged
  * to its quota before they are made, at a bound of their size from the descriptor, and
  * uncharged when destroyed (or released with the session, backend/worker/release.c). */
+#include "arrays.h"
 #include "dispatch.h"
 
-#include "log.h"
-
-/* Bytes of one element of a format; 16 (the most any has) for the formats not listed. */
-static uint64_t format_bytes(CUarray_format f)
+uint64_t rm_format_bytes(CUarray_format f)
 {
 	switch (f) {
 	case CU_AD_FORMAT_UNSIGNED_INT8:
@@ -21,16 +19,19 @@ static uint64_t format_bytes(CUarray_format f)
 	case CU_AD_FORMAT_FLOAT:
 		return 4;
 	default:
-		return 16;
+		return 0;
 	}
 }
 
-/* What an array of d is charged: its elements, each dimension at least 1, rounded up to a
+/* What an array of d is charged: its elements (of 16 bytes a channel for the formats not
+ * listed), each dimension at least 1, rounded up to a
  * 2 MiB page as the driver allocates; a mipmapped array's levels together are under twice
  * level 0. CUDA_ERROR_INVALID_VALUE when it overflows. */
 static CUresult array_charge(const CUDA_ARRAY3D_DESCRIPTOR *d, int mipmapped, uint64_t *out)
 {
-	uint64_t n = format_bytes(d->Format), page = 2u << 20;
+	uint64_t n = rm_format_bytes(d->Format), page = 2u << 20;
+	if (!n) /* 16, the most an element of any other format takes */
+		n = 16;
 	uint64_t dims[] = {d->Width, d->Height ? d->Height : 1, d->Depth ? d->Depth : 1, d->NumChannels ? d->NumChannels : 1};
 	for (int i = 0; i < 4; i++)
 		if (__builtin_mul_overflow(n, dims[i], &n))

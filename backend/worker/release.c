@@ -93,6 +93,17 @@ static void release_mipmapped_array(struct rm_channel *s, const struct rm_handle
 	rm_session_uncharge(s, h->size);
 }
 
+/* Texture and surface objects go before what they name. */
+static void release_texobject(struct rm_channel *s, const struct rm_handle *h)
+{
+	rm_drv_cuTexObjectDestroy((CUtexObject)h->value);
+}
+
+static void release_surfobject(struct rm_channel *s, const struct rm_handle *h)
+{
+	rm_drv_cuSurfObjectDestroy((CUsurfObject)h->value);
+}
+
 /* Each kind's step and release function, beside its kind in proto/handle_kinds.def. */
 static const struct {
 	int step;

@@ -321,4 +321,10 @@ struct td_array {
 /* The array of handle a, or NULL. */
 struct td_array *td_array_of(CUarray a);
 
+/* ---- texture and surface objects (textures.c) ---- */
+/* The float texel of 2-D texture tex at unnormalized (u, v), point-sampled, in *out. */
+CUresult td_texture_fetch2d(unsigned long long tex, float u, float v, float *out);
+/* The address of size bytes at byte xbytes of row y of surface surf's array, or NULL. */
+void *td_surface_element(unsigned long long surf, long long xbytes, long long y, size_t size);
+
 #endif
