@@ -99,13 +99,11 @@ static void fill_side(CUDA_MEMCPY3D *m, int is_dst, const Remora__CopySide *sd, 
 		m->dstXInBytes = x, m->dstY = y, m->dstZ = z;
 		m->dstHost = host, m->dstDevice = dev, m->dstArray = array;
 		m->dstPitch = pitch, m->dstHeight = height;
-		m->dstLOD = host ? 0 : sd->lod;
 	} else {
 		m->srcMemoryType = type;
 		m->srcXInBytes = x, m->srcY = y, m->srcZ = z;
 		m->srcHost = host, m->srcDevice = dev, m->srcArray = array;
 		m->srcPitch = pitch, m->srcHeight = height;
-		m->srcLOD = host ? 0 : sd->lod;
 	}
 }
 
@@ -130,7 +128,10 @@ static CUresult copy3d(struct rm_channel *s, struct rm_request *rq, const Remora
 	uint32_t op = rq->frame.op;
 	int dims = op == RM_OP_cuMemcpy3D_v2 || op == RM_OP_cuMemcpy3DAsync_v2 ? 3 : 2;
 	int wait = op != RM_OP_cuMemcpy2DAsync_v2 && op != RM_OP_cuMemcpy3DAsync_v2;
-	if (!req->src || !req->dst || (dims == 2 && req->depth != 1))
+	if (!req->src || !req->dst || req->src->lod || req->dst->lod)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* A 2-D copy's sides have no slices: what is checked is what is copied. */
+	if (dims == 2 && (req->depth != 1 || req->src->z || req->dst->z || req->src->height || req->dst->height))
 		return CUDA_ERROR_INVALID_VALUE;
 	uint64_t w = req->width_in_bytes, h = req->height, d = req->depth, n;
 	int src_host = req->src->memory_type == CU_MEMORYTYPE_HOST, dst_host = req->dst->memory_type == CU_MEMORYTYPE_HOST;

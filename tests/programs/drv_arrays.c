@@ -30,9 +30,9 @@ static void test_1d(void)
 	fill(in, sizeof(in), 1);
 	memset(out, 0, sizeof(out));
 	CHECK(cuMemcpyHtoA(a, 0, in, sizeof(in)));
-	CHECK(cuMemcpyHtoA(a, 40, in + 7, 3001));
+	CHECK(cuMemcpyHtoA(a, 40, in + 7, 3000));
 	memcpy(want, in, sizeof(in));
-	memcpy(want + 40, in + 7, 3001);
+	memcpy(want + 40, in + 7, 3000);
 	CHECK(cuMemcpyAtoA(b, 0, a, 0, sizeof(in)));
 	CHECK(cuMemcpyAtoA(b, 100, a, 8, 800));
 	memmove(want + 100, want + 8, 800); /* b's model: a's, then the shifted piece */
@@ -45,7 +45,7 @@ static void test_1d(void)
 	CHECK(cuMemcpyAtoH(out, a, 0, sizeof(out)));
 	unsigned char wa[4000];
 	memcpy(wa, in, sizeof(in));
-	memcpy(wa + 40, in + 7, 3001);
+	memcpy(wa + 40, in + 7, 3000);
 	memcpy(wa + 1000, want + 12, 3000);
 	same(out, wa, sizeof(out), "1d atod dtoa");
 	CUstream s;

@@ -98,18 +98,21 @@ static void test_2d(CUstream stream, int pinned)
 	model_3d(dev.model, 5, 1, 0, pitch, 0, host, 3, 2, 0, hp, 0, 301, 30, 1);
 	buf_check(&dev, pinned ? "2d htod pinned" : stream ? "2d htod async" : "2d htod");
 
-	/* Device to device, within the allocation and to a second, unaligned one. */
+	/* Device to device, within the allocation and to a second of pitch LP, which is no
+	 * cuMemAllocPitch pitch (cuMemcpy2D may refuse an odd device pitch: odd pitches are the
+	 * host's here, and cuMemcpy2DUnaligned's). */
+	const size_t LP = 260;
 	struct buf lin;
-	buf_alloc(&lin, 257 * 40 + 11);
-	c = c2d(CU_MEMORYTYPE_DEVICE, NULL, dev.d, 7, 3, pitch, CU_MEMORYTYPE_DEVICE, NULL, lin.d, 11, 2, 257, 199, 33);
+	buf_alloc(&lin, LP * 40 + 11);
+	c = c2d(CU_MEMORYTYPE_DEVICE, NULL, dev.d, 7, 3, pitch, CU_MEMORYTYPE_DEVICE, NULL, lin.d, 11, 2, LP, 199, 33);
 	if (stream)
 		CHECK(cuMemcpy2DAsync(&c, stream));
 	else
 		CHECK(cuMemcpy2D(&c));
-	model_3d(lin.model, 11, 2, 0, 257, 0, dev.model, 7, 3, 0, pitch, 0, 199, 33, 1);
-	c = c2d(CU_MEMORYTYPE_UNIFIED, NULL, lin.d, 1, 0, 257, CU_MEMORYTYPE_DEVICE, NULL, lin.d, 0, 38, 257, 100, 2);
+	model_3d(lin.model, 11, 2, 0, LP, 0, dev.model, 7, 3, 0, pitch, 0, 199, 33, 1);
+	c = c2d(CU_MEMORYTYPE_UNIFIED, NULL, lin.d, 1, 0, LP, CU_MEMORYTYPE_DEVICE, NULL, lin.d, 0, 38, LP, 100, 2);
 	CHECK(cuMemcpy2DUnaligned(&c));
-	model_3d(lin.model, 0, 38, 0, 257, 0, lin.model, 1, 0, 0, 257, 0, 100, 2, 1);
+	model_3d(lin.model, 0, 38, 0, LP, 0, lin.model, 1, 0, 0, LP, 0, 100, 2, 1);
 	if (stream)
 		CHECK(cuStreamSynchronize(stream));
 	buf_check(&lin, "2d dtod");
@@ -118,14 +121,14 @@ static void test_2d(CUstream stream, int pinned)
 	unsigned char *out = malloc(hp * hh), *want = malloc(hp * hh);
 	fill(out, hp * hh, 9);
 	memcpy(want, out, hp * hh);
-	c = c2d(CU_MEMORYTYPE_DEVICE, NULL, lin.d, 13, 1, 257, CU_MEMORYTYPE_HOST, out, 0, 2, 4, hp, 211, 35);
+	c = c2d(CU_MEMORYTYPE_DEVICE, NULL, lin.d, 13, 1, LP, CU_MEMORYTYPE_HOST, out, 0, 2, 4, hp, 211, 35);
 	if (stream) {
 		CHECK(cuMemcpy2DAsync(&c, stream));
 		CHECK(cuStreamSynchronize(stream));
 	} else {
 		CHECK(cuMemcpy2D(&c));
 	}
-	model_3d(want, 2, 4, 0, hp, 0, lin.model, 13, 1, 0, 257, 0, 211, 35, 1);
+	model_3d(want, 2, 4, 0, hp, 0, lin.model, 13, 1, 0, LP, 0, 211, 35, 1);
 	EXPECT(!memcmp(out, want, hp * hh), "2d dtoh differs");
 	printf("2d dtoh: %s %016llx\n", memcmp(out, want, hp * hh) ? "FAIL" : "ok",
 	       (unsigned long long)drv_fnv1a(out, hp * hh));
@@ -271,12 +274,12 @@ static void test_large(void)
 	host = malloc(2 * RP), out = malloc(2 * RP);
 	fill(host, 2 * RP, 8);
 	c = c2d(CU_MEMORYTYPE_HOST, host, 0, 1, 0, RP, CU_MEMORYTYPE_DEVICE, NULL, two.d, 7, 0, RW + 20, RW - 1, 2);
-	CHECK(cuMemcpy2D(&c));
+	CHECK(cuMemcpy2DUnaligned(&c));
 	model_3d(two.model, 7, 0, 0, RW + 20, 0, host, 1, 0, 0, RP, 0, RW - 1, 2, 1);
 	buf_check(&two, "2d htod long rows");
 	memset(out, 0x33, 2 * RP);
 	c = c2d(CU_MEMORYTYPE_DEVICE, NULL, two.d, 7, 0, RW + 20, CU_MEMORYTYPE_HOST, out, 0, 0, 0, RP, RW - 1, 2);
-	CHECK(cuMemcpy2D(&c));
+	CHECK(cuMemcpy2DUnaligned(&c));
 	bad = 0;
 	for (size_t y = 0; y < 2; y++)
 		for (size_t x = 0; x < RP; x++)
