@@ -98,7 +98,7 @@ CUresult rm_body_cuMipmappedArrayCreate(struct rm_channel *s, CUmipmappedArray *
 		      pMipmappedArrayDesc, numMipmapLevels);
 }
 
-/* Only an array of the client's own that is no mipmapped array's level. */
+/* Only an array of the client's own that is no mipmapped array's level or array's plane. */
 CUresult rm_body_cuArrayDestroy(struct rm_channel *s, CUarray hArray)
 {
 	struct rm_handle h;

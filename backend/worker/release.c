@@ -78,7 +78,7 @@ static void release_mempool(struct rm_channel *s, const struct rm_handle *h)
 	rm_drv_cuMemPoolDestroy(handle_of(h));
 }
 
-/* Arrays are charged like memory; a mipmapped array's level goes with it. */
+/* Arrays are charged like memory; a mipmapped array's level and an array's plane go with it. */
 static void release_array(struct rm_channel *s, const struct rm_handle *h)
 {
 	if (h->parent)

@@ -82,6 +82,14 @@ static void test_2d(void)
 	CHECK(cuMemcpy2D(&c));
 	for (size_t y = 0; y < 31; y++)
 		memcpy(model + (5 + y) * W * E + 3 * E, host + (2 + y) * hp + 11, 40 * E);
+	CUDA_ARRAY_MEMORY_REQUIREMENTS req;
+	CUdevice device;
+	CHECK(cuCtxGetDevice(&device));
+	/* Only an array with deferred mapping has memory requirements. */
+	EXPECT_RESULT(cuArrayGetMemoryRequirements(&req, a, device), CUDA_ERROR_INVALID_VALUE);
+	size_t linear_max;
+	CHECK(cuDeviceGetTexture1DLinearMaxWidth(&linear_max, CU_AD_FORMAT_FLOAT, 4, device));
+	printf("1-D linear textures of %zu elements\n", linear_max);
 	/* Array to pitched device memory and back to the host. */
 	CUdeviceptr dev;
 	size_t pitch;

@@ -1,8 +1,9 @@
 /* Arrays and mipmapped arrays as host buffers, rows packed (copy2d.c copies to and from
  * them; kernels.c reads them through texture objects). Not modelled: formats other than
  * 8-, 16- and 32-bit integers, half and float of 1, 2 or 4 channels
- * (CUDA_ERROR_NOT_SUPPORTED), sparse and deferred-mapping arrays, a layout other than
- * row-major, and any charge of array memory against the device's. */
+ * (CUDA_ERROR_NOT_SUPPORTED), sparse and deferred-mapping arrays and their properties,
+ * planes (cuArrayGetPlane), a layout other than row-major, any charge of array memory
+ * against the device's. */
 #include "testdriver.h"
 
 #include <stdlib.h>
@@ -273,4 +274,22 @@ TD_EXPORT CUresult cuMemcpyAtoA_v2(CUarray dst, size_t doff, CUarray src, size_t
 	c.srcMemoryType = CU_MEMORYTYPE_ARRAY, c.srcArray = src, c.srcXInBytes = soff;
 	c.dstMemoryType = CU_MEMORYTYPE_ARRAY, c.dstArray = dst, c.dstXInBytes = doff;
 	return cuMemcpy2D_v2(&c);
+}
+
+/* Only an array made with CUDA_ARRAY3D_DEFERRED_MAPPING has memory requirements, and the
+ * test driver makes none. */
+TD_EXPORT CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *out, CUarray handle, CUdevice dev)
+{
+	(void)out, (void)dev;
+	return td_array_of(handle) ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+}
+
+/* 2^27 elements, whatever the format, as on recent GPUs. */
+TD_EXPORT CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t *out, CUarray_format format, unsigned channels, CUdevice dev)
+{
+	if (!out || !format_bytes(format) || (channels != 1 && channels != 2 && channels != 4) || dev < 0 ||
+	    dev >= td_device_count())
+		return CUDA_ERROR_INVALID_VALUE;
+	*out = (size_t)1 << 27;
+	return CUDA_SUCCESS;
 }
