@@ -39,6 +39,7 @@ PROGRAMS=(
 	"drv_tables|tests/programs/drv_tables tests/programs/kernels.fatbin"
 	"drv_attrcache|tests/programs/drv_attrcache tests/programs/kernels.fatbin"
 	"rt_memkinds|tests/rtprograms/rt_memkinds"
+	"rt_texture|tests/rtprograms/rt_texture"
 	"drv_graphs|tests/programs/drv_graphs tests/programs/kernels.fatbin 1000"
 	"drv_graph_nodes|tests/programs/drv_graph_nodes tests/programs/kernels.fatbin 1000"
 	"drv_hostfn|tests/programs/drv_hostfn tests/programs/kernels.fatbin"

@@ -93,10 +93,10 @@ TD_EXPORT CUresult cuTexObjectCreate(CUtexObject *out, const CUDA_RESOURCE_DESC 
 		return CUDA_ERROR_INVALID_VALUE;
 	if ((rc = check_resource(res)) != CUDA_SUCCESS)
 		return rc;
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 2; i++) /* the third dimension's mode is never read (no 3-D fetch) */
 		if (tex->addressMode[i] != CU_TR_ADDRESS_MODE_CLAMP && tex->addressMode[i] != CU_TR_ADDRESS_MODE_BORDER)
 			return CUDA_ERROR_NOT_SUPPORTED;
-	if (tex->filterMode != CU_TR_FILTER_MODE_POINT || (tex->flags & ~(unsigned)CU_TRSF_READ_AS_INTEGER))
+	if (tex->filterMode != CU_TR_FILTER_MODE_POINT || (tex->flags & (CU_TRSF_NORMALIZED_COORDINATES | CU_TRSF_SRGB)))
 		return CUDA_ERROR_NOT_SUPPORTED;
 	struct object o = {.used = true, .res = *res, .tex = *tex};
 	if (view)
