@@ -14,6 +14,7 @@
 #define RM_MAX_IMAGE_LEN (1ull << 30)      /* a module image */
 #define RM_MAX_OUT_BUF (1u << 16)          /* an out[LEN] buffer of a generated call */
 #define RM_MAX_POINTER_ATTRIBUTES 64       /* attributes of one cuPointerGetAttributes */
+#define RM_MAX_COPY3D_BULK (16u << 20)     /* host bytes of one cuMemcpy2D/3D piece */
 #define RM_POINTER_ATTRIBUTE_SLOT 16       /* bytes of one attribute's value on the wire (the largest, P2P tokens) */
 #define RM_MANAGED_ALIGN (64u << 10)       /* a managed allocation is a whole number of these
 					    * (docs/managed-memory.md): the client maps it page by page */

@@ -39,6 +39,7 @@ PROGRAMS=(
 	"drv_tables|tests/programs/drv_tables tests/programs/kernels.fatbin"
 	"drv_attrcache|tests/programs/drv_attrcache tests/programs/kernels.fatbin"
 	"rt_memkinds|tests/rtprograms/rt_memkinds"
+	"rt_texture|tests/rtprograms/rt_texture"
 	"drv_graphs|tests/programs/drv_graphs tests/programs/kernels.fatbin 1000"
 	"drv_graph_nodes|tests/programs/drv_graph_nodes tests/programs/kernels.fatbin 1000"
 	"drv_graph_host|tests/programs/drv_graph_host tests/programs/kernels.fatbin 100"
@@ -55,6 +56,9 @@ PROGRAMS=(
 	"rt_coop|tests/rtprograms/rt_coop"
 	"drv_contexts|tests/programs/drv_contexts tests/programs/kernels.ptx"
 	"drv_nvrtc|tests/programs/drv_nvrtc"
+	"drv_copy2d|tests/programs/drv_copy2d tests/programs/kernels.fatbin"
+	"drv_arrays|tests/programs/drv_arrays tests/programs/kernels.fatbin"
+	"drv_textures|tests/programs/drv_textures tests/programs/kernels.fatbin"
 )
 # Framework programs (issue 13), run from the repository root with the Python on the
 # PATH (PyTorch and torchvision for CUDA 13); --no-frameworks leaves them out.

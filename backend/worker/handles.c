@@ -188,8 +188,9 @@ static int disown_locked(struct rm_channel *s, enum rm_handle_kind kind, uint64_
 	h->kind = TOMBSTONE;
 	s->sh->handles_live--;
 	/* Only modules, libraries and kernels have dependents (functions, globals, kernels). */
-	if (kind != RM_H_MODULE && kind != RM_H_LIBRARY && kind != RM_H_KERNEL && kind != RM_H_GRAPH)
-		return 1; /* a graph's dependents are its nodes */
+	if (kind != RM_H_MODULE && kind != RM_H_LIBRARY && kind != RM_H_KERNEL && kind != RM_H_GRAPH &&
+	    kind != RM_H_MIPMAPPED_ARRAY && kind != RM_H_ARRAY)
+		return 1; /* a graph's dependents are its nodes, a mipmapped array's its levels, an array's its planes */
 	for (size_t i = 0; i < s->sh->handles_cap; i++) {
 		struct rm_handle *c = &s->sh->handles[i];
 		/* A mapping's parent is a physical allocation, a physical one's a flag: never a module. */

@@ -78,6 +78,32 @@ static void release_mempool(struct rm_channel *s, const struct rm_handle *h)
 	rm_drv_cuMemPoolDestroy(handle_of(h));
 }
 
+/* Arrays are charged like memory; a mipmapped array's level and an array's plane go with it. */
+static void release_array(struct rm_channel *s, const struct rm_handle *h)
+{
+	if (h->parent)
+		return;
+	rm_drv_cuArrayDestroy(handle_of(h));
+	rm_session_uncharge(s, h->size);
+}
+
+static void release_mipmapped_array(struct rm_channel *s, const struct rm_handle *h)
+{
+	rm_drv_cuMipmappedArrayDestroy(handle_of(h));
+	rm_session_uncharge(s, h->size);
+}
+
+/* Texture and surface objects go before what they name. */
+static void release_texobject(struct rm_channel *s, const struct rm_handle *h)
+{
+	rm_drv_cuTexObjectDestroy((CUtexObject)h->value);
+}
+
+static void release_surfobject(struct rm_channel *s, const struct rm_handle *h)
+{
+	rm_drv_cuSurfObjectDestroy((CUsurfObject)h->value);
+}
+
 /* Each kind's step and release function, beside its kind in proto/handle_kinds.def. */
 static const struct {
 	int step;

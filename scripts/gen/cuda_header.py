@@ -14,6 +14,7 @@ SCALARS = {
     "CUdeviceptr": "uint64", "long long": "int64", "unsigned char": "uint32", "short": "int32",
     "unsigned short": "uint32", "unsigned long": "uint64", "long": "int64",
     "CUmemGenericAllocationHandle": "uint64",
+    "CUtexObject": "uint64", "CUsurfObject": "uint64", "unsigned": "uint32",
 }
 
 
@@ -51,8 +52,9 @@ def parse_header(cuda_root):
         params = [] if args in ("", "void") else [Param(a) for a in args.split(",")]
         funcs[name] = Func(name, m.group(1), params)
     enums = set(re.findall(r"typedef enum \w+ \{[^}]*\} (\w+);", flat))
-    # A struct's members may hold one level of nested struct or union (CUmemAllocationProp).
-    structs = set(re.findall(r"typedef struct \w+ \{(?:[^{}]|\{[^{}]*\})*\} (\w+);", flat))
+    # A struct's members may nest structs and unions two levels deep (CUmemAllocationProp;
+    # CUDA_RESOURCE_DESC, a union of structs).
+    structs = set(re.findall(r"typedef struct \w+ \{(?:[^{}]|\{(?:[^{}]|\{[^{}]*\})*\})*\} (\w+);", flat))
     # typedef chains such as CUuuid -> struct CUuuid_st, CUdevprop -> CUdevprop_v1
     aliases = dict((b, a) for a, b in re.findall(r"typedef (?:struct |enum )?(\w+) (\w+);", flat))
     handles = set(re.findall(r"typedef struct \w+ \*(\w+);", flat))  # CUcontext -> struct CUctx_st *

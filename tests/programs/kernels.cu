@@ -117,4 +117,19 @@ __global__ void assertKernel(int v)
     assert(v != 0);
 }
 
+// Reads a 2-D texture of float: out[y * w + x] = the texel at (x + dx, y + dy), sampled at
+// its centre (point filtering, unnormalized coordinates; the address mode decides outside).
+__global__ void texFetch2D(float *out, unsigned long long tex, int w, int h, float dx, float dy)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < w * h; i += gridDim.x * blockDim.x)
+        out[i] = tex2D<float>(tex, (float)(i % w) + dx + 0.5f, (float)(i / w) + dy + 0.5f);
+}
+
+// Writes v + 1000 * x + y to each element (x, y) of a w x h surface of 32-bit elements.
+__global__ void surfWrite2D(unsigned long long surf, int w, int h, unsigned v)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < w * h; i += gridDim.x * blockDim.x)
+        surf2Dwrite<unsigned>(v + 1000u * (unsigned)(i % w) + (unsigned)(i / w), surf, (i % w) * 4, i / w);
+}
+
 }

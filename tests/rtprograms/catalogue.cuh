@@ -119,3 +119,21 @@ extern "C" __global__ void emptyKernel(void)
 {
 }
 #endif
+
+#ifdef RT_WANT_texFetch2D
+// out[y * w + x] = the texel at (x + dx, y + dy), sampled at its centre.
+extern "C" __global__ void texFetch2D(float *out, cudaTextureObject_t tex, int w, int h, float dx, float dy)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < w * h; i += gridDim.x * blockDim.x)
+        out[i] = tex2D<float>(tex, (float)(i % w) + dx + 0.5f, (float)(i / w) + dy + 0.5f);
+}
+#endif
+
+#ifdef RT_WANT_surfWrite2D
+// Writes v + 1000 * x + y to each 32-bit element (x, y) of a w x h surface.
+extern "C" __global__ void surfWrite2D(cudaSurfaceObject_t surf, int w, int h, unsigned v)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < w * h; i += gridDim.x * blockDim.x)
+        surf2Dwrite<unsigned>(v + 1000u * (unsigned)(i % w) + (unsigned)(i / w), surf, (i % w) * 4, i / w);
+}
+#endif

@@ -221,6 +221,46 @@ static CUresult run_cluster_ranks(const struct td_launch_shape *shape, const uns
 	return CUDA_SUCCESS;
 }
 
+/* Texels read through a texture object at each element's centre (textures.c). */
+static CUresult run_tex_fetch_2d(const struct td_launch_shape *shape, const unsigned char *args)
+{
+	(void)shape;
+	struct arg_reader r = { args, 0 };
+	float *out, dx, dy;
+	unsigned long long tex;
+	int w, h;
+	next_arg(&r, &out, sizeof out), next_arg(&r, &tex, sizeof tex), next_arg(&r, &w, sizeof w);
+	next_arg(&r, &h, sizeof h), next_arg(&r, &dx, sizeof dx), next_arg(&r, &dy, sizeof dy);
+	if (w > 0 && h > 0 && !span_ok(out, (long long)w * h, 4))
+		return CUDA_ERROR_ILLEGAL_ADDRESS;
+	for (int i = 0; w > 0 && i < w * h; i++) {
+		CUresult rc = td_texture_fetch2d(tex, (float)(i % w) + dx + 0.5f, (float)(i / w) + dy + 0.5f, &out[i]);
+		if (rc != CUDA_SUCCESS)
+			return rc;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* surf2Dwrite of 32-bit elements: outside the surface's array faults (the GPU's trap mode). */
+static CUresult run_surf_write_2d(const struct td_launch_shape *shape, const unsigned char *args)
+{
+	(void)shape;
+	struct arg_reader r = { args, 0 };
+	unsigned long long surf;
+	int w, h;
+	unsigned v;
+	next_arg(&r, &surf, sizeof surf), next_arg(&r, &w, sizeof w), next_arg(&r, &h, sizeof h);
+	next_arg(&r, &v, sizeof v);
+	for (int i = 0; w > 0 && i < w * h; i++) {
+		unsigned value = v + 1000u * (unsigned)(i % w) + (unsigned)(i / w);
+		void *at = td_surface_element(surf, (long long)(i % w) * 4, i / w, 4);
+		if (!at)
+			return CUDA_ERROR_ILLEGAL_ADDRESS;
+		memcpy(at, &value, 4);
+	}
+	return CUDA_SUCCESS;
+}
+
 #define P 8 /* a pointer parameter */
 static const struct td_kernel catalogue[] = {
 	{ "vecAdd", 4, { P, P, P, 4 }, 0, 16, run_vec_add },
@@ -235,6 +275,8 @@ static const struct td_kernel catalogue[] = {
 	{ "assertKernel", 1, { 4 }, 0, 8, run_assert_kernel },
 	{ "gridSumCoop", 4, { P, P, P, 4 }, 8, 16, run_grid_sum_coop },
 	{ "clusterRanks", 1, { P }, 4, 8, run_cluster_ranks },
+	{ "texFetch2D", 6, { P, 8, 4, 4, 4, 4 }, 0, 16, run_tex_fetch_2d },
+	{ "surfWrite2D", 4, { 8, 4, 4, 4 }, 0, 16, run_surf_write_2d },
 };
 #undef P
 

@@ -49,7 +49,9 @@ enum td_magic {
 	TD_MAGIC_FUNCTION = 0x46554e43, /* "FUNC" */
 	TD_MAGIC_GRAPH = 0x47525048,    /* "GRPH" */
 	TD_MAGIC_NODE = 0x4e4f4445,     /* "NODE" */
-	TD_MAGIC_EXEC = 0x45584543      /* "EXEC" */
+	TD_MAGIC_EXEC = 0x45584543,     /* "EXEC" */
+	TD_MAGIC_ARRAY = 0x41525259,    /* "ARRY" */
+	TD_MAGIC_MIPMAP = 0x4d49504d    /* "MIPM" */
 };
 
 extern pthread_mutex_t td_lock;
@@ -311,5 +313,25 @@ struct td_function {
 	int cluster_policy;          /* CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE */
 	int required_cluster[3];     /* CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, _HEIGHT, _DEPTH */
 };
+
+
+/* ---- arrays (arrays.c) ---- */
+/* An array as host memory: depth slices of height rows of width elements of elem bytes,
+ * rows packed (pitch = width * elem). */
+struct td_array {
+	uint32_t magic;
+	CUDA_ARRAY3D_DESCRIPTOR desc;
+	size_t elem, width, height, depth;
+	char *data;
+	bool level;                  /* a mipmapped array's level: freed with it */
+};
+/* The array of handle a, or NULL. */
+struct td_array *td_array_of(CUarray a);
+
+/* ---- texture and surface objects (textures.c) ---- */
+/* The float texel of 2-D texture tex at unnormalized (u, v), point-sampled, in *out. */
+CUresult td_texture_fetch2d(unsigned long long tex, float u, float v, float *out);
+/* The address of size bytes at byte xbytes of row y of surface surf's array, or NULL. */
+void *td_surface_element(unsigned long long surf, long long xbytes, long long y, size_t size);
 
 #endif
