@@ -1,9 +1,11 @@
 /* The smaller calls written by hand in the client: the profiler's switches, kernel
  * names, stream memory writes, and copies between pointers of either side (unified
- * addressing), which the client sorts into the host and device copies it forwards. */
+ * addressing), which the client sorts into the host and device copies it forwards,
+ * libraries loaded from the program's files. */
 #include "client.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,6 +82,49 @@ RM_EXPORT CUresult CUDAAPI cuKernelGetName(const char **name, CUkernel hfunc)
 	if (r == CUDA_SUCCESS && rep && !(*name = intern(rep->name)))
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 	rm_rpc_free(rep ? &rep->base : NULL);
+	return r;
+}
+
+/* ---- libraries from files ---- */
+
+/* The file is the program's: read here, and loaded as cuLibraryLoadData loads an image. */
+RM_EXPORT CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions,
+						 void **jitOptionsValues, unsigned int numJitOptions,
+						 CUlibraryOption *libraryOptions, void **libraryOptionValues,
+						 unsigned int numLibraryOptions)
+{
+	if (!library || !fileName)
+		return CUDA_ERROR_INVALID_VALUE;
+	FILE *f = fopen(fileName, "rb");
+	if (!f)
+		return CUDA_ERROR_FILE_NOT_FOUND;
+	uint8_t *image = NULL;
+	size_t len = 0, cap = 0;
+	CUresult r = CUDA_SUCCESS;
+	for (;;) {
+		if (len + 65536 + 1 > cap) {
+			cap = cap ? cap * 2 : 1 << 20;
+			uint8_t *p = cap <= RM_MAX_IMAGE_LEN ? realloc(image, cap) : NULL;
+			if (!p) {
+				r = CUDA_ERROR_INVALID_IMAGE;
+				break;
+			}
+			image = p;
+		}
+		size_t n = fread(image + len, 1, cap - len - 1, f);
+		len += n;
+		if (n == 0)
+			break;
+	}
+	fclose(f);
+	if (r == CUDA_SUCCESS && len < 4)
+		r = CUDA_ERROR_INVALID_IMAGE;
+	if (r == CUDA_SUCCESS) {
+		image[len] = 0; /* a PTX image ends with its NUL */
+		r = cuLibraryLoadData(library, image, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
+				      libraryOptionValues, numLibraryOptions);
+	}
+	free(image);
 	return r;
 }
 

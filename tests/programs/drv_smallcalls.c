@@ -335,6 +335,18 @@ int main(int argc, char **argv)
 	copies(ctx);
 	pools();
 
+	/* The same image as a library from its file: the same kernels. */
+	CUlibrary from_file;
+	unsigned int here = 0, there = 0;
+	CHECK(cuLibraryLoadFromFile(&from_file, argv[1], NULL, NULL, 0, NULL, NULL, 0));
+	CHECK(cuLibraryGetKernelCount(&here, lib));
+	CHECK(cuLibraryGetKernelCount(&there, from_file));
+	EXPECT(here == there, "%u kernels from the data, %u from the file", here, there);
+	EXPECT(cuLibraryLoadFromFile(&from_file, "/nonexistent/image", NULL, NULL, 0, NULL, NULL, 0) ==
+	       CUDA_ERROR_FILE_NOT_FOUND, "a missing file loads");
+	CHECK(cuLibraryUnload(from_file));
+	printf("library from its file: %u kernels\n", there);
+
 	CHECK(cuMemFree(buf));
 	CHECK(cuModuleUnload(mod));
 	CHECK(cuLibraryUnload(lib));

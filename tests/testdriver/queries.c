@@ -5,6 +5,7 @@
 
 #include <cudaProfiler.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -214,6 +215,32 @@ TD_EXPORT CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
 TD_EXPORT CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, CUlibrary lib)
 {
 	return cuModuleEnumerateFunctions((CUfunction *)kernels, numKernels, (CUmodule)lib);
+}
+
+TD_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions,
+					 void **jitOptionsValues, unsigned int numJitOptions,
+					 CUlibraryOption *libraryOptions, void **libraryOptionValues,
+					 unsigned int numLibraryOptions)
+{
+	if (!td_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!library || !fileName)
+		return CUDA_ERROR_INVALID_VALUE;
+	FILE *file = fopen(fileName, "rb");
+	if (!file)
+		return CUDA_ERROR_FILE_NOT_FOUND;
+	CUresult rc = CUDA_ERROR_INVALID_IMAGE;
+	unsigned char *bytes = NULL;
+	if (fseek(file, 0, SEEK_END) == 0) {
+		long length = ftell(file);
+		if (length > 0 && length < (1L << 30) && (bytes = calloc(1, (size_t)length + 1)) &&
+		    fseek(file, 0, SEEK_SET) == 0 && fread(bytes, 1, (size_t)length, file) == (size_t)length)
+			rc = cuLibraryLoadData(library, bytes, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
+					       libraryOptionValues, numLibraryOptions);
+	}
+	free(bytes);
+	fclose(file);
+	return rc;
 }
 
 /* ---- streams: attributes kept beside each stream, ids given at first asking ---- */
