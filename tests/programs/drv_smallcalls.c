@@ -311,6 +311,48 @@ static void pools(void)
 	printf("pools: by location as by device; own device's access %d\n", (int)flags);
 }
 
+/* TMA descriptors: the driver's encoding is opaque, and the device addresses differ between
+ * runs, so what is printed is what holds anywhere: an encoding repeats, a replaced address
+ * gives what encoding at that address gives, bad arguments are refused. */
+static void tensor_maps(CUdeviceptr buf)
+{
+	static CUtensorMap m1 __attribute__((aligned(128))), m2 __attribute__((aligned(128))),
+		again __attribute__((aligned(128))), moved __attribute__((aligned(128)));
+	cuuint64_t dims[2] = {64, 64}, strides[1] = {256};
+	cuuint32_t box[2] = {16, 16}, es[2] = {1, 1};
+#define TILED(map, at, rank)                                                                                      \
+	cuTensorMapEncodeTiled(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, rank, (void *)(uintptr_t)(at), dims, strides, box, \
+			       es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,                     \
+			       CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+	CHECK(TILED(&m1, buf, 2));
+	CHECK(TILED(&again, buf, 2));
+	CHECK(TILED(&m2, buf + 4096, 2));
+	moved = m1;
+	CHECK(cuTensorMapReplaceAddress(&moved, (void *)(uintptr_t)(buf + 4096)));
+	EXPECT(!memcmp(&m1, &again, sizeof(m1)), "an encoding does not repeat");
+	EXPECT(!memcmp(&moved, &m2, sizeof(m2)), "a replaced address differs from an encoding at it");
+	EXPECT(memcmp(&m1, &m2, sizeof(m1)), "the address is not in the encoding");
+	CUresult rank0 = TILED(&again, buf, 0), misaligned = TILED(&again, buf + 4, 2);
+	EXPECT(rank0 == CUDA_ERROR_INVALID_VALUE && misaligned == CUDA_ERROR_INVALID_VALUE, "bad tiled maps: %s, %s",
+	       drv_error_name(rank0), drv_error_name(misaligned));
+#undef TILED
+
+	/* im2col over N=4 x W=16 x C=8 floats. */
+	cuuint64_t idims[3] = {8, 16, 4}, istrides[2] = {32, 512};
+	cuuint32_t ies[3] = {1, 1, 1};
+	int lower[1] = {-1}, upper[1] = {1};
+	CUresult im2col = cuTensorMapEncodeIm2col(&m1, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, (void *)(uintptr_t)buf, idims,
+						  istrides, lower, upper, 8, 16, ies, CU_TENSOR_MAP_INTERLEAVE_NONE,
+						  CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+						  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+	CUresult wide = cuTensorMapEncodeIm2colWide(&m2, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, (void *)(uintptr_t)buf, idims,
+						    istrides, -1, 1, 8, 16, ies, CU_TENSOR_MAP_INTERLEAVE_NONE,
+						    CU_TENSOR_MAP_IM2COL_WIDE_MODE_W, CU_TENSOR_MAP_SWIZZLE_128B,
+						    CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+	printf("tensor maps: tiled repeat and move, bad ones %s; im2col %s, im2col wide %s\n", drv_error_name(rank0),
+	       drv_error_name(im2col), drv_error_name(wide));
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -334,6 +376,7 @@ int main(int argc, char **argv)
 	streams(buf);
 	copies(ctx);
 	pools();
+	tensor_maps(buf);
 
 	/* The same image as a library from its file: the same kernels. */
 	CUlibrary from_file;
