@@ -47,7 +47,7 @@ PROGRAMS=(
 	"drv_thread_waits|tests/programs/drv_thread_waits tests/programs/kernels.fatbin 50"
 	"drv_managed|tests/programs/drv_managed tests/programs/kernels.fatbin"
 	"drv_hostptr|tests/programs/drv_hostptr tests/programs/kernels.fatbin"
-	"drv_smallcalls|tests/programs/drv_smallcalls tests/programs/kernels.fatbin"
+	"drv_smallcalls|tests/programs/drv_smallcalls tests/programs/kernels.ptx"
 )
 # Framework programs (issue 13), run from the repository root with the Python on the
 # PATH (PyTorch and torchvision for CUDA 13); --no-frameworks leaves them out.

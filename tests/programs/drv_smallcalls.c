@@ -353,6 +353,54 @@ static void tensor_maps(CUdeviceptr buf)
 	       drv_error_name(im2col), drv_error_name(wide));
 }
 
+/* A PTX image linked as ptxjit links one (wall time, logs, verbose), loaded, and run. */
+static void link_ptx(const char *path, CUdeviceptr buf)
+{
+	size_t size;
+	char *image = drv_read_file(path, &size);
+	if (!strstr(image, ".version")) {
+		printf("link: not a PTX image\n");
+		free(image);
+		return;
+	}
+	char info[4096], error[4096];
+	float wall = 0;
+	CUjit_option options[6] = {CU_JIT_WALL_TIME, CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+				   CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_LOG_VERBOSE};
+	void *values[6] = {&wall, info, (void *)(uintptr_t)sizeof(info), error, (void *)(uintptr_t)sizeof(error),
+			   (void *)(uintptr_t)1};
+	CUlinkState link;
+	void *cubin = NULL;
+	size_t cubin_size = 0;
+	CHECK(cuLinkCreate(6, options, values, &link));
+	CHECK(cuLinkAddData(link, CU_JIT_INPUT_PTX, image, size + 1, "kernels.ptx", 0, NULL, NULL));
+	CHECK(cuLinkComplete(link, &cubin, &cubin_size));
+	size_t info_len = (size_t)(uintptr_t)values[2];
+	EXPECT(info_len >= 1 && info_len <= sizeof(info) && strlen(info) + 1 == info_len, "info log of %zu bytes",
+	       info_len);
+	CUmodule linked;
+	CUfunction fill;
+	CHECK(cuModuleLoadData(&linked, cubin));
+	CHECK(cuLinkDestroy(link));
+	CHECK(cuModuleGetFunction(&fill, linked, "fillU32"));
+	unsigned value = 0x600dcafe;
+	int n = 1024;
+	void *args[3] = {&buf, &value, &n};
+	CHECK(cuLaunchKernel(fill, (unsigned)(n + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, args, NULL));
+	unsigned *got = malloc(n * sizeof(*got));
+	CHECK(cuMemcpyDtoH(got, buf, n * sizeof(*got)));
+	int wrong = 0;
+	for (int i = 0; i < n; i++)
+		wrong += got[i] != value;
+	EXPECT(!wrong, "%d words wrong after the linked fillU32", wrong);
+	printf("link: PTX linked (%s), loaded, fillU32 ran: %d wrong\n",
+	       cubin_size > 4 && !memcmp(cubin, "\177ELF", 4) ? "ELF" : "the test driver's image", wrong);
+	CHECK(cuModuleUnload(linked));
+	free(got);
+	free(image);
+	EXPECT(cuLinkComplete(NULL, &cubin, &cubin_size) == CUDA_ERROR_INVALID_HANDLE, "a NULL link completes");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -377,6 +425,7 @@ int main(int argc, char **argv)
 	copies(ctx);
 	pools();
 	tensor_maps(buf);
+	link_ptx(argv[1], buf);
 
 	/* The same image as a library from its file: the same kernels. */
 	CUlibrary from_file;
