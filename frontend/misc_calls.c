@@ -15,23 +15,24 @@
 /* ---- profiler ---- */
 
 /* The profiler of the GPU host is not the program's: starting and stopping it succeed and
- * do nothing, as they do natively when no profiler is attached. */
+ * do nothing, as they do natively when no profiling tool is attached; they need a context.
+ * cuProfilerInitialize is CUDA_ERROR_NOT_SUPPORTED, as from every driver since CUDA 12. */
 RM_EXPORT CUresult CUDAAPI cuProfilerInitialize(const char *configFile, const char *outputFile, CUoutput_mode outputMode)
 {
 	(void)configFile;
 	(void)outputFile;
 	(void)outputMode;
-	return CUDA_SUCCESS;
+	return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 RM_EXPORT CUresult CUDAAPI cuProfilerStart(void)
 {
-	return CUDA_SUCCESS;
+	return rm_ctx_current() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
 RM_EXPORT CUresult CUDAAPI cuProfilerStop(void)
 {
-	return CUDA_SUCCESS;
+	return rm_ctx_current() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
 /* ---- kernel names ---- */

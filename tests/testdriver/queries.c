@@ -440,13 +440,22 @@ TD_EXPORT CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, 
 	return cuDeviceGetMemPool(pool, location->id);
 }
 
-/* ---- profiler ---- */
+/* ---- profiler: no tool attached; cuProfilerInitialize gone since CUDA 12 ---- */
 
 TD_EXPORT CUresult cuProfilerInitialize(const char *configFile, const char *outputFile, CUoutput_mode outputMode)
 {
 	(void)configFile, (void)outputFile, (void)outputMode;
-	return CUDA_SUCCESS;
+	return CUDA_ERROR_NOT_SUPPORTED;
 }
 
-TD_EXPORT CUresult cuProfilerStart(void) { return CUDA_SUCCESS; }
-TD_EXPORT CUresult cuProfilerStop(void) { return CUDA_SUCCESS; }
+TD_EXPORT CUresult cuProfilerStart(void)
+{
+	struct td_context *ctx;
+	return td_require_context(&ctx);
+}
+
+TD_EXPORT CUresult cuProfilerStop(void)
+{
+	struct td_context *ctx;
+	return td_require_context(&ctx);
+}
