@@ -158,7 +158,8 @@ RM_EXPORT CUresult CUDAAPI cuLinkAddFile(CUlinkState state, CUjitInputType type,
 }
 
 /* The daemon's logs and wall time written where the program's options asked, as the driver
- * writes them: a log into its buffer (cut to its size), the bytes written into the size's value. */
+ * writes them: a log into its buffer (cut to its size), the size the driver says it filled
+ * (within the buffer) into the size's value. */
 static void write_back(struct link *l, const Remora__LinkCompleteReply *rep)
 {
 	size_t info_cap = 0, err_cap = 0;
@@ -168,7 +169,9 @@ static void write_back(struct link *l, const Remora__LinkCompleteReply *rep)
 		if (l->caller_options[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
 			err_cap = (size_t)(uintptr_t)l->caller_values[i];
 	}
-	size_t info_len = 0, err_len = 0;
+	/* The sizes filled are the driver's, within the program's buffers. */
+	size_t info_len = rep->info_log_size < info_cap ? rep->info_log_size : info_cap;
+	size_t err_len = rep->error_log_size < err_cap ? rep->error_log_size : err_cap;
 	for (unsigned i = 0; i < l->ncaller; i++) {
 		CUjit_option o = l->caller_options[i];
 		const char *text = o == CU_JIT_INFO_LOG_BUFFER ? rep->info_log : rep->error_log;
@@ -177,7 +180,6 @@ static void write_back(struct link *l, const Remora__LinkCompleteReply *rep)
 			size_t len = strnlen(text, cap - 1);
 			memcpy(l->caller_values[i], text, len);
 			((char *)l->caller_values[i])[len] = 0;
-			*(o == CU_JIT_INFO_LOG_BUFFER ? &info_len : &err_len) = len + 1;
 		}
 	}
 	for (unsigned i = 0; i < l->ncaller; i++) {

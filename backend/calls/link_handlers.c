@@ -115,6 +115,8 @@ CUresult rm_body_cuLinkComplete(struct rm_channel *s, struct rm_request *rq, con
 		uint32_t bits = (uint32_t)(uintptr_t)vals[wall];
 		memcpy(&ms, &bits, sizeof(ms));
 		rep->wall_time = ms;
+		rep->info_log_size = (uint32_t)(uintptr_t)vals[wall + 2];
+		rep->error_log_size = (uint32_t)(uintptr_t)vals[wall + 4];
 		rm_drv_cuLinkDestroy(link);
 	}
 	rq->reply_mem = out ? (void *)out : (void *)logs; /* freed once the reply is sent */
