@@ -208,8 +208,12 @@ static void streams(CUdeviceptr buf)
 			distinct &= ids[i] != ids[j];
 	EXPECT(distinct, "stream ids repeat among live and destroyed streams");
 	CUdevice dev = -1;
+	CUcontext current = NULL, of_stream = NULL;
 	CHECK(cuStreamGetDevice(later[0], &dev));
+	CHECK(cuCtxGetCurrent(&current));
+	CHECK(cuStreamGetCtx(later[1], &of_stream));
 	EXPECT(dev == 0, "stream device %d", dev);
+	EXPECT(of_stream == current, "a stream's context is not the one it was made in");
 	printf("later streams: default attributes %s, ids distinct %d, device %d\n", leaks ? "no" : "yes", distinct, dev);
 
 	/* Stream writes: into device memory, and into mapped host memory, which the host reads. */

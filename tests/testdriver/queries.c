@@ -389,6 +389,18 @@ TD_EXPORT CUresult cuStreamGetDevice(CUstream hStream, CUdevice *device)
 	return CUDA_SUCCESS;
 }
 
+TD_EXPORT CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
+{
+	struct td_stream *s;
+	CUresult rc = td_resolve_stream(hStream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pctx = (CUcontext)s->ctx;
+	return CUDA_SUCCESS;
+}
+
 /* ---- memory ---- */
 
 /* One address space: a peer copy is a device-to-device copy, ordered on the stream. */
