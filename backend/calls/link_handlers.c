@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "host_memory.h"
 #include "log.h"
 #include "remora.pb-c.h"
 
@@ -50,12 +51,28 @@ static CUresult add_inputs(struct rm_channel *s, struct rm_request *rq, const Re
 	return r;
 }
 
+/* An input being read is host memory the daemon holds for the client, as an image being
+ * loaded is: charged to its memory quota and the worker's host-memory bound meanwhile. */
+static CUresult hold(struct rm_channel *s, uint64_t n)
+{
+	CUresult r = rm_session_charge(s, n);
+	if (r == CUDA_SUCCESS && rm_host_account_take(&s->sh->host, n)) {
+		rm_session_log(s, RM_LOG_WARN, "a link input of %llu bytes refused: over a host-memory limit",
+			       (unsigned long long)n);
+		rm_session_uncharge(s, n);
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return r;
+}
+
 CUresult rm_body_cuLinkComplete(struct rm_channel *s, struct rm_request *rq, const Remora__LinkComplete *req,
 				Remora__LinkCompleteReply *rep)
 {
-	uint64_t total = 0;
-	for (size_t i = 0; i < req->n_inputs; i++)
+	uint64_t total = 0, largest = 0;
+	for (size_t i = 0; i < req->n_inputs && total <= RM_MAX_IMAGE_LEN; i++) {
 		total += req->inputs[i]->size;
+		largest = req->inputs[i]->size > largest ? req->inputs[i]->size : largest;
+	}
 	if (!s->cur || req->n_inputs > MAX_INPUTS || req->n_options > MAX_OPTIONS ||
 	    req->n_options != req->n_values || total != rq->frame.bulk_len || total > RM_MAX_IMAGE_LEN)
 		return s->cur ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_CONTEXT; /* the server drops the bulk */
@@ -81,9 +98,16 @@ CUresult rm_body_cuLinkComplete(struct rm_channel *s, struct rm_request *rq, con
 	opts[n] = CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, vals[n++] = (void *)(uintptr_t)(LOG_BYTES - 1);
 
 	CUlinkState link = NULL;
-	CUresult r = rm_drv_cuLinkCreate_v2((unsigned)n, opts, vals, &link);
+	CUresult r = hold(s, largest); /* inputs are read one at a time */
+	int held = r == CUDA_SUCCESS;
+	if (r == CUDA_SUCCESS)
+		r = rm_drv_cuLinkCreate_v2((unsigned)n, opts, vals, &link);
 	if (r == CUDA_SUCCESS)
 		r = add_inputs(s, rq, req, link);
+	if (held) {
+		rm_host_account_give(&s->sh->host, largest);
+		rm_session_uncharge(s, largest);
+	}
 	void *cubin = NULL;
 	size_t size = 0;
 	if (r == CUDA_SUCCESS)
