@@ -8,6 +8,7 @@
 
 #include "driver_table.h"
 #include "log.h"
+#include "stream_attrs.h"
 
 #define MAX_QUEUES 32
 #define MAX_CONTEXTS 64
@@ -186,6 +187,7 @@ CUresult rm_stream_pool_take(CUcontext ctx, int priority, CUstream *out)
 
 void rm_stream_pool_give(CUstream st)
 {
+	rm_stream_attrs_given(st); /* what the client set does not reach the next one */
 	pthread_rwlock_wrlock(&lock);
 	struct pool_stream *e = lookup(st);
 	if (e && e->in_use) {

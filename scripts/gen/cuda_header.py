@@ -9,7 +9,7 @@ HANDLE_KINDS = {}
 
 
 SCALARS = {
-    "int": "int32", "unsigned int": "uint32", "size_t": "uint64", "unsigned long long": "uint64",
+    "int": "int32", "unsigned int": "uint32", "unsigned": "uint32", "size_t": "uint64", "unsigned long long": "uint64",
     "cuuint64_t": "uint64", "cuuint32_t": "uint32", "float": "float", "CUdevice": "int32",
     "CUdeviceptr": "uint64", "long long": "int64", "unsigned char": "uint32", "short": "int32",
     "unsigned short": "uint32", "unsigned long": "uint64", "long": "int64",
@@ -53,8 +53,9 @@ def parse_header(cuda_root):
         funcs[name] = Func(name, m.group(1), params)
     enums = set(re.findall(r"typedef enum \w+ \{[^}]*\} (\w+);", flat))
     # A struct's members may nest structs and unions two levels deep (CUmemAllocationProp;
-    # CUDA_RESOURCE_DESC, a union of structs).
-    structs = set(re.findall(r"typedef struct \w+ \{(?:[^{}]|\{(?:[^{}]|\{[^{}]*\})*\})*\} (\w+);", flat))
+    # CUDA_RESOURCE_DESC, a union of structs). A union travels as its bytes, as a struct
+    # does (CUlaunchAttributeValue).
+    structs = set(re.findall(r"typedef (?:struct|union) \w+ \{(?:[^{}]|\{(?:[^{}]|\{[^{}]*\})*\})*\} (\w+);", flat))
     # typedef chains such as CUuuid -> struct CUuuid_st, CUdevprop -> CUdevprop_v1
     aliases = dict((b, a) for a, b in re.findall(r"typedef (?:struct |enum )?(\w+) (\w+);", flat))
     handles = set(re.findall(r"typedef struct \w+ \*(\w+);", flat))  # CUcontext -> struct CUctx_st *

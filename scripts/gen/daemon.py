@@ -152,11 +152,13 @@ def driver_call(name, args):
 
 def dptr_length(fn, expr):
     """A dptr[LEN] annotation's length as (count, unit) over the request's fields: LEN is a
-    parameter or a parameter times a constant (check_param), so that the daemon can check
-    it for overflow. No annotation: one byte."""
+    parameter, a parameter times a constant or a constant (check_param), so that the daemon
+    can check it for overflow. No annotation: one byte."""
     if expr is None:
         return "1", "1"
     m = re.fullmatch(r"\s*(\w+)\s*(?:\*\s*(\d+)\s*)?", expr)
+    if m.group(1).isdigit():  # a constant: the bytes of a value (cuStreamWriteValue32)
+        return f"(uint64_t){m.group(1)}", m.group(2) or "1"
     return f"(uint64_t)req->{m.group(1).lower()}", m.group(2) or "1"
 
 

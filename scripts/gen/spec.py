@@ -243,8 +243,8 @@ def check_param(e, fn, p, notes):
             if p.stars or p.base != "CUdeviceptr":
                 e.fail(f"{p.name}={n}: {what}, not a CUdeviceptr")
             m = re.fullmatch(r"\s*(\w+)\s*(?:\*\s*(\d+)\s*)?", n[5:-1])
-            if not m or m.group(1) not in [q.name for q in fn.params]:
-                e.fail(f"{p.name}={n}: the length must be a parameter, or a parameter times a constant")
+            if not m or (m.group(1) not in [q.name for q in fn.params] and not m.group(1).isdigit()):
+                e.fail(f"{p.name}={n}: the length must be a parameter, a parameter times a constant, or a constant")
         elif n in ("new", "new:body"):
             if not is_out:
                 e.fail(f"{p.name}={n}: {what}: only an output becomes owned")

@@ -241,3 +241,46 @@ void td_pool_freed(struct td_pool *p, size_t size)
 	p->used -= size;
 	pthread_mutex_unlock(&td_lock);
 }
+
+/* Access to a pool's memory from each device: its own device always reads and writes;
+ * the others have what cuMemPoolSetAccess gave them (none at first). */
+/* [pool's device][accessor]: kept per device, not per pool, which is all the tests need. */
+static CUmemAccess_flags peer_access[TD_MAX_DEVICES][TD_MAX_DEVICES];
+
+TD_EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
+{
+	struct td_pool *p;
+	CUresult rc = pool_of(pool, &p);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!map && count)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < count; i++) {
+		const CUmemLocation *l = &map[i].location;
+		if (l->type != CU_MEM_LOCATION_TYPE_DEVICE || device_ok(l->id) != CUDA_SUCCESS ||
+		    (unsigned)map[i].flags > CU_MEM_ACCESS_FLAGS_PROT_READWRITE ||
+		    map[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ)
+			return CUDA_ERROR_INVALID_VALUE;
+		if (l->id == p->device && map[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+			return CUDA_ERROR_INVALID_DEVICE; /* a pool's own device keeps its access */
+	}
+	pthread_mutex_lock(&td_lock);
+	for (size_t i = 0; i < count; i++)
+		peer_access[p->device][map[i].location.id] = map[i].flags;
+	pthread_mutex_unlock(&td_lock);
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation *location)
+{
+	struct td_pool *p;
+	CUresult rc = pool_of(memPool, &p);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!flags || !location || location->type != CU_MEM_LOCATION_TYPE_DEVICE || device_ok(location->id) != CUDA_SUCCESS)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&td_lock);
+	*flags = location->id == p->device ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : peer_access[p->device][location->id];
+	pthread_mutex_unlock(&td_lock);
+	return CUDA_SUCCESS;
+}

@@ -10,6 +10,7 @@ const uint32_t rm_op_flags[RM_OP_LIMIT] = {
 	[RM_OP_cuStreamSynchronize] = RM_OPF_SYNCPOINT,
 	[RM_OP_cuEventRecord] = RM_OPF_ASYNC,
 	[RM_OP_cuEventElapsedTime] = RM_OPF_SYNCPOINT,
+	[RM_OP_cuStreamWriteWord] = RM_OPF_ASYNC,
 };
 
 const char *const rm_op_names[RM_OP_LIMIT] = {
@@ -45,4 +46,6 @@ const char *const rm_op_names[RM_OP_LIMIT] = {
 	[RM_OP_cuCtxGetLimitValue] = "cuCtxGetLimitValue",
 	[RM_OP_cuCtxSetLimitValue] = "cuCtxSetLimitValue",
 	[RM_OP_cuStreamWaitStreams] = "cuStreamWaitStreams",
+	[RM_OP_cuStreamWriteWord] = "cuStreamWriteWord",
+	[RM_OP_cuStreamSetValue] = "cuStreamSetValue",
 };

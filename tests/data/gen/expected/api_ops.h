@@ -38,9 +38,11 @@ enum rm_op {
 	RM_OP_cuCtxGetLimitValue = 29,
 	RM_OP_cuCtxSetLimitValue = 30,
 	RM_OP_cuStreamWaitStreams = 31,
+	RM_OP_cuStreamWriteWord = 32,
+	RM_OP_cuStreamSetValue = 33,
 };
 
-#define RM_OP_LIMIT 32
+#define RM_OP_LIMIT 34
 
 /* Per-op flags: RM_OPF_ASYNC for calls sent without waiting for a reply (it is the frame
  * flag RM_F_ASYNC), RM_OPF_SYNCPOINT for calls whose reply reports earlier async errors,

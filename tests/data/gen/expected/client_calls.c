@@ -267,6 +267,24 @@ static CUresult call_cuStreamWaitStreams(void)
 	return r;
 }
 
+static CUresult call_cuStreamWriteWord(void)
+{
+	CUstream hStream = (CUstream)(uintptr_t)0x1000;
+	CUdeviceptr addr = 0x100000;
+	unsigned value = (unsigned)4;
+	CUresult r = cuStreamWriteWord(hStream, addr, value);
+	return r;
+}
+
+static CUresult call_cuStreamSetValue(void)
+{
+	CUstream hStream = (CUstream)(uintptr_t)0x1000;
+	CUstreamValue value;
+	memset(&value, 0, sizeof(value));
+	CUresult r = cuStreamSetValue(hStream, &value);
+	return r;
+}
+
 CUresult (*const rm_fuzz_calls[])(void) = {
 	call_cuInit,
 	call_cuDeviceGet,
@@ -296,6 +314,8 @@ CUresult (*const rm_fuzz_calls[])(void) = {
 	call_cuCtxGetLimitValue,
 	call_cuCtxSetLimitValue,
 	call_cuStreamWaitStreams,
+	call_cuStreamWriteWord,
+	call_cuStreamSetValue,
 };
 const char *const rm_fuzz_call_names[] = {
 	"cuInit",
@@ -326,5 +346,7 @@ const char *const rm_fuzz_call_names[] = {
 	"cuCtxGetLimitValue",
 	"cuCtxSetLimitValue",
 	"cuStreamWaitStreams",
+	"cuStreamWriteWord",
+	"cuStreamSetValue",
 };
-const unsigned int rm_fuzz_ncalls = 28;
+const unsigned int rm_fuzz_ncalls = 30;

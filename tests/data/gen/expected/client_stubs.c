@@ -345,6 +345,26 @@ RM_EXPORT CUresult CUDAAPI cuStreamWaitStreams(CUstream hStream, CUstream *other
 	return rm_rpc_simple(RM_OP_cuStreamWaitStreams, &req.base, NULL, NULL);
 }
 
+RM_EXPORT CUresult CUDAAPI cuStreamWriteWord(CUstream hStream, CUdeviceptr addr, unsigned value)
+{
+	Remora__CuStreamWriteWordReq req = REMORA__CU_STREAM_WRITE_WORD__REQ__INIT;
+	req.hstream = (uint64_t)(uintptr_t)hStream;
+	req.addr = addr;
+	req.value = value;
+	return rm_rpc_ordered(RM_OP_cuStreamWriteWord, &req.base, (uint64_t)(uintptr_t)hStream, 0);
+}
+
+RM_EXPORT CUresult CUDAAPI cuStreamSetValue(CUstream hStream, const CUstreamValue *value)
+{
+	Remora__CuStreamSetValueReq req = REMORA__CU_STREAM_SET_VALUE__REQ__INIT;
+	req.hstream = (uint64_t)(uintptr_t)hStream;
+	req.value.data = (uint8_t *)value;
+	req.value.len = sizeof(*value);
+	if (!value)
+		return CUDA_ERROR_INVALID_VALUE;
+	return rm_rpc_simple(RM_OP_cuStreamSetValue, &req.base, NULL, NULL);
+}
+
 RM_EXPORT CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
 	rm_per_thread_enter();

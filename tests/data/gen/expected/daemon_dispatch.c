@@ -536,6 +536,42 @@ static void handle_cuStreamWaitStreams(struct rm_channel *s, struct rm_request *
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }
 
+static void handle_cuStreamWriteWord(struct rm_channel *s, struct rm_request *rq)
+{
+	Remora__CuStreamWriteWordReq *req = (Remora__CuStreamWriteWordReq *)rm_request_unpack(rq, &remora__cu_stream_write_word__req__descriptor);
+	if (!req)
+		return;
+	Remora__CuStreamWriteWordRep rep = REMORA__CU_STREAM_WRITE_WORD__REP__INIT;
+	CUresult r = CUDA_SUCCESS;
+	CUstream a_hStream = NULL;
+	if (r == CUDA_SUCCESS)
+		r = rm_session_check_span(s, req->addr, (uint64_t)4, 1);
+	if (r == CUDA_SUCCESS)
+		r = rm_session_stream_submit(s, req->hstream, rq->frame.flags, &a_hStream);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv_cuStreamWriteWord(a_hStream, (CUdeviceptr)req->addr, (unsigned)req->value);
+	rm_request_finish(s, rq, r, &rep.base);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
+static void handle_cuStreamSetValue(struct rm_channel *s, struct rm_request *rq)
+{
+	Remora__CuStreamSetValueReq *req = (Remora__CuStreamSetValueReq *)rm_request_unpack(rq, &remora__cu_stream_set_value__req__descriptor);
+	if (!req)
+		return;
+	Remora__CuStreamSetValueRep rep = REMORA__CU_STREAM_SET_VALUE__REP__INIT;
+	CUresult r = CUDA_SUCCESS;
+	CUstream a_hStream = NULL;
+	if (r == CUDA_SUCCESS && req->value.len != sizeof(CUstreamValue))
+		r = CUDA_ERROR_INVALID_VALUE;
+	if (r == CUDA_SUCCESS)
+		r = rm_session_stream(s, req->hstream, rq->frame.flags, &a_hStream);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv_cuStreamSetValue(a_hStream, (const CUstreamValue *)req->value.data);
+	rm_request_finish(s, rq, r, &rep.base);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+}
+
 static void handle_cuMemcpyHtoD(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__MemcpyHtoD *req = (Remora__MemcpyHtoD *)rm_request_unpack(rq, &remora__memcpy_hto_d__descriptor);
@@ -595,6 +631,8 @@ const rm_op_handler rm_op_handlers[RM_OP_LIMIT] = {
 	[RM_OP_cuCtxGetLimitValue] = handle_cuCtxGetLimitValue,
 	[RM_OP_cuCtxSetLimitValue] = handle_cuCtxSetLimitValue,
 	[RM_OP_cuStreamWaitStreams] = handle_cuStreamWaitStreams,
+	[RM_OP_cuStreamWriteWord] = handle_cuStreamWriteWord,
+	[RM_OP_cuStreamSetValue] = handle_cuStreamSetValue,
 };
 
 rm_op_handler rm_op_handler_of(uint32_t op)

@@ -71,9 +71,13 @@ int rm_driver_table_load(void *lib)
 		found++;
 	if ((*(void **)&rm_drv.cuStreamDestroy = dlsym(lib, "cuStreamDestroy")))
 		found++;
+	if ((*(void **)&rm_drv.cuStreamSetValue = dlsym(lib, "cuStreamSetValue")))
+		found++;
 	if ((*(void **)&rm_drv.cuStreamSynchronize = dlsym(lib, "cuStreamSynchronize")))
 		found++;
 	if ((*(void **)&rm_drv.cuStreamWaitStreams = dlsym(lib, "cuStreamWaitStreams")))
+		found++;
+	if ((*(void **)&rm_drv.cuStreamWriteWord = dlsym(lib, "cuStreamWriteWord")))
 		found++;
 	return found;
 }

@@ -38,8 +38,10 @@ struct rm_driver {
 	CUresult (CUDAAPI *cuProfilerStart)(void);
 	CUresult (CUDAAPI *cuStreamCreate)(CUstream *phStream, unsigned int Flags);
 	CUresult (CUDAAPI *cuStreamDestroy)(CUstream hStream);
+	CUresult (CUDAAPI *cuStreamSetValue)(CUstream hStream, const CUstreamValue *value);
 	CUresult (CUDAAPI *cuStreamSynchronize)(CUstream hStream);
 	CUresult (CUDAAPI *cuStreamWaitStreams)(CUstream hStream, CUstream *others, size_t count, const CUuuid *tag);
+	CUresult (CUDAAPI *cuStreamWriteWord)(CUstream hStream, CUdeviceptr addr, unsigned value);
 };
 
 extern struct rm_driver rm_drv;
@@ -180,6 +182,10 @@ static inline CUresult rm_drv_cuStreamDestroy(CUstream hStream)
 {
 	return rm_drv.cuStreamDestroy ? rm_drv.cuStreamDestroy(hStream) : rm_unsupported_by_driver("cuStreamDestroy");
 }
+static inline CUresult rm_drv_cuStreamSetValue(CUstream hStream, const CUstreamValue *value)
+{
+	return rm_drv.cuStreamSetValue ? rm_drv.cuStreamSetValue(hStream, value) : rm_unsupported_by_driver("cuStreamSetValue");
+}
 static inline CUresult rm_drv_cuStreamSynchronize(CUstream hStream)
 {
 	return rm_drv.cuStreamSynchronize ? rm_drv.cuStreamSynchronize(hStream) : rm_unsupported_by_driver("cuStreamSynchronize");
@@ -187,6 +193,10 @@ static inline CUresult rm_drv_cuStreamSynchronize(CUstream hStream)
 static inline CUresult rm_drv_cuStreamWaitStreams(CUstream hStream, CUstream *others, size_t count, const CUuuid *tag)
 {
 	return rm_drv.cuStreamWaitStreams ? rm_drv.cuStreamWaitStreams(hStream, others, count, tag) : rm_unsupported_by_driver("cuStreamWaitStreams");
+}
+static inline CUresult rm_drv_cuStreamWriteWord(CUstream hStream, CUdeviceptr addr, unsigned value)
+{
+	return rm_drv.cuStreamWriteWord ? rm_drv.cuStreamWriteWord(hStream, addr, value) : rm_unsupported_by_driver("cuStreamWriteWord");
 }
 
 #endif

@@ -33,6 +33,7 @@ typedef struct CUfunc_st *CUfunction;
 typedef struct CUgraph_st *CUgraph; /* a handle type the daemon has no kind for */
 typedef enum CUlimit_enum { CU_LIMIT_STACK_SIZE = 0 } CUlimit;
 typedef struct CUuuid_st { char bytes[16]; } CUuuid;
+typedef union CUstreamValue_union { int priority; struct { void *base; size_t bytes; } window; } CUstreamValue;
 
 CUresult CUDAAPI cuInit(unsigned int Flags);
 CUresult CUDAAPI cuDriverGetVersion(int *driverVersion);
@@ -67,5 +68,7 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream hStream);
 CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream);
 CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
 CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph);
+CUresult CUDAAPI cuStreamWriteWord(CUstream hStream, CUdeviceptr addr, unsigned value);
+CUresult CUDAAPI cuStreamSetValue(CUstream hStream, const CUstreamValue *value);
 
 #endif
