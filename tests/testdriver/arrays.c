@@ -283,13 +283,3 @@ TD_EXPORT CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *
 	(void)out, (void)dev;
 	return td_array_of(handle) ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
 }
-
-/* 2^27 elements, whatever the format, as on recent GPUs. */
-TD_EXPORT CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t *out, CUarray_format format, unsigned channels, CUdevice dev)
-{
-	if (!out || !format_bytes(format) || (channels != 1 && channels != 2 && channels != 4) || dev < 0 ||
-	    dev >= td_device_count())
-		return CUDA_ERROR_INVALID_VALUE;
-	*out = (size_t)1 << 27;
-	return CUDA_SUCCESS;
-}
