@@ -7,9 +7,11 @@
 #include "driver_table.h"
 #include "log.h"
 
-/* The attributes a stream carries (cuda.h: "Valid for streams"). */
+/* The attributes a stream carries (cuda.h: "Valid for streams") that can be put back as
+ * they were. Not the synchronization policy: a fresh stream's reads as unset (-1), which
+ * the driver refuses to set, so a pool stream could not be given back as it came. */
 static const CUstreamAttrID known[] = {
-	CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY,
+	CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW,
 	CU_LAUNCH_ATTRIBUTE_PRIORITY,             CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP,
 	CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN,      CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING,
 };

@@ -305,7 +305,7 @@ static void test_bounds(void)
 	EXPECT_RESULT(cuMemsetD2D32(d, 100, 0, 26, 10), CUDA_ERROR_INVALID_VALUE);
 	CHECK(cuMemsetD2D32(d, 100, 0, 25, 10));
 	CHECK(cuMemFree(d));
-	printf("bounds: ok\n");
+	fprintf(stderr, "bounds: ok\n"); /* checked through Remora only */
 }
 
 int main(int argc, char **argv)
