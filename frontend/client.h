@@ -71,6 +71,8 @@ CUresult rm_connect_once(void);
 void rm_rpc_reset(void);
 /* Forgets the function names launch.c keeps (rm_rpc_reset). */
 void rm_launch_reset(void);
+/* frontend/module.c: the program's image file read whole, NUL-ended; *image the caller's to free. */
+CUresult rm_read_image_file(const char *fname, uint8_t **image);
 /* Whether the process's connection was closed at exit (client_object.h): then every call
  * returns CUDA_ERROR_DEINITIALIZED, and what fails says nothing. */
 int rm_client_closed(void);

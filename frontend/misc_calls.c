@@ -96,35 +96,11 @@ RM_EXPORT CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary *library, const char 
 {
 	if (!library || !fileName)
 		return CUDA_ERROR_INVALID_VALUE;
-	FILE *f = fopen(fileName, "rb");
-	if (!f)
-		return CUDA_ERROR_FILE_NOT_FOUND;
 	uint8_t *image = NULL;
-	size_t len = 0, cap = 0;
-	CUresult r = CUDA_SUCCESS;
-	for (;;) {
-		if (len + 65536 + 1 > cap) {
-			cap = cap ? cap * 2 : 1 << 20;
-			uint8_t *p = cap <= RM_MAX_IMAGE_LEN ? realloc(image, cap) : NULL;
-			if (!p) {
-				r = CUDA_ERROR_INVALID_IMAGE;
-				break;
-			}
-			image = p;
-		}
-		size_t n = fread(image + len, 1, cap - len - 1, f);
-		len += n;
-		if (n == 0)
-			break;
-	}
-	fclose(f);
-	if (r == CUDA_SUCCESS && len < 4)
-		r = CUDA_ERROR_INVALID_IMAGE;
-	if (r == CUDA_SUCCESS) {
-		image[len] = 0; /* a PTX image ends with its NUL */
+	CUresult r = rm_read_image_file(fileName, &image);
+	if (r == CUDA_SUCCESS)
 		r = cuLibraryLoadData(library, image, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
 				      libraryOptionValues, numLibraryOptions);
-	}
 	free(image);
 	return r;
 }

@@ -135,10 +135,10 @@ RM_EXPORT CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *cod
 	return load_image(RM_OP_cuLibraryLoadData, (void **)library, code);
 }
 
-RM_EXPORT CUresult CUDAAPI cuModuleLoad(CUmodule *module, const char *fname)
+/* The program's image file fname, read whole (at most RM_MAX_IMAGE_LEN) and ended with a
+ * NUL, as a PTX image must be: *image is the caller's to free. */
+CUresult rm_read_image_file(const char *fname, uint8_t **image_out)
 {
-	if (!module || !fname)
-		return CUDA_ERROR_INVALID_VALUE;
 	FILE *f = fopen(fname, "rb");
 	if (!f)
 		return CUDA_ERROR_FILE_NOT_FOUND;
@@ -163,10 +163,23 @@ RM_EXPORT CUresult CUDAAPI cuModuleLoad(CUmodule *module, const char *fname)
 	fclose(f);
 	if (r == CUDA_SUCCESS && len < 4)
 		r = CUDA_ERROR_INVALID_IMAGE;
-	if (r == CUDA_SUCCESS) {
-		image[len] = 0;
-		r = load_image(RM_OP_cuModuleLoadData, (void **)module, image);
+	if (r != CUDA_SUCCESS) {
+		free(image);
+		return r;
 	}
+	image[len] = 0;
+	*image_out = image;
+	return CUDA_SUCCESS;
+}
+
+RM_EXPORT CUresult CUDAAPI cuModuleLoad(CUmodule *module, const char *fname)
+{
+	if (!module || !fname)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint8_t *image = NULL;
+	CUresult r = rm_read_image_file(fname, &image);
+	if (r == CUDA_SUCCESS)
+		r = load_image(RM_OP_cuModuleLoadData, (void **)module, image);
 	free(image);
 	return r;
 }
