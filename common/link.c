@@ -72,16 +72,18 @@ int rm_link_skip(struct rm_link *l, uint64_t len)
 	return 0;
 }
 
-/* A TLS record where a frame should be: the peer speaks TLS and this end does not. */
-static void note_tls_peer(const uint8_t *hdr, int err)
+/* A TLS record where a frame should be: the peer speaks TLS and this end does not. Then
+ * -EPROTO with the reason said, else err: a refusal, not a connection closed or shed. */
+static int note_tls_peer(const uint8_t *hdr, int err)
 {
 	if (hdr[1] != 3 || hdr[2] > 4)
-		return;
+		return err;
 	if (hdr[0] == 0x16) /* a handshake: a TLS client */
-		rm_transport_set_why(err, "a TLS client at this plaintext port (serve TLS with --tls-cert and "
-				     "--tls-key, or have the client use tcp://)");
+		rm_transport_set_why(err = -EPROTO, "a TLS client at this plaintext port (serve TLS with --tls-cert "
+				     "and --tls-key, or have the client use tcp://)");
 	else if (hdr[0] == 0x15) /* an alert: a TLS server refusing a plaintext client */
-		rm_transport_set_why(err, "the server speaks TLS: use REMORA_SERVER=tls://HOST:PORT");
+		rm_transport_set_why(err = -EPROTO, "the server speaks TLS: use REMORA_SERVER=tls://HOST:PORT");
+	return err;
 }
 
 int rm_link_peek_frame(const struct rm_link *l, struct rm_frame *f, const uint8_t **msg)
@@ -103,7 +105,7 @@ int rm_link_read_frame(struct rm_link *l, struct rm_frame *f)
 	if (!err)
 		err = rm_frame_decode(hdr, f);
 	if (err == -EPROTO || err == -ECONNRESET)
-		note_tls_peer(hdr, err);
+		err = note_tls_peer(hdr, err);
 	return err;
 }
 

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "copy_links.h"
@@ -15,6 +16,8 @@
 #include "text.h"
 
 #define CONNECT_TIMEOUT_MS 5000
+#define SHED_PAUSE_MIN_MS 50    /* the first pause before dialling a shed connection again */
+#define SHED_PAUSE_MAX_MS 2000  /* the longest */
 
 int rm_peer_timeout_ms(const char *text)
 {
@@ -70,6 +73,13 @@ static int describe_client(Remora__Hello *hello, char *name, size_t namecap, int
 	return 0;
 }
 
+/* Whether the daemon closed the connection without answering the hello, as it sheds a
+ * connection; a refusal has a reason (a reply, or a TLS alert: link.c). */
+static int closed_unanswered(const struct rm_client_conn *c, const Remora__HelloReply *rep)
+{
+	return !rep && !c->connected && (c->lost_err == -ECONNRESET || c->lost_err == -EPIPE);
+}
+
 /* Sends the hello and reads the daemon's answer into c. */
 static CUresult greet(struct rm_client_conn *c, const char *server, Remora__Hello *hello,
 		      Remora__HelloReply **rep)
@@ -77,6 +87,8 @@ static CUresult greet(struct rm_client_conn *c, const char *server, Remora__Hell
 	struct rm_rpc_call call = {.op = RM_OP_HELLO, .req = &hello->base, .rep_desc = &remora__hello_reply__descriptor};
 	CUresult r = rm_client_call(c, &call);
 	*rep = (Remora__HelloReply *)call.rep;
+	if (r != CUDA_SUCCESS && closed_unanswered(c, *rep))
+		return r; /* the opener dials again or says so */
 	if (r != CUDA_SUCCESS) {
 		char why[256];
 		rm_log(RM_LOG_ERROR, "the GPU server at %s refused this client: %s", server,
@@ -146,10 +158,53 @@ static void keep_attach(struct rm_attach_to *to, const struct rm_transport *tp, 
 	to->timeout_ms = timeout_ms;
 }
 
+/* Dials, greets and keeps what the hello reply says in c. CUDA_SUCCESS; *shed set when the
+ * daemon closed the connection without an answer to the hello (a burst of connections past
+ * its bounds on pending handshakes, or its hello_timeout passed while it was busy: worth
+ * another try). Over TLS such a connection is closed before the TLS handshake, which a dial
+ * cannot tell from a TLS client at a plaintext port: that is not tried again. */
+static CUresult dial_and_greet(struct rm_client_conn *c, const struct rm_transport *tp, const char *addr,
+			       const char *server, Remora__Hello *hello, int timeout_ms, int *shed)
+{
+	*shed = 0;
+	int err = dial_link(&c->link, tp, addr, timeout_ms);
+	if (err == -ENOMEM)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (err) {
+		rm_log(RM_LOG_ERROR, "cannot reach the GPU server at %s (%s); start remorad there or set "
+		       "REMORA_SERVER=host:port", server, rm_transport_why(err));
+		return CUDA_ERROR_NO_DEVICE;
+	}
+	Remora__HelloReply *rep = NULL;
+	CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+	if (batch_alloc(c))
+		goto fail_batch;
+	c->connected = 1;
+	c->greeting = 1;
+	c->lost_err = 0;
+	r = greet(c, server, hello, &rep);
+	*shed = r != CUDA_SUCCESS && closed_unanswered(c, rep);
+	c->greeting = 0;
+	if (r != CUDA_SUCCESS)
+		goto fail_hello;
+	rm_log(RM_LOG_INFO, "connected to %s, session %llu, driver %d", server, (unsigned long long)c->session_id,
+	       c->driver_version);
+	keep_attach(&c->attach, tp, addr, rep, timeout_ms);
+	rm_rpc_free(&rep->base);
+	return CUDA_SUCCESS;
+
+fail_hello:
+	rm_rpc_free(rep ? &rep->base : NULL);
+	c->connected = 0;
+	batch_free(c);
+fail_batch:
+	rm_link_close(&c->link);
+	return r;
+}
+
 CUresult rm_client_conn_open(struct rm_client_conn *c, const char *server)
 {
 	Remora__Hello hello = REMORA__HELLO__INIT;
-	Remora__HelloReply *rep = NULL;
 	char name[64];
 	int32_t devices[RM_MAX_VISIBLE_DEVICES];
 	int timeout_ms = rm_peer_timeout_ms(getenv("REMORA_PEER_TIMEOUT")); /* checked (environment.h) */
@@ -163,38 +218,42 @@ CUresult rm_client_conn_open(struct rm_client_conn *c, const char *server)
 		return CUDA_ERROR_NO_DEVICE;
 	}
 
-	rm_transport_set_why(0, "%s", ""); /* a reason recorded from here on is this connection's */
-	int err = dial_link(&c->link, tp, addr, timeout_ms);
-	if (err == -ENOMEM)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	if (err) {
-		rm_log(RM_LOG_ERROR, "cannot reach the GPU server at %s (%s); start remorad there or set "
-		       "REMORA_SERVER=host:port", server, rm_transport_why(err));
-		return CUDA_ERROR_NO_DEVICE;
+	/* A shed connection is dialled again after a pause that doubles, with jitter so that a
+	 * burst of clients spreads out, for up to REMORA_PEER_TIMEOUT in all. */
+	CUresult r;
+	int shed, tries = 0;
+	uint64_t start_ns = rm_now_ns();
+	unsigned seed = (unsigned)getpid() ^ (unsigned)start_ns;
+	for (int pause_ms = SHED_PAUSE_MIN_MS;; pause_ms = pause_ms * 2 < SHED_PAUSE_MAX_MS ? pause_ms * 2
+											      : SHED_PAUSE_MAX_MS) {
+		rm_transport_set_why(0, "%s", ""); /* a reason recorded from here on is this attempt's */
+		tries++;
+		if ((r = dial_and_greet(c, tp, addr, server, &hello, timeout_ms, &shed)) == CUDA_SUCCESS || !shed)
+			break;
+		int jittered = pause_ms / 2 + (int)(rand_r(&seed) % (unsigned)(pause_ms / 2 + 1));
+		if ((rm_now_ns() - start_ns) / 1000000 + (uint64_t)jittered > (uint64_t)timeout_ms) {
+			rm_log(RM_LOG_ERROR, "the GPU server at %s closed all %d connection(s) of this client before "
+			       "answering its hello, for %d s: it is overloaded (its max_pending_hellos, "
+			       "hello_timeout) or not a Remora daemon", server, tries, timeout_ms / 1000);
+			return CUDA_ERROR_NO_DEVICE;
+		}
+		if (tries == 1)
+			rm_log(RM_LOG_INFO, "the GPU server at %s closed the connection before answering the hello "
+			       "(busy with other clients' handshakes); dialling again", server);
+		struct timespec ts = {jittered / 1000, (long)(jittered % 1000) * 1000000L};
+		while (nanosleep(&ts, &ts) && errno == EINTR)
+			;
 	}
-	CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
-	if (batch_alloc(c))
-		goto fail_batch;
-	c->connected = 1;
-	if ((r = greet(c, server, &hello, &rep)) != CUDA_SUCCESS)
-		goto fail_hello;
-	rm_log(RM_LOG_INFO, "connected to %s, session %llu, driver %d", server, (unsigned long long)c->session_id,
-	       c->driver_version);
-	keep_attach(&c->attach, tp, addr, rep, timeout_ms);
-	rm_rpc_free(&rep->base);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (tries > 1)
+		rm_log(RM_LOG_INFO, "greeted the GPU server at %s at attempt %d", server, tries);
 	c->copy_links = rm_copy_links_open(&c->attach);
-	if ((err = rm_client_flusher_start(c)))
+	int err = rm_client_flusher_start(c);
+	if (err)
 		rm_log(RM_LOG_WARN, "no flusher thread (%s): async calls go out at the next synchronizing call",
 		       strerror(-err));
 	return CUDA_SUCCESS;
-
-fail_hello:
-	rm_rpc_free(rep ? &rep->base : NULL);
-	c->connected = 0;
-	batch_free(c);
-fail_batch:
-	rm_link_close(&c->link);
-	return r;
 }
 
 /* The errno that a refused Attach's result stands for. */

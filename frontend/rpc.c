@@ -31,7 +31,7 @@ CUresult rm_client_lost_locked(struct rm_client_conn *c, const char *what, int e
 {
 	struct rm_client *cl = &rm_process_client;
 	/* Said once; and not at all once the client is closed at exit (its channels then end). */
-	int say = c->connected && !rm_client_closed();
+	int say = c->connected && !c->greeting && !rm_client_closed();
 	if (say && err == -ESHUTDOWN)
 		rm_log(RM_LOG_ERROR, "the GPU server is shutting down: connection to the GPU server lost (%s)", what);
 	else if (say && err == -ETIMEDOUT)
@@ -39,6 +39,7 @@ CUresult rm_client_lost_locked(struct rm_client_conn *c, const char *what, int e
 		       "client waited on it (%s): it is frozen or unreachable; giving up the connection", what);
 	else if (say)
 		rm_log(RM_LOG_ERROR, "connection to the GPU server lost (%s: %s)", what, strerror(-err));
+	c->lost_err = err;
 	rm_client_conn_stop_locked(c);
 	if (c == &cl->main)
 		cl->open_result = CUDA_ERROR_DEVICE_UNAVAILABLE;

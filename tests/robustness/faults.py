@@ -8,8 +8,9 @@ only. One scenario a run; every bound on time is wide, for a loaded CI machine:
                  and after; SIGINT then stops the daemon with status 0
   pending-bound  connections past max_pending_hellos_per_address, then past
                  max_pending_hellos (from other loopback addresses), are closed at once and
-                 counted in the log, while those within the bounds wait; a real client gets
-                 in once the pending ones are gone
+                 counted in the log, while those within the bounds wait; a real client
+                 dials again with pauses, gives up with a clear line after REMORA_PEER_TIMEOUT,
+                 and gets in once the pending ones are gone
   sigterm        SIGTERM with two clients connected (one holding memory, one idle): remorad
                  exits 0 within shutdown_grace, the worker tells its clients it is going
                  away, the idle client's next call fails with a line saying the server is
@@ -56,9 +57,9 @@ def probe_env():
     return {k: v for k, v in os.environ.items() if not k.startswith("REMORA_")}
 
 
-def run_probe(d, *args, timeout=60):
+def run_probe(d, *args, timeout=60, env=None):
     p = subprocess.run([remora, "run", "--server", d.server, "--", probe, *args],
-                       capture_output=True, text=True, env=probe_env(), timeout=timeout)
+                       capture_output=True, text=True, env={**probe_env(), **(env or {})}, timeout=timeout)
     return p.returncode == 0 and p.stdout.strip() == "ok", p.stderr.strip()
 
 
@@ -198,8 +199,13 @@ def pending_bound(d):
     extra = connect("127.0.0.1", 6)
     check(all_closed(extra, 5), f"6 more from 127.0.0.1 are closed at once ({time.monotonic() - t0:.1f} s)")
     check(none_closed(first), f"the first {PER_ADDRESS} still wait")
-    ok, err = run_probe(d, "work", "1", timeout=60)
-    check(not ok, "a real client from 127.0.0.1 is turned away meanwhile")
+    ok, err = run_probe(d, "work", "1", timeout=60, env={"REMORA_PEER_TIMEOUT": "3"})
+    tries = re.search(r"closed all (\d+) connection\(s\) of this client before answering its hello, for 3 s: "
+                      r"it is overloaded", err)
+    check(not ok and tries and int(tries.group(1)) >= 2,
+          f"a real client from 127.0.0.1 dials again while shed, then gives up after REMORA_PEER_TIMEOUT with a "
+          f"line saying the server is overloaded ({err[-300:]})")
+    client_tries = int(tries.group(1)) if tries else 0
 
     others = connect("127.0.0.2", IN_ALL - PER_ADDRESS)
     check(wait_for(lambda: threads(d) >= base + IN_ALL, timeout=10),
@@ -212,16 +218,27 @@ def pending_bound(d):
 
     def refused():
         return logged_count(d, r"closed at once: \d+ handshakes", r"(\d+) more connection\(s\) closed at once")
-    check(wait_for(lambda: refused() >= 6 + 3 + 1, timeout=10) and refused() == 6 + 3 + 1,
-          f"the log accounts for each connection closed at once ({refused()} of 10, the real client's included)")
+    shed = 6 + 3 + client_tries
+    check(wait_for(lambda: refused() >= shed, timeout=10) and refused() == shed,
+          f"the log accounts for each connection closed at once ({refused()} of {shed}, the real client's "
+          f"{client_tries} included)")
     text = d.text()
     check("(max_pending_hellos_per_address)" in text and "(max_pending_hellos)" in text,
           "and names the bound that closed it")
+    waiting = start_probe(d, "work", "1")
+    check(wait_for(lambda: refused() > shed, timeout=MARGIN), "a client started now is shed too")
     for s in first + others:
         s.close()
-    check(wait_for(lambda: threads(d) <= base, timeout=MARGIN), "their threads end once they close")
+    try:
+        out, err = waiting.communicate(timeout=MARGIN + 30)
+    except subprocess.TimeoutExpired:
+        end_probe(waiting)
+        out, err = "", "(still waiting)"
+    check(waiting.returncode == 0 and out.strip() == "ok",
+          f"and gets in once the pending ones are gone, by dialling again ({err.strip()[-300:]})")
+    check(wait_for(lambda: threads(d) <= base, timeout=MARGIN), "the pending ones' threads end once they close")
     ok, err = run_probe(d, "work", "1")
-    check(ok, f"a real client gets in once the pending ones are gone ({err[-300:]})")
+    check(ok, f"as does a client started after ({err[-300:]})")
 
 
 GRACE = 5
