@@ -42,11 +42,12 @@ struct stage {
 	CUstream drain;  /* to_host: where it comes down, waiting for no other stream */
 	unsigned char *snap; /* to_host: the host range as last sent up or brought down */
 	int pending;     /* to_host: a launch wrote it and it has not come down */
+	int busy;        /* drains reading it outside lock: not freed meanwhile */
 	struct stage *next;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static struct stage *stages; /* under lock; records are never freed */
+static struct stage *stages; /* under lock; no call to the daemon is made under it */
 static int nstages;          /* atomic: nothing to do while 0 */
 static int npending;         /* atomic */
 static __thread int draining; /* the synchronizing calls made while draining drain nothing */
@@ -75,7 +76,44 @@ static int add_owner(struct stage *st, uint64_t owner)
 	return 0;
 }
 
-/* The staging buffer of [host, host + n) in the given direction, for owner. */
+static struct stage *find_stage(const void *host, size_t n, int to_host, CUcontext ctx)
+{
+	struct stage *st = stages;
+	while (st && !(st->host == host && st->n == n && st->to_host == to_host && st->ctx == ctx))
+		st = st->next;
+	return st;
+}
+
+/* A stage's driver objects, made or released outside lock. */
+static CUresult stage_make(struct stage *st, size_t n, int to_host)
+{
+	CUresult r = cuMemAlloc_v2(&st->dev, n);
+	if (r == CUDA_SUCCESS && to_host)
+		r = cuEventCreate(&st->done, CU_EVENT_DISABLE_TIMING);
+	if (r == CUDA_SUCCESS && to_host)
+		r = cuStreamCreate(&st->drain, CU_STREAM_NON_BLOCKING);
+	if (r == CUDA_SUCCESS && to_host && !(st->snap = malloc(n)))
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	return r;
+}
+
+static void stage_free(struct stage *st)
+{
+	if (st->drain)
+		cuStreamDestroy_v2(st->drain);
+	if (st->done)
+		cuEventDestroy_v2(st->done);
+	if (st->dev)
+		cuMemFree_v2(st->dev);
+	free(st->snap);
+	free(st->owners);
+	free(st);
+}
+
+/* The staging buffer of [host, host + n) in the given direction, for owner. A new one is
+ * made outside lock (no call to the daemon is made under it: a host node's drain takes it
+ * while the graph waits, and a call may wait for the graph); one made meanwhile by another
+ * thread wins. */
 static CUresult stage_of(void *host, size_t n, int to_host, uint64_t owner, CUdeviceptr *dev)
 {
 	CUcontext ctx = rm_ctx_current();
@@ -84,20 +122,22 @@ static CUresult stage_of(void *host, size_t n, int to_host, uint64_t owner, CUde
 	if (!host || !n)
 		return CUDA_ERROR_INVALID_VALUE;
 	CUresult r = CUDA_SUCCESS;
+	struct stage *made = NULL;
 	pthread_mutex_lock(&lock);
-	struct stage *st = stages;
-	while (st && !(st->host == host && st->n == n && st->to_host == to_host && st->ctx == ctx))
-		st = st->next;
+	struct stage *st = find_stage(host, n, to_host, ctx);
 	if (!st) {
-		st = calloc(1, sizeof(*st));
-		r = !st ? CUDA_ERROR_OUT_OF_MEMORY : cuMemAlloc_v2(&st->dev, n);
-		if (r == CUDA_SUCCESS && to_host)
-			r = cuEventCreate(&st->done, CU_EVENT_DISABLE_TIMING);
-		if (r == CUDA_SUCCESS && to_host)
-			r = cuStreamCreate(&st->drain, CU_STREAM_NON_BLOCKING);
-		if (r == CUDA_SUCCESS && to_host && !(st->snap = malloc(n)))
-			r = CUDA_ERROR_OUT_OF_MEMORY;
-		if (r == CUDA_SUCCESS) {
+		pthread_mutex_unlock(&lock);
+		made = calloc(1, sizeof(*made));
+		r = made ? stage_make(made, n, to_host) : CUDA_ERROR_OUT_OF_MEMORY;
+		if (r != CUDA_SUCCESS) {
+			if (made)
+				stage_free(made);
+			return r;
+		}
+		pthread_mutex_lock(&lock);
+		if (!(st = find_stage(host, n, to_host, ctx))) {
+			st = made;
+			made = NULL;
 			st->host = host;
 			st->n = n;
 			st->to_host = to_host;
@@ -105,22 +145,15 @@ static CUresult stage_of(void *host, size_t n, int to_host, uint64_t owner, CUde
 			st->next = stages;
 			stages = st;
 			__atomic_add_fetch(&nstages, 1, __ATOMIC_ACQ_REL);
-		} else if (st) {
-			if (st->drain)
-				cuStreamDestroy_v2(st->drain);
-			if (st->done)
-				cuEventDestroy_v2(st->done);
-			if (st->dev)
-				cuMemFree_v2(st->dev);
-			free(st);
-			st = NULL;
 		}
 	}
-	if (r == CUDA_SUCCESS && add_owner(st, owner))
+	if (add_owner(st, owner))
 		r = CUDA_ERROR_OUT_OF_MEMORY;
-	if (r == CUDA_SUCCESS)
+	else
 		*dev = st->dev;
 	pthread_mutex_unlock(&lock);
+	if (made)
+		stage_free(made);
 	return r;
 }
 
@@ -234,20 +267,63 @@ int rm_graph_host_capture(int to_host, CUdeviceptr dev, void *host, size_t n, CU
 	return 1;
 }
 
+/* What a launch sends up or records, gathered under lock and done outside it. */
+struct launch_step {
+	struct stage *st;      /* kept while an owner is launched (a program destroying a graph
+				* while launching it is wrong in CUDA too) */
+	unsigned char *bytes;  /* a destination's snapshot as sent (NULL: the source's host range) */
+};
+
+/* The stages exec owns (destinations only: to_host_only), each a step; *n of them, in a
+ * new array (NULL with *n 0 when none, -1 when out of memory). Under lock. */
+static int steps_of(uint64_t exec, int to_host_only, struct launch_step **out, size_t *n)
+{
+	size_t count = 0, i = 0;
+	*out = NULL;
+	*n = 0;
+	for (struct stage *st = stages; st; st = st->next)
+		count += owned_by(st, exec) && (st->to_host || !to_host_only);
+	if (!count)
+		return 0;
+	struct launch_step *steps = calloc(count, sizeof(*steps));
+	if (!steps)
+		return -1;
+	for (struct stage *st = stages; st; st = st->next)
+		if (owned_by(st, exec) && (st->to_host || !to_host_only))
+			steps[i++].st = st;
+	*out = steps;
+	*n = count;
+	return 0;
+}
+
 CUresult rm_graph_host_before_launch(CUgraphExec exec, CUstream stream)
 {
 	if (!__atomic_load_n(&nstages, __ATOMIC_ACQUIRE))
 		return CUDA_SUCCESS;
+	struct launch_step *steps;
+	size_t n;
 	CUresult r = CUDA_SUCCESS;
 	pthread_mutex_lock(&lock);
-	for (struct stage *st = stages; st && r == CUDA_SUCCESS; st = st->next) {
-		if (!owned_by(st, (uint64_t)(uintptr_t)exec))
+	if (steps_of((uint64_t)(uintptr_t)exec, 0, &steps, &n))
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
+		struct stage *st = steps[i].st;
+		if (!st->to_host)
 			continue;
-		if (st->to_host) /* what the graph leaves unwritten stays as the host has it */
-			memcpy(st->snap, st->host, st->n);
-		r = rm_copy_to_device(st->dev, st->to_host ? (const void *)st->snap : st->host, st->n, stream, 0);
+		/* What the graph leaves unwritten stays as the host has it. */
+		memcpy(st->snap, st->host, st->n);
+		if (!(steps[i].bytes = malloc(st->n)))
+			r = CUDA_ERROR_OUT_OF_MEMORY;
+		else
+			memcpy(steps[i].bytes, st->snap, st->n);
 	}
 	pthread_mutex_unlock(&lock);
+	for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++)
+		r = rm_copy_to_device(steps[i].st->dev, steps[i].bytes ? (const void *)steps[i].bytes : steps[i].st->host,
+				      steps[i].st->n, stream, 0);
+	for (size_t i = 0; i < n; i++)
+		free(steps[i].bytes);
+	free(steps);
 	return r;
 }
 
@@ -255,65 +331,97 @@ CUresult rm_graph_host_after_launch(CUgraphExec exec, CUstream stream)
 {
 	if (!__atomic_load_n(&nstages, __ATOMIC_ACQUIRE))
 		return CUDA_SUCCESS;
-	CUresult r = CUDA_SUCCESS;
+	struct launch_step *steps;
+	size_t n;
 	pthread_mutex_lock(&lock);
-	for (struct stage *st = stages; st && r == CUDA_SUCCESS; st = st->next) {
-		if (!st->to_host || !owned_by(st, (uint64_t)(uintptr_t)exec))
-			continue;
-		r = cuEventRecord(st->done, stream);
-		if (r == CUDA_SUCCESS && !st->pending) {
-			st->pending = 1;
+	int err = steps_of((uint64_t)(uintptr_t)exec, 1, &steps, &n);
+	pthread_mutex_unlock(&lock);
+	if (err)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	CUresult r = CUDA_SUCCESS;
+	for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++)
+		r = cuEventRecord(steps[i].st->done, stream);
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++)
+		if (!steps[i].st->pending) {
+			steps[i].st->pending = 1;
 			__atomic_add_fetch(&npending, 1, __ATOMIC_ACQ_REL);
 		}
-	}
 	pthread_mutex_unlock(&lock);
+	free(steps);
 	return r;
 }
 
-/* Brings down what the graph wrote of st's range so far: each byte of the buffer that
- * differs from the snapshot (the host range as sent up at the launch) goes to the host
- * range and the snapshot. On the stage's own stream, which waits for no other: a host
- * node's graph is stopped at the node meanwhile. Caller holds lock, st's context current. */
-static CUresult drain(struct stage *st)
+/* Reads what the graph wrote of st's range so far into dev (st->n bytes), on the stage's
+ * own stream, which waits for no other: a host node's graph is stopped at the node
+ * meanwhile. Outside lock (a pending stage is not freed), st's context current. */
+static CUresult read_stage(struct stage *st, unsigned char *dev)
 {
-	unsigned char *dev = malloc(st->n), *host = (unsigned char *)st->host;
-	CUresult r = dev ? cuMemcpyDtoHAsync_v2(dev, st->dev, st->n, st->drain) : CUDA_ERROR_OUT_OF_MEMORY;
-	if (r == CUDA_SUCCESS)
-		r = cuStreamSynchronize(st->drain);
-	for (size_t i = 0; r == CUDA_SUCCESS && i < st->n; i++)
+	CUresult r = cuMemcpyDtoHAsync_v2(dev, st->dev, st->n, st->drain);
+	return r == CUDA_SUCCESS ? cuStreamSynchronize(st->drain) : r;
+}
+
+/* Each byte read that differs from the snapshot (the host range as sent up at the launch)
+ * goes to the host range and the snapshot. Under lock. */
+static void bring_down(struct stage *st, const unsigned char *dev)
+{
+	unsigned char *host = (unsigned char *)st->host;
+	for (size_t i = 0; i < st->n; i++)
 		if (dev[i] != st->snap[i])
 			host[i] = st->snap[i] = dev[i];
-	free(dev);
-	return r;
 }
 
 /* Every pending destination, or (done_only) those whose last launch is complete, which
- * stop being pending. */
+ * stop being pending. The daemon is called outside lock. */
 static CUresult drain_pending(int done_only)
 {
 	if (!__atomic_load_n(&npending, __ATOMIC_ACQUIRE) || draining)
 		return CUDA_SUCCESS;
 	draining = 1;
 	CUresult r = CUDA_SUCCESS;
+	struct stage **pend = NULL;
+	size_t n = 0, cap = 0;
 	pthread_mutex_lock(&lock);
-	for (struct stage *st = stages; st && r == CUDA_SUCCESS; st = st->next) {
-		if (!st->pending)
+	for (struct stage *st = stages; st; st = st->next)
+		cap += st->pending;
+	if (cap && !(pend = calloc(cap, sizeof(*pend))))
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	for (struct stage *st = stages; st && pend; st = st->next)
+		if (st->pending) {
+			st->busy++;
+			pend[n++] = st;
+		}
+	pthread_mutex_unlock(&lock);
+	for (size_t i = 0; i < n; i++) {
+		struct stage *st = pend[i];
+		if (r != CUDA_SUCCESS) {
+			pthread_mutex_lock(&lock);
+			st->busy--;
+			pthread_mutex_unlock(&lock);
 			continue;
+		}
 		CUcontext cur = rm_ctx_current();
 		int pushed = cur != st->ctx && cuCtxPushCurrent_v2(st->ctx) == CUDA_SUCCESS;
 		CUresult q = done_only ? cuEventQuery(st->done) : CUDA_ERROR_NOT_READY;
-		if (q == CUDA_SUCCESS || q == CUDA_ERROR_NOT_READY)
-			r = q == CUDA_SUCCESS || !done_only ? drain(st) : CUDA_SUCCESS;
-		else
+		unsigned char *dev = NULL;
+		if (q != CUDA_SUCCESS && q != CUDA_ERROR_NOT_READY)
 			r = q;
-		if (q == CUDA_SUCCESS && r == CUDA_SUCCESS) {
+		else if (q == CUDA_SUCCESS || !done_only)
+			r = (dev = malloc(st->n)) ? read_stage(st, dev) : CUDA_ERROR_OUT_OF_MEMORY;
+		if (pushed)
+			cuCtxPopCurrent_v2(&cur);
+		pthread_mutex_lock(&lock);
+		if (dev && r == CUDA_SUCCESS)
+			bring_down(st, dev);
+		if (q == CUDA_SUCCESS && r == CUDA_SUCCESS && st->pending) {
 			st->pending = 0;
 			__atomic_sub_fetch(&npending, 1, __ATOMIC_ACQ_REL);
 		}
-		if (pushed)
-			cuCtxPopCurrent_v2(&cur);
+		st->busy--;
+		pthread_mutex_unlock(&lock);
+		free(dev);
 	}
-	pthread_mutex_unlock(&lock);
+	free(pend);
 	draining = 0;
 	return r;
 }
@@ -376,25 +484,20 @@ void rm_graph_host_forget(uint64_t owner)
 {
 	if (!__atomic_load_n(&nstages, __ATOMIC_ACQUIRE))
 		return;
+	struct stage *unused = NULL; /* released outside lock */
 	pthread_mutex_lock(&lock);
 	for (struct stage **at = &stages; *at;) {
 		struct stage *st = *at;
 		for (size_t i = 0; i < st->nowners; i++)
 			if (st->owners[i] == owner)
 				st->owners[i--] = st->owners[--st->nowners];
-		if (st->nowners || st->pending) {
+		if (st->nowners || st->pending || st->busy) {
 			at = &st->next;
 			continue;
 		}
 		*at = st->next;
-		cuMemFree_v2(st->dev);
-		if (st->done)
-			cuEventDestroy_v2(st->done);
-		if (st->drain)
-			cuStreamDestroy_v2(st->drain);
-		free(st->snap);
-		free(st->owners);
-		free(st);
+		st->next = unused;
+		unused = st;
 		__atomic_sub_fetch(&nstages, 1, __ATOMIC_ACQ_REL);
 	}
 	for (size_t i = 0; i < nnode_graphs;)
@@ -403,4 +506,9 @@ void rm_graph_host_forget(uint64_t owner)
 		else
 			i++;
 	pthread_mutex_unlock(&lock);
+	while (unused) {
+		struct stage *st = unused;
+		unused = st->next;
+		stage_free(st);
+	}
 }

@@ -44,6 +44,8 @@ CUresult rm_body_cuStreamEndCapture(struct rm_channel *s, CUstream hStream, CUgr
 	if (rm_drv.cuStreamGetCaptureInfo_v2)
 		rm_drv_cuStreamGetCaptureInfo_v2(hStream, &status, NULL, &capturing, NULL, NULL);
 	CUresult r = rm_drv_cuStreamEndCapture(hStream, phGraph);
+	if (s->cur)
+		rm_capture_settle_retired(s->cur);
 	if (status != CU_STREAM_CAPTURE_STATUS_NONE && !rm_capture_active(hStream) &&
 	    r != CUDA_ERROR_STREAM_CAPTURE_UNMATCHED && s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0)
 		__atomic_sub_fetch(&s->cur->captures, 1, __ATOMIC_ACQ_REL);

@@ -4,6 +4,7 @@
 #include "session.h"
 
 #include "driver_table.h"
+#include "stream_pool.h"
 
 int rm_capture_active(CUstream st)
 {
@@ -17,6 +18,40 @@ int rm_capture_active(CUstream st)
 static void invalidate(CUstream st)
 {
 	rm_drv_cuStreamQuery(st);
+}
+
+int rm_capture_retire(struct rm_session_ctx *c, CUstream st)
+{
+	pthread_mutex_lock(&c->order_lock);
+	int kept = c->nretired < RM_MAX_RETIRED_STREAMS;
+	if (kept)
+		c->retired[c->nretired++] = st;
+	pthread_mutex_unlock(&c->order_lock);
+	return kept;
+}
+
+/* Takes c's retired streams out (all, or those no capture holds) into out. */
+static int take_retired(struct rm_session_ctx *c, int all, CUstream *out)
+{
+	int n = 0;
+	pthread_mutex_lock(&c->order_lock);
+	for (int i = 0; i < c->nretired;)
+		if (all || !rm_capture_active(c->retired[i])) {
+			out[n++] = c->retired[i];
+			c->retired[i] = c->retired[--c->nretired];
+		} else {
+			i++;
+		}
+	pthread_mutex_unlock(&c->order_lock);
+	return n;
+}
+
+void rm_capture_settle_retired(struct rm_session_ctx *c)
+{
+	CUstream free[RM_MAX_RETIRED_STREAMS];
+	int n = take_retired(c, 0, free);
+	for (int i = 0; i < n; i++)
+		rm_stream_pool_give(free[i]);
 }
 
 CUresult rm_capture_check_legacy(struct rm_session_ctx *c)
@@ -45,8 +80,20 @@ void rm_capture_end_all(struct rm_channel *s)
 		return; /* a driver without graphs made no capture */
 	for (int k = 0; k < s->sh->nctx; k++) {
 		struct rm_session_ctx *c = &s->sh->ctxs[k];
-		if (__atomic_load_n(&c->captures, __ATOMIC_ACQUIRE) == 0)
+		CUstream retired[RM_MAX_RETIRED_STREAMS];
+		int nretired = take_retired(c, 1, retired);
+		if (nretired)
+			rm_drv_cuCtxSetCurrent(c->ctx);
+		for (int i = 0; i < nretired; i++) { /* an origin the client destroyed too */
+			CUgraph g = NULL;
+			if (rm_capture_active(retired[i]) && rm_drv_cuStreamEndCapture(retired[i], &g) == CUDA_SUCCESS && g)
+				rm_drv_cuGraphDestroy(g);
+		}
+		if (__atomic_load_n(&c->captures, __ATOMIC_ACQUIRE) == 0) {
+			for (int i = 0; i < nretired; i++)
+				rm_stream_pool_give(retired[i]);
 			continue;
+		}
 		rm_drv_cuCtxSetCurrent(c->ctx);
 		pthread_mutex_lock(&s->sh->lock);
 		for (size_t i = 0; i < s->sh->handles_cap; i++) {
@@ -65,5 +112,7 @@ void rm_capture_end_all(struct rm_channel *s)
 		}
 		pthread_mutex_unlock(&s->sh->lock);
 		__atomic_store_n(&c->captures, 0, __ATOMIC_RELEASE);
+		for (int i = 0; i < nretired; i++)
+			rm_stream_pool_give(retired[i]);
 	}
 }

@@ -14,6 +14,11 @@ int rm_capture_active(CUstream st);
 /* Ends every capture of the client's streams, destroying what they made (a client that
  * went away mid-capture); the contexts' capture counts drop to 0. */
 void rm_capture_end_all(struct rm_channel *s);
+/* Keeps stream st of context c, destroyed by the client while it captures, out of the
+ * pool until no capture holds it: 1, or 0 when c keeps too many already. */
+int rm_capture_retire(struct rm_session_ctx *c, CUstream st);
+/* Gives back to the pool c's retired streams that no capture holds any more. */
+void rm_capture_settle_retired(struct rm_session_ctx *c);
 /* Whether a call to the legacy stream of c must fail because a blocking stream of the
  * client captures (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT): that capture is invalidated. */
 CUresult rm_capture_check_legacy(struct rm_session_ctx *c);

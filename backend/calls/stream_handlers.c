@@ -48,9 +48,13 @@ CUresult rm_body_cuStreamCreateWithPriority(struct rm_channel *s, CUstream *phSt
 /* The stream goes back to the pool; its work still runs to the end, as CUDA's does. */
 CUresult rm_body_cuStreamDestroy_v2(struct rm_channel *s, CUstream hStream)
 {
-	CUgraph g = NULL; /* a capture it began ends here: the pool's next user gets a plain stream */
-	if (s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 && rm_capture_active(hStream) &&
-	    rm_drv_cuStreamEndCapture(hStream, &g) == CUDA_SUCCESS) {
+	/* A stream a capture holds stays out of the pool until the capture ends, as the
+	 * capture goes on natively; where too many wait so, a capture it began ends here. */
+	int capturing = s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 && rm_capture_active(hStream);
+	if (capturing && rm_capture_retire(s->cur, hStream))
+		return CUDA_SUCCESS;
+	CUgraph g = NULL;
+	if (capturing && rm_drv_cuStreamEndCapture(hStream, &g) == CUDA_SUCCESS) {
 		__atomic_sub_fetch(&s->cur->captures, 1, __ATOMIC_ACQ_REL);
 		if (g)
 			rm_drv_cuGraphDestroy(g);

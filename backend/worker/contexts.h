@@ -31,6 +31,8 @@ struct rm_blocking_stream {
 /* Per-context state of a session, shared by its channels: a primary context (the worker's
  * shared context of the GPU), or a context the client created, its own record over that
  * same shared context. Slots are appended and never reused: a destroyed one stays, marked. */
+#define RM_MAX_RETIRED_STREAMS 32
+
 struct rm_session_ctx {
 	CUcontext ctx;           /* the worker's shared context: what the driver is given */
 	CUdevice dev;
@@ -61,6 +63,12 @@ struct rm_session_ctx {
 	 * while there are some, a stream is asked whether it captures before the daemon
 	 * puts anything of its own on it (capture_handlers.c). */
 	int captures;
+	/* Streams the client destroyed while a capture held them (forked into another stream's
+	 * capture): given back to the pool once none does, at an end of capture or of the
+	 * session, so that the capture goes on and the pool's next user gets a stream no
+	 * capture records (capture_state.c; under order_lock). */
+	CUstream retired[RM_MAX_RETIRED_STREAMS];
+	int nretired;
 	struct rm_kernel_timers *timers; /* kernel_timing.h; made at the first timed launch (under sh->lock) */
 };
 

@@ -5,7 +5,8 @@
  * synchronize must find the destination written. A node's parameters read back name the
  * host memory given; a clone and an executable graph's changed node copy to another host
  * range; a host destination the program wrote after the last synchronize stays as written
- * while no launch writes it again. */
+ * while no launch writes it again. Launches back to back, each with a source larger than the
+ * daemon's staging and a host node reading a destination, all run (simpleCudaGraphs). */
 #include "drv_common.h"
 
 #define N 1024
@@ -200,6 +201,59 @@ static void captured_graph(CUstream st, int launches)
 	CHECK(cuMemFree(d));
 }
 
+#define BIG (24u << 20) /* bytes: more than the daemon stages at once */
+
+static int host_node_runs;
+
+static void CUDA_CB count_run(void *arg)
+{
+	float *out = arg;
+	if (out[N - 1] == 2.0f * (float)((N - 1) % 97))
+		host_node_runs++;
+}
+
+/* Each launch's big source goes up while the launch before waits at its host node, which
+ * brings the destination down first: neither may wait for the other. */
+static void back_to_back(CUstream st, int launches)
+{
+	CUcontext ctx;
+	CUdeviceptr d;
+	float *in, *out = malloc(N * sizeof(float)), two = 2.0f;
+	CHECK(cuCtxGetCurrent(&ctx));
+	CHECK(cuMemAlloc(&d, BIG));
+	CHECK(cuMemAllocHost((void **)&in, BIG));
+	if (!out)
+		exit(1);
+	memset(in, 0, BIG);
+	fill(in, 0);
+	CUgraph g;
+	CUgraphNode up, k, down, hn;
+	CHECK(cuGraphCreate(&g, 0));
+	CUDA_MEMCPY3D c = host_to_device(d, in);
+	c.WidthInBytes = BIG;
+	CHECK(cuGraphAddMemcpyNode(&up, g, NULL, 0, &c, ctx));
+	CUDA_KERNEL_NODE_PARAMS kp = scale_by(&d, &two);
+	CHECK(cuGraphAddKernelNode(&k, g, &up, 1, &kp));
+	c = device_to_host(out, d);
+	CHECK(cuGraphAddMemcpyNode(&down, g, &k, 1, &c, ctx));
+	CUDA_HOST_NODE_PARAMS h = { count_run, out };
+	CHECK(cuGraphAddHostNode(&hn, g, &down, 1, &h));
+	CUgraphExec e;
+	CHECK(cuGraphInstantiate(&e, g, 0));
+	host_node_runs = 0;
+	for (int i = 0; i < launches; i++)
+		CHECK(cuGraphLaunch(e, st));
+	CHECK(cuStreamSynchronize(st));
+	EXPECT(host_node_runs == launches, "back to back: the host node saw the result in %d of %d launches",
+	       host_node_runs, launches);
+	printf("back to back: %d of %d host nodes saw their launch's result\n", host_node_runs, launches);
+	CHECK(cuGraphExecDestroy(e));
+	CHECK(cuGraphDestroy(g));
+	CHECK(cuMemFreeHost(in));
+	CHECK(cuMemFree(d));
+	free(out);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2 || argc > 3) {
@@ -214,6 +268,7 @@ int main(int argc, char **argv)
 	CHECK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
 	explicit_graph(st, launches);
 	captured_graph(st, launches);
+	back_to_back(st, launches < 3 ? launches : 3);
 	CHECK(cuStreamDestroy(st));
 	CHECK(cuModuleUnload(module));
 	drv_close_device0();

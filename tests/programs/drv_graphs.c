@@ -241,6 +241,53 @@ static void explicit_graph(CUstream a)
 	CHECK(cuMemFree(x));
 }
 
+/* A stream forked into a capture and joined back may be destroyed before the capture
+ * ends (graphMemoryNodes does): the capture goes on, and a stream made meanwhile does not
+ * capture. */
+static void forked_stream_destroyed(CUstream a)
+{
+	CUdeviceptr x, y;
+	CUstream c, d;
+	CUevent fork, join;
+	CUstreamCaptureStatus status;
+	CHECK(cuMemAlloc(&x, N * sizeof(float)));
+	CHECK(cuMemAlloc(&y, N * sizeof(float)));
+	CHECK(cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING));
+	CHECK(cuEventCreate(&join, CU_EVENT_DISABLE_TIMING));
+	CHECK(cuStreamCreate(&c, CU_STREAM_NON_BLOCKING));
+	CHECK(cuStreamBeginCapture(a, CU_STREAM_CAPTURE_MODE_GLOBAL));
+	CHECK(cuEventRecord(fork, a));
+	CHECK(cuStreamWaitEvent(c, fork, 0));
+	CHECK(cuMemsetD32Async(y, bits(4.0f), N, c));
+	CHECK(cuMemsetD32Async(x, bits(1.0f), N, a));
+	CHECK(cuEventRecord(join, c));
+	CHECK(cuStreamWaitEvent(a, join, 0));
+	CHECK(cuStreamDestroy(c));
+	CHECK(cuStreamCreate(&d, CU_STREAM_NON_BLOCKING));
+	CHECK(cuStreamIsCapturing(d, &status));
+	EXPECT(status == CU_STREAM_CAPTURE_STATUS_NONE, "a stream made during the capture captures: %d", (int)status);
+	int n = N;
+	void *params[] = { &x, &y, &x, &n };
+	CHECK(cuLaunchKernel(vec_add, 16, 1, 1, 256, 1, 1, 0, a, params, NULL));
+	CUgraph graph = NULL;
+	CUresult r = cuStreamEndCapture(a, &graph);
+	EXPECT(r == CUDA_SUCCESS && graph, "the capture ended in %d after its forked stream was destroyed", (int)r);
+	if (graph) {
+		CUgraphExec exec;
+		CHECK(cuGraphInstantiate(&exec, graph, 0));
+		CHECK(cuGraphLaunch(exec, d));
+		CHECK(cuStreamSynchronize(d));
+		printf("forked stream destroyed mid-capture: %s\n", all_equal(x, 5.0f, "x", 0) ? "ok" : "wrong");
+		CHECK(cuGraphExecDestroy(exec));
+		CHECK(cuGraphDestroy(graph));
+	}
+	CHECK(cuStreamDestroy(d));
+	CHECK(cuEventDestroy(fork));
+	CHECK(cuEventDestroy(join));
+	CHECK(cuMemFree(x));
+	CHECK(cuMemFree(y));
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2 || argc > 3) {
@@ -258,6 +305,7 @@ int main(int argc, char **argv)
 
 	capture_and_replay(a, b, replays);
 	illegal_during_capture(a);
+	forked_stream_destroyed(a);
 	explicit_graph(a);
 
 	CHECK(cuStreamDestroy(a));

@@ -412,6 +412,8 @@ TD_EXPORT CUresult cuStreamEndCapture(CUstream handle, CUgraph *ph)
 	pthread_mutex_lock(&glock);
 	struct td_capture *c = s->capture;
 	if (!c || c->origin != s) {
+		if (c) /* the capture is invalidated, as the driver does (the origin's end says so) */
+			c->status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
 		pthread_mutex_unlock(&glock);
 		pthread_mutex_unlock(&td_lock);
 		return c ? CUDA_ERROR_STREAM_CAPTURE_UNMATCHED : CUDA_ERROR_ILLEGAL_STATE;
