@@ -144,6 +144,9 @@ CUresult rm_mapped_before_launch(CUstream stream);
  * device memory at its own address (host_alias.h), so that the kernel reads it there. */
 CUresult rm_host_alias_params(const uint8_t *params, size_t len);
 CUresult rm_mapped_after_sync(void);
+/* Before a synchronizing call: host copies that changed go up at once, on a stream that
+ * waits for no other, if kernels were launched since device copies last came down. */
+CUresult rm_mapped_before_sync(void);
 
 /* Packs a launch's arguments into req->params as cuLaunchKernel sends them: from extra's
  * buffer, or from kernelParams at the function's parameter offsets, into scratch when they

@@ -41,7 +41,7 @@ struct rm_client_conn {
 	struct rm_link link;      /* the session's connection */
 	pthread_mutex_t lock;     /* one call on the link at a time; guards the fields below */
 	int connected;            /* 1 from the hello until lost or closed; 0: calls fail fast */
-	int greeting;             /* 1 while the hello is out: a lost connection is the opener's to report */
+	int greeting;             /* 1 while the hello is out: a connection shed is the opener's to report */
 	int lost_err;             /* why the connection was lost, -errno (rm_client_lost_locked) */
 	uint8_t *batch;           /* async calls queued, sent with the next call that sends */
 	size_t batch_len;

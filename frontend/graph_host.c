@@ -426,6 +426,11 @@ static CUresult drain_pending(int done_only)
 	return r;
 }
 
+int rm_graph_host_draining(void)
+{
+	return draining;
+}
+
 CUresult rm_graph_host_after_sync(void)
 {
 	return drain_pending(1);

@@ -22,6 +22,9 @@ CUresult rm_graph_host_after_launch(CUgraphExec exec, CUstream stream);
 /* After a synchronizing call: host destinations whose launch is complete come down. */
 CUresult rm_graph_host_after_sync(void);
 
+/* Whether this thread is bringing host destinations down: its own calls leave other
+ * memory's coherence alone. */
+int rm_graph_host_draining(void);
 /* Before a graph's host node runs: what the graphs under way wrote of their host
  * destinations so far comes down (the node may read it). */
 void rm_graph_host_before_host_node(void);

@@ -7,7 +7,9 @@
  * cuMemAlloc of the client's, charged to its quota) and the two copies are kept
  * coherent at synchronization points (docs/architecture.md, "Memory of every kind"):
  *   - before a kernel launch, a host copy that changed since it last went up goes to
- *     the device buffer, on the launch's stream;
+ *     the device buffer, on the launch's stream; and before a synchronizing call, if
+ *     kernels were launched since the last time, on a stream of its own, so that a kernel
+ *     still running sees what the host wrote before the call waits for it;
  *   - after a synchronizing call that succeeded (stream, event or context synchronize,
  *     stream and event queries, blocking copies), if kernels were launched since the
  *     last time, every device buffer comes back to its host copy.
@@ -39,11 +41,13 @@
 
 #include "graph_host.h"
 #include "host_alias.h"
+#include "host_memfd.h"
 #include "remora.pb-c.h"
 #include "transport.h"
 
 #define MAPPED_LIMIT (64u << 20) /* bytes of device buffers for mapped host memory, per process */
 #define HOST_BUFFER_ID_BIT (1ull << 63)
+#define PUSH_RUNS_MAX 64       /* changed runs sent up before a synchronizing call, per allocation */
 #define SHARE_MIN (64u << 10)    /* smaller allocations are not worth a descriptor and a round trip */
 
 /* A host allocation's device buffer (owned by its struct host_alloc). */
@@ -51,6 +55,7 @@ struct mapping {
 	CUdeviceptr dptr;
 	CUcontext ctx;     /* current when it was made: its copies are made in it */
 	void *shadow;      /* the host copy as it last went up or came down */
+	CUstream side;     /* where changes go up before a synchronizing call; made when first needed */
 };
 
 struct host_alloc {
@@ -90,41 +95,6 @@ static void insert(struct host_alloc *a)
 	pthread_mutex_unlock(&host_lock);
 }
 
-/* A sealed memfd of len bytes (whole pages) mapped shared into *p (at `at` exactly, unless
- * NULL), its descriptor in *fd and inode in *ino: 0 or -errno, nothing left behind on
- * failure. */
-static int memfd_map(size_t len, void *at, void **p, int *fd, uint64_t *ino)
-{
-	struct stat st;
-	int err = 0;
-	int m = memfd_create("remora-pinned", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (m < 0)
-		return -errno;
-	if (ftruncate(m, (off_t)len) || fcntl(m, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) || fstat(m, &st))
-		err = -errno;
-	void *map = err ? MAP_FAILED
-			: mmap(at, len, PROT_READ | PROT_WRITE, MAP_SHARED | (at ? MAP_FIXED_NOREPLACE : 0), m, 0);
-	if (!err && map == MAP_FAILED)
-		err = -errno;
-	if (!err && at && map != at) { /* a kernel before 4.17 takes the address as a hint only */
-		munmap(map, len);
-		err = -EEXIST;
-	}
-	/* Faulted in here, as CUDA's pinned memory is at allocation: the pages are this
-	 * process's (its memory cgroup's), not the daemon's that registers them. Best effort:
-	 * a kernel before 5.14 leaves it to the registration. */
-	if (!err)
-		madvise(map, len, MADV_POPULATE_WRITE);
-	if (err) {
-		close(m);
-		return err;
-	}
-	*p = map;
-	*fd = m;
-	*ino = (uint64_t)st.st_ino;
-	return 0;
-}
-
 /* Makes a's memory a memfd mapping shared with the daemon, where the connection and the
  * daemon allow; 0 leaves a as it was (the caller allocates it the usual way). */
 static int share_new(struct host_alloc *a, size_t bytesize, size_t page, void *at)
@@ -135,7 +105,7 @@ static int share_new(struct host_alloc *a, size_t bytesize, size_t page, void *a
 	int fd = -1;
 	uint64_t ino = 0;
 	void *p = NULL;
-	int err = memfd_map(len, at, &p, &fd, &ino);
+	int err = rm_memfd_map(len, at, &p, &fd, &ino);
 	if (err) {
 		rm_log(RM_LOG_DEBUG, "cuMemHostAlloc: no memfd for %zu bytes (%s): not shared", bytesize, strerror(-err));
 		return 0;
@@ -263,6 +233,8 @@ static void unmap(struct host_alloc *a)
 	} else {
 		r = cuMemFree_v2(m->dptr);
 	}
+	if (m->side)
+		cuStreamDestroy_v2(m->side);
 	if (r != CUDA_SUCCESS)
 		rm_log(RM_LOG_WARN, "freeing the device buffer of mapped host memory %p: error %d", a->p, (int)r);
 	if (pushed)
@@ -536,6 +508,44 @@ static CUresult pull(struct host_alloc *a, void *arg, int other)
 	return r;
 }
 
+/* Now, on the mapping's own stream, which waits for no other: a kernel still running sees
+ * it before the synchronizing call that follows waits for the kernel (one spinning on a
+ * flag the host sets, as natively it would). Only the runs of bytes the host changed go,
+ * so that what a running kernel wrote elsewhere in the allocation stays; past
+ * PUSH_RUNS_MAX runs, the rest waits for the next launch. */
+static CUresult push_now(struct host_alloc *a, void *arg, int other)
+{
+	(void)arg;
+	(void)other;
+	struct mapping *m = a->map;
+	unsigned char *host = a->p, *shadow = m->shadow;
+	CUresult r = CUDA_SUCCESS;
+	int runs = 0;
+	for (size_t i = 0; i < a->size && r == CUDA_SUCCESS && runs < PUSH_RUNS_MAX;) {
+		if (host[i] == shadow[i]) {
+			i++;
+			continue;
+		}
+		size_t end = i;
+		while (end < a->size && host[end] != shadow[end])
+			end++;
+		if (!m->side && (r = cuStreamCreate(&m->side, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
+			break;
+		memcpy(shadow + i, host + i, end - i);
+		r = rm_copy_to_device(m->dptr + i, shadow + i, end - i, m->side, 0);
+		runs++;
+		i = end;
+	}
+	return r;
+}
+
+CUresult rm_mapped_before_sync(void)
+{
+	if (!atomic_load(&nmapped) || !atomic_load(&launched) || rm_graph_host_draining())
+		return CUDA_SUCCESS;
+	return each_mapped(push_now, NULL);
+}
+
 CUresult rm_mapped_before_launch(CUstream stream)
 {
 	CUresult r = rm_managed_push(stream);
@@ -549,6 +559,8 @@ CUresult rm_mapped_before_launch(CUstream stream)
 
 CUresult rm_mapped_after_sync(void)
 {
+	if (rm_graph_host_draining())
+		return CUDA_SUCCESS; /* the drain's own calls bring nothing down */
 	CUresult r = rm_graph_host_after_sync(); /* graphs' host destinations (graph_host.c) */
 	if (r == CUDA_SUCCESS)
 		r = rm_managed_pull();

@@ -1,7 +1,7 @@
 /* Stream capture on the daemon's real streams (proto/api.spec, "Stream capture").
  *
  * The driver captures: what the client issues to a capturing stream reaches the driver
- * as it would natively and becomes the capture's graph. Three things are the daemon's:
+ * as it would natively and becomes the capture's graph. Four things are the daemon's:
  *  - the mode: the driver is always asked for CU_STREAM_CAPTURE_MODE_RELAXED, since a
  *    GLOBAL capture would forbid "unsafe" calls of every thread of the worker, that is
  *    of other clients; the mode the client asked for is not enforced (docs/status.md);
@@ -11,7 +11,10 @@
  *  - the legacy stream: the client's NULL stream is a non-blocking stream of its own, so
  *    the driver cannot see CUDA's implicit synchronization between it and a capturing
  *    blocking stream; rm_capture_check_legacy refuses it as CUDA does
- *    (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) and invalidates the capture.
+ *    (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) and invalidates the capture;
+ *  - a stream the client destroys while a capture holds it (one forked into another
+ *    stream's capture) stays out of the stream pool until the capture ends, and the
+ *    capture goes on, as natively (capture_state.c).
  * A synchronize or query of a capturing stream reaches the driver, which refuses it and
  * invalidates the capture itself. */
 #include "dispatch.h"

@@ -17,7 +17,7 @@ static CUresult check_resource(struct rm_channel *s, const CUDA_RESOURCE_DESC *d
 	case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
 		return rm_session_use(s, RM_H_MIPMAPPED_ARRAY, (uint64_t)(uintptr_t)d->res.mipmap.hMipmappedArray, &real);
 	case CU_RESOURCE_TYPE_LINEAR:
-		return rm_session_check_range(s, d->res.linear.devPtr, d->res.linear.sizeInBytes);
+		return rm_session_owned_run(s, d->res.linear.devPtr, 1) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 	case CU_RESOURCE_TYPE_PITCH2D: {
 		/* Rows of width elements, pitch apart: the last ends at pitch * (height - 1) + its bytes. */
 		uint64_t elem = rm_format_bytes(d->res.pitch2D.format), rows, bytes, len;
@@ -42,12 +42,33 @@ static CUresult owned(struct rm_channel *s, enum rm_handle_kind kind, unsigned l
 	return rm_session_find(s, kind, v, NULL) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
+/* A linear texture reaching past the client's memory (natively it reads whatever lies
+ * there, here another client's memory may): it ends where the client's memory does, in
+ * whole elements, so that a fetch past it reads 0, as one past the texture's end does. */
+static CUresult clamp_linear(struct rm_channel *s, CUDA_RESOURCE_DESC *d)
+{
+	uint64_t want = d->res.linear.sizeInBytes, elem = rm_format_bytes(d->res.linear.format);
+	uint64_t run = rm_session_owned_run(s, d->res.linear.devPtr, want);
+	if (run == want)
+		return CUDA_SUCCESS;
+	if (!elem || __builtin_mul_overflow(elem, (uint64_t)d->res.linear.numChannels, &elem) || !elem || run < elem)
+		return rm_session_check_range(s, d->res.linear.devPtr, want); /* refused, with its line */
+	d->res.linear.sizeInBytes = (size_t)(run - run % elem);
+	rm_session_log(s, RM_LOG_INFO, "a linear texture of %llu bytes at 0x%llx ends at the client's memory's end, after "
+		       "%llu bytes (fetches past it read 0)", (unsigned long long)want,
+		       (unsigned long long)d->res.linear.devPtr, (unsigned long long)d->res.linear.sizeInBytes);
+	return CUDA_SUCCESS;
+}
+
 CUresult rm_body_cuTexObjectCreate(struct rm_channel *s, CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc,
 				   const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc)
 {
-	CUresult r = check_resource(s, pResDesc);
+	CUDA_RESOURCE_DESC res = *pResDesc;
+	CUresult r = check_resource(s, &res);
+	if (r == CUDA_SUCCESS && res.resType == CU_RESOURCE_TYPE_LINEAR)
+		r = clamp_linear(s, &res);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv_cuTexObjectCreate(pTexObject, pResDesc, pTexDesc, pResViewDesc);
+		r = rm_drv_cuTexObjectCreate(pTexObject, &res, pTexDesc, pResViewDesc);
 	if (r == CUDA_SUCCESS)
 		rm_session_own_memory(s, RM_H_TEXOBJECT, *pTexObject, 0, 0);
 	return r;

@@ -276,6 +276,22 @@ int rm_session_range_of(struct rm_channel *s, uint64_t ptr, struct rm_handle *ou
 	return found;
 }
 
+uint64_t rm_session_owned_run(struct rm_channel *s, uint64_t ptr, uint64_t len)
+{
+	uint64_t run = 0;
+	pthread_mutex_lock(&s->sh->lock);
+	while (run < len) {
+		uint64_t at = ptr + run;
+		const struct rm_handle *r = at < ptr ? NULL : range_below(s, at);
+		if (!r || at - r->value >= r->size)
+			break;
+		uint64_t here = r->size - (at - r->value);
+		run = here > len - run ? len : run + here;
+	}
+	pthread_mutex_unlock(&s->sh->lock);
+	return run;
+}
+
 CUresult rm_session_check_range(struct rm_channel *s, uint64_t ptr, uint64_t len)
 {
 	pthread_mutex_lock(&s->sh->lock);

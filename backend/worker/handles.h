@@ -47,6 +47,9 @@ int rm_session_take(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, 
 CUresult rm_session_use(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, void **out);
 /* Checks that [ptr, ptr+len) lies inside one piece of memory the client owns. */
 CUresult rm_session_check_range(struct rm_channel *s, uint64_t ptr, uint64_t len);
+/* How many of the len bytes from ptr the client owns without a gap, across adjacent
+ * allocations of its own (0: ptr is not its). */
+uint64_t rm_session_owned_run(struct rm_channel *s, uint64_t ptr, uint64_t len);
 /* rm_session_check_range for count elements of unit bytes: CUDA_ERROR_INVALID_VALUE
  * when count * unit overflows. */
 CUresult rm_session_check_span(struct rm_channel *s, uint64_t ptr, uint64_t count, uint64_t unit);

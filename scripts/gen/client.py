@@ -68,6 +68,10 @@ def gen_client_stub(fn, entry, fields):
     if checks:
         o.append(f"\tif ({' || '.join(checks)})")
         o.append("\t\treturn CUDA_ERROR_INVALID_VALUE;")
+    if entry.syncpoint:
+        # Before it, what the host wrote to mapped memory goes up (frontend/host_memory.c).
+        o += ["\tCUresult pushed = rm_mapped_before_sync();", "\tif (pushed != CUDA_SUCCESS)",
+              "\t\treturn pushed;"]
     outs = [f for f in fields if f.dir == "out"]
     rpc = "rm_rpc_cached" if entry.cached else "rm_rpc_simple"
     # After a synchronizing call, mapped host memory is brought up to date (frontend/host_memory.c).
@@ -246,13 +250,14 @@ def gen_client_files(entries, generated, funcs, exports):
           "#ifndef REMORA_CLIENT_STUBS_H", "#define REMORA_CLIENT_STUBS_H", "", "#include <cuda.h>",
           "#include <stddef.h>", ""] + gen_attribute_sizes() + [
           "/* Hand-written client bodies (frontend/) of calls whose annotations the generated entry",
-          " * point honours: syncpoint (mapped host memory brought up to date after success). */"]
+          " * point honours: syncpoint (mapped host memory sent up before, brought up to date after success). */"]
     for e in entries:
         if e.cls in ("hand", "client") and e.syncpoint:
             fn = funcs[e.name]
             ch.append(f"CUresult rm_client_body_{e.name}({c_args(fn)});")
             c.append(f"/* proto/api.spec: syncpoint */\nRM_EXPORT CUresult CUDAAPI {e.name}({c_args(fn)})\n{{\n"
-                     f"\tCUresult r = rm_client_body_{e.name}({', '.join(p.name for p in fn.params)});\n"
+                     f"\tCUresult r = rm_mapped_before_sync();\n\tif (r != CUDA_SUCCESS)\n\t\treturn r;\n"
+                     f"\tr = rm_client_body_{e.name}({', '.join(p.name for p in fn.params)});\n"
                      f"\treturn r == CUDA_SUCCESS ? rm_mapped_after_sync() : r;\n}}\n")
     ch += ["", "#endif", ""]
     return "\n".join(c), "\n".join(ch)

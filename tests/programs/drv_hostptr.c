@@ -3,7 +3,9 @@
  *   - scaleArray over cuMemAllocHost memory by its host pointer, then the host reads the
  *     kernel's results after a synchronize, and a second launch sees the host's writes;
  *   - fillU32 into cuMemHostAlloc memory at an offset inside it;
- *   - cuMemHostGetDevicePointer of such memory is the host pointer itself.
+ *   - cuMemHostGetDevicePointer of such memory is the host pointer itself;
+ *   - a kernel spinning on a latch in pinned memory ends once the host sets it and
+ *     synchronizes (cuda-samples' UnifiedMemoryPerf).
  * Prints each check's values. */
 #include "drv_common.h"
 
@@ -59,6 +61,25 @@ int main(int argc, char **argv)
 	CUdeviceptr d;
 	CHECK(cuMemHostGetDevicePointer(&d, u, 0));
 	printf("device pointer of pinned memory is its host pointer: %d\n", d == (CUdeviceptr)(uintptr_t)u);
+
+	CUfunction wait_flag;
+	CHECK(cuModuleGetFunction(&wait_flag, module, "waitFlag"));
+	unsigned *latch;
+	CUdeviceptr seen;
+	CHECK(cuMemAllocHost((void **)&latch, sizeof(unsigned)));
+	CHECK(cuMemAlloc(&seen, sizeof(unsigned)));
+	*latch = 0;
+	CUdeviceptr lp = (CUdeviceptr)(uintptr_t)latch;
+	void *wait_params[] = {&lp, &seen};
+	CHECK(cuLaunchKernel(wait_flag, 1, 1, 1, 1, 1, 1, 0, stream, wait_params, NULL));
+	*latch = 7;
+	CHECK(cuStreamSynchronize(stream));
+	unsigned got = 0;
+	CHECK(cuMemcpyDtoH(&got, seen, sizeof(got)));
+	printf("latch set by the host after the launch, seen by the spinning kernel: %u\n", got);
+	bad += got != 7;
+	CHECK(cuMemFree(seen));
+	CHECK(cuMemFreeHost(latch));
 	CHECK(cuMemFreeHost(u));
 	CHECK(cuMemFreeHost(x));
 	CHECK(cuStreamDestroy(stream));

@@ -121,6 +121,15 @@ static void test_pitch_texture(const float *host)
 		res.res.linear.format = CU_AD_FORMAT_FLOAT;
 		res.res.linear.numChannels = 1;
 		res.res.linear.sizeInBytes = pitch * H;
+		/* Past the client's memory: it ends where that memory does (fetches past it read 0). */
+		CUtexObject clamped;
+		CHECK(cuTexObjectCreate(&clamped, &res, &clamp, NULL));
+		CUDA_RESOURCE_DESC back;
+		CHECK(cuTexObjectGetResourceDesc(&back, clamped));
+		EXPECT(back.res.linear.sizeInBytes == pitch * H - 4, "a linear texture past the client's memory has %zu "
+		       "bytes, expected %zu", back.res.linear.sizeInBytes, pitch * H - 4);
+		CHECK(cuTexObjectDestroy(clamped));
+		res.res.linear.devPtr = 64; /* not the client's at all */
 		EXPECT_RESULT(cuTexObjectCreate(&bad, &res, &clamp, NULL), CUDA_ERROR_INVALID_VALUE);
 		EXPECT_RESULT(cuTexObjectDestroy(t + 1000), CUDA_ERROR_INVALID_HANDLE);
 		fprintf(stderr, "bounds: ok\n"); /* checked through Remora only */

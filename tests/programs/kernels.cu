@@ -76,6 +76,14 @@ __global__ void matmulTiled(const float *A, const float *B, float *C, int n)
         C[row * n + col] = acc;
 }
 
+// Spins until the host sets *flag (cuda-samples' latches), then copies it to *out; launch 1x1.
+__global__ void waitFlag(const volatile unsigned *flag, unsigned *out)
+{
+    while (*flag == 0)
+        ;
+    *out = *flag;
+}
+
 // One dependent chain of 4 FMAs per iteration from x = 1; launch 1x1.
 __global__ void spinFma(float *out, long long iters)
 {

@@ -132,6 +132,32 @@ static CUresult run_spin_fma(const struct td_launch_shape *shape, const unsigned
 	return CUDA_SUCCESS;
 }
 
+/* Spins until *flag is set, for up to WAIT_FLAG_LIMIT_S (a GPU would spin on, and the
+ * test hang): then CUDA_ERROR_LAUNCH_TIMEOUT. */
+#define WAIT_FLAG_LIMIT_S 20
+static CUresult run_wait_flag(const struct td_launch_shape *shape, const unsigned char *args)
+{
+	(void)shape;
+	struct arg_reader r = { args, 0 };
+	const unsigned *flag;
+	unsigned *out;
+	next_arg(&r, &flag, sizeof flag), next_arg(&r, &out, sizeof out);
+	bool host = !td_device_range_ok(flag, sizeof *flag); /* natively: a pinned host pointer */
+	if (!span_ok(out, 1, sizeof *out) || (host && !flag))
+		return CUDA_ERROR_ILLEGAL_ADDRESS;
+	struct timespec start, now, pause = { 0, 1000000 };
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	unsigned v;
+	while (!(v = __atomic_load_n(flag, __ATOMIC_ACQUIRE))) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec - start.tv_sec > WAIT_FLAG_LIMIT_S)
+			return CUDA_ERROR_LAUNCH_TIMEOUT;
+		nanosleep(&pause, NULL);
+	}
+	*out = v;
+	return CUDA_SUCCESS;
+}
+
 static CUresult run_sleep_ns(const struct td_launch_shape *shape, const unsigned char *args)
 {
 	(void)shape;
@@ -270,6 +296,7 @@ static const struct td_kernel catalogue[] = {
 	{ "matmulTiled", 4, { P, P, P, 4 }, 2048, 32, run_matmul_tiled },
 	{ "spinFma", 2, { P, 8 }, 0, 12, run_spin_fma },
 	{ "sleepNs", 1, { 8 }, 0, 10, run_sleep_ns },
+	{ "waitFlag", 2, { P, P }, 0, 8, run_wait_flag },
 	{ "emptyKernel", 0, { 0 }, 0, 4, run_empty_kernel },
 	{ "faultKernel", 1, { P }, 0, 8, run_fault_kernel },
 	{ "assertKernel", 1, { 4 }, 0, 8, run_assert_kernel },
