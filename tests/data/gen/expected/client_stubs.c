@@ -109,6 +109,9 @@ RM_EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
 RM_EXPORT CUresult CUDAAPI cuCtxSynchronize(void)
 {
 	Remora__CuCtxSynchronizeReq req = REMORA__CU_CTX_SYNCHRONIZE__REQ__INIT;
+	CUresult pushed = rm_mapped_before_sync();
+	if (pushed != CUDA_SUCCESS)
+		return pushed;
 	CUresult r = rm_rpc_simple(RM_OP_cuCtxSynchronize, &req.base, NULL, NULL);
 	return r == CUDA_SUCCESS ? rm_mapped_after_sync() : r;
 }
@@ -117,6 +120,9 @@ RM_EXPORT CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
 {
 	Remora__CuCtxSynchronizeV2Req req = REMORA__CU_CTX_SYNCHRONIZE_V2__REQ__INIT;
 	req.ctx = (uint64_t)(uintptr_t)ctx;
+	CUresult pushed = rm_mapped_before_sync();
+	if (pushed != CUDA_SUCCESS)
+		return pushed;
 	CUresult r = rm_rpc_simple(RM_OP_cuCtxSynchronize_v2, &req.base, NULL, NULL);
 	return r == CUDA_SUCCESS ? rm_mapped_after_sync() : r;
 }
@@ -269,6 +275,9 @@ RM_EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
 {
 	Remora__CuStreamSynchronizeReq req = REMORA__CU_STREAM_SYNCHRONIZE__REQ__INIT;
 	req.hstream = (uint64_t)(uintptr_t)hStream;
+	CUresult pushed = rm_mapped_before_sync();
+	if (pushed != CUDA_SUCCESS)
+		return pushed;
 	CUresult r = rm_rpc_ordered(RM_OP_cuStreamSynchronize, &req.base, (uint64_t)(uintptr_t)hStream, 0);
 	return r == CUDA_SUCCESS ? rm_mapped_after_sync() : r;
 }
@@ -288,6 +297,9 @@ RM_EXPORT CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hSta
 	req.hend = (uint64_t)(uintptr_t)hEnd;
 	if (!pMilliseconds)
 		return CUDA_ERROR_INVALID_VALUE;
+	CUresult pushed = rm_mapped_before_sync();
+	if (pushed != CUDA_SUCCESS)
+		return pushed;
 	Remora__CuEventElapsedTimeRep *rep = NULL;
 	CUresult r = rm_rpc_simple(RM_OP_cuEventElapsedTime, &req.base, &remora__cu_event_elapsed_time__rep__descriptor, (ProtobufCMessage **)&rep);
 	if (r == CUDA_SUCCESS && rep) {
@@ -400,6 +412,9 @@ RM_EXPORT CUresult CUDAAPI cuProfilerStart(void)
 /* proto/api.spec: syncpoint */
 RM_EXPORT CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
-	CUresult r = rm_client_body_cuMemcpyHtoD(dstDevice, srcHost, ByteCount);
+	CUresult r = rm_mapped_before_sync();
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = rm_client_body_cuMemcpyHtoD(dstDevice, srcHost, ByteCount);
 	return r == CUDA_SUCCESS ? rm_mapped_after_sync() : r;
 }

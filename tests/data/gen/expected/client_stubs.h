@@ -17,7 +17,7 @@ static inline size_t rm_size_of_CUlimit(int a)
 }
 
 /* Hand-written client bodies (frontend/) of calls whose annotations the generated entry
- * point honours: syncpoint (mapped host memory brought up to date after success). */
+ * point honours: syncpoint (mapped host memory sent up before, brought up to date after success). */
 CUresult rm_client_body_cuMemcpyHtoD(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount);
 
 #endif
