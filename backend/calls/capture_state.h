@@ -23,6 +23,12 @@ void rm_capture_settle_retired(struct rm_session_ctx *c);
  * client captures (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT): that capture is invalidated. */
 CUresult rm_capture_check_legacy(struct rm_session_ctx *c);
 
+/* Graph memory (graph_memory.c): dptr, allocated by graph nodes at each launch, becomes the
+ * client's, charged (the caller charged it). */
+void rm_graph_memory_own(struct rm_channel *s, CUdeviceptr dptr, size_t bytesize);
+/* A free outside the graph of graph memory of the client's, on st (NULL: cuMemFree's):
+ * the driver's result, or CUDA_ERROR_NOT_FOUND when dptr is no graph memory of the client's. */
+CUresult rm_graph_memory_free(struct rm_channel *s, CUdeviceptr dptr, CUstream st);
 /* Each of n node handles is one the client owns, of graph g (graph_handlers.c). */
 CUresult rm_graph_check_nodes(struct rm_channel *s, CUgraph g, const CUgraphNode *nodes, size_t n);
 /* A memset node's rows lie in memory the client owns: height rows of width elements,

@@ -1,8 +1,9 @@
 /* Graph memory nodes (proto/api.spec, "Memory nodes"). An allocation node reserves its
- * address when it is added: that range becomes memory the client owns, charged to its
- * quota like cuMemAlloc's, until the client frees it outside the graph, or a free node of
- * it is added: then the graph gives it back at each launch, and it stays usable by the
- * graph's nodes, uncharged, for the session's life. The pool properties name the
+ * address when it is added, or when a capture records cuMemAllocAsync: that range becomes
+ * graph memory the client owns (RM_H_GRAPH_MEMORY), charged to its quota like cuMemAlloc's
+ * until the client first frees it outside the graph, or a free node of it is added; it
+ * stays usable and freeable after each launch (the driver refuses a free of an address not
+ * allocated now) for the session's life. The pool properties name the
  * client's devices, mapped to the host's; nothing shareable (no handle types). */
 #include "dispatch.h"
 
@@ -21,6 +22,27 @@ static CUresult device_location(struct rm_channel *s, CUmemLocation *loc)
 	CUresult r = rm_session_device(s, loc->id, &dev);
 	if (r == CUDA_SUCCESS)
 		loc->id = dev;
+	return r;
+}
+
+void rm_graph_memory_own(struct rm_channel *s, CUdeviceptr dptr, size_t bytesize)
+{
+	struct rm_handle h;
+	if (rm_session_take(s, RM_H_GRAPH_MEMORY, dptr, &h) && h.parent) /* a capture reused the address */
+		rm_session_uncharge(s, h.size);
+	rm_session_own_memory(s, RM_H_GRAPH_MEMORY, dptr, bytesize, 1);
+}
+
+CUresult rm_graph_memory_free(struct rm_channel *s, CUdeviceptr dptr, CUstream st)
+{
+	struct rm_handle h;
+	if (!rm_session_find(s, RM_H_GRAPH_MEMORY, dptr, &h) || h.value != dptr)
+		return CUDA_ERROR_NOT_FOUND;
+	CUresult r = st ? rm_drv_cuMemFreeAsync(dptr, st) : rm_session_free_memory(s, dptr);
+	if (r == CUDA_SUCCESS && h.parent && rm_session_take(s, RM_H_GRAPH_MEMORY, dptr, &h)) {
+		rm_session_uncharge(s, h.size);
+		rm_session_own_memory(s, RM_H_GRAPH_MEMORY, dptr, h.size, 0);
+	}
 	return r;
 }
 
@@ -64,27 +86,27 @@ CUresult rm_body_cuGraphAddMemAllocNode(struct rm_channel *s, struct rm_request 
 		return r;
 	}
 	rm_session_own(s, RM_H_GRAPH_NODE, node, req->graph);
-	rm_session_own_memory(s, RM_H_MEMORY, p.dptr, p.bytesize, 0);
+	rm_graph_memory_own(s, p.dptr, p.bytesize);
 	rep->node = (uint64_t)(uintptr_t)node;
 	rep->dptr = p.dptr;
 	return CUDA_SUCCESS;
 }
 
-/* Only an allocation of the client's, from its base. Once a graph frees it at each launch,
- * it is not charged: the range stays usable for the graph's other nodes (as a module's
- * global is, memory the client cannot free). */
+/* Only a graph allocation of the client's, from its base. Once a graph frees it at each
+ * launch, it is not charged: the range stays usable for the graph's other nodes. */
 CUresult rm_body_cuGraphAddMemFreeNode(struct rm_channel *s, CUgraphNode *phGraphNode, CUgraph hGraph,
 				       const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
 {
 	struct rm_handle h;
 	CUresult r = rm_graph_check_nodes(s, hGraph, dependencies, numDependencies);
-	if (r == CUDA_SUCCESS && !rm_session_find(s, RM_H_MEMORY, dptr, &h) && !rm_session_find(s, RM_H_GLOBAL, dptr, &h))
+	if (r == CUDA_SUCCESS && !rm_session_find(s, RM_H_GRAPH_MEMORY, dptr, &h))
 		r = CUDA_ERROR_INVALID_VALUE;
 	if (r == CUDA_SUCCESS)
 		r = rm_drv_cuGraphAddMemFreeNode(phGraphNode, hGraph, dependencies, numDependencies, dptr);
-	if (r == CUDA_SUCCESS && rm_session_take(s, RM_H_MEMORY, dptr, &h)) {
-		rm_session_uncharge(s, h.size);
-		rm_session_own_memory(s, RM_H_GLOBAL, h.value, h.size, 0);
+	if (r == CUDA_SUCCESS && rm_session_take(s, RM_H_GRAPH_MEMORY, dptr, &h)) {
+		if (h.parent)
+			rm_session_uncharge(s, h.size);
+		rm_session_own_memory(s, RM_H_GRAPH_MEMORY, h.value, h.size, 0);
 	}
 	return r;
 }

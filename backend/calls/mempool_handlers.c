@@ -74,8 +74,11 @@ static CUresult alloc_from(struct rm_channel *s, CUdeviceptr *dptr, size_t bytes
 	CUresult r = rm_session_charge(s, bytesize);
 	if (r != CUDA_SUCCESS)
 		return r;
+	int captured = s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 && rm_capture_active(st);
 	r = rm_drv_cuMemAllocFromPoolAsync(dptr, bytesize, pool, st);
-	if (r == CUDA_SUCCESS)
+	if (r == CUDA_SUCCESS && captured) /* an allocation node of the capture's graph */
+		rm_graph_memory_own(s, *dptr, bytesize);
+	else if (r == CUDA_SUCCESS)
 		rm_session_own_memory(s, RM_H_MEMORY, *dptr, bytesize, 0);
 	else
 		rm_session_uncharge(s, bytesize);
@@ -104,6 +107,9 @@ CUresult rm_body_cuMemFreeAsync(struct rm_channel *s, CUdeviceptr dptr, CUstream
 	/* Taken from the records first: of two threads freeing it, one frees it. */
 	struct rm_handle h;
 	if (!rm_session_take(s, RM_H_MEMORY, dptr, &h)) {
+		CUresult r = rm_graph_memory_free(s, dptr, hStream);
+		if (r != CUDA_ERROR_NOT_FOUND)
+			return r;
 		rm_session_log(s, RM_LOG_WARN, "refused to free 0x%llx, not an allocation of its own",
 		               (unsigned long long)dptr);
 		return CUDA_ERROR_INVALID_VALUE;

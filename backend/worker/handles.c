@@ -119,6 +119,12 @@ static void range_remove(struct rm_channel *s, uint64_t base)
 		}
 }
 
+/* Kinds whose value is a base address and size a length of memory the client may use. */
+static int range_kind(enum rm_handle_kind kind)
+{
+	return kind == RM_H_MEMORY || kind == RM_H_GLOBAL || kind == RM_H_MAPPING || kind == RM_H_GRAPH_MEMORY;
+}
+
 static void own_locked(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, uint64_t size, uint64_t parent)
 {
 	if (find_slot(s, kind, v))
@@ -136,7 +142,7 @@ static void own_locked(struct rm_channel *s, enum rm_handle_kind kind, uint64_t 
 		s->sh->handles_used++;
 	s->sh->handles[i] = h;
 	s->sh->handles_live++;
-	if (kind == RM_H_MEMORY || kind == RM_H_GLOBAL || kind == RM_H_MAPPING)
+	if (range_kind(kind))
 		range_insert(s, &h);
 	if (kind == RM_H_MEMORY || kind == RM_H_PHYSICAL)
 		s->sh->mem_bytes += size;
@@ -173,7 +179,7 @@ static int disown_locked(struct rm_channel *s, enum rm_handle_kind kind, uint64_
 		return 0;
 	if (out)
 		*out = *h;
-	if (kind == RM_H_MEMORY || kind == RM_H_GLOBAL || kind == RM_H_MAPPING)
+	if (range_kind(kind))
 		range_remove(s, v);
 	if (kind == RM_H_MEMORY || kind == RM_H_PHYSICAL)
 		s->sh->mem_bytes -= h->size;

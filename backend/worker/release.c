@@ -56,6 +56,18 @@ static void release_memory(struct rm_channel *s, const struct rm_handle *h)
 	rm_session_uncharge(s, h->size);
 }
 
+/* Allocated by a launch and not freed since, or not: the driver refuses the latter. */
+static void release_graph_memory(struct rm_channel *s, const struct rm_handle *h)
+{
+	for (int i = 0; i < s->sh->nctx; i++)
+		if (s->sh->ctxs[i].default_stream) {
+			rm_drv_cuMemFreeAsync(h->value, s->sh->ctxs[i].default_stream);
+			break;
+		}
+	if (h->parent)
+		rm_session_uncharge(s, h->size);
+}
+
 static void release_mapping(struct rm_channel *s, const struct rm_handle *h)
 {
 	rm_drv_cuMemUnmap(h->value, h->size);

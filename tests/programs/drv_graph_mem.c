@@ -118,6 +118,19 @@ int main(int argc, char **argv)
 	int kept = all(host, 77, "allocation kept after the launch", 0);
 	CHECK(cuMemFree(p.dptr));
 	printf("allocation kept after the launch: %s\n", kept ? "ok" : "wrong");
+	/* Launched again, the graph allocates it again: freed outside the graph again
+	 * (graphMemoryNodes does), by cuMemFreeAsync this time. */
+	int again = 1;
+	for (int round = 1; round <= 2; round++) {
+		CHECK(cuGraphLaunch(e, st));
+		CHECK(cuStreamSynchronize(st));
+		memset(host, 0, sizeof host);
+		CHECK(cuMemcpyDtoH(host, p.dptr, sizeof host));
+		CHECK(cuMemFreeAsync(p.dptr, st));
+		CHECK(cuStreamSynchronize(st));
+		again &= all(host, 77, "allocation of a later launch", round);
+	}
+	printf("allocated again at each launch and freed outside the graph: %s\n", again ? "ok" : "wrong");
 	CHECK(cuGraphExecDestroy(e));
 	CHECK(cuGraphDestroy(g));
 

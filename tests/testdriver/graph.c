@@ -726,9 +726,38 @@ TD_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *ph, CUgraphNode h, CUgrap
 }
 
 /* ---- memory nodes: the model allocates a node's memory when the node is added, and
- * keeps it (a free node frees nothing); the graph memory attributes count those bytes ---- */
+ * keeps it (a free node frees nothing); the graph memory attributes count those bytes.
+ * A launch makes its allocations live; cuMemFree or cuMemFreeAsync of a live one makes it
+ * not live (the backing stays), and of one not live fails, as CUDA's would ---- */
 
 static uint64_t graph_mem_used, graph_mem_high; /* under glock */
+static struct graph_alloc {
+	CUdeviceptr dptr;
+	bool live;
+} *graph_allocs;
+static size_t ngraph_allocs; /* under glock */
+
+int td_graph_mem_release(CUdeviceptr dptr)
+{
+	int found = 0;
+	pthread_mutex_lock(&glock);
+	for (size_t i = 0; i < ngraph_allocs && !found; i++)
+		if (graph_allocs[i].dptr == dptr) {
+			found = graph_allocs[i].live ? 1 : -1;
+			graph_allocs[i].live = false;
+		}
+	pthread_mutex_unlock(&glock);
+	return found;
+}
+
+/* Makes the allocations of g's memory nodes live (a launch); caller holds glock. */
+static void graph_mem_launched(const struct td_graph *g)
+{
+	for (size_t n = 0; n < g->n; n++)
+		for (size_t i = 0; g->nodes[n]->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && i < ngraph_allocs; i++)
+			if (graph_allocs[i].dptr == g->nodes[n]->alloc.dptr)
+				graph_allocs[i].live = true;
+}
 
 TD_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps,
 					  CUDA_MEM_ALLOC_NODE_PARAMS *p)
@@ -749,6 +778,11 @@ TD_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *ph, CUgraph h, const CUgr
 	}
 	p->dptr = extras.alloc.dptr;
 	pthread_mutex_lock(&glock);
+	struct graph_alloc *grown = realloc(graph_allocs, (ngraph_allocs + 1) * sizeof *grown);
+	if (grown) {
+		graph_allocs = grown;
+		graph_allocs[ngraph_allocs++] = (struct graph_alloc){p->dptr, true};
+	}
 	graph_mem_used += p->bytesize;
 	if (graph_mem_used > graph_mem_high)
 		graph_mem_high = graph_mem_used;
@@ -1426,6 +1460,8 @@ TD_EXPORT CUresult cuGraphLaunch(CUgraphExec h, CUstream stream)
 	pthread_mutex_lock(&glock);
 	struct td_exec *e = exec_from(h);
 	rc = e ? collect(e->graph, e->order, &steps) : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		graph_mem_launched(e->graph);
 	pthread_mutex_unlock(&glock);
 	for (size_t i = 0; i < steps.n; i++) {
 		struct step *st = &steps.v[i];

@@ -226,6 +226,9 @@ TD_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 		return rc;
 	if (!dptr)
 		return CUDA_SUCCESS;
+	int graph = td_graph_mem_release(dptr);
+	if (graph)
+		return graph > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 	struct td_alloc a;
 	if (!td_find_alloc(dptr, 1, &a) || a.base != dptr || (a.kind != TD_ALLOC_DEVICE && a.kind != TD_ALLOC_MANAGED) ||
 	    !a.ctx)
@@ -248,6 +251,9 @@ TD_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream handle)
 		return rc;
 	if (!dptr)
 		return CUDA_ERROR_INVALID_VALUE;
+	int graph = td_graph_mem_release(dptr);
+	if (graph)
+		return graph > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 	struct td_alloc a;
 	if (!td_find_alloc(dptr, 1, &a) || a.base != dptr || a.kind != TD_ALLOC_DEVICE || !a.ctx)
 		return CUDA_ERROR_INVALID_VALUE;

@@ -334,4 +334,8 @@ CUresult td_texture_fetch2d(unsigned long long tex, float u, float v, float *out
 /* The address of size bytes at byte xbytes of row y of surface surf's array, or NULL. */
 void *td_surface_element(unsigned long long surf, long long xbytes, long long y, size_t size);
 
+/* A graph memory node's allocation freed outside its graph (graph.c): 1 if it was live
+ * (allocated by a launch), -1 if not, 0 when dptr is no graph allocation. */
+int td_graph_mem_release(CUdeviceptr dptr);
+
 #endif
