@@ -136,7 +136,8 @@ static void own_locked(struct rm_channel *s, enum rm_handle_kind kind, uint64_t 
 		s->sh->handles_used++;
 	s->sh->handles[i] = h;
 	s->sh->handles_live++;
-	if (kind == RM_H_MEMORY || kind == RM_H_GLOBAL || kind == RM_H_MAPPING)
+	if (kind == RM_H_MEMORY || kind == RM_H_GLOBAL || kind == RM_H_MAPPING ||
+	    kind == RM_H_IPC_MEMORY)
 		range_insert(s, &h);
 	if (kind == RM_H_MEMORY || kind == RM_H_PHYSICAL)
 		s->sh->mem_bytes += size;
@@ -173,7 +174,8 @@ static int disown_locked(struct rm_channel *s, enum rm_handle_kind kind, uint64_
 		return 0;
 	if (out)
 		*out = *h;
-	if (kind == RM_H_MEMORY || kind == RM_H_GLOBAL || kind == RM_H_MAPPING)
+	if (kind == RM_H_MEMORY || kind == RM_H_GLOBAL || kind == RM_H_MAPPING ||
+	    kind == RM_H_IPC_MEMORY)
 		range_remove(s, v);
 	if (kind == RM_H_MEMORY || kind == RM_H_PHYSICAL)
 		s->sh->mem_bytes -= h->size;
