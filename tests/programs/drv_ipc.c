@@ -184,7 +184,10 @@ static int exporter(char **argv)
 		close(sv[0]);
 		char fdarg[16];
 		snprintf(fdarg, sizeof(fdarg), "%d", sv[1]);
-		execl("/proc/self/exe", argv[0], argv[1], "importer", fdarg, (char *)NULL);
+		char self[4096];
+		ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+		self[n > 0 ? n : 0] = 0;
+		execl(n > 0 ? self : argv[0], argv[0], argv[1], "importer", fdarg, (char *)NULL);
 		_exit(127);
 	}
 	close(sv[1]);
