@@ -253,11 +253,3 @@ enum rm_ipc_left rm_ipc_leave(struct rm_channel *s, enum rm_ipc_kind kind, uint6
 	pthread_mutex_unlock(&lock);
 	return left;
 }
-
-int rm_ipc_exported(enum rm_ipc_kind kind, uint64_t value)
-{
-	pthread_mutex_lock(&lock);
-	int found = nexports && find(kind, value);
-	pthread_mutex_unlock(&lock);
-	return found;
-}

@@ -42,7 +42,5 @@ enum rm_ipc_left {
 };
 /* s lets go of (kind, value), whatever references it had. */
 enum rm_ipc_left rm_ipc_leave(struct rm_channel *s, enum rm_ipc_kind kind, uint64_t value);
-/* Whether (kind, value) is exported. */
-int rm_ipc_exported(enum rm_ipc_kind kind, uint64_t value);
 
 #endif

@@ -6,10 +6,13 @@
  *
  * usage: drv_ipc IMAGE                  exporter (starts the importer itself)
  *        drv_ipc IMAGE importer FD      importer, on socket FD
- *        drv_ipc IMAGE export           prints a memory handle of filled memory in hex, then
- *                                       frees it at a line "free" on stdin, and exits at EOF
- *        drv_ipc IMAGE import HEX       opens it: prints the result; if opened, the memory's
- *                                       checksum now and at each line on stdin, closing at EOF
+ *        drv_ipc IMAGE export           prints handles of filled memory and of an event in
+ *                                       hex; frees the memory at a line "free" on stdin,
+ *                                       destroys the event at "destroy", exits at EOF
+ *        drv_ipc IMAGE import HEX [EVHEX]   opens them and prints the results; then, now and at
+ *                                       each line on stdin, the memory's checksum and the
+ *                                       event recorded and waited for; closes both at EOF
+ *        drv_ipc IMAGE meminfo          prints the device's free memory as it sees it
  * (the last two: tests/sharing/ipc_tenants.py, across tenants and daemons) */
 #include "drv_common.h"
 
@@ -227,47 +230,87 @@ static int exporter(char **argv)
 }
 
 /* Export and import by hand, for the tests across tenants and daemons. */
+static void put_hex(const char *what, const char *bytes, size_t n)
+{
+	printf("%s ", what);
+	for (size_t i = 0; i < n; i++)
+		printf("%02x", (unsigned char)bytes[i]);
+	printf("\n");
+}
+
+static void get_hex(const char *hex, char *bytes, size_t n)
+{
+	memset(bytes, 0, n);
+	for (size_t i = 0; i < n && hex[2 * i] && hex[2 * i + 1]; i++) {
+		unsigned v;
+		sscanf(hex + 2 * i, "%2x", &v);
+		bytes[i] = (char)v;
+	}
+}
+
 static int export_hex(void)
 {
 	CUdeviceptr p;
 	CUipcMemHandle h;
+	CUevent ev;
+	CUipcEventHandle eh;
 	CHECK(cuMemAlloc(&p, N * 4));
 	put_words(p, N, 3, 1);
 	CHECK(cuIpcGetMemHandle(&h, p));
-	for (size_t i = 0; i < sizeof(h.reserved); i++)
-		printf("%02x", (unsigned char)h.reserved[i]);
-	printf("\n");
+	CHECK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS));
+	CHECK(cuIpcGetEventHandle(&eh, ev));
+	put_hex("memory", h.reserved, sizeof(h.reserved));
+	put_hex("event", eh.reserved, sizeof(eh.reserved));
 	fflush(stdout);
 	char line[64];
-	while (fgets(line, sizeof(line), stdin))
-		if (!strncmp(line, "free", 4)) {
+	while (fgets(line, sizeof(line), stdin)) {
+		if (!strncmp(line, "free", 4))
 			printf("free %s\n", drv_error_name(cuMemFree(p)));
-			fflush(stdout);
-		}
+		else if (!strncmp(line, "destroy", 7))
+			printf("destroy %s\n", drv_error_name(cuEventDestroy(ev)));
+		fflush(stdout);
+	}
 	return 0;
 }
 
-static int import_hex(const char *hex)
+/* Each line on stdin: the memory's checksum, and the event recorded and waited for. */
+static int import_hex(const char *hex, const char *event_hex)
 {
 	CUipcMemHandle h;
-	memset(&h, 0, sizeof(h));
-	for (size_t i = 0; i < sizeof(h.reserved) && hex[2 * i] && hex[2 * i + 1]; i++) {
-		unsigned v;
-		sscanf(hex + 2 * i, "%2x", &v);
-		h.reserved[i] = (char)v;
-	}
+	CUipcEventHandle eh;
+	CUevent ev = NULL;
+	get_hex(hex, h.reserved, sizeof(h.reserved));
 	CUdeviceptr p;
 	CUresult r = cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
 	printf("open %s\n", drv_error_name(r));
+	if (r == CUDA_SUCCESS && event_hex) {
+		get_hex(event_hex, eh.reserved, sizeof(eh.reserved));
+		printf("event %s\n", drv_error_name(cuIpcOpenEventHandle(&ev, eh)));
+	}
 	fflush(stdout);
 	if (r != CUDA_SUCCESS)
 		return 0;
 	char line[64];
 	do {
 		printf("checksum %016llx\n", (unsigned long long)checksum(p, N));
+		if (ev) {
+			CUresult rec = cuEventRecord(ev, NULL);
+			printf("record %s\n", drv_error_name(rec == CUDA_SUCCESS ? cuEventSynchronize(ev) : rec));
+		}
 		fflush(stdout);
 	} while (fgets(line, sizeof(line), stdin));
 	printf("close %s\n", drv_error_name(cuIpcCloseMemHandle(p)));
+	if (ev)
+		printf("destroy %s\n", drv_error_name(cuEventDestroy(ev)));
+	return 0;
+}
+
+/* The device's free memory as the client sees it. */
+static int meminfo(void)
+{
+	size_t free_b, total_b;
+	CHECK(cuMemGetInfo(&free_b, &total_b));
+	printf("free %zu\n", free_b);
 	return 0;
 }
 
@@ -284,7 +327,9 @@ int main(int argc, char **argv)
 		return importer(atoi(argv[3]));
 	if (argc == 3 && !strcmp(argv[2], "export"))
 		return export_hex();
-	if (argc == 4 && !strcmp(argv[2], "import"))
-		return import_hex(argv[3]);
+	if ((argc == 4 || argc == 5) && !strcmp(argv[2], "import"))
+		return import_hex(argv[3], argc == 5 ? argv[4] : NULL);
+	if (argc == 3 && !strcmp(argv[2], "meminfo"))
+		return meminfo();
 	return exporter(argv);
 }

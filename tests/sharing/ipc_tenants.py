@@ -42,15 +42,26 @@ def line(p):
 
 
 def exporter(d, token):
+    """Starts an exporter: (process, its memory handle); its event handle in p.event."""
     p = run(d, token, "export")
-    return p, line(p)
+    mem, p.event = line(p).split()[-1], line(p).split()[-1]
+    return p, mem
 
 
-def importer(d, token, handle):
-    """Starts an importer: (process, its "open" result, its first checksum or None)."""
-    p = run(d, token, "import", handle)
+def importer(d, token, handle, event=None):
+    """Starts an importer: (process, its "open" result, its first checksum or None); with an
+    event handle, that it opened the event and recorded it."""
+    p = run(d, token, "import", handle, *([event] if event else []))
     opened = line(p)
+    if event and opened == "open CUDA_SUCCESS":
+        p.event_opened = line(p)
     return p, opened, (line(p) if opened == "open CUDA_SUCCESS" else None)
+
+
+def free_memory(d):
+    p = run(d, "alpha-secret", "meminfo")
+    out, _ = p.communicate(timeout=30)
+    return int(out.split()[-1]) if p.returncode == 0 and out.strip() else None
 
 
 def import_once(d, token, handle):
@@ -67,10 +78,13 @@ def logged(d, text):
 def one_tenant_and_process_isolation(tmp):
     d = remorad_fixture.Daemon(remorad, driver, tmp, "ipc-process", "tenant_isolation = process\n" + TENANTS)
     try:
+        before = free_memory(d)
         exp, handle = exporter(d, "alpha-secret")
-        check(len(handle) == 128, f"alpha's client exports a handle ({handle[:16]}...)")
-        imp, opened, first = importer(d, "alpha-secret", handle)
-        check(opened == "open CUDA_SUCCESS" and first, f"another client of alpha opens it ({opened})")
+        check(len(handle) == 128 and len(exp.event) == 128, f"alpha's client exports memory and an event ({handle[:16]}...)")
+        imp, opened, first = importer(d, "alpha-secret", handle, exp.event)
+        check(opened == "open CUDA_SUCCESS" and first, f"another client of alpha opens the memory ({opened})")
+        check(imp.event_opened == "event CUDA_SUCCESS" and line(imp) == "record CUDA_SUCCESS",
+              f"and the event, which it records ({imp.event_opened})")
         check(import_once(d, "beta-secret", handle) == "open CUDA_ERROR_INVALID_HANDLE", "a client of beta cannot")
         check(logged(d, "exported in another worker of this remorad (its token names tenant alpha)"),
               "the log says the handle is of another tenant's worker")
@@ -80,14 +94,36 @@ def one_tenant_and_process_isolation(tmp):
         check(line(exp) == "free CUDA_SUCCESS", "the exporter frees the memory while it is open elsewhere")
         check(logged(d, "which another client has open (CUDA IPC): the memory stays until it closes it"),
               "the log says the memory stays for the importer")
+        exp.stdin.write("destroy\n")
+        exp.stdin.flush()
+        check(line(exp) == "destroy CUDA_SUCCESS", "the exporter destroys the event while it is open elsewhere")
         imp.stdin.write("again\n")
         imp.stdin.flush()
         check(line(imp) == first, "the importer still reads the same bytes")
+        check(line(imp) == "record CUDA_SUCCESS", "and still records the event")
         check(import_once(d, "alpha-secret", handle) == "open CUDA_ERROR_INVALID_HANDLE",
               "once freed by its exporter, the handle opens no more")
         check(logged(d, "its exporter freed it"), "the log says its exporter freed it")
         imp.stdin.close()
-        check(line(imp) == "close CUDA_SUCCESS" and imp.wait(timeout=30) == 0, "the importer closes it")
+        check(line(imp) == "close CUDA_SUCCESS" and line(imp) == "destroy CUDA_SUCCESS" and imp.wait(timeout=30) == 0,
+              "the importer closes the memory and destroys the event")
+        exp.stdin.close()
+        check(exp.wait(timeout=30) == 0, "the exporter leaves cleanly")
+        check(wait_for(lambda: free_memory(d) == before, timeout=10),
+              f"then the memory is freed: the device has as much free as before ({free_memory(d)}, {before})")
+
+        # An importer that goes away without closing: the memory goes once the exporter frees it.
+        exp, handle = exporter(d, "alpha-secret")
+        imp, opened, _ = importer(d, "alpha-secret", handle)
+        imp.kill()
+        imp.wait()
+        exp.stdin.write("free\n")
+        exp.stdin.flush()
+        check(opened == "open CUDA_SUCCESS" and line(exp) == "free CUDA_SUCCESS",
+              "an importer killed while holding memory, its exporter frees it")
+        exp.stdin.close()
+        exp.wait(timeout=30)
+        check(wait_for(lambda: free_memory(d) == before, timeout=10), "and the memory is freed")
 
         check(import_once(d, "alpha-secret", "00" * 64) == "open CUDA_ERROR_INVALID_HANDLE", "garbage is refused")
         check(logged(d, "not a handle a Remora client exported"), "the log says it is no Remora handle")
@@ -95,9 +131,8 @@ def one_tenant_and_process_isolation(tmp):
         forged = handle2[:80] + ("00" if handle2[80:82] != "00" else "11") + handle2[82:]  # a byte of the secret
         check(import_once(d, "alpha-secret", forged) == "open CUDA_ERROR_INVALID_HANDLE", "a forged handle is refused")
         check(logged(d, "its secret does not match"), "the log says its secret does not match")
-        for p in (exp, exp2):
-            p.stdin.close()
-            check(p.wait(timeout=30) == 0, "an exporter leaves cleanly")
+        exp2.stdin.close()
+        check(exp2.wait(timeout=30) == 0, "an exporter leaves cleanly")
     finally:
         d.stop()
 
