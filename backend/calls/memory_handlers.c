@@ -10,6 +10,7 @@
 
 #include "copy_profile.h"
 #include "fault.h"
+#include "ipc.h"
 #include "log.h"
 #include "registry.h"
 #include "remora.pb-c.h"
@@ -48,6 +49,12 @@ CUresult rm_body_cuMemFree_v2(struct rm_channel *s, CUdeviceptr dptr)
 		rm_session_log(s, RM_LOG_WARN, "refused to free 0x%llx, not an allocation of its own",
 		               (unsigned long long)dptr);
 		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (rm_ipc_leave(s, RM_IPC_MEMORY, dptr) == RM_IPC_OTHERS_HOLD) {
+		rm_session_log(s, RM_LOG_INFO, "freed 0x%llx, which another client has open (CUDA IPC): "
+			       "the memory stays until it closes it", (unsigned long long)dptr);
+		rm_session_uncharge(s, h.size);
+		return CUDA_SUCCESS;
 	}
 	CUresult r = rm_session_free_memory(s, dptr);
 	if (r == CUDA_SUCCESS)

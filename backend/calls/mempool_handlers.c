@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "ipc.h"
 #include "log.h"
 
 /* The session's context on host GPU dev, or NULL (contexts are appended, never moved). */
@@ -113,6 +114,10 @@ CUresult rm_body_cuMemFreeAsync(struct rm_channel *s, CUdeviceptr dptr, CUstream
 		rm_session_log(s, RM_LOG_WARN, "refused to free 0x%llx, not an allocation of its own",
 		               (unsigned long long)dptr);
 		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (rm_ipc_leave(s, RM_IPC_MEMORY, dptr) == RM_IPC_OTHERS_HOLD) { /* opened by another client (CUDA IPC) */
+		rm_session_uncharge(s, h.size);
+		return CUDA_SUCCESS;
 	}
 	CUresult r = rm_drv_cuMemFreeAsync(dptr, hStream);
 	if (r == CUDA_SUCCESS)

@@ -11,7 +11,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "ipc.h"
 #include "log.h"
 
 #define MAX_ACCESS_DESCS 64
@@ -98,14 +100,19 @@ static void settle(struct rm_channel *s, uint64_t handle)
 		return;
 	rm_session_disown_value(s, RM_H_PHYSICAL, handle);
 	rm_session_uncharge(s, p.size);
+	if (rm_ipc_leave(s, RM_IPC_PHYSICAL, handle) == RM_IPC_LAST) /* shared: released now, by its last holder */
+		rm_drv_cuMemRelease(handle);
 }
 
 CUresult rm_body_cuMemRelease(struct rm_channel *s, CUmemGenericAllocationHandle handle)
 {
 	pthread_mutex_lock(&vmm_lock);
 	CUresult r = CUDA_ERROR_INVALID_VALUE;
-	if (physical(s, handle)) {
-		r = rm_drv_cuMemRelease(handle);
+	int mine = physical(s, handle), refs = mine ? rm_ipc_unref(s, RM_IPC_PHYSICAL, handle) : 0;
+	if (mine && refs > 0) { /* imported again: one release each */
+		r = CUDA_SUCCESS;
+	} else if (mine) {
+		r = refs < 0 ? rm_drv_cuMemRelease(handle) : CUDA_SUCCESS; /* shared: the last holder releases it */
 		if (r == CUDA_SUCCESS) {
 			rm_session_set_parent(s, RM_H_PHYSICAL, handle, 1); /* released: freed once unmapped */
 			settle(s, handle);
@@ -272,5 +279,63 @@ CUresult rm_body_cuMemGetAccess(struct rm_channel *s, unsigned long long *flags,
 	CUresult r = location_in(s, &loc);
 	if (r == CUDA_SUCCESS)
 		r = rm_drv_cuMemGetAccess(flags, &loc, ptr);
+	return r;
+}
+
+/* CUDA IPC's VMM path (proto/api.spec): the client library puts the token in a memfd, the
+ * descriptor the program passes on; only CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR. */
+CUresult rm_body_cuMemExportToShareableHandle(struct rm_channel *s, void *shareableHandle,
+					      CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType,
+					      unsigned long long flags)
+{
+	if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return rm_unsupported_use("cuMemExportToShareableHandle of a handle type but a POSIX file descriptor");
+	if (flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&vmm_lock);
+	struct rm_handle p;
+	CUresult r = CUDA_ERROR_INVALID_VALUE;
+	if (physical(s, handle) && rm_session_find(s, RM_H_PHYSICAL, handle, &p)) {
+		int fd = -1; /* the driver's verdict: an allocation made to be shared so; its descriptor is not used */
+		r = rm_drv_cuMemExportToShareableHandle(&fd, handle, handleType, 0);
+		if (r == CUDA_SUCCESS && fd >= 0)
+			close(fd);
+		CUmemAllocationProp prop;
+		struct rm_ipc_object o = {.value = handle, .size = p.size, .device = -1};
+		if (r == CUDA_SUCCESS && rm_drv_cuMemGetAllocationPropertiesFromHandle(&prop, handle) == CUDA_SUCCESS &&
+		    prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+			o.device = prop.location.id;
+		if (r == CUDA_SUCCESS)
+			r = rm_ipc_export(s, RM_IPC_PHYSICAL, &o, shareableHandle);
+	}
+	pthread_mutex_unlock(&vmm_lock);
+	return r;
+}
+
+/* The exporter's physical allocation, the importer's to map and release, charged to it
+ * (osHandle: the token its library read from the descriptor). */
+CUresult rm_body_cuMemImportFromShareableHandle(struct rm_channel *s, CUmemGenericAllocationHandle *handle,
+						void *osHandle, CUmemAllocationHandleType shHandleType)
+{
+	if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return rm_unsupported_use("cuMemImportFromShareableHandle of a handle type but a POSIX file descriptor");
+	pthread_mutex_lock(&vmm_lock);
+	struct rm_ipc_object o;
+	struct rm_handle p;
+	int again = 0;
+	CUresult r = rm_ipc_open(s, RM_IPC_PHYSICAL, osHandle, RM_IPC_TOKEN_SIZE, &o, &again);
+	if (r == CUDA_SUCCESS && rm_session_find(s, RM_H_PHYSICAL, o.value, &p)) {
+		if (p.parent) /* released, still mapped: held again */
+			rm_session_set_parent(s, RM_H_PHYSICAL, o.value, 0);
+	} else if (r == CUDA_SUCCESS) {
+		r = rm_session_charge(s, o.size);
+		if (r == CUDA_SUCCESS)
+			rm_session_own_memory(s, RM_H_PHYSICAL, o.value, o.size, 0);
+		else if (rm_ipc_leave(s, RM_IPC_PHYSICAL, o.value) == RM_IPC_LAST)
+			rm_drv_cuMemRelease(o.value);
+	}
+	if (r == CUDA_SUCCESS)
+		*handle = o.value;
+	pthread_mutex_unlock(&vmm_lock);
 	return r;
 }

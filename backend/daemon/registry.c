@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -42,6 +43,8 @@ int rm_registry_create(void)
 	pthread_mutex_init(&reg->lock, &a);
 	pthread_mutexattr_destroy(&a);
 	reg->next_session_id = 1;
+	if (getrandom(&reg->daemon_id, sizeof(reg->daemon_id), 0) != sizeof(reg->daemon_id))
+		reg->daemon_id = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL);
 	return fd;
 }
 

@@ -99,6 +99,7 @@ struct rm_registry {
 	int ngpus;
 	int draining;          /* no new clients while set */
 	uint64_t next_session_id;
+	uint64_t daemon_id;    /* random at start: names this remorad in IPC tokens (backend/worker/ipc.c) */
 	struct rm_gpu_record gpus[RM_MAX_GPUS];
 	struct rm_tenant_usage tenants[RM_CONFIG_MAX_TENANTS + 1]; /* the last one is anonymous */
 	struct rm_client_record clients[RM_MAX_CLIENTS];

@@ -122,7 +122,8 @@ static void range_remove(struct rm_channel *s, uint64_t base)
 /* Kinds whose value is a base address and size a length of memory the client may use. */
 static int range_kind(enum rm_handle_kind kind)
 {
-	return kind == RM_H_MEMORY || kind == RM_H_GLOBAL || kind == RM_H_MAPPING || kind == RM_H_GRAPH_MEMORY;
+	return kind == RM_H_MEMORY || kind == RM_H_GLOBAL || kind == RM_H_MAPPING || kind == RM_H_GRAPH_MEMORY ||
+	       kind == RM_H_IPC_MEMORY;
 }
 
 static void own_locked(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, uint64_t size, uint64_t parent)

@@ -7,6 +7,7 @@
 #include "driver_table.h"
 #include "fault.h"
 #include "image_cache.h"
+#include "ipc.h"
 #include "stream_pool.h"
 
 typedef void (*release_fn)(struct rm_channel *s, const struct rm_handle *h);
@@ -28,9 +29,11 @@ static void release_graph(struct rm_channel *s, const struct rm_handle *h)
 		rm_drv_cuGraphDestroy(handle_of(h));
 }
 
+/* What another client opened (CUDA IPC, ipc.h) stays for it: the driver's free is the last holder's. */
 static void release_event(struct rm_channel *s, const struct rm_handle *h)
 {
-	rm_drv_cuEventDestroy_v2(handle_of(h));
+	if (rm_ipc_leave(s, RM_IPC_EVENT, h->value) != RM_IPC_OTHERS_HOLD)
+		rm_drv_cuEventDestroy_v2(handle_of(h));
 }
 
 static void release_stream(struct rm_channel *s, const struct rm_handle *h)
@@ -52,7 +55,17 @@ static void release_library(struct rm_channel *s, const struct rm_handle *h)
 /* The quota is released with the memory, not later with the slot. */
 static void release_memory(struct rm_channel *s, const struct rm_handle *h)
 {
-	rm_session_free_drained(s, h->value);
+	if (rm_ipc_leave(s, RM_IPC_MEMORY, h->value) != RM_IPC_OTHERS_HOLD)
+		rm_session_free_drained(s, h->value);
+	rm_session_uncharge(s, h->size);
+}
+
+/* The exporter's allocation, freed here once neither it nor another importer holds it: then
+ * with cuMemFree, which waits for every client's work, as the exporter's may still use it. */
+static void release_ipc_memory(struct rm_channel *s, const struct rm_handle *h)
+{
+	if (rm_ipc_leave(s, RM_IPC_MEMORY, h->value) == RM_IPC_LAST)
+		rm_drv_cuMemFree_v2(h->value);
 	rm_session_uncharge(s, h->size);
 }
 
@@ -73,9 +86,11 @@ static void release_mapping(struct rm_channel *s, const struct rm_handle *h)
 	rm_drv_cuMemUnmap(h->value, h->size);
 }
 
+/* Shared (CUDA IPC), the driver's release is the last holder's, deferred until then. */
 static void release_physical(struct rm_channel *s, const struct rm_handle *h)
 {
-	if (!h->parent) /* not released by the client yet */
+	enum rm_ipc_left left = rm_ipc_leave(s, RM_IPC_PHYSICAL, h->value);
+	if ((left == RM_IPC_NOT_SHARED && !h->parent) || left == RM_IPC_LAST) /* parent: released by the client */
 		rm_drv_cuMemRelease(h->value);
 	rm_session_uncharge(s, h->size);
 }
@@ -190,6 +205,7 @@ static int dies_with_ctx(const struct rm_handle *h)
 	case RM_H_EVENT:
 	case RM_H_STREAM:
 	case RM_H_MEMORY:
+	case RM_H_IPC_MEMORY:
 		return 1;
 	case RM_H_MODULE:
 		return !h->parent;

@@ -49,8 +49,8 @@ def gen_client_stub(fn, entry, fields):
             o.append(f"\tif ({p.name}) {{\n\t\treq.{f.field}.data = (uint8_t *){p.name};")
             o.append(f"\t\treq.{f.field}.len = sizeof(*{p.name});\n\t}}")
         elif f.kind == "struct":
-            checks.append(f"!{p.name}")
-            if p.stars:
+            if p.stars:  # a struct passed by value is never NULL
+                checks.append(f"!{p.name}")
                 o.append(f"\treq.{f.field}.data = (uint8_t *){p.name};")
                 o.append(f"\treq.{f.field}.len = sizeof(*{p.name});")
             else:

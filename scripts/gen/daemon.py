@@ -41,6 +41,10 @@ def gen_daemon_handler(fn, entry, fields):
             # The client sends the buffer's length; its length parameter takes that value.
             o.append(f"\tuint64_t n_{p.name} = req->{f.field}_len;")
             o.append(f"\tif (n_{p.name} > RM_MAX_OUT_BUF / {esz})\n\t\tr = CUDA_ERROR_INVALID_VALUE;")
+            if f.len_expr not in [q.name for q in fn.params]:
+                # A length no parameter takes (a constant: what the driver writes): the client's must be it.
+                o.append(f"\tif (n_{p.name} != (uint64_t)({request_expr(fn, f.len_expr)}))\n"
+                         f"\t\tr = CUDA_ERROR_INVALID_VALUE;")
             o.append(f"\t{p.base} *{v} = r == CUDA_SUCCESS ? calloc(n_{p.name} ? n_{p.name} : 1, {esz}) : NULL;")
             o.append(f"\tif (r == CUDA_SUCCESS && !{v})\n\t\tr = CUDA_ERROR_OUT_OF_MEMORY;")
             cleanup.append(f"\tfree({v});")

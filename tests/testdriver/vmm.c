@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -311,4 +312,55 @@ TD_EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation
 		*flags = (unsigned long long)r->access;
 	pthread_mutex_unlock(&td_lock);
 	return rc;
+}
+
+/* ---- sharing (CUDA IPC's VMM path) ----
+ * A POSIX file descriptor is a descriptor of the allocation's memfd: imported, here or in
+ * another process, it is a physical allocation of that memfd, so that mappings alias. */
+
+TD_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+						 CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+	struct td_phys *p;
+	CUresult rc = phys_of(handle, &p);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!shareableHandle || flags || !(p->prop.requestedHandleTypes & handleType))
+		return CUDA_ERROR_INVALID_VALUE; /* not asked for at cuMemCreate */
+	if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	int fd = dup(p->fd);
+	if (fd < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*(int *)shareableHandle = fd;
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+						   CUmemAllocationHandleType shHandleType)
+{
+	if (!td_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	off_t size = lseek((int)(intptr_t)osHandle, 0, SEEK_END);
+	if (size <= 0 || size % GRANULARITY)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				    .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+				    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+	if (!td_device_reserve(0, (size_t)size))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	struct td_phys *p = calloc(1, sizeof(*p));
+	int fd = p ? fcntl((int)(intptr_t)osHandle, F_DUPFD_CLOEXEC, 0) : -1;
+	if (fd < 0) {
+		free(p);
+		td_device_unreserve(0, (size_t)size);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*p = (struct td_phys){.magic = TD_MAGIC_PHYS, .fd = fd, .size = (size_t)size, .prop = prop};
+	*handle = (CUmemGenericAllocationHandle)(uintptr_t)p;
+	return CUDA_SUCCESS;
 }

@@ -16,6 +16,7 @@
 #include "driver_table.h"
 #include "gpus.h"
 #include "image_cache.h"
+#include "ipc.h"
 #include "log.h"
 #include "registry.h"
 #include "host_functions.h"
@@ -58,6 +59,7 @@ void rm_staging_close(struct rm_staging *st) { unused(__func__); }
 struct rm_hostfn_hub *rm_hostfn_hub_new(const struct rm_channel *s, int timeout_s) { unused(__func__); }
 void rm_hostfn_hub_release(struct rm_hostfn_hub *hub) { unused(__func__); }
 void rm_hostfn_hub_close(struct rm_hostfn_hub *hub) { unused(__func__); }
+enum rm_ipc_left rm_ipc_leave(struct rm_channel *s, enum rm_ipc_kind kind, uint64_t value) { (void)s; (void)kind; (void)value; return RM_IPC_NOT_SHARED; } /* nothing exported here */
 
 /* ---- what rm_session_release_all and rm_session_use call: recorded ---- */
 

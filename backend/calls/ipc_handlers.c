@@ -1,0 +1,127 @@
+/* CUDA IPC between clients of one tenant (typed bodies of generated handlers; the exports and
+ * their holders: backend/worker/ipc.h). An exported allocation or event is the very one the
+ * importer gets: same process, same context, so the same device address and CUevent. The
+ * driver is asked first whether it would export the object (its answer is the client's, as
+ * natively), and its own handle is not used. */
+#include "dispatch.h"
+
+#include "ipc.h"
+#include "log.h"
+
+/* The driver's ordinal of the GPU ptr is on; -1 if it does not say. */
+static int device_of(uint64_t ptr)
+{
+	int dev = -1;
+	if (rm_drv_cuPointerGetAttribute(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr) != CUDA_SUCCESS)
+		dev = -1;
+	return dev;
+}
+
+/* A cuMemAlloc allocation of the client's (dptr=unchecked): the whole allocation that holds dptr. */
+CUresult rm_body_cuIpcGetMemHandle(struct rm_channel *s, CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+	struct rm_handle h;
+	if (!s->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!rm_session_range_of(s, dptr, &h) || h.kind != RM_H_MEMORY) {
+		rm_session_log(s, RM_LOG_WARN, "refused to export 0x%llx (CUDA IPC): not in an allocation of its own",
+			       (unsigned long long)dptr);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	CUipcMemHandle native;
+	CUresult r = rm_drv_cuIpcGetMemHandle(&native, dptr);
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct rm_ipc_object o = {.value = h.value, .size = h.size, .device = device_of(h.value)};
+	return rm_ipc_export(s, RM_IPC_MEMORY, &o, (uint8_t *)pHandle->reserved);
+}
+
+/* The exporter's allocation, recorded as usable memory of the importer's and charged to it
+ * (once: opened again, it is counted, as natively). */
+CUresult rm_body_cuIpcOpenMemHandle_v2(struct rm_channel *s, CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+	if (!s->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (Flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct rm_ipc_object o;
+	int again = 0;
+	CUresult r = rm_ipc_open(s, RM_IPC_MEMORY, handle.reserved, sizeof(handle.reserved), &o, &again);
+	if (r == CUDA_SUCCESS && !again) {
+		r = rm_session_charge(s, o.size);
+		if (r == CUDA_SUCCESS)
+			rm_session_own_memory(s, RM_H_IPC_MEMORY, o.value, o.size, 0);
+		else if (rm_ipc_leave(s, RM_IPC_MEMORY, o.value) == RM_IPC_LAST) /* its exporter freed it meanwhile */
+			rm_drv_cuMemFree_v2(o.value);
+	}
+	if (r == CUDA_SUCCESS)
+		*pdptr = o.value;
+	return r;
+}
+
+/* Once closed as often as opened: no longer the client's, and freed if the exporter freed it
+ * meanwhile (cuMemFree: it waits for every client's work on it). */
+CUresult rm_body_cuIpcCloseMemHandle(struct rm_channel *s, CUdeviceptr dptr)
+{
+	struct rm_handle h;
+	if (!rm_session_find(s, RM_H_IPC_MEMORY, dptr, NULL)) {
+		rm_session_log(s, RM_LOG_WARN, "refused to close 0x%llx: not memory it opened (CUDA IPC)",
+			       (unsigned long long)dptr);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (rm_ipc_unref(s, RM_IPC_MEMORY, dptr) > 0)
+		return CUDA_SUCCESS;
+	if (!rm_session_take(s, RM_H_IPC_MEMORY, dptr, &h)) /* another thread closed it first */
+		return CUDA_ERROR_INVALID_VALUE;
+	if (rm_ipc_leave(s, RM_IPC_MEMORY, dptr) == RM_IPC_LAST)
+		rm_drv_cuMemFree_v2(dptr);
+	rm_session_uncharge(s, h.size);
+	return CUDA_SUCCESS;
+}
+
+/* An event of the client's that the driver would export (CU_EVENT_INTERPROCESS). */
+CUresult rm_body_cuIpcGetEventHandle(struct rm_channel *s, CUipcEventHandle *pHandle, CUevent event)
+{
+	CUipcEventHandle native;
+	CUresult r = rm_drv_cuIpcGetEventHandle(&native, event);
+	if (r != CUDA_SUCCESS)
+		return r;
+	struct rm_ipc_object o = {.value = (uint64_t)(uintptr_t)event, .device = -1};
+	return rm_ipc_export(s, RM_IPC_EVENT, &o, (uint8_t *)pHandle->reserved);
+}
+
+/* The exporter's event, the importer's to record, wait for and destroy: as natively, it
+ * behaves as one made with CU_EVENT_DISABLE_TIMING. */
+CUresult rm_body_cuIpcOpenEventHandle(struct rm_channel *s, CUevent *phEvent, CUipcEventHandle handle)
+{
+	if (!s->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	struct rm_ipc_object o;
+	int again = 0;
+	CUresult r = rm_ipc_open(s, RM_IPC_EVENT, handle.reserved, sizeof(handle.reserved), &o, &again);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (!again)
+		rm_session_own_memory(s, RM_H_EVENT, o.value, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS, 0);
+	*phEvent = (CUevent)(uintptr_t)o.value;
+	return CUDA_SUCCESS;
+}
+
+/* An event another client opened stays for it (hEvent=del:body): the driver's destroy is the
+ * last holder's. Opened more than once, one destroy each. */
+CUresult rm_body_cuEventDestroy_v2(struct rm_channel *s, CUevent hEvent)
+{
+	uint64_t v = (uint64_t)(uintptr_t)hEvent;
+	struct rm_handle h;
+	int refs = rm_ipc_unref(s, RM_IPC_EVENT, v);
+	if (refs > 0)
+		return CUDA_SUCCESS;
+	if (!rm_session_take(s, RM_H_EVENT, v, &h))
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (refs == 0 && rm_ipc_leave(s, RM_IPC_EVENT, v) == RM_IPC_OTHERS_HOLD)
+		return CUDA_SUCCESS;
+	CUresult r = rm_drv_cuEventDestroy_v2(hEvent);
+	if (r != CUDA_SUCCESS && refs < 0)
+		rm_session_own_memory(s, RM_H_EVENT, v, h.size, h.parent); /* still the client's */
+	return r;
+}
