@@ -41,6 +41,12 @@ def gen_daemon_handler(fn, entry, fields):
             # The client sends the buffer's length; its length parameter takes that value.
             o.append(f"\tuint64_t n_{p.name} = req->{f.field}_len;")
             o.append(f"\tif (n_{p.name} > RM_MAX_OUT_BUF / {esz})\n\t\tr = CUDA_ERROR_INVALID_VALUE;")
+            if f.len_expr in [q.name for q in fn.params] and any(
+                    g is not f and g.dir == "in" and g.kind == "buf" and g.len_expr == f.len_expr for g in fields):
+                # A length an input array shares: the driver reads that many of it, so the
+                # buffer's length must be the one the input was checked against.
+                o.append(f"\tif (n_{p.name} != (uint64_t)({request_expr(fn, f.len_expr)}))\n"
+                         f"\t\tr = CUDA_ERROR_INVALID_VALUE;")
             if f.len_expr not in [q.name for q in fn.params]:
                 # A length no parameter takes (a constant: what the driver writes): the client's must be it.
                 o.append(f"\tif (n_{p.name} != (uint64_t)({request_expr(fn, f.len_expr)}))\n"

@@ -15,6 +15,9 @@
                and serves again once descriptors are free
   names        control characters in a client's name reach neither the log nor
                `remora status` raw
+  lengths      an output array whose length differs from the count an input array of the
+               same call was checked against (cuDeviceGetP2PAtomicCapabilities) is refused
+               before the driver reads past the input
   staging-fails  a staging allocation that fails (the test driver's REMORA_TESTDRIVER_FAIL)
                gives a real client a CUDA error, for the session's staging and for a copy
                link's, each at its buffer or its event; the daemon keeps serving (with the
@@ -38,6 +41,8 @@ from remorad_fixture import Daemon, wait_for  # noqa: E402
 
 OP_MEMCPY_HTOD = 36     # cuMemcpyHtoD_v2 (proto/api.spec)
 OP_LIBRARY_LOAD = 69    # cuLibraryLoadData
+OP_P2P_ATOMIC_CAPS = 424  # cuDeviceGetP2PAtomicCapabilities
+CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_OUT_OF_MEMORY = 2   # also what the test driver's injected failures return
 CUDA_ERROR_INVALID_IMAGE = 200
 MIB = 1 << 20
@@ -82,6 +87,21 @@ def links(d):
         s.close()
     out, err = worker.communicate(timeout=60)
     check(worker.returncode == 0 and out.strip() == "ok", f"another client of the worker kept working ({err})")
+    no_worker_died(d)
+
+
+def lengths(d):
+    s = w.connect(d.host, d.port)
+    for out_len, count in ((4096, 1), (1, 1)):
+        msg = (w.field_varint(1, out_len) + w.field_bytes(2, (1).to_bytes(4, "little") * count) +
+               w.field_varint(3, count))
+        s.sendall(w.frame(OP_P2P_ATOMIC_CAPS, msg))
+        r = w.result_of(w.read_reply(s, timeout=15))
+        if out_len != count:
+            check(r == CUDA_ERROR_INVALID_VALUE, f"{out_len} capabilities for {count} operation(s): refused ({r})")
+        else:
+            check(r is not None, f"{out_len} capability for {count} operation: answered ({r})")
+    s.close()
     no_worker_died(d)
 
 
@@ -255,6 +275,7 @@ def limit_descriptors():
 SCENARIOS = {
     "links": (links, "", {}),
     "staging": (staging, "", {}),
+    "lengths": (lengths, "", {}),
     "wrap": (wrap, "", {}),
     "images": (images, "client_memory_limit = 64M\nworker_host_memory_limit = 100M\n", {}),
     "headers": (headers, "", {}),
