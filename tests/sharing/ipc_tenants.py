@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from verdict import check, failures  # noqa: E402
+from verdict import check, conclude  # noqa: E402
 import remorad_fixture  # noqa: E402
 from remorad_fixture import wait_for  # noqa: E402
 
@@ -174,16 +174,8 @@ def main():
         shared_isolation(tmp)
         two_daemons(tmp)
     finally:
-        for p in started:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    if failures:
-        for name in sorted(os.listdir(tmp)):
-            if name.endswith(".log"):
-                with open(os.path.join(tmp, name)) as f:
-                    print(f"--- {name}\n{f.read()}", file=sys.stderr)
-    return 1 if failures else 0
+        status = conclude(started, tmp)
+    return status
 
 
 if __name__ == "__main__":
