@@ -51,7 +51,8 @@ enum td_magic {
 	TD_MAGIC_NODE = 0x4e4f4445,     /* "NODE" */
 	TD_MAGIC_EXEC = 0x45584543,     /* "EXEC" */
 	TD_MAGIC_ARRAY = 0x41525259,    /* "ARRY" */
-	TD_MAGIC_MIPMAP = 0x4d49504d    /* "MIPM" */
+	TD_MAGIC_MIPMAP = 0x4d49504d,   /* "MIPM" */
+	TD_MAGIC_TEXREF = 0x54585246    /* "TXRF" */
 };
 
 extern pthread_mutex_t td_lock;
@@ -333,5 +334,34 @@ struct td_array *td_array_of(CUarray a);
 CUresult td_texture_fetch2d(unsigned long long tex, float u, float v, float *out);
 /* The address of size bytes at byte xbytes of row y of surface surf's array, or NULL. */
 void *td_surface_element(unsigned long long surf, long long xbytes, long long y, size_t size);
+
+/* ---- legacy texture and surface references (texrefs.c) ---- */
+enum td_ref_binding { TD_REF_NONE, TD_REF_ARRAY, TD_REF_MIPMAP, TD_REF_LINEAR, TD_REF_PITCH2D };
+/* A module's reference (module.c keeps TD_MODULE_REFS of them) or cuTexRefCreate's. */
+struct td_texref {
+	uint32_t magic;
+	bool surface, created;
+	enum td_ref_binding bound;
+	CUarray array;
+	CUmipmappedArray mipmap;
+	CUdeviceptr dptr;
+	size_t bytes, pitch, width, height;
+	CUarray_format format;
+	int channels;
+	CUaddress_mode address[3];
+	CUfilter_mode filter, mipmap_filter;
+	float bias, min_clamp, max_clamp, border[4];
+	unsigned anisotropy, flags;
+};
+#define TD_MODULE_REFS 2
+/* The references a module may offer, by index: their names and whether each is a surface's. */
+const char *td_module_ref_name(size_t i, bool *surface);
+/* A reference of module handle h named name, if its image offers it, in *out (module.c). */
+CUresult td_module_reference(CUmodule h, const char *name, bool surface, struct td_texref **out);
+/* Sets a reference's defaults (texrefs.c). */
+void td_texref_init(struct td_texref *t, bool surface);
+/* Float element i of the linear memory the last bound module reference named legacyTex
+ * reads (the model's one texture unit), as tex1Dfetch: ILLEGAL_ADDRESS if unbound. */
+CUresult td_legacy_tex_fetch(long long i, float *out);
 
 #endif
