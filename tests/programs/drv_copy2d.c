@@ -4,7 +4,8 @@
  * pinned and pageable host sides, copies larger than one 16 MiB piece (whole rows, and rows
  * longer than a piece), and memsets of 1, 2 and 4 bytes. Through Remora (REMORA_SERVER set)
  * it also checks that a copy or memset whose last row leaves the allocation is refused, where
- * a GPU need not notice. IMAGE is not used. */
+ * a GPU need not notice. cuMemcpy3DPeer(Async) within the current context, checked the same
+ * way. IMAGE is not used. */
 #include "drv_common.h"
 
 #define MIB (1u << 20)
@@ -239,6 +240,63 @@ static void test_3d(CUstream stream)
 	free(host), free(out), free(want), free(vol.model);
 }
 
+/* cuMemcpy3DPeer(Async) between the current context and itself (the one GPU a test host
+ * may have): host to device, device to device and device to host. */
+static void test_3d_peer(CUstream stream)
+{
+	const size_t dp = 131, dh = 11, dd = 4, hp = 67, hh = 13, hd = 5;
+	CUcontext ctx;
+	CHECK(cuCtxGetCurrent(&ctx));
+	struct buf vol;
+	buf_alloc(&vol, dp * dh * dd);
+	unsigned char *host = malloc(hp * hh * hd), *out = malloc(hp * hh * hd), *want = malloc(hp * hh * hd);
+	fill(host, hp * hh * hd, 23);
+	CUDA_MEMCPY3D_PEER c;
+	memset(&c, 0, sizeof(c));
+	c.srcMemoryType = CU_MEMORYTYPE_HOST, c.srcHost = host, c.srcXInBytes = 3, c.srcY = 2, c.srcZ = 1;
+	c.srcPitch = hp, c.srcHeight = hh, c.srcContext = ctx;
+	c.dstMemoryType = CU_MEMORYTYPE_DEVICE, c.dstDevice = vol.d, c.dstXInBytes = 5, c.dstY = 1, c.dstZ = 0;
+	c.dstPitch = dp, c.dstHeight = dh, c.dstContext = ctx;
+	c.WidthInBytes = 61, c.Height = 9, c.Depth = 4;
+	CHECK(cuMemcpy3DPeer(&c));
+	model_3d(vol.model, 5, 1, 0, dp, dh, host, 3, 2, 1, hp, hh, 61, 9, 4);
+	buf_check(&vol, "3d peer htod");
+
+	memset(&c, 0, sizeof(c));
+	c.srcMemoryType = CU_MEMORYTYPE_DEVICE, c.srcDevice = vol.d, c.srcXInBytes = 0, c.srcY = 2, c.srcZ = 2;
+	c.srcPitch = dp, c.srcHeight = dh, c.srcContext = ctx;
+	c.dstMemoryType = CU_MEMORYTYPE_DEVICE, c.dstDevice = vol.d, c.dstXInBytes = 70, c.dstY = 0, c.dstZ = 0;
+	c.dstPitch = dp, c.dstHeight = dh, c.dstContext = ctx;
+	c.WidthInBytes = 60, c.Height = 8, c.Depth = 2;
+	CHECK(cuMemcpy3DPeerAsync(&c, stream));
+	CHECK(cuStreamSynchronize(stream));
+	model_3d(vol.model, 70, 0, 0, dp, dh, vol.model, 0, 2, 2, dp, dh, 60, 8, 2);
+	buf_check(&vol, "3d peer dtod async");
+
+	fill(out, hp * hh * hd, 29);
+	memcpy(want, out, hp * hh * hd);
+	memset(&c, 0, sizeof(c));
+	c.srcMemoryType = CU_MEMORYTYPE_DEVICE, c.srcDevice = vol.d, c.srcXInBytes = 7, c.srcY = 1, c.srcZ = 1;
+	c.srcPitch = dp, c.srcHeight = dh, c.srcContext = ctx;
+	c.dstMemoryType = CU_MEMORYTYPE_HOST, c.dstHost = out, c.dstXInBytes = 2, c.dstY = 3, c.dstZ = 1;
+	c.dstPitch = hp, c.dstHeight = hh, c.dstContext = ctx;
+	c.WidthInBytes = 59, c.Height = 10, c.Depth = 3;
+	CHECK(cuMemcpy3DPeerAsync(&c, stream));
+	CHECK(cuStreamSynchronize(stream));
+	model_3d(want, 2, 3, 1, hp, hh, vol.model, 7, 1, 1, dp, dh, 59, 10, 3);
+	int same = !memcmp(out, want, hp * hh * hd);
+	EXPECT(same, "3d peer dtoh differs");
+	printf("3d peer dtoh async: %s %016llx\n", same ? "ok" : "FAIL", (unsigned long long)drv_fnv1a(out, hp * hh * hd));
+	if (getenv("REMORA_SERVER")) { /* a context not the client's, and a row past the allocation */
+		c.srcContext = (CUcontext)(uintptr_t)0x1000;
+		EXPECT_RESULT(cuMemcpy3DPeer(&c), CUDA_ERROR_INVALID_CONTEXT);
+		c.srcContext = ctx, c.Height = dh + 1;
+		EXPECT_RESULT(cuMemcpy3DPeer(&c), CUDA_ERROR_INVALID_VALUE);
+	}
+	CHECK(cuMemFree(vol.d));
+	free(host), free(out), free(want), free(vol.model);
+}
+
 /* Copies past one 16 MiB piece: many rows, and rows longer than a piece. */
 static void test_large(void)
 {
@@ -319,6 +377,7 @@ int main(int argc, char **argv)
 	test_2d(stream, 1);
 	test_3d(NULL);
 	test_3d(stream);
+	test_3d_peer(stream);
 	test_large();
 	if (getenv("REMORA_SERVER"))
 		test_bounds();
