@@ -28,7 +28,8 @@ static CUresult create_stream(struct rm_channel *s, unsigned flags, int priority
 	CUresult r = rm_stream_pool_take(s->cur->ctx, priority, out);
 	if (r != CUDA_SUCCESS)
 		return r;
-	if (!(flags & CU_STREAM_NON_BLOCKING) && (r = rm_stream_order_add(s->cur, *out)) != CUDA_SUCCESS) {
+	if ((r = rm_ctx_events_adopt(s->cur, *out)) != CUDA_SUCCESS ||
+	    (!(flags & CU_STREAM_NON_BLOCKING) && (r = rm_stream_order_add(s->cur, *out)) != CUDA_SUCCESS)) {
 		rm_stream_pool_give(*out);
 		*out = NULL;
 	}

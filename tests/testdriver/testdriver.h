@@ -84,6 +84,8 @@ struct td_context {
 	struct td_stream *streams;   /* every stream of this context, linked by next_in_context */
 	struct td_channel *channels; /* td_hardware_queues() of them, or NULL (stream.c) */
 	unsigned streams_created;    /* stream n gets channel n mod td_hardware_queues() */
+	struct td_stream *record_stream; /* cuCtxRecordEvent, cuCtxWaitEvent's (ctx_events.c), or NULL */
+	uint64_t wait_ticket;        /* what each new stream waits for on it (0: nothing); td_lock */
 	struct td_context *next;     /* created-context list */
 };
 
@@ -244,6 +246,10 @@ void td_stream_synchronize(struct td_stream *s);
 void td_stream_unref(struct td_stream *s);
 void td_destroy_context_streams(struct td_context *ctx);
 struct td_op *td_op_new(enum td_op_kind kind);
+/* A non-blocking stream of ctx, made under td_lock (NULL: no memory). */
+struct td_stream *td_stream_new_locked(struct td_context *ctx);
+/* Makes s wait for everything queued so far on other (under td_lock, as td_enqueue). */
+void td_stream_wait_for(struct td_stream *s, struct td_stream *other);
 
 /* ---- stream capture and graphs (graph.c) ---- */
 struct td_capture;
