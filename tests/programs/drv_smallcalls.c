@@ -1,8 +1,8 @@
 /* The smaller driver calls (issue 34): the profiler's switches, device and peer queries,
  * kernel, library and function getters, stream attributes (and that what one stream was
  * given does not reach a stream made after it), stream ids and devices, stream memory
- * writes (one by one and in batches) into device and mapped host memory, copies by unified addressing and between
- * peers, pointer attributes set, memory pools by location.
+ * writes (one by one and in batches) into device and mapped host memory, copies by unified
+ * addressing and between peers, pointer attributes set, memory pools by location.
  * usage: drv_smallcalls IMAGE
  * Prints what it found (device-dependent values too: native and remote runs on one host
  * print the same) and exits 1 on any wrong result. */
