@@ -2,7 +2,8 @@
  * CUDA 13's driver) of a PTX module of its own (IMAGE, the suite's, is not used): a
  * module's texture reference bound to linear memory and read by a kernel (tex1Dfetch),
  * its sampling settings set and read back, bound to pitched memory and to an array; a
- * surface reference bound to an array; a reference made by cuTexRefCreate. Through Remora
+ * surface reference bound to an array; a reference made by cuTexRefCreate; the kernel launched
+ * as before CUDA 4 (cuParamSet*, cuFuncSetBlockShape, cuLaunchGrid). Through Remora
  * (REMORA_SERVER set) it also checks that memory the client does not own cannot be bound
  * and that a reference goes with its module. */
 #include "drv_common.h"
@@ -83,6 +84,38 @@ static void test_settings(CUtexref tr)
 	CHECK(cuTexRefSetMipmapFilterMode(tr, CU_TR_FILTER_MODE_POINT));
 }
 
+/* The same kernel launched as before CUDA 4: parameters set one by one, the block shape
+ * and shared size kept by the function, then cuLaunchGrid, cuLaunchGridAsync and cuLaunch
+ * (one block of N threads each). */
+static void legacy_launches(CUfunction f, CUtexref tr, CUdeviceptr out, const float *want)
+{
+	CUstream s;
+	float got[N];
+	int n = N, same = 1;
+	CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	CHECK(cuParamSetv(f, 0, &out, sizeof(out)));
+	CHECK(cuParamSeti(f, 8, (unsigned)n));
+	CHECK(cuParamSetSize(f, 12));
+	CHECK(cuFuncSetBlockShape(f, N, 1, 1));
+	CHECK(cuFuncSetSharedSize(f, 0));
+	printf("cuParamSetTexRef: %s\n", drv_error_name(cuParamSetTexRef(f, CU_PARAM_TR_DEFAULT, tr)));
+	for (int way = 0; way < 3; way++) {
+		CHECK(cuMemsetD32(out, 0, N));
+		if (way == 0)
+			CHECK(cuLaunchGrid(f, 1, 1));
+		else if (way == 1)
+			CHECK(cuLaunchGridAsync(f, 1, 1, s));
+		else
+			CHECK(cuLaunch(f));
+		CHECK(cuCtxSynchronize());
+		CHECK(cuMemcpyDtoH(got, out, sizeof(got)));
+		same &= !memcmp(got, want, sizeof(got));
+	}
+	EXPECT(same, "a legacy launch read other texels");
+	printf("legacy launches: %s %016llx\n", same ? "ok" : "FAIL", (unsigned long long)drv_fnv1a(got, sizeof(got)));
+	CHECK(cuStreamDestroy(s));
+}
+
 /* legacyTex bound to N floats, read back by the kernel element by element. */
 static void test_linear(CUmodule mod, CUtexref tr)
 {
@@ -113,6 +146,7 @@ static void test_linear(CUmodule mod, CUtexref tr)
 	EXPECT(ok, "texels read through the reference differ");
 	printf("linear: offset %zu, format %d x %d, read %s %016llx\n", offset, (int)fmt, channels, ok ? "ok" : "FAIL",
 	       (unsigned long long)drv_fnv1a(got, sizeof(got)));
+	legacy_launches(f, tr, out, host);
 	if (getenv("REMORA_SERVER")) /* Remora checks the memory a reference names; a GPU need not */
 		EXPECT_RESULT(cuTexRefSetAddress(&offset, tr, d + 64, sizeof(host)), CUDA_ERROR_INVALID_VALUE);
 	CHECK(cuMemFree(out));

@@ -40,6 +40,7 @@
 #define TD_MAX_KERNEL_PARAMS 8
 #define TD_MAX_ARG_BYTES 256
 #define TD_MAX_HARDWARE_QUEUES 32
+#define TD_LEGACY_PARAM_BYTES 4096
 
 enum td_magic {
 	TD_MAGIC_CONTEXT = 0x43545854, /* "CTXT" */
@@ -319,7 +320,12 @@ struct td_function {
 	int non_portable_cluster;    /* CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED */
 	int cluster_policy;          /* CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE */
 	int required_cluster[3];     /* CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, _HEIGHT, _DEPTH */
+	/* The launch before CUDA 4 (legacy_launch.c): block shape, shared size, parameters. */
+	unsigned legacy_block[3], legacy_shared;
+	size_t legacy_size;
+	unsigned char legacy_params[TD_LEGACY_PARAM_BYTES];
 };
+struct td_function *td_function_from(const void *handle);
 
 
 /* ---- arrays (arrays.c) ---- */
