@@ -157,7 +157,7 @@ BATCH_MEM_OP(cuStreamBatchMemOp_v2, Remora__CuStreamBatchMemOpV2Req, REMORA__CU_
 /* Whether [p, p + n) is device memory: managed memory is (its copy here follows the
  * device's), host memory the client knows is not, and otherwise the daemon says whether
  * it is device memory of the client's; anything else is the program's own memory. */
-static int on_device(CUdeviceptr p, size_t n)
+int rm_on_device(CUdeviceptr p, size_t n)
 {
 	if (rm_host_alloc_find((const void *)(uintptr_t)p, NULL, NULL, NULL))
 		return 0;
@@ -172,7 +172,7 @@ static CUresult unified_copy(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstrea
 {
 	if (!n)
 		return CUDA_SUCCESS;
-	int d = on_device(dst, n), s = on_device(src, n);
+	int d = rm_on_device(dst, n), s = rm_on_device(src, n);
 	void *hd = (void *)(uintptr_t)dst;
 	const void *hs = (const void *)(uintptr_t)src;
 	if (d && s)
