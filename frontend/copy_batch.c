@@ -113,7 +113,8 @@ static CUresult op_3d(const CUDA_MEMCPY3D_BATCH_OP *op, CUstream hStream)
 	if (!e->width || !e->height || !e->depth || !valid_order(op->srcAccessOrder) ||
 	    (op->flags & ~(unsigned)CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE))
 		return CUDA_ERROR_INVALID_VALUE;
-	int src_array = op->src.type == CU_MEMCPY_OPERAND_TYPE_ARRAY, dst_array = op->dst.type == CU_MEMCPY_OPERAND_TYPE_ARRAY;
+	int src_array = op->src.type == CU_MEMCPY_OPERAND_TYPE_ARRAY;
+	int dst_array = op->dst.type == CU_MEMCPY_OPERAND_TYPE_ARRAY;
 	size_t elem = 1;
 	if (src_array || dst_array) {
 		size_t se = src_array ? element_bytes(op->src.op.array.array) : 0;

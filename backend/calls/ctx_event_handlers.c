@@ -15,7 +15,7 @@
 #define MAX_CTX_STREAMS 4096
 
 struct gather {
-	uint32_t slot;           /* 1 + the context's slot */
+	uint32_t slot; /* 1 + the context's slot */
 	CUstream *st;
 	size_t n;
 };
@@ -62,6 +62,10 @@ static CUresult prepare(struct rm_channel *s, struct rm_session_ctx **c, CUstrea
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (__atomic_load_n(&(*c)->captures, __ATOMIC_ACQUIRE) > 0)
 		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* a stream of the context captures */
+	/* Its GPU's shared context current (another GPU's may be): the next request's entry
+	 * makes its own current again (rm_session_enter). */
+	if (s->thread_ctx != (*c)->ctx && rm_drv_cuCtxSetCurrent((*c)->ctx) == CUDA_SUCCESS)
+		s->thread_ctx = (*c)->ctx;
 	if (!(*st = malloc((MAX_CTX_STREAMS + RM_MAX_CHANNELS + 2) * sizeof(**st))))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*n = context_streams(s, *c, *st);

@@ -292,7 +292,8 @@ static void test_3d_peer(CUstream stream)
 	model_3d(want, 2, 3, 1, hp, hh, vol.model, 7, 1, 1, dp, dh, 59, 10, 3);
 	int same = !memcmp(out, want, hp * hh * hd);
 	EXPECT(same, "3d peer dtoh differs");
-	printf("3d peer dtoh async: %s %016llx\n", same ? "ok" : "FAIL", (unsigned long long)drv_fnv1a(out, hp * hh * hd));
+	printf("3d peer dtoh async: %s %016llx\n", same ? "ok" : "FAIL",
+	       (unsigned long long)drv_fnv1a(out, hp * hh * hd));
 	if (getenv("REMORA_SERVER")) { /* a context not the client's, and a row past the allocation */
 		c.srcContext = (CUcontext)(uintptr_t)0x1000;
 		EXPECT_RESULT(cuMemcpy3DPeer(&c), CUDA_ERROR_INVALID_CONTEXT);
@@ -341,9 +342,12 @@ static void test_batches(CUstream stream)
 	printf("batch dtoh: %s %016llx\n", same ? "ok" : "FAIL", (unsigned long long)drv_fnv1a(dst, n));
 	if (getenv("REMORA_SERVER")) { /* no attributes for the first copy; a range past an allocation */
 		idxs[0] = 1;
-		EXPECT_RESULT(cuMemcpyBatchAsync(dsts, srcs, sizes, 3, attrs, idxs, 2, stream), CUDA_ERROR_INVALID_VALUE);
+		CUresult rc = cuMemcpyBatchAsync(dsts, srcs, sizes, 3, attrs, idxs, 2, stream);
+		EXPECT(rc == CUDA_ERROR_INVALID_VALUE, "a batch without attributes for its first copy: %s",
+		       drv_error_name(rc));
 		idxs[0] = 0, sizes[1] = n;
-		EXPECT_RESULT(cuMemcpyBatchAsync(dsts, srcs, sizes, 3, attrs, idxs, 2, stream), CUDA_ERROR_INVALID_VALUE);
+		rc = cuMemcpyBatchAsync(dsts, srcs, sizes, 3, attrs, idxs, 2, stream);
+		EXPECT(rc == CUDA_ERROR_INVALID_VALUE, "a batch copy past an allocation: %s", drv_error_name(rc));
 		CHECK(cuStreamSynchronize(stream));
 	}
 
@@ -382,7 +386,8 @@ static void test_batches(CUstream stream)
 	model_3d(want, 0, 0, 0, row * 4, layer, v.model, 0, 0, 0, row * 4, layer, W * 4, H, D);
 	same = !memcmp(hout, want, bytes);
 	EXPECT(same, "3d batch through an array differs");
-	printf("3d batch array round trip: %s %016llx\n", same ? "ok" : "FAIL", (unsigned long long)drv_fnv1a(hout, bytes));
+	printf("3d batch array round trip: %s %016llx\n", same ? "ok" : "FAIL",
+	       (unsigned long long)drv_fnv1a(hout, bytes));
 	if (getenv("REMORA_SERVER")) { /* a depth past the device buffer: the second op fails */
 		ops[1] = ops[0];
 		ops[1].src = ptr_operand(NULL, w.d, row * 4, layer);

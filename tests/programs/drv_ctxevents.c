@@ -67,7 +67,8 @@ int main(int argc, char **argv)
 	CUresult state = cuEventQuery(e);
 	printf("wait: a stream made before ran after the event: %s, filled %s\n", state == CUDA_SUCCESS ? "yes" : "no",
 	       filled ? "yes" : "no");
-	EXPECT(state == CUDA_SUCCESS && filled, "cuCtxWaitEvent missed a stream made before it (%s)", drv_error_name(state));
+	EXPECT(state == CUDA_SUCCESS && filled, "cuCtxWaitEvent missed a stream made before it (%s)",
+	       drv_error_name(state));
 
 	/* And one made after it. */
 	sleep_on(busy);
@@ -78,7 +79,8 @@ int main(int argc, char **argv)
 	state = cuEventQuery(e);
 	printf("wait: a stream made after ran after the event: %s, filled %s\n", state == CUDA_SUCCESS ? "yes" : "no",
 	       filled ? "yes" : "no");
-	EXPECT(state == CUDA_SUCCESS && filled, "cuCtxWaitEvent missed a stream made after it (%s)", drv_error_name(state));
+	EXPECT(state == CUDA_SUCCESS && filled, "cuCtxWaitEvent missed a stream made after it (%s)",
+	       drv_error_name(state));
 
 	if (getenv("REMORA_SERVER")) /* a context of no client's */
 		EXPECT_RESULT(cuCtxRecordEvent((CUcontext)(uintptr_t)0x1000, e), CUDA_ERROR_INVALID_CONTEXT);

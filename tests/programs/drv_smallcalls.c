@@ -13,6 +13,11 @@
 /* cuProfilerInitialize and cuFuncSetSharedMemConfig are deprecated, and tested here. */
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
+/* The first batch form (cuda.h names the second): programs built before CUDA 12 call it. */
+#undef cuStreamBatchMemOp
+CUresult CUDAAPI cuStreamBatchMemOp(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray,
+				    unsigned int flags);
+
 #define N 4096
 
 static int cmp_str(const void *a, const void *b)

@@ -133,7 +133,8 @@ static void test_linear(CUmodule mod, CUtexref tr)
 	CUarray_format fmt = 0;
 	int channels = 0;
 	CHECK(cuTexRefGetFormat(&fmt, &channels, tr));
-	EXPECT(offset == 0 && bound == d, "linear binding: offset %zu, address %s", offset, bound == d ? "same" : "other");
+	EXPECT(offset == 0 && bound == d, "linear binding: offset %zu, address %s", offset,
+	       bound == d ? "same" : "other");
 	EXPECT(fmt == CU_AD_FORMAT_FLOAT && channels == 1, "format %d x %d", (int)fmt, channels);
 	test_settings(tr);
 	CUfunction f;
@@ -177,9 +178,17 @@ static void test_pitch_and_array(CUtexref tr)
 	CHECK(cuTexRefGetFormat(&fmt, &channels, tr));
 	EXPECT(got == a, "the array bound reads back as another");
 	EXPECT(fmt == CU_AD_FORMAT_FLOAT && channels == 1, "array format %d x %d", (int)fmt, channels);
-	printf("pitched: bound %s; array: bound %s, format %d x %d\n", bound == p ? "yes" : "no", got == a ? "yes" : "no",
-	       (int)fmt, channels);
+	printf("pitched: bound %s; array: bound %s, format %d x %d\n", bound == p ? "yes" : "no",
+	       got == a ? "yes" : "no", (int)fmt, channels);
+	CUmipmappedArray mm = NULL, got_mm = NULL;
+	CUDA_ARRAY3D_DESCRIPTOR md = {.Width = 16, .Height = 16, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
+	CHECK(cuMipmappedArrayCreate(&mm, &md, 3));
+	CHECK(cuTexRefSetMipmappedArray(tr, mm, CU_TRSA_OVERRIDE_FORMAT));
+	CHECK(cuTexRefGetMipmappedArray(&got_mm, tr));
+	EXPECT(got_mm == mm, "the mipmapped array bound reads back as another");
+	printf("mipmapped array: bound %s\n", got_mm == mm ? "yes" : "no");
 	CHECK(cuArrayDestroy(a));
+	CHECK(cuMipmappedArrayDestroy(mm));
 	CHECK(cuMemFree(p));
 }
 

@@ -15,7 +15,8 @@ static CUresult batch(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_
 {
 	if (fail)
 		*fail = SIZE_MAX;
-	if (!dsts || !srcs || !sizes || !count || !attrs || !idxs || !n || n > count || idxs[0] || stream == CU_STREAM_LEGACY)
+	if (!dsts || !srcs || !sizes || !count || !attrs || !idxs || !n || n > count || idxs[0] ||
+	    stream == CU_STREAM_LEGACY)
 		return CUDA_ERROR_INVALID_VALUE;
 	for (size_t k = 0; k < n; k++)
 		if ((k && idxs[k] <= idxs[k - 1]) || idxs[k] >= count || !valid_order(attrs[k].srcAccessOrder))
@@ -106,7 +107,8 @@ static CUresult batch_3d(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *fail, un
 	return CUDA_SUCCESS;
 }
 
-TD_EXPORT CUresult cuMemcpy3DBatchAsync_v2(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, unsigned long long flags, CUstream stream)
+TD_EXPORT CUresult cuMemcpy3DBatchAsync_v2(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, unsigned long long flags,
+					   CUstream stream)
 {
 	return batch_3d(n, ops, NULL, flags, stream);
 }

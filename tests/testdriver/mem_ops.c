@@ -29,10 +29,11 @@ static CUresult batch(CUstream stream, unsigned count, const CUstreamBatchMemOpP
 		if (op->operation == CU_STREAM_MEM_OP_WRITE_VALUE_32) {
 			rc = cuStreamWriteValue32_v2(stream, op->writeValue.address, op->writeValue.value, 0);
 		} else if (op->operation == CU_STREAM_MEM_OP_WRITE_VALUE_64) {
-			rc = cuStreamWriteValue32_v2(stream, op->writeValue.address, (cuuint32_t)op->writeValue.value64, 0);
+			cuuint64_t v = op->writeValue.value64;
+			rc = cuStreamWriteValue32_v2(stream, op->writeValue.address, (cuuint32_t)v, 0);
 			if (rc == CUDA_SUCCESS)
 				rc = cuStreamWriteValue32_v2(stream, op->writeValue.address + 4,
-							     (cuuint32_t)(op->writeValue.value64 >> 32), 0);
+							     (cuuint32_t)(v >> 32), 0);
 		}
 		if (rc != CUDA_SUCCESS)
 			return rc;

@@ -143,7 +143,8 @@ TD_EXPORT CUresult cuTexRefSetAddress_v2(size_t *offset, CUtexref h, CUdeviceptr
 	return CUDA_SUCCESS;
 }
 
-TD_EXPORT CUresult cuTexRefSetAddress2D_v3(CUtexref h, const CUDA_ARRAY_DESCRIPTOR *desc, CUdeviceptr dptr, size_t pitch)
+TD_EXPORT CUresult cuTexRefSetAddress2D_v3(CUtexref h, const CUDA_ARRAY_DESCRIPTOR *desc, CUdeviceptr dptr,
+					   size_t pitch)
 {
 	TEXREF_OR_FAIL(t, h);
 	if (!desc || !desc->Width || !desc->Height || pitch < desc->Width * 4 * desc->NumChannels ||
