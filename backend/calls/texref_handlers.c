@@ -5,8 +5,7 @@
 #include "dispatch.h"
 
 /* Height rows of Width elements, Pitch apart: the last ends at Pitch * (Height - 1) + its bytes. */
-CUresult rm_body_cuTexRefSetAddress2D_v3(struct rm_channel *s, CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR *desc,
-					  CUdeviceptr dptr, size_t Pitch)
+static CUresult check_pitched(struct rm_channel *s, const CUDA_ARRAY_DESCRIPTOR *desc, CUdeviceptr dptr, size_t Pitch)
 {
 	if (!desc || !desc->Width || !desc->Height)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -17,6 +16,19 @@ CUresult rm_body_cuTexRefSetAddress2D_v3(struct rm_channel *s, CUtexref hTexRef,
 	    __builtin_mul_overflow(elem, (uint64_t)desc->NumChannels, &elem) ||
 	    __builtin_mul_overflow(elem, (uint64_t)desc->Width, &bytes) || __builtin_add_overflow(rows, bytes, &len))
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult r = rm_session_check_range(s, dptr, len);
+	return rm_session_check_range(s, dptr, len);
+}
+
+CUresult rm_body_cuTexRefSetAddress2D_v3(struct rm_channel *s, CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR *desc,
+					  CUdeviceptr dptr, size_t Pitch)
+{
+	CUresult r = check_pitched(s, desc, dptr, Pitch);
 	return r == CUDA_SUCCESS ? rm_drv_cuTexRefSetAddress2D_v3(hTexRef, desc, dptr, Pitch) : r;
+}
+
+CUresult rm_body_cuTexRefSetAddress2D_v2(struct rm_channel *s, CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR *desc,
+					  CUdeviceptr dptr, size_t Pitch)
+{
+	CUresult r = check_pitched(s, desc, dptr, Pitch);
+	return r == CUDA_SUCCESS ? rm_drv_cuTexRefSetAddress2D_v2(hTexRef, desc, dptr, Pitch) : r;
 }

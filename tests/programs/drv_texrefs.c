@@ -12,6 +12,10 @@
 
 #define N 256
 
+/* The CUDA 3.2 entry point, still exported (cuda.h declares it for the driver's own build only). */
+CUresult CUDAAPI cuTexRefSetAddress2D_v2(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR *desc, CUdeviceptr dptr,
+					 size_t Pitch);
+
 static const char ptx[] =
 	".version 7.0\n"
 	".target sm_75\n"
@@ -163,10 +167,15 @@ static void test_pitch_and_array(CUtexref tr)
 	CHECK(cuTexRefSetAddress2D(tr, &d, p, pitch));
 	CHECK(cuTexRefGetAddress(&bound, tr));
 	EXPECT(bound == p, "pitched binding reads back another address");
+	CHECK(cuTexRefSetAddress2D_v2(tr, &d, p, pitch));
+	bound = 0;
+	CHECK(cuTexRefGetAddress(&bound, tr));
+	EXPECT(bound == p, "pitched binding (the CUDA 3.2 entry point) reads back another address");
 	if (getenv("REMORA_SERVER")) { /* rows past the allocation's end */
 		CUDA_ARRAY_DESCRIPTOR tall = d;
 		tall.Height = 1 << 20;
 		EXPECT_RESULT(cuTexRefSetAddress2D(tr, &tall, p, pitch), CUDA_ERROR_INVALID_VALUE);
+		EXPECT_RESULT(cuTexRefSetAddress2D_v2(tr, &tall, p, pitch), CUDA_ERROR_INVALID_VALUE);
 	}
 	CUarray a = NULL, got = NULL;
 	CUDA_ARRAY_DESCRIPTOR ad = {.Width = 64, .Height = 0, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};

@@ -159,6 +159,12 @@ TD_EXPORT CUresult cuTexRefSetAddress2D_v3(CUtexref h, const CUDA_ARRAY_DESCRIPT
 	return CUDA_SUCCESS;
 }
 
+TD_EXPORT CUresult cuTexRefSetAddress2D_v2(CUtexref h, const CUDA_ARRAY_DESCRIPTOR *desc, CUdeviceptr dptr,
+					   size_t pitch)
+{
+	return cuTexRefSetAddress2D_v3(h, desc, dptr, pitch);
+}
+
 TD_EXPORT CUresult cuTexRefSetFormat(CUtexref h, CUarray_format fmt, int channels)
 {
 	TEXREF_OR_FAIL(t, h);
