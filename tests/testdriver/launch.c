@@ -15,7 +15,7 @@
 #define PORTABLE_CLUSTER 8
 #define NON_PORTABLE_CLUSTER 16
 
-
+struct td_function *td_function_from(const void *handle);
 
 /* ---- attributes ---- */
 
