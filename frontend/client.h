@@ -164,6 +164,8 @@ CUresult rm_managed_push(CUstream stream);
 CUresult rm_managed_pull(void);
 void rm_managed_note_work(void);
 int rm_managed_holds(CUdeviceptr p, size_t n);
+/* Whether [p, p + n) is device memory (managed included), not the program's own (misc_calls.c). */
+int rm_on_device(CUdeviceptr p, size_t n);
 
 /* Whether the calling thread is running a program's host function (host_functions.c):
  * then every call to the daemon is refused with CUDA_ERROR_NOT_PERMITTED. */

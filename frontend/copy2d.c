@@ -28,6 +28,7 @@ struct copy {
 	struct side src, dst;
 	size_t width, height, depth;
 	int dims; /* 2: a cuMemcpy2D form (the sides have no z, height) */
+	CUcontext src_ctx, dst_ctx; /* a cuMemcpy3DPeer form's */
 };
 
 /* A unified pointer is host memory where it is the program's pinned memory; otherwise the
@@ -90,6 +91,8 @@ static CUresult piece(uint32_t op, const struct copy *c, size_t dx, size_t y, si
 	req.height = h;
 	req.depth = d;
 	req.stream = (uint64_t)(uintptr_t)stream;
+	req.src_context = (uint64_t)(uintptr_t)c->src_ctx;
+	req.dst_context = (uint64_t)(uintptr_t)c->dst_ctx;
 	struct rm_rpc_call call = {.op = op, .req = &req.base};
 	const struct side *hs = c->src.type == CU_MEMORYTYPE_HOST ? &c->src : &c->dst;
 	size_t n = w * h * d;
@@ -196,6 +199,8 @@ static CUresult copy(uint32_t op, const struct copy *c, CUstream stream, int asy
 	req.height = c->height;
 	req.depth = c->depth;
 	req.stream = (uint64_t)(uintptr_t)stream;
+	req.src_context = (uint64_t)(uintptr_t)c->src_ctx;
+	req.dst_context = (uint64_t)(uintptr_t)c->dst_ctx;
 	struct rm_rpc_call call = {.op = op, .req = &req.base, .async = async};
 	if (async) { /* ordered after its stream's earlier work only (memory.c, order_by_stream) */
 		call.order[0] = (uint64_t)(uintptr_t)stream;
@@ -228,6 +233,31 @@ static CUresult copy_3d(uint32_t op, const CUDA_MEMCPY3D *p, CUstream stream, in
 		r = side_of(&c.dst, p->dstMemoryType, p->dstXInBytes, p->dstY, p->dstZ, p->dstHost, p->dstDevice,
 			    p->dstArray, p->dstPitch, p->dstHeight, (unsigned)p->dstLOD);
 	return r == CUDA_SUCCESS ? copy(op, &c, stream, async) : r;
+}
+
+/* Between the contexts of one host's GPUs: the daemon checks they are the client's. */
+static CUresult copy_3d_peer(uint32_t op, const CUDA_MEMCPY3D_PEER *p, CUstream stream, int async)
+{
+	if (!p || !p->srcContext || !p->dstContext)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct copy c = {.width = p->WidthInBytes, .height = p->Height, .depth = p->Depth, .dims = 3,
+			 .src_ctx = p->srcContext, .dst_ctx = p->dstContext};
+	CUresult r = side_of(&c.src, p->srcMemoryType, p->srcXInBytes, p->srcY, p->srcZ, p->srcHost, p->srcDevice,
+			     p->srcArray, p->srcPitch, p->srcHeight, (unsigned)p->srcLOD);
+	if (r == CUDA_SUCCESS)
+		r = side_of(&c.dst, p->dstMemoryType, p->dstXInBytes, p->dstY, p->dstZ, p->dstHost, p->dstDevice,
+			    p->dstArray, p->dstPitch, p->dstHeight, (unsigned)p->dstLOD);
+	return r == CUDA_SUCCESS ? copy(op, &c, stream, async) : r;
+}
+
+CUresult rm_client_body_cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy)
+{
+	return copy_3d_peer(RM_OP_cuMemcpy3DPeer, pCopy, NULL, 0);
+}
+
+CUresult rm_client_body_cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
+{
+	return copy_3d_peer(RM_OP_cuMemcpy3DPeerAsync, pCopy, hStream, 1);
 }
 
 CUresult rm_client_body_cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)

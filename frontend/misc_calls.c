@@ -130,12 +130,34 @@ WRITE_VALUE(cuStreamWriteValue64, cuuint64_t, Remora__CuStreamWriteValue64Req, R
 WRITE_VALUE(cuStreamWriteValue64_v2, cuuint64_t, Remora__CuStreamWriteValue64V2Req,
 	    REMORA__CU_STREAM_WRITE_VALUE64_V2__REQ__INIT)
 
+/* A batch of writes is device work as one write is (the daemon refuses waits by a word). */
+#define BATCH_MEM_OP(NAME, REQ, INIT)                                                                  \
+	RM_EXPORT CUresult CUDAAPI NAME(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, \
+					unsigned int flags)                                             \
+	{                                                                                                \
+		if ((count && !paramArray) || count >= 256)                                              \
+			return CUDA_ERROR_INVALID_VALUE;                                                 \
+		CUresult r = rm_mapped_before_launch(stream);                                             \
+		if (r != CUDA_SUCCESS)                                                                   \
+			return r;                                                                        \
+		REQ req = INIT;                                                                          \
+		req.stream = (uint64_t)(uintptr_t)stream;                                                \
+		req.count = count;                                                                       \
+		req.paramarray.data = (uint8_t *)paramArray;                                             \
+		req.paramarray.len = (size_t)count * sizeof(*paramArray);                                \
+		req.flags = flags;                                                                       \
+		return rm_rpc_ordered(RM_OP_##NAME, &req.base, req.stream, 0);                            \
+	}
+
+BATCH_MEM_OP(cuStreamBatchMemOp, Remora__CuStreamBatchMemOpReq, REMORA__CU_STREAM_BATCH_MEM_OP__REQ__INIT)
+BATCH_MEM_OP(cuStreamBatchMemOp_v2, Remora__CuStreamBatchMemOpV2Req, REMORA__CU_STREAM_BATCH_MEM_OP_V2__REQ__INIT)
+
 /* ---- copies by unified addressing ---- */
 
 /* Whether [p, p + n) is device memory: managed memory is (its copy here follows the
  * device's), host memory the client knows is not, and otherwise the daemon says whether
  * it is device memory of the client's; anything else is the program's own memory. */
-static int on_device(CUdeviceptr p, size_t n)
+int rm_on_device(CUdeviceptr p, size_t n)
 {
 	if (rm_host_alloc_find((const void *)(uintptr_t)p, NULL, NULL, NULL))
 		return 0;
@@ -150,7 +172,7 @@ static CUresult unified_copy(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstrea
 {
 	if (!n)
 		return CUDA_SUCCESS;
-	int d = on_device(dst, n), s = on_device(src, n);
+	int d = rm_on_device(dst, n), s = rm_on_device(src, n);
 	void *hd = (void *)(uintptr_t)dst;
 	const void *hs = (const void *)(uintptr_t)src;
 	if (d && s)

@@ -61,6 +61,8 @@ PROGRAMS=(
 	"drv_textures|tests/programs/drv_textures tests/programs/kernels.fatbin"
 	"drv_smallcalls|tests/programs/drv_smallcalls tests/programs/kernels.ptx"
 	"drv_ipc|tests/programs/drv_ipc tests/programs/kernels.fatbin"
+	"drv_texrefs|tests/programs/drv_texrefs"
+	"drv_ctxevents|tests/programs/drv_ctxevents tests/programs/kernels.fatbin"
 )
 # Framework programs (issue 13), run from the repository root with the Python on the
 # PATH (PyTorch and torchvision for CUDA 13); --no-frameworks leaves them out.

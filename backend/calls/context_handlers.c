@@ -182,3 +182,28 @@ CUresult rm_body_cuDeviceGetAttribute(struct rm_channel *s, int *pi, CUdevice_at
 		*pi = 0;
 	return r;
 }
+
+/* The client's context a stream belongs to: the context whose legacy or per-thread stream it
+ * is, else the one current when the client made it. Green contexts are not forwarded. */
+CUresult rm_body_cuStreamGetCtx_v2(struct rm_channel *s, CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
+{
+	struct rm_handle h;
+	struct rm_session_ctx *c = NULL;
+	if (rm_session_find(s, RM_H_STREAM, (uint64_t)(uintptr_t)hStream, &h))
+		c = h.ctx ? rm_session_ctx_at(s, (int)h.ctx - 1) : NULL;
+	for (int i = 0; !c && rm_session_ctx_at(s, i); i++) {
+		struct rm_session_ctx *k = rm_session_ctx_at(s, i);
+		int mine = k->default_stream == hStream;
+		pthread_mutex_lock(&k->order_lock);
+		for (int j = 0; j <= RM_MAX_CHANNELS && !mine; j++)
+			mine = k->per_thread[j] == hStream;
+		pthread_mutex_unlock(&k->order_lock);
+		c = mine ? k : NULL;
+	}
+	if (!c)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*pCtx = (CUcontext)(uintptr_t)c->handle;
+	if (pGreenCtx)
+		*pGreenCtx = NULL;
+	return CUDA_SUCCESS;
+}

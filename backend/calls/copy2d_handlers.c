@@ -109,8 +109,20 @@ static void fill_side(CUDA_MEMCPY3D *m, int is_dst, const Remora__CopySide *sd, 
 
 /* Issues m on stream: the 2-D call for a cuMemcpy2D form (its alignment rules are the
  * driver's), the 3-D one otherwise; cuMemcpy2DUnaligned as a 3-D copy, which has none. */
-static CUresult issue(uint32_t op, const CUDA_MEMCPY3D *m, CUstream stream)
+static CUresult issue(uint32_t op, const CUDA_MEMCPY3D *m, CUstream stream, CUcontext src_ctx, CUcontext dst_ctx)
 {
+	if (src_ctx) { /* a peer copy: the sides' shared contexts */
+		CUDA_MEMCPY3D_PEER p = {
+			.srcXInBytes = m->srcXInBytes, .srcY = m->srcY, .srcZ = m->srcZ, .srcMemoryType = m->srcMemoryType,
+			.srcHost = m->srcHost, .srcDevice = m->srcDevice, .srcArray = m->srcArray, .srcContext = src_ctx,
+			.srcPitch = m->srcPitch, .srcHeight = m->srcHeight,
+			.dstXInBytes = m->dstXInBytes, .dstY = m->dstY, .dstZ = m->dstZ, .dstMemoryType = m->dstMemoryType,
+			.dstHost = m->dstHost, .dstDevice = m->dstDevice, .dstArray = m->dstArray, .dstContext = dst_ctx,
+			.dstPitch = m->dstPitch, .dstHeight = m->dstHeight,
+			.WidthInBytes = m->WidthInBytes, .Height = m->Height, .Depth = m->Depth,
+		};
+		return rm_drv_cuMemcpy3DPeerAsync(&p, stream);
+	}
 	if (op != RM_OP_cuMemcpy2D_v2 && op != RM_OP_cuMemcpy2DAsync_v2)
 		return rm_drv_cuMemcpy3DAsync_v2(m, stream);
 	CUDA_MEMCPY2D m2 = {
@@ -126,10 +138,23 @@ static CUresult issue(uint32_t op, const CUDA_MEMCPY3D *m, CUstream stream)
 static CUresult copy3d(struct rm_channel *s, struct rm_request *rq, const Remora__Memcpy3D *req)
 {
 	uint32_t op = rq->frame.op;
-	int dims = op == RM_OP_cuMemcpy3D_v2 || op == RM_OP_cuMemcpy3DAsync_v2 ? 3 : 2;
-	int wait = op != RM_OP_cuMemcpy2DAsync_v2 && op != RM_OP_cuMemcpy3DAsync_v2;
+	int peer = op == RM_OP_cuMemcpy3DPeer || op == RM_OP_cuMemcpy3DPeerAsync;
+	int dims = op == RM_OP_cuMemcpy3D_v2 || op == RM_OP_cuMemcpy3DAsync_v2 || peer ? 3 : 2;
+	int wait = op != RM_OP_cuMemcpy2DAsync_v2 && op != RM_OP_cuMemcpy3DAsync_v2 && op != RM_OP_cuMemcpy3DPeerAsync;
 	if (!req->src || !req->dst || req->src->lod || req->dst->lod)
 		return CUDA_ERROR_INVALID_VALUE;
+	CUcontext src_ctx = NULL, dst_ctx = NULL;
+	if (peer != (req->src_context && req->dst_context))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (peer) { /* the client's contexts, each over its GPU's shared one */
+		struct rm_session_ctx *named = s->named;
+		CUresult r = rm_session_use(s, RM_H_CONTEXT, req->src_context, (void **)&src_ctx);
+		if (r == CUDA_SUCCESS)
+			r = rm_session_use(s, RM_H_CONTEXT, req->dst_context, (void **)&dst_ctx);
+		s->named = named;
+		if (r != CUDA_SUCCESS)
+			return r;
+	}
 	/* A 2-D copy's sides have no slices: what is checked is what is copied. */
 	if (dims == 2 && (req->depth != 1 || req->src->z || req->dst->z || req->src->height || req->dst->height))
 		return CUDA_ERROR_INVALID_VALUE;
@@ -173,7 +198,7 @@ static CUresult copy3d(struct rm_channel *s, struct rm_request *rq, const Remora
 	CUDA_MEMCPY3D m = {.WidthInBytes = w, .Height = h, .Depth = d};
 	fill_side(&m, 0, req->src, src_host ? buf : NULL, src_array, w, h);
 	fill_side(&m, 1, req->dst, dst_host ? buf : NULL, dst_array, w, h);
-	r = issue(op, &m, stream);
+	r = issue(op, &m, stream, src_ctx, dst_ctx);
 	if (r == CUDA_SUCCESS && wait)
 		r = rm_stream_wait(s, stream);
 	struct rm_usage *u = &rm_registry()->clients[s->sh->slot].usage;
@@ -210,6 +235,16 @@ CUresult rm_body_cuMemcpy3D_v2(struct rm_channel *s, struct rm_request *rq, cons
 }
 
 CUresult rm_body_cuMemcpy3DAsync_v2(struct rm_channel *s, struct rm_request *rq, const Remora__Memcpy3D *req)
+{
+	return copy3d(s, rq, req);
+}
+
+CUresult rm_body_cuMemcpy3DPeer(struct rm_channel *s, struct rm_request *rq, const Remora__Memcpy3D *req)
+{
+	return copy3d(s, rq, req);
+}
+
+CUresult rm_body_cuMemcpy3DPeerAsync(struct rm_channel *s, struct rm_request *rq, const Remora__Memcpy3D *req)
 {
 	return copy3d(s, rq, req);
 }

@@ -28,7 +28,8 @@ static CUresult create_stream(struct rm_channel *s, unsigned flags, int priority
 	CUresult r = rm_stream_pool_take(s->cur->ctx, priority, out);
 	if (r != CUDA_SUCCESS)
 		return r;
-	if (!(flags & CU_STREAM_NON_BLOCKING) && (r = rm_stream_order_add(s->cur, *out)) != CUDA_SUCCESS) {
+	if ((r = rm_ctx_events_adopt(s->cur, *out)) != CUDA_SUCCESS ||
+	    (!(flags & CU_STREAM_NON_BLOCKING) && (r = rm_stream_order_add(s->cur, *out)) != CUDA_SUCCESS)) {
 		rm_stream_pool_give(*out);
 		*out = NULL;
 	}
@@ -121,4 +122,47 @@ CUresult rm_body_cuEventRecordWithFlags(struct rm_channel *s, CUevent hEvent, CU
 	if (r != CUDA_SUCCESS)
 		return r;
 	return rm_drv_cuEventRecordWithFlags(hEvent, hStream, flags);
+}
+
+/* A batch's writes must address the client's memory; a wait by a word would hold up the
+ * hardware queue other clients' streams share until the client writes it: refused. */
+static CUresult check_mem_ops(struct rm_channel *s, unsigned count, const CUstreamBatchMemOpParams *ops)
+{
+	for (unsigned i = 0; i < count; i++) {
+		CUresult r;
+		switch (ops[i].operation) {
+		case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+			r = rm_session_check_range(s, ops[i].writeValue.address, 4);
+			break;
+		case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+			r = rm_session_check_range(s, ops[i].writeValue.address, 8);
+			break;
+		case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+		case CU_STREAM_MEM_OP_BARRIER:
+			r = CUDA_SUCCESS;
+			break;
+		case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+		case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+			return rm_unsupported_use("cuStreamBatchMemOp with a wait by a word");
+		default:
+			return rm_unsupported_use("cuStreamBatchMemOp with an operation Remora does not know");
+		}
+		if (r != CUDA_SUCCESS)
+			return r;
+	}
+	return CUDA_SUCCESS;
+}
+
+CUresult rm_body_cuStreamBatchMemOp(struct rm_channel *s, CUstream stream, unsigned int count,
+				    CUstreamBatchMemOpParams *paramArray, unsigned int flags)
+{
+	CUresult r = check_mem_ops(s, count, paramArray);
+	return r == CUDA_SUCCESS ? rm_drv_cuStreamBatchMemOp(stream, count, paramArray, flags) : r;
+}
+
+CUresult rm_body_cuStreamBatchMemOp_v2(struct rm_channel *s, CUstream stream, unsigned int count,
+				       CUstreamBatchMemOpParams *paramArray, unsigned int flags)
+{
+	CUresult r = check_mem_ops(s, count, paramArray);
+	return r == CUDA_SUCCESS ? rm_drv_cuStreamBatchMemOp_v2(stream, count, paramArray, flags) : r;
 }

@@ -28,7 +28,8 @@ static CUresult per_thread_stream(struct rm_session_ctx *c, int chan, CUstream *
 	pthread_mutex_unlock(&c->order_lock);
 	if (!st) {
 		CUresult r = rm_stream_pool_take(c->ctx, 0, &st);
-		if (r == CUDA_SUCCESS && (r = rm_stream_order_add(c, st)) != CUDA_SUCCESS)
+		if (r == CUDA_SUCCESS && ((r = rm_ctx_events_adopt(c, st)) != CUDA_SUCCESS ||
+					  (r = rm_stream_order_add(c, st)) != CUDA_SUCCESS))
 			rm_stream_pool_give(st);
 		if (r != CUDA_SUCCESS)
 			return r;
@@ -301,6 +302,7 @@ CUresult rm_session_destroy_ctx(struct rm_channel *s, struct rm_session_ctx *c)
 	CUresult r = sync_streams(s, c); /* its work done before what it uses goes */
 	size_t n = rm_session_release_ctx(s, c);
 	rm_kernel_timing_release(s, c);
+	rm_ctx_events_release(c);
 	pthread_mutex_lock(&c->order_lock);
 	for (int i = 0; i <= RM_MAX_CHANNELS; i++)
 		if (c->per_thread[i]) {

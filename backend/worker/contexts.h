@@ -70,6 +70,10 @@ struct rm_session_ctx {
 	CUstream retired[RM_MAX_RETIRED_STREAMS];
 	int nretired;
 	struct rm_kernel_timers *timers; /* kernel_timing.h; made at the first timed launch (under sh->lock) */
+	/* cuCtxRecordEvent, cuCtxWaitEvent (backend/calls/ctx_event_handlers.c): the context's
+	 * stream for them and the event its later streams wait for, made when first needed. */
+	CUstream record_stream;
+	CUevent wait_event;
 };
 
 /* Context i of the session, or NULL (the list is only appended to). */
@@ -93,6 +97,10 @@ struct rm_session_ctx *rm_session_ctx_of(struct rm_channel *s, uint64_t v, CUres
 /* Destroys created context c: waits for its streams, releases what the client made in it
  * (release.c, rm_session_release_ctx) and gives its streams back. */
 CUresult rm_session_destroy_ctx(struct rm_channel *s, struct rm_session_ctx *c);
+/* A stream new in c waits for what cuCtxWaitEvent made c wait for; and c's record stream
+ * and wait event go (backend/calls/ctx_event_handlers.c). */
+CUresult rm_ctx_events_adopt(struct rm_session_ctx *c, CUstream st);
+void rm_ctx_events_release(struct rm_session_ctx *c);
 /* Releases the handles the client made in context c that die with it (release.c). */
 size_t rm_session_release_ctx(struct rm_channel *s, struct rm_session_ctx *c);
 

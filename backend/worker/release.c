@@ -131,6 +131,13 @@ static void release_surfobject(struct rm_channel *s, const struct rm_handle *h)
 	rm_drv_cuSurfObjectDestroy((CUsurfObject)h->value);
 }
 
+/* A module's reference goes with its module; cuTexRefCreate's is destroyed. */
+static void release_texref(struct rm_channel *s, const struct rm_handle *h)
+{
+	if (!h->parent)
+		rm_drv_cuTexRefDestroy(handle_of(h));
+}
+
 /* Each kind's step and release function, beside its kind in proto/handle_kinds.def. */
 static const struct {
 	int step;

@@ -146,6 +146,7 @@ static void release_contexts(struct rm_channel *s)
 		struct rm_session_ctx *c = &s->sh->ctxs[i];
 		rm_drv_cuCtxSetCurrent(c->ctx);
 		rm_kernel_timing_release(s, c);
+		rm_ctx_events_release(c);
 		rm_stream_order_release(c);
 		for (int k = 0; k <= RM_MAX_CHANNELS; k++)
 			if (c->per_thread[k])

@@ -124,6 +124,19 @@ int main(int argc, char **argv)
 	uint64_t sum_b = vec_add_here(image, "b", &module_b, &c_b);
 	printf("b: vecAdd checksum %016llx, a's: %s\n", (unsigned long long)sum_b, sum_a == sum_b ? "same" : "differs");
 
+	/* A stream's context is the one it was made in, and its NULL stream the current one's. */
+	CUstream sb;
+	CUcontext of_sb = NULL, of_null = NULL;
+	CUgreenCtx green = (CUgreenCtx)1;
+	CHECK(cuStreamCreate(&sb, CU_STREAM_NON_BLOCKING));
+	CHECK(cuStreamGetCtx_v2(sb, &of_sb, &green));
+	CHECK(cuStreamGetCtx_v2(NULL, &of_null, NULL));
+	printf("b: a stream's context is b: %s, the NULL stream's: %s, green context none: %s\n", of_sb == b ? "yes" : "no",
+	       of_null == b ? "yes" : "no", green == NULL ? "yes" : "no");
+	EXPECT(of_sb == b && of_null == b && green == NULL, "cuStreamGetCtx_v2 named another context");
+	CHECK(cuStreamDestroy(sb));
+	CHECK(cuCtxResetPersistingL2Cache());
+
 	/* Mapped pinned memory of b's, written by the device: it goes with b. */
 	unsigned *pinned;
 	CUdeviceptr pinned_dev;

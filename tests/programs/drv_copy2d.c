@@ -4,10 +4,17 @@
  * pinned and pageable host sides, copies larger than one 16 MiB piece (whole rows, and rows
  * longer than a piece), and memsets of 1, 2 and 4 bytes. Through Remora (REMORA_SERVER set)
  * it also checks that a copy or memset whose last row leaves the allocation is refused, where
- * a GPU need not notice. IMAGE is not used. */
+ * a GPU need not notice. cuMemcpy3DPeer(Async) within the current context and batches of 1-D
+ * and 3-D copies (cuMemcpyBatchAsync, cuMemcpy3DBatchAsync), checked the same way. IMAGE is
+ * not used. */
 #include "drv_common.h"
 
 #define MIB (1u << 20)
+
+/* The first batch form, with its failIdx (cuda.h names the second). */
+#undef cuMemcpy3DBatchAsync
+CUresult CUDAAPI cuMemcpy3DBatchAsync(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx,
+				      unsigned long long flags, CUstream hStream);
 
 /* A device buffer and its model: what its bytes must be. */
 struct buf {
@@ -239,6 +246,164 @@ static void test_3d(CUstream stream)
 	free(host), free(out), free(want), free(vol.model);
 }
 
+/* cuMemcpy3DPeer(Async) between the current context and itself (the one GPU a test host
+ * may have): host to device, device to device and device to host. */
+static void test_3d_peer(CUstream stream)
+{
+	const size_t dp = 131, dh = 11, dd = 4, hp = 67, hh = 13, hd = 5;
+	CUcontext ctx;
+	CHECK(cuCtxGetCurrent(&ctx));
+	struct buf vol;
+	buf_alloc(&vol, dp * dh * dd);
+	unsigned char *host = malloc(hp * hh * hd), *out = malloc(hp * hh * hd), *want = malloc(hp * hh * hd);
+	fill(host, hp * hh * hd, 23);
+	CUDA_MEMCPY3D_PEER c;
+	memset(&c, 0, sizeof(c));
+	c.srcMemoryType = CU_MEMORYTYPE_HOST, c.srcHost = host, c.srcXInBytes = 3, c.srcY = 2, c.srcZ = 1;
+	c.srcPitch = hp, c.srcHeight = hh, c.srcContext = ctx;
+	c.dstMemoryType = CU_MEMORYTYPE_DEVICE, c.dstDevice = vol.d, c.dstXInBytes = 5, c.dstY = 1, c.dstZ = 0;
+	c.dstPitch = dp, c.dstHeight = dh, c.dstContext = ctx;
+	c.WidthInBytes = 61, c.Height = 9, c.Depth = 4;
+	CHECK(cuMemcpy3DPeer(&c));
+	model_3d(vol.model, 5, 1, 0, dp, dh, host, 3, 2, 1, hp, hh, 61, 9, 4);
+	buf_check(&vol, "3d peer htod");
+
+	memset(&c, 0, sizeof(c));
+	c.srcMemoryType = CU_MEMORYTYPE_DEVICE, c.srcDevice = vol.d, c.srcXInBytes = 0, c.srcY = 2, c.srcZ = 2;
+	c.srcPitch = dp, c.srcHeight = dh, c.srcContext = ctx;
+	c.dstMemoryType = CU_MEMORYTYPE_DEVICE, c.dstDevice = vol.d, c.dstXInBytes = 70, c.dstY = 0, c.dstZ = 0;
+	c.dstPitch = dp, c.dstHeight = dh, c.dstContext = ctx;
+	c.WidthInBytes = 60, c.Height = 8, c.Depth = 2;
+	CHECK(cuMemcpy3DPeerAsync(&c, stream));
+	CHECK(cuStreamSynchronize(stream));
+	model_3d(vol.model, 70, 0, 0, dp, dh, vol.model, 0, 2, 2, dp, dh, 60, 8, 2);
+	buf_check(&vol, "3d peer dtod async");
+
+	fill(out, hp * hh * hd, 29);
+	memcpy(want, out, hp * hh * hd);
+	memset(&c, 0, sizeof(c));
+	c.srcMemoryType = CU_MEMORYTYPE_DEVICE, c.srcDevice = vol.d, c.srcXInBytes = 7, c.srcY = 1, c.srcZ = 1;
+	c.srcPitch = dp, c.srcHeight = dh, c.srcContext = ctx;
+	c.dstMemoryType = CU_MEMORYTYPE_HOST, c.dstHost = out, c.dstXInBytes = 2, c.dstY = 3, c.dstZ = 1;
+	c.dstPitch = hp, c.dstHeight = hh, c.dstContext = ctx;
+	c.WidthInBytes = 59, c.Height = 10, c.Depth = 3;
+	CHECK(cuMemcpy3DPeerAsync(&c, stream));
+	CHECK(cuStreamSynchronize(stream));
+	model_3d(want, 2, 3, 1, hp, hh, vol.model, 7, 1, 1, dp, dh, 59, 10, 3);
+	int same = !memcmp(out, want, hp * hh * hd);
+	EXPECT(same, "3d peer dtoh differs");
+	printf("3d peer dtoh async: %s %016llx\n", same ? "ok" : "FAIL",
+	       (unsigned long long)drv_fnv1a(out, hp * hh * hd));
+	if (getenv("REMORA_SERVER")) { /* a context not the client's, and a row past the allocation */
+		c.srcContext = (CUcontext)(uintptr_t)0x1000;
+		EXPECT_RESULT(cuMemcpy3DPeer(&c), CUDA_ERROR_INVALID_CONTEXT);
+		c.srcContext = ctx, c.Height = dh + 1;
+		EXPECT_RESULT(cuMemcpy3DPeer(&c), CUDA_ERROR_INVALID_VALUE);
+	}
+	CHECK(cuMemFree(vol.d));
+	free(host), free(out), free(want), free(vol.model);
+}
+
+static CUmemcpy3DOperand ptr_operand(const void *host, CUdeviceptr dev, size_t row, size_t layer)
+{
+	CUmemcpy3DOperand o;
+	memset(&o, 0, sizeof(o));
+	o.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+	o.op.ptr.ptr = host ? (CUdeviceptr)(uintptr_t)host : dev;
+	o.op.ptr.rowLength = row, o.op.ptr.layerHeight = layer;
+	return o;
+}
+
+/* Batches: three independent 1-D copies (host to device, device to device, device to host);
+ * 3-D copies between pitched host and device memory, device memory and an array of floats,
+ * and back to the host, each copy's width in elements of its array where it has one. */
+static void test_batches(CUstream stream)
+{
+	const size_t n = 3000;
+	struct buf a, b, c;
+	buf_alloc(&a, n), buf_alloc(&b, n), buf_alloc(&c, n);
+	unsigned char *src = malloc(n), *dst = calloc(1, n);
+	fill(src, n, 41);
+	CUdeviceptr dsts[3] = {a.d + 10, c.d, (CUdeviceptr)(uintptr_t)dst};
+	CUdeviceptr srcs[3] = {(CUdeviceptr)(uintptr_t)src, b.d + 5, b.d};
+	size_t sizes[3] = {n - 10, n - 5, n}, idxs[2] = {0, 1};
+	CUmemcpyAttributes attrs[2];
+	memset(attrs, 0, sizeof(attrs));
+	attrs[0].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+	attrs[1].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_ANY;
+	CHECK(cuMemcpyBatchAsync(dsts, srcs, sizes, 3, attrs, idxs, 2, stream));
+	CHECK(cuStreamSynchronize(stream));
+	memcpy(a.model + 10, src, n - 10);
+	memcpy(c.model, b.model + 5, n - 5);
+	buf_check(&a, "batch htod");
+	buf_check(&c, "batch dtod");
+	int same = !memcmp(dst, b.model, n);
+	EXPECT(same, "batch dtoh differs");
+	printf("batch dtoh: %s %016llx\n", same ? "ok" : "FAIL", (unsigned long long)drv_fnv1a(dst, n));
+	if (getenv("REMORA_SERVER")) { /* no attributes for the first copy; a range past an allocation */
+		idxs[0] = 1;
+		CUresult rc = cuMemcpyBatchAsync(dsts, srcs, sizes, 3, attrs, idxs, 2, stream);
+		EXPECT(rc == CUDA_ERROR_INVALID_VALUE, "a batch without attributes for its first copy: %s",
+		       drv_error_name(rc));
+		idxs[0] = 0, sizes[1] = n;
+		rc = cuMemcpyBatchAsync(dsts, srcs, sizes, 3, attrs, idxs, 2, stream);
+		EXPECT(rc == CUDA_ERROR_INVALID_VALUE, "a batch copy past an allocation: %s", drv_error_name(rc));
+		CHECK(cuStreamSynchronize(stream));
+	}
+
+	const size_t W = 12, H = 7, D = 3, row = 16, layer = 9, bytes = row * 4 * layer * D;
+	struct buf v, w;
+	buf_alloc(&v, bytes), buf_alloc(&w, bytes);
+	unsigned char *hsrc = malloc(bytes), *hout = malloc(bytes), *want = malloc(bytes);
+	fill(hsrc, bytes, 43), fill(hout, bytes, 47);
+	memcpy(want, hout, bytes);
+	CUarray arr;
+	CUDA_ARRAY3D_DESCRIPTOR ad = {.Width = W + 2, .Height = H + 1, .Depth = D, .Format = CU_AD_FORMAT_FLOAT,
+				      .NumChannels = 1};
+	CHECK(cuArray3DCreate(&arr, &ad));
+	CUDA_MEMCPY3D_BATCH_OP ops[2];
+	memset(ops, 0, sizeof(ops));
+	ops[0].src = ptr_operand(hsrc, 0, row * 4, layer); /* pointer to pointer: elements are bytes */
+	ops[0].dst = ptr_operand(NULL, w.d, row * 4, layer);
+	ops[0].extent = (CUextent3D){W * 4, H, D};
+	ops[0].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+	ops[1].src = ptr_operand(NULL, v.d, row, layer); /* to the array: elements are its floats */
+	ops[1].dst.type = CU_MEMCPY_OPERAND_TYPE_ARRAY;
+	ops[1].dst.op.array.array = arr;
+	ops[1].dst.op.array.offset = (CUoffset3D){1, 1, 0};
+	ops[1].extent = (CUextent3D){W, H, D};
+	ops[1].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+	size_t fail = 0;
+	CHECK(cuMemcpy3DBatchAsync(2, ops, &fail, 0, stream));
+	CHECK(cuStreamSynchronize(stream));
+	model_3d(w.model, 0, 0, 0, row * 4, layer, hsrc, 0, 0, 0, row * 4, layer, W * 4, H, D);
+	buf_check(&w, "3d batch htod");
+	ops[0].src = ops[1].dst; /* and back from the array to the host */
+	ops[0].dst = ptr_operand(hout, 0, row, layer);
+	ops[0].extent = (CUextent3D){W, H, D};
+	CHECK(cuMemcpy3DBatchAsync_v2(1, ops, 0, stream));
+	CHECK(cuStreamSynchronize(stream));
+	model_3d(want, 0, 0, 0, row * 4, layer, v.model, 0, 0, 0, row * 4, layer, W * 4, H, D);
+	same = !memcmp(hout, want, bytes);
+	EXPECT(same, "3d batch through an array differs");
+	printf("3d batch array round trip: %s %016llx\n", same ? "ok" : "FAIL",
+	       (unsigned long long)drv_fnv1a(hout, bytes));
+	if (getenv("REMORA_SERVER")) { /* a depth past the device buffer: the second op fails */
+		ops[1] = ops[0];
+		ops[1].src = ptr_operand(NULL, w.d, row * 4, layer);
+		ops[1].extent = (CUextent3D){W * 4, H, D + 1};
+		ops[1].dst = ptr_operand(hout, 0, row * 4, layer);
+		EXPECT_RESULT(cuMemcpy3DBatchAsync(2, ops, &fail, 0, stream), CUDA_ERROR_INVALID_VALUE);
+		EXPECT(fail == 1, "failIdx %zu", fail);
+	}
+	CHECK(cuArrayDestroy(arr));
+	const CUdeviceptr all[] = {a.d, b.d, c.d, v.d, w.d};
+	for (int i = 0; i < 5; i++)
+		CHECK(cuMemFree(all[i]));
+	free(a.model), free(b.model), free(c.model), free(v.model), free(w.model);
+	free(src), free(dst), free(hsrc), free(hout), free(want);
+}
+
 /* Copies past one 16 MiB piece: many rows, and rows longer than a piece. */
 static void test_large(void)
 {
@@ -319,6 +484,8 @@ int main(int argc, char **argv)
 	test_2d(stream, 1);
 	test_3d(NULL);
 	test_3d(stream);
+	test_3d_peer(stream);
+	test_batches(stream);
 	test_large();
 	if (getenv("REMORA_SERVER"))
 		test_bounds();

@@ -1,8 +1,8 @@
 /* The smaller driver calls (issue 34): the profiler's switches, device and peer queries,
  * kernel, library and function getters, stream attributes (and that what one stream was
  * given does not reach a stream made after it), stream ids and devices, stream memory
- * writes into device and mapped host memory, copies by unified addressing and between
- * peers, pointer attributes set, memory pools by location.
+ * writes (one by one and in batches) into device and mapped host memory, copies by unified
+ * addressing and between peers, pointer attributes set, memory pools by location.
  * usage: drv_smallcalls IMAGE
  * Prints what it found (device-dependent values too: native and remote runs on one host
  * print the same) and exits 1 on any wrong result. */
@@ -12,6 +12,11 @@
 
 /* cuProfilerInitialize and cuFuncSetSharedMemConfig are deprecated, and tested here. */
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+/* The first batch form (cuda.h names the second): programs built before CUDA 12 call it. */
+#undef cuStreamBatchMemOp
+CUresult CUDAAPI cuStreamBatchMemOp(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray,
+				    unsigned int flags);
 
 #define N 4096
 
@@ -235,6 +240,36 @@ static void streams(CUdeviceptr buf)
 	EXPECT(got == 0xabcd1234u, "device word 0x%x", got);
 	EXPECT(host[3] == 0x5eed5eedu, "mapped host word 0x%x", host[3]);
 	printf("stream writes: device 0x%x, mapped host 0x%x\n", got, host[3]);
+
+	/* A batch: a 32-bit and a 64-bit write with a barrier between, into device memory and
+	 * into mapped host memory. */
+	CUstreamBatchMemOpParams ops[3];
+	memset(ops, 0, sizeof(ops));
+	ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+	ops[0].writeValue.address = buf + 16;
+	ops[0].writeValue.value = 0x0badcafeu;
+	ops[1].memoryBarrier.operation = CU_STREAM_MEM_OP_BARRIER;
+	ops[1].memoryBarrier.flags = CU_STREAM_MEMORY_BARRIER_TYPE_GPU;
+	ops[2].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+	ops[2].writeValue.address = mapped + 24;
+	ops[2].writeValue.value64 = 0x0123456789abcdefull;
+	CHECK(cuStreamBatchMemOp(later[1], 3, ops, 0));
+	CHECK(cuStreamSynchronize(later[1]));
+	unsigned long long got64 = 0;
+	CHECK(cuMemcpyDtoH(&got, buf + 16, 4));
+	memcpy(&got64, (char *)host + 24, 8);
+	EXPECT(got == 0x0badcafeu && got64 == 0x0123456789abcdefull, "batch writes 0x%x 0x%llx", got, got64);
+	printf("stream batch: device 0x%x, mapped host 0x%llx\n", got, got64);
+	if (getenv("REMORA_SERVER")) { /* a write outside the client's memory; a wait by a word */
+		ops[0].writeValue.address = buf + (1ull << 40);
+		EXPECT_RESULT(cuStreamBatchMemOp(later[1], 1, ops, 0), CUDA_SUCCESS); /* async: reported at the sync */
+		EXPECT_RESULT(cuStreamSynchronize(later[1]), CUDA_ERROR_INVALID_VALUE);
+		ops[0].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+		ops[0].waitValue.address = buf + 16;
+		ops[0].waitValue.value = 0x0badcafeu;
+		CHECK(cuStreamBatchMemOp_v2(later[1], 1, ops, 0));
+		EXPECT_RESULT(cuStreamSynchronize(later[1]), CUDA_ERROR_NOT_SUPPORTED);
+	}
 	CHECK(cuMemFreeHost(host));
 	for (int i = 0; i < 4; i++)
 		CHECK(cuStreamDestroy(later[i]));

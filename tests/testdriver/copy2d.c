@@ -167,6 +167,34 @@ TD_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *p, CUstream stream)
 	return copy_3d(p, stream, true);
 }
 
+/* One address space: a peer copy is a 3-D copy between valid contexts. */
+static CUresult copy_3d_peer(const CUDA_MEMCPY3D_PEER *p, CUstream stream, bool async)
+{
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!td_context_valid((struct td_context *)p->srcContext) || !td_context_valid((struct td_context *)p->dstContext))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	CUDA_MEMCPY3D m = {
+		.srcXInBytes = p->srcXInBytes, .srcY = p->srcY, .srcZ = p->srcZ, .srcMemoryType = p->srcMemoryType,
+		.srcHost = p->srcHost, .srcDevice = p->srcDevice, .srcArray = p->srcArray, .srcPitch = p->srcPitch,
+		.srcHeight = p->srcHeight, .dstXInBytes = p->dstXInBytes, .dstY = p->dstY, .dstZ = p->dstZ,
+		.dstMemoryType = p->dstMemoryType, .dstHost = p->dstHost, .dstDevice = p->dstDevice,
+		.dstArray = p->dstArray, .dstPitch = p->dstPitch, .dstHeight = p->dstHeight,
+		.WidthInBytes = p->WidthInBytes, .Height = p->Height, .Depth = p->Depth,
+	};
+	return copy_3d(&m, stream, async);
+}
+
+TD_EXPORT CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *p)
+{
+	return copy_3d_peer(p, NULL, false);
+}
+
+TD_EXPORT CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *p, CUstream stream)
+{
+	return copy_3d_peer(p, stream, true);
+}
+
 /* Height rows of width elements of esz bytes, pitch apart. */
 static CUresult memset_2d(CUdeviceptr dst, size_t pitch, uint32_t value, unsigned esz, size_t width, size_t height,
 			  CUstream stream, bool async)

@@ -287,6 +287,24 @@ static CUresult run_surf_write_2d(const struct td_launch_shape *shape, const uns
 	return CUDA_SUCCESS;
 }
 
+/* tests/programs/drv_texrefs.c's PTX: out[i] = tex1Dfetch(legacyTex, i) (texrefs.c). */
+static CUresult run_legacy_tex_read(const struct td_launch_shape *shape, const unsigned char *args)
+{
+	(void)shape;
+	struct arg_reader r = { args, 0 };
+	float *out;
+	int n;
+	next_arg(&r, &out, sizeof out), next_arg(&r, &n, sizeof n);
+	if (!span_ok(out, n, 4))
+		return CUDA_ERROR_ILLEGAL_ADDRESS;
+	for (int i = 0; i < n; i++) {
+		CUresult rc = td_legacy_tex_fetch(i, &out[i]);
+		if (rc != CUDA_SUCCESS)
+			return rc;
+	}
+	return CUDA_SUCCESS;
+}
+
 #define P 8 /* a pointer parameter */
 static const struct td_kernel catalogue[] = {
 	{ "vecAdd", 4, { P, P, P, 4 }, 0, 16, run_vec_add },
@@ -304,6 +322,7 @@ static const struct td_kernel catalogue[] = {
 	{ "clusterRanks", 1, { P }, 4, 8, run_cluster_ranks },
 	{ "texFetch2D", 6, { P, 8, 4, 4, 4, 4 }, 0, 16, run_tex_fetch_2d },
 	{ "surfWrite2D", 4, { 8, 4, 4, 4 }, 0, 16, run_surf_write_2d },
+	{ "legacyTexRead", 2, { P, 4 }, 0, 8, run_legacy_tex_read },
 };
 #undef P
 

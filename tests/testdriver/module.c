@@ -31,6 +31,7 @@ struct td_module {
 	struct td_context *ctx;          /* NULL for a library */
 	struct td_function functions[MAX_CATALOGUE];   /* those the image offers, then magic 0 */
 	CUdeviceptr globals[MAX_CATALOGUE];            /* by global index; 0 if absent */
+	struct td_texref refs[TD_MODULE_REFS];         /* magic 0 if the image does not offer it */
 	struct td_module *next;
 };
 
@@ -134,6 +135,11 @@ static CUresult module_load(struct td_context *ctx, const void *data, struct td_
 			.preferred_carveout = -1, .cache_config = CU_FUNC_CACHE_PREFER_NONE,
 		};
 	}
+	for (size_t i = 0; i < TD_MODULE_REFS; i++) {
+		bool surface;
+		if (image_mentions(&image, td_module_ref_name(i, &surface)))
+			td_texref_init(&m->refs[i], surface);
+	}
 	const struct td_global *g;
 	for (size_t i = 0; (g = td_global_at(i)) && i < MAX_CATALOGUE; i++) {
 		if (!image_mentions(&image, g->name))
@@ -233,6 +239,23 @@ static CUresult find_global(struct td_module *m, const char *name, CUdeviceptr *
 				*dptr = m->globals[i];
 			if (bytes)
 				*bytes = g->size;
+			return CUDA_SUCCESS;
+		}
+	}
+	return CUDA_ERROR_NOT_FOUND;
+}
+
+CUresult td_module_reference(CUmodule h, const char *name, bool surface, struct td_texref **out)
+{
+	struct td_module *m = module_from(h);
+	if (!m)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!name || !out)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < TD_MODULE_REFS; i++) {
+		bool is_surface;
+		if (m->refs[i].magic && m->refs[i].surface == surface && strcmp(td_module_ref_name(i, &is_surface), name) == 0) {
+			*out = &m->refs[i];
 			return CUDA_SUCCESS;
 		}
 	}

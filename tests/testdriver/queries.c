@@ -401,6 +401,22 @@ TD_EXPORT CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
 	return CUDA_SUCCESS;
 }
 
+/* No green contexts: a stream's context is its context. */
+TD_EXPORT CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pctx, CUgreenCtx *pgreen)
+{
+	CUresult rc = cuStreamGetCtx(hStream, pctx);
+	if (rc == CUDA_SUCCESS && pgreen)
+		*pgreen = NULL;
+	return rc;
+}
+
+/* No L2 cache to reset: the current context is all it needs. */
+TD_EXPORT CUresult cuCtxResetPersistingL2Cache(void)
+{
+	struct td_context *ctx;
+	return td_require_context(&ctx);
+}
+
 /* ---- memory ---- */
 
 /* One address space: a peer copy is a device-to-device copy, ordered on the stream. */

@@ -290,6 +290,8 @@ static void *stream_worker(void *arg)
 }
 
 /* Caller holds td_lock. */
+static uint64_t append(struct td_stream *s, struct td_op *op);
+
 static struct td_stream *stream_new_locked(struct td_context *ctx, unsigned flags, int priority)
 {
 	struct td_channel *channel;
@@ -315,7 +317,21 @@ static struct td_stream *stream_new_locked(struct td_context *ctx, unsigned flag
 	s->next_in_context = ctx->streams;
 	ctx->streams = s;
 	ctx->streams_created++;
+	if (ctx->record_stream && ctx->wait_ticket) { /* cuCtxWaitEvent: later streams wait too */
+		struct td_op *wait = td_op_new(TD_OP_WAIT);
+		if (wait) {
+			stream_ref(ctx->record_stream);
+			wait->u.wait.stream = ctx->record_stream;
+			wait->u.wait.ticket = ctx->wait_ticket;
+			append(s, wait);
+		}
+	}
 	return s;
+}
+
+struct td_stream *td_stream_new_locked(struct td_context *ctx)
+{
+	return stream_new_locked(ctx, CU_STREAM_NON_BLOCKING, 0);
 }
 
 /* Unlinks s from its context so nothing new finds it; caller holds td_lock. */
@@ -426,6 +442,11 @@ static void append_wait_for(struct td_stream *s, struct td_stream *other)
 	wait->u.wait.stream = other;
 	wait->u.wait.ticket = ticket;
 	append(s, wait);
+}
+
+void td_stream_wait_for(struct td_stream *s, struct td_stream *other)
+{
+	append_wait_for(s, other);
 }
 
 uint64_t td_enqueue(struct td_stream *s, struct td_op *op)

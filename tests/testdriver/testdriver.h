@@ -40,6 +40,7 @@
 #define TD_MAX_KERNEL_PARAMS 8
 #define TD_MAX_ARG_BYTES 256
 #define TD_MAX_HARDWARE_QUEUES 32
+#define TD_LEGACY_PARAM_BYTES 4096
 
 enum td_magic {
 	TD_MAGIC_CONTEXT = 0x43545854, /* "CTXT" */
@@ -51,7 +52,8 @@ enum td_magic {
 	TD_MAGIC_NODE = 0x4e4f4445,     /* "NODE" */
 	TD_MAGIC_EXEC = 0x45584543,     /* "EXEC" */
 	TD_MAGIC_ARRAY = 0x41525259,    /* "ARRY" */
-	TD_MAGIC_MIPMAP = 0x4d49504d    /* "MIPM" */
+	TD_MAGIC_MIPMAP = 0x4d49504d,   /* "MIPM" */
+	TD_MAGIC_TEXREF = 0x54585246    /* "TXRF" */
 };
 
 extern pthread_mutex_t td_lock;
@@ -83,6 +85,8 @@ struct td_context {
 	struct td_stream *streams;   /* every stream of this context, linked by next_in_context */
 	struct td_channel *channels; /* td_hardware_queues() of them, or NULL (stream.c) */
 	unsigned streams_created;    /* stream n gets channel n mod td_hardware_queues() */
+	struct td_stream *record_stream; /* cuCtxRecordEvent, cuCtxWaitEvent's (ctx_events.c), or NULL */
+	uint64_t wait_ticket;        /* what each new stream waits for on it (0: nothing); td_lock */
 	struct td_context *next;     /* created-context list */
 };
 
@@ -243,6 +247,10 @@ void td_stream_synchronize(struct td_stream *s);
 void td_stream_unref(struct td_stream *s);
 void td_destroy_context_streams(struct td_context *ctx);
 struct td_op *td_op_new(enum td_op_kind kind);
+/* A non-blocking stream of ctx, made under td_lock (NULL: no memory). */
+struct td_stream *td_stream_new_locked(struct td_context *ctx);
+/* Makes s wait for everything queued so far on other (under td_lock, as td_enqueue). */
+void td_stream_wait_for(struct td_stream *s, struct td_stream *other);
 
 /* ---- stream capture and graphs (graph.c) ---- */
 struct td_capture;
@@ -312,7 +320,12 @@ struct td_function {
 	int non_portable_cluster;    /* CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED */
 	int cluster_policy;          /* CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE */
 	int required_cluster[3];     /* CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, _HEIGHT, _DEPTH */
+	/* The launch before CUDA 4 (legacy_launch.c): block shape, shared size, parameters. */
+	unsigned legacy_block[3], legacy_shared;
+	size_t legacy_size;
+	unsigned char legacy_params[TD_LEGACY_PARAM_BYTES];
 };
+struct td_function *td_function_from(const void *handle);
 
 
 /* ---- arrays (arrays.c) ---- */
@@ -337,5 +350,33 @@ void *td_surface_element(unsigned long long surf, long long xbytes, long long y,
 /* A graph memory node's allocation freed outside its graph (graph.c): 1 if it was live
  * (allocated by a launch), -1 if not, 0 when dptr is no graph allocation. */
 int td_graph_mem_release(CUdeviceptr dptr);
+/* ---- legacy texture and surface references (texrefs.c) ---- */
+enum td_ref_binding { TD_REF_NONE, TD_REF_ARRAY, TD_REF_MIPMAP, TD_REF_LINEAR, TD_REF_PITCH2D };
+/* A module's reference (module.c keeps TD_MODULE_REFS of them) or cuTexRefCreate's. */
+struct td_texref {
+	uint32_t magic;
+	bool surface, created;
+	enum td_ref_binding bound;
+	CUarray array;
+	CUmipmappedArray mipmap;
+	CUdeviceptr dptr;
+	size_t bytes, pitch, width, height;
+	CUarray_format format;
+	int channels;
+	CUaddress_mode address[3];
+	CUfilter_mode filter, mipmap_filter;
+	float bias, min_clamp, max_clamp, border[4];
+	unsigned anisotropy, flags;
+};
+#define TD_MODULE_REFS 2
+/* The references a module may offer, by index: their names and whether each is a surface's. */
+const char *td_module_ref_name(size_t i, bool *surface);
+/* A reference of module handle h named name, if its image offers it, in *out (module.c). */
+CUresult td_module_reference(CUmodule h, const char *name, bool surface, struct td_texref **out);
+/* Sets a reference's defaults (texrefs.c). */
+void td_texref_init(struct td_texref *t, bool surface);
+/* Float element i of the linear memory the last bound module reference named legacyTex
+ * reads (the model's one texture unit), as tex1Dfetch: ILLEGAL_ADDRESS if unbound. */
+CUresult td_legacy_tex_fetch(long long i, float *out);
 
 #endif

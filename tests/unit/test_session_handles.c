@@ -50,6 +50,8 @@ void rm_kernel_watch_free(struct rm_kernel_watch *w) { (void)w; }
 void rm_copy_links_close(struct rm_channel *s) { unused(__func__); }
 int rm_shared_host_release_all(struct rm_channel *s, uint64_t *bytes) { unused(__func__); }
 void rm_kernel_timing_release(struct rm_channel *s, struct rm_session_ctx *c) { (void)s; (void)c; }
+CUresult rm_ctx_events_adopt(struct rm_session_ctx *c, CUstream st) { unused(__func__); }
+void rm_ctx_events_release(struct rm_session_ctx *c) { (void)c; }
 void rm_kernel_timing_synced(struct rm_channel *s, CUstream st) { unused(__func__); }
 CUresult rm_stream_wait(struct rm_channel *s, CUstream st) { unused(__func__); }
 CUresult rm_unsupported_by_driver(const char *name) { (void)name; return CUDA_ERROR_NOT_SUPPORTED; } /* as request.c: the double driver lacks nothing the test reaches */
