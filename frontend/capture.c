@@ -48,6 +48,32 @@ RM_EXPORT CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCap
 	return r;
 }
 
+/* As cuStreamBeginCapture_v2, into a graph of the client's (a conditional node's body);
+ * only default edges travel. */
+RM_EXPORT CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
+						       const CUgraphEdgeData *dependencyData, size_t numDependencies,
+						       CUstreamCaptureMode mode)
+{
+	static const CUgraphEdgeData plain;
+	for (size_t i = 0; dependencyData && i < numDependencies; i++)
+		if (memcmp(&dependencyData[i], &plain, sizeof(plain)))
+			return rm_unsupported("cuStreamBeginCaptureToGraph with edge data");
+	if ((numDependencies && !dependencies) || numDependencies > RM_MAX_GRAPH_DEPS)
+		return CUDA_ERROR_INVALID_VALUE;
+	Remora__CuStreamBeginCaptureToGraphReq req = REMORA__CU_STREAM_BEGIN_CAPTURE_TO_GRAPH__REQ__INIT;
+	req.hstream = (uint64_t)(uintptr_t)hStream;
+	req.hgraph = (uint64_t)(uintptr_t)hGraph;
+	req.dependencies.data = (uint8_t *)dependencies;
+	req.dependencies.len = numDependencies * sizeof(*dependencies);
+	req.numdependencies = numDependencies;
+	req.mode = mode;
+	__atomic_add_fetch(&captures_open, 1, __ATOMIC_ACQ_REL);
+	CUresult r = rm_rpc_simple(RM_OP_cuStreamBeginCaptureToGraph, &req.base, NULL, NULL);
+	if (r != CUDA_SUCCESS)
+		__atomic_sub_fetch(&captures_open, 1, __ATOMIC_ACQ_REL);
+	return r;
+}
+
 RM_EXPORT CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream)
 {
 	return cuStreamBeginCapture_v2(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL);
@@ -303,11 +329,12 @@ RM_EXPORT CUresult CUDAAPI cuGraphAddDependencies_v2(CUgraph hGraph, const CUgra
 }
 
 /* Written by hand for CUDA's answer on failure: an invalidated or unjoined capture gives
- * a NULL graph. */
+ * a NULL graph. phGraph may be NULL (cudaStreamEndCapture of a capture into a graph). */
 RM_EXPORT CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
+	CUgraph unused;
 	if (!phGraph)
-		return CUDA_ERROR_INVALID_VALUE;
+		phGraph = &unused;
 	Remora__CuStreamEndCaptureReq req = REMORA__CU_STREAM_END_CAPTURE__REQ__INIT;
 	req.hstream = (uint64_t)(uintptr_t)hStream;
 	Remora__CuStreamEndCaptureRep *rep = NULL;

@@ -52,8 +52,7 @@ CUresult rm_body_cuStreamDestroy_v2(struct rm_channel *s, CUstream hStream)
 	if (s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 && rm_capture_active(hStream) &&
 	    rm_drv_cuStreamEndCapture(hStream, &g) == CUDA_SUCCESS) {
 		__atomic_sub_fetch(&s->cur->captures, 1, __ATOMIC_ACQ_REL);
-		if (g)
-			rm_drv_cuGraphDestroy(g);
+		rm_capture_drop_graph(s, g, 0);
 	}
 	rm_stream_pool_give(hStream);
 	return CUDA_SUCCESS;

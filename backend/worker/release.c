@@ -22,9 +22,10 @@ static void release_graph_exec(struct rm_channel *s, const struct rm_handle *h)
 		rm_drv_cuGraphExecDestroy(handle_of(h));
 }
 
+/* A graph a node owns goes with its parent graph; a capture's, with its capture. */
 static void release_graph(struct rm_channel *s, const struct rm_handle *h)
 {
-	if (rm_drv.cuGraphDestroy)
+	if (rm_drv.cuGraphDestroy && !h->parent)
 		rm_drv_cuGraphDestroy(handle_of(h));
 }
 

@@ -23,6 +23,15 @@
  * of a graph name the same node (by index) of its instantiations, for the
  * exec node setters and cuGraphExecUpdate.
  *
+ * A conditional node holds its handle and its body graphs (a graph flagged as a body,
+ * which cuGraphDestroy refuses: it goes with its node). Its handle is a td_cond, whose
+ * address is the handle's value, kept for the life of the process. A launch puts a
+ * TD_OP_COND op in the node's place and, first, a store of the default value into each
+ * handle of the graph created with CU_GRAPH_COND_ASSIGN_DEFAULT; the op, run by the
+ * stream's worker, reads the handle then and runs the body graphs it picks (IF: the
+ * first if nonzero, else the second if any; WHILE: the body while nonzero; SWITCH: body
+ * n for value n) at once, their nodes in topological order.
+ *
  * All of it is guarded by one lock, glock; no stream lock is taken under it.
  */
 #include "testdriver.h"
@@ -43,12 +52,26 @@ struct td_gnode {
 	struct td_gnode **deps;
 	size_t ndeps;
 	size_t index;             /* its place in graph->nodes */
+	struct td_cond *cond;     /* a conditional node's handle, type and body graphs */
+	CUgraphConditionalNodeType ctype;
+	struct td_graph **bodies;
+	unsigned nbodies;
 };
 
 struct td_graph {
 	uint32_t magic;
 	struct td_gnode **nodes;
 	size_t n, cap;
+	bool body;                /* a conditional node's: goes with it */
+};
+
+struct td_cond {
+	uint32_t magic;
+	unsigned value;           /* atomic: kernels set it */
+	unsigned dflt;
+	unsigned flags;
+	const struct td_graph *graph; /* the graph it was created for (compared only) */
+	struct td_cond *next;
 };
 
 struct td_capture {
@@ -57,6 +80,7 @@ struct td_capture {
 	struct td_stream *origin;
 	int status;               /* CUstreamCaptureStatus, or CAPTURE_ENDED */
 	CUstreamCaptureMode mode;
+	bool to_graph;            /* cuStreamBeginCaptureToGraph: the graph is the caller's */
 	struct td_capture *next_ended; /* on ended_captures, once ended */
 };
 
@@ -73,6 +97,7 @@ static uint64_t capture_ids;
  * so that they stay reachable rather than leaked. Under glock. */
 static struct td_capture *ended_captures;
 static __thread CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+static struct td_cond *conds; /* every conditional handle made, under glock */
 
 static struct td_graph *graph_from(CUgraph h)
 {
@@ -106,6 +131,9 @@ static void graph_free(struct td_graph *g)
 		return;
 	for (size_t i = 0; i < g->n; i++) {
 		graph_free(g->nodes[i]->child);
+		for (unsigned b = 0; b < g->nodes[i]->nbodies; b++)
+			graph_free(g->nodes[i]->bodies[b]);
+		free(g->nodes[i]->bodies);
 		g->nodes[i]->magic = 0;
 		free(g->nodes[i]->deps);
 		free(g->nodes[i]);
@@ -155,6 +183,17 @@ static int copy_extras(struct td_gnode *n, const struct td_gnode *from)
 	n->event = from->event;
 	n->alloc = from->alloc;
 	n->child = NULL;
+	n->cond = from->cond;
+	n->ctype = from->ctype;
+	n->bodies = NULL;
+	n->nbodies = 0;
+	if (from->nbodies && !(n->bodies = calloc(from->nbodies, sizeof *n->bodies)))
+		return -1;
+	for (; n->nbodies < from->nbodies; n->nbodies++) {
+		if (!(n->bodies[n->nbodies] = graph_clone(from->bodies[n->nbodies])))
+			return -1;
+		n->bodies[n->nbodies]->body = true;
+	}
 	return from->child && !(n->child = graph_clone(from->child)) ? -1 : 0;
 }
 
@@ -406,8 +445,9 @@ TD_EXPORT CUresult cuStreamEndCapture(CUstream handle, CUgraph *ph)
 	CUresult rc = td_resolve_stream(handle, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
+	CUgraph unused;
 	if (!ph)
-		return CUDA_ERROR_INVALID_VALUE;
+		ph = &unused; /* cudaStreamEndCapture of a capture into a graph */
 	pthread_mutex_lock(&td_lock);
 	pthread_mutex_lock(&glock);
 	struct td_capture *c = s->capture;
@@ -438,8 +478,10 @@ TD_EXPORT CUresult cuStreamEndCapture(CUstream handle, CUgraph *ph)
 	ended_captures = c;
 	if (rc == CUDA_SUCCESS)
 		*ph = (CUgraph)c->graph;
-	else
+	else if (!c->to_graph)
 		graph_free(c->graph), *ph = NULL;
+	else
+		*ph = NULL;
 	c->graph = NULL;
 	pthread_mutex_unlock(&glock);
 	pthread_mutex_unlock(&td_lock);
@@ -566,6 +608,8 @@ TD_EXPORT CUresult cuGraphDestroy(CUgraph h)
 {
 	pthread_mutex_lock(&glock);
 	struct td_graph *g = graph_from(h);
+	if (g && g->body)
+		g = NULL; /* a body graph goes with its node */
 	graph_free(g);
 	pthread_mutex_unlock(&glock);
 	return g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
@@ -1405,6 +1449,11 @@ static CUresult collect(const struct td_graph *g, const size_t *order, struct st
 			else
 				rc = CUDA_ERROR_OUT_OF_MEMORY;
 		}
+		if (st->op && node->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+			memset(st->op, 0, sizeof *st->op);
+			st->op->kind = TD_OP_COND;
+			st->op->u.cond.node = node;
+		}
 	}
 	return rc;
 }
@@ -1424,7 +1473,31 @@ TD_EXPORT CUresult cuGraphLaunch(CUgraphExec h, CUstream stream)
 	pthread_mutex_lock(&glock);
 	struct td_exec *e = exec_from(h);
 	rc = e ? collect(e->graph, e->order, &steps) : CUDA_ERROR_INVALID_VALUE;
+	/* Handles assigned their default at each launch: stores before the graph's work,
+	 * enqueued once glock is released. */
+	struct td_op *resets = NULL;
+	for (struct td_cond *c = conds; rc == CUDA_SUCCESS && c; c = c->next) {
+		struct td_op *op;
+		if (c->graph != e->source || !(c->flags & CU_GRAPH_COND_ASSIGN_DEFAULT))
+			continue;
+		if (!(op = td_op_new(TD_OP_WRITE32))) {
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+			break;
+		}
+		op->u.write32.dst = &c->value;
+		op->u.write32.value = c->dflt;
+		op->next = resets;
+		resets = op;
+	}
 	pthread_mutex_unlock(&glock);
+	while (resets) {
+		struct td_op *op = resets;
+		resets = op->next;
+		if (rc == CUDA_SUCCESS)
+			td_enqueue(s, op);
+		else
+			free(op);
+	}
 	for (size_t i = 0; i < steps.n; i++) {
 		struct step *st = &steps.v[i];
 		if (rc != CUDA_SUCCESS)
@@ -1521,5 +1594,179 @@ TD_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec h, CUgraph hg, CUgraphExecUp
 		rc = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
 	info->result = why;
 	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+/* ---- conditional nodes ---- */
+
+static struct td_cond *cond_from(uint64_t handle)
+{
+	for (struct td_cond *c = conds; c; c = c->next)
+		if ((uint64_t)(uintptr_t)c == handle)
+			return c;
+	return NULL;
+}
+
+TD_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *out, CUgraph h, CUcontext ctx,
+						  unsigned int dflt, unsigned int flags)
+{
+	(void)ctx;
+	if (!out || flags > CU_GRAPH_COND_ASSIGN_DEFAULT)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct td_cond *c = calloc(1, sizeof *c);
+	if (!c)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&glock);
+	struct td_graph *g = graph_from(h);
+	if (g) {
+		*c = (struct td_cond){.magic = TD_MAGIC_COND, .value = dflt, .dflt = dflt, .flags = flags, .graph = g,
+				      .next = conds};
+		conds = c;
+	}
+	pthread_mutex_unlock(&glock);
+	if (!g) {
+		free(c);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	*out = (CUgraphConditionalHandle)(uintptr_t)c;
+	return CUDA_SUCCESS;
+}
+
+/* cuGraphAddNode(_v2) of a conditional node (graph_generic.c): size new body graphs. */
+CUresult td_graph_add_conditional(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps,
+				  CUDA_CONDITIONAL_NODE_PARAMS *p)
+{
+	unsigned most = p->type == CU_GRAPH_COND_TYPE_IF ? 2 : p->type == CU_GRAPH_COND_TYPE_WHILE ? 1
+			: p->type == CU_GRAPH_COND_TYPE_SWITCH ? 1u << 16 : 0;
+	pthread_mutex_lock(&glock);
+	struct td_cond *c = cond_from(p->handle);
+	pthread_mutex_unlock(&glock);
+	if (!c || !p->size || p->size > most)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct td_graph **bodies = calloc(p->size, sizeof *bodies);
+	CUresult rc = bodies ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+	for (unsigned i = 0; rc == CUDA_SUCCESS && i < p->size; i++)
+		if (!(bodies[i] = graph_new()))
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+		else
+			bodies[i]->body = true;
+	if (rc == CUDA_SUCCESS)
+		rc = add_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_CONDITIONAL, NULL, NULL);
+	if (rc != CUDA_SUCCESS) {
+		for (unsigned i = 0; bodies && i < p->size; i++)
+			graph_free(bodies[i]);
+		free(bodies);
+		return rc;
+	}
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(*ph);
+	n->cond = c;
+	n->ctype = p->type;
+	n->bodies = bodies;
+	n->nbodies = p->size;
+	pthread_mutex_unlock(&glock);
+	p->phGraph_out = (CUgraph *)bodies;
+	return CUDA_SUCCESS;
+}
+
+bool td_graph_set_conditional(uint64_t handle, unsigned value)
+{
+	pthread_mutex_lock(&glock);
+	struct td_cond *c = cond_from(handle);
+	pthread_mutex_unlock(&glock);
+	if (c)
+		__atomic_store_n(&c->value, value, __ATOMIC_RELEASE);
+	return c != NULL;
+}
+
+/* Runs g's nodes now, in topological order, on the calling stream worker. */
+static void run_graph_now(const struct td_graph *g)
+{
+	size_t *order = malloc((g->n + 1) * sizeof *order);
+	if (!order || topological(g, order) != 0) {
+		free(order);
+		td_fault(CUDA_ERROR_INVALID_VALUE);
+		return;
+	}
+	for (size_t i = 0; i < g->n && td_sticky_error() == CUDA_SUCCESS; i++) {
+		const struct td_gnode *n = g->nodes[order[i]];
+		struct td_op op = n->op;
+		switch (n->type) {
+		case CU_GRAPH_NODE_TYPE_KERNEL:
+		case CU_GRAPH_NODE_TYPE_MEMCPY:
+		case CU_GRAPH_NODE_TYPE_MEMSET:
+			td_run_op_now(&op);
+			break;
+		case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+			td_graph_run_conditional(n);
+			break;
+		case CU_GRAPH_NODE_TYPE_GRAPH:
+			run_graph_now(n->child);
+			break;
+		default: /* empty; other kinds CUDA refuses in a body */
+			break;
+		}
+	}
+	free(order);
+}
+
+void td_graph_run_conditional(const struct td_gnode *n)
+{
+	unsigned v = __atomic_load_n(&n->cond->value, __ATOMIC_ACQUIRE);
+	switch (n->ctype) {
+	case CU_GRAPH_COND_TYPE_IF:
+		if (v)
+			run_graph_now(n->bodies[0]);
+		else if (n->nbodies > 1)
+			run_graph_now(n->bodies[1]);
+		break;
+	case CU_GRAPH_COND_TYPE_WHILE:
+		while (v && td_sticky_error() == CUDA_SUCCESS) {
+			run_graph_now(n->bodies[0]);
+			v = __atomic_load_n(&n->cond->value, __ATOMIC_ACQUIRE);
+		}
+		break;
+	case CU_GRAPH_COND_TYPE_SWITCH:
+		if (v < n->nbodies)
+			run_graph_now(n->bodies[v]);
+		break;
+	}
+}
+
+/* As cuStreamBeginCapture_v2, into graph h after deps. */
+TD_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream handle, CUgraph h, const CUgraphNode *deps,
+					       const CUgraphEdgeData *edges, size_t ndeps, CUstreamCaptureMode mode)
+{
+	struct td_stream *s;
+	CUresult rc = td_resolve_stream(handle, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if ((unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED || (ndeps && !deps) || edges)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (s->legacy)
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	struct td_capture *c = calloc(1, sizeof *c);
+	if (!c)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&glock);
+	struct td_graph *g = graph_from(h);
+	rc = !g ? CUDA_ERROR_INVALID_VALUE : s->capture ? CUDA_ERROR_ILLEGAL_STATE : CUDA_SUCCESS;
+	for (size_t i = 0; rc == CUDA_SUCCESS && i < ndeps; i++)
+		if (!node_from(deps[i]) || node_from(deps[i])->graph != g)
+			rc = CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS && set_deps(s, (struct td_gnode *const *)deps, ndeps) != 0)
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	if (rc == CUDA_SUCCESS) {
+		c->id = ++capture_ids;
+		c->graph = g;
+		c->origin = s;
+		c->mode = mode;
+		c->to_graph = true;
+		c->status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+		__atomic_store_n(&s->capture, c, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&glock);
+	if (rc != CUDA_SUCCESS)
+		free(c);
 	return rc;
 }

@@ -68,6 +68,8 @@ static CUresult add(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t 
 	}
 	case CU_GRAPH_NODE_TYPE_MEM_FREE:
 		return cuGraphAddMemFreeNode(ph, g, deps, n, p->free.dptr);
+	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+		return td_graph_add_conditional(ph, g, deps, n, &p->conditional);
 	default:
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
