@@ -56,6 +56,7 @@ PROGRAMS=(
 	"drv_coop|tests/programs/drv_coop tests/programs/coop_kernels.cubin"
 	"drv_coop_ptx|tests/programs/drv_coop tests/programs/coop_kernels.ptx"
 	"rt_coop|tests/rtprograms/rt_coop"
+	"rt_graph_cond|tests/rtprograms/rt_graph_cond"
 	"drv_contexts|tests/programs/drv_contexts tests/programs/kernels.ptx"
 	"drv_nvrtc|tests/programs/drv_nvrtc"
 	"drv_copy2d|tests/programs/drv_copy2d tests/programs/kernels.fatbin"
