@@ -298,3 +298,36 @@ RM_EXPORT CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallbac
 		return CUDA_ERROR_INVALID_VALUE;
 	return launch(hStream, NULL, callback, userData);
 }
+
+/* The driver's node runs the id this process gave its function and data: answered from
+ * this process's entry of that id. */
+RM_EXPORT CUresult CUDAAPI cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+	if (!nodeParams)
+		return CUDA_ERROR_INVALID_VALUE;
+	Remora__CuGraphHostNodeGetParamsReq req = REMORA__CU_GRAPH_HOST_NODE_GET_PARAMS__REQ__INIT;
+	req.hnode = (uint64_t)(uintptr_t)hNode;
+	Remora__CuGraphHostNodeGetParamsRep *rep = NULL;
+	CUresult r = rm_rpc_simple(RM_OP_cuGraphHostNodeGetParams, &req.base,
+				   &remora__cu_graph_host_node_get_params__rep__descriptor, (ProtobufCMessage **)&rep);
+	CUDA_HOST_NODE_PARAMS wire;
+	if (r == CUDA_SUCCESS && (!rep || rep->nodeparams.len != sizeof(wire)))
+		r = rm_rpc_bad_reply("cuGraphHostNodeGetParams: a reply of %zu bytes", rep ? rep->nodeparams.len : 0);
+	if (r == CUDA_SUCCESS) {
+		memcpy(&wire, rep->nodeparams.data, sizeof(wire));
+		uint64_t id = (uint64_t)(uintptr_t)wire.userData;
+		pthread_mutex_lock(&lock);
+		struct pending *e = table[id % BUCKETS];
+		while (e && e->id != id)
+			e = e->next;
+		int found = e && e->fn;
+		if (found)
+			*nodeParams = (CUDA_HOST_NODE_PARAMS){.fn = e->fn, .userData = e->data};
+		pthread_mutex_unlock(&lock);
+		if (!found)
+			r = rm_rpc_bad_reply("cuGraphHostNodeGetParams: host function %llu is not this process's",
+					     (unsigned long long)id);
+	}
+	rm_rpc_free(rep ? &rep->base : NULL);
+	return r;
+}

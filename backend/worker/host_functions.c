@@ -243,6 +243,19 @@ CUresult rm_hostfn_node(struct rm_hostfn_hub *hub, uint64_t id, CUDA_HOST_NODE_P
 	return r;
 }
 
+uint64_t rm_hostfn_node_id(struct rm_hostfn_hub *hub, const CUDA_HOST_NODE_PARAMS *p)
+{
+	uint64_t id = 0;
+	if (!hub || p->fn != run_call)
+		return 0;
+	pthread_mutex_lock(&hub->lock);
+	for (struct call *c = hub->kept; c && !id; c = c->next)
+		if (c == p->userData)
+			id = c->id;
+	pthread_mutex_unlock(&hub->lock);
+	return id;
+}
+
 CUresult rm_body_cuLaunchHostFunc(struct rm_channel *s, struct rm_request *rq, const Remora__HostFunc *req)
 {
 	struct rm_hostfn_hub *hub = s->sh->hostfn;

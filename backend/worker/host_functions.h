@@ -36,6 +36,10 @@ void rm_hostfn_hub_release(struct rm_hostfn_hub *hub);
  * without a callback channel; CUDA_ERROR_OUT_OF_MEMORY past RM_MAX_HOST_NODES ids. */
 CUresult rm_hostfn_node(struct rm_hostfn_hub *hub, uint64_t id, CUDA_HOST_NODE_PARAMS *out);
 
+/* The client's id of the host function that a host node's driver parameters p run
+ * (rm_hostfn_node's), or 0 when they are none of the hub's. */
+uint64_t rm_hostfn_node_id(struct rm_hostfn_hub *hub, const CUDA_HOST_NODE_PARAMS *p);
+
 /* Channel ch asks to be its session's callback channel (RM_OP_HOST_LISTEN): answers it and
  * from then on keeps it covered by heartbeats. 0, or -errno when the frame must close ch
  * (-EBUSY: the session has one already; -EPIPE: the answer could not be sent). */

@@ -41,6 +41,8 @@
 
 #define CAPTURE_ENDED 3 /* beside CUstreamCaptureStatus: the capture is over */
 
+#define TD_NODE_ATTRS 32 /* kernel node attribute ids modelled: 0..31 */
+
 struct td_gnode {
 	uint32_t magic;
 	struct td_graph *graph;
@@ -56,6 +58,9 @@ struct td_gnode {
 	CUgraphConditionalNodeType ctype;
 	struct td_graph **bodies;
 	unsigned nbodies;
+	bool disabled;            /* an executable graph's node turned off (cuGraphNodeSetEnabled) */
+	CUkernelNodeAttrValue attrs[TD_NODE_ATTRS]; /* a kernel node's attributes set, by id */
+	uint32_t attrs_set;       /* bit id: attrs[id] set */
 };
 
 struct td_graph {
@@ -89,6 +94,7 @@ struct td_exec {
 	struct td_graph *source;  /* the graph instantiated (its node handles name ours) */
 	struct td_graph *graph;   /* a private copy */
 	size_t *order;            /* topological order of graph's nodes */
+	unsigned long long flags; /* as instantiated */
 };
 
 static pthread_mutex_t glock = PTHREAD_MUTEX_INITIALIZER;
@@ -184,6 +190,8 @@ static int copy_extras(struct td_gnode *n, const struct td_gnode *from)
 	n->alloc = from->alloc;
 	n->child = NULL;
 	n->cond = from->cond;
+	memcpy(n->attrs, from->attrs, sizeof n->attrs);
+	n->attrs_set = from->attrs_set;
 	n->ctype = from->ctype;
 	n->bodies = NULL;
 	n->nbodies = 0;
@@ -1344,6 +1352,7 @@ static CUresult instantiate(CUgraphExec *pe, CUgraph h, unsigned long long flags
 	if (rc == CUDA_SUCCESS && topological(e->graph, e->order) != 0)
 		rc = CUDA_ERROR_INVALID_VALUE; /* a cycle */
 	e->source = g;
+	e->flags = flags;
 	pthread_mutex_unlock(&glock);
 	if (rc != CUDA_SUCCESS) {
 		graph_free(e->graph);
@@ -1421,7 +1430,7 @@ static CUresult collect(const struct td_graph *g, const size_t *order, struct st
 	for (size_t i = 0; rc == CUDA_SUCCESS && i < g->n; i++) {
 		const struct td_gnode *node = g->nodes[order[i]];
 		if (node->type == CU_GRAPH_NODE_TYPE_EMPTY || node->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ||
-		    node->type == CU_GRAPH_NODE_TYPE_MEM_FREE)
+		    node->type == CU_GRAPH_NODE_TYPE_MEM_FREE || node->disabled)
 			continue; /* the model's graph memory is allocated with its node */
 		if (node->type == CU_GRAPH_NODE_TYPE_GRAPH) {
 			size_t *sub = malloc((node->child->n + 1) * sizeof *sub);
@@ -1768,5 +1777,128 @@ TD_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream handle, CUgraph h, const
 	pthread_mutex_unlock(&glock);
 	if (rc != CUDA_SUCCESS)
 		free(c);
+	return rc;
+}
+
+/* ---- node getters and settings ---- */
+
+TD_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec e, CUgraphNode h, unsigned int on)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = exec_node(exec_from(e), h);
+	CUresult rc = n && (n->type == CU_GRAPH_NODE_TYPE_KERNEL || n->type == CU_GRAPH_NODE_TYPE_MEMCPY ||
+			    n->type == CU_GRAPH_NODE_TYPE_MEMSET) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		n->disabled = !on;
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphNodeGetEnabled(CUgraphExec e, CUgraphNode h, unsigned int *on)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = exec_node(exec_from(e), h);
+	CUresult rc = n && on && (n->type == CU_GRAPH_NODE_TYPE_KERNEL || n->type == CU_GRAPH_NODE_TYPE_MEMCPY ||
+				  n->type == CU_GRAPH_NODE_TYPE_MEMSET) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		*on = !n->disabled;
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec h, cuuint64_t *flags)
+{
+	pthread_mutex_lock(&glock);
+	struct td_exec *e = exec_from(h);
+	if (e && flags)
+		*flags = e->flags;
+	pthread_mutex_unlock(&glock);
+	return e && flags ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult node_event(CUgraphNode h, CUgraphNodeType type, CUevent *out)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	CUresult rc = n && out && n->type == type ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		*out = n->event;
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode h, CUevent *out)
+{
+	return node_event(h, CU_GRAPH_NODE_TYPE_EVENT_RECORD, out);
+}
+
+TD_EXPORT CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode h, CUevent *out)
+{
+	return node_event(h, CU_GRAPH_NODE_TYPE_WAIT_EVENT, out);
+}
+
+/* A kernel node's attributes: kept as set, read back (zeros where never set). */
+TD_EXPORT CUresult cuGraphKernelNodeSetAttribute(CUgraphNode h, CUkernelNodeAttrID id, const CUkernelNodeAttrValue *v)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	CUresult rc = n && v && n->type == CU_GRAPH_NODE_TYPE_KERNEL && (unsigned)id < TD_NODE_ATTRS
+			      ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS) {
+		n->attrs[id] = *v;
+		n->attrs_set |= 1u << id;
+	}
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphKernelNodeGetAttribute(CUgraphNode h, CUkernelNodeAttrID id, CUkernelNodeAttrValue *v)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	CUresult rc = n && v && n->type == CU_GRAPH_NODE_TYPE_KERNEL && (unsigned)id < TD_NODE_ATTRS
+			      ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS && (n->attrs_set >> id & 1))
+		*v = n->attrs[id];
+	else if (rc == CUDA_SUCCESS)
+		memset(v, 0, sizeof *v);
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *d = node_from(dst), *from = node_from(src);
+	CUresult rc = d && from && d->type == CU_GRAPH_NODE_TYPE_KERNEL && from->type == CU_GRAPH_NODE_TYPE_KERNEL
+			      ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS) {
+		memcpy(d->attrs, from->attrs, sizeof d->attrs);
+		d->attrs_set = from->attrs_set;
+	}
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode h, CUDA_HOST_NODE_PARAMS *out)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	CUresult rc = n && out && n->type == CU_GRAPH_NODE_TYPE_HOST ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		*out = (CUDA_HOST_NODE_PARAMS){.fn = n->op.u.host.fn, .userData = n->op.u.host.data};
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+/* The node's own copy of the child graph: usable, the node's to free. */
+TD_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode h, CUgraph *out)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	CUresult rc = n && out && n->type == CU_GRAPH_NODE_TYPE_GRAPH ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		*out = (CUgraph)n->child;
+	pthread_mutex_unlock(&glock);
 	return rc;
 }
