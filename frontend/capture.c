@@ -3,6 +3,7 @@
  * parameters (packed like a launch's), and calls answered here. */
 #include "client.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -387,4 +388,69 @@ RM_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraph, CUstream hStream)
 	if (r == CUDA_SUCCESS)
 		r = rm_rpc_ordered(RM_OP_cuGraphLaunch, &req.base, req.hstream, 0);
 	return r == CUDA_SUCCESS ? rm_graph_host_after_launch(hGraph, hStream) : r;
+}
+
+/* The arrays cuGraphKernelNodeGetParams_v2 gave, one a node (CUDA keeps its own for the
+ * node's life): each replaced by the node's next answer, kept for the process's life. */
+struct node_params {
+	CUgraphNode node;
+	void *block;
+	struct node_params *next;
+};
+static pthread_mutex_t params_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct node_params *given;
+
+static CUresult keep_params(CUgraphNode node, void *block)
+{
+	pthread_mutex_lock(&params_lock);
+	struct node_params *g = given;
+	while (g && g->node != node)
+		g = g->next;
+	if (!g && (g = calloc(1, sizeof(*g)))) {
+		g->node = node;
+		g->next = given;
+		given = g;
+	}
+	if (g) {
+		free(g->block);
+		g->block = block;
+	}
+	pthread_mutex_unlock(&params_lock);
+	return g ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+RM_EXPORT CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+	if (!nodeParams)
+		return CUDA_ERROR_INVALID_VALUE;
+	Remora__GraphKernelNode req = REMORA__GRAPH_KERNEL_NODE__INIT;
+	req.node = (uint64_t)(uintptr_t)hNode;
+	Remora__LaunchKernel *rep = NULL;
+	CUresult r = rm_rpc_simple(RM_OP_cuGraphKernelNodeGetParams_v2, &req.base, &remora__launch_kernel__descriptor,
+				   (ProtobufCMessage **)&rep);
+	void **params = NULL, *block = NULL;
+	if (r == CUDA_SUCCESS && !rep)
+		r = rm_rpc_bad_reply("cuGraphKernelNodeGetParams_v2: no reply");
+	if (r == CUDA_SUCCESS)
+		r = rm_unpack_kernel_params((CUfunction)(uintptr_t)rep->func, rep->params.data, rep->params.len, &params,
+					    &block);
+	if (r == CUDA_SUCCESS)
+		r = keep_params(hNode, block);
+	if (r == CUDA_SUCCESS) {
+		memset(nodeParams, 0, sizeof(*nodeParams));
+		nodeParams->func = (CUfunction)(uintptr_t)rep->func;
+		nodeParams->gridDimX = rep->grid_x;
+		nodeParams->gridDimY = rep->grid_y;
+		nodeParams->gridDimZ = rep->grid_z;
+		nodeParams->blockDimX = rep->block_x;
+		nodeParams->blockDimY = rep->block_y;
+		nodeParams->blockDimZ = rep->block_z;
+		nodeParams->sharedMemBytes = rep->shared_mem;
+		nodeParams->kernelParams = params;
+		nodeParams->ctx = rm_ctx_current();
+	} else {
+		free(block);
+	}
+	rm_rpc_free(rep ? &rep->base : NULL);
+	return r;
 }

@@ -6,6 +6,7 @@
 #include "dispatch.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernel_watch.h"
 #include "remora.pb-c.h"
@@ -248,5 +249,54 @@ CUresult rm_body_cuGraphNodeFindInClone(struct rm_channel *s, CUgraphNode *phNod
 	CUresult r = rm_drv_cuGraphNodeFindInClone(phNode, hOriginalNode, hClonedGraph);
 	if (r == CUDA_SUCCESS)
 		rm_session_own(s, RM_H_GRAPH_NODE, *phNode, (uint64_t)(uintptr_t)hClonedGraph);
+	return r;
+}
+
+/* A kernel node's launch as the client gave it: its arguments packed by the function's
+ * layout, from the driver's array of them (or its buffer, for a node given one). */
+CUresult rm_body_cuGraphKernelNodeGetParams_v2(struct rm_channel *s, struct rm_request *rq,
+					       const Remora__GraphKernelNode *req, Remora__LaunchKernel *rep)
+{
+	void *node = NULL;
+	size_t want = 0;
+	CUDA_KERNEL_NODE_PARAMS p;
+	memset(&p, 0, sizeof(p));
+	CUresult r = rm_session_use(s, RM_H_GRAPH_NODE, req->node, &node);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv_cuGraphKernelNodeGetParams_v2(node, &p);
+	if (r == CUDA_SUCCESS && !p.func && p.kern)
+		r = rm_drv_cuKernelGetFunction(&p.func, p.kern);
+	if (r == CUDA_SUCCESS)
+		r = param_bytes(p.func, &want);
+	uint8_t *buf = r == CUDA_SUCCESS ? calloc(1, want + 1) : NULL;
+	if (r == CUDA_SUCCESS && !buf)
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	for (size_t i = 0; r == CUDA_SUCCESS && p.kernelParams && i < RM_MAX_KERNEL_PARAMS; i++) {
+		size_t off = 0, len = 0;
+		if (rm_drv_cuFuncGetParamInfo(p.func, i, &off, &len) != CUDA_SUCCESS)
+			break;
+		if (off + len <= want && p.kernelParams[i])
+			memcpy(buf + off, p.kernelParams[i], len);
+	}
+	const void *from = NULL;
+	size_t have = 0;
+	for (size_t i = 0; r == CUDA_SUCCESS && !p.kernelParams && p.extra && p.extra[i] != CU_LAUNCH_PARAM_END &&
+			   i < 8; i += 2) {
+		if (p.extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+			from = p.extra[i + 1];
+		else if (p.extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && p.extra[i + 1])
+			have = *(const size_t *)p.extra[i + 1];
+	}
+	if (from)
+		memcpy(buf, from, have < want ? have : want);
+	if (r == CUDA_SUCCESS) {
+		rep->func = (uint64_t)(uintptr_t)p.func;
+		rep->grid_x = p.gridDimX, rep->grid_y = p.gridDimY, rep->grid_z = p.gridDimZ;
+		rep->block_x = p.blockDimX, rep->block_y = p.blockDimY, rep->block_z = p.blockDimZ;
+		rep->shared_mem = p.sharedMemBytes;
+		rep->params.data = buf;
+		rep->params.len = want;
+	}
+	rq->reply_mem = buf;
 	return r;
 }

@@ -1,6 +1,7 @@
 /* drv_graph_getters IMAGE: what graph nodes say back, and the settings of executable
  * graphs' nodes. A kernel node added by the CUDA 10 name (cuGraphAddKernelNode), its
- * attribute set, read and copied to another; a host node's function and data; event
+ * parameters read back (function, shape, arguments), its attribute set, read and copied
+ * to another; a host node's function and data; event
  * record and wait nodes' events; a child graph node's graph and its nodes. The graph
  * instantiated by the CUDA 11 name and by flags (read back), a kernel node disabled (its
  * launch leaves memory alone) and enabled again, each launch's memory checked. */
@@ -68,6 +69,16 @@ int main(int argc, char **argv)
 	int n = N;
 	CUgraphNode k1 = fill_node(g, fill, &out, &five, &n);
 	CUgraphNode k2 = fill_node(g, fill, &other, &seven, &n);
+
+	/* k1's parameters: its function, shape and arguments, as given. */
+	CUDA_KERNEL_NODE_PARAMS kp;
+	memset(&kp, 0, sizeof kp);
+	CHECK(cuGraphKernelNodeGetParams(k1, &kp));
+	int same = kp.func == fill && kp.gridDimX == 1 && kp.blockDimX == 64 && kp.sharedMemBytes == 0 &&
+		   kp.kernelParams && *(CUdeviceptr *)kp.kernelParams[0] == out &&
+		   *(unsigned *)kp.kernelParams[1] == 5 && *(int *)kp.kernelParams[2] == N;
+	EXPECT(same, "k1's parameters read back otherwise");
+	printf("kernel node params: %s\n", same ? "same" : "differ");
 
 	/* Attributes: the greatest priority set on k1, read back, copied to k2. */
 	int least = 0, greatest = 0;

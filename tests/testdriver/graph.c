@@ -61,6 +61,7 @@ struct td_gnode {
 	bool disabled;            /* an executable graph's node turned off (cuGraphNodeSetEnabled) */
 	CUkernelNodeAttrValue attrs[TD_NODE_ATTRS]; /* a kernel node's attributes set, by id */
 	uint32_t attrs_set;       /* bit id: attrs[id] set */
+	void *params[TD_MAX_KERNEL_PARAMS]; /* cuGraphKernelNodeGetParams_v2's answer: into op's args */
 };
 
 struct td_graph {
@@ -1899,6 +1900,28 @@ TD_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode h, CUgraph *out)
 	CUresult rc = n && out && n->type == CU_GRAPH_NODE_TYPE_GRAPH ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 	if (rc == CUDA_SUCCESS)
 		*out = (CUgraph)n->child;
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+/* A kernel node's launch as given; its parameters as pointers into the node's own copy. */
+TD_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode h, CUDA_KERNEL_NODE_PARAMS *out)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	CUresult rc = n && out && n->type == CU_GRAPH_NODE_TYPE_KERNEL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS) {
+		const struct td_kernel *k = n->op.u.launch.kernel;
+		const struct td_launch_shape *sh = &n->op.u.launch.shape;
+		for (unsigned i = 0; i < k->param_count && i < TD_MAX_KERNEL_PARAMS; i++)
+			n->params[i] = n->op.u.launch.args + td_param_offset(k, i);
+		memset(out, 0, sizeof *out);
+		out->func = (CUfunction)n->op.u.launch.handle;
+		out->gridDimX = sh->grid[0], out->gridDimY = sh->grid[1], out->gridDimZ = sh->grid[2];
+		out->blockDimX = sh->block[0], out->blockDimY = sh->block[1], out->blockDimZ = sh->block[2];
+		out->sharedMemBytes = sh->shared_bytes;
+		out->kernelParams = k->param_count ? n->params : NULL;
+	}
 	pthread_mutex_unlock(&glock);
 	return rc;
 }

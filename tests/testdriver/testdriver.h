@@ -184,7 +184,8 @@ struct td_op {
 		struct { void *dst; const void *src; size_t bytes; bool src_host, dst_host; } copy; /* *_host: a graph node's host side */
 		struct { void *dst; uint32_t value; unsigned width; size_t count; } set;
 		struct { const struct td_kernel *kernel; struct td_launch_shape shape;
-			 unsigned char args[TD_MAX_ARG_BYTES]; } launch;
+			 unsigned char args[TD_MAX_ARG_BYTES];
+			 void *handle; /* a graph node's: the function or kernel it was given */ } launch;
 		struct { struct td_event *event; uint64_t record_id; } record;
 		struct { struct td_stream *stream; uint64_t ticket; } wait;
 		struct { struct td_event *event; } event_wait;
