@@ -76,3 +76,14 @@ RM_EXPORT CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGr
 	*updateResult_out = info.result;
 	return r;
 }
+
+RM_EXPORT CUresult CUDAAPI cuGraphKernelNodeGetParams(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams)
+{
+	if (!nodeParams)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUDA_KERNEL_NODE_PARAMS k;
+	CUresult r = cuGraphKernelNodeGetParams_v2(hNode, &k);
+	if (r == CUDA_SUCCESS)
+		memcpy(nodeParams, &k, sizeof(*nodeParams));
+	return r;
+}
