@@ -331,3 +331,44 @@ RM_EXPORT CUresult CUDAAPI cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST
 	rm_rpc_free(rep ? &rep->base : NULL);
 	return r;
 }
+
+/* The destructor is a host function called once, when the GPU host's driver drops the
+ * last reference: its entry waits in the table until then. */
+RM_EXPORT CUresult CUDAAPI cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destroy,
+					      unsigned int initialRefcount, unsigned int flags)
+{
+	if (!object_out || !destroy || !initialRefcount || flags != CU_USER_OBJECT_NO_DESTRUCTOR_SYNC)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (running)
+		return CUDA_ERROR_NOT_PERMITTED;
+	CUresult r = rm_connect_once();
+	if (r == CUDA_SUCCESS)
+		r = ready();
+	struct pending *e = r == CUDA_SUCCESS ? calloc(1, sizeof(*e)) : NULL;
+	if (r == CUDA_SUCCESS && !e)
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	if (r != CUDA_SUCCESS)
+		return r;
+	*e = (struct pending){.fn = destroy, .data = ptr};
+	pthread_mutex_lock(&lock);
+	e->id = next_id++;
+	e->next = table[e->id % BUCKETS];
+	table[e->id % BUCKETS] = e;
+	uint64_t id = e->id;
+	pthread_mutex_unlock(&lock);
+	Remora__UserObjectCreate req = REMORA__USER_OBJECT_CREATE__INIT;
+	req.id = id;
+	req.refcount = initialRefcount;
+	req.flags = flags;
+	Remora__UserObjectCreateReply *rep = NULL;
+	r = rm_rpc_simple(RM_OP_cuUserObjectCreate, &req.base, &remora__user_object_create_reply__descriptor,
+			  (ProtobufCMessage **)&rep);
+	if (r == CUDA_SUCCESS && !rep)
+		r = rm_rpc_bad_reply("cuUserObjectCreate: no reply");
+	if (r == CUDA_SUCCESS)
+		*object_out = (CUuserObject)(uintptr_t)rep->object;
+	else
+		free(take(id, 0)); /* no object: never called */
+	rm_rpc_free(rep ? &rep->base : NULL);
+	return r;
+}

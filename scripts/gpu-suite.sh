@@ -48,6 +48,7 @@ PROGRAMS=(
 	"drv_graph_cond|tests/programs/drv_graph_cond tests/programs/cond_kernels.cubin"
 	"drv_graph_cond_ptx|tests/programs/drv_graph_cond tests/programs/cond_kernels.ptx"
 	"drv_graph_getters|tests/programs/drv_graph_getters tests/programs/kernels.fatbin"
+	"drv_graph_uobj|tests/programs/drv_graph_uobj"
 	"drv_hostfn|tests/programs/drv_hostfn tests/programs/kernels.fatbin"
 	"drv_threads|tests/programs/drv_threads tests/programs/kernels.fatbin 200000000"
 	"drv_thread_order|tests/programs/drv_thread_order tests/programs/kernels.fatbin 20"

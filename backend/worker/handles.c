@@ -62,6 +62,21 @@ int rm_session_find_locked(struct rm_channel *s, enum rm_handle_kind kind, uint6
 	return h != NULL;
 }
 
+static int disown_locked(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, struct rm_handle *out);
+
+int rm_session_take_refs(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, uint64_t n, int add)
+{
+	pthread_mutex_lock(&s->sh->lock);
+	struct rm_handle *h = find_slot(s, kind, v);
+	int ok = h && (add ? h->size + n >= h->size : h->size >= n);
+	if (ok)
+		h->size = add ? h->size + n : h->size - n;
+	if (ok && !add && !h->size)
+		disown_locked(s, kind, v, NULL);
+	pthread_mutex_unlock(&s->sh->lock);
+	return ok;
+}
+
 int rm_session_set_size(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, uint64_t size)
 {
 	pthread_mutex_lock(&s->sh->lock);

@@ -43,6 +43,9 @@ int rm_session_set_parent(struct rm_channel *s, enum rm_handle_kind kind, uint64
 int rm_session_set_parent_if(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, uint64_t was, uint64_t parent);
 /* rm_session_find with the session's lock held. */
 int rm_session_find_locked(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, struct rm_handle *out);
+/* Counts n references more (add) or fewer in an owned handle's size field, forgetting it
+ * at none: 1, or 0 when not owned, or (fewer) it holds fewer than n. */
+int rm_session_take_refs(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, uint64_t n, int add);
 /* Sets an owned handle's size field, of a kind whose size is no charge: 1, or 0 when not owned. */
 int rm_session_set_size(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, uint64_t size);
 /* A graph's parent: 0 for the client's own graph (its to destroy); RM_GRAPH_OF_CAPTURE for

@@ -29,6 +29,13 @@ static void release_graph(struct rm_channel *s, const struct rm_handle *h)
 		rm_drv_cuGraphDestroy(handle_of(h));
 }
 
+/* The references the client held itself: its graphs' go with them. */
+static void release_user_object(struct rm_channel *s, const struct rm_handle *h)
+{
+	if (rm_drv.cuUserObjectRelease && h->size)
+		rm_drv_cuUserObjectRelease(handle_of(h), (unsigned int)h->size);
+}
+
 static void release_event(struct rm_channel *s, const struct rm_handle *h)
 {
 	rm_drv_cuEventDestroy_v2(handle_of(h));

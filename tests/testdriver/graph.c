@@ -69,6 +69,22 @@ struct td_graph {
 	struct td_gnode **nodes;
 	size_t n, cap;
 	bool body;                /* a conditional node's: goes with it */
+	struct td_uref *urefs;    /* the user objects it holds references to */
+	size_t nurefs;
+};
+
+/* A user object: its destructor runs, outside glock, when its last reference goes. */
+struct td_uobj {
+	uint32_t magic;
+	unsigned refs;
+	void *ptr;
+	CUhostFn destroy;
+	struct td_uobj *next_dead;
+};
+
+struct td_uref {
+	struct td_uobj *obj;
+	unsigned n;
 };
 
 struct td_cond {
@@ -105,6 +121,33 @@ static uint64_t capture_ids;
 static struct td_capture *ended_captures;
 static __thread CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 static struct td_cond *conds; /* every conditional handle made, under glock */
+static struct td_uobj *dead_uobjs; /* user objects whose destructor is due, under glock */
+
+/* Drops n references of o; caller holds glock. */
+static void uobj_release_locked(struct td_uobj *o, unsigned n)
+{
+	o->refs -= n;
+	if (!o->refs) {
+		o->magic = 0;
+		o->next_dead = dead_uobjs;
+		dead_uobjs = o;
+	}
+}
+
+/* Runs the destructors due; called without glock. */
+static void reap_uobjs(void)
+{
+	pthread_mutex_lock(&glock);
+	struct td_uobj *o = dead_uobjs;
+	dead_uobjs = NULL;
+	pthread_mutex_unlock(&glock);
+	while (o) {
+		struct td_uobj *next = o->next_dead;
+		o->destroy(o->ptr);
+		free(o);
+		o = next;
+	}
+}
 
 static struct td_graph *graph_from(CUgraph h)
 {
@@ -146,6 +189,9 @@ static void graph_free(struct td_graph *g)
 		free(g->nodes[i]);
 	}
 	free(g->nodes);
+	for (size_t i = 0; i < g->nurefs; i++)
+		uobj_release_locked(g->urefs[i].obj, g->urefs[i].n);
+	free(g->urefs);
 	g->magic = 0;
 	free(g);
 }
@@ -211,6 +257,14 @@ static int copy_extras(struct td_gnode *n, const struct td_gnode *from)
 static struct td_graph *graph_clone(const struct td_graph *g)
 {
 	struct td_graph *c = graph_new();
+	if (c && g->nurefs && !(c->urefs = malloc(g->nurefs * sizeof *c->urefs))) {
+		free(c);
+		c = NULL;
+	}
+	for (size_t i = 0; c && i < g->nurefs; i++) { /* the copy holds references of its own */
+		c->urefs[c->nurefs++] = g->urefs[i];
+		g->urefs[i].obj->refs += g->urefs[i].n;
+	}
 	for (size_t i = 0; c && i < g->n; i++) {
 		const struct td_gnode *n = g->nodes[i];
 		struct td_gnode *copy = graph_add(c, n->type, &n->op, NULL, 0);
@@ -621,6 +675,7 @@ TD_EXPORT CUresult cuGraphDestroy(CUgraph h)
 		g = NULL; /* a body graph goes with its node */
 	graph_free(g);
 	pthread_mutex_unlock(&glock);
+	reap_uobjs();
 	return g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
@@ -1395,6 +1450,7 @@ TD_EXPORT CUresult cuGraphExecDestroy(CUgraphExec h)
 		free(e);
 	}
 	pthread_mutex_unlock(&glock);
+	reap_uobjs();
 	return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
@@ -1924,4 +1980,90 @@ TD_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode h, CUDA_KERNEL_NODE
 	}
 	pthread_mutex_unlock(&glock);
 	return rc;
+}
+
+/* ---- user objects ---- */
+
+static struct td_uobj *uobj_from(CUuserObject h)
+{
+	struct td_uobj *o = (struct td_uobj *)h;
+	return o && o->magic == TD_MAGIC_UOBJ ? o : NULL;
+}
+
+TD_EXPORT CUresult cuUserObjectCreate(CUuserObject *out, void *ptr, CUhostFn destroy, unsigned int refs,
+				      unsigned int flags)
+{
+	if (!out || !destroy || !refs || flags != CU_USER_OBJECT_NO_DESTRUCTOR_SYNC)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct td_uobj *o = calloc(1, sizeof *o);
+	if (!o)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*o = (struct td_uobj){.magic = TD_MAGIC_UOBJ, .refs = refs, .ptr = ptr, .destroy = destroy};
+	*out = (CUuserObject)o;
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuUserObjectRetain(CUuserObject h, unsigned int n)
+{
+	pthread_mutex_lock(&glock);
+	struct td_uobj *o = uobj_from(h);
+	if (o && n)
+		o->refs += n;
+	pthread_mutex_unlock(&glock);
+	return o && n ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+TD_EXPORT CUresult cuUserObjectRelease(CUuserObject h, unsigned int n)
+{
+	pthread_mutex_lock(&glock);
+	struct td_uobj *o = uobj_from(h);
+	bool ok = o && n && n <= o->refs;
+	if (ok)
+		uobj_release_locked(o, n);
+	pthread_mutex_unlock(&glock);
+	reap_uobjs();
+	return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+TD_EXPORT CUresult cuGraphRetainUserObject(CUgraph gh, CUuserObject h, unsigned int n, unsigned int flags)
+{
+	pthread_mutex_lock(&glock);
+	struct td_graph *g = graph_from(gh);
+	struct td_uobj *o = uobj_from(h);
+	CUresult rc = g && o && n && !(flags & ~CU_GRAPH_USER_OBJECT_MOVE) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	size_t i = 0;
+	while (rc == CUDA_SUCCESS && i < g->nurefs && g->urefs[i].obj != o)
+		i++;
+	if (rc == CUDA_SUCCESS && i == g->nurefs) {
+		struct td_uref *grown = realloc(g->urefs, (g->nurefs + 1) * sizeof *grown);
+		if (!grown)
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+		else
+			g->urefs = grown, g->urefs[g->nurefs++] = (struct td_uref){.obj = o};
+	}
+	if (rc == CUDA_SUCCESS) {
+		g->urefs[i].n += n;
+		if (!(flags & CU_GRAPH_USER_OBJECT_MOVE))
+			o->refs += n;
+	}
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphReleaseUserObject(CUgraph gh, CUuserObject h, unsigned int n)
+{
+	pthread_mutex_lock(&glock);
+	struct td_graph *g = graph_from(gh);
+	struct td_uobj *o = uobj_from(h);
+	size_t i = 0;
+	while (g && o && i < g->nurefs && g->urefs[i].obj != o)
+		i++;
+	bool ok = g && o && n && i < g->nurefs && g->urefs[i].n >= n;
+	if (ok) {
+		g->urefs[i].n -= n;
+		uobj_release_locked(o, n);
+	}
+	pthread_mutex_unlock(&glock);
+	reap_uobjs();
+	return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }

@@ -52,7 +52,8 @@ enum td_magic {
 	TD_MAGIC_EXEC = 0x45584543,     /* "EXEC" */
 	TD_MAGIC_ARRAY = 0x41525259,    /* "ARRY" */
 	TD_MAGIC_MIPMAP = 0x4d49504d,   /* "MIPM" */
-	TD_MAGIC_COND = 0x434f4e44      /* "COND" */
+	TD_MAGIC_COND = 0x434f4e44,     /* "COND" */
+	TD_MAGIC_UOBJ = 0x554f424a      /* "UOBJ" */
 };
 
 extern pthread_mutex_t td_lock;
