@@ -300,3 +300,14 @@ CUresult rm_body_cuGraphKernelNodeGetParams_v2(struct rm_channel *s, struct rm_r
 	rq->reply_mem = buf;
 	return r;
 }
+
+/* An attribute naming an event would need the event checked and translated: refused, as
+ * cuLaunchKernelEx's are. */
+CUresult rm_body_cuGraphKernelNodeSetAttribute(struct rm_channel *s, CUgraphNode hNode, CUkernelNodeAttrID attr,
+					       const CUkernelNodeAttrValue *value)
+{
+	(void)s;
+	if (attr == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT || attr == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT)
+		return rm_unsupported_use("cuGraphKernelNodeSetAttribute with an event attribute");
+	return rm_drv_cuGraphKernelNodeSetAttribute(hNode, attr, value);
+}
