@@ -187,13 +187,15 @@ RM_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamC
 			    dependencies_out, numDependencies_out);
 }
 
-/* Edge data is not supported: the daemon's part is generated (proto/api.spec). */
+/* Only default edges travel: the daemon's part is generated (proto/api.spec). */
 RM_EXPORT CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dependencies,
 								const CUgraphEdgeData *dependencyData,
 								size_t numDependencies, unsigned int flags)
 {
-	if (dependencyData)
-		return rm_unsupported("cuStreamUpdateCaptureDependencies_v2 with edge data");
+	static const CUgraphEdgeData plain;
+	for (size_t i = 0; dependencyData && i < numDependencies; i++)
+		if (memcmp(&dependencyData[i], &plain, sizeof(plain)))
+			return rm_unsupported("cuStreamUpdateCaptureDependencies_v2 with edge data");
 	if ((numDependencies && !dependencies) || numDependencies > RM_MAX_GRAPH_DEPS)
 		return CUDA_ERROR_INVALID_VALUE;
 	Remora__CuStreamUpdateCaptureDependenciesV2Req req = REMORA__CU_STREAM_UPDATE_CAPTURE_DEPENDENCIES_V2__REQ__INIT;

@@ -156,7 +156,9 @@ static void captured_while(void)
 	CHECK(cuStreamGetCaptureInfo_v3(s, &status, NULL, &graph, &deps, NULL, &ndeps));
 	EXPECT(ndeps == 1, "%zu capture dependencies", ndeps);
 	CUgraphNode loop = conditional(graph, deps, ndeps, h, CU_GRAPH_COND_TYPE_WHILE, 1, &body);
-	CHECK(cuStreamUpdateCaptureDependencies_v2(s, &loop, NULL, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+	CUgraphEdgeData plain;
+	memset(&plain, 0, sizeof plain); /* a default edge, given */
+	CHECK(cuStreamUpdateCaptureDependencies_v2(s, &loop, &plain, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
 	unsigned thousand = 1000;
 	void *add_args[] = {&d_out, &thousand};
 	CHECK(cuLaunchKernel(f_add, 1, 1, 1, 1, 1, 1, 0, s, add_args, NULL));

@@ -607,7 +607,11 @@ TD_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2(CUstream handle, CUgraph
 	CUresult rc = td_resolve_stream(handle, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	if ((n && !deps) || edges || flags > CU_STREAM_SET_CAPTURE_DEPENDENCIES)
+	static const CUgraphEdgeData plain;
+	for (size_t i = 0; edges && i < n; i++)
+		if (memcmp(&edges[i], &plain, sizeof plain))
+			return CUDA_ERROR_NOT_SUPPORTED; /* only default edges are modelled */
+	if ((n && !deps) || flags > CU_STREAM_SET_CAPTURE_DEPENDENCIES)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&glock);
 	struct td_capture *c = s->capture;
