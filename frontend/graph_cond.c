@@ -1,9 +1,10 @@
-/* Graphs owned by nodes, on the client: a conditional node's body graphs (the driver's,
- * the daemon's records say they are the client's, owned by the node) and a child graph
- * node's graph. CUDA hands the bodies out as phGraph_out, an array valid for the node's
- * life: here one of the client's, freed with the node's graph. Each such graph's
- * enclosing graph is kept, so that a host copy added to it is staged for the graph whose
- * executable graphs launch it (graph_host.c). */
+/* Graphs owned by nodes, on the client: a conditional node's body graphs (the driver's;
+ * the daemon's records say they are the client's, owned by the node). CUDA hands them out
+ * as phGraph_out, an array valid for the node's life: here one of the client's, freed
+ * with the node's graph. Each body's enclosing graph is kept, so that a host copy added
+ * to it is staged for the graph whose executable graphs launch it (graph_host.c). A child
+ * graph node's graph (cuGraphChildGraphNodeGetGraph) is not followed: a host copy added
+ * to it is staged for it alone. */
 #include "client.h"
 
 #include <pthread.h>
@@ -77,16 +78,6 @@ CUresult rm_graph_add_conditional(CUgraphNode *ph, CUgraph g, const CUgraphNode 
 	rm_rpc_free(rep ? &rep->base : NULL);
 	free(req.deps);
 	return r;
-}
-
-void rm_graph_cond_nest(uint64_t inner, uint64_t outer)
-{
-	CUgraph *one = malloc(sizeof(*one));
-	if (!one)
-		return;
-	*one = (CUgraph)(uintptr_t)inner;
-	if (record(outer, one, 1) != CUDA_SUCCESS)
-		free(one);
 }
 
 /* The graph whose node owns g, or 0. Caller holds lock. */

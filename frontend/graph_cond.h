@@ -8,9 +8,7 @@
 /* cuGraphAddNode(_v2) of a conditional node: c->phGraph_out set to the node's body graphs. */
 CUresult rm_graph_add_conditional(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t n,
 				  CUDA_CONDITIONAL_NODE_PARAMS *c);
-/* Graph inner belongs to a node of graph outer (a child graph node's graph). */
-void rm_graph_cond_nest(uint64_t inner, uint64_t outer);
-/* The graph that holds graph g through nodes, at any depth (g itself when it is no node's):
+/* The graph that holds graph g through conditional nodes, at any depth (g itself when it is no node's):
  * what a launch of its executable graphs reaches, for the staging of host copies. */
 uint64_t rm_graph_cond_root(uint64_t g);
 /* Graph g destroyed: the graphs its nodes owned (at any depth) are gone too. */
