@@ -427,27 +427,28 @@ RM_EXPORT CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA
 		return CUDA_ERROR_INVALID_VALUE;
 	Remora__GraphKernelNode req = REMORA__GRAPH_KERNEL_NODE__INIT;
 	req.node = (uint64_t)(uintptr_t)hNode;
-	Remora__LaunchKernel *rep = NULL;
-	CUresult r = rm_rpc_simple(RM_OP_cuGraphKernelNodeGetParams_v2, &req.base, &remora__launch_kernel__descriptor,
-				   (ProtobufCMessage **)&rep);
+	Remora__GraphKernelNodeParams *rep = NULL;
+	CUresult r = rm_rpc_simple(RM_OP_cuGraphKernelNodeGetParams_v2, &req.base,
+				   &remora__graph_kernel_node_params__descriptor, (ProtobufCMessage **)&rep);
 	void **params = NULL, *block = NULL;
-	if (r == CUDA_SUCCESS && !rep)
+	if (r == CUDA_SUCCESS && (!rep || !rep->launch))
 		r = rm_rpc_bad_reply("cuGraphKernelNodeGetParams_v2: no reply");
+	Remora__LaunchKernel *l = r == CUDA_SUCCESS ? rep->launch : NULL;
 	if (r == CUDA_SUCCESS)
-		r = rm_unpack_kernel_params((CUfunction)(uintptr_t)rep->func, rep->params.data, rep->params.len, &params,
-					    &block);
+		r = rm_unpack_kernel_params((CUfunction)(uintptr_t)l->func, l->params.data, l->params.len, &params, &block);
 	if (r == CUDA_SUCCESS)
 		r = keep_params(hNode, block);
 	if (r == CUDA_SUCCESS) {
 		memset(nodeParams, 0, sizeof(*nodeParams));
-		nodeParams->func = (CUfunction)(uintptr_t)rep->func;
-		nodeParams->gridDimX = rep->grid_x;
-		nodeParams->gridDimY = rep->grid_y;
-		nodeParams->gridDimZ = rep->grid_z;
-		nodeParams->blockDimX = rep->block_x;
-		nodeParams->blockDimY = rep->block_y;
-		nodeParams->blockDimZ = rep->block_z;
-		nodeParams->sharedMemBytes = rep->shared_mem;
+		nodeParams->func = (CUfunction)(uintptr_t)l->func;
+		nodeParams->kern = (CUkernel)(uintptr_t)rep->kern;
+		nodeParams->gridDimX = l->grid_x;
+		nodeParams->gridDimY = l->grid_y;
+		nodeParams->gridDimZ = l->grid_z;
+		nodeParams->blockDimX = l->block_x;
+		nodeParams->blockDimY = l->block_y;
+		nodeParams->blockDimZ = l->block_z;
+		nodeParams->sharedMemBytes = l->shared_mem;
 		nodeParams->kernelParams = params;
 		nodeParams->ctx = rm_ctx_current();
 	} else {

@@ -60,6 +60,13 @@ static void branches(const char *what, cudaGraphConditionalNodeType type, unsign
     p.kernel.blockDim = dim3(1);
     p.kernel.kernelParams = args;
     CK(cudaGraphAddNode(&set, g, NULL, NULL, 0, &p));
+    cudaKernelNodeParams kp;
+    CK(cudaGraphKernelNodeGetParams(set, &kp));
+    if (kp.func != (void *)condSet || kp.gridDim.x != 1 || kp.blockDim.x != 1 ||
+        *(unsigned **)kp.kernelParams[0] != d_value || *(cudaGraphConditionalHandle *)kp.kernelParams[1] != h) {
+        fprintf(stderr, "%s: the kernel node's parameters read back otherwise\n", what);
+        failures++;
+    }
     cudaGraphNodeParams c = {cudaGraphNodeTypeConditional};
     c.conditional.handle = h;
     c.conditional.type = type;
