@@ -19,6 +19,7 @@
 #define RM_MANAGED_ALIGN (64u << 10)       /* a managed allocation is a whole number of these
 					    * (docs/managed-memory.md): the client maps it page by page */
 #define RM_MAX_GRAPH_DEPS 4096             /* node handles in one graph message (dependencies, nodes) */
+#define RM_MAX_COND_BODIES 1024           /* body graphs of one conditional (SWITCH) node */
 #define RM_MAX_KERNEL_PARAMS 512           /* parameters of one function's layout (rmFuncGetParamLayout) */
 
 /* Frame flags. */

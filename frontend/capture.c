@@ -3,6 +3,7 @@
  * parameters (packed like a launch's), and calls answered here. */
 #include "client.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +44,32 @@ RM_EXPORT CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCap
 	req.mode = mode;
 	__atomic_add_fetch(&captures_open, 1, __ATOMIC_ACQ_REL); /* before: a racing query asks */
 	CUresult r = rm_rpc_simple(RM_OP_cuStreamBeginCapture_v2, &req.base, NULL, NULL);
+	if (r != CUDA_SUCCESS)
+		__atomic_sub_fetch(&captures_open, 1, __ATOMIC_ACQ_REL);
+	return r;
+}
+
+/* As cuStreamBeginCapture_v2, into a graph of the client's (a conditional node's body);
+ * only default edges travel. */
+RM_EXPORT CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
+						       const CUgraphEdgeData *dependencyData, size_t numDependencies,
+						       CUstreamCaptureMode mode)
+{
+	static const CUgraphEdgeData plain;
+	for (size_t i = 0; dependencyData && i < numDependencies; i++)
+		if (memcmp(&dependencyData[i], &plain, sizeof(plain)))
+			return rm_unsupported("cuStreamBeginCaptureToGraph with edge data");
+	if ((numDependencies && !dependencies) || numDependencies > RM_MAX_GRAPH_DEPS)
+		return CUDA_ERROR_INVALID_VALUE;
+	Remora__CuStreamBeginCaptureToGraphReq req = REMORA__CU_STREAM_BEGIN_CAPTURE_TO_GRAPH__REQ__INIT;
+	req.hstream = (uint64_t)(uintptr_t)hStream;
+	req.hgraph = (uint64_t)(uintptr_t)hGraph;
+	req.dependencies.data = (uint8_t *)dependencies;
+	req.dependencies.len = numDependencies * sizeof(*dependencies);
+	req.numdependencies = numDependencies;
+	req.mode = mode;
+	__atomic_add_fetch(&captures_open, 1, __ATOMIC_ACQ_REL);
+	CUresult r = rm_rpc_simple(RM_OP_cuStreamBeginCaptureToGraph, &req.base, NULL, NULL);
 	if (r != CUDA_SUCCESS)
 		__atomic_sub_fetch(&captures_open, 1, __ATOMIC_ACQ_REL);
 	return r;
@@ -160,13 +187,15 @@ RM_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamC
 			    dependencies_out, numDependencies_out);
 }
 
-/* Edge data is not supported: the daemon's part is generated (proto/api.spec). */
+/* Only default edges travel: the daemon's part is generated (proto/api.spec). */
 RM_EXPORT CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dependencies,
 								const CUgraphEdgeData *dependencyData,
 								size_t numDependencies, unsigned int flags)
 {
-	if (dependencyData)
-		return rm_unsupported("cuStreamUpdateCaptureDependencies_v2 with edge data");
+	static const CUgraphEdgeData plain;
+	for (size_t i = 0; dependencyData && i < numDependencies; i++)
+		if (memcmp(&dependencyData[i], &plain, sizeof(plain)))
+			return rm_unsupported("cuStreamUpdateCaptureDependencies_v2 with edge data");
 	if ((numDependencies && !dependencies) || numDependencies > RM_MAX_GRAPH_DEPS)
 		return CUDA_ERROR_INVALID_VALUE;
 	Remora__CuStreamUpdateCaptureDependenciesV2Req req = REMORA__CU_STREAM_UPDATE_CAPTURE_DEPENDENCIES_V2__REQ__INIT;
@@ -303,11 +332,12 @@ RM_EXPORT CUresult CUDAAPI cuGraphAddDependencies_v2(CUgraph hGraph, const CUgra
 }
 
 /* Written by hand for CUDA's answer on failure: an invalidated or unjoined capture gives
- * a NULL graph. */
+ * a NULL graph. phGraph may be NULL (cudaStreamEndCapture of a capture into a graph). */
 RM_EXPORT CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
+	CUgraph unused;
 	if (!phGraph)
-		return CUDA_ERROR_INVALID_VALUE;
+		phGraph = &unused;
 	Remora__CuStreamEndCaptureReq req = REMORA__CU_STREAM_END_CAPTURE__REQ__INIT;
 	req.hstream = (uint64_t)(uintptr_t)hStream;
 	Remora__CuStreamEndCaptureRep *rep = NULL;
@@ -360,4 +390,70 @@ RM_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraph, CUstream hStream)
 	if (r == CUDA_SUCCESS)
 		r = rm_rpc_ordered(RM_OP_cuGraphLaunch, &req.base, req.hstream, 0);
 	return r == CUDA_SUCCESS ? rm_graph_host_after_launch(hGraph, hStream) : r;
+}
+
+/* The arrays cuGraphKernelNodeGetParams_v2 gave, one a node (CUDA keeps its own for the
+ * node's life): each replaced by the node's next answer, kept for the process's life. */
+struct node_params {
+	CUgraphNode node;
+	void *block;
+	struct node_params *next;
+};
+static pthread_mutex_t params_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct node_params *given;
+
+static CUresult keep_params(CUgraphNode node, void *block)
+{
+	pthread_mutex_lock(&params_lock);
+	struct node_params *g = given;
+	while (g && g->node != node)
+		g = g->next;
+	if (!g && (g = calloc(1, sizeof(*g)))) {
+		g->node = node;
+		g->next = given;
+		given = g;
+	}
+	if (g) {
+		free(g->block);
+		g->block = block;
+	}
+	pthread_mutex_unlock(&params_lock);
+	return g ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+RM_EXPORT CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+	if (!nodeParams)
+		return CUDA_ERROR_INVALID_VALUE;
+	Remora__GraphKernelNode req = REMORA__GRAPH_KERNEL_NODE__INIT;
+	req.node = (uint64_t)(uintptr_t)hNode;
+	Remora__GraphKernelNodeParams *rep = NULL;
+	CUresult r = rm_rpc_simple(RM_OP_cuGraphKernelNodeGetParams_v2, &req.base,
+				   &remora__graph_kernel_node_params__descriptor, (ProtobufCMessage **)&rep);
+	void **params = NULL, *block = NULL;
+	if (r == CUDA_SUCCESS && (!rep || !rep->launch))
+		r = rm_rpc_bad_reply("cuGraphKernelNodeGetParams_v2: no reply");
+	Remora__LaunchKernel *l = r == CUDA_SUCCESS ? rep->launch : NULL;
+	if (r == CUDA_SUCCESS)
+		r = rm_unpack_kernel_params((CUfunction)(uintptr_t)l->func, l->params.data, l->params.len, &params, &block);
+	if (r == CUDA_SUCCESS)
+		r = keep_params(hNode, block);
+	if (r == CUDA_SUCCESS) {
+		memset(nodeParams, 0, sizeof(*nodeParams));
+		nodeParams->func = (CUfunction)(uintptr_t)l->func;
+		nodeParams->kern = (CUkernel)(uintptr_t)rep->kern;
+		nodeParams->gridDimX = l->grid_x;
+		nodeParams->gridDimY = l->grid_y;
+		nodeParams->gridDimZ = l->grid_z;
+		nodeParams->blockDimX = l->block_x;
+		nodeParams->blockDimY = l->block_y;
+		nodeParams->blockDimZ = l->block_z;
+		nodeParams->sharedMemBytes = l->shared_mem;
+		nodeParams->kernelParams = params;
+		nodeParams->ctx = rm_ctx_current();
+	} else {
+		free(block);
+	}
+	rm_rpc_free(rep ? &rep->base : NULL);
+	return r;
 }

@@ -154,6 +154,9 @@ CUresult rm_mapped_before_sync(void);
 struct Remora__LaunchKernel;
 CUresult rm_pack_kernel_params(CUfunction f, void **kernelParams, void **extra, struct Remora__LaunchKernel *req,
 			       uint8_t *scratch, size_t scratch_len, uint8_t **heap);
+/* The reverse for a kernel node's getter: packed (len bytes, f's arguments) as f's kernelParams,
+ * an array of pointers into a copy of packed, all in one allocation (*block, to free()). */
+CUresult rm_unpack_kernel_params(CUfunction f, const uint8_t *packed, size_t len, void ***params, void **block);
 
 /* Managed memory (managed.c): rm_managed_push sends what the host changed before work on
  * stream that may read it; rm_managed_pull brings what the device changed down after a

@@ -1,10 +1,11 @@
 /* CUDA 12's generic node calls, answered here by the typed call of each node kind Remora
  * forwards (kernel, memcpy, memset, host, child graph, event record and wait, empty,
- * memory allocation and free): cuGraphAddNode(_v2), cuGraphNodeSetParams,
- * cuGraphExecNodeSetParams. Other kinds (conditional, external semaphores, batch memory
- * operations), edge data and a moved child graph are refused (CUDA_ERROR_NOT_SUPPORTED,
- * logged once). */
+ * memory allocation and free), a conditional node by its own message (graph_cond.c):
+ * cuGraphAddNode(_v2), cuGraphNodeSetParams, cuGraphExecNodeSetParams. Other kinds
+ * (external semaphores, batch memory operations), edge data and a moved child graph are
+ * refused (CUDA_ERROR_NOT_SUPPORTED, logged once). */
 #include "client.h"
+#include "graph_cond.h"
 
 #include <string.h>
 
@@ -72,8 +73,10 @@ static CUresult add(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t 
 	}
 	case CU_GRAPH_NODE_TYPE_MEM_FREE:
 		return cuGraphAddMemFreeNode(ph, g, deps, n, p->free.dptr);
+	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+		return rm_graph_add_conditional(ph, g, deps, n, &p->conditional);
 	default:
-		return rm_unsupported("cuGraphAddNode of a conditional, external semaphore or batch memory node");
+		return rm_unsupported("cuGraphAddNode of an external semaphore or batch memory node");
 	}
 }
 

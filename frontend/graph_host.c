@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph_cond.h"
 #include "graph_host.h"
 
 struct stage {
@@ -147,7 +148,7 @@ static CUresult stage_of(void *host, size_t n, int to_host, uint64_t owner, CUde
 			__atomic_add_fetch(&nstages, 1, __ATOMIC_ACQ_REL);
 		}
 	}
-	if (add_owner(st, owner))
+	if (add_owner(st, rm_graph_cond_root(owner))) /* a body's: its launches' graph */
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 	else
 		*dev = st->dev;

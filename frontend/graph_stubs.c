@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "api.pb-c.h"
+#include "graph_cond.h"
 #include "graph_host.h"
 
 static uint64_t handle(const void *h)
@@ -38,8 +39,10 @@ RM_EXPORT CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph)
 	Remora__CuGraphDestroyReq req = REMORA__CU_GRAPH_DESTROY__REQ__INIT;
 	req.hgraph = handle(hGraph);
 	CUresult r = rm_rpc_simple(RM_OP_cuGraphDestroy, &req.base, NULL, NULL);
-	if (r == CUDA_SUCCESS)
+	if (r == CUDA_SUCCESS) {
 		rm_graph_host_forget(req.hgraph);
+		rm_graph_cond_forget(req.hgraph);
+	}
 	return r;
 }
 

@@ -298,3 +298,77 @@ RM_EXPORT CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallbac
 		return CUDA_ERROR_INVALID_VALUE;
 	return launch(hStream, NULL, callback, userData);
 }
+
+/* The driver's node runs the id this process gave its function and data: answered from
+ * this process's entry of that id. */
+RM_EXPORT CUresult CUDAAPI cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+	if (!nodeParams)
+		return CUDA_ERROR_INVALID_VALUE;
+	Remora__CuGraphHostNodeGetParamsReq req = REMORA__CU_GRAPH_HOST_NODE_GET_PARAMS__REQ__INIT;
+	req.hnode = (uint64_t)(uintptr_t)hNode;
+	Remora__CuGraphHostNodeGetParamsRep *rep = NULL;
+	CUresult r = rm_rpc_simple(RM_OP_cuGraphHostNodeGetParams, &req.base,
+				   &remora__cu_graph_host_node_get_params__rep__descriptor, (ProtobufCMessage **)&rep);
+	CUDA_HOST_NODE_PARAMS wire;
+	if (r == CUDA_SUCCESS && (!rep || rep->nodeparams.len != sizeof(wire)))
+		r = rm_rpc_bad_reply("cuGraphHostNodeGetParams: a reply of %zu bytes", rep ? rep->nodeparams.len : 0);
+	if (r == CUDA_SUCCESS) {
+		memcpy(&wire, rep->nodeparams.data, sizeof(wire));
+		uint64_t id = (uint64_t)(uintptr_t)wire.userData;
+		pthread_mutex_lock(&lock);
+		struct pending *e = table[id % BUCKETS];
+		while (e && e->id != id)
+			e = e->next;
+		int found = e && e->fn;
+		if (found)
+			*nodeParams = (CUDA_HOST_NODE_PARAMS){.fn = e->fn, .userData = e->data};
+		pthread_mutex_unlock(&lock);
+		if (!found)
+			r = rm_rpc_bad_reply("cuGraphHostNodeGetParams: host function %llu is not this process's",
+					     (unsigned long long)id);
+	}
+	rm_rpc_free(rep ? &rep->base : NULL);
+	return r;
+}
+
+/* The destructor is a host function called once, when the GPU host's driver drops the
+ * last reference: its entry waits in the table until then. */
+RM_EXPORT CUresult CUDAAPI cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destroy,
+					      unsigned int initialRefcount, unsigned int flags)
+{
+	if (!object_out || !destroy || !initialRefcount || flags != CU_USER_OBJECT_NO_DESTRUCTOR_SYNC)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (running)
+		return CUDA_ERROR_NOT_PERMITTED;
+	CUresult r = rm_connect_once();
+	if (r == CUDA_SUCCESS)
+		r = ready();
+	struct pending *e = r == CUDA_SUCCESS ? calloc(1, sizeof(*e)) : NULL;
+	if (r == CUDA_SUCCESS && !e)
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	if (r != CUDA_SUCCESS)
+		return r;
+	*e = (struct pending){.fn = destroy, .data = ptr};
+	pthread_mutex_lock(&lock);
+	e->id = next_id++;
+	e->next = table[e->id % BUCKETS];
+	table[e->id % BUCKETS] = e;
+	uint64_t id = e->id;
+	pthread_mutex_unlock(&lock);
+	Remora__UserObjectCreate req = REMORA__USER_OBJECT_CREATE__INIT;
+	req.id = id;
+	req.refcount = initialRefcount;
+	req.flags = flags;
+	Remora__UserObjectCreateReply *rep = NULL;
+	r = rm_rpc_simple(RM_OP_cuUserObjectCreate, &req.base, &remora__user_object_create_reply__descriptor,
+			  (ProtobufCMessage **)&rep);
+	if (r == CUDA_SUCCESS && !rep)
+		r = rm_rpc_bad_reply("cuUserObjectCreate: no reply");
+	if (r == CUDA_SUCCESS)
+		*object_out = (CUuserObject)(uintptr_t)rep->object;
+	else
+		free(take(id, 0)); /* no object: never called */
+	rm_rpc_free(rep ? &rep->base : NULL);
+	return r;
+}

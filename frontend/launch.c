@@ -178,6 +178,31 @@ CUresult rm_pack_kernel_params(CUfunction f, void **kernelParams, void **extra, 
 	return r;
 }
 
+CUresult rm_unpack_kernel_params(CUfunction f, const uint8_t *packed, size_t len, void ***params, void **block)
+{
+	const struct rm_param_layout *l;
+	*params = NULL;
+	*block = NULL;
+	CUresult r = layout_of(f, &l);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (l->refused || len != l->size)
+		r = rm_rpc_bad_reply("a kernel node's %zu bytes of arguments for a layout of %zu", len, l->size);
+	void **p = r == CUDA_SUCCESS ? malloc(l->count * sizeof(*p) + len + 1) : NULL;
+	if (r == CUDA_SUCCESS && !p)
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	if (r == CUDA_SUCCESS) {
+		uint8_t *copy = (uint8_t *)(p + l->count);
+		memcpy(copy, packed, len);
+		for (size_t i = 0; i < l->count; i++)
+			p[i] = copy + l->offset[i];
+		*params = l->count ? p : NULL;
+		*block = p;
+	}
+	rm_query_cache_release();
+	return r;
+}
+
 static CUresult launch(uint32_t op, Remora__LaunchKernel *req, CUfunction f, void **kernelParams, void **extra)
 {
 	uint8_t packed[4096];

@@ -52,13 +52,39 @@ CUresult rm_body_cuStreamEndCapture(struct rm_channel *s, CUstream hStream, CUgr
 	if (status != CU_STREAM_CAPTURE_STATUS_NONE && !rm_capture_active(hStream) &&
 	    r != CUDA_ERROR_STREAM_CAPTURE_UNMATCHED && s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0)
 		__atomic_sub_fetch(&s->cur->captures, 1, __ATOMIC_ACQ_REL);
+	struct rm_handle h;
+	int owned = capturing && rm_session_find(s, RM_H_GRAPH, (uint64_t)(uintptr_t)capturing, &h);
 	if (r == CUDA_SUCCESS && *phGraph) {
-		rm_session_own(s, RM_H_GRAPH, *phGraph, 0);
-	} else if (capturing && !rm_capture_active(hStream)) {
+		/* Now the client's: a capture's graph it was shown during the capture, or a new one
+		 * (a graph it captured into, cuStreamBeginCaptureToGraph, is its already). */
+		if (!rm_session_set_parent_if(s, RM_H_GRAPH, (uint64_t)(uintptr_t)*phGraph, RM_GRAPH_OF_CAPTURE, 0))
+			rm_session_own(s, RM_H_GRAPH, *phGraph, 0);
+	} else if (capturing && !rm_capture_active(hStream) && (!owned || h.parent == RM_GRAPH_OF_CAPTURE)) {
 		/* The driver destroyed the graph: node handles the client was given go with it. */
-		rm_session_own(s, RM_H_GRAPH, capturing, 0);
+		rm_session_own(s, RM_H_GRAPH, capturing, RM_GRAPH_OF_CAPTURE);
 		rm_session_disown(s, RM_H_GRAPH, capturing);
 	}
+	return r;
+}
+
+/* A capture into a graph of the client's: as cuStreamBeginCapture_v2, the dependencies its
+ * nodes. Edge data is refused by the client (only default edges travel). */
+CUresult rm_body_cuStreamBeginCaptureToGraph(struct rm_channel *s, CUstream hStream, CUgraph hGraph,
+					     const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData,
+					     size_t numDependencies, CUstreamCaptureMode mode)
+{
+	if ((unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!s->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (hStream == s->cur->default_stream)
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	CUresult r = rm_graph_check_nodes(s, hGraph, dependencies, numDependencies);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv_cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencyData, numDependencies,
+						       CU_STREAM_CAPTURE_MODE_RELAXED);
+	if (r == CUDA_SUCCESS)
+		__atomic_add_fetch(&s->cur->captures, 1, __ATOMIC_ACQ_REL);
 	return r;
 }
 
@@ -106,7 +132,10 @@ static CUresult capture_info(struct rm_channel *s, struct rm_request *rq, const 
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 	if (r == CUDA_SUCCESS) {
 		/* The capture's graph is the driver's until the capture ends (EndCapture gives it,
-		 * or destroys it): its nodes are recorded as children of it, so they go with it. */
+		 * or destroys it): recorded as the capture's, its nodes as children of it, so that
+		 * they go with it. */
+		if (graph) /* usable by the client (cuGraphAddNode, conditional handles), not its to destroy */
+			rm_session_own(s, RM_H_GRAPH, graph, RM_GRAPH_OF_CAPTURE);
 		for (size_t i = 0; i < ndeps; i++) {
 			values[i] = (uint64_t)(uintptr_t)deps[i];
 			rm_session_own(s, RM_H_GRAPH_NODE, deps[i], (uint64_t)(uintptr_t)graph);

@@ -72,6 +72,18 @@ CUresult rm_capture_check_legacy(struct rm_session_ctx *c)
 	return r;
 }
 
+void rm_capture_drop_graph(struct rm_channel *s, CUgraph g, int locked)
+{
+	struct rm_handle h;
+	uint64_t v = (uint64_t)(uintptr_t)g;
+	int owned = locked ? rm_session_find_locked(s, RM_H_GRAPH, v, &h) : rm_session_find(s, RM_H_GRAPH, v, &h);
+	if (!g || (owned && h.parent != RM_GRAPH_OF_CAPTURE))
+		return;
+	rm_drv_cuGraphDestroy(g);
+	if (owned && !locked)
+		rm_session_disown_value(s, RM_H_GRAPH, v);
+}
+
 /* Ends what the client's streams capture, origins first (ending a stream that only joined
  * a capture fails until its origin has ended). */
 void rm_capture_end_all(struct rm_channel *s)
@@ -86,8 +98,8 @@ void rm_capture_end_all(struct rm_channel *s)
 			rm_drv_cuCtxSetCurrent(c->ctx);
 		for (int i = 0; i < nretired; i++) { /* an origin the client destroyed too */
 			CUgraph g = NULL;
-			if (rm_capture_active(retired[i]) && rm_drv_cuStreamEndCapture(retired[i], &g) == CUDA_SUCCESS && g)
-				rm_drv_cuGraphDestroy(g);
+			if (rm_capture_active(retired[i]) && rm_drv_cuStreamEndCapture(retired[i], &g) == CUDA_SUCCESS)
+				rm_capture_drop_graph(s, g, 0);
 		}
 		if (__atomic_load_n(&c->captures, __ATOMIC_ACQUIRE) == 0) {
 			for (int i = 0; i < nretired; i++)
@@ -101,14 +113,14 @@ void rm_capture_end_all(struct rm_channel *s)
 				continue;
 			CUstream st = (CUstream)(uintptr_t)s->sh->handles[i].value;
 			CUgraph g = NULL;
-			if (rm_capture_active(st) && rm_drv_cuStreamEndCapture(st, &g) == CUDA_SUCCESS && g)
-				rm_drv_cuGraphDestroy(g);
+			if (rm_capture_active(st) && rm_drv_cuStreamEndCapture(st, &g) == CUDA_SUCCESS)
+				rm_capture_drop_graph(s, g, 1);
 		}
 		for (int i = 0; i <= RM_MAX_CHANNELS; i++) {
 			CUgraph g = NULL;
 			if (c->per_thread[i] && rm_capture_active(c->per_thread[i]) &&
-			    rm_drv_cuStreamEndCapture(c->per_thread[i], &g) == CUDA_SUCCESS && g)
-				rm_drv_cuGraphDestroy(g);
+			    rm_drv_cuStreamEndCapture(c->per_thread[i], &g) == CUDA_SUCCESS)
+				rm_capture_drop_graph(s, g, 1);
 		}
 		pthread_mutex_unlock(&s->sh->lock);
 		__atomic_store_n(&c->captures, 0, __ATOMIC_RELEASE);

@@ -19,6 +19,11 @@ void rm_capture_end_all(struct rm_channel *s);
 int rm_capture_retire(struct rm_session_ctx *c, CUstream st);
 /* Gives back to the pool c's retired streams that no capture holds any more. */
 void rm_capture_settle_retired(struct rm_session_ctx *c);
+/* The graph a capture ended with that no one will use (its stream destroyed, its client
+ * gone): destroyed, unless the capture was into a graph the client owns
+ * (cuStreamBeginCaptureToGraph), which stays the client's. With the session's lock held
+ * (locked), the record of a capture's graph is left to the release that follows. */
+void rm_capture_drop_graph(struct rm_channel *s, CUgraph g, int locked);
 /* Whether a call to the legacy stream of c must fail because a blocking stream of the
  * client captures (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT): that capture is invalidated. */
 CUresult rm_capture_check_legacy(struct rm_session_ctx *c);

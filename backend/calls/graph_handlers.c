@@ -6,6 +6,7 @@
 #include "dispatch.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernel_watch.h"
 #include "remora.pb-c.h"
@@ -249,4 +250,90 @@ CUresult rm_body_cuGraphNodeFindInClone(struct rm_channel *s, CUgraphNode *phNod
 	if (r == CUDA_SUCCESS)
 		rm_session_own(s, RM_H_GRAPH_NODE, *phNode, (uint64_t)(uintptr_t)hClonedGraph);
 	return r;
+}
+
+struct kernel_of {
+	CUfunction f;
+	uint64_t kern;
+};
+
+static int kernel_of_function(const struct rm_handle *h, void *arg)
+{
+	struct kernel_of *k = arg;
+	CUfunction f = NULL;
+	if (rm_drv_cuKernelGetFunction(&f, (CUkernel)(uintptr_t)h->value) == CUDA_SUCCESS && f == k->f)
+		k->kern = h->value;
+	return k->kern != 0;
+}
+
+/* A kernel node's launch as the client gave it: its arguments packed by the function's
+ * layout, from the driver's array of them (or its buffer, for a node given one). The
+ * kernel of the client's whose function it is (a CUkernel, cudart's, the daemon turned
+ * into its function) is given as kern, and as func where the client does not own the
+ * function itself. */
+CUresult rm_body_cuGraphKernelNodeGetParams_v2(struct rm_channel *s, struct rm_request *rq,
+					       const Remora__GraphKernelNode *req, Remora__GraphKernelNodeParams *rep)
+{
+	void *node = NULL;
+	size_t want = 0;
+	CUDA_KERNEL_NODE_PARAMS p;
+	memset(&p, 0, sizeof(p));
+	CUresult r = rm_session_use(s, RM_H_GRAPH_NODE, req->node, &node);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv_cuGraphKernelNodeGetParams_v2(node, &p);
+	if (r == CUDA_SUCCESS && !p.func && p.kern)
+		r = rm_drv_cuKernelGetFunction(&p.func, p.kern);
+	if (r == CUDA_SUCCESS)
+		r = param_bytes(p.func, &want);
+	/* One allocation, the reply's: the launch message, then its argument bytes. */
+	Remora__LaunchKernel *l = r == CUDA_SUCCESS ? calloc(1, sizeof(*l) + want + 1) : NULL;
+	uint8_t *buf = l ? (uint8_t *)(l + 1) : NULL;
+	if (r == CUDA_SUCCESS && !l)
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	for (size_t i = 0; r == CUDA_SUCCESS && p.kernelParams && i < RM_MAX_KERNEL_PARAMS; i++) {
+		size_t off = 0, len = 0;
+		if (rm_drv_cuFuncGetParamInfo(p.func, i, &off, &len) != CUDA_SUCCESS)
+			break;
+		if (off + len <= want && p.kernelParams[i])
+			memcpy(buf + off, p.kernelParams[i], len);
+	}
+	const void *from = NULL;
+	size_t have = 0;
+	for (size_t i = 0; r == CUDA_SUCCESS && !p.kernelParams && p.extra && p.extra[i] != CU_LAUNCH_PARAM_END &&
+			   i < 8; i += 2) {
+		if (p.extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+			from = p.extra[i + 1];
+		else if (p.extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && p.extra[i + 1])
+			have = *(const size_t *)p.extra[i + 1];
+	}
+	if (from)
+		memcpy(buf, from, have < want ? have : want);
+	struct kernel_of k = {.f = p.func, .kern = (uint64_t)(uintptr_t)p.kern};
+	int owned = r == CUDA_SUCCESS && rm_session_find(s, RM_H_FUNCTION, (uint64_t)(uintptr_t)p.func, NULL);
+	if (r == CUDA_SUCCESS && !k.kern)
+		rm_session_each(s, RM_H_KERNEL, kernel_of_function, &k);
+	if (r == CUDA_SUCCESS) {
+		remora__launch_kernel__init(l);
+		l->func = owned || !k.kern ? (uint64_t)(uintptr_t)p.func : k.kern;
+		l->grid_x = p.gridDimX, l->grid_y = p.gridDimY, l->grid_z = p.gridDimZ;
+		l->block_x = p.blockDimX, l->block_y = p.blockDimY, l->block_z = p.blockDimZ;
+		l->shared_mem = p.sharedMemBytes;
+		l->params.data = buf;
+		l->params.len = want;
+		rep->launch = l;
+		rep->kern = k.kern;
+	}
+	rq->reply_mem = l;
+	return r;
+}
+
+/* An attribute naming an event would need the event checked and translated: refused, as
+ * cuLaunchKernelEx's are. */
+CUresult rm_body_cuGraphKernelNodeSetAttribute(struct rm_channel *s, CUgraphNode hNode, CUkernelNodeAttrID attr,
+					       const CUkernelNodeAttrValue *value)
+{
+	(void)s;
+	if (attr == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT || attr == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT)
+		return rm_unsupported_use("cuGraphKernelNodeSetAttribute with an event attribute");
+	return rm_drv_cuGraphKernelNodeSetAttribute(hNode, attr, value);
 }

@@ -119,6 +119,19 @@ CUresult rm_body_cuGraphAddHostNode(struct rm_channel *s, CUgraphNode *phGraphNo
 				 : r;
 }
 
+/* What the node runs, as the client named it: the id of its function and data. */
+CUresult rm_body_cuGraphHostNodeGetParams(struct rm_channel *s, CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+	CUDA_HOST_NODE_PARAMS p;
+	CUresult r = rm_drv_cuGraphHostNodeGetParams(hNode, &p);
+	uint64_t id = r == CUDA_SUCCESS ? rm_hostfn_node_id(s->sh->hostfn, &p) : 0;
+	if (r == CUDA_SUCCESS && !id)
+		r = rm_unsupported_use("cuGraphHostNodeGetParams of a node not the client's host node");
+	if (r == CUDA_SUCCESS)
+		*nodeParams = (CUDA_HOST_NODE_PARAMS){.fn = NULL, .userData = (void *)(uintptr_t)id};
+	return r;
+}
+
 CUresult rm_body_cuGraphHostNodeSetParams(struct rm_channel *s, CUgraphNode hNode,
 					  const CUDA_HOST_NODE_PARAMS *nodeParams)
 {

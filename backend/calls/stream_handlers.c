@@ -57,8 +57,7 @@ CUresult rm_body_cuStreamDestroy_v2(struct rm_channel *s, CUstream hStream)
 	CUgraph g = NULL;
 	if (capturing && rm_drv_cuStreamEndCapture(hStream, &g) == CUDA_SUCCESS) {
 		__atomic_sub_fetch(&s->cur->captures, 1, __ATOMIC_ACQ_REL);
-		if (g)
-			rm_drv_cuGraphDestroy(g);
+		rm_capture_drop_graph(s, g, 0);
 	}
 	rm_stream_pool_give(hStream);
 	return CUDA_SUCCESS;

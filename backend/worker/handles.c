@@ -54,11 +54,55 @@ int rm_session_each(struct rm_channel *s, enum rm_handle_kind kind, int (*visit)
 	return stop;
 }
 
+int rm_session_find_locked(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, struct rm_handle *out)
+{
+	const struct rm_handle *h = find_slot(s, kind, v);
+	if (h && out)
+		*out = *h;
+	return h != NULL;
+}
+
+static int disown_locked(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, struct rm_handle *out);
+
+int rm_session_take_refs(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, uint64_t n, int add)
+{
+	pthread_mutex_lock(&s->sh->lock);
+	struct rm_handle *h = find_slot(s, kind, v);
+	int ok = h && (add ? h->size + n >= h->size : h->size >= n);
+	if (ok)
+		h->size = add ? h->size + n : h->size - n;
+	if (ok && !add && !h->size)
+		disown_locked(s, kind, v, NULL);
+	pthread_mutex_unlock(&s->sh->lock);
+	return ok;
+}
+
+int rm_session_set_size(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, uint64_t size)
+{
+	pthread_mutex_lock(&s->sh->lock);
+	struct rm_handle *h = kind != RM_H_MEMORY && kind != RM_H_PHYSICAL ? find_slot(s, kind, v) : NULL;
+	if (h)
+		h->size = size;
+	pthread_mutex_unlock(&s->sh->lock);
+	return h != NULL;
+}
+
 int rm_session_set_parent(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, uint64_t parent)
 {
 	pthread_mutex_lock(&s->sh->lock);
 	struct rm_handle *h = find_slot(s, kind, v);
 	if (h)
+		h->parent = parent;
+	pthread_mutex_unlock(&s->sh->lock);
+	return h != NULL;
+}
+
+int rm_session_set_parent_if(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, uint64_t was, uint64_t parent)
+{
+	pthread_mutex_lock(&s->sh->lock);
+	struct rm_handle *h = find_slot(s, kind, v);
+	int set = h && h->parent == was;
+	if (set)
 		h->parent = parent;
 	pthread_mutex_unlock(&s->sh->lock);
 	return h != NULL;
@@ -192,12 +236,14 @@ static int disown_locked(struct rm_channel *s, enum rm_handle_kind kind, uint64_
 				break;
 			}
 	}
+	int owns_graphs = kind == RM_H_GRAPH_NODE && h->size; /* RM_NODE_OWNS_GRAPHS */
 	h->kind = TOMBSTONE;
 	s->sh->handles_live--;
 	/* Only modules, libraries and kernels have dependents (functions, globals, kernels). */
 	if (kind != RM_H_MODULE && kind != RM_H_LIBRARY && kind != RM_H_KERNEL && kind != RM_H_GRAPH &&
-	    kind != RM_H_MIPMAPPED_ARRAY && kind != RM_H_ARRAY)
-		return 1; /* a graph's dependents are its nodes, a mipmapped array's its levels, an array's its planes */
+	    kind != RM_H_MIPMAPPED_ARRAY && kind != RM_H_ARRAY && !owns_graphs)
+		return 1; /* a graph's dependents are its nodes (and conditional handles), a node's the graphs it
+			   * owns, a mipmapped array's its levels, an array's its planes */
 	for (size_t i = 0; i < s->sh->handles_cap; i++) {
 		struct rm_handle *c = &s->sh->handles[i];
 		/* A mapping's parent is a physical allocation, a physical one's a flag: never a module. */

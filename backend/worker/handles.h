@@ -39,6 +39,22 @@ int rm_session_each(struct rm_channel *s, enum rm_handle_kind kind, int (*visit)
 /* Sets an owned handle's parent field (a mark kinds without parents keep there): 1, or 0
  * when it is not owned. */
 int rm_session_set_parent(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, uint64_t parent);
+/* rm_session_set_parent where the parent is was: 1 when owned (changed or not), else 0. */
+int rm_session_set_parent_if(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, uint64_t was, uint64_t parent);
+/* rm_session_find with the session's lock held. */
+int rm_session_find_locked(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, struct rm_handle *out);
+/* Counts n references more (add) or fewer in an owned handle's size field, forgetting it
+ * at none: 1, or 0 when not owned, or (fewer) it holds fewer than n. */
+int rm_session_take_refs(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, uint64_t n, int add);
+/* Sets an owned handle's size field, of a kind whose size is no charge: 1, or 0 when not owned. */
+int rm_session_set_size(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, uint64_t size);
+/* A graph's parent: 0 for the client's own graph (its to destroy); RM_GRAPH_OF_CAPTURE for
+ * the graph of a capture under way (the driver's until the capture ends); else the node
+ * that owns it (a conditional node's body, a child graph node's graph), gone with it. A
+ * node that owns graphs has size RM_NODE_OWNS_GRAPHS, so that forgetting it forgets them. */
+#define RM_GRAPH_OF_CAPTURE 1
+#define RM_NODE_OWNS_GRAPHS 1
+
 /* Forgets an owned handle as one step, copying its record into out: 1, or 0 when it was
  * not owned (another thread's call gave it up first). For a call that gives the handle
  * back to the driver: a handle only one call can take is freed once. */

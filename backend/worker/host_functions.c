@@ -243,6 +243,49 @@ CUresult rm_hostfn_node(struct rm_hostfn_hub *hub, uint64_t id, CUDA_HOST_NODE_P
 	return r;
 }
 
+uint64_t rm_hostfn_node_id(struct rm_hostfn_hub *hub, const CUDA_HOST_NODE_PARAMS *p)
+{
+	uint64_t id = 0;
+	if (!hub || p->fn != run_call)
+		return 0;
+	pthread_mutex_lock(&hub->lock);
+	for (struct call *c = hub->kept; c && !id; c = c->next)
+		if (c == p->userData)
+			id = c->id;
+	pthread_mutex_unlock(&hub->lock);
+	return id;
+}
+
+CUresult rm_hostfn_once(struct rm_hostfn_hub *hub, uint64_t id, CUhostFn *fn, void **data)
+{
+	struct call *c = hub ? calloc(1, sizeof(*c)) : NULL;
+	if (!c)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&hub->lock);
+	int open = hub->ch != NULL;
+	if (open) {
+		*c = (struct call){.hub = hub, .id = id};
+		hub->refs++;
+	}
+	pthread_mutex_unlock(&hub->lock);
+	if (!open) {
+		free(c);
+		return rm_unsupported_use("a user object without a callback channel");
+	}
+	*fn = run_call;
+	*data = c;
+	return CUDA_SUCCESS;
+}
+
+void rm_hostfn_forget(void *data)
+{
+	struct call *c = data;
+	struct rm_hostfn_hub *hub = c->hub;
+	free(c);
+	pthread_mutex_lock(&hub->lock);
+	hub_unref_locked(hub);
+}
+
 CUresult rm_body_cuLaunchHostFunc(struct rm_channel *s, struct rm_request *rq, const Remora__HostFunc *req)
 {
 	struct rm_hostfn_hub *hub = s->sh->hostfn;

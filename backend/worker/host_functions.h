@@ -36,6 +36,16 @@ void rm_hostfn_hub_release(struct rm_hostfn_hub *hub);
  * without a callback channel; CUDA_ERROR_OUT_OF_MEMORY past RM_MAX_HOST_NODES ids. */
 CUresult rm_hostfn_node(struct rm_hostfn_hub *hub, uint64_t id, CUDA_HOST_NODE_PARAMS *out);
 
+/* The driver's function and argument for a user object's destructor: the client's host
+ * function id, called once (RM_OP_HOST_CALL) when the driver runs it. forget gives the
+ * record back when the user object was not made. */
+CUresult rm_hostfn_once(struct rm_hostfn_hub *hub, uint64_t id, CUhostFn *fn, void **data);
+void rm_hostfn_forget(void *data);
+
+/* The client's id of the host function that a host node's driver parameters p run
+ * (rm_hostfn_node's), or 0 when they are none of the hub's. */
+uint64_t rm_hostfn_node_id(struct rm_hostfn_hub *hub, const CUDA_HOST_NODE_PARAMS *p);
+
 /* Channel ch asks to be its session's callback channel (RM_OP_HOST_LISTEN): answers it and
  * from then on keeps it covered by heartbeats. 0, or -errno when the frame must close ch
  * (-EBUSY: the session has one already; -EPIPE: the answer could not be sent). */

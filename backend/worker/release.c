@@ -23,10 +23,18 @@ static void release_graph_exec(struct rm_channel *s, const struct rm_handle *h)
 		rm_drv_cuGraphExecDestroy(handle_of(h));
 }
 
+/* A graph a node owns goes with its parent graph; a capture's, with its capture. */
 static void release_graph(struct rm_channel *s, const struct rm_handle *h)
 {
-	if (rm_drv.cuGraphDestroy)
+	if (rm_drv.cuGraphDestroy && !h->parent)
 		rm_drv_cuGraphDestroy(handle_of(h));
+}
+
+/* The references the client held itself: its graphs' go with them. */
+static void release_user_object(struct rm_channel *s, const struct rm_handle *h)
+{
+	if (rm_drv.cuUserObjectRelease && h->size)
+		rm_drv_cuUserObjectRelease(handle_of(h), (unsigned int)h->size);
 }
 
 /* What another client opened (CUDA IPC, ipc.h) stays for it: the driver's free is the last holder's. */

@@ -14,7 +14,7 @@ SCALARS = {
     "CUdeviceptr": "uint64", "long long": "int64", "unsigned char": "uint32", "short": "int32",
     "unsigned short": "uint32", "unsigned long": "uint64", "long": "int64",
     "CUmemGenericAllocationHandle": "uint64",
-    "CUtexObject": "uint64", "CUsurfObject": "uint64", "unsigned": "uint32",
+    "CUtexObject": "uint64", "CUsurfObject": "uint64", "unsigned": "uint32", "CUgraphConditionalHandle": "uint64",
 }
 
 

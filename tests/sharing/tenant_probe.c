@@ -571,6 +571,35 @@ static int mode_intrude(const char *image, char **v)
 	SYNC_CALL("cuGraphExecUpdate", cuGraphExecUpdate(aexec, g, &ginfo), CUDA_ERROR_INVALID_HANDLE);
 	SYNC_CALL("cuGraphExecDestroy", cuGraphExecDestroy(aexec), CUDA_ERROR_INVALID_HANDLE);
 	SYNC_CALL("cuGraphDestroy", cuGraphDestroy(agraph), CUDA_ERROR_INVALID_HANDLE);
+	/* Conditional nodes, node getters and settings, captures into a graph, user objects. */
+	CUgraphConditionalHandle gh;
+	CUgraph gbody;
+	CUDA_KERNEL_NODE_PARAMS gkp;
+	unsigned gon;
+	cuuint64_t gflags;
+	CUevent gev;
+	CUuserObject guo = (CUuserObject)astream; /* a value of A's: no user object of B's */
+	SYNC_CALL("cuGraphConditionalHandleCreate", cuGraphConditionalHandleCreate(&gh, agraph, ctx, 0, 0),
+		  CUDA_ERROR_INVALID_HANDLE);
+	CUgraphNodeParams gcp = {.type = CU_GRAPH_NODE_TYPE_CONDITIONAL};
+	gcp.conditional.handle = 0x1000; /* none of B's */
+	gcp.conditional.type = CU_GRAPH_COND_TYPE_IF;
+	gcp.conditional.size = 1;
+	SYNC_CALL("cuGraphAddNode(conditional handle)", cuGraphAddNode_v2(&gnode, g, NULL, NULL, 0, &gcp),
+		  CUDA_ERROR_INVALID_VALUE);
+	SYNC_CALL("cuGraphAddNode(conditional graph)", cuGraphAddNode_v2(&gnode, agraph, NULL, NULL, 0, &gcp),
+		  CUDA_ERROR_INVALID_HANDLE);
+	SYNC_CALL("cuGraphKernelNodeGetParams", cuGraphKernelNodeGetParams(anode, &gkp), CUDA_ERROR_INVALID_HANDLE);
+	SYNC_CALL("cuGraphChildGraphNodeGetGraph", cuGraphChildGraphNodeGetGraph(anode, &gbody), CUDA_ERROR_INVALID_HANDLE);
+	SYNC_CALL("cuGraphEventRecordNodeGetEvent", cuGraphEventRecordNodeGetEvent(anode, &gev), CUDA_ERROR_INVALID_HANDLE);
+	SYNC_CALL("cuGraphNodeGetEnabled", cuGraphNodeGetEnabled(aexec, anode, &gon), CUDA_ERROR_INVALID_HANDLE);
+	SYNC_CALL("cuGraphNodeSetEnabled", cuGraphNodeSetEnabled(aexec, anode, 0), CUDA_ERROR_INVALID_HANDLE);
+	SYNC_CALL("cuGraphExecGetFlags", cuGraphExecGetFlags(aexec, &gflags), CUDA_ERROR_INVALID_HANDLE);
+	SYNC_CALL("cuStreamBeginCaptureToGraph", cuStreamBeginCaptureToGraph(s, agraph, NULL, NULL, 0,
+										  CU_STREAM_CAPTURE_MODE_GLOBAL),
+		  CUDA_ERROR_INVALID_HANDLE);
+	SYNC_CALL("cuUserObjectRelease", cuUserObjectRelease(guo, 1), CUDA_ERROR_INVALID_HANDLE);
+	SYNC_CALL("cuGraphRetainUserObject", cuGraphRetainUserObject(g, guo, 1, 0), CUDA_ERROR_INVALID_HANDLE);
 	CHECK(cuGraphInstantiate(&gexec, g, 0));
 	CHECK(cuGraphLaunch(gexec, s));
 	CHECK(cuStreamSynchronize(s));

@@ -23,6 +23,15 @@
  * of a graph name the same node (by index) of its instantiations, for the
  * exec node setters and cuGraphExecUpdate.
  *
+ * A conditional node holds its handle and its body graphs (a graph flagged as a body,
+ * which cuGraphDestroy refuses: it goes with its node). Its handle is a td_cond, whose
+ * address is the handle's value, kept for the life of the process. A launch puts a
+ * TD_OP_COND op in the node's place and, first, a store of the default value into each
+ * handle of the graph created with CU_GRAPH_COND_ASSIGN_DEFAULT; the op, run by the
+ * stream's worker, reads the handle then and runs the body graphs it picks (IF: the
+ * first if nonzero, else the second if any; WHILE: the body while nonzero; SWITCH: body
+ * n for value n) at once, their nodes in topological order.
+ *
  * All of it is guarded by one lock, glock; no stream lock is taken under it.
  */
 #include "testdriver.h"
@@ -31,6 +40,8 @@
 #include <string.h>
 
 #define CAPTURE_ENDED 3 /* beside CUstreamCaptureStatus: the capture is over */
+
+#define TD_NODE_ATTRS 32 /* kernel node attribute ids modelled: 0..31 */
 
 struct td_gnode {
 	uint32_t magic;
@@ -43,12 +54,46 @@ struct td_gnode {
 	struct td_gnode **deps;
 	size_t ndeps;
 	size_t index;             /* its place in graph->nodes */
+	struct td_cond *cond;     /* a conditional node's handle, type and body graphs */
+	CUgraphConditionalNodeType ctype;
+	struct td_graph **bodies;
+	unsigned nbodies;
+	bool disabled;            /* an executable graph's node turned off (cuGraphNodeSetEnabled) */
+	CUkernelNodeAttrValue attrs[TD_NODE_ATTRS]; /* a kernel node's attributes set, by id */
+	uint32_t attrs_set;       /* bit id: attrs[id] set */
+	void *params[TD_MAX_KERNEL_PARAMS]; /* cuGraphKernelNodeGetParams_v2's answer: into op's args */
 };
 
 struct td_graph {
 	uint32_t magic;
 	struct td_gnode **nodes;
 	size_t n, cap;
+	bool body;                /* a conditional node's: goes with it */
+	struct td_uref *urefs;    /* the user objects it holds references to */
+	size_t nurefs;
+};
+
+/* A user object: its destructor runs, outside glock, when its last reference goes. */
+struct td_uobj {
+	uint32_t magic;
+	unsigned refs;
+	void *ptr;
+	CUhostFn destroy;
+	struct td_uobj *next_dead;
+};
+
+struct td_uref {
+	struct td_uobj *obj;
+	unsigned n;
+};
+
+struct td_cond {
+	uint32_t magic;
+	unsigned value;           /* atomic: kernels set it */
+	unsigned dflt;
+	unsigned flags;
+	const struct td_graph *graph; /* the graph it was created for (compared only) */
+	struct td_cond *next;
 };
 
 struct td_capture {
@@ -57,6 +102,7 @@ struct td_capture {
 	struct td_stream *origin;
 	int status;               /* CUstreamCaptureStatus, or CAPTURE_ENDED */
 	CUstreamCaptureMode mode;
+	bool to_graph;            /* cuStreamBeginCaptureToGraph: the graph is the caller's */
 	struct td_capture *next_ended; /* on ended_captures, once ended */
 };
 
@@ -65,6 +111,7 @@ struct td_exec {
 	struct td_graph *source;  /* the graph instantiated (its node handles name ours) */
 	struct td_graph *graph;   /* a private copy */
 	size_t *order;            /* topological order of graph's nodes */
+	unsigned long long flags; /* as instantiated */
 };
 
 static pthread_mutex_t glock = PTHREAD_MUTEX_INITIALIZER;
@@ -73,6 +120,34 @@ static uint64_t capture_ids;
  * so that they stay reachable rather than leaked. Under glock. */
 static struct td_capture *ended_captures;
 static __thread CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+static struct td_cond *conds; /* every conditional handle made, under glock */
+static struct td_uobj *dead_uobjs; /* user objects whose destructor is due, under glock */
+
+/* Drops n references of o; caller holds glock. */
+static void uobj_release_locked(struct td_uobj *o, unsigned n)
+{
+	o->refs -= n;
+	if (!o->refs) {
+		o->magic = 0;
+		o->next_dead = dead_uobjs;
+		dead_uobjs = o;
+	}
+}
+
+/* Runs the destructors due; called without glock. */
+static void reap_uobjs(void)
+{
+	pthread_mutex_lock(&glock);
+	struct td_uobj *o = dead_uobjs;
+	dead_uobjs = NULL;
+	pthread_mutex_unlock(&glock);
+	while (o) {
+		struct td_uobj *next = o->next_dead;
+		o->destroy(o->ptr);
+		free(o);
+		o = next;
+	}
+}
 
 static struct td_graph *graph_from(CUgraph h)
 {
@@ -106,11 +181,17 @@ static void graph_free(struct td_graph *g)
 		return;
 	for (size_t i = 0; i < g->n; i++) {
 		graph_free(g->nodes[i]->child);
+		for (unsigned b = 0; b < g->nodes[i]->nbodies; b++)
+			graph_free(g->nodes[i]->bodies[b]);
+		free(g->nodes[i]->bodies);
 		g->nodes[i]->magic = 0;
 		free(g->nodes[i]->deps);
 		free(g->nodes[i]);
 	}
 	free(g->nodes);
+	for (size_t i = 0; i < g->nurefs; i++)
+		uobj_release_locked(g->urefs[i].obj, g->urefs[i].n);
+	free(g->urefs);
 	g->magic = 0;
 	free(g);
 }
@@ -155,6 +236,19 @@ static int copy_extras(struct td_gnode *n, const struct td_gnode *from)
 	n->event = from->event;
 	n->alloc = from->alloc;
 	n->child = NULL;
+	n->cond = from->cond;
+	memcpy(n->attrs, from->attrs, sizeof n->attrs);
+	n->attrs_set = from->attrs_set;
+	n->ctype = from->ctype;
+	n->bodies = NULL;
+	n->nbodies = 0;
+	if (from->nbodies && !(n->bodies = calloc(from->nbodies, sizeof *n->bodies)))
+		return -1;
+	for (; n->nbodies < from->nbodies; n->nbodies++) {
+		if (!(n->bodies[n->nbodies] = graph_clone(from->bodies[n->nbodies])))
+			return -1;
+		n->bodies[n->nbodies]->body = true;
+	}
 	return from->child && !(n->child = graph_clone(from->child)) ? -1 : 0;
 }
 
@@ -163,6 +257,14 @@ static int copy_extras(struct td_gnode *n, const struct td_gnode *from)
 static struct td_graph *graph_clone(const struct td_graph *g)
 {
 	struct td_graph *c = graph_new();
+	if (c && g->nurefs && !(c->urefs = malloc(g->nurefs * sizeof *c->urefs))) {
+		free(c);
+		c = NULL;
+	}
+	for (size_t i = 0; c && i < g->nurefs; i++) { /* the copy holds references of its own */
+		c->urefs[c->nurefs++] = g->urefs[i];
+		g->urefs[i].obj->refs += g->urefs[i].n;
+	}
 	for (size_t i = 0; c && i < g->n; i++) {
 		const struct td_gnode *n = g->nodes[i];
 		struct td_gnode *copy = graph_add(c, n->type, &n->op, NULL, 0);
@@ -406,8 +508,9 @@ TD_EXPORT CUresult cuStreamEndCapture(CUstream handle, CUgraph *ph)
 	CUresult rc = td_resolve_stream(handle, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
+	CUgraph unused;
 	if (!ph)
-		return CUDA_ERROR_INVALID_VALUE;
+		ph = &unused; /* cudaStreamEndCapture of a capture into a graph */
 	pthread_mutex_lock(&td_lock);
 	pthread_mutex_lock(&glock);
 	struct td_capture *c = s->capture;
@@ -440,8 +543,10 @@ TD_EXPORT CUresult cuStreamEndCapture(CUstream handle, CUgraph *ph)
 	ended_captures = c;
 	if (rc == CUDA_SUCCESS)
 		*ph = (CUgraph)c->graph;
-	else
+	else if (!c->to_graph)
 		graph_free(c->graph), *ph = NULL;
+	else
+		*ph = NULL;
 	c->graph = NULL;
 	pthread_mutex_unlock(&glock);
 	pthread_mutex_unlock(&td_lock);
@@ -504,7 +609,11 @@ TD_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2(CUstream handle, CUgraph
 	CUresult rc = td_resolve_stream(handle, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	if ((n && !deps) || edges || flags > CU_STREAM_SET_CAPTURE_DEPENDENCIES)
+	static const CUgraphEdgeData plain;
+	for (size_t i = 0; edges && i < n; i++)
+		if (memcmp(&edges[i], &plain, sizeof plain))
+			return CUDA_ERROR_NOT_SUPPORTED; /* only default edges are modelled */
+	if ((n && !deps) || flags > CU_STREAM_SET_CAPTURE_DEPENDENCIES)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&glock);
 	struct td_capture *c = s->capture;
@@ -568,8 +677,11 @@ TD_EXPORT CUresult cuGraphDestroy(CUgraph h)
 {
 	pthread_mutex_lock(&glock);
 	struct td_graph *g = graph_from(h);
+	if (g && g->body)
+		g = NULL; /* a body graph goes with its node */
 	graph_free(g);
 	pthread_mutex_unlock(&glock);
+	reap_uobjs();
 	return g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
@@ -1336,6 +1448,7 @@ static CUresult instantiate(CUgraphExec *pe, CUgraph h, unsigned long long flags
 	if (rc == CUDA_SUCCESS && topological(e->graph, e->order) != 0)
 		rc = CUDA_ERROR_INVALID_VALUE; /* a cycle */
 	e->source = g;
+	e->flags = flags;
 	pthread_mutex_unlock(&glock);
 	if (rc != CUDA_SUCCESS) {
 		graph_free(e->graph);
@@ -1377,6 +1490,7 @@ TD_EXPORT CUresult cuGraphExecDestroy(CUgraphExec h)
 		free(e);
 	}
 	pthread_mutex_unlock(&glock);
+	reap_uobjs();
 	return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
@@ -1413,7 +1527,7 @@ static CUresult collect(const struct td_graph *g, const size_t *order, struct st
 	for (size_t i = 0; rc == CUDA_SUCCESS && i < g->n; i++) {
 		const struct td_gnode *node = g->nodes[order[i]];
 		if (node->type == CU_GRAPH_NODE_TYPE_EMPTY || node->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ||
-		    node->type == CU_GRAPH_NODE_TYPE_MEM_FREE)
+		    node->type == CU_GRAPH_NODE_TYPE_MEM_FREE || node->disabled)
 			continue; /* the model's graph memory is allocated with its node */
 		if (node->type == CU_GRAPH_NODE_TYPE_GRAPH) {
 			size_t *sub = malloc((node->child->n + 1) * sizeof *sub);
@@ -1441,6 +1555,11 @@ static CUresult collect(const struct td_graph *g, const size_t *order, struct st
 			else
 				rc = CUDA_ERROR_OUT_OF_MEMORY;
 		}
+		if (st->op && node->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+			memset(st->op, 0, sizeof *st->op);
+			st->op->kind = TD_OP_COND;
+			st->op->u.cond.node = node;
+		}
 	}
 	return rc;
 }
@@ -1462,7 +1581,31 @@ TD_EXPORT CUresult cuGraphLaunch(CUgraphExec h, CUstream stream)
 	rc = e ? collect(e->graph, e->order, &steps) : CUDA_ERROR_INVALID_VALUE;
 	if (rc == CUDA_SUCCESS)
 		graph_mem_launched(e->graph);
+	/* Handles assigned their default at each launch: stores before the graph's work,
+	 * enqueued once glock is released. */
+	struct td_op *resets = NULL;
+	for (struct td_cond *c = conds; rc == CUDA_SUCCESS && c; c = c->next) {
+		struct td_op *op;
+		if (c->graph != e->source || !(c->flags & CU_GRAPH_COND_ASSIGN_DEFAULT))
+			continue;
+		if (!(op = td_op_new(TD_OP_WRITE32))) {
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+			break;
+		}
+		op->u.write32.dst = &c->value;
+		op->u.write32.value = c->dflt;
+		op->next = resets;
+		resets = op;
+	}
 	pthread_mutex_unlock(&glock);
+	while (resets) {
+		struct td_op *op = resets;
+		resets = op->next;
+		if (rc == CUDA_SUCCESS)
+			td_enqueue(s, op);
+		else
+			free(op);
+	}
 	for (size_t i = 0; i < steps.n; i++) {
 		struct step *st = &steps.v[i];
 		if (rc != CUDA_SUCCESS)
@@ -1560,4 +1703,409 @@ TD_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec h, CUgraph hg, CUgraphExecUp
 	info->result = why;
 	pthread_mutex_unlock(&glock);
 	return rc;
+}
+
+/* ---- conditional nodes ---- */
+
+static struct td_cond *cond_from(uint64_t handle)
+{
+	for (struct td_cond *c = conds; c; c = c->next)
+		if ((uint64_t)(uintptr_t)c == handle)
+			return c;
+	return NULL;
+}
+
+TD_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *out, CUgraph h, CUcontext ctx,
+						  unsigned int dflt, unsigned int flags)
+{
+	(void)ctx;
+	if (!out || flags > CU_GRAPH_COND_ASSIGN_DEFAULT)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct td_cond *c = calloc(1, sizeof *c);
+	if (!c)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&glock);
+	struct td_graph *g = graph_from(h);
+	if (g) {
+		*c = (struct td_cond){.magic = TD_MAGIC_COND, .value = dflt, .dflt = dflt, .flags = flags, .graph = g,
+				      .next = conds};
+		conds = c;
+	}
+	pthread_mutex_unlock(&glock);
+	if (!g) {
+		free(c);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	*out = (CUgraphConditionalHandle)(uintptr_t)c;
+	return CUDA_SUCCESS;
+}
+
+/* cuGraphAddNode(_v2) of a conditional node (graph_generic.c): size new body graphs. */
+CUresult td_graph_add_conditional(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps,
+				  CUDA_CONDITIONAL_NODE_PARAMS *p)
+{
+	unsigned most = p->type == CU_GRAPH_COND_TYPE_IF ? 2 : p->type == CU_GRAPH_COND_TYPE_WHILE ? 1
+			: p->type == CU_GRAPH_COND_TYPE_SWITCH ? 1u << 16 : 0;
+	pthread_mutex_lock(&glock);
+	struct td_cond *c = cond_from(p->handle);
+	pthread_mutex_unlock(&glock);
+	if (!c || !p->size || p->size > most)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct td_graph **bodies = calloc(p->size, sizeof *bodies);
+	CUresult rc = bodies ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+	for (unsigned i = 0; rc == CUDA_SUCCESS && i < p->size; i++)
+		if (!(bodies[i] = graph_new()))
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+		else
+			bodies[i]->body = true;
+	if (rc == CUDA_SUCCESS)
+		rc = add_node(ph, h, deps, ndeps, CU_GRAPH_NODE_TYPE_CONDITIONAL, NULL, NULL);
+	if (rc != CUDA_SUCCESS) {
+		for (unsigned i = 0; bodies && i < p->size; i++)
+			graph_free(bodies[i]);
+		free(bodies);
+		return rc;
+	}
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(*ph);
+	n->cond = c;
+	n->ctype = p->type;
+	n->bodies = bodies;
+	n->nbodies = p->size;
+	pthread_mutex_unlock(&glock);
+	p->phGraph_out = (CUgraph *)bodies;
+	return CUDA_SUCCESS;
+}
+
+bool td_graph_set_conditional(uint64_t handle, unsigned value)
+{
+	pthread_mutex_lock(&glock);
+	struct td_cond *c = cond_from(handle);
+	pthread_mutex_unlock(&glock);
+	if (c)
+		__atomic_store_n(&c->value, value, __ATOMIC_RELEASE);
+	return c != NULL;
+}
+
+/* Runs g's nodes now, in topological order, on the calling stream worker. */
+static void run_graph_now(const struct td_graph *g)
+{
+	size_t *order = malloc((g->n + 1) * sizeof *order);
+	if (!order || topological(g, order) != 0) {
+		free(order);
+		td_fault(CUDA_ERROR_INVALID_VALUE);
+		return;
+	}
+	for (size_t i = 0; i < g->n && td_sticky_error() == CUDA_SUCCESS; i++) {
+		const struct td_gnode *n = g->nodes[order[i]];
+		struct td_op op = n->op;
+		switch (n->type) {
+		case CU_GRAPH_NODE_TYPE_KERNEL:
+		case CU_GRAPH_NODE_TYPE_MEMCPY:
+		case CU_GRAPH_NODE_TYPE_MEMSET:
+			td_run_op_now(&op);
+			break;
+		case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+			td_graph_run_conditional(n);
+			break;
+		case CU_GRAPH_NODE_TYPE_GRAPH:
+			run_graph_now(n->child);
+			break;
+		default: /* empty; other kinds CUDA refuses in a body */
+			break;
+		}
+	}
+	free(order);
+}
+
+void td_graph_run_conditional(const struct td_gnode *n)
+{
+	unsigned v = __atomic_load_n(&n->cond->value, __ATOMIC_ACQUIRE);
+	switch (n->ctype) {
+	case CU_GRAPH_COND_TYPE_IF:
+		if (v)
+			run_graph_now(n->bodies[0]);
+		else if (n->nbodies > 1)
+			run_graph_now(n->bodies[1]);
+		break;
+	case CU_GRAPH_COND_TYPE_WHILE:
+		while (v && td_sticky_error() == CUDA_SUCCESS) {
+			run_graph_now(n->bodies[0]);
+			v = __atomic_load_n(&n->cond->value, __ATOMIC_ACQUIRE);
+		}
+		break;
+	case CU_GRAPH_COND_TYPE_SWITCH:
+		if (v < n->nbodies)
+			run_graph_now(n->bodies[v]);
+		break;
+	}
+}
+
+/* As cuStreamBeginCapture_v2, into graph h after deps. */
+TD_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream handle, CUgraph h, const CUgraphNode *deps,
+					       const CUgraphEdgeData *edges, size_t ndeps, CUstreamCaptureMode mode)
+{
+	struct td_stream *s;
+	CUresult rc = td_resolve_stream(handle, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if ((unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED || (ndeps && !deps) || edges)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (s->legacy)
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	struct td_capture *c = calloc(1, sizeof *c);
+	if (!c)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&glock);
+	struct td_graph *g = graph_from(h);
+	rc = !g ? CUDA_ERROR_INVALID_VALUE : s->capture ? CUDA_ERROR_ILLEGAL_STATE : CUDA_SUCCESS;
+	for (size_t i = 0; rc == CUDA_SUCCESS && i < ndeps; i++)
+		if (!node_from(deps[i]) || node_from(deps[i])->graph != g)
+			rc = CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS && set_deps(s, (struct td_gnode *const *)deps, ndeps) != 0)
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	if (rc == CUDA_SUCCESS) {
+		c->id = ++capture_ids;
+		c->graph = g;
+		c->origin = s;
+		c->mode = mode;
+		c->to_graph = true;
+		c->status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+		__atomic_store_n(&s->capture, c, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&glock);
+	if (rc != CUDA_SUCCESS)
+		free(c);
+	return rc;
+}
+
+/* ---- node getters and settings ---- */
+
+TD_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec e, CUgraphNode h, unsigned int on)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = exec_node(exec_from(e), h);
+	CUresult rc = n && (n->type == CU_GRAPH_NODE_TYPE_KERNEL || n->type == CU_GRAPH_NODE_TYPE_MEMCPY ||
+			    n->type == CU_GRAPH_NODE_TYPE_MEMSET) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		n->disabled = !on;
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphNodeGetEnabled(CUgraphExec e, CUgraphNode h, unsigned int *on)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = exec_node(exec_from(e), h);
+	CUresult rc = n && on && (n->type == CU_GRAPH_NODE_TYPE_KERNEL || n->type == CU_GRAPH_NODE_TYPE_MEMCPY ||
+				  n->type == CU_GRAPH_NODE_TYPE_MEMSET) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		*on = !n->disabled;
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec h, cuuint64_t *flags)
+{
+	pthread_mutex_lock(&glock);
+	struct td_exec *e = exec_from(h);
+	if (e && flags)
+		*flags = e->flags;
+	pthread_mutex_unlock(&glock);
+	return e && flags ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult node_event(CUgraphNode h, CUgraphNodeType type, CUevent *out)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	CUresult rc = n && out && n->type == type ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		*out = n->event;
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode h, CUevent *out)
+{
+	return node_event(h, CU_GRAPH_NODE_TYPE_EVENT_RECORD, out);
+}
+
+TD_EXPORT CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode h, CUevent *out)
+{
+	return node_event(h, CU_GRAPH_NODE_TYPE_WAIT_EVENT, out);
+}
+
+/* A kernel node's attributes: kept as set, read back (zeros where never set). */
+TD_EXPORT CUresult cuGraphKernelNodeSetAttribute(CUgraphNode h, CUkernelNodeAttrID id, const CUkernelNodeAttrValue *v)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	CUresult rc = n && v && n->type == CU_GRAPH_NODE_TYPE_KERNEL && (unsigned)id < TD_NODE_ATTRS
+			      ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS) {
+		n->attrs[id] = *v;
+		n->attrs_set |= 1u << id;
+	}
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphKernelNodeGetAttribute(CUgraphNode h, CUkernelNodeAttrID id, CUkernelNodeAttrValue *v)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	CUresult rc = n && v && n->type == CU_GRAPH_NODE_TYPE_KERNEL && (unsigned)id < TD_NODE_ATTRS
+			      ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS && (n->attrs_set >> id & 1))
+		*v = n->attrs[id];
+	else if (rc == CUDA_SUCCESS)
+		memset(v, 0, sizeof *v);
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *d = node_from(dst), *from = node_from(src);
+	CUresult rc = d && from && d->type == CU_GRAPH_NODE_TYPE_KERNEL && from->type == CU_GRAPH_NODE_TYPE_KERNEL
+			      ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS) {
+		memcpy(d->attrs, from->attrs, sizeof d->attrs);
+		d->attrs_set = from->attrs_set;
+	}
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode h, CUDA_HOST_NODE_PARAMS *out)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	CUresult rc = n && out && n->type == CU_GRAPH_NODE_TYPE_HOST ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		*out = (CUDA_HOST_NODE_PARAMS){.fn = n->op.u.host.fn, .userData = n->op.u.host.data};
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+/* The node's own copy of the child graph: usable, the node's to free. */
+TD_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode h, CUgraph *out)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	CUresult rc = n && out && n->type == CU_GRAPH_NODE_TYPE_GRAPH ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		*out = (CUgraph)n->child;
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+/* A kernel node's launch as given; its parameters as pointers into the node's own copy. */
+TD_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode h, CUDA_KERNEL_NODE_PARAMS *out)
+{
+	pthread_mutex_lock(&glock);
+	struct td_gnode *n = node_from(h);
+	CUresult rc = n && out && n->type == CU_GRAPH_NODE_TYPE_KERNEL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS) {
+		const struct td_kernel *k = n->op.u.launch.kernel;
+		const struct td_launch_shape *sh = &n->op.u.launch.shape;
+		for (unsigned i = 0; i < k->param_count && i < TD_MAX_KERNEL_PARAMS; i++)
+			n->params[i] = n->op.u.launch.args + td_param_offset(k, i);
+		memset(out, 0, sizeof *out);
+		out->func = (CUfunction)n->op.u.launch.handle;
+		out->gridDimX = sh->grid[0], out->gridDimY = sh->grid[1], out->gridDimZ = sh->grid[2];
+		out->blockDimX = sh->block[0], out->blockDimY = sh->block[1], out->blockDimZ = sh->block[2];
+		out->sharedMemBytes = sh->shared_bytes;
+		out->kernelParams = k->param_count ? n->params : NULL;
+	}
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+/* ---- user objects ---- */
+
+static struct td_uobj *uobj_from(CUuserObject h)
+{
+	struct td_uobj *o = (struct td_uobj *)h;
+	return o && o->magic == TD_MAGIC_UOBJ ? o : NULL;
+}
+
+TD_EXPORT CUresult cuUserObjectCreate(CUuserObject *out, void *ptr, CUhostFn destroy, unsigned int refs,
+				      unsigned int flags)
+{
+	if (!out || !destroy || !refs || flags != CU_USER_OBJECT_NO_DESTRUCTOR_SYNC)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct td_uobj *o = calloc(1, sizeof *o);
+	if (!o)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*o = (struct td_uobj){.magic = TD_MAGIC_UOBJ, .refs = refs, .ptr = ptr, .destroy = destroy};
+	*out = (CUuserObject)o;
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuUserObjectRetain(CUuserObject h, unsigned int n)
+{
+	pthread_mutex_lock(&glock);
+	struct td_uobj *o = uobj_from(h);
+	if (o && n)
+		o->refs += n;
+	pthread_mutex_unlock(&glock);
+	return o && n ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+TD_EXPORT CUresult cuUserObjectRelease(CUuserObject h, unsigned int n)
+{
+	pthread_mutex_lock(&glock);
+	struct td_uobj *o = uobj_from(h);
+	bool ok = o && n && n <= o->refs;
+	if (ok)
+		uobj_release_locked(o, n);
+	pthread_mutex_unlock(&glock);
+	reap_uobjs();
+	return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+TD_EXPORT CUresult cuGraphRetainUserObject(CUgraph gh, CUuserObject h, unsigned int n, unsigned int flags)
+{
+	pthread_mutex_lock(&glock);
+	struct td_graph *g = graph_from(gh);
+	struct td_uobj *o = uobj_from(h);
+	CUresult rc = g && o && n && !(flags & ~CU_GRAPH_USER_OBJECT_MOVE) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	size_t i = 0;
+	while (rc == CUDA_SUCCESS && i < g->nurefs && g->urefs[i].obj != o)
+		i++;
+	if (rc == CUDA_SUCCESS && i == g->nurefs) {
+		struct td_uref *grown = realloc(g->urefs, (g->nurefs + 1) * sizeof *grown);
+		if (!grown)
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+		else
+			g->urefs = grown, g->urefs[g->nurefs++] = (struct td_uref){.obj = o};
+	}
+	if (rc == CUDA_SUCCESS) {
+		g->urefs[i].n += n;
+		if (!(flags & CU_GRAPH_USER_OBJECT_MOVE))
+			o->refs += n;
+	}
+	pthread_mutex_unlock(&glock);
+	return rc;
+}
+
+TD_EXPORT CUresult cuGraphReleaseUserObject(CUgraph gh, CUuserObject h, unsigned int n)
+{
+	pthread_mutex_lock(&glock);
+	struct td_graph *g = graph_from(gh);
+	struct td_uobj *o = uobj_from(h);
+	size_t i = 0;
+	while (g && o && i < g->nurefs && g->urefs[i].obj != o)
+		i++;
+	bool ok = g && o && n && i < g->nurefs && g->urefs[i].n >= n;
+	if (ok) {
+		g->urefs[i].n -= n;
+		uobj_release_locked(o, n);
+	}
+	pthread_mutex_unlock(&glock);
+	reap_uobjs();
+	return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }

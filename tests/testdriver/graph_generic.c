@@ -68,6 +68,8 @@ static CUresult add(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t 
 	}
 	case CU_GRAPH_NODE_TYPE_MEM_FREE:
 		return cuGraphAddMemFreeNode(ph, g, deps, n, p->free.dptr);
+	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+		return td_graph_add_conditional(ph, g, deps, n, &p->conditional);
 	default:
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
@@ -145,4 +147,30 @@ TD_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode 
 						    CUgraphNodeParams *nodeParams)
 {
 	return set(hGraphExec, hNode, nodeParams);
+}
+
+/* The CUDA 10 and 11 names the driver still exports: their successors' calls. */
+TD_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *pe, CUgraph h, CUgraphNode *err, char *log, size_t size)
+{
+	if (err)
+		*err = NULL;
+	if (log && size)
+		log[0] = 0;
+	return cuGraphInstantiateWithFlags(pe, h, 0);
+}
+
+TD_EXPORT CUresult cuGraphInstantiate(CUgraphExec *pe, CUgraph h, CUgraphNode *err, char *log, size_t size)
+{
+	return cuGraphInstantiate_v2(pe, h, err, log, size);
+}
+
+TD_EXPORT CUresult cuGraphAddKernelNode(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t n,
+					const CUDA_KERNEL_NODE_PARAMS_v1 *p)
+{
+	CUDA_KERNEL_NODE_PARAMS k;
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	memset(&k, 0, sizeof k);
+	memcpy(&k, p, sizeof *p);
+	return cuGraphAddKernelNode_v2(ph, g, deps, n, &k);
 }

@@ -305,6 +305,45 @@ static CUresult run_legacy_tex_read(const struct td_launch_shape *shape, const u
 	return CUDA_SUCCESS;
 }
 
+/* cond_kernels.cu: a conditional graph node's handle set by a kernel (graph.c). */
+static CUresult run_cond_set(const struct td_launch_shape *shape, const unsigned char *args)
+{
+	(void)shape;
+	struct arg_reader r = { args, 0 };
+	const unsigned *v;
+	unsigned long long handle;
+	next_arg(&r, &v, sizeof v), next_arg(&r, &handle, sizeof handle);
+	if (!span_ok(v, 1, 4) || !td_graph_set_conditional(handle, *v))
+		return CUDA_ERROR_ILLEGAL_ADDRESS;
+	return CUDA_SUCCESS;
+}
+
+static CUresult run_cond_count_down(const struct td_launch_shape *shape, const unsigned char *args)
+{
+	(void)shape;
+	struct arg_reader r = { args, 0 };
+	unsigned *counter;
+	unsigned long long handle;
+	next_arg(&r, &counter, sizeof counter), next_arg(&r, &handle, sizeof handle);
+	if (!span_ok(counter, 1, 4))
+		return CUDA_ERROR_ILLEGAL_ADDRESS;
+	if (--*counter == 0 && !td_graph_set_conditional(handle, 0))
+		return CUDA_ERROR_ILLEGAL_ADDRESS;
+	return CUDA_SUCCESS;
+}
+
+static CUresult run_cond_add_u32(const struct td_launch_shape *shape, const unsigned char *args)
+{
+	(void)shape;
+	struct arg_reader r = { args, 0 };
+	unsigned *x, v;
+	next_arg(&r, &x, sizeof x), next_arg(&r, &v, sizeof v);
+	if (!span_ok(x, 1, 4))
+		return CUDA_ERROR_ILLEGAL_ADDRESS;
+	*x += v;
+	return CUDA_SUCCESS;
+}
+
 #define P 8 /* a pointer parameter */
 static const struct td_kernel catalogue[] = {
 	{ "vecAdd", 4, { P, P, P, 4 }, 0, 16, run_vec_add },
@@ -323,6 +362,9 @@ static const struct td_kernel catalogue[] = {
 	{ "texFetch2D", 6, { P, 8, 4, 4, 4, 4 }, 0, 16, run_tex_fetch_2d },
 	{ "surfWrite2D", 4, { 8, 4, 4, 4 }, 0, 16, run_surf_write_2d },
 	{ "legacyTexRead", 2, { P, 4 }, 0, 8, run_legacy_tex_read },
+	{ "condSet", 2, { P, 8 }, 0, 8, run_cond_set },
+	{ "condCountDown", 2, { P, 8 }, 0, 8, run_cond_count_down },
+	{ "condAddU32", 2, { P, 4 }, 0, 8, run_cond_add_u32 },
 };
 #undef P
 

@@ -298,6 +298,7 @@ CUresult td_kernel_node_op(const CUDA_KERNEL_NODE_PARAMS *p, struct td_op *op)
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	op->u.launch.kernel = f->kernel;
+	op->u.launch.handle = p->func ? (void *)p->func : (void *)p->kern;
 	memcpy(op->u.launch.shape.grid, grid, sizeof grid);
 	memcpy(op->u.launch.shape.block, block, sizeof block);
 	op->u.launch.shape.shared_bytes = p->sharedMemBytes;

@@ -134,10 +134,19 @@ static void run_op(struct td_stream *s, struct td_op *op)
 		if (!broken)
 			__atomic_store_n(op->u.write32.dst, op->u.write32.value, __ATOMIC_RELEASE);
 		break;
+	case TD_OP_COND:
+		if (!broken)
+			td_graph_run_conditional(op->u.cond.node);
+		break;
 	case TD_OP_EVENT_WAIT:
 	case TD_OP_NOTHING:
 		break;
 	}
+}
+
+void td_run_op_now(struct td_op *op)
+{
+	run_op(NULL, op);
 }
 
 /* Caller holds s->lock. */

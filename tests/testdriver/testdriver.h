@@ -53,7 +53,9 @@ enum td_magic {
 	TD_MAGIC_EXEC = 0x45584543,     /* "EXEC" */
 	TD_MAGIC_ARRAY = 0x41525259,    /* "ARRY" */
 	TD_MAGIC_MIPMAP = 0x4d49504d,   /* "MIPM" */
-	TD_MAGIC_TEXREF = 0x54585246    /* "TXRF" */
+	TD_MAGIC_TEXREF = 0x54585246,   /* "TXRF" */
+	TD_MAGIC_COND = 0x434f4e44,     /* "COND" */
+	TD_MAGIC_UOBJ = 0x554f424a      /* "UOBJ" */
 };
 
 extern pthread_mutex_t td_lock;
@@ -165,11 +167,13 @@ enum td_op_kind {
 	TD_OP_EVENT_WAIT,  /* replayed graph node: wait for an event's last record */
 	TD_OP_NOTHING,     /* replayed empty node */
 	TD_OP_HOST,        /* a host function (cuLaunchHostFunc), run by the stream's worker */
-	TD_OP_WRITE32      /* cuStreamWriteValue32: a 4-byte store after the work before it */
+	TD_OP_WRITE32,     /* cuStreamWriteValue32: a 4-byte store after the work before it */
+	TD_OP_COND         /* replayed conditional node: its body graphs as its handle says (graph.c) */
 };
 
 struct td_kernel;
 struct td_event;
+struct td_gnode;
 
 struct td_launch_shape {
 	unsigned grid[3];
@@ -185,12 +189,14 @@ struct td_op {
 		struct { void *dst; const void *src; size_t bytes; bool src_host, dst_host; } copy; /* *_host: a graph node's host side */
 		struct { void *dst; uint32_t value; unsigned width; size_t count; } set;
 		struct { const struct td_kernel *kernel; struct td_launch_shape shape;
-			 unsigned char args[TD_MAX_ARG_BYTES]; } launch;
+			 unsigned char args[TD_MAX_ARG_BYTES];
+			 void *handle; /* a graph node's: the function or kernel it was given */ } launch;
 		struct { struct td_event *event; uint64_t record_id; } record;
 		struct { struct td_stream *stream; uint64_t ticket; } wait;
 		struct { struct td_event *event; } event_wait;
 		struct { CUhostFn fn; void *data; } host;
 		struct { uint32_t *dst; uint32_t value; } write32;
+		struct { const struct td_gnode *node; } cond;
 	} u;
 	struct td_stream *stream;    /* set by td_enqueue: the op's stream and ticket */
 	uint64_t ticket;
@@ -272,6 +278,16 @@ int td_capture_wait(struct td_stream *s, struct td_event *e, CUresult *rc);
 void td_capture_event_clear(struct td_event *e);
 /* A graph kernel node's launch as an op (launch.c). */
 CUresult td_kernel_node_op(const CUDA_KERNEL_NODE_PARAMS *p, struct td_op *op);
+/* A conditional node at its turn on a stream: its handle's value picks the body graphs
+ * that run, at once, on the stream's worker (graph.c). */
+void td_graph_run_conditional(const struct td_gnode *node);
+/* cudaGraphSetConditional of a kernel's CPU version: false for no handle of the model's. */
+bool td_graph_set_conditional(uint64_t handle, unsigned value);
+/* cuGraphAddNode(_v2) of a conditional node: its body graphs in p->phGraph_out. */
+CUresult td_graph_add_conditional(CUgraphNode *ph, CUgraph h, const CUgraphNode *deps, size_t ndeps,
+				  CUDA_CONDITIONAL_NODE_PARAMS *p);
+/* Runs a kernel, copy, set or host op now, on the calling thread (stream.c). */
+void td_run_op_now(struct td_op *op);
 /* A context synchronize while a stream of ctx captures: as td_capture_forbid for each. */
 CUresult td_capture_forbid_context(struct td_context *ctx);
 
