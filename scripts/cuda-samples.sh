@@ -65,7 +65,23 @@ build_one() {
 	local srcs=("$d"/*.cu "$d"/*.cpp)
 	"$CUDA/bin/nvcc" -O2 -std=c++17 -arch=sm_90 -I "$SRC/Common" -I "$d" "${srcs[@]}" -o "$OUTDIR/bin/$n" \
 		-lcuda -lcublas -lcublasLt -lcusparse -lcusolver -lcurand -lcufft -lnvrtc -lnvJitLink \
-		>"$OUTDIR/log/$n.build" 2>&1
+		>"$OUTDIR/log/$n.build" 2>&1 || return
+	# What a sample looks for in the folder it runs in goes into a run folder of its own,
+	# beside links to the sample's files (the checkout stays as it is). A driver-API sample
+	# loads its kernels from NAME_kernel64.fatbin.
+	local k
+	# An NVRTC sample looks for cooperative_groups.h where it runs, as its CMake build copies it.
+	if grep -qs 'nvrtc_helper.h' "$d"/*.cpp "$d"/*.cu; then
+		mkdir -p "$OUTDIR/run/$n" && ln -sf "$d"/* "$CUDA/include/cooperative_groups.h" \
+			"$CUDA/include/cooperative_groups" "$OUTDIR/run/$n/"
+	fi
+	if grep -qs '_kernel64.fatbin' "$d"/*.cpp; then
+		mkdir -p "$OUTDIR/run/$n" && ln -sf "$d"/* "$OUTDIR/run/$n/"
+		for k in "$d"/*_kernel.cu; do
+			"$CUDA/bin/nvcc" -fatbin -arch=sm_90 -I "$SRC/Common" -I "$d" "$k" \
+				-o "$OUTDIR/run/$n/$(basename "$k" .cu)64.fatbin" >>"$OUTDIR/log/$n.build" 2>&1 || return
+		done
+	fi
 }
 export -f build_one
 export SRC OUTDIR CUDA
@@ -98,6 +114,7 @@ start_daemon() {
 # run_one KIND NAME: runs the sample from its own folder (where its data files are).
 run_one() {
 	local kind=$1 n=$2 d=$3 t0
+	[[ -d $OUTDIR/run/$n ]] && d=$OUTDIR/run/$n
 	t0=$(date +%s.%N)
 	if [[ $kind == native ]]; then
 		(cd "$d" && timeout -k 5 "$TIMEOUT_S" "$OUTDIR/bin/$n" </dev/null) >"$OUTDIR/log/$n.$kind" 2>&1

@@ -253,13 +253,24 @@ static void streams(CUdeviceptr buf)
 	ops[2].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
 	ops[2].writeValue.address = mapped + 24;
 	ops[2].writeValue.value64 = 0x0123456789abcdefull;
-	CHECK(cuStreamBatchMemOp(later[1], 3, ops, 0));
-	CHECK(cuStreamSynchronize(later[1]));
-	unsigned long long got64 = 0;
-	CHECK(cuMemcpyDtoH(&got, buf + 16, 4));
-	memcpy(&got64, (char *)host + 24, 8);
-	EXPECT(got == 0x0badcafeu && got64 == 0x0123456789abcdefull, "batch writes 0x%x 0x%llx", got, got64);
-	printf("stream batch: device 0x%x, mapped host 0x%llx\n", got, got64);
+	/* A GPU's driver may refuse some of these operations (the H100's, with driver 580, refuses
+	 * this batch): then the device write alone, and the driver's answer printed. */
+	CUresult batch = cuStreamBatchMemOp(later[1], 3, ops, 0);
+	int nops = 3;
+	if (batch == CUDA_ERROR_NOT_SUPPORTED)
+		batch = cuStreamBatchMemOp(later[1], nops = 1, ops, 0);
+	if (batch == CUDA_SUCCESS) {
+		CHECK(cuStreamSynchronize(later[1]));
+		unsigned long long got64 = 0;
+		CHECK(cuMemcpyDtoH(&got, buf + 16, 4));
+		memcpy(&got64, (char *)host + 24, 8);
+		EXPECT(got == 0x0badcafeu && (nops == 1 || got64 == 0x0123456789abcdefull), "batch writes 0x%x 0x%llx", got,
+		       got64);
+		printf("stream batch of %d: device 0x%x, mapped host 0x%llx\n", nops, got, got64);
+	} else {
+		EXPECT(batch == CUDA_ERROR_NOT_SUPPORTED, "cuStreamBatchMemOp gave %d", (int)batch);
+		printf("stream batch: not supported by the driver\n");
+	}
 	if (getenv("REMORA_SERVER")) { /* a write outside the client's memory; a wait by a word */
 		ops[0].writeValue.address = buf + (1ull << 40);
 		EXPECT_RESULT(cuStreamBatchMemOp(later[1], 1, ops, 0), CUDA_SUCCESS); /* async: reported at the sync */
