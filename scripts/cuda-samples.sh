@@ -62,26 +62,33 @@ build_one() {
 	n=$(basename "$d")
 	shopt -s nullglob
 	# shellcheck disable=SC2206
-	local srcs=("$d"/*.cu "$d"/*.cpp)
+	local srcs=("$d"/*.cu "$d"/*.cpp) more=()
+	# What a sample's CMake file adds: the multi-process helper, OpenMP, relocatable device
+	# code for dynamic parallelism.
+	grep -qs 'helper_multiprocess.h' "$d"/*.cpp "$d"/*.cu && srcs+=("$SRC/Common/helper_multiprocess.cpp")
+	grep -qs '<omp.h>' "$d"/*.cpp "$d"/*.cu && more+=(-Xcompiler -fopenmp -lgomp)
+	[[ $n == cdp* ]] && more+=(-rdc=true -lcudadevrt)
 	"$CUDA/bin/nvcc" -O2 -std=c++17 -arch=sm_90 -I "$SRC/Common" -I "$d" "${srcs[@]}" -o "$OUTDIR/bin/$n" \
-		-lcuda -lcublas -lcublasLt -lcusparse -lcusolver -lcurand -lcufft -lnvrtc -lnvJitLink \
+		-lcuda -lcublas -lcublasLt -lcusparse -lcusolver -lcurand -lcufft -lnvrtc -lnvJitLink "${more[@]}" \
 		>"$OUTDIR/log/$n.build" 2>&1 || return
 	# What a sample looks for in the folder it runs in goes into a run folder of its own,
 	# beside links to the sample's files (the checkout stays as it is). A driver-API sample
-	# loads its kernels from NAME_kernel64.fatbin.
+	# loads its kernels from NAME_kernel64.fatbin (or .ptx).
 	local k
 	# An NVRTC sample looks for cooperative_groups.h where it runs, as its CMake build copies it.
 	if grep -qs 'nvrtc_helper.h' "$d"/*.cpp "$d"/*.cu; then
 		mkdir -p "$OUTDIR/run/$n" && ln -sf "$d"/* "$CUDA/include/cooperative_groups.h" \
 			"$CUDA/include/cooperative_groups" "$OUTDIR/run/$n/"
 	fi
-	if grep -qs '_kernel64.fatbin' "$d"/*.cpp; then
+	local kind
+	for kind in fatbin ptx; do
+		grep -qs "_kernel64.$kind" "$d"/*.cpp || continue
 		mkdir -p "$OUTDIR/run/$n" && ln -sf "$d"/* "$OUTDIR/run/$n/"
 		for k in "$d"/*_kernel.cu; do
-			"$CUDA/bin/nvcc" -fatbin -arch=sm_90 -I "$SRC/Common" -I "$d" "$k" \
-				-o "$OUTDIR/run/$n/$(basename "$k" .cu)64.fatbin" >>"$OUTDIR/log/$n.build" 2>&1 || return
+			"$CUDA/bin/nvcc" -"$kind" -arch=sm_90 -I "$SRC/Common" -I "$d" "$k" \
+				-o "$OUTDIR/run/$n/$(basename "$k" .cu)64.$kind" >>"$OUTDIR/log/$n.build" 2>&1 || return
 		done
-	fi
+	done
 }
 export -f build_one
 export SRC OUTDIR CUDA
