@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 
+#include "deferred.h"
 #include "driver_table.h"
 #include "fault.h"
 #include "image_cache.h"
@@ -95,9 +96,10 @@ static void release_physical(struct rm_channel *s, const struct rm_handle *h)
 	rm_session_uncharge(s, h->size);
 }
 
+/* After any unmap of it the client asked for, still pending (deferred.h: in order). */
 static void release_va_range(struct rm_channel *s, const struct rm_handle *h)
 {
-	rm_drv_cuMemAddressFree(h->value, h->size);
+	rm_deferred_release_range(NULL, RM_DEFER_ADDRESS_FREE, h->value, h->size, NULL, NULL);
 }
 
 static void release_mempool(struct rm_channel *s, const struct rm_handle *h)
