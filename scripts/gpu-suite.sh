@@ -61,6 +61,7 @@ PROGRAMS=(
 	"drv_textures|tests/programs/drv_textures tests/programs/kernels.fatbin"
 	"drv_smallcalls|tests/programs/drv_smallcalls tests/programs/kernels.ptx"
 	"drv_ipc|tests/programs/drv_ipc tests/programs/kernels.fatbin"
+	"drv_nowait|tests/programs/drv_nowait tests/programs/kernels.fatbin 6000"
 )
 # Framework programs (issue 13), run from the repository root with the Python on the
 # PATH (PyTorch and torchvision for CUDA 13); --no-frameworks leaves them out.

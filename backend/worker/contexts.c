@@ -372,6 +372,6 @@ void rm_session_free_drained(struct rm_channel *s, uint64_t ptr)
 			c = &s->sh->ctxs[i]; /* a destroyed context's is given back */
 	if (rm_drv.cuMemFreeAsync && c)
 		r = rm_drv_cuMemFreeAsync(ptr, c->default_stream);
-	if (r != CUDA_SUCCESS)
-		rm_drv_cuMemFree_v2(ptr);
+	if (r != CUDA_SUCCESS) /* managed memory: cuMemFree, off the thread (deferred.h) */
+		rm_deferred_release(c ? c->ctx : NULL, RM_DEFER_MEM_FREE, ptr, NULL, NULL);
 }

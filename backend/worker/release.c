@@ -82,9 +82,13 @@ static void release_graph_memory(struct rm_channel *s, const struct rm_handle *h
 		rm_session_uncharge(s, h->size);
 }
 
+/* The driver's unmap, destroys and frees below wait for every client's work in the shared
+ * context; the session's own work done (rm_session_release_ctx's callers synchronize), they
+ * are made on the worker's release thread (deferred.h), so a cuCtxDestroy waits for the
+ * client's work only. */
 static void release_mapping(struct rm_channel *s, const struct rm_handle *h)
 {
-	rm_drv_cuMemUnmap(h->value, h->size);
+	rm_deferred_release_range(NULL, RM_DEFER_UNMAP, h->value, h->size, NULL, NULL);
 }
 
 /* Shared (CUDA IPC), the driver's release is the last holder's, deferred until then. */
@@ -112,13 +116,13 @@ static void release_array(struct rm_channel *s, const struct rm_handle *h)
 {
 	if (h->parent)
 		return;
-	rm_drv_cuArrayDestroy(handle_of(h));
+	rm_deferred_release(NULL, RM_DEFER_ARRAY_DESTROY, h->value, NULL, NULL);
 	rm_session_uncharge(s, h->size);
 }
 
 static void release_mipmapped_array(struct rm_channel *s, const struct rm_handle *h)
 {
-	rm_drv_cuMipmappedArrayDestroy(handle_of(h));
+	rm_deferred_release(NULL, RM_DEFER_MIPMAP_DESTROY, h->value, NULL, NULL);
 	rm_session_uncharge(s, h->size);
 }
 
