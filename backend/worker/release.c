@@ -62,11 +62,12 @@ static void release_memory(struct rm_channel *s, const struct rm_handle *h)
 }
 
 /* The exporter's allocation, freed here once neither it nor another importer holds it: then
- * with cuMemFree, which waits for every client's work, as the exporter's may still use it. */
+ * with cuMemFree, which waits for every client's work, as the exporter's may still use it
+ * (on the release thread, deferred.h). */
 static void release_ipc_memory(struct rm_channel *s, const struct rm_handle *h)
 {
 	if (rm_ipc_leave(s, RM_IPC_MEMORY, h->value) == RM_IPC_LAST)
-		rm_drv_cuMemFree_v2(h->value);
+		rm_deferred_release(NULL, RM_DEFER_MEM_FREE, h->value, NULL, NULL);
 	rm_session_uncharge(s, h->size);
 }
 
