@@ -6,6 +6,7 @@
 
 #include "driver_table.h"
 #include "log.h"
+#include "stream_pool.h"
 
 struct release {
 	struct release *next;
@@ -102,6 +103,14 @@ void rm_deferred_release_range(CUcontext ctx, enum rm_deferred_op op, uint64_t o
 {
 	if (!ctx)
 		rm_drv_cuCtxGetCurrent(&ctx);
+	pthread_mutex_lock(&lock);
+	int none_queued = asked == finished;
+	pthread_mutex_unlock(&lock);
+	if (none_queued && ctx && rm_stream_pool_idle(ctx)) { /* it waits for nothing: made now */
+		struct release now = {.ctx = ctx, .op = op, .object = object, .size = size, .then = then, .arg = arg};
+		run(&now);
+		return;
+	}
 	struct release *r = malloc(sizeof(*r));
 	pthread_mutex_lock(&lock);
 	int queue = r && start_locked();

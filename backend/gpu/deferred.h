@@ -7,7 +7,10 @@
  * for another's long kernel. So the caller waits for its own work that may use the
  * object (the client's streams, rm_session_synchronize) and hands the release to
  * this module's thread, which makes the driver call in the object's context; the
- * driver then waits there, holding up no client. Only the client's own objects,
+ * driver then waits there, holding up no client. While nothing is queued there and no
+ * stream of the context has work (rm_stream_pool_idle), the call is made at once, as it
+ * waits for nothing: the object is gone when the client's call returns, as natively
+ * (a kernel launched between the check and the call is waited for). Only the client's own objects,
  * already forgotten by its session, come here: no other client's work uses them.
  */
 #ifndef REMORA_DEFERRED_H
