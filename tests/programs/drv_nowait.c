@@ -1,9 +1,9 @@
 /* drv_nowait IMAGE KERNEL_MS: no call waits for another process's work (issue 35).
  *
  * A child process launches sleepNs for KERNEL_MS and waits for it. Meanwhile the parent,
- * a client of its own, runs a short sequence of every call CUDA documents as synchronizing
- * implicitly (module and library unload, free of every kind, host unregister, array
- * destroy, virtual memory unmap, context synchronize) with the work that uses their
+ * a client of its own, runs a short sequence of the calls that synchronize implicitly
+ * (module and library unload, free of every kind, host unregister, array destroy,
+ * virtual memory unmap, context synchronize) with the work that uses their
  * objects. Natively the two are separate contexts; through Remora they are clients of one
  * tenant, sharing a context, where each call must wait for its caller's work only.
  * Code is loaded before the kernel starts (a load waits for every kernel of the context
