@@ -3,7 +3,7 @@
  * A child process launches sleepNs for KERNEL_MS and waits for it. Meanwhile the parent,
  * a client of its own, runs a short sequence of the calls that synchronize implicitly
  * (module and library unload, free of every kind, host unregister, array destroy,
- * virtual memory unmap, context synchronize) with the work that uses their
+ * virtual memory unmap, context synchronize and destroy) with the work that uses their
  * objects. Natively the two are separate contexts; through Remora they are clients of one
  * tenant, sharing a context, where each call must wait for its caller's work only.
  * Code is loaded before the kernel starts (a load waits for every kernel of the context
@@ -187,6 +187,28 @@ static void streams_events_graphs(CUdeviceptr scratch)
 	CHECK(cuStreamDestroy(s));
 }
 
+/* A context of its own, with memory of each kind and an array in it, destroyed with them. */
+static void context_destroy(void)
+{
+	CUcontext primary, ctx;
+	CUdevice dev;
+	CUdeviceptr p, managed;
+	CUarray a;
+	CUDA_ARRAY_DESCRIPTOR d2 = {.Width = 64, .Height = 64, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
+	static unsigned char back[4096];
+	CHECK(cuCtxGetCurrent(&primary));
+	CHECK(cuDeviceGet(&dev, 0));
+	CHECK(cuCtxCreate(&ctx, NULL, 0, dev));
+	CHECK(cuMemAlloc(&p, sizeof back));
+	CHECK(cuMemAllocManaged(&managed, sizeof back, CU_MEM_ATTACH_GLOBAL));
+	CHECK(cuArrayCreate(&a, &d2));
+	CHECK(cuMemsetD8(p, 0x5c, sizeof back));
+	CHECK(cuMemcpyDtoH(back, p, sizeof back));
+	EXPECT(back[0] == 0x5c && back[sizeof back - 1] == 0x5c, "memset in a context of its own");
+	CHECK(cuCtxDestroy(ctx));
+	CHECK(cuCtxSetCurrent(primary));
+}
+
 static void library(CUlibrary lib)
 {
 	CUkernel k;
@@ -247,6 +269,7 @@ int main(int argc, char **argv)
 	CHECK(cuMemAlloc(&scratch, 4096));
 	STEP("stream_event_graph", streams_events_graphs(scratch));
 	CHECK(cuMemFree(scratch));
+	STEP("ctx_destroy", context_destroy());
 	STEP("library_unload", library(lib));
 	STEP("module_unload", CHECK(cuModuleUnload(m)));
 	double total = drv_now_ms() - t0;
