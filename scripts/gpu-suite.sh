@@ -68,6 +68,7 @@ PROGRAMS=(
 	"drv_ipc|tests/programs/drv_ipc tests/programs/kernels.fatbin"
 	"drv_texrefs|tests/programs/drv_texrefs"
 	"drv_ctxevents|tests/programs/drv_ctxevents tests/programs/kernels.fatbin"
+	"drv_nowait|tests/programs/drv_nowait tests/programs/kernels.fatbin 6000"
 )
 # Framework programs (issue 13), run from the repository root with the Python on the
 # PATH (PyTorch and torchvision for CUDA 13); --no-frameworks leaves them out.

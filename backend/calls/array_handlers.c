@@ -2,6 +2,7 @@
  * to its quota before they are made, at a bound of their size from the descriptor, and
  * uncharged when destroyed (or released with the session, backend/worker/release.c). */
 #include "arrays.h"
+#include "deferred.h"
 #include "dispatch.h"
 
 uint64_t rm_format_bytes(CUarray_format f)
@@ -98,6 +99,17 @@ CUresult rm_body_cuMipmappedArrayCreate(struct rm_channel *s, CUmipmappedArray *
 		      pMipmappedArrayDesc, numMipmapLevels);
 }
 
+/* The driver's destroy waits for every client's work in the shared context: the client's
+ * own work done, it is made off the client's thread (deferred.h), the array forgotten and
+ * uncharged at once. */
+static CUresult destroy_after_own_work(struct rm_channel *s, enum rm_deferred_op op, uint64_t v, uint64_t size)
+{
+	CUresult r = rm_session_synchronize_all(s);
+	rm_deferred_release(NULL, op, v, NULL, NULL);
+	rm_session_uncharge(s, size);
+	return r;
+}
+
 /* Only an array of the client's own that is no mipmapped array's level or array's plane. */
 CUresult rm_body_cuArrayDestroy(struct rm_channel *s, CUarray hArray)
 {
@@ -109,12 +121,7 @@ CUresult rm_body_cuArrayDestroy(struct rm_channel *s, CUarray hArray)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!rm_session_take(s, RM_H_ARRAY, v, &h)) /* another thread destroyed it meanwhile */
 		return CUDA_ERROR_INVALID_HANDLE;
-	CUresult r = rm_drv_cuArrayDestroy(hArray);
-	if (r == CUDA_SUCCESS)
-		rm_session_uncharge(s, h.size);
-	else
-		rm_session_own_memory(s, RM_H_ARRAY, v, h.size, 0);
-	return r;
+	return destroy_after_own_work(s, RM_DEFER_ARRAY_DESTROY, v, h.size);
 }
 
 /* Its levels are forgotten with it (their parent). */
@@ -124,10 +131,5 @@ CUresult rm_body_cuMipmappedArrayDestroy(struct rm_channel *s, CUmipmappedArray 
 	uint64_t v = (uint64_t)(uintptr_t)hMipmappedArray;
 	if (!rm_session_take(s, RM_H_MIPMAPPED_ARRAY, v, &h))
 		return CUDA_ERROR_INVALID_HANDLE;
-	CUresult r = rm_drv_cuMipmappedArrayDestroy(hMipmappedArray);
-	if (r == CUDA_SUCCESS)
-		rm_session_uncharge(s, h.size);
-	else
-		rm_session_own_memory(s, RM_H_MIPMAPPED_ARRAY, v, h.size, 0);
-	return r;
+	return destroy_after_own_work(s, RM_DEFER_MIPMAP_DESTROY, v, h.size);
 }

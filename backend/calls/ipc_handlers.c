@@ -3,6 +3,7 @@
  * importer gets: same process, same context, so the same device address and CUevent. The
  * driver is asked first whether it would export the object (its answer is the client's, as
  * natively), and its own handle is not used. */
+#include "deferred.h"
 #include "dispatch.h"
 
 #include "ipc.h"
@@ -60,7 +61,8 @@ CUresult rm_body_cuIpcOpenMemHandle_v2(struct rm_channel *s, CUdeviceptr *pdptr,
 }
 
 /* Once closed as often as opened: no longer the client's, and freed if the exporter freed it
- * meanwhile (cuMemFree: it waits for every client's work on it). */
+ * meanwhile: its own work done, with cuMemFree on the release thread (deferred.h), which
+ * waits there for every client's work, the exporter's included, that may still use it. */
 CUresult rm_body_cuIpcCloseMemHandle(struct rm_channel *s, CUdeviceptr dptr)
 {
 	struct rm_handle h;
@@ -73,10 +75,13 @@ CUresult rm_body_cuIpcCloseMemHandle(struct rm_channel *s, CUdeviceptr dptr)
 		return CUDA_SUCCESS;
 	if (!rm_session_take(s, RM_H_IPC_MEMORY, dptr, &h)) /* another thread closed it first */
 		return CUDA_ERROR_INVALID_VALUE;
-	if (rm_ipc_leave(s, RM_IPC_MEMORY, dptr) == RM_IPC_LAST)
-		rm_drv_cuMemFree_v2(dptr);
+	CUresult r = CUDA_SUCCESS;
+	if (rm_ipc_leave(s, RM_IPC_MEMORY, dptr) == RM_IPC_LAST) {
+		r = rm_session_synchronize_all(s);
+		rm_deferred_release(NULL, RM_DEFER_MEM_FREE, dptr, NULL, NULL);
+	}
 	rm_session_uncharge(s, h.size);
-	return CUDA_SUCCESS;
+	return r;
 }
 
 /* An event of the client's that the driver would export (CU_EVENT_INTERPROCESS). */

@@ -101,15 +101,21 @@ CUresult rm_body_cuLibraryLoadData(struct rm_channel *s, struct rm_request *rq, 
 }
 
 /* Typed bodies of generated handlers (proto/api.spec, daemon_handlers.h): the handler
- * forgets an unloaded module or library, and what was its (hmod=del, library=del). */
+ * forgets an unloaded module or library, and what was its (hmod=del, library=del).
+ * Like CUDA's unload, the call returns once the client's work is done; the driver's
+ * unload, which waits for every client's, is made off its thread (deferred.h). */
 CUresult rm_body_cuModuleUnload(struct rm_channel *s, CUmodule hmod)
 {
-	return rm_image_unload(RM_H_MODULE, hmod);
+	CUresult r = rm_session_synchronize_all(s);
+	CUresult u = rm_image_unload(RM_H_MODULE, hmod);
+	return r != CUDA_SUCCESS ? r : u;
 }
 
 CUresult rm_body_cuLibraryUnload(struct rm_channel *s, CUlibrary library)
 {
-	return rm_image_unload(RM_H_LIBRARY, library);
+	CUresult r = rm_session_synchronize_all(s);
+	CUresult u = rm_image_unload(RM_H_LIBRARY, library);
+	return r != CUDA_SUCCESS ? r : u;
 }
 
 /* A global is usable memory of the client's, owned with its module or library, so

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "deferred.h"
 #include "ipc.h"
 #include "log.h"
 
@@ -184,14 +185,86 @@ static int overlapping(struct rm_channel *s, uint64_t ptr, uint64_t size, int cu
 	return rm_session_each(s, RM_H_MAPPING, overlaps, &x);
 }
 
-/* The whole reservation, with nothing of it mapped. */
+/* Unmaps made off the clients' threads (cuMemUnmap waits for every client's work in the
+ * shared context, deferred.h) and not yet done: a range may not be mapped again, nor its
+ * reservation freed, before. */
+#define MAX_PENDING 256
+static struct pending_unmap {
+	uint64_t ptr, size;
+} pending[MAX_PENDING];
+static int npending;
+static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t unmapped = PTHREAD_COND_INITIALIZER;
+
+static int pending_over_locked(uint64_t ptr, uint64_t size)
+{
+	for (int i = 0; i < npending; i++)
+		if (pending[i].ptr < ptr + size && ptr < pending[i].ptr + pending[i].size)
+			return 1;
+	return 0;
+}
+
+static int pending_over(uint64_t ptr, uint64_t size)
+{
+	pthread_mutex_lock(&pending_lock);
+	int over = pending_over_locked(ptr, size);
+	pthread_mutex_unlock(&pending_lock);
+	return over;
+}
+
+/* Waits until no unmap of [ptr, ptr + size) is pending. */
+static void wait_unmapped(uint64_t ptr, uint64_t size)
+{
+	pthread_mutex_lock(&pending_lock);
+	while (pending_over_locked(ptr, size))
+		pthread_cond_wait(&unmapped, &pending_lock);
+	pthread_mutex_unlock(&pending_lock);
+}
+
+static void unmap_done(void *arg)
+{
+	struct pending_unmap *u = arg;
+	pthread_mutex_lock(&pending_lock);
+	for (int i = 0; i < npending; i++)
+		if (pending[i].ptr == u->ptr && pending[i].size == u->size) {
+			pending[i] = pending[--npending];
+			break;
+		}
+	pthread_cond_broadcast(&unmapped);
+	pthread_mutex_unlock(&pending_lock);
+	free(u);
+}
+
+/* The driver's unmap of [ptr, ptr + size), off the thread when there is room to track it. */
+static CUresult unmap(uint64_t ptr, uint64_t size)
+{
+	struct pending_unmap *u = malloc(sizeof(*u));
+	pthread_mutex_lock(&pending_lock);
+	int later = u && npending < MAX_PENDING;
+	if (later)
+		pending[npending++] = *u = (struct pending_unmap){ptr, size};
+	pthread_mutex_unlock(&pending_lock);
+	if (!later) {
+		free(u);
+		return rm_drv_cuMemUnmap(ptr, size);
+	}
+	rm_deferred_release_range(NULL, RM_DEFER_UNMAP, ptr, size, unmap_done, u);
+	return CUDA_SUCCESS;
+}
+
+/* The whole reservation, with nothing of it mapped; after its unmaps still pending, off
+ * the thread too (they go in order). */
 CUresult rm_body_cuMemAddressFree(struct rm_channel *s, CUdeviceptr ptr, size_t size)
 {
 	pthread_mutex_lock(&vmm_lock);
 	struct rm_handle h;
 	CUresult r = CUDA_ERROR_INVALID_VALUE;
 	if (rm_session_find(s, RM_H_VA_RANGE, ptr, &h) && h.size == size && !overlapping(s, ptr, size, 0)) {
-		r = rm_drv_cuMemAddressFree(ptr, size);
+		r = CUDA_SUCCESS;
+		if (pending_over(ptr, size))
+			rm_deferred_release_range(NULL, RM_DEFER_ADDRESS_FREE, ptr, size, NULL, NULL);
+		else
+			r = rm_drv_cuMemAddressFree(ptr, size);
 		if (r == CUDA_SUCCESS)
 			rm_session_disown_value(s, RM_H_VA_RANGE, ptr);
 	}
@@ -203,6 +276,7 @@ CUresult rm_body_cuMemAddressFree(struct rm_channel *s, CUdeviceptr ptr, size_t 
 CUresult rm_body_cuMemMap(struct rm_channel *s, CUdeviceptr ptr, size_t size, size_t offset,
 			  CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
+	wait_unmapped(ptr, size); /* an unmap of its own, made off its thread */
 	pthread_mutex_lock(&vmm_lock);
 	CUresult r = CUDA_ERROR_INVALID_VALUE;
 	if (size && reservation(s, ptr, size) && physical(s, handle) && !overlapping(s, ptr, size, 0)) {
@@ -236,13 +310,18 @@ static int collect_inside(const struct rm_handle *h, void *arg)
 	return 0;
 }
 
-/* Every mapping inside [ptr, ptr + size), which may not cut one. */
+/* Every mapping inside [ptr, ptr + size), which may not cut one. The client's work done
+ * (it may use the range), the driver's unmap, which waits for every client's, is made off
+ * its thread (unmap). */
 CUresult rm_body_cuMemUnmap(struct rm_channel *s, CUdeviceptr ptr, size_t size)
 {
+	CUresult r = rm_session_synchronize_all(s);
+	if (r != CUDA_SUCCESS)
+		return r;
 	pthread_mutex_lock(&vmm_lock);
-	CUresult r = CUDA_ERROR_INVALID_VALUE;
+	r = CUDA_ERROR_INVALID_VALUE;
 	if (size && reservation(s, ptr, size) && !overlapping(s, ptr, size, 1)) {
-		r = rm_drv_cuMemUnmap(ptr, size);
+		r = unmap(ptr, size);
 		struct inside x = {ptr, size, NULL, 0, 0};
 		if (r == CUDA_SUCCESS && rm_session_each(s, RM_H_MAPPING, collect_inside, &x))
 			rm_session_log(s, RM_LOG_ERROR, "out of memory forgetting unmapped ranges");

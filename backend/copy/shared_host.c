@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "copy_profile.h"
+#include "deferred.h"
 #include "log.h"
 #include "registry.h"
 #include "remora.pb-c.h"
@@ -51,6 +52,36 @@ static void unregister(struct rm_channel *s, const struct rm_shared_region *r)
 		rm_session_log(s, RM_LOG_WARN, "unregistering shared pinned region 0x%llx: error %d",
 		               (unsigned long long)r->addr, (int)res);
 	munmap(r->map, r->map_len);
+}
+
+/* The daemon's mapping of a region, kept until the driver has unregistered it. */
+struct mapping {
+	void *map;
+	size_t len;
+};
+
+static void unmap_after(void *arg)
+{
+	struct mapping *m = arg;
+	munmap(m->map, m->len);
+	free(m);
+}
+
+/* As unregister, but off the client's thread (deferred.h): cuMemHostUnregister waits
+ * for every client's work in the shared context. The client's own work is done. */
+static void unregister_later(struct rm_channel *s, const struct rm_shared_region *r)
+{
+	struct mapping *m = malloc(sizeof(*m));
+	CUcontext ctx = s->thread_ctx;
+	if (!ctx && __atomic_load_n(&s->sh->nctx, __ATOMIC_ACQUIRE))
+		ctx = s->sh->ctxs[0].ctx; /* registrations are PORTABLE: any context will do */
+	if (!m || !ctx) {
+		free(m);
+		unregister(s, r);
+		return;
+	}
+	*m = (struct mapping){.map = r->map, .len = r->map_len};
+	rm_deferred_release(ctx, RM_DEFER_HOST_UNREGISTER, (uint64_t)(uintptr_t)r->map, unmap_after, m);
 }
 
 /* Maps the client's memfd for a region of len bytes: refused (a line says why) unless it
@@ -197,7 +228,7 @@ void rm_handle_host_unshare(struct rm_channel *s, struct rm_request *rq)
 	 * as the GPU may still be reading or writing it. */
 	CUresult r = found ? rm_session_synchronize_all(s) : CUDA_ERROR_INVALID_VALUE;
 	if (found)
-		unregister(s, &gone);
+		unregister_later(s, &gone);
 	rm_request_finish(s, rq, r, NULL);
 	protobuf_c_message_free_unpacked(&m->base, NULL);
 }

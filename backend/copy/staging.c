@@ -3,6 +3,7 @@
 
 #include <errno.h>
 
+#include "deferred.h"
 #include "driver_table.h"
 #include "host_memory.h"
 #include "log.h"
@@ -102,11 +103,13 @@ void rm_staging_close(struct rm_staging *st)
 {
 	if (!st->open)
 		return;
+	/* Each buffer's last copy done, its free is made off the thread: cuMemFreeHost waits
+	 * for every client's work in the shared context (deferred.h). */
 	for (int b = 0; b < RM_STAGING_BUFS; b++) {
 		rm_drv_cuEventSynchronize(st->done[b]);
 		rm_drv_cuEventDestroy_v2(st->done[b]);
 		rm_transport_unpin(st->buf[b]);
-		rm_drv_cuMemFreeHost(st->buf[b]);
+		rm_deferred_release(NULL, RM_DEFER_FREE_HOST, (uint64_t)(uintptr_t)st->buf[b], NULL, NULL);
 	}
 	rm_host_account_give(st->account, (uint64_t)st->size * RM_STAGING_BUFS);
 	rm_staging_init(st, st->full, st->account);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "deferred.h"
 #include "driver_table.h"
 #include "fault.h"
 #include "image_cache.h"
@@ -97,6 +98,7 @@ void rm_gpu_reset(CUdevice dev)
 	struct gpu *g = &gpus[dev];
 	pthread_mutex_lock(&gpus_lock);
 	if (g->ctx && !g->users) {
+		rm_deferred_drain(); /* no release is left for the context reset below */
 		rm_image_forget_context(g->ctx);
 		rm_stream_pool_forget_context(g->ctx);
 		rm_stream_wait_forget_gpu(dev, g->ctx);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "deferred.h"
 #include "dispatch.h"
 #include "driver_table.h"
 #include "log.h"
@@ -46,11 +47,13 @@ static CUresult driver_load(enum rm_handle_kind kind, const uint8_t *image, void
 	return rm_drv_cuLibraryLoadData((CUlibrary *)out, image, NULL, NULL, 0, NULL, NULL, 0);
 }
 
-static CUresult driver_unload(enum rm_handle_kind kind, void *h)
+/* Unloading waits for the whole context to idle: made on the deferred thread (deferred.h),
+ * in ctx (NULL: the caller's current context). */
+static CUresult driver_unload(enum rm_handle_kind kind, void *h, CUcontext ctx)
 {
-	if (kind == RM_H_MODULE)
-		return rm_drv_cuModuleUnload(h);
-	return rm_drv_cuLibraryUnload(h);
+	rm_deferred_release(ctx, kind == RM_H_MODULE ? RM_DEFER_MODULE_UNLOAD : RM_DEFER_LIBRARY_UNLOAD,
+			    (uint64_t)(uintptr_t)h, NULL, NULL);
+	return CUDA_SUCCESS;
 }
 
 /* Unloads the longest-idle image once more than MAX_IDLE are idle; called with the lock held. */
@@ -68,14 +71,7 @@ static void trim_idle(void)
 		return;
 	struct image *im = *oldest;
 	*oldest = im->next;
-	CUcontext prev = NULL;
-	if (im->ctx) {
-		rm_drv_cuCtxGetCurrent(&prev);
-		rm_drv_cuCtxSetCurrent(im->ctx);
-	}
-	driver_unload(im->kind, im->handle);
-	if (im->ctx)
-		rm_drv_cuCtxSetCurrent(prev);
+	driver_unload(im->kind, im->handle, im->ctx);
 	free(im->bytes);
 	free(im);
 }
@@ -155,7 +151,7 @@ CUresult rm_image_unload(enum rm_handle_kind kind, void *handle)
 			return CUDA_SUCCESS;
 		}
 	pthread_mutex_unlock(&lock);
-	return driver_unload(kind, handle);
+	return driver_unload(kind, handle, NULL);
 }
 
 void rm_image_forget_context(CUcontext ctx)

@@ -305,6 +305,20 @@ CUresult rm_stream_pool_before_wait(CUstream st, CUevent ev)
 	return r;
 }
 
+int rm_stream_pool_idle(CUcontext ctx)
+{
+	int idle = 0;
+	pthread_rwlock_rdlock(&lock);
+	for (int p = 0; p < npools; p++)
+		if (pools[p].ctx == ctx) {
+			idle = 1;
+			for (int i = 0; idle && i < pools[p].n; i++)
+				idle = rm_drv_cuStreamQuery(pools[p].streams[i]->stream) == CUDA_SUCCESS;
+		}
+	pthread_rwlock_unlock(&lock);
+	return idle;
+}
+
 void rm_stream_pool_forget_context(CUcontext ctx)
 {
 	pthread_rwlock_wrlock(&lock);

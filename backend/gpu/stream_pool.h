@@ -54,6 +54,10 @@ uint64_t rm_stream_pool_take_waited_ns(void);
  * queue_sharing says): where a timed event record after a kernel would hold up others. */
 int rm_stream_pool_contended(CUstream st);
 
+/* Whether no stream of ctx's pool has unfinished work (a query of each): 0 for a context
+ * the pool does not know. */
+int rm_stream_pool_idle(CUcontext ctx);
+
 /* Forgets ctx's streams (its context is being reset). */
 void rm_stream_pool_forget_context(CUcontext ctx);
 

@@ -6,6 +6,7 @@
 #include "api.pb-c.h"
 #include "api_ops.h"
 #include "call_profile.h"
+#include "deferred.h"
 #include "driver_table.h"
 #include "gpus.h"
 #include "kernel_timing.h"
@@ -348,11 +349,17 @@ CUresult rm_session_free_memory(struct rm_channel *s, uint64_t ptr)
 		for (int i = 0; !c && rm_session_ctx_at(s, i); i++)
 			if (s->sh->ctxs[i].ctx == owner)
 				c = s->cur && s->cur->ctx == owner ? s->cur : &s->sh->ctxs[i];
-	if (!c || c != s->cur)
-		return rm_drv_cuMemFree_v2(ptr);
-	CUresult r = rm_session_synchronize(s);
+	if (c && c == s->cur) {
+		CUresult r = rm_session_synchronize(s);
+		if (r == CUDA_SUCCESS)
+			r = rm_drv_cuMemFreeAsync(ptr, c->default_stream);
+		return r;
+	}
+	/* Managed memory, or another context's: cuMemFree, which waits for every client's
+	 * work, made off the client's thread once its own work is done (deferred.h). */
+	CUresult r = rm_session_synchronize_all(s);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv_cuMemFreeAsync(ptr, c->default_stream);
+		rm_deferred_release(c ? c->ctx : NULL, RM_DEFER_MEM_FREE, ptr, NULL, NULL);
 	return r;
 }
 
@@ -367,6 +374,6 @@ void rm_session_free_drained(struct rm_channel *s, uint64_t ptr)
 			c = &s->sh->ctxs[i]; /* a destroyed context's is given back */
 	if (rm_drv.cuMemFreeAsync && c)
 		r = rm_drv_cuMemFreeAsync(ptr, c->default_stream);
-	if (r != CUDA_SUCCESS)
-		rm_drv_cuMemFree_v2(ptr);
+	if (r != CUDA_SUCCESS) /* managed memory: cuMemFree, off the thread (deferred.h) */
+		rm_deferred_release(c ? c->ctx : NULL, RM_DEFER_MEM_FREE, ptr, NULL, NULL);
 }

@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 
+#include "deferred.h"
 #include "driver_table.h"
 #include "fault.h"
 #include "image_cache.h"
@@ -69,11 +70,12 @@ static void release_memory(struct rm_channel *s, const struct rm_handle *h)
 }
 
 /* The exporter's allocation, freed here once neither it nor another importer holds it: then
- * with cuMemFree, which waits for every client's work, as the exporter's may still use it. */
+ * with cuMemFree, which waits for every client's work, as the exporter's may still use it
+ * (on the release thread, deferred.h). */
 static void release_ipc_memory(struct rm_channel *s, const struct rm_handle *h)
 {
 	if (rm_ipc_leave(s, RM_IPC_MEMORY, h->value) == RM_IPC_LAST)
-		rm_drv_cuMemFree_v2(h->value);
+		rm_deferred_release(NULL, RM_DEFER_MEM_FREE, h->value, NULL, NULL);
 	rm_session_uncharge(s, h->size);
 }
 
@@ -89,9 +91,13 @@ static void release_graph_memory(struct rm_channel *s, const struct rm_handle *h
 		rm_session_uncharge(s, h->size);
 }
 
+/* The driver's unmap, destroys and frees below wait for every client's work in the shared
+ * context; the session's own work done (rm_session_release_ctx's callers synchronize), they
+ * are made on the worker's release thread (deferred.h), so a cuCtxDestroy waits for the
+ * client's work only. */
 static void release_mapping(struct rm_channel *s, const struct rm_handle *h)
 {
-	rm_drv_cuMemUnmap(h->value, h->size);
+	rm_deferred_release_range(NULL, RM_DEFER_UNMAP, h->value, h->size, NULL, NULL);
 }
 
 /* Shared (CUDA IPC), the driver's release is the last holder's, deferred until then. */
@@ -103,9 +109,10 @@ static void release_physical(struct rm_channel *s, const struct rm_handle *h)
 	rm_session_uncharge(s, h->size);
 }
 
+/* After any unmap of it the client asked for, still pending (deferred.h: in order). */
 static void release_va_range(struct rm_channel *s, const struct rm_handle *h)
 {
-	rm_drv_cuMemAddressFree(h->value, h->size);
+	rm_deferred_release_range(NULL, RM_DEFER_ADDRESS_FREE, h->value, h->size, NULL, NULL);
 }
 
 static void release_mempool(struct rm_channel *s, const struct rm_handle *h)
@@ -118,13 +125,13 @@ static void release_array(struct rm_channel *s, const struct rm_handle *h)
 {
 	if (h->parent)
 		return;
-	rm_drv_cuArrayDestroy(handle_of(h));
+	rm_deferred_release(NULL, RM_DEFER_ARRAY_DESTROY, h->value, NULL, NULL);
 	rm_session_uncharge(s, h->size);
 }
 
 static void release_mipmapped_array(struct rm_channel *s, const struct rm_handle *h)
 {
-	rm_drv_cuMipmappedArrayDestroy(handle_of(h));
+	rm_deferred_release(NULL, RM_DEFER_MIPMAP_DESTROY, h->value, NULL, NULL);
 	rm_session_uncharge(s, h->size);
 }
 

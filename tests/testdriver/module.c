@@ -430,6 +430,10 @@ TD_EXPORT CUresult cuLibraryUnload(CUlibrary handle)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (!m || m->ctx || !module_unlink(m))
 		return CUDA_ERROR_INVALID_HANDLE;
+	/* Like CUDA: no queued kernel of the library's may still run (the current context's). */
+	struct td_context *ctx = td_current_context();
+	if (ctx)
+		td_context_synchronize(ctx);
 	module_free(m);
 	return CUDA_SUCCESS;
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "copy_links.h"
+#include "deferred.h"
 #include "driver_table.h"
 #include "gpus.h"
 #include "image_cache.h"
@@ -90,6 +91,23 @@ CUresult rm_image_unload(enum rm_handle_kind kind, void *handle)
 {
 	record(kind == RM_H_MODULE ? GAVE_MODULE : GAVE_LIBRARY, (uint64_t)(uintptr_t)handle);
 	return CUDA_SUCCESS;
+}
+
+/* The release thread's calls, made here at once (backend/gpu/deferred.c). */
+void rm_deferred_release(CUcontext ctx, enum rm_deferred_op op, uint64_t object, void (*then)(void *), void *arg)
+{
+	(void)ctx;
+	if (op == RM_DEFER_MEM_FREE)
+		record(GAVE_MEMORY, object);
+	if (then)
+		then(arg);
+}
+void rm_deferred_release_range(CUcontext ctx, enum rm_deferred_op op, uint64_t ptr, uint64_t size,
+			       void (*then)(void *), void *arg)
+{
+	(void)ctx, (void)op, (void)ptr, (void)size;
+	if (then)
+		then(arg);
 }
 
 static CUresult CUDAAPI fake_event_destroy(CUevent ev)
