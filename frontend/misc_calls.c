@@ -130,7 +130,8 @@ WRITE_VALUE(cuStreamWriteValue64, cuuint64_t, Remora__CuStreamWriteValue64Req, R
 WRITE_VALUE(cuStreamWriteValue64_v2, cuuint64_t, Remora__CuStreamWriteValue64V2Req,
 	    REMORA__CU_STREAM_WRITE_VALUE64_V2__REQ__INIT)
 
-/* A batch of writes is device work as one write is (the daemon refuses waits by a word). */
+/* A batch of writes is device work as one write is (the daemon refuses waits by a word); its
+ * answer is the call's, as the driver's refusal of a batch is. */
 #define BATCH_MEM_OP(NAME, REQ, INIT)                                                                  \
 	RM_EXPORT CUresult CUDAAPI NAME(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, \
 					unsigned int flags)                                             \
