@@ -123,9 +123,14 @@ CUresult rm_body_cuCtxSetLimit(struct rm_channel *s, CUlimit limit, size_t value
 	if (!s->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	CUresult r = rm_drv_cuCtxGetLimit(&cur, limit);
-	if (r == CUDA_SUCCESS && (value > cur || limit == CU_LIMIT_SHMEM_SIZE || limit == CU_LIMIT_CIG_ENABLED))
+	if (r == CUDA_SUCCESS && (value > cur || limit == CU_LIMIT_SHMEM_SIZE || limit == CU_LIMIT_CIG_ENABLED)) {
 		if ((r = rm_drv_cuCtxSetLimit(limit, value)) == CUDA_SUCCESS)
 			r = rm_drv_cuCtxGetLimit(&value, limit); /* as the driver rounded it */
+		else if (limit == CU_LIMIT_MALLOC_HEAP_SIZE)
+			rm_session_log(s, RM_LOG_WARN, "device malloc heap of %zu bytes refused: the GPU's shared context "
+				       "has %zu, which cannot grow once a kernel of any client used it (gpu_malloc_heap in "
+				       "remorad.conf sizes it)", value, cur);
+	}
 	if (r == CUDA_SUCCESS && (unsigned)limit < RM_CTX_LIMITS) {
 		pthread_mutex_lock(&s->sh->lock);
 		s->cur->limits[limit] = value;

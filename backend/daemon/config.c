@@ -145,6 +145,8 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 		bad = strcmp(v, "auto") && strcmp(v, "spin") && strcmp(v, "yield") && strcmp(v, "block");
 		if (!bad)
 			snprintf(c->gpu_sync, sizeof(c->gpu_sync), "%s", v);
+	} else if (!strcmp(key, "gpu_malloc_heap")) {
+		bad = rm_parse_size(v, &c->gpu_malloc_heap);
 	} else if (!strcmp(key, "gpu_wait_spin_us"))
 		bad = parse_int(v, 0, 1000, &c->gpu_wait_spin_us);
 	else if (!strcmp(key, "kernel_time_limit"))

@@ -42,6 +42,7 @@ struct rm_daemon_config {
 	int queue_idle_after;         /* seconds after its last call a client stream stops counting as in use */
 	int gpu_wait_spin_us;         /* how long a stream wait watches a word the GPU writes, µs; -1: 60 on 4+ CPUs, else 0 */
 	char gpu_sync[16];            /* how the daemon's threads wait in the driver: auto (default), spin, yield, block */
+	uint64_t gpu_malloc_heap;     /* bytes of device malloc heap a worker's shared context is made with; 0: the driver's */
 	int allow_anonymous;          /* serve clients presenting no credential, as tenant "anonymous" (default no) */
 	char admin_token[256];        /* the operator's credential: sees every tenant's clients; "": none */
 	char admin_cn[64];            /* ... or a client certificate of this common name */

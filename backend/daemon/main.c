@@ -236,6 +236,7 @@ int main(int argc, char **argv)
 		setenv("CUDA_DEVICE_MAX_CONNECTIONS", queues, 1);
 		rm_stream_pool_configure(cfg.hardware_queues, cfg.queue_sharing_wait, cfg.queue_idle_after);
 		rm_gpu_set_sync(cfg.gpu_sync);
+		rm_gpu_set_malloc_heap(cfg.gpu_malloc_heap);
 		rm_stream_wait_configure(cfg.gpu_wait_spin_us);
 		int count;
 		if (registry_fd < 0 || rm_registry_attach(registry_fd) || load_driver(&cfg, &count) < 0)

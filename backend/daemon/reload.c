@@ -105,6 +105,7 @@ static void note_restart_only(const struct rm_daemon_config *o, const struct rm_
 	NOTE(hardware_queues, "hardware_queues");
 	NOTE(queue_sharing_wait, "queue_sharing");
 	NOTE(gpu_sync, "gpu_sync");
+	NOTE(gpu_malloc_heap, "gpu_malloc_heap");
 	NOTE(gpu_wait_spin_us, "gpu_wait_spin_us");
 	NOTE(tls_cert, "tls_cert");
 	NOTE(tls_key, "tls_key");

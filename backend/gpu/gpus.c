@@ -24,6 +24,12 @@ static struct gpu {
 } gpus[MAX_GPUS];
 static pthread_mutex_t gpus_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned int sync_flags = CU_CTX_SCHED_AUTO;
+static uint64_t malloc_heap; /* 0: the driver's */
+
+void rm_gpu_set_malloc_heap(uint64_t bytes)
+{
+	malloc_heap = bytes;
+}
 
 void rm_gpu_set_sync(const char *mode)
 {
@@ -53,6 +59,11 @@ CUresult rm_gpu_acquire(CUdevice dev, CUcontext *out)
 		g->limits_read = 0;
 		if (r == CUDA_SUCCESS && rm_drv_cuCtxGetCurrent(&prev) == CUDA_SUCCESS &&
 		    rm_drv_cuCtxSetCurrent(g->ctx) == CUDA_SUCCESS) {
+			CUresult heap = malloc_heap ? rm_drv_cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, (size_t)malloc_heap)
+						    : CUDA_SUCCESS;
+			if (heap != CUDA_SUCCESS)
+				rm_log(RM_LOG_WARN, "GPU %d: the shared context keeps the driver's malloc heap (gpu_malloc_heap "
+				       "not applied: error %d)", dev, (int)heap);
 			for (int l = 0; l < GPU_LIMITS; l++)
 				if (rm_drv_cuCtxGetLimit(&g->limits[l], (CUlimit)l) == CUDA_SUCCESS)
 					g->limits_read |= 1u << l;

@@ -7,6 +7,9 @@
 /* How the daemon's threads wait for the GPU in the driver, for contexts made from now
  * on: the gpu_sync setting's value (auto, spin, yield, block). */
 void rm_gpu_set_sync(const char *mode);
+/* The device malloc heap a shared context is made with (0: the driver's): a context's heap
+ * cannot grow once a kernel of any client used it, so the operator sizes it for all. */
+void rm_gpu_set_malloc_heap(uint64_t bytes);
 
 /* The shared context of dev for a new user; a faulted worker's sticky error once it has
  * faulted (fault.h). */

@@ -28,6 +28,8 @@ only. One scenario a run; every bound on time is wide, for a loaded CI machine:
                  its session and memory, and another client works meanwhile and after
   sd-notify      with NOTIFY_SOCKET set (as systemd does for Type=notify), remorad sends
                  READY=1 with its address once it listens, and STOPPING=1 on SIGTERM
+  malloc-heap    gpu_malloc_heap sizes the shared context's device malloc heap, which a
+                 client's context reports
   pool-leave     with a pool (a private etcd) and a lease of 60 s, the member's key is gone
                  from etcd as soon as remorad has exited after SIGTERM
 
@@ -423,6 +425,14 @@ def sd_notify(d):
     check(msg == "STOPPING=1" and rc == 0, f"STOPPING=1 on SIGTERM, then status 0: {msg!r}, {rc}")
 
 
+def malloc_heap(d):
+    p = subprocess.run([remora, "run", "--server", d.server, "--", probe, "heap"], capture_output=True, text=True,
+                       env=probe_env(), timeout=60)
+    check(p.returncode == 0 and p.stdout.strip() == str(64 << 20),
+          f"a client's context has the malloc heap gpu_malloc_heap made the shared one with ({p.stdout.strip()}, "
+          f"{p.stderr.strip()[-200:]})")
+
+
 SCENARIOS = {
     "half-open": (half_open, f"hello_timeout = {HELLO_TIMEOUT}\nmax_pending_hellos = 1000\n"
                   "max_pending_hellos_per_address = 1000\n"),
@@ -432,6 +442,7 @@ SCENARIOS = {
     "sigterm-grace": (sigterm_grace, f"shutdown_grace = {SHORT_GRACE}\n"),
     "sd-notify": (sd_notify, f"shutdown_grace = {GRACE}\n"),
     "killed-restarted": (killed_restarted, ""),
+    "malloc-heap": (malloc_heap, "gpu_malloc_heap = 64M\n"),
     "client-killed-copying": (client_killed_copying, ""),
     "sighup": (sighup, "allow_anonymous = yes\nclient_memory_limit = 64M\n[tenant research]\ntoken = t-research\n"),
     "pool-leave": (pool_leave, "pool = {endpoint}\nhost_name = faults-member\n" f"lease_ttl = {LEASE_TTL}\n"),

@@ -1,5 +1,6 @@
 /* A driver-API client for the robustness tests.
  *   probe free        prints the device's free memory in bytes
+ *   probe heap        prints the context's device malloc heap in bytes
  *   probe hold MIB    allocates and fills MIB MiB, prints "ready", then waits to be killed
  *   probe work SECS   allocates, copies and checks in a loop for SECS seconds, prints "ok"
  *   probe fault IMAGE [quietly]  launches faultKernel from IMAGE on a bad pointer; prints the
@@ -148,6 +149,12 @@ int main(int argc, char **argv)
 	CHECK(cuInit(0));
 	CHECK(cuDevicePrimaryCtxRetain(&ctx, 0));
 	CHECK(cuCtxSetCurrent(ctx));
+	if (!strcmp(argv[1], "heap")) {
+		size_t heap;
+		CHECK(cuCtxGetLimit(&heap, CU_LIMIT_MALLOC_HEAP_SIZE));
+		printf("%zu\n", heap);
+		return 0;
+	}
 	if (!strcmp(argv[1], "free")) {
 		size_t free_b, total_b;
 		CHECK(cuMemGetInfo(&free_b, &total_b));
