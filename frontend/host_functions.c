@@ -163,7 +163,8 @@ static CUresult ready(void)
 	return r;
 }
 
-static CUresult launch(CUstream stream, CUhostFn fn, CUstreamCallback cb, void *data)
+/* A new entry like init in the table, its id in *id, once the callback channel is open. */
+static CUresult add_pending(struct pending init, uint64_t *id)
 {
 	if (running)
 		return CUDA_ERROR_NOT_PERMITTED;
@@ -175,17 +176,25 @@ static CUresult launch(CUstream stream, CUhostFn fn, CUstreamCallback cb, void *
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 	if (r != CUDA_SUCCESS)
 		return r;
-	*e = (struct pending){.fn = fn, .cb = cb, .stream = stream, .data = data};
+	*e = init;
 	pthread_mutex_lock(&lock);
-	e->id = next_id++;
+	*id = e->id = next_id++;
 	e->next = table[e->id % BUCKETS];
 	table[e->id % BUCKETS] = e;
 	pthread_mutex_unlock(&lock);
+	return CUDA_SUCCESS;
+}
+
+static CUresult launch(CUstream stream, CUhostFn fn, CUstreamCallback cb, void *data)
+{
+	uint64_t id;
+	CUresult r = add_pending((struct pending){.fn = fn, .cb = cb, .stream = stream, .data = data}, &id);
+	if (r != CUDA_SUCCESS)
+		return r;
 	Remora__HostFunc req = REMORA__HOST_FUNC__INIT;
 	req.stream = (uint64_t)(uintptr_t)stream;
-	req.id = e->id;
+	req.id = id;
 	struct rm_rpc_call call = {.op = RM_OP_cuLaunchHostFunc, .req = &req.base, .order = {req.stream, 0}, .ordered = 1};
-	uint64_t id = e->id;
 	if ((r = rm_rpc(&call)) != CUDA_SUCCESS)
 		free(take(id, 0)); /* not sent: never called */
 	return r;
@@ -339,23 +348,10 @@ RM_EXPORT CUresult CUDAAPI cuUserObjectCreate(CUuserObject *object_out, void *pt
 {
 	if (!object_out || !destroy || !initialRefcount || flags != CU_USER_OBJECT_NO_DESTRUCTOR_SYNC)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (running)
-		return CUDA_ERROR_NOT_PERMITTED;
-	CUresult r = rm_connect_once();
-	if (r == CUDA_SUCCESS)
-		r = ready();
-	struct pending *e = r == CUDA_SUCCESS ? calloc(1, sizeof(*e)) : NULL;
-	if (r == CUDA_SUCCESS && !e)
-		r = CUDA_ERROR_OUT_OF_MEMORY;
+	uint64_t id;
+	CUresult r = add_pending((struct pending){.fn = destroy, .data = ptr}, &id);
 	if (r != CUDA_SUCCESS)
 		return r;
-	*e = (struct pending){.fn = destroy, .data = ptr};
-	pthread_mutex_lock(&lock);
-	e->id = next_id++;
-	e->next = table[e->id % BUCKETS];
-	table[e->id % BUCKETS] = e;
-	uint64_t id = e->id;
-	pthread_mutex_unlock(&lock);
 	Remora__UserObjectCreate req = REMORA__USER_OBJECT_CREATE__INIT;
 	req.id = id;
 	req.refcount = initialRefcount;
