@@ -21,7 +21,7 @@
 #define AUTH_DELAY_MAX_MS 3000
 #define AUTH_FORGET_S 300        /* a pair quiet this long starts again from nothing */
 #define ADDRESS_DECAY_MS 30000   /* an address's failures are forgotten one per this */
-#define PAIRS 4                  /* credentials remembered per address; the last slot takes any other */
+#define PAIRS 8                  /* credentials remembered per address; a new one takes the stalest */
 #define PROBE 64                 /* table slots an address may take, from its hash on */
 #define WAIT_MAX_MS 4000         /* the longest a check waits its turn; within the hello's deadline */
 #define VERIFY_SLOTS 2           /* verifications (PBKDF2) at once in the whole process */
@@ -30,7 +30,7 @@
 #define KEYS (RM_CONFIG_MAX_TENANTS + 2) /* every tenant's credential, the admin's, any other */
 
 struct pair {
-	int key; /* its credential's slot + 1 (key_slot); 0: free */
+	uint64_t key; /* a keyed hash of the presented credential (never the credential); 0: free */
 	int busy;
 	uint32_t fails;
 	uint64_t until_ms, last_ms;
@@ -59,11 +59,43 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t changed;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static uint32_t seed; /* of the table's hash: where an address lands is not the peer's choice */
+static uint64_t pair_seed; /* of a credential's pair key: the key says nothing without it */
+
+static uint64_t now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+static uint64_t now_ms_raw(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* The pair key of a presented credential: a keyed hash (FNV-1a over the seed and the
+ * bytes, then mixed), never 0; the credential itself is not kept. */
+static uint64_t pair_key(const void *bytes, size_t len)
+{
+	uint64_t h = 14695981039346656037ull;
+	for (int i = 0; i < 8; i++)
+		h = (h ^ (uint8_t)(pair_seed >> (8 * i))) * 1099511628211ull;
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ ((const uint8_t *)bytes)[i]) * 1099511628211ull;
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdull;
+	h ^= h >> 33;
+	return h ? h : 1;
+}
 
 static void init_once(void)
 {
 	if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != sizeof(seed))
 		seed = (uint32_t)time(NULL) ^ (uint32_t)getpid();
+	if (getrandom(&pair_seed, sizeof(pair_seed), GRND_NONBLOCK) != sizeof(pair_seed))
+		pair_seed = ((uint64_t)seed << 32) ^ (uint64_t)now_ms_raw();
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -73,12 +105,6 @@ static void init_once(void)
 		budgets[i].tokens = BUDGET_BURST;
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
 
 /* Waits for a change until ms (monotonic); under lock. */
 static void wait_until(uint64_t ms)
@@ -178,21 +204,28 @@ static void address_put(struct address *a, uint64_t now)
 		a->name[0] = 0;
 }
 
-/* The pair of credential slot at a: its own, a free or forgotten one, else the last,
- * which any credential without room shares. Under lock. */
-static struct pair *pair_of(struct address *a, int slot, uint64_t now)
+/* The pair of the credential key at a: its own, a free or forgotten one, else the one
+ * not in a check that failed longest ago (its failures are dropped: a credential's
+ * failures never slow another's; the address's bound still counts them), else, all in
+ * checks, the last, shared. Under lock. */
+static struct pair *pair_of(struct address *a, uint64_t key, uint64_t now)
 {
-	struct pair *room = NULL;
+	struct pair *room = NULL, *stalest = NULL;
 	for (int i = 0; i < PAIRS; i++)
-		if (a->pairs[i].key == slot + 1)
+		if (a->pairs[i].key == key)
 			return &a->pairs[i];
-	for (int i = 0; i < PAIRS - 1 && !room; i++)
+	for (int i = 0; i < PAIRS && !room; i++)
 		if (!pair_live(&a->pairs[i], now))
 			room = &a->pairs[i];
+	for (int i = 0; i < PAIRS && !room; i++)
+		if (!a->pairs[i].busy && (!stalest || a->pairs[i].last_ms < stalest->last_ms))
+			stalest = &a->pairs[i];
+	if (!room)
+		room = stalest;
 	if (!room)
 		return &a->pairs[PAIRS - 1];
 	memset(room, 0, sizeof(*room));
-	room->key = slot + 1;
+	room->key = key;
 	return room;
 }
 
@@ -208,20 +241,22 @@ static void refill(struct budget *b, uint64_t now)
 struct turn {
 	struct address *a;
 	struct pair *p;
+	uint64_t key; /* the pair's (pair_key) */
 	int slot;
 	int pair, budget, address, verifying; /* what it holds */
 	int healthy_waiting; /* it is counted in healthy_waiting */
 };
 
 /* Waits for the check's turn (auth.h), at most until deadline: 0, or -1 with why said. */
-static int take_turn(struct turn *t, const char *name, int slot, uint64_t deadline, char *why, size_t whylen)
+static int take_turn(struct turn *t, const char *name, uint64_t key, int slot, uint64_t deadline, char *why,
+		     size_t whylen)
 {
 	pthread_mutex_lock(&lock);
 	uint64_t now = now_ms();
-	*t = (struct turn){.a = address_take(name, now), .slot = slot};
+	*t = (struct turn){.a = address_take(name, now), .key = key, .slot = slot};
 	struct address *a = t->a;
 	/* The pair: one check at a time, after its back-off. */
-	while ((t->p = pair_of(a, slot, now))->busy) {
+	while ((t->p = pair_of(a, key, now))->busy) {
 		if (now >= deadline)
 			goto busy;
 		wait_until(deadline);
@@ -328,7 +363,7 @@ static void end_turn(struct turn *t, enum outcome o, uint32_t *pair_fails, uint3
 			p->fails = 0, p->until_ms = 0;
 	} else if (o == FAILED) {
 		if (!p)
-			p = pair_of(a, t->slot, now);
+			p = pair_of(a, t->key, now);
 		if (now - p->last_ms >= AUTH_FORGET_S * 1000ull)
 			p->fails = 0;
 		p->fails++;
@@ -372,7 +407,9 @@ void rm_auth_failed(struct rm_conn *conn, const char *what)
 	pthread_once(&once, init_once);
 	address_of(conn, name, sizeof(name));
 	pthread_mutex_lock(&lock);
-	struct turn t = {.a = address_take(name, now_ms()), .slot = key_slot(RM_CREDENTIAL_OTHER)};
+	const char *cn = rm_conn_identity(conn);
+	struct turn t = {.a = address_take(name, now_ms()), .key = pair_key(cn ? cn : "", cn ? strlen(cn) : 0),
+			 .slot = key_slot(RM_CREDENTIAL_OTHER)};
 	pthread_mutex_unlock(&lock);
 	end_turn(&t, FAILED, &pf, &af);
 	log_failure(conn, name, what, pf, af);
@@ -390,7 +427,7 @@ static int check_token(const struct rm_daemon_config *cfg, struct rm_conn *conn,
 	int key = rm_config_credential_key(cfg, token, len);
 	uint64_t wait = (uint64_t)cfg->hello_timeout_s * 800; /* the hello's deadline, less a margin */
 	uint64_t deadline = now_ms() + (wait < WAIT_MAX_MS ? wait : WAIT_MAX_MS);
-	if (take_turn(&t, name, key_slot(key), deadline, why, whylen)) {
+	if (take_turn(&t, name, pair_key(token, len), key_slot(key), deadline, why, whylen)) {
 		end_turn(&t, NEITHER, &pf, &af);
 		if (rm_handshakes_log_allows(RM_REFUSAL_CREDENTIAL))
 			rm_log(RM_LOG_WARN, "client %s: credential not checked: %s", rm_conn_peer(conn), why);

@@ -5,9 +5,10 @@
  * A presented token names the one stored credential it is checked against by its token
  * id (credential.h), so a check costs one hash whatever the number of tenants. Checks
  * are bounded three ways, each by a table of fixed size that failures cannot flush:
- * - per (credential, address) pair: one check at a time; each failure doubles the wait
- *   before the pair's next check (AUTH_DELAY_MIN_MS up to AUTH_DELAY_MAX_MS), a success
- *   clears it. Failures of one credential do not slow another's from the same address.
+ * - per (presented credential, address) pair, keyed by a hash of the token: one check at
+ *   a time; each failure doubles the wait before the pair's next check (AUTH_DELAY_MIN_MS
+ *   up to AUTH_DELAY_MAX_MS), a success clears it. Failures of one token do not slow
+ *   another's from the same address, another token of the same tenant included.
  * - per address: one verification at a time; past RM_AUTH_ADDRESS_GRACE recent failures
  *   (of any credential) the address itself is slowed down the same way.
  * - per credential, across all addresses: a budget of failed checks a second.
@@ -25,7 +26,7 @@
 #include "transport.h"
 
 #define RM_AUTH_ADDRESSES 4096
-#define RM_AUTH_ADDRESS_GRACE 8
+#define RM_AUTH_ADDRESS_GRACE 16
 
 /* The tenant conn presents with token (len bytes; 0: none): the token's tenant, or the
  * certificate's, or the anonymous tenant where allowed; NULL for none, with *why saying
