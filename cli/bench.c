@@ -129,7 +129,10 @@ static int parse_args(struct bench_config *cfg, int argc, char **argv)
 			cfg->quick = true;
 		else if (!strcmp(a, "--help") || !strcmp(a, "-h"))
 			return 1;
-		else if (!v)
+		else if (!v && a[0] == '-' && a[1] == '-') {
+			fprintf(stderr, "remora bench: option %s needs a value, or is not an option (--help)\n", a);
+			return -1;
+		} else if (!v)
 			goto bad;
 		else if (!strcmp(a, "--transport") && !parse_transports(cfg, v))
 			i++;

@@ -68,8 +68,15 @@ static int override(char *dst, size_t cap, const char *value)
  * argument; 0, or 2 after a usage line. */
 static int parse_args(const char *cmd, int argc, char **argv, struct pool_args *a)
 {
+	static const char *const valued[] = {"--pool", "--pool-ca", "--pool-cert", "--pool-key", "--pool-user",
+					     "--pool-password-file", "--token", "--server"};
 	a->endpoints = getenv("REMORA_POOL");
 	for (int i = 1; i < argc; i++) {
+		for (size_t k = 0; i + 1 == argc && k < sizeof(valued) / sizeof(valued[0]); k++)
+			if (!strcmp(argv[i], valued[k]) && (strcmp(valued[k], "--server") || !strcmp(cmd, "status"))) {
+				fprintf(stderr, "remora %s: option %s needs a value\n", cmd, argv[i]);
+				return 2;
+			}
 		if (!strcmp(argv[i], "--pool") && i + 1 < argc)
 			a->endpoints = argv[++i];
 		else if (!strncmp(argv[i], "--pool=", 7))

@@ -19,6 +19,11 @@ struct subcommand {
 	const char *summary;
 	int (*run)(int argc, char **argv);
 	int own_help; /* the command answers --help itself, with more than its usage line */
+	/* Every word the command takes after its name but values and operands: its
+	 * subcommands and flags (--help aside). Shell completion offers these words, and
+	 * tests/cli/messages.py compares them with dist/remora.bash-completion and with the
+	 * command's usage, so that neither can drift (`remora help --words` prints them). */
+	const char *words;
 };
 
 static int cmd_run(int argc, char **argv);
@@ -30,17 +35,23 @@ static int cmd_hash_token(int argc, char **argv);
 
 static const struct subcommand subcommands[] = {
 	{"run", "[--server HOST:PORT] [--token TOKEN] [--] PROGRAM [ARGS...]",
-	 "run an unmodified CUDA program on a remote GPU", cmd_run, 0},
+	 "run an unmodified CUDA program on a remote GPU", cmd_run, 0, "--server --token --"},
 	{"bench", "[--json] [--quick] [--only SECTIONS] [--driver PATH] [--native-lib DIR] ... (--help)",
-	 "on a GPU host: measure natively and through a private remorad, side by side", cmd_bench, 1},
-	{"pool", "list [--json] | show HOST | drain HOST | undrain HOST | remove HOST [--pool URL] [--pool-user NAME ...]",
-	 "the GPU pool in etcd (docs/pool.md); URL defaults to REMORA_POOL", cmd_pool, 0},
+	 "on a GPU host: measure natively and through a private remorad, side by side", cmd_bench, 1,
+	 "--json --quick --only --transport --concurrency --spin-iters --remorad --driver --native-lib --client-lib "
+	 "--workers --rdma-host"},
+	{"pool", "list [--json] | show HOST | drain HOST | undrain HOST | remove HOST [--pool URL] [--pool-ca FILE] "
+	 "[--pool-cert FILE --pool-key FILE] [--pool-user NAME --pool-password-file FILE]",
+	 "the GPU pool in etcd (docs/pool.md); URL defaults to REMORA_POOL", cmd_pool, 0,
+	 "list show drain undrain remove --pool --pool-ca --pool-cert --pool-key --pool-user --pool-password-file "
+	 "--json"},
 	{"status", "[HOST[:PORT] | --server HOST:PORT] [--json] [--token TOKEN]",
 	 "a daemon's GPUs, and the clients the credential may see (default REMORA_SERVER, else 127.0.0.1:7700)",
-	 cmd_status, 0},
+	 cmd_status, 0, "--server --json --token"},
 	{"hash-token", "[TOKEN]", "print the salted hash of TOKEN, ID.SECRET (else of stdin's first line), for "
-	 "remorad's configuration", cmd_hash_token, 0},
-	{"help", "", "show this text", cmd_help, 0},
+	 "remorad's configuration", cmd_hash_token, 0, ""},
+	{"help", "[--words]", "show this text (--words: each command's words, for shell completion)", cmd_help, 0,
+	 "--words"},
 };
 
 #define NSUB (sizeof(subcommands) / sizeof(subcommands[0]))
@@ -61,6 +72,11 @@ static int cmd_hash_token(int argc, char **argv)
 {
 	char line[1024], out[RM_TOKEN_HASH_MAX];
 	const char *token = argc > 1 ? argv[1] : NULL;
+	if (token && token[0] == '-') {
+		fprintf(stderr, "remora hash-token: %s is not a token (hash-token takes no option; a token is ID.SECRET "
+			"and does not start with '-'): give the token, or its line on stdin\n", token);
+		return 2;
+	}
 	if (argc > 2) {
 		fprintf(stderr, "remora hash-token: one TOKEN at most\n");
 		return 2;
@@ -98,7 +114,15 @@ static int cmd_hash_token(int argc, char **argv)
 
 static int cmd_help(int argc, char **argv)
 {
-	(void)argc, (void)argv;
+	if (argc > 1 && !strcmp(argv[1], "--words")) {
+		for (size_t i = 0; i < NSUB; i++)
+			printf("%s: %s\n", subcommands[i].name, subcommands[i].words);
+		return 0;
+	}
+	if (argc > 1) {
+		fprintf(stderr, "remora help: unknown option %s\n", argv[1]);
+		return 2;
+	}
 	usage(stdout);
 	return 0;
 }
@@ -143,10 +167,14 @@ static int cmd_run(int argc, char **argv)
 		if (!strcmp(argv[i], "--")) {
 			i++;
 			break;
-		} else if (!strcmp(argv[i], "--server") && i + 1 < argc) {
-			server = argv[++i];
-		} else if (!strcmp(argv[i], "--token") && i + 1 < argc) {
-			token = argv[++i];
+		} else if (!strcmp(argv[i], "--server") || !strcmp(argv[i], "--token")) {
+			if (i + 1 >= argc) {
+				fprintf(stderr, "remora run: option %s needs a value\nusage: remora run %s\n", argv[i],
+					subcommands[0].args);
+				return 2;
+			}
+			*(argv[i][2] == 's' ? &server : &token) = argv[i + 1];
+			i++;
 		} else if (argv[i][0] == '-') {
 			fprintf(stderr, "remora run: unknown option %s\n", argv[i]);
 			return 2;
@@ -170,6 +198,13 @@ static int cmd_run(int argc, char **argv)
 	sprintf(path, old && *old ? "%s:%s" : "%s", dir, old);
 	setenv("LD_LIBRARY_PATH", path, 1);
 	free(path);
+	const char *pool = getenv("REMORA_POOL");
+	if (server && pool && *pool) {
+		/* The client library would take the pool before REMORA_SERVER: the flag wins. */
+		fprintf(stderr, "remora run: --server %s wins over REMORA_POOL (%s), which this program does not get\n",
+			server, pool);
+		unsetenv("REMORA_POOL");
+	}
 	if (server)
 		setenv("REMORA_SERVER", server, 1);
 	if (token)
