@@ -246,7 +246,7 @@ def scenario_errors(tmp):
         ("a server without TLS 1.3", f"tls://127.0.0.1:{old_port}", dict(REMORA_TLS_CA=ca),
          "does not speak TLS 1.3", False),
         ("a client certificate the daemon rejects", "tls://" + strict.server, dict(REMORA_TLS_CA=ca, **client_cert),
-         "refused", False),
+         "refused this client's certificate (unknown CA)", False),
         ("a name that does not resolve", "no-such-host.invalid:7000", {}, "no-such-host.invalid does not resolve",
          False),
         ("a name that does not resolve, over TLS", "tls://no-such-host.invalid:7000", dict(REMORA_TLS_CA=ca),
