@@ -89,12 +89,18 @@ static CUresult greet(struct rm_client_conn *c, const char *server, Remora__Hell
 	*rep = (Remora__HelloReply *)call.rep;
 	if (r != CUDA_SUCCESS && closed_unanswered(c, *rep))
 		return r; /* the opener dials again or says so */
+	if (r != CUDA_SUCCESS && !*rep && c->lost_err == -ETIMEDOUT) {
+		rm_log(RM_LOG_ERROR, "the GPU server at %s was silent for longer than REMORA_PEER_TIMEOUT while this "
+		       "client waited on its answer to the hello: it is frozen or unreachable", server);
+		return CUDA_ERROR_NO_DEVICE;
+	}
 	if (r != CUDA_SUCCESS) {
 		char why[256];
 		rm_log(RM_LOG_ERROR, "the GPU server at %s refused this client: %s", server,
 		       *rep && (*rep)->error && *(*rep)->error ? rm_text_escape(why, sizeof(why), (*rep)->error)
 		       : *rm_transport_last_why()		 ? rm_transport_last_why()
-							: "handshake failed");
+		       : c->lost_err				 ? strerror(-c->lost_err)
+								 : "handshake failed");
 		return r == CUDA_ERROR_DEVICE_UNAVAILABLE ? CUDA_ERROR_NO_DEVICE : r;
 	}
 	if (!*rep)
@@ -171,8 +177,14 @@ static CUresult dial_and_greet(struct rm_client_conn *c, const struct rm_transpo
 	if (err == -ENOMEM)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	if (err) {
-		rm_log(RM_LOG_ERROR, "cannot reach the GPU server at %s (%s); start remorad there or set "
-		       "REMORA_SERVER=host:port", server, rm_transport_why(err));
+		/* A reason the transport recorded (a name that does not resolve, a TLS refusal) carries
+		 * its own remedy; only an address that refuses or does not answer is told to start remorad. */
+		const char *why = rm_transport_why(err);
+		if (why == rm_transport_last_why())
+			rm_log(RM_LOG_ERROR, "cannot connect to the GPU server at %s: %s", server, why);
+		else
+			rm_log(RM_LOG_ERROR, "cannot reach the GPU server at %s (%s); start remorad there or set "
+			       "REMORA_SERVER=host:port", server, why);
 		return CUDA_ERROR_NO_DEVICE;
 	}
 	Remora__HelloReply *rep = NULL;

@@ -30,9 +30,9 @@ void rm_client_conn_stop_locked(struct rm_client_conn *c)
 CUresult rm_client_lost_locked(struct rm_client_conn *c, const char *what, int err)
 {
 	struct rm_client *cl = &rm_process_client;
-	/* Said once; and not at all once the client is closed at exit (its channels then end). */
-	int shed = c->greeting && (err == -ECONNRESET || err == -EPIPE); /* the opener dials again */
-	int say = c->connected && !shed && !rm_client_closed();
+	/* Said once; and not at all once the client is closed at exit (its channels then end),
+	 * nor while greeting: the opener dials again (a shed) or says why in one line. */
+	int say = c->connected && !c->greeting && !rm_client_closed();
 	if (say && err == -ESHUTDOWN)
 		rm_log(RM_LOG_ERROR, "the GPU server is shutting down: connection to the GPU server lost (%s)", what);
 	else if (say && err == -ETIMEDOUT)

@@ -83,7 +83,8 @@ struct rm_transport {
 	void (*listener_close)(struct rm_listener *l);
 	/* The listening end's keys, for a transport that authenticates it (tls): certificate
 	 * chain and key (PEM), and the CA that must have signed every client's certificate
-	 * (NULL: none asked for). Called once, before listen. 0, or -1 with why filled.
+	 * (NULL: none asked for). Called once, before listen. 0, or -1 with why filled; on 0,
+	 * why holds a warning for the log (an expiring certificate) or "".
 	 * Optional (NULL: nothing to configure). */
 	int (*configure_listener)(const char *cert, const char *key, const char *client_ca, char *why, size_t whylen);
 	/* What follows the bound address in the daemon's "listening on" log line, "" for

@@ -144,6 +144,8 @@ int rm_server_run(const struct rm_daemon_config *cfg, const char *self_exe, char
 			rm_log(RM_LOG_ERROR, "TLS: %s", why);
 			return -EINVAL;
 		}
+		if (why[0])
+			rm_log(RM_LOG_WARN, "TLS: %s", why);
 	}
 	struct rm_listener *l;
 	err = tp->listen(addr, &l);

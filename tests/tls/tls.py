@@ -10,6 +10,12 @@ Certificates are made for the run in a temporary directory (tests/lib/make_certs
                 clear line, never a hang
   certificates  a client certificate's CN names its tenant; status with it shows that
                 tenant's clients only; the admin's certificate shows all
+  errors        a table of failures (plaintext and TLS at each other's port, an untrusted
+                certificate, a name the certificate does not cover, an expired one, an old
+                TLS version, a client certificate the daemon rejects, a name that does not
+                resolve, a port nobody listens on): each gives exactly one error line, in
+                words of its own; the daemon warns at start of a certificate that has expired
+                or expires within 30 days
   credentials   a hashed token accepted and a wrong one refused (and slowed down); status
                 refused without a credential, a tenant's token sees its own clients only,
                 the admin token all; anonymous clients refused by default
@@ -42,10 +48,10 @@ def Daemon(tmp, name, config, args=()):
     return remorad_fixture.Daemon(remorad, driver, tmp, name, config, args=args)
 
 
-def tls_daemon(tmp, certs, name, config, client_ca=False):
-    args = ["--listen", "tls://127.0.0.1:0", "--tls-cert", f"{certs}/server.pem", "--tls-key", f"{certs}/server.key"]
+def tls_daemon(tmp, certs, name, config, client_ca=False, cert="server.pem"):
+    args = ["--listen", "tls://127.0.0.1:0", "--tls-cert", f"{certs}/{cert}", "--tls-key", f"{certs}/server.key"]
     if client_ca:
-        args += ["--tls-client-ca", f"{certs}/ca.pem"]
+        args += ["--tls-client-ca", f"{certs}/{client_ca if isinstance(client_ca, str) else 'ca.pem'}"]
     return Daemon(tmp, name, config, args=args)
 
 
@@ -197,6 +203,75 @@ def scenario_certificates(tmp):
             p.wait(timeout=30)
     finally:
         d.stop()
+
+
+def error_lines(err):
+    return [ln for ln in err.splitlines() if "] error: " in ln]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scenario_errors(tmp):
+    certs = make_certs(tmp, "nobody")
+    ca = f"{certs}/ca.pem"
+    d = tls_daemon(tmp, certs, "good", "allow_anonymous = yes\n")
+    p = Daemon(tmp, "plain", "allow_anonymous = yes\n")
+    elsewhere = tls_daemon(tmp, certs, "elsewhere", "allow_anonymous = yes\n", cert="server-elsewhere.pem")
+    expired = tls_daemon(tmp, certs, "expired", "allow_anonymous = yes\n", cert="server-expired.pem")
+    soon = tls_daemon(tmp, certs, "soon", "allow_anonymous = yes\n", cert="server-soon.pem")
+    strict = tls_daemon(tmp, certs, "strict", "allow_anonymous = yes\n", client_ca="other-ca.pem")
+    old = subprocess.Popen(["openssl", "s_server", "-accept", f"127.0.0.1:{free_port()}", "-tls1_2", "-cert",
+                            f"{certs}/server.pem", "-key", f"{certs}/server.key", "-quiet"],
+                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    old_port = old.args[3].rsplit(":", 1)[1]
+    client_cert = dict(REMORA_TLS_CERT=f"{certs}/client-nobody.pem", REMORA_TLS_KEY=f"{certs}/client-nobody.key")
+    reach = "start remorad there"
+    # (what, server, environment, words the one error line has, whether it may say "start remorad")
+    table = [
+        ("plaintext client at a TLS port", d.server, {}, "the server speaks TLS", False),
+        ("TLS client at a plaintext port", "tls://" + p.server, dict(REMORA_TLS_CA=ca), "is it a plaintext port",
+         False),
+        ("a CA that did not sign the certificate", "tls://" + d.server, dict(REMORA_TLS_CA=f"{certs}/other-ca.pem"),
+         "certificate is not trusted", False),
+        ("a name the certificate does not cover", f"tls://localhost:{elsewhere.port}", dict(REMORA_TLS_CA=ca),
+         "does not cover the name localhost", False),
+        ("an address the certificate does not cover", "tls://" + elsewhere.server, dict(REMORA_TLS_CA=ca),
+         "does not cover the name 127.0.0.1", False),
+        ("an expired certificate", "tls://" + expired.server, dict(REMORA_TLS_CA=ca),
+         "certificate has expired (on Jan  2 00:00:00 2020 GMT)", False),
+        ("a server without TLS 1.3", f"tls://127.0.0.1:{old_port}", dict(REMORA_TLS_CA=ca),
+         "does not speak TLS 1.3", False),
+        ("a client certificate the daemon rejects", "tls://" + strict.server, dict(REMORA_TLS_CA=ca, **client_cert),
+         "refused this client's certificate (unknown CA)", False),
+        ("a name that does not resolve", "no-such-host.invalid:7000", {}, "no-such-host.invalid does not resolve",
+         False),
+        ("a name that does not resolve, over TLS", "tls://no-such-host.invalid:7000", dict(REMORA_TLS_CA=ca),
+         "no-such-host.invalid does not resolve", False),
+        ("a port nobody listens on", f"127.0.0.1:{free_port()}", {}, reach, True),
+    ]
+    try:
+        for what, server, env, words, may_say_reach in table:
+            rc, _, err, dt = run(server, "info", **env)
+            lines = error_lines(err)
+            check(rc != 0 and dt < 15, f"{what}: refused at once (exit {rc}, {dt:.1f} s)")
+            check(len(lines) == 1 and words in lines[0] and (may_say_reach or reach not in lines[0]),
+                  f"{what}: one error line saying {words!r} ({lines!r})")
+        check(len(error_lines(run("tls://" + d.server, "info", REMORA_TLS_CA=ca)[2])) == 0,
+              "and a client the daemon serves says no error")
+        check(remorad_fixture.wait_for(lambda: "expired on Jan  2 00:00:00 2020 GMT" in expired.text(), timeout=5),
+              f"the daemon warns at start of its expired certificate ({expired.text()[-300:]!r})")
+        check("expires on" in soon.text() and ("in 4 day" in soon.text() or "in 5 day" in soon.text()),
+              "and of one that expires within 30 days")
+        check("expire" not in d.text(), "but not of one valid for 400 days")
+    finally:
+        old.kill()
+        old.wait()
+        for daemon in (d, p, elsewhere, expired, soon, strict):
+            daemon.stop()
 
 
 def scenario_credentials(tmp):

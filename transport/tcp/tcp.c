@@ -49,8 +49,13 @@ static int resolve(const char *addr, int passive, struct addrinfo **res)
 		return err;
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
 				 .ai_flags = passive ? AI_PASSIVE : 0};
-	if (getaddrinfo(host[0] ? host : NULL, port, &hints, res))
+	int rc = getaddrinfo(host[0] ? host : NULL, port, &hints, res);
+	if (rc) {
+		/* A name that does not resolve is not an unreachable host: said as getaddrinfo says it. */
+		rm_transport_set_why(-EHOSTUNREACH, "the host name %s does not resolve: %s", host[0] ? host : "(none)",
+				     rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
 		return -EHOSTUNREACH;
+	}
 	return 0;
 }
 

@@ -54,8 +54,49 @@ static int handshake_done(struct tls_conn *c)
 	return err;
 }
 
-/* Why OpenSSL's handshake failed, in one line. */
-static int handshake_failed(struct tls_conn *c, int r)
+/* When the certificate the server sent expires, as OpenSSL prints it: 1, or 0 if unknown. */
+static int server_cert_expiry(SSL *ssl, char *buf, size_t cap)
+{
+	STACK_OF(X509) *chain = SSL_get_peer_cert_chain(ssl); /* the server's own first, verified or not */
+	X509 *leaf = chain && sk_X509_num(chain) > 0 ? sk_X509_value(chain, 0) : NULL;
+	BIO *b = leaf ? BIO_new(BIO_s_mem()) : NULL;
+	int n = b && ASN1_TIME_print(b, X509_get0_notAfter(leaf)) ? BIO_read(b, buf, (int)cap - 1) : 0;
+	BIO_free(b);
+	buf[n > 0 ? n : 0] = 0;
+	return n > 0;
+}
+
+/* Why the client refused the server's certificate (v), in words of its own for each
+ * cause: the remedy differs (the CA, the certificate's names, a renewal). */
+static void server_cert_refused(struct tls_conn *c, long v, const char *host, int err)
+{
+	char when[64];
+	if (v == X509_V_ERR_HOSTNAME_MISMATCH || v == X509_V_ERR_IP_ADDRESS_MISMATCH)
+		rm_transport_set_why(err, "TLS: the server's certificate does not cover the name %s that this client "
+				     "asked for (dial a name it lists, or give the daemon a certificate whose "
+				     "subjectAltName includes %s)", host, host);
+	else if (v == X509_V_ERR_CERT_HAS_EXPIRED && server_cert_expiry(c->ssl, when, sizeof(when)))
+		rm_transport_set_why(err, "TLS: the server's certificate has expired (on %s): the daemon needs a "
+				     "renewed one", when);
+	else if (v == X509_V_ERR_CERT_HAS_EXPIRED)
+		rm_transport_set_why(err, "TLS: the server's certificate has expired: the daemon needs a renewed one");
+	else if (v == X509_V_ERR_CERT_NOT_YET_VALID)
+		rm_transport_set_why(err, "TLS: the server's certificate is not valid yet (is this host's clock right?)");
+	else
+		rm_transport_set_why(err, "TLS: the server's certificate is not trusted: %s (REMORA_TLS_CA names "
+				     "the CA that signed it)", X509_verify_cert_error_string(v));
+}
+
+/* Whether OpenSSL's reason is a protocol version that the two ends do not share. */
+static int version_mismatch(unsigned long ossl)
+{
+	int why = ossl ? ERR_GET_REASON(ossl) : 0;
+	return why == SSL_R_UNSUPPORTED_PROTOCOL || why == SSL_R_TLSV1_ALERT_PROTOCOL_VERSION ||
+	       why == SSL_R_NO_PROTOCOLS_AVAILABLE || why == SSL_R_VERSION_TOO_LOW;
+}
+
+/* Why OpenSSL's handshake failed, in one line; host is the name a client dialled. */
+static int handshake_failed(struct tls_conn *c, int r, const char *host)
 {
 	int e = SSL_get_error(c->ssl, r);
 	long v = SSL_get_verify_result(c->ssl);
@@ -66,8 +107,10 @@ static int handshake_failed(struct tls_conn *c, int r)
 	ERR_clear_error();
 	int err = -ECONNREFUSED;
 	if (!c->server && v != X509_V_OK)
-		rm_transport_set_why(err, "TLS: the server's certificate is not trusted: %s (REMORA_TLS_CA names "
-				     "the CA that signed it)", X509_verify_cert_error_string(v));
+		server_cert_refused(c, v, host, err);
+	else if (version_mismatch(ossl))
+		rm_transport_set_why(err = -EPROTO, "TLS: the %s does not speak TLS 1.3, the only version Remora "
+				     "uses (%s)", c->server ? "client" : "server", detail);
 	else if (c->server && v != X509_V_OK)
 		rm_transport_set_why(err, "TLS: the client's certificate is not trusted: %s",
 				     X509_verify_cert_error_string(v));
@@ -119,7 +162,7 @@ int tls_server_handshake(struct tls_conn *c)
 	int err = plaintext_peer(c);
 	if (!err) {
 		int r = SSL_accept(c->ssl);
-		err = r == 1 ? handshake_done(c) : handshake_failed(c, r);
+		err = r == 1 ? handshake_done(c) : handshake_failed(c, r, NULL);
 	}
 	if (err)
 		c->err = err; /* every later call fails alike; rm_transport_why(err) says why, in this thread */
@@ -214,7 +257,7 @@ static int tls_dial(const char *addr, int timeout_ms, struct rm_conn **out)
 			rm_transport_set_why(err = -ETIMEDOUT, "TLS: the server did not finish the handshake within %d ms",
 					     timeout_ms);
 		else
-			err = handshake_failed(c, r);
+			err = handshake_failed(c, r, host);
 		rm_conn_set_liveness(raw, 0, 0);
 	}
 	if (err) {

@@ -15,7 +15,8 @@
 #include <stddef.h>
 
 /* The daemon's side: its certificate chain and key (PEM); client_ca, when not NULL,
- * makes a client certificate signed by it required. 0, or -1 with why filled. */
+ * makes a client certificate signed by it required. 0, or -1 with why filled; on 0, why
+ * holds a warning to log (a certificate expired or expiring within 30 days) or "". */
 int rm_tls_server_configure(const char *cert, const char *key, const char *client_ca, char *why, size_t whylen);
 
 /* The client's side: the CA that signed the daemon's certificate (NULL: the system's

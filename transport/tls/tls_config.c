@@ -65,6 +65,29 @@ static int load_pair(SSL_CTX *ctx, const char *cert, const char *key, char *why,
 	return 0;
 }
 
+/* A warning in why when the daemon's certificate has expired or expires within 30 days
+ * (every client would refuse it, or soon will), else "". */
+static void note_expiry(SSL_CTX *ctx, const char *cert, char *why, size_t whylen)
+{
+	X509 *leaf = SSL_CTX_get0_certificate(ctx);
+	const ASN1_TIME *end = leaf ? X509_get0_notAfter(leaf) : NULL;
+	int days = 0, secs = 0;
+	char when[64] = "";
+	why[0] = 0;
+	if (!end || !ASN1_TIME_diff(&days, &secs, NULL, end) || days >= 30)
+		return;
+	BIO *b = BIO_new(BIO_s_mem());
+	int n = b && ASN1_TIME_print(b, end) ? BIO_read(b, when, (int)sizeof(when) - 1) : 0;
+	BIO_free(b);
+	when[n > 0 ? n : 0] = 0;
+	if (days < 0 || secs < 0)
+		snprintf(why, whylen, "the certificate %s expired on %s: every client will refuse it until it is "
+			 "renewed", cert, when);
+	else
+		snprintf(why, whylen, "the certificate %s expires on %s (in %d day(s)): renew it before then", cert,
+			 when, days);
+}
+
 int rm_tls_server_configure(const char *cert, const char *key, const char *client_ca, char *why, size_t whylen)
 {
 	SSL_CTX *ctx = new_ctx(1);
@@ -88,6 +111,7 @@ int rm_tls_server_configure(const char *cert, const char *key, const char *clien
 		SSL_CTX_free(tls_server_ctx);
 	tls_server_ctx = ctx;
 	tls_clients_verified = client_ca && *client_ca;
+	note_expiry(ctx, cert, why, whylen);
 	return 0;
 fail:
 	SSL_CTX_free(ctx);

@@ -214,10 +214,20 @@ static ssize_t open_record(struct tls_conn *c, size_t clen, uint8_t *out)
 	uint8_t type = out[--plen];
 	c->rstart += REC_HDR + clen;
 	if (type == REC_TYPE_ALERT) {
-		int close_notify = plen == 2 && out[1] == 0;
-		if (!close_notify)
-			rm_transport_set_why(-ECONNRESET, "TLS: the peer sent alert %d", plen == 2 ? out[1] : -1);
-		return -ECONNRESET;
+		if (plen == 2 && out[1] == 0) /* close_notify */
+			return -ECONNRESET;
+		/* Any other alert is a refusal with a reason, not a connection shed: a TLS 1.3
+		 * server judges the client's certificate after the client's handshake is over. */
+		int desc = plen == 2 ? out[1] : -1;
+		const char *name = desc >= 0 ? SSL_alert_desc_string_long(desc) : "malformed";
+		if ((desc >= 42 && desc <= 46) || desc == 48 || desc == 116)
+			rm_transport_set_why(-EPROTO, "TLS: the %s refused this %s's certificate (%s)%s",
+					     c->server ? "client" : "server", c->server ? "server" : "client", name,
+					     c->server ? "" : ": REMORA_TLS_CERT must be signed by a CA the daemon's "
+					     "tls_client_ca names");
+		else
+			rm_transport_set_why(-EPROTO, "TLS: the peer ended the connection with alert %s", name);
+		return -EPROTO;
 	}
 	if (type != REC_TYPE_DATA) {
 		rm_transport_set_why(-EPROTO, "TLS: the peer sent a record of type %u after the handshake", type);
