@@ -84,6 +84,7 @@ FRAMEWORKS=(
 	"fw_cudagraph|python3 tests/frameworks/models.py cudagraph 50"
 	"fw_linalg_magma|python3 tests/frameworks/models.py linalg magma"
 	"fw_linalg_cusolver|python3 tests/frameworks/models.py linalg cusolver"
+	"fw_rnn|python3 tests/frameworks/models.py rnn"
 )
 
 BUILD=${REMORA_SUITE_BUILD:-build-gpu}

@@ -28,6 +28,7 @@ void rm_config_defaults(struct rm_daemon_config *c)
 	c->kernel_timing = 1;
 	snprintf(c->driver, sizeof(c->driver), "libcuda.so.1");
 	c->isolation = RM_ISOLATE_PROCESS;
+	snprintf(c->mps_control, sizeof(c->mps_control), "nvidia-cuda-mps-control");
 	c->allow_anonymous = 0;
 	snprintf(c->module_loading, sizeof(c->module_loading), "eager");
 	c->hardware_queues = 32;
@@ -129,8 +130,14 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 			c->isolation = RM_ISOLATE_PROCESS;
 		else if (!strcmp(v, "shared"))
 			c->isolation = RM_ISOLATE_SHARED;
+		else if (!strcmp(v, "mps"))
+			c->isolation = RM_ISOLATE_MPS;
 		else
 			bad = 1;
+	} else if (!strcmp(key, "mps_control")) {
+		bad = copy_str(c->mps_control, sizeof(c->mps_control), v) || !*v;
+	} else if (!strcmp(key, "mps_directory")) {
+		bad = copy_str(c->mps_directory, sizeof(c->mps_directory), v) || (*v && *v != '/');
 	} else if (!strcmp(key, "module_loading")) {
 		bad = strcmp(v, "eager") && strcmp(v, "lazy");
 		if (!bad)
@@ -225,7 +232,12 @@ static int set_tenant(struct rm_tenant_config *t, const char *key, const char *v
 		bad = rm_parse_size(v, &t->client_memory_limit);
 	else if (!strcmp(key, "kernel_time_limit"))
 		bad = parse_int(v, 1, 86400, &t->kernel_time_limit_s);
-	else {
+	else if (!strcmp(key, "compute_share"))
+		bad = parse_int(v, 1, 100, &t->compute_share);
+	else if (!strcmp(key, "priority")) {
+		bad = strcmp(v, "normal") && strcmp(v, "low");
+		t->priority = !strcmp(v, "low");
+	} else {
 		snprintf(why, whylen, "unknown tenant setting '%s'", key);
 		return -1;
 	}
@@ -487,6 +499,12 @@ int rm_config_check(const struct rm_daemon_config *c, char *why, int whylen)
 		if (rm_credential_stored_id(c->tenants[i].token, id) && !strcmp(id, admin_id)) {
 			snprintf(why, whylen, "tenant %s's token has the token id '%s' of admin_token: each token needs an "
 				 "id of its own (docs/security.md)", c->tenants[i].name, id);
+			return -1;
+		}
+	for (int i = 0; c->isolation != RM_ISOLATE_MPS && i < c->ntenants; i++)
+		if (c->tenants[i].compute_share || c->tenants[i].priority) {
+			snprintf(why, whylen, "tenant %s sets %s, which only tenant_isolation = mps enforces",
+				 c->tenants[i].name, c->tenants[i].compute_share ? "compute_share" : "priority");
 			return -1;
 		}
 	if (c->admin_cn[0] && !c->tls_client_ca[0]) {

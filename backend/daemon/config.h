@@ -13,6 +13,7 @@
 enum rm_tenant_isolation {
 	RM_ISOLATE_PROCESS, /* a worker process, with its own contexts, per tenant */
 	RM_ISOLATE_SHARED,  /* every tenant in one worker: one context per GPU for all */
+	RM_ISOLATE_MPS,     /* a worker per tenant, each a client of NVIDIA MPS (mps.h) */
 };
 
 struct rm_tenant_config {
@@ -22,6 +23,8 @@ struct rm_tenant_config {
 	uint64_t client_memory_limit; /* per client of this tenant; 0: the default */
 	int kernel_time_limit_s; /* a kernel running longer recycles the worker (kernel_watch.h);
 				  * 0: the default */
+	int compute_share;     /* percent of each GPU's SMs its worker may use (tenant_isolation = mps); 0: all */
+	int priority;          /* MPS client priority of its worker: 0 normal, 1 below normal */
 	int retired;           /* gone from the file at a reload: admits no one, its clients go on */
 };
 
@@ -36,6 +39,8 @@ struct rm_daemon_config {
 	uint64_t tenant_memory_limit; /* device bytes per tenant unless its section says; 0: no limit */
 	int kernel_time_limit_s;      /* seconds a kernel may run unless its tenant says; 0: no limit */
 	enum rm_tenant_isolation isolation;
+	char mps_control[512];        /* tenant_isolation = mps: the MPS control program */
+	char mps_directory[512];      /* ... its pipe and log directories' parent; "": a fresh one in /tmp */
 	char module_loading[16];      /* CUDA_MODULE_LOADING for workers: "eager" (default) or "lazy" */
 	int hardware_queues;          /* CUDA_DEVICE_MAX_CONNECTIONS for workers, 1..32 (default 32) */
 	int queue_sharing_wait;       /* queue_sharing = wait (1, default) | direct (0): stream_pool.h */

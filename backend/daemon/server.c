@@ -22,6 +22,7 @@
 #include "handshakes.h"
 #include "log.h"
 #include "metrics.h"
+#include "mps.h"
 #include "pool_member.h"
 #include "privileges.h"
 #include "reload.h"
@@ -55,6 +56,7 @@ static void *stopper(void *arg)
 	}
 	rm_pool_member_stop();
 	rm_workers_stop();
+	rm_mps_stop(5);
 	return NULL;
 }
 

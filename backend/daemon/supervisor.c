@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "mps.h"
 #include "registry.h"
 #include "signals.h"
 
@@ -115,24 +116,70 @@ out:
 	return err ? err : fd;
 }
 
-/* Starts a worker: this program again, with --worker-channel naming its end of a new
- * channel and --config-fd its configuration. */
-static int start_worker(struct worker *w, const char *tenant_name)
+extern char **environ;
+
+#define MPS_ENV_MAX 8
+
+/* The environment of a worker of tenant t: remorad's own, and under tenant_isolation = mps
+ * the MPS client's settings (mps.h), whose control daemon is started first if need be.
+ * Built before fork: the child only execs. 0 or -errno. */
+static int worker_environment(const struct rm_tenant_config *t, char ***envp, char *buf, size_t buflen)
 {
+	*envp = environ;
+	if (rm_server_config()->isolation != RM_ISOLATE_MPS)
+		return 0;
+	int err = rm_mps_ensure();
+	if (err)
+		return err;
+	char *extra[MPS_ENV_MAX];
+	int n = rm_mps_worker_env(t, rm_registry()->ngpus, extra, MPS_ENV_MAX, buf, buflen);
+	if (n < 0)
+		return -E2BIG;
+	size_t own = 0;
+	while (environ[own])
+		own++;
+	char **env = calloc(own + (size_t)n + 1, sizeof(*env));
+	if (!env)
+		return -ENOMEM;
+	size_t k = 0;
+	for (size_t i = 0; i < own; i++)
+		if (strncmp(environ[i], "CUDA_MPS_", 9)) /* remorad's own MPS settings are not the tenant's */
+			env[k++] = environ[i];
+	memcpy(env + k, extra, (size_t)n * sizeof(*env));
+	*envp = env;
+	return 0;
+}
+
+/* Starts a worker of tenant t: this program again, with --worker-channel naming its end of
+ * a new channel and --config-fd its configuration. */
+static int start_worker(struct worker *w, const char *tenant_name, const struct rm_tenant_config *t)
+{
+	char env_buf[2048];
+	char **envp;
+	int err = worker_environment(t, &envp, env_buf, sizeof(env_buf));
+	if (err)
+		return err;
 	int sv[2], cfd = config_for_worker();
-	if (cfd < 0)
+	if (cfd < 0) {
+		if (envp != environ)
+			free(envp);
 		return cfd;
+	}
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv)) {
-		int err = -errno;
+		err = -errno;
 		close(cfd);
+		if (envp != environ)
+			free(envp);
 		return err;
 	}
 	pid_t pid = fork();
 	if (pid < 0) {
-		int err = -errno;
+		err = -errno;
 		close(sv[0]);
 		close(sv[1]);
 		close(cfd);
+		if (envp != environ)
+			free(envp);
 		return err;
 	}
 	if (pid == 0) {
@@ -156,15 +203,21 @@ static int start_worker(struct worker *w, const char *tenant_name)
 		memcpy(argv, worker_argv, n * sizeof(*argv));
 		argv[n] = arg;
 		argv[n + 1] = config_arg;
-		execv(worker_exe, argv);
+		execve(worker_exe, argv, envp);
 		_exit(127);
 	}
+	if (envp != environ)
+		free(envp);
 	close(sv[1]);
 	close(cfd);
 	w->pid = pid;
 	w->channel = sv[0];
+	const struct rm_daemon_config *cfg = rm_server_config();
 	rm_log(RM_LOG_INFO, "started worker %d for %s", (int)pid,
-	       rm_server_config()->isolation == RM_ISOLATE_SHARED ? "all tenants" : tenant_name);
+	       cfg->isolation == RM_ISOLATE_SHARED ? "all tenants" : tenant_name);
+	if (cfg->isolation == RM_ISOLATE_MPS)
+		rm_log(RM_LOG_INFO, "worker %d is a client of MPS: compute share %d%%, priority %s", (int)pid,
+		       t && t->compute_share ? t->compute_share : 100, t && t->priority ? "low" : "normal");
 	return 0;
 }
 
@@ -210,6 +263,11 @@ static void *reap_workers(void *arg)
 			continue;
 		}
 		pid_t pid = si.si_pid;
+		if (rm_mps_reaped(pid)) { /* the MPS control daemon, or the client asking it to quit */
+			while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+				;
+			continue;
+		}
 		pthread_mutex_lock(&workers_lock);
 		for (size_t i = 0; i < sizeof(workers) / sizeof(workers[0]); i++)
 			if (workers[i].pid == pid) {
@@ -300,8 +358,10 @@ int rm_workers_admit(struct rm_conn *conn, struct rm_handoff *h, const char *ten
 	pthread_mutex_lock(&workers_lock);
 	struct worker *w = worker_of(h->tenant);
 	int err = workers_stopping ? -ESHUTDOWN : retire_if_faulted(w, tenant_name);
+	const struct rm_daemon_config *cfg = rm_server_config();
 	if (!err && !w->pid)
-		err = start_worker(w, tenant_name);
+		err = start_worker(w, tenant_name, h->tenant >= 0 && h->tenant < cfg->ntenants ? &cfg->tenants[h->tenant]
+											: &cfg->anonymous);
 	if (!err) {
 		rm_registry_lock();
 		rm_registry()->clients[h->slot].worker = w->pid;

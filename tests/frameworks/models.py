@@ -6,7 +6,7 @@ bit for bit. Each part prints its results and a time_ line.
 
 usage: models.py PART [ARGS]
   parts: fft conv resnet50 BATCH  resnet18_amp  gpt  compiled  threads  cudagraph [REPLAYS]
-         linalg [magma|cusolver|default]
+         linalg [magma|cusolver|default]  rnn
          mps_worker BATCH ITERS   (ResNet-50 fp16 inference for the sharing experiment)
 """
 import hashlib
@@ -288,6 +288,31 @@ def linalg(library="default"):
     torch.cuda.synchronize()
 
 
+def rnn():
+    """LSTM and GRU training through cuDNN's RNN path: a few steps each, losses and weights."""
+    for kind in (nn.LSTM, nn.GRU):
+        torch.manual_seed(5)
+        m = kind(input_size=32, hidden_size=64, num_layers=2, batch_first=True).to(dev)
+        head = nn.Linear(64, 8).to(dev)
+        opt = torch.optim.SGD(list(m.parameters()) + list(head.parameters()), lr=0.05)
+        g = torch.Generator(device=dev).manual_seed(6)
+        x = torch.randn(16, 20, 32, device=dev, generator=g)
+        t = torch.randn(16, 8, device=dev, generator=g)
+        losses = []
+        for _ in range(5):
+            out, _ = m(x)
+            loss = nn.functional.mse_loss(head(out[:, -1]), t)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item().hex())
+        name = kind.__name__.lower()
+        print(name, "losses", " ".join(losses))
+        print(name, "weights", digest(torch.cat([p.flatten() for p in m.parameters()])))
+        _, ms = timed(lambda: m(x), 20)
+        print(f"time_ms_{name}_forward {ms:.3f}")
+
+
 def mps_worker(batch, iters):
     """ResNet-50 fp16 inference for the sharing experiment: prints images per second."""
     import torchvision
@@ -310,7 +335,7 @@ def mps_worker(batch, iters):
     print(f"images_per_s {batch * iters / (time.perf_counter() - t0):.1f}")
 
 
-PARTS = {"fft": fft, "conv": conv, "linalg": linalg, "resnet50": resnet50, "resnet18_amp": resnet18_amp, "gpt": gpt,
+PARTS = {"fft": fft, "conv": conv, "linalg": linalg, "rnn": rnn, "resnet50": resnet50, "resnet18_amp": resnet18_amp, "gpt": gpt,
          "compiled": compiled, "threads": threads, "cudagraph": cudagraph, "mps_worker": mps_worker}
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in PARTS:
