@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "driver_table.h"
 #include "log.h"
@@ -64,6 +65,30 @@ static void run(const struct release *r)
 		r->then(r->arg);
 }
 
+/* The releases whose driver call, while it waits for the context, also holds up the other
+ * threads' driver calls (measured on an H100: a cuMemAlloc of the caller's waited for
+ * another client's kernel behind a deferred cuArrayDestroy or cuMemFree of managed memory).
+ * The thread waits for the context to be idle before making them, outside the driver,
+ * at most IDLE_WAIT_MS, after which it makes the call anyway. */
+#define IDLE_WAIT_MS 30000
+
+static int holds_driver(enum rm_deferred_op op)
+{
+	return op == RM_DEFER_ARRAY_DESTROY || op == RM_DEFER_MIPMAP_DESTROY || op == RM_DEFER_MEM_FREE;
+}
+
+static void wait_until_idle(CUcontext ctx)
+{
+	int waited = 0;
+	while (ctx && !rm_stream_pool_idle(ctx) && waited < IDLE_WAIT_MS) {
+		usleep(1000);
+		waited++;
+	}
+	if (waited >= IDLE_WAIT_MS)
+		rm_log(RM_LOG_INFO, "a deferred release waited %d s for the context to be idle; made now, it holds up "
+		       "other clients' driver calls until their work is done", IDLE_WAIT_MS / 1000);
+}
+
 static void *releaser(void *unused)
 {
 	(void)unused;
@@ -75,6 +100,8 @@ static void *releaser(void *unused)
 		if (!(head = r->next))
 			tail = &head;
 		pthread_mutex_unlock(&lock);
+		if (holds_driver(r->op))
+			wait_until_idle(r->ctx);
 		run(r);
 		free(r);
 		pthread_mutex_lock(&lock);

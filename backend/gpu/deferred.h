@@ -10,7 +10,9 @@
  * driver then waits there, holding up no client. While nothing is queued there and no
  * stream of the context has work (rm_stream_pool_idle), the call is made at once, as it
  * waits for nothing: the object is gone when the client's call returns, as natively
- * (a kernel launched between the check and the call is waited for). Only the client's own objects,
+ * (a kernel launched between the check and the call is waited for). An array destroy and a free
+ * of managed memory also hold up every other thread's driver calls while they wait, so the
+ * thread makes them only once the context is idle (or after 30 s). Only the client's own objects,
  * already forgotten by its session, come here: no other client's work uses them.
  */
 #ifndef REMORA_DEFERRED_H

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "deferred.h"
 #include "driver_table.h"
@@ -39,6 +40,30 @@ void rm_gpu_set_sync(const char *mode)
 					      : CU_CTX_SCHED_AUTO;
 }
 
+/* Whether a context that could not be made may be made on a later try: MPS's server
+ * connection errors, seen when many MPS clients (workers) start at once. */
+static int transient(CUresult r)
+{
+	return r == CUDA_ERROR_MPS_CONNECTION_FAILED || r == CUDA_ERROR_MPS_RPC_FAILURE ||
+	       r == CUDA_ERROR_MPS_SERVER_NOT_READY || r == CUDA_ERROR_NOT_INITIALIZED || r == CUDA_ERROR_UNKNOWN;
+}
+
+/* The GPU's shared context, tried again for a few seconds after a transient error; a
+ * failure is logged with its error. */
+static CUresult retain_primary(CUdevice dev, CUcontext *ctx)
+{
+	CUresult r = rm_drv_cuDevicePrimaryCtxRetain(ctx, dev);
+	for (int delay_ms = 50; transient(r) && delay_ms <= 1600; delay_ms *= 2) {
+		rm_log(RM_LOG_INFO, "GPU %d: the shared context could not be made (error %d); again in %d ms", dev,
+		       (int)r, delay_ms);
+		usleep((useconds_t)delay_ms * 1000);
+		r = rm_drv_cuDevicePrimaryCtxRetain(ctx, dev);
+	}
+	if (r != CUDA_SUCCESS)
+		rm_log(RM_LOG_ERROR, "GPU %d: the shared context cannot be made: error %d", dev, (int)r);
+	return r;
+}
+
 CUresult rm_gpu_acquire(CUdevice dev, CUcontext *out)
 {
 	if (dev < 0 || dev >= MAX_GPUS)
@@ -53,7 +78,7 @@ CUresult rm_gpu_acquire(CUdevice dev, CUcontext *out)
 		    rm_drv_cuDevicePrimaryCtxSetFlags_v2(dev, sync_flags) != CUDA_SUCCESS)
 			rm_log(RM_LOG_WARN, "GPU %d: the shared context keeps its scheduling flags (gpu_sync not applied)",
 			       dev);
-		r = rm_drv_cuDevicePrimaryCtxRetain(&g->ctx, dev);
+		r = retain_primary(dev, &g->ctx);
 		rm_fault_note(NULL, r);
 		CUcontext prev = NULL;
 		g->limits_read = 0;

@@ -1,4 +1,5 @@
-// rt_spin ITERS: one spinFma launch timed with events. The CPU reference
+// rt_spin ITERS [BLOCKS]: one spinFma launch timed with events; BLOCKS one-thread blocks
+// (default 1) make it a throughput kernel for compute shares (scripts/bench-tenants.sh). The CPU reference
 // stops early once x reaches a fixed point: fmaf rounding is monotone, so
 // the sequence is monotone and, once it stops moving, stays put.
 #include <math.h>
@@ -24,6 +25,7 @@ static float cpu_spin(long long iters)
 int main(int argc, char **argv)
 {
     long long iters = rt_arg_count(argc, argv, 1, 100000000);
+    int blocks = (int)rt_arg_count(argc, argv, 2, 1);
     cudaEvent_t t0, t1;
     float *dout, x, ref = cpu_spin(iters), ms;
     uint32_t bits;
@@ -31,7 +33,7 @@ int main(int argc, char **argv)
     CK(cudaEventCreate(&t0));
     CK(cudaEventCreate(&t1));
     CK(cudaEventRecord(t0, 0));
-    spinFma<<<1, 1>>>(dout, iters);
+    spinFma<<<blocks, 1>>>(dout, iters);
     CK_LAUNCH();
     CK(cudaEventRecord(t1, 0));
     CK(cudaEventSynchronize(t1));
