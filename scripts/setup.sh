@@ -22,9 +22,10 @@ if [ -n "$need" ]; then
 	$SUDO apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need >/dev/null
 fi
-# prometheus: scrapes remorad's metrics in the metrics-prometheus test (tests/metrics);
+# prometheus: scrapes remorad's metrics in the metrics-prometheus test, and its promtool
+# lints them in metrics-promtool and operator-walkthrough (tests/metrics, tests/install);
 # without its recommends (exporters that would start as services).
-if ! dpkg -s prometheus >/dev/null 2>&1; then
+if ! dpkg -s prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
 	echo "setup: installing prometheus"
 	if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
 	$SUDO apt-get update -qq
