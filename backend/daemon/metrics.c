@@ -119,7 +119,7 @@ static void gpus(struct buf *b, const struct rm_snapshot *s, const char *host)
 			default: if (!(h->valid & RM_NVML_HAS_POWER)) continue; v = h->power_mw / 1000.0; break;
 			}
 			char name[300], uuid[120];
-			put(b, "%s{gpu=\"%d\",uuid=\"%s\",device=\"nvidia%d\",model_name=\"%s\",hostname=\"%s\"} %.17g\n",
+			put(b, "%s{gpu=\"%d\",uuid=\"%s\",device=\"nvidia%d\",model_name=\"%s\",hostname=\"%s\"} %.15g\n",
 			    fam[f].name, i, label(uuid, sizeof(uuid), g->uuid), i, label(name, sizeof(name), g->name), host, v);
 		}
 	}
