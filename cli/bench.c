@@ -8,6 +8,7 @@
 #include "selfsigned.h"
 #endif
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <ftw.h>
 #include <libgen.h>
@@ -30,6 +31,11 @@ static const struct {
 	{ "cublas", bench_section_cublas },           { "torch", bench_section_torch },
 };
 #define NSECTIONS (sizeof sections / sizeof sections[0])
+
+/* After a usage error, in one line. */
+static const char usage_line[] =
+	"usage: remora bench [--json] [--quick] [--only SECTIONS] [--driver PATH] [--native-lib DIR] ... "
+	"(remora bench --help: every option)\n";
 
 static const char usage_text[] =
 	"usage: remora bench [--json] [--quick] [--only SECTION[,SECTION...]] [--concurrency N,N,...]\n"
@@ -116,46 +122,55 @@ static bool beside_self(char *path, size_t len, const char *rel)
 	return access(path, F_OK) == 0;
 }
 
+/* The options that take a value, and where each goes (NULL: parsed below). */
+static const char **value_slot(struct bench_config *cfg, const char *opt, const char **clients,
+			       const char **transports, const char **spin)
+{
+	const struct { const char *name; const char **slot; } opts[] = {
+		{ "--only", &cfg->only },         { "--concurrency", clients },    { "--transport", transports },
+		{ "--spin-iters", spin },         { "--remorad", &cfg->remorad },   { "--driver", &cfg->driver },
+		{ "--native-lib", &cfg->native_lib }, { "--client-lib", &cfg->client_lib },
+		{ "--workers", &cfg->workers },   { "--rdma-host", &cfg->rdma_host },
+	};
+	for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
+		if (!strcmp(opt, opts[i].name))
+			return opts[i].slot;
+	return NULL;
+}
+
+/* 0: run; 1: --help; -1: a usage error, said in one line. */
 static int parse_args(struct bench_config *cfg, int argc, char **argv)
 {
-	const char *clients = NULL;
-	char *end;
-	int i;
-	for (i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+	const char *clients = NULL, *transports = NULL, *spin = NULL;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char **slot = value_slot(cfg, a, &clients, &transports, &spin);
 		if (!strcmp(a, "--json"))
 			cfg->json = true;
 		else if (!strcmp(a, "--quick"))
 			cfg->quick = true;
 		else if (!strcmp(a, "--help") || !strcmp(a, "-h"))
 			return 1;
-		else if (!v && a[0] == '-' && a[1] == '-') {
-			fprintf(stderr, "remora bench: option %s needs a value, or is not an option (--help)\n", a);
+		else if (slot && i + 1 >= argc) {
+			fprintf(stderr, "remora bench: option %s needs a value\n", a);
 			return -1;
-		} else if (!v)
-			goto bad;
-		else if (!strcmp(a, "--transport") && !parse_transports(cfg, v))
-			i++;
-		else if (!strcmp(a, "--only"))
-			cfg->only = v, i++;
-		else if (!strcmp(a, "--concurrency"))
-			clients = v, i++;
-		else if (!strcmp(a, "--spin-iters") && (cfg->spin_iters = strtoll(v, &end, 10)) > 0 && !*end)
-			i++;
-		else if (!strcmp(a, "--remorad"))
-			cfg->remorad = v, i++;
-		else if (!strcmp(a, "--driver"))
-			cfg->driver = v, i++;
-		else if (!strcmp(a, "--native-lib"))
-			cfg->native_lib = v, i++;
-		else if (!strcmp(a, "--client-lib"))
-			cfg->client_lib = v, i++;
-		else if (!strcmp(a, "--workers"))
-			cfg->workers = v, i++;
-		else if (!strcmp(a, "--rdma-host"))
-			cfg->rdma_host = v, i++;
-		else
-			goto bad;
+		} else if (slot) {
+			*slot = argv[++i];
+		} else {
+			fprintf(stderr, a[0] == '-' ? "remora bench: unknown option %s\n"
+					: "remora bench: unexpected argument %s (bench takes options only)\n", a);
+			return -1;
+		}
+	}
+	if (transports && parse_transports(cfg, transports)) {
+		fprintf(stderr, "remora bench: --transport wants T[,T...] of tcp, shm, tls, rdma, each once: %s\n",
+			transports);
+		return -1;
+	}
+	char *end;
+	if (spin && ((cfg->spin_iters = strtoll(spin, &end, 10)) <= 0 || *end)) {
+		fprintf(stderr, "remora bench: --spin-iters wants a count above 0: %s\n", spin);
+		return -1;
 	}
 	if (!cfg->ntransports)
 		cfg->transports[cfg->ntransports++] = BENCH_TCP;
@@ -194,9 +209,27 @@ static int parse_args(struct bench_config *cfg, int argc, char **argv)
 		p += len + (p[len] == ',');
 	}
 	return 0;
-bad:
-	fprintf(stderr, "remora bench: bad option, or one without its value: %s\n", argv[i]);
-	return -1;
+}
+
+/* The drivers a run loads, the native side's and remorad's, checked before anything
+ * starts: on a host without one (no GPU, or a bare `remora bench` on a build machine) one
+ * line says so instead of a daemon that cannot start and a table without figures. */
+static int check_drivers(const struct bench_config *cfg)
+{
+	char native[PATH_MAX + 16];
+	snprintf(native, sizeof native, "%s%slibcuda.so.1", cfg->native_lib ? cfg->native_lib : "",
+		 cfg->native_lib ? "/" : "");
+	const char *libs[] = { native, cfg->driver ? cfg->driver : "libcuda.so.1" };
+	for (size_t i = 0; i < 2; i++) {
+		void *h = dlopen(libs[i], RTLD_LAZY | RTLD_LOCAL);
+		if (!h) {
+			fprintf(stderr, "remora bench: no CUDA driver to measure (%s): run it on a GPU host, or name the "
+				"driver (--driver PATH for remorad, --native-lib DIR for the native side)\n", dlerror());
+			return -1;
+		}
+		dlclose(h);
+	}
+	return 0;
 }
 
 /* Fills in the default paths beside this program in the build tree; -1 when one is missing. */
@@ -310,9 +343,13 @@ int cmd_bench(int argc, char **argv)
 	struct bench_config cfg = { 0 };
 	struct bench_run run = { .cfg = &cfg };
 	int rc = parse_args(&cfg, argc, argv), failed = 0;
-	if (rc) {
-		fputs(usage_text, rc > 0 ? stdout : stderr);
-		return rc > 0 ? 0 : 2;
+	if (rc > 0) {
+		fputs(usage_text, stdout);
+		return 0;
+	}
+	if (rc < 0 || check_drivers(&cfg)) {
+		fprintf(stderr, "%s", usage_line);
+		return 2;
 	}
 	if (find_paths(&run, &cfg))
 		return 1;

@@ -10,10 +10,11 @@ need=""
 # with libcurl and reads its answers with json-c (pool/, docs/pool.md).
 # libssl-dev: TLS 1.3 and hashed tokens (meson option tls); openssl: the TLS tests make their certificates.
 # iproute2: the partition tests put client and daemon in network namespaces (tests/robustness).
-# scdoc: the man pages (dist/man).
+# scdoc: the man pages (dist/man). nftables: operator-walkthrough runs docs/operations.md's
+# firewall rules in a network namespace of its own (tests/install).
 # libibverbs-dev, librdmacm-dev: the rdma transport's headers (meson option rdma); the
 # libraries are loaded only when an rdma:// address is used (transport/rdma/).
-for p in meson ninja-build pkg-config gcc python3 protobuf-c-compiler libprotobuf-c-dev binutils etcd-server etcd-client libcurl4-openssl-dev libjson-c-dev libssl-dev openssl iproute2 scdoc libibverbs-dev librdmacm-dev; do
+for p in meson ninja-build pkg-config gcc python3 protobuf-c-compiler libprotobuf-c-dev binutils etcd-server etcd-client libcurl4-openssl-dev libjson-c-dev libssl-dev openssl iproute2 scdoc nftables libibverbs-dev librdmacm-dev; do
 	dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 if [ -n "$need" ]; then
@@ -22,9 +23,10 @@ if [ -n "$need" ]; then
 	$SUDO apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need >/dev/null
 fi
-# prometheus: scrapes remorad's metrics in the metrics-prometheus test (tests/metrics);
+# prometheus: scrapes remorad's metrics in the metrics-prometheus test, and its promtool
+# lints them in metrics-promtool and operator-walkthrough (tests/metrics, tests/install);
 # without its recommends (exporters that would start as services).
-if ! dpkg -s prometheus >/dev/null 2>&1; then
+if ! dpkg -s prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
 	echo "setup: installing prometheus"
 	if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
 	$SUDO apt-get update -qq

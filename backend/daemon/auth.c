@@ -495,6 +495,13 @@ void rm_auth_warn_exposure(const struct rm_daemon_config *cfg, const char *bound
 
 void rm_auth_warn_credentials(const struct rm_daemon_config *cfg)
 {
+	int serving = cfg->allow_anonymous;
+	for (int i = 0; i < cfg->ntenants; i++)
+		serving |= !cfg->tenants[i].retired;
+	if (!serving)
+		rm_log(RM_LOG_WARN, "WARNING: no [tenant] section and allow_anonymous = no: every client will be refused; "
+		       "add a [tenant NAME] with a token from `remora hash-token`, or set allow_anonymous = yes on a "
+		       "trusted network (remorad.conf(5), docs/operations.md)");
 	int n = rm_config_hashes_without_id(cfg);
 	if (n)
 		rm_log(RM_LOG_WARN, "%d stored token hash(es) without a token id: every token presented without a known "

@@ -42,7 +42,8 @@ void rm_auth_failed(struct rm_conn *conn, const char *what);
 
 /* Logs, loudly, a daemon listening beyond loopback without TLS or without credentials. */
 void rm_auth_warn_exposure(const struct rm_daemon_config *cfg, const char *bound);
-/* Logs stored hashes without a token id (each costs a hash per unknown token). */
+/* Logs a configuration that refuses every client (no tenant, anonymous off), and stored
+ * hashes without a token id (each costs a hash per unknown token). */
 void rm_auth_warn_credentials(const struct rm_daemon_config *cfg);
 
 #endif

@@ -1,8 +1,9 @@
-/* The metrics responder and the exposition text (metrics.h). Names follow NVIDIA's DCGM
- * exporter where it has one (DCGM_FI_DEV_FB_USED: remora_dev_fb_used, in MiB as there;
- * labels gpu, UUID, device, modelName, Hostname); Remora's own are per client and per
- * tenant. Everything in a label that a client chose (its program's name, its peer) is
- * escaped, and bytes outside printable ASCII become '?'. */
+/* The metrics responder and the exposition text (metrics.h). Names and labels follow
+ * Prometheus's conventions, so that `promtool check metrics` passes (the metrics-promtool
+ * test): snake_case, base units in the name (bytes, seconds, celsius, watts, ratios),
+ * _total on counters only. Per GPU, per client and per tenant; docs/operations.md maps
+ * NVIDIA's DCGM exporter's names onto these. Everything in a label that a client chose
+ * (its program's name, its peer) is escaped, and bytes outside printable ASCII become '?'. */
 #include "metrics.h"
 
 #include <errno.h>
@@ -84,21 +85,19 @@ static void family(struct buf *b, const char *name, const char *type, const char
 	put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-#define MiB (1024.0 * 1024.0)
-
 static void gpus(struct buf *b, const struct rm_snapshot *s, const char *host)
 {
 	static const struct {
 		const char *name, *type, *help;
 	} fam[] = {
-		{"remora_dev_fb_total", "gauge", "Device memory in all (MiB)."},
-		{"remora_dev_fb_free", "gauge", "Device memory free, as a worker last saw it (MiB)."},
-		{"remora_dev_fb_used", "gauge", "Device memory used, as a worker last saw it (MiB)."},
+		{"remora_dev_fb_bytes", "gauge", "Device memory in all."},
+		{"remora_dev_fb_free_bytes", "gauge", "Device memory free, as a worker last saw it."},
+		{"remora_dev_fb_used_bytes", "gauge", "Device memory used, as a worker last saw it."},
 		{"remora_dev_clients", "gauge", "Clients that may use the GPU."},
-		{"remora_dev_gpu_util", "gauge", "GPU utilization (%), from the host's NVML."},
-		{"remora_dev_mem_copy_util", "gauge", "Memory utilization (%), from the host's NVML."},
-		{"remora_dev_gpu_temp", "gauge", "GPU temperature (C), from the host's NVML."},
-		{"remora_dev_power_usage", "gauge", "Power draw (W), from the host's NVML."},
+		{"remora_dev_gpu_utilization_ratio", "gauge", "Time a kernel ran (0 to 1), from the host's NVML."},
+		{"remora_dev_memory_utilization_ratio", "gauge", "Time device memory was read or written (0 to 1), from the host's NVML."},
+		{"remora_dev_gpu_temperature_celsius", "gauge", "GPU temperature, from the host's NVML."},
+		{"remora_dev_power_watts", "gauge", "Power draw, from the host's NVML."},
 	};
 	struct rm_host_gpu_state st[RM_MAX_GPUS];
 	for (int i = 0; i < s->ngpus; i++)
@@ -110,17 +109,17 @@ static void gpus(struct buf *b, const struct rm_snapshot *s, const char *host)
 			const struct rm_host_gpu_state *h = &st[i];
 			double v;
 			switch (f) {
-			case 0: v = (double)g->total_bytes / MiB; break;
-			case 1: v = (double)g->free_bytes / MiB; break;
-			case 2: v = (double)(g->total_bytes - (g->free_bytes < g->total_bytes ? g->free_bytes : g->total_bytes)) / MiB; break;
+			case 0: v = (double)g->total_bytes; break;
+			case 1: v = (double)g->free_bytes; break;
+			case 2: v = (double)(g->total_bytes - (g->free_bytes < g->total_bytes ? g->free_bytes : g->total_bytes)); break;
 			case 3: v = g->clients; break;
-			case 4: if (!(h->valid & RM_NVML_HAS_UTILIZATION)) continue; v = h->gpu_util; break;
-			case 5: if (!(h->valid & RM_NVML_HAS_UTILIZATION)) continue; v = h->memory_util; break;
+			case 4: if (!(h->valid & RM_NVML_HAS_UTILIZATION)) continue; v = h->gpu_util / 100.0; break;
+			case 5: if (!(h->valid & RM_NVML_HAS_UTILIZATION)) continue; v = h->memory_util / 100.0; break;
 			case 6: if (!(h->valid & RM_NVML_HAS_TEMPERATURE)) continue; v = h->temperature_c; break;
 			default: if (!(h->valid & RM_NVML_HAS_POWER)) continue; v = h->power_mw / 1000.0; break;
 			}
 			char name[300], uuid[120];
-			put(b, "%s{gpu=\"%d\",UUID=\"%s\",device=\"nvidia%d\",modelName=\"%s\",Hostname=\"%s\"} %.17g\n",
+			put(b, "%s{gpu=\"%d\",uuid=\"%s\",device=\"nvidia%d\",model_name=\"%s\",hostname=\"%s\"} %.15g\n",
 			    fam[f].name, i, label(uuid, sizeof(uuid), g->uuid), i, label(name, sizeof(name), g->name), host, v);
 		}
 	}
@@ -184,9 +183,9 @@ char *rm_metrics_render(const struct rm_snapshot *s, const struct rm_daemon_conf
 	label(host, sizeof(host), host_raw);
 
 	family(&b, "remora_up", "gauge", "1: remorad serves.");
-	put(&b, "remora_up{Hostname=\"%s\"} 1\n", host);
+	put(&b, "remora_up{hostname=\"%s\"} 1\n", host);
 	family(&b, "remora_draining", "gauge", "1: the daemon takes no new clients.");
-	put(&b, "remora_draining{Hostname=\"%s\"} %d\n", host, s->draining != 0);
+	put(&b, "remora_draining{hostname=\"%s\"} %d\n", host, s->draining != 0);
 	gpus(&b, s, host);
 
 	/* Clients connected now. */
@@ -194,7 +193,7 @@ char *rm_metrics_render(const struct rm_snapshot *s, const struct rm_daemon_conf
 	for (int i = 0; i < n; i++) {
 		const struct rm_client_record *c = &s->clients[i];
 		char tenant[300], prog[300], peer[300];
-		snprintf(ids + (size_t)i * ID, ID, "session=\"%llu\",tenant=\"%s\",program=\"%s\",pid=\"%u\",peer=\"%s\",Hostname=\"%s\"",
+		snprintf(ids + (size_t)i * ID, ID, "session=\"%llu\",tenant=\"%s\",program=\"%s\",pid=\"%u\",peer=\"%s\",hostname=\"%s\"",
 			 (unsigned long long)c->session_id, label(tenant, sizeof(tenant), rm_tenant_name(cfg, c->tenant)),
 			 label(prog, sizeof(prog), c->name), c->pid, label(peer, sizeof(peer), c->peer), host);
 		idp[i] = ids + (size_t)i * ID;
@@ -218,7 +217,7 @@ char *rm_metrics_render(const struct rm_snapshot *s, const struct rm_daemon_conf
 		if (!s->tenants[slot].sessions)
 			continue;
 		char tenant[300];
-		snprintf(ids + (size_t)nt * ID, ID, "tenant=\"%s\",Hostname=\"%s\"",
+		snprintf(ids + (size_t)nt * ID, ID, "tenant=\"%s\",hostname=\"%s\"",
 			 label(tenant, sizeof(tenant), rm_tenant_name(cfg, rm_tenant_of_slot(slot))), host);
 		idp[nt] = ids + (size_t)nt * ID;
 		up[nt] = &s->tenants[slot].departed;

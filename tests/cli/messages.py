@@ -5,10 +5,13 @@ so ("option --server needs a value"), not "unknown option"; `remora run --server
 with REMORA_POOL set says once on stderr that the flag wins, and the program gets no
 REMORA_POOL; bash completion offers exactly the words of remora's command table
 (`remora help --words`): every command, its subcommands and flags, and the table's
-flags are exactly those of each command's usage, so that none of the three can drift.
+flags are exactly those of each command's usage, so that none of the three can drift;
+`remora bench` with a bad, missing or no argument (on a host without a CUDA driver) says
+why in one line and prints its usage line.
 
 usage: messages.py REMORA COMPLETION
 """
+import ctypes
 import os
 import re
 import subprocess
@@ -41,6 +44,23 @@ for args in (["run", "--server"], ["run", "--token"], ["run", "--server", "h:1",
     want = f"option {args[-1]} needs a value"
     check(p.returncode == 2 and want in p.stderr and "unknown option" not in p.stderr,
           f"remora {' '.join(args)}: says {want!r} ({p.returncode}, {p.stderr!r})")
+
+# remora bench: a bad or missing argument is one line naming it, then the usage line, and
+# nothing starts; with no argument on a host without a CUDA driver, one line says so.
+bench_cases = [(["bench", "--frob"], "unknown option --frob"), (["bench", "foo"], "unexpected argument foo"),
+               (["bench", "--only"], "option --only needs a value"),
+               (["bench", "--transport", "xyz"], "--transport wants"), (["bench", "--spin-iters", "0"], "--spin-iters"),
+               (["bench", "--concurrency", "0"], "--concurrency wants"), (["bench", "--only", "nope"], "unknown section")]
+try:
+    ctypes.CDLL("libcuda.so.1")
+except OSError:
+    bench_cases.append((["bench"], "no CUDA driver to measure"))
+for args, want in bench_cases:
+    p = run(*args)
+    lines = p.stderr.splitlines()
+    check(p.returncode == 2 and not p.stdout and len(lines) == 2 and want in lines[0] and
+          lines[1].startswith("usage: remora bench "),
+          f"remora {' '.join(args)}: {want!r}, then the usage line ({p.returncode}, {p.stdout!r}, {p.stderr!r})")
 
 # A flag that wins over an environment variable says so, once.
 env = dict(ENV, REMORA_POOL="http://pool.invalid:2379")

@@ -80,7 +80,7 @@ with tempfile.TemporaryDirectory() as tmp:
         # The responder's bounds, with raw requests.
         r = raw(mport, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         check(status_of(r) == 200 and b"text/plain; version=0.0.4" in r, "GET /metrics: 200, the text format")
-        check(b"remora_dev_fb_total{gpu=\"0\",UUID=\"GPU-" in r, "a per-GPU series in DCGM's labels")
+        check(b"remora_dev_fb_bytes{gpu=\"0\",uuid=\"GPU-" in r, "a per-GPU series")
         check(status_of(raw(mport, b"GET /other HTTP/1.1\r\n\r\n")) == 404, "another path: 404")
         r = raw(mport, b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
         check(status_of(r) == 405 and b"Allow: GET" in r, "POST: 405")
@@ -159,9 +159,9 @@ with tempfile.TemporaryDirectory() as tmp:
         text = wait_for(client_gone, timeout=15, step=0.2)
         check(bool(text), "a client that left has no client series")
         text = text or scrape()
-        m = re.search(r'remora_tenant_sessions_total\{tenant="anonymous",Hostname="[^"]*"\} (\d+)', text)
+        m = re.search(r'remora_tenant_sessions_total\{tenant="anonymous",hostname="[^"]*"\} (\d+)', text)
         check(m is not None and int(m.group(1)) >= 1, "the tenant's sessions are kept after its client left")
-        m = re.search(r'remora_tenant_fb_peak_bytes\{tenant="anonymous",Hostname="[^"]*"\} (\d+)', text)
+        m = re.search(r'remora_tenant_fb_peak_bytes\{tenant="anonymous",hostname="[^"]*"\} (\d+)', text)
         check(m is not None and int(m.group(1)) >= 16 * MiB, "the tenant's peak memory is kept")
         # Accounting in remora status --json: the client that left is in the history.
         p = subprocess.run([remora, "status", "--server", d.server, "--json"], capture_output=True, text=True,
