@@ -28,10 +28,11 @@ void rm_config_defaults(struct rm_daemon_config *c)
 	c->kernel_timing = 1;
 	snprintf(c->driver, sizeof(c->driver), "libcuda.so.1");
 	c->isolation = RM_ISOLATE_PROCESS;
+	c->workers_per_tenant = 1;
 	snprintf(c->mps_control, sizeof(c->mps_control), "nvidia-cuda-mps-control");
 	c->allow_anonymous = 0;
 	snprintf(c->module_loading, sizeof(c->module_loading), "eager");
-	c->hardware_queues = 32;
+	c->hardware_queues = 0; /* 32, or 2 under tenant_isolation = mps (main.c) */
 	c->queue_sharing_wait = 1;
 	c->queue_idle_after = 10;
 	snprintf(c->gpu_sync, sizeof(c->gpu_sync), "auto");
@@ -134,6 +135,8 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 			c->isolation = RM_ISOLATE_MPS;
 		else
 			bad = 1;
+	} else if (!strcmp(key, "workers_per_tenant")) {
+		bad = parse_int(v, 1, RM_CONFIG_MAX_WORKERS_PER_TENANT, &c->workers_per_tenant);
 	} else if (!strcmp(key, "mps_control")) {
 		bad = copy_str(c->mps_control, sizeof(c->mps_control), v) || !*v;
 	} else if (!strcmp(key, "mps_directory")) {
@@ -507,6 +510,11 @@ int rm_config_check(const struct rm_daemon_config *c, char *why, int whylen)
 				 c->tenants[i].name, c->tenants[i].compute_share ? "compute_share" : "priority");
 			return -1;
 		}
+	if (c->isolation == RM_ISOLATE_SHARED && c->workers_per_tenant > 1) {
+		snprintf(why, whylen, "workers_per_tenant = %d needs a worker per tenant: tenant_isolation = process or mps",
+			 c->workers_per_tenant);
+		return -1;
+	}
 	if (c->admin_cn[0] && !c->tls_client_ca[0]) {
 		snprintf(why, whylen, "admin_cn needs tls_client_ca: only a verified certificate names the admin");
 		return -1;

@@ -8,6 +8,7 @@
 
 #define RM_CONFIG_MAX_TENANTS 64
 #define RM_CONFIG_MAX_ENDPOINTS 8
+#define RM_CONFIG_MAX_WORKERS_PER_TENANT 8
 
 /* How tenants (clients presenting different credentials) are kept apart. */
 enum rm_tenant_isolation {
@@ -39,10 +40,11 @@ struct rm_daemon_config {
 	uint64_t tenant_memory_limit; /* device bytes per tenant unless its section says; 0: no limit */
 	int kernel_time_limit_s;      /* seconds a kernel may run unless its tenant says; 0: no limit */
 	enum rm_tenant_isolation isolation;
+	int workers_per_tenant;       /* worker processes a tenant's clients are placed among (1..8) */
 	char mps_control[512];        /* tenant_isolation = mps: the MPS control program */
 	char mps_directory[512];      /* ... its pipe and log directories' parent; "": a fresh one in /tmp */
 	char module_loading[16];      /* CUDA_MODULE_LOADING for workers: "eager" (default) or "lazy" */
-	int hardware_queues;          /* CUDA_DEVICE_MAX_CONNECTIONS for workers, 1..32 (default 32) */
+	int hardware_queues;          /* CUDA_DEVICE_MAX_CONNECTIONS for workers, 1..32; 0: 32, or 2 under MPS */
 	int queue_sharing_wait;       /* queue_sharing = wait (1, default) | direct (0): stream_pool.h */
 	int queue_idle_after;         /* seconds after its last call a client stream stops counting as in use */
 	int gpu_wait_spin_us;         /* how long a stream wait watches a word the GPU writes, µs; -1: 60 on 4+ CPUs, else 0 */

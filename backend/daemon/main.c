@@ -229,12 +229,15 @@ int main(int argc, char **argv)
 		 * all when the image arrives rather than at some client's first launch. */
 		setenv("CUDA_MODULE_LOADING", !strcmp(cfg.module_loading, "lazy") ? "LAZY" : "EAGER", 1);
 		/* Streams share the context's hardware work queues (8 unless asked): ask for
-		 * as many as configured (32, the most the driver gives, by default); the
-		 * stream pool keeps clients from holding each other up in them. */
+		 * as many as configured (by default 32, the most the driver gives; under MPS 2,
+		 * as its server's queues are shared by every worker: measured on an H100, 16
+		 * workers with 8 each left one without a context); the stream pool keeps
+		 * clients from holding each other up in them. */
+		int nqueues = cfg.hardware_queues ? cfg.hardware_queues : cfg.isolation == RM_ISOLATE_MPS ? 2 : 32;
 		char queues[16];
-		snprintf(queues, sizeof(queues), "%d", cfg.hardware_queues);
+		snprintf(queues, sizeof(queues), "%d", nqueues);
 		setenv("CUDA_DEVICE_MAX_CONNECTIONS", queues, 1);
-		rm_stream_pool_configure(cfg.hardware_queues, cfg.queue_sharing_wait, cfg.queue_idle_after);
+		rm_stream_pool_configure(nqueues, cfg.queue_sharing_wait, cfg.queue_idle_after);
 		rm_gpu_set_sync(cfg.gpu_sync);
 		rm_gpu_set_malloc_heap(cfg.gpu_malloc_heap);
 		rm_stream_wait_configure(cfg.gpu_wait_spin_us);

@@ -144,6 +144,16 @@ void rm_registry_leave_session(int slot, uint64_t session_id)
 	rm_registry_unlock();
 }
 
+int rm_registry_worker_clients(pid_t worker)
+{
+	int n = 0;
+	rm_registry_lock();
+	for (int i = 0; i < RM_MAX_CLIENTS; i++)
+		n += reg->clients[i].in_use && reg->clients[i].worker == worker;
+	rm_registry_unlock();
+	return n;
+}
+
 int rm_registry_reap_worker(pid_t worker)
 {
 	int n = 0;

@@ -16,9 +16,9 @@
 #define RM_MAX_CLIENTS 1024
 #define RM_HISTORY 128 /* clients that left, kept for accounting (the newest) */
 #define RM_MAX_RETIRED_WORKERS 64 /* faulted workers that still serve their clients */
-/* A record for every worker that can be running: one per tenant, the anonymous one's, the
- * retired ones. */
-#define RM_MAX_WORKER_RECORDS (RM_CONFIG_MAX_TENANTS + 1 + RM_MAX_RETIRED_WORKERS)
+/* A record for every worker that can be running: a tenant's (workers_per_tenant), the
+ * anonymous one's, the retired ones. */
+#define RM_MAX_WORKER_RECORDS ((RM_CONFIG_MAX_TENANTS + 1) * RM_CONFIG_MAX_WORKERS_PER_TENANT + RM_MAX_RETIRED_WORKERS)
 
 /* Kinds of calls, for accounting (rm_call_kind). */
 enum rm_call_kind {
@@ -136,6 +136,8 @@ void rm_registry_leave(int slot);
 /* Frees slot if it still holds session session_id (else it was freed already, and may
  * be another client's by now); its admission place and charges go with it. */
 void rm_registry_leave_session(int slot, uint64_t session_id);
+/* How many admitted clients worker serves. */
+int rm_registry_worker_clients(pid_t worker);
 /* Frees every slot worker served (it died), and its record; returns how many. */
 int rm_registry_reap_worker(pid_t worker);
 /* Marks worker as faulted with error (the worker itself; fault.h). Where every record is

@@ -27,10 +27,10 @@ struct worker {
 
 static const char *worker_exe;
 static char **worker_argv;
-/* One worker per tenant (the anonymous tenant last), or only workers[0] when shared; then
- * room for the retired ones: workers that faulted (fault.h) and still serve their clients
- * until those leave. Every loop over workers covers both. */
-#define CURRENT_WORKERS (RM_CONFIG_MAX_TENANTS + 1)
+/* workers_per_tenant places per tenant (the anonymous tenant last), or only workers[0]
+ * when shared; then room for the retired ones: workers that faulted (fault.h) and still
+ * serve their clients until those leave. Every loop over workers covers both. */
+#define CURRENT_WORKERS ((RM_CONFIG_MAX_TENANTS + 1) * RM_CONFIG_MAX_WORKERS_PER_TENANT)
 #define RETIRED_WORKERS RM_MAX_RETIRED_WORKERS
 static struct worker workers[CURRENT_WORKERS + RETIRED_WORKERS];
 static pthread_mutex_t workers_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -38,10 +38,35 @@ static pthread_cond_t workers_changed; /* a worker ended (monotonic clock) */
 static int workers_reaping;           /* workers reaped whose end is not yet accounted for */
 static int workers_stopping;          /* no worker starts, no client is handed over */
 
+/* The tenant's place whose worker a new client goes to: the running worker with the fewest
+ * clients, or a place with none running where every running one has clients, so that
+ * clients spread over workers_per_tenant processes (one client's module load then waits
+ * only for the kernels of its own worker's clients). Under workers_lock. */
 static struct worker *worker_of(int tenant)
 {
-	return rm_server_config()->isolation == RM_ISOLATE_SHARED ? &workers[0] : &workers[rm_registry_tenant_slot(tenant)];
+	const struct rm_daemon_config *cfg = rm_server_config();
+	if (cfg->isolation == RM_ISOLATE_SHARED)
+		return &workers[0];
+	int per = cfg->workers_per_tenant, least_clients = -1;
+	struct worker *places = &workers[rm_registry_tenant_slot(tenant) * RM_CONFIG_MAX_WORKERS_PER_TENANT];
+	struct worker *least = NULL, *empty = NULL;
+	for (int k = 0; k < per; k++) {
+		if (!places[k].pid) {
+			if (!empty)
+				empty = &places[k];
+			continue;
+		}
+		int n = rm_registry_worker_clients(places[k].pid);
+		if (least_clients < 0 || n < least_clients)
+			least = &places[k], least_clients = n;
+	}
+	return !least || (least_clients > 0 && empty) ? (empty ? empty : &places[0]) : least;
 }
+
+/* Under workers_lock, after a hand-over: where every running worker of the tenant has
+ * clients and a place is free, a spare is started now, so that the tenant's next client
+ * does not wait for a worker to start. */
+static void start_spare(int tenant, const char *tenant_name, const struct rm_tenant_config *t);
 
 #define DRAIN_WAIT_MS 1000 /* how long a new client waits for departed clients' work */
 
@@ -359,17 +384,37 @@ int rm_workers_admit(struct rm_conn *conn, struct rm_handoff *h, const char *ten
 	struct worker *w = worker_of(h->tenant);
 	int err = workers_stopping ? -ESHUTDOWN : retire_if_faulted(w, tenant_name);
 	const struct rm_daemon_config *cfg = rm_server_config();
+	const struct rm_tenant_config *t =
+		h->tenant >= 0 && h->tenant < cfg->ntenants ? &cfg->tenants[h->tenant] : &cfg->anonymous;
 	if (!err && !w->pid)
-		err = start_worker(w, tenant_name, h->tenant >= 0 && h->tenant < cfg->ntenants ? &cfg->tenants[h->tenant]
-											: &cfg->anonymous);
+		err = start_worker(w, tenant_name, t);
 	if (!err) {
 		rm_registry_lock();
 		rm_registry()->clients[h->slot].worker = w->pid;
 		rm_registry_unlock();
 		err = hand_over(w, conn, h);
 	}
+	if (!err)
+		start_spare(h->tenant, tenant_name, t);
 	pthread_mutex_unlock(&workers_lock);
 	return err;
+}
+
+static void start_spare(int tenant, const char *tenant_name, const struct rm_tenant_config *t)
+{
+	const struct rm_daemon_config *cfg = rm_server_config();
+	if (cfg->isolation == RM_ISOLATE_SHARED || cfg->workers_per_tenant < 2 || workers_stopping)
+		return;
+	struct worker *places = &workers[rm_registry_tenant_slot(tenant) * RM_CONFIG_MAX_WORKERS_PER_TENANT];
+	struct worker *empty = NULL;
+	for (int k = 0; k < cfg->workers_per_tenant; k++)
+		if (!places[k].pid)
+			empty = empty ? empty : &places[k];
+		else if (!rm_registry_worker_clients(places[k].pid))
+			return; /* an idle one is there */
+	int err = empty ? start_worker(empty, tenant_name, t) : 0;
+	if (err)
+		rm_log(RM_LOG_WARN, "a spare worker for %s could not be started: %s", tenant_name, strerror(-err));
 }
 
 int rm_workers_attach(pid_t pid, struct rm_conn *conn, struct rm_handoff *h)

@@ -59,7 +59,10 @@ static CUresult retain_primary(CUdevice dev, CUcontext *ctx)
 		usleep((useconds_t)delay_ms * 1000);
 		r = rm_drv_cuDevicePrimaryCtxRetain(ctx, dev);
 	}
-	if (r != CUDA_SUCCESS)
+	if (r == CUDA_ERROR_OUT_OF_MEMORY && getenv("CUDA_MPS_PIPE_DIRECTORY"))
+		rm_log(RM_LOG_ERROR, "GPU %d: the shared context cannot be made: out of memory; under MPS that may be "
+		       "the server's hardware queues, shared by every worker: lower hardware_queues", dev);
+	else if (r != CUDA_SUCCESS)
 		rm_log(RM_LOG_ERROR, "GPU %d: the shared context cannot be made: error %d", dev, (int)r);
 	return r;
 }

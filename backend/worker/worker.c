@@ -15,6 +15,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "driver_table.h"
+#include "gpus.h"
 #include "kernel_timing.h"
 #include "liveness.h"
 #include "log.h"
@@ -189,6 +191,23 @@ static void *take_over(void *arg)
 	return s ? client_main(s) : NULL;
 }
 
+/* A worker among several of its tenant's (workers_per_tenant) may be a spare that the
+ * next client is placed on at once: it makes its GPUs' shared contexts at start, off the
+ * thread that takes clients, so that client does not wait for them. */
+static void *make_contexts(void *unused)
+{
+	(void)unused;
+	int count = 0;
+	if (rm_drv_cuDeviceGetCount(&count) != CUDA_SUCCESS)
+		return NULL;
+	for (int dev = 0; dev < count; dev++) {
+		CUcontext ctx;
+		if (rm_gpu_acquire(dev, &ctx) == CUDA_SUCCESS)
+			rm_gpu_release(dev);
+	}
+	return NULL;
+}
+
 int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 {
 	config = cfg;
@@ -202,6 +221,9 @@ int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 	if (rm_liveness_start(rm_served_each))
 		rm_log(RM_LOG_WARN, "no heartbeat thread: clients of long calls may take this worker for frozen");
 	stop_on_sigterm();
+	if (cfg->workers_per_tenant > 1 && cfg->isolation != RM_ISOLATE_SHARED &&
+	    (pthread_create(&t, NULL, make_contexts, NULL) || pthread_detach(t)))
+		rm_log(RM_LOG_WARN, "worker: its GPU contexts are made at its first client's call");
 	for (;;) {
 		struct handed *x = calloc(1, sizeof(*x));
 		if (!x) {

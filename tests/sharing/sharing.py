@@ -18,6 +18,7 @@
   memkinds   stream-ordered, pool and virtual memory allocations count against the client's
              quota (drv_memkinds quota), and a client killed while holding memory of every
              kind (drv_memkinds hold) leaves nothing behind
+  workers    workers_per_tenant = 2 spreads a tenant's clients over two worker processes
   queues     with 2 hardware queues, 6 clients' [timed record; kernel; timed record] on
              their NULL streams take no longer than one client's (queue_sharing = wait),
              while issued as CUDA would (direct) they serialize in the shared queues
@@ -737,7 +738,54 @@ def records(tmp):
         d.stop()
 
 
+# ---------------------------------------------------------------- workers
+def workers_per_tenant(tmp):
+    """workers_per_tenant = 2: a tenant's clients are spread over two worker processes, the
+    second started as a spare when the first gets a client; a third client goes to the one
+    with fewer clients, and no third worker starts."""
+    config = ("workers_per_tenant = 2\n[tenant alpha]\ntoken = alpha-secret\n[tenant beta]\ntoken = beta-secret\n")
+    d = Daemon(tmp, "workers", config)
+    held = []
+    try:
+        def started(tenant):
+            return [int(m.group(1)) for m in re.finditer(r"started worker (\d+) for " + tenant + "$", d.text(), re.M)]
+
+        def served_by(n):
+            """The worker pids that logged alpha's sessions, in order, once there are n."""
+            wait_for(lambda: len(re.findall(r"session \d+: client .* tenant alpha$", d.text(), re.M)) >= n, timeout=10)
+            return [int(m.group(1)) for m in re.finditer(r"^(?:\S+ )?remorad\[(\d+)\].*session \d+: client .* tenant alpha$",
+                                                          d.text(), re.M)]
+
+        held.append(holder(d, 1, token="alpha-secret")[0])
+        check(wait_for(lambda: len(started("alpha")) == 2, timeout=10),
+              f"alpha's first client starts its worker and a spare ({started('alpha')})")
+        held.append(holder(d, 1, token="alpha-secret")[0])
+        first, second = served_by(2)[:2]
+        check(first != second and {first, second} == set(started("alpha")),
+              f"alpha's second client goes to the spare ({first}, {second})")
+        held.append(holder(d, 1, token="alpha-secret")[0])
+        check(served_by(3)[2] in (first, second) and len(started("alpha")) == 2,
+              "a third goes to one of the two; no third worker starts")
+        check(info(d, token="beta-secret")[0] == 0 and len(started("beta")) == 2, "beta has workers of its own")
+        for p in held:
+            check(release(p) == 0, "each holder ends cleanly")
+    finally:
+        for p in held:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        d.stop()
+    bad = os.path.join(tmp, "bad.conf")
+    with open(bad, "w") as f:
+        f.write("allow_anonymous = yes\ntenant_isolation = shared\nworkers_per_tenant = 2\n")
+    r = subprocess.run([remorad, "--config", bad, "--driver", driver, "--listen", "tcp://127.0.0.1:0"],
+                       capture_output=True, text=True, timeout=30)
+    check(r.returncode == 2 and "workers_per_tenant = 2 needs a worker per tenant" in r.stderr,
+          f"workers_per_tenant with tenant_isolation = shared is refused ({r.stderr.strip()[-160:]})")
+
+
 SCENARIOS = {
+    "workers": workers_per_tenant,
     "records": records,
     "queues": queues,
     "deviceget": deviceget,
