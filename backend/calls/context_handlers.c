@@ -9,6 +9,7 @@
 
 #include "gpus.h"
 #include "log.h"
+#include "peer_access.h"
 #include "remora.pb-c.h"
 
 /* A client's CUdevice is its own ordinal; the handler maps the host's GPU back to it. */
@@ -211,4 +212,18 @@ CUresult rm_body_cuStreamGetCtx_v2(struct rm_channel *s, CUstream hStream, CUcon
 	if (pGreenCtx)
 		*pGreenCtx = NULL;
 	return CUDA_SUCCESS;
+}
+
+/* The current context reaching peerContext's memory: s->named is the client's context it
+ * names (a created context's driver value is its shared context's). */
+CUresult rm_body_cuCtxEnablePeerAccess(struct rm_channel *s, CUcontext peerContext, unsigned int Flags)
+{
+	(void)peerContext;
+	return rm_peer_enable(s, s->named, Flags);
+}
+
+CUresult rm_body_cuCtxDisablePeerAccess(struct rm_channel *s, CUcontext peerContext)
+{
+	(void)peerContext;
+	return rm_peer_disable(s, s->named);
 }
