@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include "driver_table.h"
+#include "log.h"
 #include "session.h"
 
 #define MAX_GPUS 64
@@ -32,6 +33,8 @@ static CUresult gpu_pair(struct rm_session_ctx *from, struct rm_session_ctx *to,
 			r = rm_drv_cuCtxEnablePeerAccess(to->ctx, 0);
 			if (r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) /* the worker's own earlier enable */
 				r = CUDA_SUCCESS;
+			if (r == CUDA_SUCCESS)
+				rm_log(RM_LOG_INFO, "peer access of GPU %d to GPU %d enabled", (int)from->dev, (int)to->dev);
 		}
 		if (r == CUDA_SUCCESS)
 			(*n)++;
@@ -39,6 +42,8 @@ static CUresult gpu_pair(struct rm_session_ctx *from, struct rm_session_ctx *to,
 		r = rm_drv_cuCtxDisablePeerAccess(to->ctx);
 		if (r == CUDA_ERROR_PEER_ACCESS_NOT_ENABLED)
 			r = CUDA_SUCCESS;
+		rm_log(RM_LOG_INFO, "peer access of GPU %d to GPU %d given up: no client holds it", (int)from->dev,
+		       (int)to->dev);
 	}
 	return r;
 }
