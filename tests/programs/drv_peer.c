@@ -1,4 +1,4 @@
-/* drv_peer IMAGE [hold]: two devices of one host through the driver API (issue 39).
+/* drv_peer IMAGE [hold|hostmem]: two devices of one host through the driver API (issue 39).
  *
  * Peer queries (cuDeviceCanAccessPeer, every P2P attribute both ways), peer access between
  * the primary contexts with the driver's errors, a kernel of device 1 reading device 0's
@@ -8,7 +8,8 @@
  * host-located memory is the one answer that differs by design (Remora refuses it: the
  * client's CPU cannot reach the GPU host's memory), so it is said on stderr only.
  * With hold, it enables access both ways, says "held" and keeps it until stdin ends: a
- * client beside it must see none of it (tests/sharing/peer_clients.py).
+ * client beside it must see none of it (tests/sharing/peer_clients.py). With hostmem, it makes
+ * host-located allocations within and past a host memory limit, and keeps the last.
  * Needs two devices: on one it says so and exits 77 (a skip for meson). */
 #include "drv_common.h"
 
@@ -204,6 +205,30 @@ static void host_vmm(CUcontext c0, CUcontext c1, CUmodule m0, CUmemLocationType 
 	free(h), free(g);
 }
 
+/* A host-located allocation of mib MiB, mapped, and unless keep, unmapped and released. */
+static CUresult host_round(size_t mib, int keep)
+{
+	CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED, .location = {.type = CU_MEM_LOCATION_TYPE_HOST}};
+	CUmemAccessDesc acc = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+			       .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	size_t bytes = mib << 20;
+	CUresult r = cuMemCreate(&h, bytes, &prop, 0);
+	if (r != CUDA_SUCCESS)
+		return r;
+	CHECK(cuMemAddressReserve(&va, bytes, 0, 0, 0));
+	CHECK(cuMemMap(va, bytes, 0, h, 0));
+	CHECK(cuMemSetAccess(va, bytes, &acc, 1));
+	CHECK(cuMemsetD32(va, 7, bytes / 4));
+	if (keep)
+		return CUDA_SUCCESS; /* released with the session */
+	CHECK(cuMemUnmap(va, bytes));
+	CHECK(cuMemRelease(h));
+	CHECK(cuMemAddressFree(va, bytes));
+	return CUDA_SUCCESS;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -220,6 +245,14 @@ int main(int argc, char **argv)
 	CUcontext c0, c1;
 	CHECK(cuDevicePrimaryCtxRetain(&c0, 0));
 	CHECK(cuDevicePrimaryCtxRetain(&c1, 1));
+	if (argc > 2 && !strcmp(argv[2], "hostmem")) { /* charged and given back (peer_clients.py) */
+		CHECK(cuCtxSetCurrent(c0));
+		for (int i = 0; i < 3; i++)
+			printf("48 MiB released: %s\n", drv_error_name(host_round(48, 0)));
+		printf("512 MiB: %s\n", drv_error_name(host_round(512, 0)));
+		printf("48 MiB kept: %s\n", drv_error_name(host_round(48, 1)));
+		return 0;
+	}
 	if (argc > 2 && !strcmp(argv[2], "hold")) { /* another client's access, held until stdin ends */
 		CHECK(cuCtxSetCurrent(c0));
 		CHECK(cuCtxEnablePeerAccess(c1, 0));

@@ -8,6 +8,8 @@ two devices, with tests/programs/drv_peer:
   - its disables leave the first client's access as it was (still enabled for it), and the
     driver's access of the shared contexts is enabled once and given up when the last
     client holding it has gone
+  - host-located virtual memory is charged to host memory, refused past the worker's bound,
+    and given back at release and at a session's end
 
 usage: peer_clients.py REMORAD DRIVER REMORA DRV_PEER IMAGE
 """
@@ -54,6 +56,19 @@ def main():
                   f"the second client's disables left the first one's access ({still!r}, {holder.stderr.read()[-400:]})")
             check(wait_for(lambda: d.text().count("given up: no client holds it") == 2, timeout=10),
                   "and given up, both ways, once the first client has gone")
+        finally:
+            d.stop()
+        # Host-located virtual memory is charged to the worker's host memory and given back
+        # at release and at a session's end: three clients in turn each fit, none does past it.
+        d = remorad_fixture.Daemon(remorad, driver, tmp, "hostmem", "worker_host_memory_limit = 200M\n",
+                                   env={"REMORA_TESTDRIVER_DEVICES": "2"})
+        try:
+            for k in range(3):
+                out, err = run(d, "hostmem").communicate(timeout=60)
+                check(out.splitlines() == ["48 MiB released: CUDA_SUCCESS"] * 3 +
+                      ["512 MiB: CUDA_ERROR_OUT_OF_MEMORY", "48 MiB kept: CUDA_SUCCESS"],
+                      f"client {k + 1}: host-located memory within the limit, refused past it ({out!r}, {err[-300:]})")
+            check("host-located virtual memory of 536870912 bytes refused" in d.text(), "the refusal is logged")
             status = conclude(started, tmp)
         finally:
             d.stop()
