@@ -65,6 +65,7 @@ CUresult rm_staging_open_for(struct rm_staging *st, uint64_t bytes)
 	CUresult r = CUDA_SUCCESS;
 	int b = 0;
 	for (; b < RM_STAGING_BUFS; b++) {
+		/* Pinned for every GPU's contexts too: with unified addressing, pinned memory is portable. */
 		r = rm_drv_cuMemAllocHost_v2(&st->buf[b], st->size);
 		if (r != CUDA_SUCCESS)
 			break;

@@ -12,6 +12,7 @@
 #include "stream_pool.h"
 
 /* Each function takes c->order_lock for what it does (session.h). */
+
 /* An event of c's context, whichever is current: it is recorded on c's streams only. */
 static CUresult event_in(struct rm_session_ctx *c, CUevent *ev)
 {
