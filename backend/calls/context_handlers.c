@@ -162,7 +162,7 @@ CUresult rm_body_cuCtxGetLimit(struct rm_channel *s, size_t *pvalue, CUlimit lim
  * managed memory is a copy kept coherent at synchronization, not memory the GPU and the
  * host reach at once; its pageable and registered memory never reaches the GPU by the host
  * pointer; host and device atomics never meet on the same bytes. A multi-device cooperative
- * launch, deprecated, is not forwarded. */
+ * launch, deprecated, is not forwarded, nor are memory pools located on the host. */
 static int remote_lacks(CUdevice_attribute attrib)
 {
 	switch (attrib) {
@@ -174,6 +174,8 @@ static int remote_lacks(CUdevice_attribute attrib)
 	case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST:
 	case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
 	case CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH:
+	case CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED: /* pools of host memory are not forwarded */
+	case CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED:
 		return 1;
 	default:
 		return 0;
