@@ -5,7 +5,8 @@
 // kernels, with cudaSetDevice switching back and forth between the work of each. Across:
 // cudaMemcpy between the devices by unified addressing, cudaMemcpyPeer(Async), an event
 // recorded on device 0 waited on by device 1's stream, peer access enabled (its errors
-// as the runtime gives them) and a kernel of device 1 reading device 0's memory.
+// as the runtime gives them), a kernel of device 1 reading device 0's memory, and device 0's
+// memory pool made accessible to device 1 (streamOrderedAllocationP2P).
 // Needs two devices: on one it says so and exits 77 (a skip for meson).
 #define RT_WANT_scaleArray
 #define RT_WANT_vecAdd
@@ -128,6 +129,50 @@ int main(void)
     CK(cudaMemcpyAsync(&flag_host, flag1, sizeof(unsigned), cudaMemcpyDeviceToHost, s[1]));
     CK(cudaStreamSynchronize(s[1]));
     expect(flag_host == FLAG, "device 1's stream waited for device 0's event");
+
+    // streamOrderedAllocationP2P's calls: device 0's pool made accessible to device 1, whose
+    // kernel reads an allocation of it; both freed on device 1's stream.
+    {
+        float *src0, *dst1;
+        cudaStream_t st0, st1;
+        cudaMemPool_t pool0;
+        cudaEvent_t filled;
+        CK(cudaSetDevice(0));
+        CK(cudaEventCreate(&filled));
+        CK(cudaStreamCreateWithFlags(&st0, cudaStreamNonBlocking));
+        CK(cudaDeviceGetDefaultMemPool(&pool0, 0));
+        CK(cudaMallocAsync((void **)&src0, N * sizeof(float), st0));
+        CK(cudaMemcpyAsync(src0, host_in[1], N * sizeof(float), cudaMemcpyHostToDevice, st0));
+        CK(cudaEventRecord(filled, st0));
+        CK(cudaSetDevice(1));
+        CK(cudaStreamCreateWithFlags(&st1, cudaStreamNonBlocking));
+        CK(cudaMallocAsync((void **)&dst1, N * sizeof(float), st1));
+        cudaMemAccessDesc desc;
+        memset(&desc, 0, sizeof(desc));
+        desc.location.type = cudaMemLocationTypeDevice;
+        desc.location.id = 1;
+        desc.flags = cudaMemAccessFlagsProtReadWrite;
+        CK(cudaMemPoolSetAccess(pool0, &desc, 1));
+        cudaMemLocation loc = {cudaMemLocationTypeDevice, 1};
+        cudaMemAccessFlags flags = cudaMemAccessFlagsProtNone;
+        CK(cudaMemPoolGetAccess(&flags, pool0, &loc));
+        expect(flags == cudaMemAccessFlagsProtReadWrite, "device 0's pool is device 1's to read and write");
+        CK(cudaStreamWaitEvent(st1, filled, 0));
+        vecAdd<<<256, 256, 0, st1>>>(src0, src0, dst1, N);
+        CK_LAUNCH();
+        CK(cudaMemcpyAsync(host_out[1], dst1, N * sizeof(float), cudaMemcpyDeviceToHost, st1));
+        CK(cudaFreeAsync(src0, st1));
+        CK(cudaFreeAsync(dst1, st1));
+        CK(cudaStreamSynchronize(st1));
+        int ok = 1;
+        for (int j = 0; j < N && ok; j++)
+            ok = host_out[1][j] == 2.0f * host_in[1][j];
+        expect(ok, "device 1's kernel read device 0's pool allocation");
+        CK(cudaStreamDestroy(st1));
+        CK(cudaSetDevice(0));
+        CK(cudaStreamDestroy(st0));
+        CK(cudaEventDestroy(filled));
+    }
 
     // Peer access: as natively, per direction, each error once.
     int can01 = 0, can10 = 0;
