@@ -4,7 +4,8 @@
 // Per device: a stream, events, pinned and device buffers, async copies both ways and
 // kernels, with cudaSetDevice switching back and forth between the work of each. Across:
 // cudaMemcpy between the devices by unified addressing, cudaMemcpyPeer(Async), an event
-// recorded on device 0 waited on by device 1's stream, peer access enabled (its errors
+// recorded on device 0 waited on by device 1's stream, a host thread per device
+// (MonteCarloMultiGPU's threaded method), peer access enabled (its errors
 // as the runtime gives them), a kernel of device 1 reading device 0's memory, and device 0's
 // memory pool made accessible to device 1 (streamOrderedAllocationP2P).
 // Needs two devices: on one it says so and exits 77 (a skip for meson).
@@ -15,11 +16,46 @@
 #include "catalogue.cuh"
 #include "rtcommon.h"
 
+#include <pthread.h>
+
 #define N (1 << 20)
 #define NDEV 2
 #define FLAG 0x5eed0001u
 
 static int failures;
+
+// MonteCarloMultiGPU's threaded method: one host thread per device, each doing its own
+// device's copies and kernels on a stream of its own.
+struct per_thread {
+    int device;
+    float *in, *out;
+    int ok;
+};
+
+static void *device_thread(void *arg)
+{
+    struct per_thread *t = (struct per_thread *)arg;
+    cudaStream_t st;
+    cudaEvent_t done;
+    float *d;
+    CK(cudaSetDevice(t->device));
+    CK(cudaStreamCreate(&st));
+    CK(cudaEventCreate(&done));
+    CK(cudaMalloc(&d, N * sizeof(float)));
+    CK(cudaMemcpyAsync(d, t->in, N * sizeof(float), cudaMemcpyHostToDevice, st));
+    scaleArray<<<256, 256, 0, st>>>(d, (float)(t->device + 5), N);
+    CK_LAUNCH();
+    CK(cudaMemcpyAsync(t->out, d, N * sizeof(float), cudaMemcpyDeviceToHost, st));
+    CK(cudaEventRecord(done, st));
+    CK(cudaEventSynchronize(done));
+    t->ok = 1;
+    for (int j = 0; j < N && t->ok; j++)
+        t->ok = t->out[j] == t->in[j] * (float)(t->device + 5);
+    CK(cudaFree(d));
+    CK(cudaEventDestroy(done));
+    CK(cudaStreamDestroy(st));
+    return NULL;
+}
 
 static void expect(int ok, const char *what)
 {
@@ -75,6 +111,25 @@ int main(void)
             ok = host_out[i][j] == host_in[i][j] * (float)(i + 2);
         printf("device %d scaled: %016llx\n", i, (unsigned long long)rt_fnv1a(host_out[i], N * sizeof(float)));
         expect(ok, i ? "device 1 stream work" : "device 0 stream work");
+    }
+
+    // A host thread for each device at once.
+    {
+        pthread_t th[NDEV];
+        struct per_thread t[NDEV];
+        for (int i = 0; i < NDEV; i++) {
+            t[i] = (struct per_thread){i, host_in[i], NULL, 0};
+            CK(cudaMallocHost((void **)&t[i].out, N * sizeof(float)));
+            if (pthread_create(&th[i], NULL, device_thread, &t[i])) {
+                fprintf(stderr, "pthread_create failed\n");
+                return 1;
+            }
+        }
+        for (int i = 0; i < NDEV; i++)
+            pthread_join(th[i], NULL);
+        expect(t[0].ok && t[1].ok, "a host thread for each device");
+        for (int i = 0; i < NDEV; i++)
+            CK(cudaFreeHost(t[i].out));
     }
 
     // Which device a pointer is on, whatever device is current.
