@@ -153,7 +153,8 @@ static nvmlReturn_t with_link(nvmlDevice_t device, unsigned int link, struct rm_
 	return NVML_ERROR_NOT_SUPPORTED;
 }
 
-RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, nvmlEnableState_t *isActive)
+RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
+						     nvmlEnableState_t *isActive)
 {
 	struct rm_nvml_topology *t;
 	int k;
@@ -250,7 +251,8 @@ static nvmlReturn_t affinity_of(nvmlDevice_t device, unsigned int size, unsigned
 	return NVML_SUCCESS;
 }
 
-RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int cpuSetSize, unsigned long *cpuSet)
+RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int cpuSetSize,
+						     unsigned long *cpuSet)
 {
 	return affinity_of(device, cpuSetSize, cpuSet, client_cpu, CPU_SETSIZE);
 }

@@ -42,16 +42,20 @@ def expect(out, host, what):
             want = P2P_NOT_SUPPORTED if c == 4 and h == 1 else OK  # PCI P2P: host 1 -> 0 not supported
             check(out.get(f"p2p.{i}.{j}.{c}") == str(want),
                   f"{what}: P2P {i} -> {j} caps {c} is the host's {h} -> {1 - h} ({out.get(f'p2p.{i}.{j}.{c}')})")
-        check(out.get(f"p2p.{i}.{i}.0") == f"rc={NOT_SUPPORTED}", f"{what}: P2P of a GPU with itself, as the host's NVML refuses")
+        check(out.get(f"p2p.{i}.{i}.0") == f"rc={NOT_SUPPORTED}",
+              f"{what}: P2P of a GPU with itself, as the host's NVML refuses")
         check(out.get(f"ancestor.{i}.{j}") == str(NODE) and out.get(f"ancestor.{i}.{i}") == str(INTERNAL),
               f"{what}: common ancestors ({out.get(f'ancestor.{i}.{j}')}, {out.get(f'ancestor.{i}.{i}')})")
-        check(out.get(f"nearest.{i}") == str(j), f"{what}: the other GPU is nearest at NODE ({out.get(f'nearest.{i}')})")
+        check(out.get(f"nearest.{i}") == str(j),
+              f"{what}: the other GPU is nearest at NODE ({out.get(f'nearest.{i}')})")
         links = 4 if h == 0 else 2
         check(out.get(f"nvlinks.{i}") == str(links), f"{what}: GPU {i} has the host GPU {h}'s {links} links")
         check(out.get(f"nvlink.{i}.0") == f"0,4,0,1,0,{BUS[1 - h]}",
               f"{what}: link 0 of GPU {i}: version 4, P2P, to the other GPU's bus ({out.get(f'nvlink.{i}.0')})")
-        check(out.get(f"numa.{i}") == str(h), f"{what}: NUMA node of GPU {i} is the host GPU {h}'s ({out.get(f'numa.{i}')})")
-        check(out.get(f"affinity.{i}") == "0,0,0,1,1", f"{what}: CPU and memory affinity, the client's ({out.get(f'affinity.{i}')})")
+        check(out.get(f"numa.{i}") == str(h),
+              f"{what}: NUMA node of GPU {i} is the host GPU {h}'s ({out.get(f'numa.{i}')})")
+        check(out.get(f"affinity.{i}") == "0,0,0,1,1",
+              f"{what}: CPU and memory affinity, the client's ({out.get(f'affinity.{i}')})")
     check(out.get("gpuset") == "0,1", f"{what}: a CPU of the client sees both GPUs ({out.get('gpuset')})")
 
 

@@ -53,7 +53,8 @@ def main():
             holder.stdin.close()
             still = holder.stdout.readline().strip()
             check(holder.wait(timeout=30) == 0 and still == "still held",
-                  f"the second client's disables left the first one's access ({still!r}, {holder.stderr.read()[-400:]})")
+                  f"the second client's disables left the first one's access "
+                  f"({still!r}, {holder.stderr.read()[-400:]})")
             check(wait_for(lambda: d.text().count("given up: no client holds it") == 2, timeout=10),
                   "and given up, both ways, once the first client has gone")
         finally:
