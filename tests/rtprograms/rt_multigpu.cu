@@ -132,6 +132,24 @@ int main(void)
             CK(cudaFreeHost(t[i].out));
     }
 
+    // Pinned memory allocated with device 0 current, written by a kernel of device 1 by its
+    // host pointer (unified addressing), as p2pBandwidthLatencyTest's flag is polled.
+    {
+        unsigned *pinned;
+        CK(cudaSetDevice(0));
+        CK(cudaHostAlloc((void **)&pinned, 4096 * sizeof(unsigned), cudaHostAllocPortable));
+        memset(pinned, 0, 4096 * sizeof(unsigned));
+        CK(cudaSetDevice(1));
+        fillU32<<<4, 256, 0, s[1]>>>(pinned, FLAG + 1, 4096);
+        CK_LAUNCH();
+        CK(cudaStreamSynchronize(s[1]));
+        int ok = 1;
+        for (int j = 0; j < 4096 && ok; j++)
+            ok = pinned[j] == FLAG + 1;
+        expect(ok, "device 1's kernel wrote pinned memory of device 0's time");
+        CK(cudaFreeHost(pinned));
+    }
+
     // Which device a pointer is on, whatever device is current.
     CK(cudaSetDevice(0));
     cudaPointerAttributes pa;
