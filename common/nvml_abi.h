@@ -129,4 +129,50 @@ typedef enum { NVML_COMPUTEMODE_DEFAULT = 0 } nvmlComputeMode_t;
 
 #define NVML_VALUE_NOT_AVAILABLE_UINT 0xFFFFFFFFu
 
+/* Topology (nvmlDeviceGetTopologyCommonAncestor, nvmlDeviceGetTopologyNearestGpus). */
+typedef enum {
+	NVML_TOPOLOGY_INTERNAL = 0,
+	NVML_TOPOLOGY_SINGLE = 10,
+	NVML_TOPOLOGY_MULTIPLE = 20,
+	NVML_TOPOLOGY_HOSTBRIDGE = 30,
+	NVML_TOPOLOGY_NODE = 40,
+	NVML_TOPOLOGY_SYSTEM = 50,
+} nvmlGpuTopologyLevel_t;
+
+/* nvmlDeviceGetP2PStatus: what is asked (PROP is PCI's old name) and the answer. */
+typedef enum {
+	NVML_P2P_CAPS_INDEX_READ = 0,
+	NVML_P2P_CAPS_INDEX_WRITE = 1,
+	NVML_P2P_CAPS_INDEX_NVLINK = 2,
+	NVML_P2P_CAPS_INDEX_ATOMICS = 3,
+	NVML_P2P_CAPS_INDEX_PCI = 4,
+	NVML_P2P_CAPS_INDEX_UNKNOWN = 5,
+} nvmlGpuP2PCapsIndex_t;
+#define NVML_P2P_CAPS_COUNT 5
+
+typedef enum {
+	NVML_P2P_STATUS_OK = 0,
+	NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED = 1,
+	NVML_P2P_STATUS_GPU_NOT_SUPPORTED = 2,
+	NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED = 3,
+	NVML_P2P_STATUS_DISABLED_BY_REGKEY = 4,
+	NVML_P2P_STATUS_NOT_SUPPORTED = 5,
+	NVML_P2P_STATUS_UNKNOWN = 6,
+} nvmlGpuP2PStatus_t;
+
+/* NVLink (nvmlDeviceGetNvLink*). */
+#define NVML_NVLINK_MAX_LINKS 18
+typedef enum {
+	NVML_NVLINK_CAP_P2P_SUPPORTED = 0,
+	NVML_NVLINK_CAP_SYSMEM_ACCESS = 1,
+	NVML_NVLINK_CAP_P2P_ATOMICS = 2,
+	NVML_NVLINK_CAP_SYSMEM_ATOMICS = 3,
+	NVML_NVLINK_CAP_SLI_BRIDGE = 4,
+	NVML_NVLINK_CAP_VALID = 5,
+	NVML_NVLINK_CAP_COUNT = 6,
+} nvmlNvLinkCapability_t;
+
+/* nvmlDeviceGetCpuAffinityWithinScope, nvmlDeviceGetMemoryAffinity. */
+typedef enum { NVML_AFFINITY_SCOPE_NODE = 0, NVML_AFFINITY_SCOPE_SOCKET = 1 } nvmlAffinityScope_t;
+
 #endif

@@ -49,6 +49,7 @@ enum {
 	RM_NVML_HAS_BRAND = 8,
 	RM_NVML_HAS_DRIVER_VERSION = 16,
 	RM_NVML_HAS_POWER_LIMIT = 32,
+	RM_NVML_HAS_NUMA_NODE = 64,   /* DeviceStateReply.numa_node */
 };
 
 /* Liveness (docs/protocol.md): a peer silent for its timeout is taken for dead. Each side

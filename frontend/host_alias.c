@@ -8,6 +8,8 @@
 
 #include "client.h"
 
+#define MAX_ALIAS_DEVICES 64 /* of MAX_ACCESS_DESCS, the daemon's bound on a cuMemSetAccess */
+
 static CUmemAllocationProp device_prop(CUdevice dev)
 {
 	CUmemAllocationProp prop;
@@ -49,8 +51,22 @@ CUresult rm_host_alias_back(struct rm_host_alias *a)
 		return r;
 	r = cuMemMap(a->va, a->reserved, 0, h, 0);
 	if (r == CUDA_SUCCESS) {
-		CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-		r = cuMemSetAccess(a->va, a->reserved, &access, 1);
+		/* Pinned memory is every GPU's to reach, as natively: each of the client's GPUs that
+		 * can reach the backing one's memory gets access too (else only the backing one). */
+		CUmemAccessDesc access[MAX_ALIAS_DEVICES];
+		int n = 0, count = 0;
+		access[n++] = (CUmemAccessDesc){.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+		if (cuDeviceGetCount(&count) != CUDA_SUCCESS)
+			count = 0;
+		for (int d = 0; d < count && n < MAX_ALIAS_DEVICES; d++) {
+			int can = 0;
+			if (d != a->dev && cuDeviceCanAccessPeer(&can, d, a->dev) == CUDA_SUCCESS && can)
+				access[n++] = (CUmemAccessDesc){.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = d},
+								.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+		}
+		r = cuMemSetAccess(a->va, a->reserved, access, (size_t)n);
+		if (r != CUDA_SUCCESS && n > 1)
+			r = cuMemSetAccess(a->va, a->reserved, access, 1);
 		if (r != CUDA_SUCCESS)
 			cuMemUnmap(a->va, a->reserved);
 	}

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nvml_abi.h"
 #include "wire.h" /* RM_NVML_HAS_*: bits of valid */
 
 /* "remora-nvml-brdg" */
@@ -26,10 +27,33 @@ struct rm_nvml_device_state {
 	char driver_version[80];
 };
 
+/* What the host's NVML says of a GPU's links (RM_OP_DEVICE_STATE with topology). */
+#define RM_NVML_MAX_PEERS 64
+struct rm_nvml_topology {
+	int npeers;
+	struct {
+		int device;           /* the client's ordinal */
+		uint32_t p2p_valid;   /* bit i: p2p[i] answered (nvmlGpuP2PCapsIndex_t i) */
+		uint32_t p2p[NVML_P2P_CAPS_COUNT];
+		int ancestor_valid;
+		uint32_t ancestor;    /* nvmlGpuTopologyLevel_t */
+	} peers[RM_NVML_MAX_PEERS];
+	int nlinks;
+	struct {
+		uint32_t link, active, version, caps, caps_valid;
+		int version_valid, remote_valid;
+		nvmlPciInfo_t remote;
+	} links[NVML_NVLINK_MAX_LINKS];
+	int numa_valid;
+	uint32_t numa_node;
+};
+
 struct rm_nvml_bridge {
 	size_t size;              /* sizeof(struct rm_nvml_bridge) */
 	/* What the daemon says of the client's GPU ordinal; CUDA_SUCCESS or why not. */
 	CUresult (*device_state)(int ordinal, struct rm_nvml_device_state *out);
+	/* Its links to the client's other GPUs, NVLinks and NUMA node, checked. */
+	CUresult (*device_topology)(int ordinal, struct rm_nvml_topology *out);
 };
 
 /* The client library's table (nvml_bridge.c). */

@@ -3,8 +3,8 @@
 # each sample of a checkout, runs it natively and through Remora, and prints a table.
 #
 # usage: scripts/cuda-samples.sh SAMPLES_DIR [--mode sequence|alone] [--only NAME]...
-#                               [--jobs N] [--timeout SECONDS] [--build BUILD] [--no-build]
-#                               [--phase native|remote|both]
+#                               [--set multigpu] [--jobs N] [--timeout SECONDS] [--build BUILD]
+#                               [--no-build] [--phase native|remote|both]
 #
 # SAMPLES_DIR holds the checkout's Common/ and Samples/ (the samples are not part of
 # Remora and are never fetched here). Each sample is built with one nvcc line (sm_90, the
@@ -14,13 +14,19 @@
 # exits 0; natively failing ones are not run through Remora. --phase native builds and runs
 # natively only; --phase remote then uses those native results (both: one after the other). Writes table.txt and each
 # run's output under $OUT (default cuda-samples-out/). Needs a GPU host and BUILD
-# (default build-gpu) built.
+# (default build-gpu) built. --set multigpu selects the samples that use several GPUs of
+# the host (MULTIGPU_SAMPLES below; most need two), beside any --only.
 set -uo pipefail
 
 die() { echo "cuda-samples: $*" >&2; exit 2; }
 (($#)) || die "usage: scripts/cuda-samples.sh SAMPLES_DIR [--mode sequence|alone] [--only NAME]..."
 SRC=$(cd "$1" && pwd) || die "no such directory: $1"
 shift
+# The samples that use several GPUs: their own work on each, peer access and copies, or the
+# topology between them (issue 39).
+MULTIGPU_SAMPLES=(simpleMultiGPU MonteCarloMultiGPU simpleP2P p2pBandwidthLatencyTest simpleCUFFT_MGPU
+	simpleCUFFT_2d_MGPU streamOrderedAllocationP2P conjugateGradientMultiDeviceCG topologyQuery cudaOpenMP
+	vectorAddMMAP deviceQuery deviceQueryDrv simpleIPC streamOrderedAllocationIPC memMapIPCDrv)
 MODE=sequence JOBS=$(nproc) TIMEOUT_S=60 DO_BUILD=1 ONLY=() PHASE=both
 BUILD=${REMORA_SUITE_BUILD:-build-gpu}
 PORT=${REMORA_SAMPLES_PORT:-47313}
@@ -28,12 +34,13 @@ while (($#)); do
 	case $1 in
 	--mode) MODE=${2:?}; shift 2 ;;
 	--only) ONLY+=("${2:?}"); shift 2 ;;
+	--set) [[ ${2:-} == multigpu ]] || die "--set takes multigpu"; ONLY+=("${MULTIGPU_SAMPLES[@]}"); shift 2 ;;
 	--jobs) JOBS=${2:?}; shift 2 ;;
 	--timeout) TIMEOUT_S=${2:?}; shift 2 ;;
 	--build) BUILD=${2:?}; shift 2 ;;
 	--no-build) DO_BUILD=0; shift ;;
 	--phase) PHASE=${2:?}; shift 2 ;;
-	-h | --help) sed -n '2,15s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,18s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) die "unknown argument '$1' (try --help)" ;;
 	esac
 done

@@ -70,6 +70,12 @@ PROGRAMS=(
 	"drv_ctxevents|tests/programs/drv_ctxevents tests/programs/kernels.fatbin"
 	"drv_nowait|tests/programs/drv_nowait tests/programs/kernels.fatbin 6000"
 )
+# Programs of two GPUs of the host (issue 39), run where nvidia-smi lists two or more; on a
+# host of one GPU they are skipped, with a line saying so in the table.
+MULTIGPU_PROGRAMS=(
+	"rt_multigpu|tests/rtprograms/rt_multigpu"
+	"drv_peer|tests/programs/drv_peer tests/programs/kernels.fatbin"
+)
 # Framework programs (issue 13), run from the repository root with the Python on the
 # PATH (PyTorch and torchvision for CUDA 13); --no-frameworks leaves them out.
 FRAMEWORKS=(
@@ -104,7 +110,7 @@ while (($#)); do
 	--no-build) DO_BUILD=0; shift ;;
 	--no-frameworks) FRAMEWORKS=(); shift ;;
 	--no-faults) FAULTS=0; shift ;;
-	--list) for p in "${PROGRAMS[@]}" "${FRAMEWORKS[@]}"; do echo "${p%%|*}"; done; exit 0 ;;
+	--list) for p in "${PROGRAMS[@]}" "${MULTIGPU_PROGRAMS[@]}" "${FRAMEWORKS[@]}"; do echo "${p%%|*}"; done; exit 0 ;;
 	-h | --help) sed -n '2,11s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) die "unknown argument '$1' (try --help)" ;;
 	esac
@@ -115,8 +121,14 @@ OUTDIR=${OUT:-gpu-suite-out}
 mkdir -p "$OUTDIR"
 OUTDIR=$(cd "$OUTDIR" && pwd)
 
+NGPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+MULTIGPU_SKIPPED=
+if ((NGPUS < 2)); then
+	for p in "${MULTIGPU_PROGRAMS[@]}"; do MULTIGPU_SKIPPED+=" ${p%%|*}"; done
+	MULTIGPU_PROGRAMS=()
+fi
 selected=()
-for p in "${PROGRAMS[@]}" "${FRAMEWORKS[@]}"; do
+for p in "${PROGRAMS[@]}" "${MULTIGPU_PROGRAMS[@]}" "${FRAMEWORKS[@]}"; do
 	name=${p%%|*}
 	if ((${#ONLY[@]} == 0)) || [[ " ${ONLY[*]} " == *" $name "* ]]; then
 		selected+=("$p")
@@ -198,6 +210,9 @@ time_figures() {
 TABLE=$OUTDIR/table.txt
 row() { printf '%-18s %6s %6s %-5s %8s %8s  %-32s %s\n' "$@"; }
 row program native remote same nat_s rem_s native_time remote_time | tee "$TABLE"
+if [[ -n $MULTIGPU_SKIPPED ]]; then
+	echo "gpu-suite: 2-GPU programs skipped: this host has ${NGPUS:-0} GPU(s):$MULTIGPU_SKIPPED" | tee -a "$TABLE"
+fi
 
 failed=0
 for p in "${selected[@]}"; do

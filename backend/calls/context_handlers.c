@@ -9,6 +9,7 @@
 
 #include "gpus.h"
 #include "log.h"
+#include "peer_access.h"
 #include "remora.pb-c.h"
 
 /* A client's CUdevice is its own ordinal; the handler maps the host's GPU back to it. */
@@ -161,7 +162,7 @@ CUresult rm_body_cuCtxGetLimit(struct rm_channel *s, size_t *pvalue, CUlimit lim
  * managed memory is a copy kept coherent at synchronization, not memory the GPU and the
  * host reach at once; its pageable and registered memory never reaches the GPU by the host
  * pointer; host and device atomics never meet on the same bytes. A multi-device cooperative
- * launch, deprecated, is not forwarded. */
+ * launch, deprecated, is not forwarded, nor are memory pools located on the host. */
 static int remote_lacks(CUdevice_attribute attrib)
 {
 	switch (attrib) {
@@ -173,6 +174,8 @@ static int remote_lacks(CUdevice_attribute attrib)
 	case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST:
 	case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
 	case CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH:
+	case CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED: /* pools of host memory are not forwarded */
+	case CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED:
 		return 1;
 	default:
 		return 0;
@@ -211,4 +214,18 @@ CUresult rm_body_cuStreamGetCtx_v2(struct rm_channel *s, CUstream hStream, CUcon
 	if (pGreenCtx)
 		*pGreenCtx = NULL;
 	return CUDA_SUCCESS;
+}
+
+/* The current context reaching peerContext's memory: s->named is the client's context it
+ * names (a created context's driver value is its shared context's). */
+CUresult rm_body_cuCtxEnablePeerAccess(struct rm_channel *s, CUcontext peerContext, unsigned int Flags)
+{
+	(void)peerContext;
+	return rm_peer_enable(s, s->named, Flags);
+}
+
+CUresult rm_body_cuCtxDisablePeerAccess(struct rm_channel *s, CUcontext peerContext)
+{
+	(void)peerContext;
+	return rm_peer_disable(s, s->named);
 }

@@ -4,8 +4,9 @@
  * cuMemAlloc from cuMemCreate until they are both released and unmapped, as the driver
  * frees them), reserved address ranges (RM_H_VA_RANGE) and the pieces of them it mapped
  * (RM_H_MAPPING: usable device memory for later pointer checks, the physical allocation
- * as parent). Device ordinals in locations are the client's, translated both ways; only
- * device locations are supported. */
+ * as parent). Device ordinals in locations are the client's, translated both ways. An
+ * allocation may live on a device or in the GPU host's memory; access is for devices only
+ * (the client's CPU cannot reach the GPU host's memory). */
 #include "dispatch.h"
 
 #include <pthread.h>
@@ -28,7 +29,7 @@ static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUresult location_in(struct rm_channel *s, CUmemLocation *loc)
 {
 	if (loc->type != CU_MEM_LOCATION_TYPE_DEVICE)
-		return rm_unsupported_use("virtual memory of a location other than a device");
+		return rm_unsupported_use("virtual memory access from a location other than a device");
 	CUdevice dev;
 	CUresult r = rm_session_device(s, loc->id, &dev);
 	if (r == CUDA_SUCCESS)
@@ -36,12 +37,21 @@ static CUresult location_in(struct rm_channel *s, CUmemLocation *loc)
 	return r;
 }
 
+/* Where an allocation may live: a device of the client's, or the GPU host's memory (HOST,
+ * HOST_NUMA with the GPU host's node, which cuDeviceGetAttribute's HOST_NUMA_ID gives, or
+ * HOST_NUMA_CURRENT: the worker's node), which its GPUs reach and the client's CPU cannot. */
+static int host_located(const CUmemLocation *loc)
+{
+	return loc->type == CU_MEM_LOCATION_TYPE_HOST || loc->type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+	       loc->type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT;
+}
+
 /* A copy of the client's allocation properties the driver may be given. */
 static CUresult prop_in(struct rm_channel *s, const CUmemAllocationProp *from, CUmemAllocationProp *prop)
 {
 	memcpy(prop, from, sizeof(*prop));
 	prop->win32HandleMetaData = NULL; /* a pointer of the client's means nothing here */
-	return location_in(s, &prop->location);
+	return host_located(&prop->location) ? CUDA_SUCCESS : location_in(s, &prop->location);
 }
 
 CUresult rm_body_cuMemGetAllocationGranularity(struct rm_channel *s, size_t *granularity, const CUmemAllocationProp *prop,
@@ -61,11 +71,18 @@ CUresult rm_body_cuMemCreate(struct rm_channel *s, CUmemGenericAllocationHandle 
 	CUresult r = prop_in(s, prop, &p);
 	if (r != CUDA_SUCCESS)
 		return r;
-	if ((r = rm_session_charge(s, size)) != CUDA_SUCCESS)
+	int host = host_located(&p.location);
+	if ((r = host ? rm_session_charge_host(s, size) : rm_session_charge(s, size)) != CUDA_SUCCESS)
 		return r;
 	r = rm_drv_cuMemCreate(handle, size, &p, flags);
+	if (r == CUDA_SUCCESS && host && rm_session_note_host_physical(*handle, size) != CUDA_SUCCESS) {
+		rm_drv_cuMemRelease(*handle);
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	if (r == CUDA_SUCCESS)
 		rm_session_own_memory(s, RM_H_PHYSICAL, *handle, size, 0);
+	else if (host)
+		rm_session_uncharge_host(s, size);
 	else
 		rm_session_uncharge(s, size);
 	return r;
@@ -100,7 +117,7 @@ static void settle(struct rm_channel *s, uint64_t handle)
 	if (!rm_session_find(s, RM_H_PHYSICAL, handle, &p) || !p.parent || mapped(s, handle))
 		return;
 	rm_session_disown_value(s, RM_H_PHYSICAL, handle);
-	rm_session_uncharge(s, p.size);
+	rm_session_uncharge_physical(s, handle, p.size);
 	if (rm_ipc_leave(s, RM_IPC_PHYSICAL, handle) == RM_IPC_LAST) /* shared: released now, by its last holder */
 		rm_drv_cuMemRelease(handle);
 }
@@ -344,6 +361,8 @@ CUresult rm_body_cuMemSetAccess(struct rm_channel *s, CUdeviceptr ptr, size_t si
 		return CUDA_ERROR_INVALID_VALUE;
 	memcpy(d, desc, count * sizeof(*d));
 	for (size_t i = 0; i < count; i++) {
+		if (host_located(&d[i].location)) /* the client's CPU: it cannot reach the GPU host's memory */
+			return rm_unsupported_use("cuMemSetAccess for a host location (the CPU of the GPU host, not the client's)");
 		CUresult r = location_in(s, &d[i].location);
 		if (r != CUDA_SUCCESS)
 			return r;
@@ -355,6 +374,10 @@ CUresult rm_body_cuMemGetAccess(struct rm_channel *s, unsigned long long *flags,
 				CUdeviceptr ptr)
 {
 	CUmemLocation loc = *location;
+	if (host_located(&loc)) { /* never granted (cuMemSetAccess) */
+		*flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+		return reservation(s, ptr, 1) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	}
 	CUresult r = location_in(s, &loc);
 	if (r == CUDA_SUCCESS)
 		r = rm_drv_cuMemGetAccess(flags, &loc, ptr);
@@ -384,6 +407,8 @@ CUresult rm_body_cuMemExportToShareableHandle(struct rm_channel *s, void *sharea
 		if (r == CUDA_SUCCESS && rm_drv_cuMemGetAllocationPropertiesFromHandle(&prop, handle) == CUDA_SUCCESS &&
 		    prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE)
 			o.device = prop.location.id;
+		else if (r == CUDA_SUCCESS) /* charged to the exporter's host memory, which no importer shares */
+			r = rm_unsupported_use("cuMemExportToShareableHandle of host-located memory");
 		if (r == CUDA_SUCCESS)
 			r = rm_ipc_export(s, RM_IPC_PHYSICAL, &o, shareableHandle);
 	}

@@ -23,7 +23,7 @@ static CUresult piece_dma(struct rm_share *sh, int b, void *buf, struct rm_strip
 	if (r == CUDA_SUCCESS && sh->sync_after)
 		sh->unrecorded = 1;
 	else if (r == CUDA_SUCCESS)
-		r = rm_drv_cuEventRecord(sh->staging->done[b], j->stream);
+		r = rm_staging_record(sh->staging, b, j->stream);
 	rm_copy_profile_add(sh->prof, sh->dma, mark);
 	return r;
 }

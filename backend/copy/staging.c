@@ -65,11 +65,16 @@ CUresult rm_staging_open_for(struct rm_staging *st, uint64_t bytes)
 	CUresult r = CUDA_SUCCESS;
 	int b = 0;
 	for (; b < RM_STAGING_BUFS; b++) {
+		/* Pinned for every GPU's contexts too: with unified addressing, pinned memory is portable. */
 		r = rm_drv_cuMemAllocHost_v2(&st->buf[b], st->size);
 		if (r != CUDA_SUCCESS)
 			break;
 		r = rm_drv_cuEventCreate(&st->done[b], CU_EVENT_DISABLE_TIMING);
+		if (r == CUDA_SUCCESS)
+			r = rm_drv_cuCtxGetCurrent(&st->done_ctx[b]);
 		if (r != CUDA_SUCCESS) {
+			if (st->done[b])
+				rm_drv_cuEventDestroy_v2(st->done[b]);
 			rm_drv_cuMemFreeHost(st->buf[b]);
 			break;
 		}
@@ -97,6 +102,28 @@ CUresult rm_staging_wait(struct rm_staging *st, int b, void **buf)
 		return r;
 	*buf = st->buf[b];
 	return st->idle[b] ? CUDA_SUCCESS : rm_drv_cuEventSynchronize(st->done[b]);
+}
+
+CUresult rm_staging_record(struct rm_staging *st, int b, CUstream stream)
+{
+	CUcontext ctx = NULL;
+	CUresult r = rm_drv_cuStreamGetCtx(stream, &ctx);
+	if (r != CUDA_SUCCESS || ctx == st->done_ctx[b])
+		return r == CUDA_SUCCESS ? rm_drv_cuEventRecord(st->done[b], stream) : r;
+	CUevent ev = NULL;
+	r = rm_drv_cuCtxPushCurrent_v2(ctx);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = rm_drv_cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
+	CUcontext popped;
+	rm_drv_cuCtxPopCurrent_v2(&popped);
+	if (r != CUDA_SUCCESS)
+		return r;
+	rm_drv_cuEventSynchronize(st->done[b]); /* waited for already before b was used again */
+	rm_drv_cuEventDestroy_v2(st->done[b]);
+	st->done[b] = ev;
+	st->done_ctx[b] = ctx;
+	return rm_drv_cuEventRecord(ev, stream);
 }
 
 void rm_staging_close(struct rm_staging *st)

@@ -23,6 +23,7 @@ struct rm_staging {
 		      * memory allows */
 	void *buf[RM_STAGING_BUFS];
 	CUevent done[RM_STAGING_BUFS];
+	CUcontext done_ctx[RM_STAGING_BUFS]; /* done[b]'s context: recorded only on its streams */
 	int idle[RM_STAGING_BUFS]; /* its last copy's stream was synchronized since: done[b] is not waited for */
 	int open;
 	int shrunk; /* opened smaller than wanted at the worker's bound: not grown until closed */
@@ -45,6 +46,10 @@ CUresult rm_staging_open(struct rm_staging *st);
 CUresult rm_staging_open_for(struct rm_staging *st, uint64_t bytes);
 /* Buffer b once the copy that used it last is done, opening the staging first if needed. */
 CUresult rm_staging_wait(struct rm_staging *st, int b, void **buf);
+/* Records b's event on stream, a stream of any of the worker's contexts: an event is
+ * recorded only on streams of the context it was made in (CUDA_ERROR_INVALID_HANDLE), so one
+ * of another context is made again in the stream's (a client copying on each of its GPUs). */
+CUresult rm_staging_record(struct rm_staging *st, int b, CUstream stream);
 /* Buffer b's last copy is known done: its stream was synchronized after it. */
 static inline void rm_staging_idle(struct rm_staging *st, int b) { st->idle[b] = st->open; }
 /* Waits for every copy through it and frees it; it may be opened again. */

@@ -16,6 +16,7 @@ static char lib_path[512] = "libnvidia-ml.so.1";
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int loaded;
+static void *lib;
 static struct {
 	nvmlReturn_t (*init)(void);
 	nvmlReturn_t (*by_uuid)(const char *, nvmlDevice_t *);
@@ -42,7 +43,7 @@ static void load(void)
 {
 	if (!lib_path[0])
 		return;
-	void *lib = dlopen(lib_path, RTLD_NOW | RTLD_LOCAL);
+	lib = dlopen(lib_path, RTLD_NOW | RTLD_LOCAL);
 	if (!lib) {
 		rm_log(RM_LOG_INFO, "no host NVML (%s): utilization, temperature and power are not reported", dlerror());
 		return;
@@ -61,6 +62,7 @@ static void load(void)
 		rm_log(RM_LOG_WARN, "the host NVML %s did not start (%d): utilization, temperature and power are not reported",
 		       lib_path, r);
 		dlclose(lib);
+		lib = NULL;
 		return;
 	}
 	loaded = 1;
@@ -121,4 +123,20 @@ void rm_host_nvml_gpu(const char *uuid, struct rm_host_gpu_state *out)
 		out->driver_version[sizeof(out->driver_version) - 1] = 0;
 		out->valid |= RM_NVML_HAS_DRIVER_VERSION;
 	}
+}
+
+int rm_host_nvml_device(const char *uuid, void **out)
+{
+	pthread_once(&load_once, load);
+	nvmlDevice_t d;
+	if (!loaded || !handle_of(uuid, &d))
+		return 0;
+	*out = d;
+	return 1;
+}
+
+void *rm_host_nvml_sym(const char *name)
+{
+	pthread_once(&load_once, load);
+	return loaded ? dlsym(lib, name) : NULL;
 }

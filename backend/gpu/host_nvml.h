@@ -18,5 +18,10 @@ struct rm_host_gpu_state {
 void rm_host_nvml_configure(const char *path);
 /* The figures of the GPU with this UUID ("GPU-..."); out->valid 0 when none is known. */
 void rm_host_nvml_gpu(const char *uuid, struct rm_host_gpu_state *out);
+/* The loaded NVML's handle of the GPU with this UUID (an nvmlDevice_t): 1, or 0 when there
+ * is no NVML or no such GPU; and a function of that NVML by name, or NULL
+ * (host_topology.c). */
+int rm_host_nvml_device(const char *uuid, void **out);
+void *rm_host_nvml_sym(const char *name);
 
 #endif

@@ -12,6 +12,19 @@
 #include "stream_pool.h"
 
 /* Each function takes c->order_lock for what it does (session.h). */
+
+/* An event of c's context, whichever is current: it is recorded on c's streams only. */
+static CUresult event_in(struct rm_session_ctx *c, CUevent *ev)
+{
+	CUresult r = rm_drv_cuCtxPushCurrent_v2(c->ctx);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = rm_drv_cuEventCreate(ev, CU_EVENT_DISABLE_TIMING);
+	CUcontext popped;
+	rm_drv_cuCtxPopCurrent_v2(&popped);
+	return r;
+}
+
 static CUresult add_locked(struct rm_session_ctx *c, CUstream st)
 {
 	if (c->nblocking == c->blocking_cap) {
@@ -23,7 +36,7 @@ static CUresult add_locked(struct rm_session_ctx *c, CUstream st)
 		c->blocking_cap = cap;
 	}
 	CUevent ev;
-	CUresult r = rm_drv_cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
+	CUresult r = event_in(c, &ev);
 	if (r != CUDA_SUCCESS)
 		return r;
 	/* A new blocking stream starts after what the legacy stream holds so far. */
@@ -103,7 +116,7 @@ static CUresult before_locked(struct rm_session_ctx *c, CUstream st)
 			continue;
 		if (b->waited_legacy != c->legacy_work) {
 			if (!c->legacy_done)
-				r = rm_drv_cuEventCreate(&c->legacy_done, CU_EVENT_DISABLE_TIMING);
+				r = event_in(c, &c->legacy_done);
 			if (r == CUDA_SUCCESS)
 				r = rm_drv_cuEventRecord(c->legacy_done, c->default_stream);
 			if (r == CUDA_SUCCESS)

@@ -10,6 +10,7 @@
 #include "driver_table.h"
 #include "gpus.h"
 #include "kernel_timing.h"
+#include "peer_access.h"
 #include "stream_pool.h"
 #include "stream_wait.h"
 
@@ -302,6 +303,7 @@ CUresult rm_session_destroy_ctx(struct rm_channel *s, struct rm_session_ctx *c)
 	s->cur = c;
 	CUresult r = sync_streams(s, c); /* its work done before what it uses goes */
 	size_t n = rm_session_release_ctx(s, c);
+	rm_peer_release(s, c); /* its peer access goes with it, both ways */
 	rm_kernel_timing_release(s, c);
 	rm_ctx_events_release(c);
 	pthread_mutex_lock(&c->order_lock);

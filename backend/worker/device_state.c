@@ -3,10 +3,12 @@
  * cuMemGetInfo is, what the client holds, and the host NVML's figures where it has them. */
 #include "device_state.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpus.h"
 #include "host_nvml.h"
+#include "host_topology.h"
 #include "registry.h"
 #include "remora.pb-c.h"
 
@@ -20,12 +22,35 @@ static int uses_device(struct rm_channel *s, CUdevice dev)
 	return used;
 }
 
+/* The GPU's links to the client's other GPUs, by the client's ordinals. */
+static void topology(struct rm_channel *s, const char *uuid, Remora__DeviceStateReply *rep,
+		     struct rm_host_topology_mem *mem)
+{
+	char uuids[RM_TOPOLOGY_MAX_PEERS][48];
+	const char *others[RM_TOPOLOGY_MAX_PEERS];
+	int ordinals[RM_TOPOLOGY_MAX_PEERS], n = 0;
+	struct rm_registry *reg = rm_registry();
+	rm_registry_lock();
+	for (int i = 0; i < s->sh->ndevices && n < RM_TOPOLOGY_MAX_PEERS; i++) {
+		int dev = s->sh->devices[i];
+		if (dev < 0 || dev >= reg->ngpus)
+			continue;
+		memcpy(uuids[n], reg->gpus[dev].uuid, sizeof(uuids[n]));
+		uuids[n][sizeof(uuids[n]) - 1] = 0;
+		others[n] = uuids[n];
+		ordinals[n++] = i;
+	}
+	rm_registry_unlock();
+	rm_host_topology(uuid, others, ordinals, n, rep, mem);
+}
+
 void rm_handle_device_state(struct rm_channel *s, struct rm_request *rq)
 {
 	Remora__DeviceState *req = (void *)rm_request_unpack(rq, &remora__device_state__descriptor);
 	if (!req)
 		return;
 	Remora__DeviceStateReply rep = REMORA__DEVICE_STATE_REPLY__INIT;
+	struct rm_host_topology_mem *mem = NULL;
 	struct rm_host_gpu_state host;
 	CUdevice dev = 0;
 	CUresult r = rm_session_device(s, req->device, &dev);
@@ -59,7 +84,12 @@ void rm_handle_device_state(struct rm_channel *s, struct rm_request *rq)
 		rep.power_limit_mw = host.power_limit_mw;
 		rep.brand = host.brand;
 		rep.driver_version = host.driver_version;
+		if (req->topology && !(mem = calloc(1, sizeof(*mem))))
+			r = CUDA_ERROR_OUT_OF_MEMORY;
+		else if (req->topology)
+			topology(s, uuid, &rep, mem);
 	}
 	rm_request_finish(s, rq, r, r == CUDA_SUCCESS ? &rep.base : NULL);
+	free(mem);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 }

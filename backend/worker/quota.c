@@ -1,6 +1,9 @@
 /* A session's device memory against its quotas (quota.h). */
 #include "session.h"
 
+#include <pthread.h>
+#include <stdlib.h>
+
 #include "log.h"
 #include "registry.h"
 
@@ -46,4 +49,55 @@ void rm_session_memory_view(struct rm_channel *s, size_t *free_b, size_t *total_
 		if (*free_b > left)
 			*free_b = left;
 	}
+}
+
+CUresult rm_session_charge_host(struct rm_channel *s, uint64_t bytes)
+{
+	if (rm_host_account_take(&s->sh->host, bytes) == 0)
+		return CUDA_SUCCESS;
+	rm_session_log(s, RM_LOG_WARN, "host-located virtual memory of %llu bytes refused: over its host memory limit",
+		       (unsigned long long)bytes);
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+void rm_session_uncharge_host(struct rm_channel *s, uint64_t bytes)
+{
+	rm_host_account_give(&s->sh->host, bytes);
+}
+
+/* The worker's host-located physical allocations; few (NCCL's buffers), so a list. */
+struct host_physical {
+	uint64_t handle, bytes;
+	struct host_physical *next;
+};
+static pthread_mutex_t host_physical_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct host_physical *host_physical;
+
+CUresult rm_session_note_host_physical(uint64_t handle, uint64_t bytes)
+{
+	struct host_physical *h = malloc(sizeof(*h));
+	if (!h)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&host_physical_lock);
+	*h = (struct host_physical){.handle = handle, .bytes = bytes, .next = host_physical};
+	host_physical = h;
+	pthread_mutex_unlock(&host_physical_lock);
+	return CUDA_SUCCESS;
+}
+
+void rm_session_uncharge_physical(struct rm_channel *s, uint64_t handle, uint64_t bytes)
+{
+	struct host_physical *gone = NULL;
+	pthread_mutex_lock(&host_physical_lock);
+	for (struct host_physical **h = &host_physical; *h && !gone; h = &(*h)->next)
+		if ((*h)->handle == handle) {
+			gone = *h;
+			*h = gone->next;
+		}
+	pthread_mutex_unlock(&host_physical_lock);
+	if (gone)
+		rm_session_uncharge_host(s, gone->bytes);
+	else
+		rm_session_uncharge(s, bytes);
+	free(gone);
 }

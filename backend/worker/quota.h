@@ -25,6 +25,15 @@ static inline uint64_t rm_charged_bytes(uint64_t bytes)
  * rm_session_uncharge gives back what charging the same bytes took. */
 CUresult rm_session_charge(struct rm_channel *s, uint64_t bytes);
 void rm_session_uncharge(struct rm_channel *s, uint64_t bytes);
+/* Host-located physical allocations (cuMemCreate of a host location: the GPU host's
+ * memory) are charged to the client's host memory (client_host_memory_limit, host_memory.h)
+ * instead: CUDA_ERROR_OUT_OF_MEMORY (and a log line) past it. Once made, the allocation is
+ * noted (CUDA_ERROR_OUT_OF_MEMORY: no memory for the note), so that
+ * rm_session_uncharge_physical gives back to the account that was charged. */
+CUresult rm_session_charge_host(struct rm_channel *s, uint64_t bytes);
+void rm_session_uncharge_host(struct rm_channel *s, uint64_t bytes);
+CUresult rm_session_note_host_physical(uint64_t handle, uint64_t bytes);
+void rm_session_uncharge_physical(struct rm_channel *s, uint64_t handle, uint64_t bytes);
 /* The client's view of device memory: the device's, narrowed by its quotas. */
 void rm_session_memory_view(struct rm_channel *s, size_t *free_b, size_t *total_b);
 /* The device memory one client of its tenant may hold now (registry.h); 0: no limit. */

@@ -9,6 +9,7 @@
 #include "fault.h"
 #include "image_cache.h"
 #include "ipc.h"
+#include "peer_access.h"
 #include "stream_pool.h"
 
 typedef void (*release_fn)(struct rm_channel *s, const struct rm_handle *h);
@@ -106,7 +107,7 @@ static void release_physical(struct rm_channel *s, const struct rm_handle *h)
 	enum rm_ipc_left left = rm_ipc_leave(s, RM_IPC_PHYSICAL, h->value);
 	if ((left == RM_IPC_NOT_SHARED && !h->parent) || left == RM_IPC_LAST) /* parent: released by the client */
 		rm_drv_cuMemRelease(h->value);
-	rm_session_uncharge(s, h->size);
+	rm_session_uncharge_physical(s, h->value, h->size);
 }
 
 /* After any unmap of it the client asked for, still pending (deferred.h: in order). */
@@ -182,6 +183,7 @@ size_t rm_session_release_all(struct rm_channel *s)
 		rm_drv_cuCtxSetCurrent(s->sh->ctxs[0].ctx);
 	rm_capture_end_all(s); /* a capturing stream can be neither waited for nor reused */
 	rm_session_synchronize_all(s);
+	rm_peer_release(s, NULL); /* the worker's shared contexts keep access others hold */
 	/* A fault of this client's work that no reply reported leaves the worker's contexts
 	 * broken for everyone: a sticky error shows on any stream, and faults the worker. */
 	for (int i = 0; i < s->sh->nctx; i++)

@@ -64,6 +64,8 @@ struct rm_session {
 
 	struct rm_session_ctx ctxs[RM_SESSION_MAX_CTX]; /* appended, never moved */
 	int nctx;
+	uint64_t peer_enabled[RM_SESSION_MAX_CTX]; /* bit j of [i]: ctxs[i] reaches ctxs[j]'s
+						    * memory (peer_access.c; atomic) */
 	int open_spans; /* kernel-time spans open in all contexts (kernel_timing.c; atomic) */
 	int pending_spans; /* closed and not yet read, in all contexts (kernel_timing.c; atomic) */
 

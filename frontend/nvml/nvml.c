@@ -160,6 +160,18 @@ nvmlReturn_t rm_nvml_state_of(nvmlDevice_t d, struct rm_nvml_device_state *st)
 	return ret != NVML_SUCCESS ? ret : from_cu(bridge->device_state(ord, st));
 }
 
+nvmlReturn_t rm_nvml_topology_of(nvmlDevice_t d, struct rm_nvml_topology *t)
+{
+	int ord;
+	nvmlReturn_t ret = device_of(d, &ord);
+	return ret != NVML_SUCCESS ? ret : from_cu(bridge->device_topology(ord, t));
+}
+
+nvmlDevice_t rm_nvml_device_at(int ordinal)
+{
+	return initialized() && ordinal >= 0 && ordinal < ndevices ? &devices[ordinal] : NULL;
+}
+
 /* ---- errors and versions ---- */
 
 RM_NVML_EXPORT const char *nvmlErrorString(nvmlReturn_t result)

@@ -15,6 +15,12 @@ int rm_nvml_is_device(nvmlDevice_t d);
 struct rm_nvml_device_state;
 nvmlReturn_t rm_nvml_state_of(nvmlDevice_t d, struct rm_nvml_device_state *st);
 
+/* What the daemon tells of the links of the GPU behind handle d (nvml_bridge.h), or why
+ * not; the shim's handle of the client's ordinal i (NULL past its GPUs) (nvml.c). */
+struct rm_nvml_topology;
+nvmlReturn_t rm_nvml_topology_of(nvmlDevice_t d, struct rm_nvml_topology *t);
+nvmlDevice_t rm_nvml_device_at(int ordinal);
+
 /* Answered by nvml.c, called by the private table too. */
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device);
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,

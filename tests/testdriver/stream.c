@@ -669,6 +669,7 @@ TD_EXPORT CUresult cuEventCreate(CUevent *ph, unsigned int flags)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	e->magic = TD_MAGIC_EVENT;
 	e->flags = flags;
+	e->ctx = ctx;
 	e->refs = 1;
 	pthread_mutex_init(&e->lock, NULL);
 	*ph = (CUevent)e;
@@ -683,7 +684,7 @@ TD_EXPORT CUresult cuEventRecordWithFlags(CUevent handle, CUstream stream, unsig
 	CUresult rc = td_resolve_stream(stream, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	if (!e)
+	if (!e || (e->ctx && s->ctx != e->ctx)) /* a stream of another context: as natively */
 		return CUDA_ERROR_INVALID_HANDLE;
 	if ((rc = td_capture_usable(s)) != CUDA_SUCCESS)
 		return rc;

@@ -229,6 +229,7 @@ struct td_stream {
 struct td_event {
 	uint32_t magic;
 	unsigned flags;
+	struct td_context *ctx;      /* made in it: recorded only on its streams, as natively */
 	pthread_mutex_t lock;
 	struct td_stream *stream;    /* last record's stream (a reference), or NULL */
 	uint64_t ticket;             /* last record's ticket in that stream */

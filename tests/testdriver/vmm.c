@@ -60,11 +60,28 @@ static CUresult phys_of(CUmemGenericAllocationHandle h, struct td_phys **out)
 	return CUDA_SUCCESS;
 }
 
+/* A host location: the host's memory, of its one NUMA node (0). */
+static bool host_location(const CUmemLocation *loc)
+{
+	return loc->type == CU_MEM_LOCATION_TYPE_HOST || loc->type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT ||
+	       (loc->type == CU_MEM_LOCATION_TYPE_HOST_NUMA && loc->id == 0);
+}
+
 static CUresult prop_ok(const CUmemAllocationProp *prop)
 {
-	if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+	if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (host_location(&prop->location))
+		return CUDA_SUCCESS;
+	if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
 		return CUDA_ERROR_INVALID_VALUE;
 	return prop->location.id >= 0 && prop->location.id < td_device_count() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+/* The device whose memory an allocation takes; -1: the host's. */
+static int device_of(const CUmemAllocationProp *prop)
+{
+	return prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id : -1;
 }
 
 TD_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
@@ -91,7 +108,7 @@ TD_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
 		return rc;
 	if (!handle || !size || size % GRANULARITY || flags)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!td_device_reserve(prop->location.id, size))
+	if (device_of(prop) >= 0 && !td_device_reserve(device_of(prop), size))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	struct td_phys *p = calloc(1, sizeof(*p));
 	int fd = p ? memfd_create("td-phys", MFD_CLOEXEC) : -1;
@@ -99,7 +116,8 @@ TD_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
 		if (fd >= 0)
 			close(fd);
 		free(p);
-		td_device_unreserve(prop->location.id, size);
+		if (device_of(prop) >= 0)
+			td_device_unreserve(device_of(prop), size);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	*p = (struct td_phys){.magic = TD_MAGIC_PHYS, .fd = fd, .size = size, .prop = *prop};
@@ -113,10 +131,12 @@ static void phys_put_locked(struct td_phys *p)
 	if (!p->released || p->mappings)
 		return;
 	close(p->fd);
-	int device = p->prop.location.id;
+	int device = device_of(&p->prop);
 	size_t size = p->size;
 	p->magic = 0;
 	free(p);
+	if (device < 0)
+		return;
 	pthread_mutex_unlock(&td_lock);
 	td_device_unreserve(device, size);
 	pthread_mutex_lock(&td_lock);
@@ -237,7 +257,8 @@ TD_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGe
 	}
 	pthread_mutex_unlock(&td_lock);
 	if (rc == CUDA_SUCCESS)
-		rc = td_track((void *)(uintptr_t)ptr, size, TD_ALLOC_MAPPING, ctx, p->prop.location.id);
+		rc = td_track((void *)(uintptr_t)ptr, size, TD_ALLOC_MAPPING, ctx,
+			      device_of(&p->prop) >= 0 ? device_of(&p->prop) : ctx->device);
 	return rc;
 }
 
@@ -287,8 +308,9 @@ TD_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcces
 	if (!desc || !count)
 		return CUDA_ERROR_INVALID_VALUE;
 	for (size_t i = 0; i < count; i++)
-		if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || desc[i].location.id < 0 ||
-		    desc[i].location.id >= td_device_count())
+		if (!host_location(&desc[i].location) &&
+		    (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || desc[i].location.id < 0 ||
+		     desc[i].location.id >= td_device_count()))
 			return CUDA_ERROR_INVALID_DEVICE;
 	pthread_mutex_lock(&td_lock);
 	struct reservation *r = reservation_of(ptr, size);
