@@ -122,18 +122,19 @@ start_relay() {
 	PIDS+=("$RELAY")
 }
 probe() { "$TOOL" exec "$NSC" "$TOOL" probe 10.77.0.2 7 "$1"; }
-field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
+field() { sed -n "s/.*\b$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 
 "$TOOL" exec "$NSS" "$TOOL" probe-server 10.77.0.2 7 >/dev/null &
 PROBE_SERVER=$!
 PIDS+=("$PROBE_SERVER")
 # What the path adds besides the delay (the stacks, the relay, a sleeping relay's wake-up),
-# measured with a small delay in the mode the run uses, is taken off the delay.
+# measured with a small delay in the mode the run uses, is taken off the delay: its least
+# round trip, since a loaded machine's median would take off too much.
 CAL_NS=0
 [[ $MODE == sleep ]] && CAL_NS=200000
 start_relay $CAL_NS
 BASE=$(probe 0.2) || { say "the link does not carry a probe"; exit 1; }
-BASE_US=$(awk -v m="$(field rtt_us "$BASE")" -v c=$CAL_NS 'BEGIN { printf "%.1f", m - 2 * c / 1e3 }')
+BASE_US=$(awk -v m="$(field rtt_min_us "$BASE")" -v c=$CAL_NS 'BEGIN { printf "%.1f", m - 2 * c / 1e3 }')
 kill "$RELAY"; wait "$RELAY" 2>/dev/null || true
 DELAY_NS=$(awk -v r="$RTT_NS" -v b="$BASE_US" 'BEGIN { d = (r - b * 1e3) / 2; printf "%d", (d > 0 ? d : 0) }')
 start_relay "$DELAY_NS"
