@@ -6,7 +6,9 @@
  * Frames are taken with their virtio-net header (PACKET_VNET_HDR), so a TCP segment the
  * end host left for segmentation offload (up to 64 KiB) and its partial checksum travel
  * as one frame and are sent on as such: the relay moves tens of thousands of frames a
- * second, not millions. Order is kept (a FIFO per direction); a frame arriving when the
+ * second, not millions. A direction may have several lanes, each a thread with its own
+ * socket in a fanout group that hashes by flow (PACKET_FANOUT_HASH), so a flow's frames
+ * stay on one lane and in order (a FIFO per lane) while copy links spread over cores; a frame arriving when the
  * direction's buffer is full waits in the socket's receive buffer, then is dropped by the
  * kernel, as a real queue would. Below 500 us of delay the threads spin (the timer's
  * wake-up would be a large part of the delay); above they sleep until the next departure. */
@@ -32,6 +34,7 @@
 #define RING_BYTES (64u << 20)      /* a direction's frames in flight: ≥ 100 Gbit/s × 5 ms */
 #define FRAME_MAX (65536u + 64u)    /* virtio-net header + Ethernet header + 64 KiB */
 #define SPIN_BELOW_NS 500000ull
+#define VNET_HDR_LEN 10 /* struct virtio_net_hdr, before each frame */
 
 struct rec {
 	uint64_t due_ns;
@@ -40,7 +43,7 @@ struct rec {
 };
 
 struct direction {
-	int in, out;
+	int in, out, out_ifindex;
 	uint64_t delay_ns;
 	int spin;
 	uint8_t *ring;
@@ -58,18 +61,29 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static int packet_socket(const char *ifname)
+#ifndef PACKET_FANOUT_FLAG_IGNORE_OUTGOING
+#define PACKET_FANOUT_FLAG_IGNORE_OUTGOING 0x4000 /* Linux 6.9; older headers lack it */
+#endif
+
+/* A packet socket on ifname with virtio-net headers: with receive, taking every frame that
+ * arrives there, in fanout group fanout unless 0 (one lane of several); else sending only. */
+static int packet_socket(const char *ifname, int receive, int fanout)
 {
 	int ifindex = (int)if_nametoindex(ifname), one = 1, rcvbuf = 32 << 20;
+	/* The group's own flag: a fanout group would otherwise see the frames the other
+	 * direction sends out of this interface, and send them back. */
+	int group = fanout | ((PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_IGNORE_OUTGOING) << 16);
 	if (!ifindex) {
 		fprintf(stderr, "remora-link relay: no interface %s: %s\n", ifname, strerror(errno));
 		return -1;
 	}
-	int fd = socket(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL));
-	struct sockaddr_ll sll = { .sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_ALL), .sll_ifindex = ifindex };
+	uint16_t proto = receive ? htons(ETH_P_ALL) : 0;
+	int fd = socket(AF_PACKET, SOCK_RAW, proto);
+	struct sockaddr_ll sll = { .sll_family = AF_PACKET, .sll_protocol = proto, .sll_ifindex = ifindex };
 	if (fd < 0 || setsockopt(fd, SOL_PACKET, PACKET_VNET_HDR, &one, sizeof one) ||
 	    setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one) ||
-	    bind(fd, (struct sockaddr *)&sll, sizeof sll)) {
+	    bind(fd, (struct sockaddr *)&sll, sizeof sll) ||
+	    (fanout && setsockopt(fd, SOL_PACKET, PACKET_FANOUT, &group, sizeof group))) {
 		fprintf(stderr, "remora-link relay: packet socket on %s: %s\n", ifname, strerror(errno));
 		if (fd >= 0)
 			close(fd);
@@ -129,7 +143,13 @@ static uint64_t give(struct direction *d)
 		}
 		if (r->due_ns > now_ns())
 			return r->due_ns;
-		while (send(d->out, r + 1, r->len, 0) < 0 && errno == ENOBUFS)
+		/* The frame's EtherType as the protocol: the sending socket is bound to none, and a
+		 * segmentation-offload frame needs it known before its virtio-net header is read. */
+		const uint8_t *frame = (const uint8_t *)(r + 1);
+		struct sockaddr_ll to = { .sll_family = AF_PACKET, .sll_ifindex = d->out_ifindex };
+		if (r->len >= VNET_HDR_LEN + 14)
+			memcpy(&to.sll_protocol, frame + VNET_HDR_LEN + 12, 2);
+		while (sendto(d->out, frame, r->len, 0, (struct sockaddr *)&to, sizeof to) < 0 && errno == ENOBUFS)
 			sched_yield(); /* the far end is busy: wait, as a wire's receiver cannot refuse */
 		d->head += rec_size(r->len);
 		if (d->head == d->tail)
@@ -164,34 +184,46 @@ static void *run_direction(void *arg)
 	return NULL;
 }
 
+#define MAX_LANES 8
+
 int link_relay_main(int argc, char **argv)
 {
 	if (argc < 4) {
-		fprintf(stderr, "usage: remora-link relay IF_A IF_B ONE_WAY_DELAY_NS [spin|sleep]\n");
+		fprintf(stderr, "usage: remora-link relay IF_A IF_B ONE_WAY_DELAY_NS [spin|sleep [LANES]]\n");
 		return 2;
 	}
 	uint64_t delay = strtoull(argv[3], NULL, 10);
 	int spin = argc > 4 ? !strcmp(argv[4], "spin") : delay < SPIN_BELOW_NS;
-	int a = packet_socket(argv[1]), b = packet_socket(argv[2]);
-	if (a < 0 || b < 0)
-		return 1;
-	struct direction dir[2] = { { .in = a, .out = b, .delay_ns = delay, .spin = spin },
-				    { .in = b, .out = a, .delay_ns = delay, .spin = spin } };
+	int lanes = argc > 5 ? atoi(argv[5]) : 1;
+	if (lanes < 1 || lanes > MAX_LANES) {
+		fprintf(stderr, "remora-link relay: 1 to %d lanes a direction\n", MAX_LANES);
+		return 2;
+	}
+	static struct direction dir[2 * MAX_LANES];
+	pthread_t t[2 * MAX_LANES];
 	struct sigaction sa = { .sa_handler = on_signal };
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
-	pthread_t t[2];
-	for (int i = 0; i < 2; i++) {
-		dir[i].ring = malloc(RING_BYTES);
-		if (!dir[i].ring || pthread_create(&t[i], NULL, run_direction, &dir[i])) {
+	for (int i = 0; i < 2 * lanes; i++) {
+		int way = i % 2; /* 0: A to B, fanout group 1; 1: B to A, group 2 */
+		struct direction *d = &dir[i];
+		d->in = packet_socket(argv[1 + way], 1, lanes > 1 ? 1 + way : 0);
+		d->out = packet_socket(argv[2 - way], 0, 0);
+		d->out_ifindex = (int)if_nametoindex(argv[2 - way]);
+		d->delay_ns = delay;
+		d->spin = spin;
+		d->ring = malloc(RING_BYTES);
+		if (d->in < 0 || d->out < 0)
+			return 1;
+		if (!d->ring || pthread_create(&t[i], NULL, run_direction, d)) {
 			fprintf(stderr, "remora-link relay: out of memory or threads\n");
 			return 1;
 		}
 	}
-	printf("relay ready: %s <-> %s, one-way delay %llu ns, %s\n", argv[1], argv[2], (unsigned long long)delay,
-	       spin ? "spinning" : "sleeping");
+	printf("relay ready: %s <-> %s, one-way delay %llu ns, %s, %d lane(s) each way\n", argv[1], argv[2],
+	       (unsigned long long)delay, spin ? "spinning" : "sleeping", lanes);
 	fflush(stdout);
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 2 * lanes; i++)
 		pthread_join(t[i], NULL);
 	return 0;
 }

@@ -88,6 +88,13 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# Namespaces of runs whose script is gone (killed by SIGKILL) go first.
+for ns in $(ip netns list 2>/dev/null | awk '/^remora-link-[0-9]+-[0-9]+-[cms]( |$)/ { print $1 }'); do
+	owner=${ns#remora-link-}
+	kill -0 "${owner%%-*}" 2>/dev/null && continue
+	for p in $(ip netns pids "$ns" 2>/dev/null); do kill "$p" 2>/dev/null || true; done
+	ip netns del "$ns" 2>/dev/null || true
+done
 for ns in "$NSC" "$NSM" "$NSS"; do
 	if ! err=$(ip netns add "$ns" 2>&1); then
 		say "cannot make a network namespace here ($err): skipped"
@@ -114,10 +121,14 @@ ip -n "$NSM" link set c1 up
 ip -n "$NSM" link set s1 up
 
 MODE=sleep
-# Spinning takes two cores for the run: only where there are cores to spare.
+# Spinning takes two cores a lane for the run: only where there are cores to spare. Above
+# 25 Gbit/s two lanes a direction (flows hashed over them: copy links spread over cores),
+# or REMORA_LINK_LANES.
 ((RTT_NS < 1000000 && $(nproc) >= 8)) && MODE=spin
+LANES=${REMORA_LINK_LANES:-1}
+[[ -z ${REMORA_LINK_LANES:-} ]] && ((RATE_BPS > 25000000000 && $(nproc) >= 16)) && LANES=2
 start_relay() {
-	"$TOOL" exec "$NSM" "$TOOL" relay c1 s1 "$1" "$MODE" >/dev/null &
+	"$TOOL" exec "$NSM" "$TOOL" relay c1 s1 "$1" "$MODE" "$LANES" >/dev/null &
 	RELAY=$!
 	PIDS+=("$RELAY")
 }
@@ -145,7 +156,7 @@ export REMORA_LINK=$SPEC REMORA_LINK_SERVER_NS=$NSS REMORA_LINK_SERVER_IP=10.77.
 REMORA_LINK_RTT_US=$(field rtt_us "$MEASURED")
 REMORA_LINK_GBPS=$(field gbps "$MEASURED")
 export REMORA_LINK_RTT_US REMORA_LINK_GBPS
-say "link set rtt=$((RTT_NS / 1000))us rate=$RATE; measured rtt ${REMORA_LINK_RTT_US} us, one TCP stream ${REMORA_LINK_GBPS} Gbit/s (the path's own: ${BASE_US} us; delay line $MODE, $((DELAY_NS / 1000)) us each way)"
+say "link set rtt=$((RTT_NS / 1000))us rate=$RATE; measured rtt ${REMORA_LINK_RTT_US} us, one TCP stream ${REMORA_LINK_GBPS} Gbit/s (the path's own: ${BASE_US} us; delay line $MODE, $((DELAY_NS / 1000)) us each way, $LANES lane(s))"
 set +e
 "$TOOL" exec "$NSC" "$@"
 exit $?
