@@ -143,9 +143,17 @@ PIDS+=("$PROBE_SERVER")
 # round trip, since a loaded machine's median would take off too much.
 CAL_NS=0
 [[ $MODE == sleep ]] && CAL_NS=200000
+# A loaded machine can hold up even the least for a moment: the least of three tries, and
+# never more than 200 us taken off (a real path's own is tens of microseconds).
 start_relay $CAL_NS
-BASE=$(probe 0.2) || { say "the link does not carry a probe"; exit 1; }
-BASE_US=$(awk -v m="$(field rtt_min_us "$BASE")" -v c=$CAL_NS 'BEGIN { printf "%.1f", m - 2 * c / 1e3 }')
+BASE_US=
+for _ in 1 2 3; do
+	BASE=$(probe 0.2) || { say "the link does not carry a probe"; exit 1; }
+	BASE_US=$(awk -v m="$(field rtt_min_us "$BASE")" -v c=$CAL_NS -v b="$BASE_US" 'BEGIN {
+		v = m - 2 * c / 1e3; if (b != "" && b < v) v = b; printf "%.1f", v }')
+	awk -v b="$BASE_US" 'BEGIN { exit !(b < 200) }' && break
+done
+BASE_US=$(awk -v b="$BASE_US" 'BEGIN { printf "%.1f", (b < 200 ? b : 200) }')
 kill "$RELAY"; wait "$RELAY" 2>/dev/null || true
 DELAY_NS=$(awk -v r="$RTT_NS" -v b="$BASE_US" 'BEGIN { d = (r - b * 1e3) / 2; printf "%d", (d > 0 ? d : 0) }')
 start_relay "$DELAY_NS"
