@@ -18,8 +18,9 @@
 #   REMORA_LINK_RTT_US, REMORA_LINK_GBPS   the link as measured
 # Everything is removed on exit, on failure too. Exit status: CMD's; 77 with one line when
 # this machine cannot make namespaces or tbf (not root); 2 for a bad spec.
-# ip and tc come from DIR/iproute beside this script where the build bundled them, else
-# from the PATH; remora-link from beside this script or REMORA_LINK_TOOL.
+# ip and tc come from REMORA_LINK_IPROUTE or iproute/ beside this script (a folder that
+# `bundle` made: the build makes one), else from the PATH; remora-link from beside this
+# script or REMORA_LINK_TOOL.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 say() { echo "link-emu: $*" >&2; }
@@ -61,9 +62,10 @@ RATE=${SPEC#*rate=}; RATE=${RATE%%,*}
 
 TOOL=${REMORA_LINK_TOOL:-$HERE/remora-link}
 [[ -x $TOOL ]] || { say "no remora-link beside this script (build it, or set REMORA_LINK_TOOL)"; exit 1; }
-if [[ -x $HERE/iproute/ip ]]; then
-	ip() { LD_LIBRARY_PATH=$HERE/iproute/lib "$HERE/iproute/ip" "$@"; }
-	tc() { LD_LIBRARY_PATH=$HERE/iproute/lib "$HERE/iproute/tc" "$@"; }
+IPROUTE=${REMORA_LINK_IPROUTE:-$HERE/iproute}
+if [[ -x $IPROUTE/ip && -x $IPROUTE/tc ]]; then
+	ip() { LD_LIBRARY_PATH=$IPROUTE/lib "$IPROUTE/ip" "$@"; }
+	tc() { LD_LIBRARY_PATH=$IPROUTE/lib "$IPROUTE/tc" "$@"; }
 elif ! PATH=/usr/sbin:/sbin:$PATH command -v ip >/dev/null || ! PATH=/usr/sbin:/sbin:$PATH command -v tc >/dev/null; then
 	say "no ip or tc here, nor bundled beside this script (link-emu.sh bundle $HERE/iproute)"
 	exit 77
