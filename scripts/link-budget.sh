@@ -10,7 +10,7 @@
 # The JSON of each run is kept as link-budget-SPEC.json in the current folder.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=$SRC/build-bench QUICK= FROM=
+BUILD=$SRC/build-bench QUICK='' FROM=''
 while (($#)); do
 	case $1 in
 	--build) BUILD=$2; shift 2 ;;

@@ -41,7 +41,7 @@ fi
 SPEC=${1:-}
 shift || true
 [[ ${1:-} == -- ]] && shift
-RTT_NS= RATE_BPS=
+RTT_NS='' RATE_BPS=''
 IFS=, read -ra parts <<<"$SPEC"
 for p in "${parts[@]}"; do
 	case $p in
@@ -51,7 +51,7 @@ for p in "${parts[@]}"; do
 	rate=*) RATE_BPS=$(awk -v v="${p#rate=}" 'BEGIN { if (match(v, /^[0-9.]+(kbit|mbit|gbit)$/)) {
 		n = v + 0; u = substr(v, length(v + 0) + 1); m = u == "kbit" ? 1e3 : u == "mbit" ? 1e6 : 1e9
 		printf "%.0f", n * m } }') ;;
-	*) RTT_NS= RATE_BPS= ; break ;;
+	*) RTT_NS='' RATE_BPS=''; break ;;
 	esac
 done
 if [[ -z $RTT_NS || -z $RATE_BPS || $RATE_BPS == 0 || $# == 0 ]]; then
@@ -84,7 +84,7 @@ cleanup() {
 	done
 	wait 2>/dev/null || true
 	for ns in "${MADE[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
-	exit $rc
+	exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -122,7 +122,7 @@ done
 ip -n "$NSM" link set c1 up
 ip -n "$NSM" link set s1 up
 
-MODE=sleep
+MODE='sleep'
 # Spinning takes two cores a lane for the run: only where there are cores to spare. Above
 # 25 Gbit/s two lanes a direction (flows hashed over them: copy links spread over cores),
 # or REMORA_LINK_LANES.
