@@ -107,8 +107,13 @@ done
 # The wire's latency: bursts of at most two 64 KiB segments, or 50 us at the rate.
 BURST=$(awk -v r="$RATE_BPS" 'BEGIN { b = r / 8 * 50e-6; printf "%d", (b > 140000 ? b : 140000) }')
 LIMIT=$(awk -v r="$RATE_BPS" 'BEGIN { b = r / 8 * 0.02; printf "%d", (b > 4194304 ? b : 4194304) }')
-ip link add c0 netns "$NSC" type veth peer name c1 netns "$NSM"
-ip link add s0 netns "$NSS" type veth peer name s1 netns "$NSM"
+for pair in "c0 $NSC c1" "s0 $NSS s1"; do
+	read -r end ns wire <<<"$pair"
+	if ! err=$(ip link add "$end" netns "$ns" type veth peer name "$wire" netns "$NSM" 2>&1); then
+		say "cannot make a veth pair here ($err): skipped"
+		exit 77
+	fi
+done
 for side in "$NSC c0 10.77.0.1" "$NSS s0 10.77.0.2"; do
 	read -r ns dev addr <<<"$side"
 	ip -n "$ns" addr add "$addr/24" dev "$dev"
@@ -155,7 +160,7 @@ for _ in 1 2 3; do
 		v = m - 2 * c / 1e3; if (b != "" && b < v) v = b; printf "%.1f", v }')
 	awk -v b="$BASE_US" 'BEGIN { exit !(b < 200) }' && break
 done
-BASE_US=$(awk -v b="$BASE_US" 'BEGIN { printf "%.1f", (b < 200 ? b : 200) }')
+BASE_US=$(awk -v b="$BASE_US" 'BEGIN { printf "%.1f", (b < 0 ? 0 : b < 200 ? b : 200) }')
 kill "$RELAY"; wait "$RELAY" 2>/dev/null || true
 DELAY_NS=$(awk -v r="$RTT_NS" -v b="$BASE_US" 'BEGIN { d = (r - b * 1e3) / 2; printf "%d", (d > 0 ? d : 0) }')
 start_relay "$DELAY_NS"
