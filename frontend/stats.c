@@ -34,7 +34,7 @@ void rm_stats_init(void)
 {
 	const char *v = getenv("REMORA_STATS");
 	struct rm_stats *s = &in_memory;
-	if (!v || !*v)
+	if (!v || !*v || !strcmp(v, "0")) /* "0" is refused by the settings' check (environment.c) */
 		return;
 	if (!strcmp(v, "1")) {
 		at_exit_line = 1;
