@@ -66,12 +66,13 @@ int bench_selfsigned_write(const char *dir, char *why, size_t whylen)
 	if (X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)"remora bench", -1, -1, 0) != 1 ||
 	    X509_set_issuer_name(cert, name) != 1)
 		goto out;
-	/* Its own CA (clients trust it as REMORA_TLS_CA) and a server for 127.0.0.1. */
+	/* Its own CA (clients trust it as REMORA_TLS_CA) and a server for 127.0.0.1 and the
+	 * emulated link's server address (scripts/link-emu.sh). */
 	step = "the certificate's extensions";
 	if (add_ext(cert, NID_basic_constraints, "critical,CA:TRUE") ||
 	    add_ext(cert, NID_key_usage, "critical,digitalSignature,keyCertSign") ||
 	    add_ext(cert, NID_ext_key_usage, "serverAuth") || add_ext(cert, NID_subject_key_identifier, "hash") ||
-	    add_ext(cert, NID_subject_alt_name, "IP:127.0.0.1"))
+	    add_ext(cert, NID_subject_alt_name, "IP:127.0.0.1,IP:10.77.0.2"))
 		goto out;
 	step = "the signature";
 	if (!X509_sign(cert, key, EVP_sha256()))

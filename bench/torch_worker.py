@@ -5,11 +5,15 @@ key=value lines (bench/workers.h): ms_per_step, and result_hex of the last step 
 remote must agree bit for bit: deterministic settings). Exits 3 with unsupported=WHY where
 PyTorch or a CUDA device is missing (the bench then skips its section).
 
-usage: torch_worker.py PART [STEPS]     parts: cnn_train  resnet50_b1  gpt_train
+usage: torch_worker.py PART [STEPS]     parts: cnn_train  cnn_train_loss  resnet50_b1  gpt_train
 With REMORA_STEP_MARKS set, writes "remora-steps begin N" and "remora-steps end" on stderr
 around the timed steps, after warm-up (scripts/roundtrips.sh counts calls between them).
+With REMORA_STATS a file's path (frontend/stats.h), prints what the client counted over the
+timed steps, per step: round_trips_per_step, calls_per_step, bytes_sent_per_step and
+bytes_received_per_step (nothing natively, where no such file is written).
 """
 import os
+import struct
 import sys
 import time
 
@@ -50,6 +54,18 @@ def cnn_train():
     return step
 
 
+def cnn_train_loss():
+    """The CNN's step, reading its loss every step (a training loop that logs it): one
+    waiting round trip a step at least."""
+    step = cnn_train()
+
+    def step_reading_loss():
+        loss = step()
+        loss.item()
+        return loss
+    return step_reading_loss
+
+
 def resnet50_b1():
     import torchvision
     m = torchvision.models.resnet50(weights=None).half().to(dev).eval()
@@ -78,7 +94,22 @@ def gpt_train():
     return step
 
 
-PARTS = {"cnn_train": cnn_train, "resnet50_b1": resnet50_b1, "gpt_train": gpt_train}
+PARTS = {"cnn_train": cnn_train, "cnn_train_loss": cnn_train_loss, "resnet50_b1": resnet50_b1,
+         "gpt_train": gpt_train}
+
+
+def client_counters():
+    """The client library's counters (pid, calls, round trips, bytes sent, bytes received)
+    from REMORA_STATS's file, or None."""
+    path = os.environ.get("REMORA_STATS", "")
+    if not path or path == "1":
+        return None
+    try:
+        with open(path.replace("%p", str(os.getpid())), "rb") as f:
+            raw = f.read(48)
+    except OSError:
+        return None
+    return struct.unpack("<5Q", raw[8:48]) if len(raw) == 48 and raw[:8] == b"RMSTATS1" else None
 
 
 def main():
@@ -92,15 +123,20 @@ def main():
     marks = os.environ.get("REMORA_STEP_MARKS")
     if marks:
         os.write(2, f"remora-steps begin {steps}\n".encode())
+    before = client_counters()
     t0 = time.perf_counter()
     for _ in range(steps):
         loss = step()
     torch.cuda.synchronize()
     ms = (time.perf_counter() - t0) / steps * 1e3
+    after = client_counters()
     if marks:
         os.write(2, b"remora-steps end\n")
     print(f"ms_per_step={ms:.4f}")
     print(f"result_hex={float(loss.detach()).hex()}")
+    if before and after:  # the final synchronize's round trip is shared out over the steps
+        for i, name in ((1, "calls"), (2, "round_trips"), (3, "bytes_sent"), (4, "bytes_received")):
+            print(f"{name}_per_step={(after[i] - before[i]) / steps:.2f}")
 
 
 if __name__ == "__main__":

@@ -270,6 +270,12 @@ int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *
 		snprintf(listen, sizeof listen, "unix:%s/remorad.sock", dir);
 	if (tls)
 		snprintf(listen, sizeof listen, "tls://127.0.0.1:0");
+	/* Inside an emulated link (scripts/link-emu.sh): remorad in the server's namespace. */
+	const char *link_ns = getenv("REMORA_LINK_SERVER_NS"), *link_ip = getenv("REMORA_LINK_SERVER_IP"),
+		   *link_tool = getenv("REMORA_LINK_TOOL");
+	bool linked = link_ns && link_ip && link_tool && (transport == BENCH_TCP || tls);
+	if (linked)
+		snprintf(listen, sizeof listen, "%s://%s:0", tls ? "tls" : "tcp", link_ip);
 	if (rdma)
 		snprintf(listen, sizeof listen, strchr(rdma_host, ':') ? "rdma://[%s]:0" : "rdma://%s:0", rdma_host);
 	snprintf(cert, sizeof cert, "%s/cert.pem", dir);
@@ -283,9 +289,14 @@ int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *
 		int log = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 		if (log < 0 || dup2(log, STDOUT_FILENO) < 0 || dup2(log, STDERR_FILENO) < 0) /* stdout: the JSON's */
 			_exit(126);
-		char *argv[16] = { (char *)remorad, "--listen", listen, "--set", "allow_anonymous=yes", "--ready-file",
+		char *argv[20] = { (char *)remorad, "--listen", listen, "--set", "allow_anonymous=yes", "--ready-file",
 				   ready_file };
 		int n = 7;
+		if (linked) { /* remora-link exec NETNS remorad ... */
+			memmove(argv + 3, argv, (size_t)n * sizeof *argv);
+			argv[0] = (char *)link_tool, argv[1] = "exec", argv[2] = (char *)link_ns;
+			n += 3;
+		}
 		if (tls) {
 			argv[n++] = "--tls-cert", argv[n++] = cert;
 			argv[n++] = "--tls-key", argv[n++] = key;
@@ -293,8 +304,8 @@ int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *
 		if (driver)
 			argv[n++] = "--driver", argv[n++] = (char *)driver;
 		argv[n] = NULL;
-		execv(remorad, argv);
-		fprintf(stderr, "cannot run %s: %s\n", remorad, strerror(errno));
+		execv(argv[0], argv);
+		fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
 		_exit(127);
 	}
 	double deadline = now_s() + DAEMON_START_TIMEOUT_S;

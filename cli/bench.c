@@ -41,6 +41,7 @@ static const char usage_text[] =
 	"usage: remora bench [--json] [--quick] [--only SECTION[,SECTION...]] [--concurrency N,N,...]\n"
 	"                    [--spin-iters N] [--remorad PATH] [--driver PATH] [--native-lib DIR]\n"
 	"                    [--client-lib DIR] [--workers DIR] [--transport T[,T...]] [--rdma-host ADDR]\n"
+	"                    [--link rtt=TIME,rate=RATE]\n"
 	"--json prints one JSON document on stdout and the table on stderr.\n"
 	"Sections: launch, memcpy, memset, event, graph, concurrency, latency, cublas, torch (loopback TCP is\n"
 	"always measured); torch runs PyTorch steps with the python3 on the PATH, and is skipped\n"
@@ -51,7 +52,8 @@ static const char usage_text[] =
 	"loopback TLS 1.3 (tls: a throwaway self-signed certificate) or RDMA (rdma: on --rdma-host ADDR, an\n"
 	"address of this host that an RDMA device serves, 127.0.0.1 by default). Several, e.g.\n"
 	"--transport tcp,tls, run the remote side once over each (natively once) and compare each with\n"
-	"the first.\n";
+	"the first. --link rtt=50us,rate=25gbit runs it all with remorad behind an emulated link of that\n"
+	"round trip and rate (tcp and tls; as root: network namespaces, bench/link-emu.sh).\n";
 
 static bool selected(const struct bench_config *cfg, const char *name)
 {
@@ -131,6 +133,7 @@ static const char **value_slot(struct bench_config *cfg, const char *opt, const 
 		{ "--spin-iters", spin },         { "--remorad", &cfg->remorad },   { "--driver", &cfg->driver },
 		{ "--native-lib", &cfg->native_lib }, { "--client-lib", &cfg->client_lib },
 		{ "--workers", &cfg->workers },   { "--rdma-host", &cfg->rdma_host },
+		{ "--link", &cfg->link },
 	};
 	for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
 		if (!strcmp(opt, opts[i].name))
@@ -162,6 +165,8 @@ static int parse_args(struct bench_config *cfg, int argc, char **argv)
 			return -1;
 		}
 	}
+	if (cfg->link && bench_link_check(cfg->link))
+		return -1;
 	if (transports && parse_transports(cfg, transports)) {
 		fprintf(stderr, "remora bench: --transport wants T[,T...] of tcp, shm, tls, rdma, each once: %s\n",
 			transports);
@@ -319,6 +324,7 @@ static int run_pass(struct bench_run *run, enum bench_transport t, bool first)
 	run->results.transport = NULL; /* facts and the loopback figures belong to no transport */
 	if (first) {
 		bench_record_facts(run);
+		bench_link_facts(run);
 		failed += bench_measure_tcp(run) != 0;
 	}
 #ifdef RM_HAVE_TLS
@@ -351,7 +357,7 @@ int cmd_bench(int argc, char **argv)
 		fprintf(stderr, "%s", usage_line);
 		return 2;
 	}
-	if (find_paths(&run, &cfg))
+	if (find_paths(&run, &cfg) || (cfg.link && bench_link_enter(&cfg, argc, argv)))
 		return 1;
 	snprintf(run.tmpdir, sizeof run.tmpdir, "/tmp/remora-bench.XXXXXX");
 	if (!mkdtemp(run.tmpdir)) {

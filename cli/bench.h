@@ -21,6 +21,7 @@
 struct bench_config {
 	const char *remorad, *driver, *native_lib, *client_lib, *workers;
 	const char *rdma_host; /* --rdma-host: where remorad listens for rdma */
+	const char *link;      /* --link rtt=T,rate=R: over the emulated link (bench_link.c) */
 	bool quick, json;
 	enum bench_transport transports[MAX_TRANSPORTS]; /* the first is the baseline of comparisons */
 	int ntransports;
@@ -73,6 +74,13 @@ struct bench_row *bench_pair_row(struct bench_run *run, const char *section, con
 				 const struct bench_output *rem, const char *key, const char *unit, const char *metric);
 /* Records the section's state, ok or failed with reason; returns rc. */
 int bench_finish_section(struct bench_run *run, const char *name, int rc, const char *reason);
+
+/* bench_link.c: --link's spec checked (0, or -1 after a line); the bench run again inside
+ * the emulated link unless it already is (0 there; -1 after a line when it cannot be);
+ * the link's facts recorded and printed (nothing without --link). */
+int bench_link_check(const char *spec);
+int bench_link_enter(const struct bench_config *cfg, int argc, char **argv);
+void bench_link_facts(struct bench_run *run);
 
 /* bench_host.c: the loopback TCP figures (0, or -1 after a line and the section "tcp" failed);
  * the run's facts; whether kTLS carries a connection to the daemon at addr (with RM_HAVE_TLS). */

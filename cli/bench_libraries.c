@@ -3,6 +3,7 @@
 #include "bench.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int bench_section_cublas(struct bench_run *run)
@@ -38,6 +39,22 @@ int bench_section_cublas(struct bench_run *run)
 	return rc;
 }
 
+/* The remote step's round-trip budget as facts torch_PART_KEY (null where not counted):
+ * what scripts/link-budget.sh puts beside the link's limit; _TRANSPORT after the name
+ * where several ran. */
+static void budget_facts(struct bench_run *run, const char *part, const struct bench_output *rem)
+{
+	static const char *const keys[] = { "round_trips_per_step", "calls_per_step", "bytes_sent_per_step",
+					    "bytes_received_per_step" };
+	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+		char name[96];
+		const char *v = bench_output_get(rem, keys[i]);
+		snprintf(name, sizeof name, "torch_%s_%s%s%s", part, keys[i], run->cfg->ntransports > 1 ? "_" : "",
+			 run->cfg->ntransports > 1 ? bench_transport_names[run->transport] : "");
+		bench_add_fact(&run->results, name, true, "%s", v && *v ? v : "null");
+	}
+}
+
 /* One PyTorch step of bench/torch_worker.py, native and remote: its time per step, remote
  * over native (at most limit), and whether both computed the same bits (the fact named
  * fact, a string that outlives the run). Returns what bench_run_both does, or 1 when PyTorch
@@ -47,8 +64,13 @@ static int torch_part(struct bench_run *run, const char *part, const char *fact,
 {
 	char *argv[] = { "/usr/bin/env", "python3", run->torch, (char *)part, (char *)steps, NULL };
 	struct bench_output nat, rem;
-	char reason[600];
+	char reason[600], stats[PATH_MAX];
+	/* The client's counters over the timed steps (frontend/stats.h): the round-trip budget. */
+	snprintf(stats, sizeof stats, "%s/torch-stats-%%p", run->tmpdir);
+	setenv("REMORA_STATS", stats, 1);
 	int rc = bench_run_both(run, part, argv, &nat, &rem, reason, sizeof reason);
+	unsetenv("REMORA_STATS");
+	budget_facts(run, part, &rem);
 	const char *unsupported = bench_output_get(&nat, "unsupported");
 	if (nat.exit_status == 3 && unsupported) {
 		snprintf(why, why_len, "%s", unsupported);
@@ -85,6 +107,9 @@ int bench_section_torch(struct bench_run *run)
 		bench_set_section(&run->results, "torch", "skipped", why);
 		return 0;
 	}
+	if (rc == 0)
+		rc = torch_part(run, "cnn_train_loss", "torch_cnn_train_loss_same_result", quick ? "20" : "300",
+				"CNN training step reading its loss", 0, why, sizeof why);
 	if (rc == 0)
 		rc = torch_part(run, "resnet50_b1", "torch_resnet50_b1_same_result", quick ? "10" : "200", "ResNet-50 fp16 inference, batch 1",
 				shm ? 1.0 / 0.9 : 0, why, sizeof why);

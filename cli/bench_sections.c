@@ -3,6 +3,7 @@
 #include "bench.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 int bench_section_launch(struct bench_run *run)
 {
@@ -24,6 +25,10 @@ int bench_section_launch(struct bench_run *run)
 	if (row) { /* issue 15: native + 1 loopback round trip over TCP, 1.3x native over shared memory */
 		if (run->transport == BENCH_SHM) {
 			row->limit = 1.3;
+		} else if (run->cfg->link && getenv("REMORA_LINK_RTT_US")) { /* the emulated link's round trip */
+			row->ratio = row->remote / (row->native + atof(getenv("REMORA_LINK_RTT_US")));
+			row->ratio_of = "remote/(native+1 link RTT)";
+			row->limit = 1.0;
 		} else {
 			row->ratio = row->remote / (row->native + run->tcp_rtt_us);
 			row->ratio_of = "remote/(native+1 TCP RTT)";

@@ -8,6 +8,7 @@
 #include "environment.h"
 #include "placement.h"
 #include "query_cache.h"
+#include "stats.h"
 
 #define MAIN_CONN_INIT                                                                                \
 	{                                                                                             \
@@ -28,6 +29,7 @@ static void client_init_once(void)
 {
 	rm_log_init("remora", RM_LOG_ERROR);
 	rm_process_client.trace = getenv("REMORA_TRACE") != NULL;
+	rm_stats_init();
 }
 
 void rm_client_init(void)

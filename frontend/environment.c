@@ -35,6 +35,15 @@ static int check_trace(const char *v, char *why, size_t whylen)
 	return 0;
 }
 
+static int check_stats(const char *v, char *why, size_t whylen)
+{
+	if (!strcmp(v, "0")) {
+		snprintf(why, whylen, "set it to 1 (a line at exit) or a file's path, or unset it");
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int check_servers(const char *v, char *why, size_t whylen)
 {
 	char list[2048];
@@ -192,6 +201,7 @@ static const struct setting {
 } settings[] = {
 	{.name = "REMORA_LOG", .check = check_log},
 	{.name = "REMORA_TRACE", .check = check_trace, .empty_checked = 1},
+	{.name = "REMORA_STATS", .check = check_stats},
 	{.name = "REMORA_SERVER", .check = check_servers},
 	{.name = "REMORA_POOL", .check = check_pool},
 	{.name = "REMORA_MIN_FREE_MEMORY", .check = check_min_free},

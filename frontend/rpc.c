@@ -13,6 +13,7 @@
 
 #include "api.pb-c.h"
 #include "remora.pb-c.h"
+#include "stats.h"
 #include "text.h"
 
 #define BATCH_INLINE_BULK (16u << 10) /* async bulk up to this size is copied into the batch */
@@ -378,6 +379,7 @@ CUresult rm_client_call(struct rm_client_conn *c, struct rm_rpc_call *call)
 		__atomic_store_n(&c->synced_seq, f.seq, __ATOMIC_RELEASE);
 out:
 	pthread_mutex_unlock(&c->lock);
+	rm_stats_call(waited);
 	if (result != CUDA_SUCCESS || rm_process_client.trace) /* "waited": a round trip (counted in hotpath.md) */
 		rm_log(RM_LOG_DEBUG, "%s returned %d%s", call->op < RM_OP_LIMIT ? rm_op_names[call->op] : "?", result,
 		       waited ? " (waited)" : "");

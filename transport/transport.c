@@ -7,6 +7,7 @@
 #include <string.h>
 
 int rm_transport_profiling;
+struct rm_transport_bytes *rm_transport_bytes;
 __thread struct rm_transport_tally *rm_transport_thread_tally;
 
 static const struct rm_transport *const transports[] = {

@@ -174,13 +174,33 @@ extern const struct rm_transport rm_transport_shm; /* unix:PATH, shm/shm.c */
 extern const struct rm_transport rm_transport_rdma; /* rdma://HOST:PORT, rdma/rdma.c */
 #endif
 
+/* Bytes this process's connections carried, counted while rm_transport_bytes points at
+ * them (the client's REMORA_STATS, frontend/stats.c): the callers' bytes, before any
+ * transport's own framing or encryption. Off (NULL), one branch a call. */
+struct rm_transport_bytes {
+	uint64_t sent, received;
+};
+extern struct rm_transport_bytes *rm_transport_bytes;
+
 static inline int rm_conn_sendv(struct rm_conn *c, const struct iovec *iov, int iovcnt)
 {
-	return c->tp->sendv(c, iov, iovcnt);
+	int err = c->tp->sendv(c, iov, iovcnt);
+	struct rm_transport_bytes *b = rm_transport_bytes;
+	if (__builtin_expect(b != NULL, 0) && !err) {
+		uint64_t n = 0;
+		for (int i = 0; i < iovcnt; i++)
+			n += iov[i].iov_len;
+		__atomic_add_fetch(&b->sent, n, __ATOMIC_RELAXED);
+	}
+	return err;
 }
 static inline ssize_t rm_conn_recv_some(struct rm_conn *c, void *buf, size_t len)
 {
-	return c->tp->recv_some(c, buf, len);
+	ssize_t n = c->tp->recv_some(c, buf, len);
+	struct rm_transport_bytes *b = rm_transport_bytes;
+	if (__builtin_expect(b != NULL, 0) && n > 0)
+		__atomic_add_fetch(&b->received, (uint64_t)n, __ATOMIC_RELAXED);
+	return n;
 }
 static inline void rm_conn_shutdown(struct rm_conn *c) { c->tp->shutdown(c); }
 static inline int rm_conn_readable(struct rm_conn *c) { return c->tp->readable ? c->tp->readable(c) : 0; }
