@@ -56,7 +56,7 @@ void bench_add_fact(struct bench_results *r, const char *key, bool is_number, co
 	if (r->nfacts == (int)(sizeof r->facts / sizeof r->facts[0]))
 		return;
 	struct bench_fact *fact = &r->facts[r->nfacts++];
-	fact->key = key;
+	snprintf(fact->key, sizeof fact->key, "%s", key);
 	fact->is_number = is_number;
 	va_list ap;
 	va_start(ap, fmt);

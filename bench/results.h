@@ -35,7 +35,7 @@ struct bench_section {
 };
 
 struct bench_fact {
-	const char *key;
+	char key[96];
 	char value[192];
 	bool is_number;
 };
@@ -45,7 +45,7 @@ struct bench_results {
 	int nrows, cap_rows;
 	struct bench_section sections[32];
 	int nsections;
-	struct bench_fact facts[40];
+	struct bench_fact facts[64];
 	int nfacts;
 	const char *transport; /* rows and sections added from now on are this transport's */
 	/* One transport against another (bench_compare_transports): native holds the

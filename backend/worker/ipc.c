@@ -180,7 +180,8 @@ CUresult rm_ipc_open(struct rm_channel *s, enum rm_ipc_kind kind, const void *to
 		      "CUDA IPC is between clients of one remorad";
 	} else if (t.worker != this_worker()) {
 		snprintf(line, sizeof(line), "it was exported in another worker of this remorad (its token names tenant %s): "
-			 "CUDA IPC is between clients of one tenant", tenant_name(t.tenant));
+			 "CUDA IPC is between clients of one worker (one tenant, and with workers_per_tenant above 1 "
+			 "one of its workers)", tenant_name(t.tenant));
 		why = line;
 	} else if (t.kind != kind) {
 		snprintf(line, sizeof(line), "it is a handle of %s, not of %s", kind_names[t.kind], kind_names[kind]);
