@@ -4,13 +4,14 @@
 # MPS, and through one remorad; prints each configuration's aggregate images per second.
 #
 # usage: scripts/bench-resnet-sharing.sh [--build DIR] [--iters N] [--port N] [--only LIST]
-#                                        [--daemon-set KEY=VALUE]... [N ...]
+#                                        [--daemon-set KEY=VALUE]... [--tenant-each] [N ...]
 #        (default: build-gpu, 300 inferences per process, every configuration of
 #        native,mps,remora, N = 1 2 4 8; --daemon-set passes remorad a setting; remorad's log
-#        is left in $RESNET_SHARING_LOG when that is set)
+#        is left in $RESNET_SHARING_LOG when that is set; --tenant-each: each process through
+#        remorad is a tenant of its own, as with tenant_isolation = mps, say)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD=build-gpu ITERS=300 PORT=47321 COUNTS=() ONLY=native,mps,remora DAEMON_SETS=()
+BUILD=build-gpu ITERS=300 PORT=47321 COUNTS=() ONLY=native,mps,remora DAEMON_SETS=() TENANT_EACH=0
 while (($#)); do
 	case $1 in
 	--build) BUILD=$2; shift 2 ;;
@@ -18,6 +19,7 @@ while (($#)); do
 	--port) PORT=$2; shift 2 ;;
 	--only) ONLY=$2; shift 2 ;;
 	--daemon-set) DAEMON_SETS+=(--set "$2"); shift 2 ;;
+	--tenant-each) TENANT_EACH=1; shift ;;
 	-h | --help) sed -n '2,10s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) COUNTS+=("$1"); shift ;;
 	esac
@@ -40,7 +42,9 @@ run_group() {
 	shift 2
 	rm -f "$WORK"/go* "$WORK"/out.*
 	for ((i = 0; i < n; i++)); do
-		MPS_BARRIER=$WORK/go timeout 600 "$@" python3 tests/frameworks/models.py mps_worker 1 "$ITERS" \
+		local cmd=("$@")
+		((TENANT_EACH)) && [[ $label == remora ]] && cmd=("${cmd[@]:0:2}" --token "tok$i" "${cmd[@]:2}")
+		MPS_BARRIER=$WORK/go timeout 600 "${cmd[@]}" python3 tests/frameworks/models.py mps_worker 1 "$ITERS" \
 			>"$WORK/out.$i" 2>"$WORK/err.$label.$n.$i" &
 		pids+=($!)
 	done
@@ -65,7 +69,12 @@ run_group() {
 	awk '/^images_per_s/ { s += $2 } END { printf "%.0f", s }' "$WORK"/out.*
 }
 
-"$BUILD/backend/remorad" --listen "127.0.0.1:$PORT" --set allow_anonymous=yes "${DAEMON_SETS[@]}" >"$WORK/remorad.log" 2>&1 &
+CONF=()
+if ((TENANT_EACH)); then
+	for ((i = 0; i < 62; i++)); do printf '[tenant t%d]\ntoken = tok%d\n' $i $i; done >"$WORK/tenants.conf"
+	CONF=(--config "$WORK/tenants.conf")
+fi
+"$BUILD/backend/remorad" "${CONF[@]}" --listen "127.0.0.1:$PORT" --set allow_anonymous=yes "${DAEMON_SETS[@]}" >"$WORK/remorad.log" 2>&1 &
 DAEMON_PID=$!
 sleep 1
 printf '%-10s %10s %10s %10s\n' processes native mps remora
