@@ -1,0 +1,119 @@
+/* The client's libnccl.so.2's way to the daemon (nccl_bridge.h): one call that packs an
+ * rmNccl* request, sends it on the calling thread's connection and checks the reply. */
+#include "nccl_bridge.h"
+
+#include <string.h>
+
+#include "client.h"
+#include "remora.pb-c.h"
+
+/* How many communicators a successful reply to op carries: -1 for any count up to ndev. */
+static int comms_expected(uint32_t op, const struct rm_nccl_args *a)
+{
+	switch (op) {
+	case RM_OP_rmNcclCommInitRank: return 1;
+	case RM_OP_rmNcclCommInitAll: return a->ndev;
+	case RM_OP_rmNcclCommSplit: return -1; /* none for NCCL_SPLIT_NOCOLOR */
+	default: return 0;
+	}
+}
+
+static CUresult check_reply(uint32_t op, const struct rm_nccl_args *a, const Remora__NcclReply *rep,
+			    struct rm_nccl_answer *out)
+{
+	int want = comms_expected(op, a);
+	int ok = rep->result == ncclSuccess;
+	if (rep->result < 0 || rep->result >= ncclNumResults)
+		return rm_rpc_bad_reply("NCCL: a result of %d", rep->result);
+	if (rep->n_comms > RM_NCCL_MAX_DEVICES || (!ok && rep->n_comms) ||
+	    (ok && want >= 0 && rep->n_comms != (size_t)want) || (want < 0 && rep->n_comms > 1))
+		return rm_rpc_bad_reply("NCCL: %zu communicators in a reply", rep->n_comms);
+	if (rep->unique_id.len && (rep->unique_id.len != NCCL_UNIQUE_ID_BYTES || op != RM_OP_rmNcclGetUniqueId))
+		return rm_rpc_bad_reply("NCCL: a unique id of %zu bytes", rep->unique_id.len);
+	if (op == RM_OP_rmNcclGetUniqueId && ok && !rep->unique_id.len)
+		return rm_rpc_bad_reply("NCCL: no unique id");
+	if (rep->text && strlen(rep->text) >= sizeof(out->text))
+		return rm_rpc_bad_reply("NCCL: a text of %zu bytes", strlen(rep->text));
+	for (size_t i = 0; i < rep->n_comms; i++)
+		if (!rep->comms[i])
+			return rm_rpc_bad_reply("NCCL: a null communicator");
+	out->result = (ncclResult_t)rep->result;
+	out->value = rep->value;
+	if (rep->unique_id.len)
+		memcpy(out->unique_id.internal, rep->unique_id.data, NCCL_UNIQUE_ID_BYTES);
+	out->ncomms = (int)rep->n_comms;
+	memcpy(out->comms, rep->comms, rep->n_comms * sizeof(*rep->comms));
+	if (rep->text)
+		strcpy(out->text, rep->text);
+	return CUDA_SUCCESS;
+}
+
+/* The config's fields the program set, as far as its size reaches. */
+static void pack_config(const rm_nccl_config *c, Remora__NcclCall *req)
+{
+	size_t n = c->size;
+	req->has_config = 1;
+#define FIELD(f, to) req->to = RM_NCCL_CONFIG_HAS(n, f) ? c->f : RM_NCCL_CONFIG_UNDEF
+	FIELD(blocking, blocking);
+	FIELD(cgaClusterSize, cga_cluster_size);
+	FIELD(minCTAs, min_ctas);
+	FIELD(maxCTAs, max_ctas);
+	FIELD(splitShare, split_share);
+	FIELD(trafficClass, traffic_class);
+	FIELD(collnetEnable, collnet_enable);
+	FIELD(CTAPolicy, cta_policy);
+	FIELD(nvlsCTAs, nvls_ctas);
+#undef FIELD
+	req->net_name = RM_NCCL_CONFIG_HAS(n, netName) && c->netName ? (char *)c->netName : "";
+	req->comm_name = RM_NCCL_CONFIG_HAS(n, commName) && c->commName ? (char *)c->commName : "";
+}
+
+static CUresult call(uint32_t op, const struct rm_nccl_args *a, struct rm_nccl_answer *out)
+{
+	if (!a || !out || op < RM_OP_rmNcclGetVersion || op > RM_OP_rmNcclRedOpDestroy)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = rm_connect_once();
+	if (r != CUDA_SUCCESS)
+		return r;
+	Remora__NcclCall req = REMORA__NCCL_CALL__INIT;
+	req.comm = a->comm;
+	req.sendbuff = a->sendbuff;
+	req.recvbuff = a->recvbuff;
+	req.count = a->count;
+	req.stream = a->stream;
+	req.datatype = a->datatype;
+	req.op = a->op;
+	req.root = a->root;
+	req.what = a->what;
+	req.nranks = a->nranks;
+	req.rank = a->rank;
+	req.color = a->color;
+	req.key = a->key;
+	req.residence = a->residence;
+	if (a->unique_id) {
+		req.unique_id.data = (uint8_t *)a->unique_id->internal;
+		req.unique_id.len = NCCL_UNIQUE_ID_BYTES;
+	}
+	if (a->ndev > 0) {
+		req.devlist = (int32_t *)a->devlist;
+		req.n_devlist = (size_t)a->ndev;
+	}
+	if (a->config)
+		pack_config(a->config, &req);
+	if (a->scalar_len) {
+		req.scalar.data = (uint8_t *)a->scalar;
+		req.scalar.len = a->scalar_len;
+	}
+	Remora__NcclReply *rep = NULL;
+	memset(out, 0, sizeof(*out));
+	r = rm_rpc_simple(op, &req.base, &remora__nccl_reply__descriptor, (ProtobufCMessage **)&rep);
+	if (r == CUDA_SUCCESS)
+		r = rep ? check_reply(op, a, rep, out) : rm_rpc_bad_reply("NCCL: no reply");
+	rm_rpc_free(rep ? &rep->base : NULL);
+	return r;
+}
+
+const struct rm_nccl_bridge rm_nccl_bridge_table = {
+	.size = sizeof(struct rm_nccl_bridge),
+	.call = call,
+};
