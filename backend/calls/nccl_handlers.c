@@ -1,4 +1,4 @@
-/* NCCL's calls in the worker (proto/api.spec, "NCCL"; backend/worker/nccl.h): each checks
+/* NCCL's calls in the worker (proto/api.spec, "NCCL"; backend/worker/nccl_comms.h): each checks
  * what the client names (communicators its own, buffers in its memory for the counts the
  * collective reads or writes, its stream) and calls the host's NCCL, its waits bounded.
  * The frame's CUresult says whether the call was made; the reply's result is NCCL's. */
@@ -11,7 +11,7 @@
 #include "dispatch.h"
 #include "driver_table.h"
 #include "handles.h"
-#include "nccl.h"
+#include "nccl_comms.h"
 
 #define RM_NCCL_MAX_RANKS (1 << 20)
 #define RM_NCCL_MAX_NAME 255

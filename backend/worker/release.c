@@ -9,7 +9,7 @@
 #include "fault.h"
 #include "image_cache.h"
 #include "ipc.h"
-#include "nccl.h"
+#include "nccl_comms.h"
 #include "stream_pool.h"
 
 typedef void (*release_fn)(struct rm_channel *s, const struct rm_handle *h);

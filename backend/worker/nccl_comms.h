@@ -72,6 +72,8 @@ struct rm_nccl_comm {
 	struct rm_nccl_comm *next; /* the worker's list */
 };
 
+/* The worker's settings: nccl_library (dlopened at the first NCCL call) and nccl_timeout. */
+void rm_nccl_configure(const char *library, int timeout_s);
 /* The host's NCCL, loaded once (nccl_library); NULL, after one line in the log, when it
  * cannot be. */
 const struct rm_nccl_lib *rm_nccl(void);

@@ -1,16 +1,16 @@
 /* The GPU host's NCCL in a worker: loading it, the communicators' records, their bounded
- * waits and their cliques (nccl.h). */
-#include "nccl.h"
+ * waits and their cliques (nccl_comms.h). */
+#include "nccl_comms.h"
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "driver_table.h"
 #include "handles.h"
-#include "worker.h"
 
 static struct rm_nccl_lib lib;
 static const struct rm_nccl_lib *loaded;
@@ -20,12 +20,20 @@ static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t list_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rm_nccl_comm *comms;
 
-#define RM_NCCL_DEFAULT_LIBRARY "libnccl.so.2"
+static char library[512] = "libnccl.so.2";
+static int timeout_s = 300;
+
+void rm_nccl_configure(const char *path, int timeout)
+{
+	if (path && *path)
+		snprintf(library, sizeof(library), "%s", path);
+	if (timeout > 0)
+		timeout_s = timeout;
+}
 
 static void load(void)
 {
-	const struct rm_daemon_config *cfg = rm_worker_config();
-	const char *path = cfg && cfg->nccl_library[0] ? cfg->nccl_library : RM_NCCL_DEFAULT_LIBRARY;
+	const char *path = library;
 	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		rm_log(RM_LOG_ERROR, "NCCL: cannot load nccl_library %s: %s; NCCL calls fail with ncclSystemError", path,
@@ -101,9 +109,7 @@ static uint64_t now_ns(void)
 
 static uint64_t timeout_ns(void)
 {
-	const struct rm_daemon_config *cfg = rm_worker_config();
-	int t = cfg && cfg->nccl_timeout_s > 0 ? cfg->nccl_timeout_s : 300;
-	return (uint64_t)t * 1000000000u;
+	return (uint64_t)timeout_s * 1000000000u;
 }
 
 /* Whether the client went (its connection ended): its waits end at once. */
