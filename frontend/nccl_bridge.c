@@ -5,48 +5,8 @@
 #include <string.h>
 
 #include "client.h"
+#include "nccl_reply.h"
 #include "remora.pb-c.h"
-
-/* How many communicators a successful reply to op carries: -1 for any count up to ndev. */
-static int comms_expected(uint32_t op, const struct rm_nccl_args *a)
-{
-	switch (op) {
-	case RM_OP_rmNcclCommInitRank: return 1;
-	case RM_OP_rmNcclCommInitAll: return a->ndev;
-	case RM_OP_rmNcclCommSplit: return -1; /* none for NCCL_SPLIT_NOCOLOR */
-	default: return 0;
-	}
-}
-
-static CUresult check_reply(uint32_t op, const struct rm_nccl_args *a, const Remora__NcclReply *rep,
-			    struct rm_nccl_answer *out)
-{
-	int want = comms_expected(op, a);
-	int ok = rep->result == ncclSuccess;
-	if (rep->result < 0 || rep->result >= ncclNumResults)
-		return rm_rpc_bad_reply("NCCL: a result of %d", rep->result);
-	if (rep->n_comms > RM_NCCL_MAX_DEVICES || (!ok && rep->n_comms) ||
-	    (ok && want >= 0 && rep->n_comms != (size_t)want) || (want < 0 && rep->n_comms > 1))
-		return rm_rpc_bad_reply("NCCL: %zu communicators in a reply", rep->n_comms);
-	if (rep->unique_id.len && (rep->unique_id.len != NCCL_UNIQUE_ID_BYTES || op != RM_OP_rmNcclGetUniqueId))
-		return rm_rpc_bad_reply("NCCL: a unique id of %zu bytes", rep->unique_id.len);
-	if (op == RM_OP_rmNcclGetUniqueId && ok && !rep->unique_id.len)
-		return rm_rpc_bad_reply("NCCL: no unique id");
-	if (rep->text && strlen(rep->text) >= sizeof(out->text))
-		return rm_rpc_bad_reply("NCCL: a text of %zu bytes", strlen(rep->text));
-	for (size_t i = 0; i < rep->n_comms; i++)
-		if (!rep->comms[i])
-			return rm_rpc_bad_reply("NCCL: a null communicator");
-	out->result = (ncclResult_t)rep->result;
-	out->value = rep->value;
-	if (rep->unique_id.len)
-		memcpy(out->unique_id.internal, rep->unique_id.data, NCCL_UNIQUE_ID_BYTES);
-	out->ncomms = (int)rep->n_comms;
-	memcpy(out->comms, rep->comms, rep->n_comms * sizeof(*rep->comms));
-	if (rep->text)
-		strcpy(out->text, rep->text);
-	return CUDA_SUCCESS;
-}
 
 /* The config's fields the program set, as far as its size reaches. */
 static void pack_config(const rm_nccl_config *c, Remora__NcclCall *req)
@@ -66,6 +26,15 @@ static void pack_config(const rm_nccl_config *c, Remora__NcclCall *req)
 #undef FIELD
 	req->net_name = RM_NCCL_CONFIG_HAS(n, netName) && c->netName ? (char *)c->netName : "";
 	req->comm_name = RM_NCCL_CONFIG_HAS(n, commName) && c->commName ? (char *)c->commName : "";
+}
+
+static CUresult take_reply(uint32_t op, const struct rm_nccl_args *a, const Remora__NcclReply *rep,
+			   struct rm_nccl_answer *out)
+{
+	char why[128];
+	if (rm_nccl_reply_take(op, a->ndev, rep, out, why, sizeof(why)))
+		return rm_rpc_bad_reply("NCCL: %s", why);
+	return CUDA_SUCCESS;
 }
 
 static CUresult call(uint32_t op, const struct rm_nccl_args *a, struct rm_nccl_answer *out)
@@ -108,7 +77,7 @@ static CUresult call(uint32_t op, const struct rm_nccl_args *a, struct rm_nccl_a
 	memset(out, 0, sizeof(*out));
 	r = rm_rpc_simple(op, &req.base, &remora__nccl_reply__descriptor, (ProtobufCMessage **)&rep);
 	if (r == CUDA_SUCCESS)
-		r = rep ? check_reply(op, a, rep, out) : rm_rpc_bad_reply("NCCL: no reply");
+		r = rep ? take_reply(op, a, rep, out) : rm_rpc_bad_reply("NCCL: no reply");
 	rm_rpc_free(rep ? &rep->base : NULL);
 	return r;
 }

@@ -448,6 +448,26 @@ def param_layout_seeds():
     }
 
 
+def nccl_reply_seeds():
+    """fuzz_nccl_reply.c's inputs: a byte picking the call (low bits: rmNcclGetVersion 0 .. rmNcclRedOpDestroy
+    14; high bits: ncclCommInitAll's devices), then the reply."""
+    version, unique_id, init_rank, init_all, split, last_error = 0, 1, 2, 3, 4, 9
+    return {
+        'version': bytes([version]) + fv(2, 22809),
+        'unique-id': bytes([unique_id]) + fb(3, bytes(range(128))),
+        'init-rank': bytes([init_rank]) + fv(4, 0x5000),
+        'init-all': bytes([init_all | 2 << 4]) + fb(4, varint(0x5000) + varint(0x5001)),
+        'split-none': bytes([split]),
+        'last-error': bytes([last_error]) + fb(5, 'remote process exited'),
+        'failed': bytes([init_rank]) + fv(1, 2),
+        'regress-comms-on-error': bytes([init_rank]) + fv(1, 6) + fv(4, 0x5000),
+        'regress-short-id': bytes([unique_id]) + fb(3, bytes(127)),
+        'regress-too-many': bytes([init_all | 2 << 4]) + fb(4, b''.join(varint(0x5000 + i) for i in range(70))),
+        'regress-null-comm': bytes([init_rank]) + fv(4, 0),
+        'regress-in-progress': bytes([init_rank]) + fv(1, 7),
+    }
+
+
 def write(target, seeds):
     d = os.path.join(CORPUS, target)
     os.makedirs(d, exist_ok=True)
@@ -467,6 +487,7 @@ def main():
     write('rdma_wire', rdma_wire_seeds())
     write('client', client_seeds())
     write('param_layout', param_layout_seeds())
+    write('nccl_reply', nccl_reply_seeds())
     write('image', image_seeds(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, '..', '..', 'build')))
 
 
