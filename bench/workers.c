@@ -283,8 +283,14 @@ int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *
 		int log = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 		if (log < 0 || dup2(log, STDOUT_FILENO) < 0 || dup2(log, STDERR_FILENO) < 0) /* stdout: the JSON's */
 			_exit(126);
-		char *argv[16] = { (char *)remorad, "--listen", listen, "--set", "allow_anonymous=yes", "--ready-file",
+		char *argv[20] = { (char *)remorad, "--listen", listen, "--set", "allow_anonymous=yes", "--ready-file",
 				   ready_file };
+		/* The NCCL the nccl section's native worker loads (REMORA_BENCH_NCCL, else the toolkit's). */
+		const char *nccl = getenv("REMORA_BENCH_NCCL");
+		char nccl_set[PATH_MAX + 16];
+		if (!nccl || !*nccl)
+			nccl = BENCH_NCCL_LIBRARY;
+		snprintf(nccl_set, sizeof nccl_set, "nccl_library=%s", nccl);
 		int n = 7;
 		if (tls) {
 			argv[n++] = "--tls-cert", argv[n++] = cert;
@@ -292,6 +298,8 @@ int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *
 		}
 		if (driver)
 			argv[n++] = "--driver", argv[n++] = (char *)driver;
+		if (access(nccl, R_OK) == 0)
+			argv[n++] = "--set", argv[n++] = nccl_set;
 		argv[n] = NULL;
 		execv(remorad, argv);
 		fprintf(stderr, "cannot run %s: %s\n", remorad, strerror(errno));

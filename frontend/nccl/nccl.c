@@ -20,7 +20,8 @@ typedef void *cudaStream_t;
 
 static const struct rm_nccl_bridge *bridge;
 static pthread_once_t bridge_once = PTHREAD_ONCE_INIT;
-static __thread char last_error[RM_NCCL_MAX_TEXT];
+static __thread char last_error[RM_NCCL_MAX_TEXT]; /* the client's own, said since the last ncclGetLastError */
+static __thread char shown_error[RM_NCCL_MAX_TEXT]; /* what ncclGetLastError returned last */
 
 static void log_once_init(void)
 {
@@ -289,11 +290,16 @@ NCCL_API(const char *, ncclGetLastError, ncclComm_t comm)
 {
 	struct rm_nccl_args a = {.comm = comm_of(comm)};
 	struct rm_nccl_answer out;
-	if (last_error[0])
-		return last_error; /* the client's own, said since */
-	if (fwd(RM_OP_rmNcclGetLastError, &a, &out) == ncclSuccess)
-		snprintf(last_error, sizeof(last_error), "%s", out.text);
-	return last_error;
+	if (last_error[0]) { /* the client's own, said since */
+		snprintf(shown_error, sizeof(shown_error), "%s", last_error);
+		last_error[0] = 0;
+	} else if (fwd(RM_OP_rmNcclGetLastError, &a, &out) == ncclSuccess) {
+		snprintf(shown_error, sizeof(shown_error), "%s", out.text);
+	} else {
+		snprintf(shown_error, sizeof(shown_error), "%s", last_error);
+		last_error[0] = 0;
+	}
+	return shown_error;
 }
 
 static ncclResult_t coll(int what, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
@@ -308,7 +314,6 @@ static ncclResult_t coll(int what, const void *sendbuff, void *recvbuff, size_t 
 				 .stream = (uint64_t)(uintptr_t)stream, .datatype = datatype, .op = op, .root = root,
 				 .what = what};
 	struct rm_nccl_answer out;
-	last_error[0] = 0;
 	return fwd(RM_OP_rmNcclCollective, &a, &out);
 }
 
