@@ -73,6 +73,7 @@ int rm_nccl_adopt(struct rm_channel *s, ncclComm_t comm, const uint8_t clique[16
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&c->lock, NULL);
+	c->refs = 1;
 	c->comm = comm;
 	memcpy(c->clique, clique, sizeof(c->clique));
 	c->dev = dev;
@@ -233,6 +234,17 @@ static void end_locked(struct rm_channel *s, struct rm_nccl_comm *c, int abort)
 	c->comm = NULL;
 }
 
+/* Drops a reference to c: the last frees it. */
+static void unref(struct rm_nccl_comm *c)
+{
+	if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL))
+		return;
+	pthread_mutex_destroy(&c->lock);
+	if (c->done)
+		rm_drv_cuEventDestroy_v2(c->done);
+	free(c);
+}
+
 void rm_nccl_end(struct rm_channel *s, struct rm_nccl_comm *c, int abort)
 {
 	pthread_mutex_lock(&list_lock);
@@ -245,10 +257,7 @@ void rm_nccl_end(struct rm_channel *s, struct rm_nccl_comm *c, int abort)
 	pthread_mutex_lock(&c->lock);
 	end_locked(s, c, abort);
 	pthread_mutex_unlock(&c->lock);
-	pthread_mutex_destroy(&c->lock);
-	if (c->done)
-		rm_drv_cuEventDestroy_v2(c->done);
-	free(c);
+	unref(c);
 }
 
 static int same_clique(const struct rm_nccl_comm *a, const struct rm_nccl_comm *b)
@@ -277,6 +286,10 @@ void rm_nccl_session_gone(struct rm_channel *s)
 {
 	if (!loaded)
 		return;
+	/* Under the list's lock: the session's communicators aborted, and the other ranks of
+	 * their cliques marked and held (a reference each), to be waited for without it. */
+	struct rm_nccl_comm **peers = NULL;
+	size_t npeers = 0, cap = 0;
 	pthread_mutex_lock(&list_lock);
 	for (struct rm_nccl_comm *c = comms; c; c = c->next) {
 		if (c->session != s->sh->id)
@@ -288,21 +301,34 @@ void rm_nccl_session_gone(struct rm_channel *s)
 		}
 		pthread_mutex_unlock(&c->lock);
 		for (struct rm_nccl_comm *p = comms; p; p = p->next) {
-			if (p == c || !same_clique(p, c) || p->session == s->sh->id || p->departed)
+			if (p->session == s->sh->id || !same_clique(p, c) || __atomic_load_n(&p->departed, __ATOMIC_ACQUIRE))
 				continue;
 			__atomic_store_n(&p->departed, 1, __ATOMIC_RELEASE);
-			int done = finishes(p);
-			pthread_mutex_lock(&p->lock);
-			if (p->comm && !done) {
-				rm_log(RM_LOG_WARN, "NCCL: session %llu went without destroying its communicator: rank %d of its "
-				       "clique (session %llu) is aborted, its last collective unfinished after %d s",
-				       (unsigned long long)s->sh->id, p->rank, (unsigned long long)p->session, RM_NCCL_GRACE_S);
-				loaded->CommAbort(p->comm);
-				p->comm = NULL;
-				p->aborted = 1;
+			if (npeers == cap) {
+				struct rm_nccl_comm **more = realloc(peers, (cap = cap ? 2 * cap : 8) * sizeof(*more));
+				if (!more)
+					continue; /* departed, not waited for: its calls fail all the same */
+				peers = more;
 			}
-			pthread_mutex_unlock(&p->lock);
+			__atomic_add_fetch(&p->refs, 1, __ATOMIC_ACQ_REL);
+			peers[npeers++] = p;
 		}
 	}
 	pthread_mutex_unlock(&list_lock);
+	for (size_t i = 0; i < npeers; i++) {
+		struct rm_nccl_comm *p = peers[i];
+		int done = finishes(p);
+		pthread_mutex_lock(&p->lock);
+		if (p->comm && !done) {
+			rm_log(RM_LOG_WARN, "NCCL: session %llu went without destroying its communicator: rank %d of its "
+			       "clique (session %llu) is aborted, its last collective unfinished after %d s",
+			       (unsigned long long)s->sh->id, p->rank, (unsigned long long)p->session, RM_NCCL_GRACE_S);
+			loaded->CommAbort(p->comm);
+			p->comm = NULL;
+			p->aborted = 1;
+		}
+		pthread_mutex_unlock(&p->lock);
+		unref(p);
+	}
+	free(peers);
 }

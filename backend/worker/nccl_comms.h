@@ -69,6 +69,7 @@ struct rm_nccl_comm {
 	CUevent done;              /* recorded after each of its collectives; NULL: none */
 	CUstream last_stream;      /* its last collective's, for done at a group's end */
 	uint64_t session;          /* the owner's session id */
+	int refs;                  /* the owner's, and a departing peer's while it waits (atomic) */
 	struct rm_nccl_comm *next; /* the worker's list */
 };
 
@@ -101,8 +102,10 @@ ncclResult_t rm_nccl_group_settle(struct rm_channel *s);
 /* Ends c (the client's destroy, finalize first; or its departure, abort) and frees the
  * record. */
 void rm_nccl_end(struct rm_channel *s, struct rm_nccl_comm *c, int abort);
-/* The client is going: aborts each of its communicators and, in this worker, every other
- * of their cliques (release.c, before the client's streams are drained). */
+/* The client is going: aborts each of its communicators; every other of their cliques in
+ * this worker is marked departed, and aborted if its last collective has not finished
+ * within RM_NCCL_GRACE_S, waited for without the worker's list locked (release.c, before
+ * the client's streams are drained). */
 void rm_nccl_session_gone(struct rm_channel *s);
 
 #endif
