@@ -147,22 +147,20 @@ CUresult rm_body_rmNcclCommInitRank(struct rm_channel *s, struct rm_request *rq,
 	ncclComm_t comm = NULL;
 	ncclResult_t r = L->CommInitRankConfig(&comm, req->nranks, id, req->rank, &cfg);
 	int in_group = rm_nccl_group_depth(0) > 0;
-	if (comm && !in_group)
-		r = rm_nccl_settle_raw(s, comm, r, "ncclCommInitRank");
-	else if (comm && r != ncclSuccess && r != ncclInProgress)
-		L->CommAbort(comm);
 	struct rm_nccl_comm *c = NULL;
 	uint8_t clique[16];
 	clique_of(req->unique_id.data, req->unique_id.len, clique);
-	if ((r == ncclSuccess || (in_group && r == ncclInProgress)) && comm) {
-		if (rm_nccl_adopt(s, comm, clique, dev, req->nranks, req->rank, &c))
-			r = ncclSystemError;
-		else if (in_group)
-			rm_nccl_group_note(c);
-	} else if (r == ncclSuccess) {
+	if (comm && in_group && (r == ncclSuccess || r == ncclInProgress)) /* settled at the group's end */
+		r = ncclSuccess;
+	else if (comm)
+		r = rm_nccl_settle_raw(s, comm, r, "ncclCommInitRank"); /* aborted unless it succeeded */
+	else if (r == ncclSuccess || r == ncclInProgress)
 		r = ncclInternalError;
-	}
-	rep->result = r == ncclInProgress ? ncclSuccess : r;
+	if (r == ncclSuccess && rm_nccl_adopt(s, comm, clique, dev, req->nranks, req->rank, &c))
+		r = ncclSystemError;
+	else if (r == ncclSuccess && in_group)
+		rm_nccl_group_note(c);
+	rep->result = r;
 	if (c)
 		give_comm(rq, rep, c);
 	return CUDA_SUCCESS;
@@ -209,12 +207,18 @@ CUresult rm_body_rmNcclCommInitAll(struct rm_channel *s, struct rm_request *rq, 
 		if (r == ncclSuccess || r == ncclInProgress)
 			r = e;
 	}
+	/* Each settled (aborted unless it succeeded); on any failure, those that succeeded go too. */
+	ncclResult_t init = r;
 	for (size_t i = 0; i < n; i++)
 		if (comms[i]) {
-			ncclResult_t q = rm_nccl_settle_raw(s, comms[i], r == ncclSuccess ? ncclInProgress : r, "ncclCommInitAll");
+			ncclResult_t q = rm_nccl_settle_raw(s, comms[i], init == ncclSuccess ? ncclInProgress : init, "ncclCommInitAll");
+			if (q != ncclSuccess)
+				comms[i] = NULL;
 			if (r == ncclSuccess || r == ncclInProgress)
 				r = q;
 		}
+	if (r == ncclInProgress)
+		r = ncclInternalError;
 	uint64_t *handles = r == ncclSuccess ? calloc(n, sizeof(*handles)) : NULL;
 	if (r == ncclSuccess && !handles)
 		r = ncclSystemError;
@@ -228,7 +232,7 @@ CUresult rm_body_rmNcclCommInitAll(struct rm_channel *s, struct rm_request *rq, 
 			 !rm_nccl_adopt(s, comms[i], clique, devs[i], (int)n, (int)i, &c))
 			handles[i] = (uint64_t)(uintptr_t)c;
 		else
-			r = ncclSystemError; /* the others adopted are the client's, released as its */
+			r = ncclSystemError; /* those adopted are the client's, released as its */
 	}
 	rm_drv_cuCtxSetCurrent(s->thread_ctx);
 	rep->result = r;
@@ -260,8 +264,15 @@ CUresult rm_body_rmNcclCommSplit(struct rm_channel *s, struct rm_request *rq, co
 	pthread_mutex_lock(&p->lock);
 	ncclResult_t r = p->departed || !p->comm ? ncclRemoteError : L->CommSplit(p->comm, req->color, req->key, &comm, &cfg);
 	pthread_mutex_unlock(&p->lock);
-	if (comm)
+	if (comm) {
 		r = rm_nccl_settle_raw(s, comm, r, "ncclCommSplit");
+		if (r != ncclSuccess)
+			comm = NULL; /* aborted */
+	} else if (r == ncclInProgress) { /* no color: the parent's part of the split */
+		pthread_mutex_lock(&p->lock);
+		r = p->comm ? rm_nccl_settle(s, p, r, "ncclCommSplit") : ncclRemoteError;
+		pthread_mutex_unlock(&p->lock);
+	}
 	struct rm_nccl_comm *c = NULL;
 	if (r == ncclSuccess && comm) {
 		int nranks = 0, rank = -1;

@@ -125,6 +125,15 @@ static void pause_a_little(uint64_t waited_ns)
 	nanosleep(&ts, NULL);
 }
 
+static void say_abandoned(struct rm_channel *s, const char *what, uint64_t limit)
+{
+	if (client_gone(s))
+		rm_session_log(s, RM_LOG_WARN, "NCCL: the client went during %s: communicator aborted", what);
+	else
+		rm_session_log(s, RM_LOG_WARN, "NCCL: %s did not finish within nccl_timeout (%llu s): communicator aborted",
+			       what, (unsigned long long)(limit / 1000000000u));
+}
+
 ncclResult_t rm_nccl_settle(struct rm_channel *s, struct rm_nccl_comm *c, ncclResult_t r, const char *what)
 {
 	uint64_t start = now_ns(), limit = timeout_ns();
@@ -138,8 +147,7 @@ ncclResult_t rm_nccl_settle(struct rm_channel *s, struct rm_nccl_comm *c, ncclRe
 			return e;
 		uint64_t waited = now_ns() - start;
 		if (waited > limit || client_gone(s)) {
-			rm_session_log(s, RM_LOG_WARN, "NCCL: %s did not finish within nccl_timeout (%llu s)%s: communicator aborted",
-				       what, (unsigned long long)(limit / 1000000000u), client_gone(s) ? ", the client went" : "");
+			say_abandoned(s, what, limit);
 			loaded->CommAbort(c->comm);
 			c->comm = NULL;
 			c->aborted = 1;
@@ -162,13 +170,14 @@ ncclResult_t rm_nccl_settle_raw(struct rm_channel *s, ncclComm_t comm, ncclResul
 			break;
 		uint64_t waited = now_ns() - start;
 		if (waited > limit || client_gone(s)) {
-			rm_session_log(s, RM_LOG_WARN, "NCCL: %s did not finish within nccl_timeout (%llu s)%s: communicator aborted",
-				       what, (unsigned long long)(limit / 1000000000u), client_gone(s) ? ", the client went" : "");
-			loaded->CommAbort(comm);
-			return ncclSystemError;
+			say_abandoned(s, what, limit);
+			r = ncclSystemError;
+			break;
 		}
 		pause_a_little(waited);
 	}
+	if (r != ncclSuccess)
+		loaded->CommAbort(comm);
 	return r;
 }
 

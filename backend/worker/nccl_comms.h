@@ -89,7 +89,8 @@ struct rm_nccl_comm *rm_nccl_find(struct rm_channel *s, uint64_t v, ncclResult_t
 /* Polls c's async error until it is not ncclInProgress or nccl_timeout passes (then aborts
  * c, logging why, and answers ncclSystemError). Called with c->lock held. */
 ncclResult_t rm_nccl_settle(struct rm_channel *s, struct rm_nccl_comm *c, ncclResult_t r, const char *what);
-/* Polls a communicator not yet recorded likewise (an init): aborted when it does not settle. */
+/* Polls a communicator not yet recorded likewise (an init, r what its call returned): one
+ * that does not end in ncclSuccess is aborted. */
 ncclResult_t rm_nccl_settle_raw(struct rm_channel *s, ncclComm_t comm, ncclResult_t r, const char *what);
 
 /* The calling thread's group (ncclGroupStart nests): the depth, and the communicators its
