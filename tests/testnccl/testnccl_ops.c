@@ -1,13 +1,21 @@
 /* The test NCCL's collectives, sends and receives, and groups (testnccl.h). */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "testnccl.h"
 
 static __thread int group_depth;
-static __thread struct testnccl_op *queued;
+static __thread struct testnccl_op *queued; /* freed when its thread ends (queued_key) */
 static __thread size_t nqueued, queued_cap;
+static pthread_key_t queued_key;
+static pthread_once_t queued_once = PTHREAD_ONCE_INIT;
+
+static void make_queued_key(void)
+{
+	pthread_key_create(&queued_key, free);
+}
 
 #define REDUCE_AS(T)                                                                               \
 	do {                                                                                       \
@@ -237,6 +245,8 @@ ncclResult_t testnccl_submit(const struct testnccl_op *o)
 			return ncclSystemError;
 		queued = q;
 		queued_cap = cap;
+		pthread_once(&queued_once, make_queued_key);
+		pthread_setspecific(queued_key, q);
 	}
 	queued[nqueued++] = *o;
 	return ncclSuccess;
