@@ -250,7 +250,7 @@ CUresult rm_body_rmNcclCommSplit(struct rm_channel *s, struct rm_request *rq, co
 				 Remora__NcclReply *rep)
 {
 	const struct rm_nccl_lib *L = need(rep);
-	struct rm_nccl_comm *p = L ? rm_nccl_find(s, req->comm, (ncclResult_t *)&rep->result) : NULL;
+	struct rm_nccl_comm *p = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
 	if (!p)
 		return CUDA_SUCCESS;
 	rm_nccl_config cfg;
@@ -294,12 +294,12 @@ CUresult rm_body_rmNcclCommFinalize(struct rm_channel *s, struct rm_request *rq,
 {
 	(void)rq;
 	const struct rm_nccl_lib *L = need(rep);
-	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, (ncclResult_t *)&rep->result) : NULL;
+	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
 	if (!c)
 		return CUDA_SUCCESS;
 	pthread_mutex_lock(&c->lock);
-	if (!c->comm)
-		rep->result = c->aborted ? ncclRemoteError : ncclSuccess;
+	if (!c->comm || __atomic_load_n(&c->departed, __ATOMIC_ACQUIRE)) /* a departed peer never finalizes */
+		rep->result = c->aborted || c->departed ? ncclRemoteError : ncclSuccess;
 	else if (L->CommFinalize)
 		rep->result = rm_nccl_settle(s, c, L->CommFinalize(c->comm), "ncclCommFinalize");
 	pthread_mutex_unlock(&c->lock);
@@ -309,7 +309,7 @@ CUresult rm_body_rmNcclCommFinalize(struct rm_channel *s, struct rm_request *rq,
 static void end_comm(struct rm_channel *s, const Remora__NcclCall *req, Remora__NcclReply *rep, int abort)
 {
 	const struct rm_nccl_lib *L = need(rep);
-	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, (ncclResult_t *)&rep->result) : NULL;
+	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
 	if (!c)
 		return;
 	rm_session_disown(s, RM_H_NCCL_COMM, c);
@@ -337,7 +337,7 @@ CUresult rm_body_rmNcclCommQuery(struct rm_channel *s, struct rm_request *rq, co
 {
 	(void)rq;
 	const struct rm_nccl_lib *L = need(rep);
-	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, (ncclResult_t *)&rep->result) : NULL;
+	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
 	if (!c)
 		return CUDA_SUCCESS;
 	switch (req->what) {
@@ -373,7 +373,7 @@ CUresult rm_body_rmNcclGetLastError(struct rm_channel *s, struct rm_request *rq,
 				    Remora__NcclReply *rep)
 {
 	const struct rm_nccl_lib *L = need(rep);
-	struct rm_nccl_comm *c = L && req->comm ? rm_nccl_find(s, req->comm, (ncclResult_t *)&rep->result) : NULL;
+	struct rm_nccl_comm *c = L && req->comm ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
 	if (!L || (req->comm && !c) || !L->GetLastError)
 		return CUDA_SUCCESS;
 	char *text = calloc(1, RM_NCCL_MAX_TEXT);
@@ -453,7 +453,7 @@ CUresult rm_body_rmNcclCollective(struct rm_channel *s, struct rm_request *rq, c
 				  Remora__NcclReply *rep)
 {
 	const struct rm_nccl_lib *L = need(rep);
-	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, (ncclResult_t *)&rep->result) : NULL;
+	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
 	if (!c || (rep->result = check_buffers(s, req, c)) != ncclSuccess)
 		return CUDA_SUCCESS;
 	CUstream st = NULL;
@@ -513,7 +513,7 @@ CUresult rm_body_rmNcclRedOpCreatePreMulSum(struct rm_channel *s, struct rm_requ
 {
 	(void)rq;
 	const struct rm_nccl_lib *L = need(rep);
-	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, (ncclResult_t *)&rep->result) : NULL;
+	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
 	if (!c)
 		return CUDA_SUCCESS;
 	size_t e = rm_nccl_type_size(req->datatype);
@@ -552,7 +552,7 @@ CUresult rm_body_rmNcclRedOpDestroy(struct rm_channel *s, struct rm_request *rq,
 {
 	(void)rq;
 	const struct rm_nccl_lib *L = need(rep);
-	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, (ncclResult_t *)&rep->result) : NULL;
+	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
 	if (!c)
 		return CUDA_SUCCESS;
 	pthread_mutex_lock(&c->lock);

@@ -91,7 +91,7 @@ int rm_nccl_adopt(struct rm_channel *s, ncclComm_t comm, const uint8_t clique[16
 	return 0;
 }
 
-struct rm_nccl_comm *rm_nccl_find(struct rm_channel *s, uint64_t v, ncclResult_t *why)
+struct rm_nccl_comm *rm_nccl_find(struct rm_channel *s, uint64_t v, int32_t *why)
 {
 	void *p = NULL;
 	if (!v || rm_session_use(s, RM_H_NCCL_COMM, v, &p) != CUDA_SUCCESS) {
@@ -232,12 +232,12 @@ static void end_locked(struct rm_channel *s, struct rm_nccl_comm *c, int abort)
 	if (!c->comm)
 		return;
 	ncclResult_t r = ncclSuccess;
-	if (!abort && loaded->CommFinalize)
+	if (!abort && !__atomic_load_n(&c->departed, __ATOMIC_ACQUIRE) && loaded->CommFinalize)
 		r = rm_nccl_settle(s, c, loaded->CommFinalize(c->comm), "ncclCommFinalize");
 	if (!c->comm)
 		return; /* aborted meanwhile */
-	if (abort || r != ncclSuccess)
-		loaded->CommAbort(c->comm);
+	if (abort || r != ncclSuccess || __atomic_load_n(&c->departed, __ATOMIC_ACQUIRE))
+		loaded->CommAbort(c->comm); /* a departed peer's clique cannot finalize */
 	else
 		loaded->CommDestroy(c->comm);
 	c->comm = NULL;

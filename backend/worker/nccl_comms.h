@@ -84,7 +84,7 @@ const struct rm_nccl_lib *rm_nccl(void);
 int rm_nccl_adopt(struct rm_channel *s, ncclComm_t comm, const uint8_t clique[16], int dev, int nranks, int rank,
 		  struct rm_nccl_comm **out);
 /* The client's communicator v, checked as its own: NULL (with *why) otherwise. */
-struct rm_nccl_comm *rm_nccl_find(struct rm_channel *s, uint64_t v, ncclResult_t *why);
+struct rm_nccl_comm *rm_nccl_find(struct rm_channel *s, uint64_t v, int32_t *why);
 
 /* Polls c's async error until it is not ncclInProgress or nccl_timeout passes (then aborts
  * c, logging why, and answers ncclSystemError). Called with c->lock held. */

@@ -16,10 +16,11 @@ import os
 import sys
 import time
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-import torch.nn as nn
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+import torch.nn as nn  # noqa: E402
 
 PORT = os.environ.get("REMORA_DIST_PORT", "29531")
 
