@@ -7,6 +7,7 @@
  *   nopeer     rank 0 of two inits alone: NCCL must answer an error within 60 s, not hang.
  *   peer-dies  (two processes, so through Remora only) rank 1 joins, then exits without
  *              destroying its communicator: rank 0's next all-reduce must fail within 60 s.
+ *   peer-dies-mid  the same, rank 1 leaving a second after rank 0's all-reduce began.
  * Prints PASS and exits 0 only when every check held. Needs two devices: with fewer it
  * says so and exits 0 (SKIP). */
 #include <nccl.h>
@@ -252,8 +253,9 @@ static void run_nopeer(void)
 	printf("init without its peer: an error, within the bound\n");
 }
 
-/* Rank 1 (a child process) joins and exits without destroying: rank 0's all-reduce fails. */
-static void run_peer_dies(void)
+/* Rank 1 (a child process) joins and exits without destroying: rank 0's all-reduce fails,
+ * begun after rank 1 went (mid 0) or before (mid 1). */
+static void run_peer_dies(int mid)
 {
 	int fds[2];
 	if (pipe(fds)) {
@@ -275,6 +277,8 @@ static void run_peer_dies(void)
 		setup(&k, 1);
 		k.id = id;
 		NCHECK(ncclCommInitRank(&k.comm, 2, k.id, 1));
+		if (mid)
+			sleep(1);
 		_exit(0); /* gone without ncclCommDestroy */
 	}
 	close(fds[0]);
@@ -287,9 +291,10 @@ static void run_peer_dies(void)
 	}
 	NCHECK(ncclCommInitRank(&k.comm, 2, k.id, 0));
 	int status = 0;
-	waitpid(child, &status, 0);
-	EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "rank 1's process ended with status %d", status);
-	usleep(500000); /* its session released */
+	if (!mid) {
+		waitpid(child, &status, 0);
+		usleep(500000); /* its session released */
+	}
 	fill(&k, ncclInt32);
 	double t0 = drv_now_ms();
 	ncclResult_t r = issue(&k, ALLREDUCE, ncclInt32, ncclSum);
@@ -298,6 +303,9 @@ static void run_peer_dies(void)
 		ncclCommGetAsyncError(k.comm, &r);
 	}
 	double took = drv_now_ms() - t0;
+	if (mid)
+		waitpid(child, &status, 0);
+	EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "rank 1's process ended with status %d", status);
 	EXPECT(r != ncclSuccess, "an all-reduce after the peer went succeeded");
 	EXPECT(took < 60000, "an all-reduce after the peer went took %.0f ms", took);
 	ncclCommAbort(k.comm);
@@ -307,8 +315,8 @@ static void run_peer_dies(void)
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "all";
-	if (!strcmp(mode, "peer-dies")) {
-		run_peer_dies();
+	if (!strcmp(mode, "peer-dies") || !strcmp(mode, "peer-dies-mid")) {
+		run_peer_dies(!strcmp(mode, "peer-dies-mid"));
 	} else {
 		if (!devices_or_skip())
 			return 0;
