@@ -21,12 +21,15 @@ static int comms_expected(uint32_t op, int ndev)
 int rm_nccl_reply_take(uint32_t op, int ndev, const Remora__NcclReply *rep, struct rm_nccl_answer *out, char *why,
 		       size_t whylen)
 {
-	int want = comms_expected(op, ndev), ok = rep->result == ncclSuccess, bad = 1;
+	/* ncclInProgress: a nonblocking communicator's call, still running; an init or split gives
+	 * its communicator with it. */
+	int want = comms_expected(op, ndev), bad = 1;
+	int ok = rep->result == ncclSuccess || (rep->result == ncclInProgress && want != 0);
 	size_t nulls = 0;
 	memset(out, 0, sizeof(*out));
 	for (size_t i = 0; i < rep->n_comms; i++)
 		nulls += !rep->comms[i];
-	if (rep->result < 0 || rep->result >= ncclNumResults || rep->result == ncclInProgress)
+	if (rep->result < 0 || rep->result >= ncclNumResults || (rep->result == ncclInProgress && op == RM_OP_rmNcclCommInitAll))
 		snprintf(why, whylen, "a result of %d", rep->result);
 	else if (rep->n_comms > RM_NCCL_MAX_DEVICES || (!ok && rep->n_comms) ||
 		 (ok && want >= 0 && rep->n_comms != (size_t)want) || (want < 0 && rep->n_comms > 1))

@@ -9,9 +9,9 @@
 #include "remora.pb-c.h"
 
 /* Checks rep against call op's contract (ndev: the devices an ncclCommInitAll named) and
- * fills out: a result NCCL defines; communicators only on success, none null, exactly one
- * for an init of a rank, ndev for ncclCommInitAll, at most one for a split, none
- * otherwise; a unique id only for ncclGetUniqueId, of NCCL_UNIQUE_ID_BYTES; a text shorter
+ * fills out: a result NCCL defines (ncclInProgress not for ncclCommInitAll, which is
+ * blocking); communicators only on success (or in progress), none null, exactly one for an
+ * init of a rank, ndev for ncclCommInitAll, at most one for a split, none otherwise; a unique id only for ncclGetUniqueId, of NCCL_UNIQUE_ID_BYTES; a text shorter
  * than RM_NCCL_MAX_TEXT. 0, or -EPROTO with why. */
 int rm_nccl_reply_take(uint32_t op, int ndev, const Remora__NcclReply *rep, struct rm_nccl_answer *out, char *why,
 		       size_t whylen);

@@ -126,7 +126,7 @@ export LD_LIBRARY_PATH=$OUTDIR/nccl-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # The 2-GPU section: NCCL between two GPUs, natively and through one remorad.
 NGPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if ((NGPUS >= 2)); then
-	PROGRAMS+=("drv_nccl|tests/programs/drv_nccl all" "drv_nccl_nopeer|tests/programs/drv_nccl nopeer")
+	PROGRAMS+=("drv_nccl|tests/programs/drv_nccl all" "drv_nccl_nopeer|tests/programs/drv_nccl nopeer-nonblocking")
 	((${#FRAMEWORKS[@]})) && FRAMEWORKS+=("fw_dist_ops|python3 tests/frameworks/distributed.py ops"
 		"fw_ddp|python3 -m torch.distributed.run --nproc_per_node=2 --master_port=29533 tests/frameworks/distributed.py ddp")
 else

@@ -65,6 +65,22 @@ static ncclResult_t config_of(const struct rm_nccl_lib *L, const Remora__NcclCal
 	return ncclSuccess;
 }
 
+/* A split communicator's size and rank, once NCCL knows them (its split done). Under c->lock. */
+static void learn_ranks(const struct rm_nccl_lib *L, struct rm_nccl_comm *c)
+{
+	int n = 0, r = -1;
+	if (c->nranks > 0 || !c->comm || !L->CommCount || !L->CommUserRank)
+		return;
+	if (L->CommCount(c->comm, &n) == ncclSuccess && n > 0 && L->CommUserRank(c->comm, &r) == ncclSuccess)
+		c->nranks = n, c->rank = r;
+}
+
+/* Whether the client asked for a nonblocking communicator (nccl_comms.h). */
+static int wants_nonblocking(const Remora__NcclCall *req)
+{
+	return req->has_config && req->blocking == 0;
+}
+
 static void give_comm(struct rm_request *rq, Remora__NcclReply *rep, struct rm_nccl_comm *c)
 {
 	uint64_t *v = malloc(sizeof(*v));
@@ -146,20 +162,22 @@ CUresult rm_body_rmNcclCommInitRank(struct rm_channel *s, struct rm_request *rq,
 	memcpy(id.internal, req->unique_id.data, sizeof(id.internal));
 	ncclComm_t comm = NULL;
 	ncclResult_t r = L->CommInitRankConfig(&comm, req->nranks, id, req->rank, &cfg);
-	int in_group = rm_nccl_group_depth(0) > 0;
+	int in_group = rm_nccl_group_depth(0) > 0, nonblocking = wants_nonblocking(req);
 	struct rm_nccl_comm *c = NULL;
 	uint8_t clique[16];
 	clique_of(req->unique_id.data, req->unique_id.len, clique);
-	if (comm && in_group && (r == ncclSuccess || r == ncclInProgress)) /* settled at the group's end */
-		r = ncclSuccess;
-	else if (comm)
+	int pending = comm && (in_group || nonblocking) && r == ncclInProgress; /* the group's or the client's to wait for */
+	if (comm && !pending)
 		r = rm_nccl_settle_raw(s, comm, r, "ncclCommInitRank"); /* aborted unless it succeeded */
-	else if (r == ncclSuccess || r == ncclInProgress)
+	else if (!comm && (r == ncclSuccess || r == ncclInProgress))
 		r = ncclInternalError;
-	if (r == ncclSuccess && rm_nccl_adopt(s, comm, clique, dev, req->nranks, req->rank, &c))
+	if ((r == ncclSuccess || pending) &&
+	    rm_nccl_adopt(s, comm, clique, dev, req->nranks, req->rank, nonblocking, &c))
 		r = ncclSystemError;
-	else if (r == ncclSuccess && in_group)
+	else if (c && in_group)
 		rm_nccl_group_note(c);
+	if (c && pending && !nonblocking)
+		r = ncclSuccess; /* in a group: settled at its end */
 	rep->result = r;
 	if (c)
 		give_comm(rq, rep, c);
@@ -229,7 +247,7 @@ CUresult rm_body_rmNcclCommInitAll(struct rm_channel *s, struct rm_request *rq, 
 		if (r != ncclSuccess)
 			L->CommAbort(comms[i]);
 		else if (rm_drv_cuCtxSetCurrent(ctxs[i]) == CUDA_SUCCESS &&
-			 !rm_nccl_adopt(s, comms[i], clique, devs[i], (int)n, (int)i, &c))
+			 !rm_nccl_adopt(s, comms[i], clique, devs[i], (int)n, (int)i, 0, &c))
 			handles[i] = (uint64_t)(uintptr_t)c;
 		else
 			r = ncclSystemError; /* those adopted are the client's, released as its */
@@ -264,23 +282,24 @@ CUresult rm_body_rmNcclCommSplit(struct rm_channel *s, struct rm_request *rq, co
 	pthread_mutex_lock(&p->lock);
 	ncclResult_t r = p->departed || !p->comm ? ncclRemoteError : L->CommSplit(p->comm, req->color, req->key, &comm, &cfg);
 	pthread_mutex_unlock(&p->lock);
-	if (comm) {
+	int nonblocking = wants_nonblocking(req), pending = comm && nonblocking && r == ncclInProgress;
+	if (comm && !pending) {
 		r = rm_nccl_settle_raw(s, comm, r, "ncclCommSplit");
 		if (r != ncclSuccess)
 			comm = NULL; /* aborted */
-	} else if (r == ncclInProgress) { /* no color: the parent's part of the split */
+	} else if (!comm && r == ncclInProgress && !p->nonblocking) { /* no color: the parent's part of the split */
 		pthread_mutex_lock(&p->lock);
 		r = p->comm ? rm_nccl_settle(s, p, r, "ncclCommSplit") : ncclRemoteError;
 		pthread_mutex_unlock(&p->lock);
 	}
 	struct rm_nccl_comm *c = NULL;
-	if (r == ncclSuccess && comm) {
-		int nranks = 0, rank = -1;
-		if (L->CommCount)
+	if ((r == ncclSuccess || pending) && comm) {
+		int nranks = 0, rank = -1; /* known once the split is done: asked again then (rmNcclCommQuery) */
+		if (!pending && L->CommCount)
 			L->CommCount(comm, &nranks);
-		if (L->CommUserRank)
+		if (!pending && L->CommUserRank)
 			L->CommUserRank(comm, &rank);
-		if (rm_nccl_adopt(s, comm, p->clique, p->dev, nranks, rank, &c))
+		if (rm_nccl_adopt(s, comm, p->clique, p->dev, nranks, rank, nonblocking, &c))
 			r = ncclSystemError;
 	}
 	rep->result = r;
@@ -301,7 +320,8 @@ CUresult rm_body_rmNcclCommFinalize(struct rm_channel *s, struct rm_request *rq,
 	if (!c->comm || __atomic_load_n(&c->departed, __ATOMIC_ACQUIRE)) /* a departed peer never finalizes */
 		rep->result = c->aborted || c->departed ? ncclRemoteError : ncclSuccess;
 	else if (L->CommFinalize)
-		rep->result = rm_nccl_settle(s, c, L->CommFinalize(c->comm), "ncclCommFinalize");
+		rep->result = c->nonblocking ? L->CommFinalize(c->comm)
+					     : rm_nccl_settle(s, c, L->CommFinalize(c->comm), "ncclCommFinalize");
 	pthread_mutex_unlock(&c->lock);
 	return CUDA_SUCCESS;
 }
@@ -340,6 +360,9 @@ CUresult rm_body_rmNcclCommQuery(struct rm_channel *s, struct rm_request *rq, co
 	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
 	if (!c)
 		return CUDA_SUCCESS;
+	pthread_mutex_lock(&c->lock);
+	learn_ranks(L, c);
+	pthread_mutex_unlock(&c->lock);
 	switch (req->what) {
 	case RM_NCCL_COUNT:
 		rep->value = c->nranks;
@@ -454,6 +477,11 @@ CUresult rm_body_rmNcclCollective(struct rm_channel *s, struct rm_request *rq, c
 {
 	const struct rm_nccl_lib *L = need(rep);
 	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
+	if (c) {
+		pthread_mutex_lock(&c->lock);
+		learn_ranks(L, c);
+		pthread_mutex_unlock(&c->lock);
+	}
 	if (!c || (rep->result = check_buffers(s, req, c)) != ncclSuccess)
 		return CUDA_SUCCESS;
 	CUstream st = NULL;
@@ -468,7 +496,7 @@ CUresult rm_body_rmNcclCollective(struct rm_channel *s, struct rm_request *rq, c
 		c->last_stream = st;
 		if (in_group)
 			rm_nccl_group_note(c);
-		else
+		else if (!c->nonblocking)
 			r = rm_nccl_settle(s, c, r, "a collective");
 		if (r == ncclSuccess && !in_group && c->done)
 			rm_drv_cuEventRecord(c->done, st);
@@ -500,10 +528,8 @@ CUresult rm_body_rmNcclGroupEnd(struct rm_channel *s, struct rm_request *rq, con
 		return CUDA_SUCCESS;
 	}
 	ncclResult_t r = L->GroupEnd();
-	if (rm_nccl_group_depth(-1) == 0 && (r == ncclSuccess || r == ncclInProgress)) {
-		ncclResult_t q = rm_nccl_group_settle(s);
-		r = r == ncclInProgress || q != ncclSuccess ? q : r;
-	}
+	if (rm_nccl_group_depth(-1) == 0 && (r == ncclSuccess || r == ncclInProgress))
+		r = rm_nccl_group_settle(s, r);
 	rep->result = r;
 	return CUDA_SUCCESS;
 }

@@ -65,7 +65,7 @@ const struct rm_nccl_lib *rm_nccl(void)
 }
 
 int rm_nccl_adopt(struct rm_channel *s, ncclComm_t comm, const uint8_t clique[16], int dev, int nranks, int rank,
-		  struct rm_nccl_comm **out)
+		  int nonblocking, struct rm_nccl_comm **out)
 {
 	struct rm_nccl_comm *c = calloc(1, sizeof(*c));
 	if (!c) {
@@ -82,6 +82,7 @@ int rm_nccl_adopt(struct rm_channel *s, ncclComm_t comm, const uint8_t clique[16
 		c->done = NULL;
 	c->nranks = nranks;
 	c->rank = rank;
+	c->nonblocking = nonblocking;
 	pthread_mutex_lock(&list_lock);
 	c->next = comms;
 	comms = c;
@@ -206,24 +207,26 @@ void rm_nccl_group_note(struct rm_nccl_comm *c)
 		group_comms[group_n++] = c;
 }
 
-ncclResult_t rm_nccl_group_settle(struct rm_channel *s)
+ncclResult_t rm_nccl_group_settle(struct rm_channel *s, ncclResult_t in)
 {
 	ncclResult_t first = ncclSuccess;
+	int pending = 0; /* a nonblocking communicator left in progress */
 	for (int i = 0; i < group_n; i++) {
 		struct rm_nccl_comm *c = group_comms[i];
 		void *p;
 		if (rm_session_use(s, RM_H_NCCL_COMM, (uint64_t)(uintptr_t)c, &p) != CUDA_SUCCESS)
 			continue; /* destroyed within the group */
 		pthread_mutex_lock(&c->lock);
-		ncclResult_t r = c->comm ? rm_nccl_settle(s, c, ncclInProgress, "a group") : ncclRemoteError;
-		if (r == ncclSuccess && c->done && c->last_stream)
+		ncclResult_t r = !c->comm ? ncclRemoteError : c->nonblocking ? ncclSuccess : rm_nccl_settle(s, c, in, "a group");
+		pending |= c->comm && c->nonblocking && in == ncclInProgress;
+		if (r == ncclSuccess && !c->nonblocking && c->done && c->last_stream)
 			rm_drv_cuEventRecord(c->done, c->last_stream);
 		pthread_mutex_unlock(&c->lock);
 		if (first == ncclSuccess)
 			first = r;
 	}
 	group_n = 0;
-	return first;
+	return first == ncclSuccess && pending ? ncclInProgress : first;
 }
 
 /* Ends c's communicator: destroy (finalized first, bounded) or abort. Under c->lock. */

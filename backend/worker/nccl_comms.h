@@ -4,10 +4,12 @@
  * keep a blocking NCCL call from holding a client's thread forever.
  *
  * Every communicator is made nonblocking (config.blocking = 0) whatever the client asked:
- * an init, a group's end or a collective that must wait for peers returns ncclInProgress,
- * and the worker polls ncclCommGetAsyncError until it settles or nccl_timeout passes, when
- * it aborts the communicator and answers ncclSystemError. So a client whose peer never
- * comes gets an error within nccl_timeout, and its thread is free again.
+ * an init, a group's end or a collective that must wait for peers returns ncclInProgress.
+ * For a client that asked for a blocking communicator the worker polls
+ * ncclCommGetAsyncError until it settles or nccl_timeout passes, when it aborts the
+ * communicator and answers ncclSystemError: a client whose peer never comes gets an error
+ * within nccl_timeout, and its thread is free again. A client that asked for a nonblocking
+ * one gets ncclInProgress as NCCL gives it, and polls itself.
  *
  * Communicators made from one unique id (or split from one) are a clique. When a client
  * goes without destroying its communicator, the worker aborts it; every other communicator
@@ -66,6 +68,7 @@ struct rm_nccl_comm {
 	int nranks, rank, dev;     /* dev: the host's GPU */
 	int aborted;               /* by the departure of a peer, or a wait past nccl_timeout */
 	int departed;              /* a peer went: calls answer ncclRemoteError */
+	int nonblocking;           /* the client asked for config.blocking = 0: no call waits for it */
 	CUevent done;              /* recorded after each of its collectives; NULL: none */
 	CUstream last_stream;      /* its last collective's, for done at a group's end */
 	uint64_t session;          /* the owner's session id */
@@ -79,10 +82,11 @@ void rm_nccl_configure(const char *library, int timeout_s);
  * cannot be. */
 const struct rm_nccl_lib *rm_nccl(void);
 
-/* A record for comm (of nranks, this one rank; on host GPU dev), made by session s in
- * clique, listed and owned by s: 0 or -ENOMEM (comm aborted then). In the context of dev. */
+/* A record for comm (of nranks, this one rank; on host GPU dev; nonblocking as the client
+ * asked), made by session s in clique, listed and owned by s: 0 or -ENOMEM (comm aborted
+ * then). In the context of dev. */
 int rm_nccl_adopt(struct rm_channel *s, ncclComm_t comm, const uint8_t clique[16], int dev, int nranks, int rank,
-		  struct rm_nccl_comm **out);
+		  int nonblocking, struct rm_nccl_comm **out);
 /* The client's communicator v, checked as its own: NULL (with *why) otherwise. */
 struct rm_nccl_comm *rm_nccl_find(struct rm_channel *s, uint64_t v, int32_t *why);
 
@@ -97,8 +101,9 @@ ncclResult_t rm_nccl_settle_raw(struct rm_channel *s, ncclComm_t comm, ncclResul
  * calls named, settled at the outermost ncclGroupEnd. */
 int rm_nccl_group_depth(int delta);
 void rm_nccl_group_note(struct rm_nccl_comm *c);
-/* Settles every communicator noted since the group started: the first error. */
-ncclResult_t rm_nccl_group_settle(struct rm_channel *s);
+/* Settles every blocking communicator noted since the group started: the first error, or
+ * ncclInProgress where only nonblocking ones were left in progress (in, GroupEnd's result). */
+ncclResult_t rm_nccl_group_settle(struct rm_channel *s, ncclResult_t in);
 
 /* Ends c (the client's destroy, finalize first; or its departure, abort) and frees the
  * record. */

@@ -154,7 +154,7 @@ NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncc
 	struct rm_nccl_answer out;
 	*comm = NULL;
 	r = fwd(RM_OP_rmNcclCommInitRank, &a, &out);
-	if (r == ncclSuccess)
+	if (r == ncclSuccess || r == ncclInProgress) /* in progress: a nonblocking one, polled by the program */
 		*comm = (ncclComm_t)(uintptr_t)out.comms[0];
 	return r;
 }
@@ -203,7 +203,7 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
 	struct rm_nccl_args a = {.comm = comm_of(comm), .color = color, .key = key, .config = config};
 	struct rm_nccl_answer out;
 	r = fwd(RM_OP_rmNcclCommSplit, &a, &out);
-	*newcomm = r == ncclSuccess && out.ncomms ? (ncclComm_t)(uintptr_t)out.comms[0] : NULL;
+	*newcomm = (r == ncclSuccess || r == ncclInProgress) && out.ncomms ? (ncclComm_t)(uintptr_t)out.comms[0] : NULL;
 	return r;
 }
 

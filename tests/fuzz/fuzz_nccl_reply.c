@@ -19,10 +19,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct rm_nccl_answer out;
 	char why[128];
 	if (rm_nccl_reply_take(op, ndev, rep, &out, why, sizeof(why)) == 0) {
-		if (out.ncomms < 0 || out.ncomms > RM_NCCL_MAX_DEVICES || (out.result != ncclSuccess && out.ncomms) ||
+		int made = out.result == ncclSuccess || out.result == ncclInProgress;
+		if (out.ncomms < 0 || out.ncomms > RM_NCCL_MAX_DEVICES || (!made && out.ncomms) ||
 		    out.result < 0 || out.result >= ncclNumResults || strlen(out.text) >= sizeof(out.text) ||
-		    (op == RM_OP_rmNcclCommInitAll && out.result == ncclSuccess && out.ncomms != ndev) ||
-		    (op == RM_OP_rmNcclCommInitRank && out.result == ncclSuccess && out.ncomms != 1))
+		    (op == RM_OP_rmNcclCommInitAll && (out.result == ncclInProgress || (made && out.ncomms != ndev))) ||
+		    (op == RM_OP_rmNcclCommInitRank && made && out.ncomms != 1) ||
+		    (out.ncomms && op != RM_OP_rmNcclCommInitRank && op != RM_OP_rmNcclCommInitAll && op != RM_OP_rmNcclCommSplit))
 			abort();
 		for (int i = 0; i < out.ncomms; i++)
 			if (!out.comms[i])

@@ -4,7 +4,11 @@
  *              (sum, prod, max, min; int32, float, double, int64), all-gather, broadcast,
  *              reduce, reduce-scatter and send/receive, each checked exactly against the
  *              host's answer; then the communicators' queries and their destruction.
- *   nopeer     rank 0 of two inits alone: NCCL must answer an error within 60 s, not hang.
+ *   nopeer     rank 0 of two inits alone: NCCL must answer an error within 60 s, not hang
+ *              (the test NCCL's bound natively, nccl_timeout through Remora; NVIDIA's NCCL
+ *              natively waits for ever).
+ *   nopeer-nonblocking  the same with a nonblocking communicator: in progress for 3 s,
+ *              as natively, then aborted.
  *   peer-dies  (two processes, so through Remora only) rank 1 joins, then exits without
  *              destroying its communicator: rank 0's next all-reduce must fail within 60 s.
  *   peer-dies-mid  the same, rank 1 leaving a second after rank 0's all-reduce began.
@@ -253,6 +257,27 @@ static void run_nopeer(void)
 	printf("init without its peer: an error, within the bound\n");
 }
 
+/* Rank 0 of two, nonblocking, alone: its init stays in progress until the program aborts it. */
+static void run_nopeer_nonblocking(void)
+{
+	struct rank k;
+	ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+	config.blocking = 0;
+	setup(&k, 0);
+	NCHECK(ncclGetUniqueId(&k.id));
+	ncclResult_t r = ncclCommInitRankConfig(&k.comm, 2, k.id, 0, &config), state = r;
+	EXPECT(r == ncclInProgress && k.comm, "a nonblocking init without its peer gave %d", (int)r);
+	double t0 = drv_now_ms();
+	while (k.comm && state == ncclInProgress && drv_now_ms() - t0 < 3000) {
+		NCHECK(ncclCommGetAsyncError(k.comm, &state));
+		usleep(10000);
+	}
+	EXPECT(state == ncclInProgress, "a nonblocking init without its peer settled as %d", (int)state);
+	if (k.comm)
+		NCHECK(ncclCommAbort(k.comm));
+	printf("nonblocking init without its peer: in progress until aborted\n");
+}
+
 /* Rank 1 (a child process) joins and exits without destroying: rank 0's all-reduce fails,
  * begun after rank 1 went (mid 0) or before (mid 1). */
 static void run_peer_dies(int mid)
@@ -322,6 +347,8 @@ int main(int argc, char **argv)
 			return 0;
 		if (!strcmp(mode, "nopeer"))
 			run_nopeer();
+		else if (!strcmp(mode, "nopeer-nonblocking"))
+			run_nopeer_nonblocking();
 		else if (run_all())
 			return 1;
 	}
