@@ -75,6 +75,10 @@ static CUresult call(uint32_t op, const struct rm_nccl_args *a, struct rm_nccl_a
 	}
 	Remora__NcclReply *rep = NULL;
 	memset(out, 0, sizeof(*out));
+	if (a->async) {
+		struct rm_rpc_call c = {.op = op, .req = &req.base, .async = 1};
+		return rm_rpc(&c);
+	}
 	r = rm_rpc_simple(op, &req.base, &remora__nccl_reply__descriptor, (ProtobufCMessage **)&rep);
 	if (r == CUDA_SUCCESS)
 		r = rep ? take_reply(op, a, rep, out) : rm_rpc_bad_reply("NCCL: no reply");

@@ -25,6 +25,8 @@ struct rm_nccl_args {
 	const rm_nccl_config *config;   /* NULL: none; read no further than its size */
 	const void *scalar;             /* scalar_len bytes */
 	size_t scalar_len;
+	int async;                      /* sent without waiting (a collective, a group's start): its
+					 * NCCL error comes back later (docs/architecture.md, "NCCL") */
 };
 
 /* Its answer, checked against the call's contract. */
@@ -40,7 +42,8 @@ struct rm_nccl_answer {
 struct rm_nccl_bridge {
 	size_t size; /* sizeof(struct rm_nccl_bridge) */
 	/* Sends rmNccl call op (an RM_OP_rmNccl* opcode) and waits for its answer: CUDA_SUCCESS
-	 * with out filled, or why the call could not be made. */
+	 * with out filled, or why the call could not be made (an async call: CUDA_SUCCESS and
+	 * ncclSuccess once queued). */
 	CUresult (*call)(uint32_t op, const struct rm_nccl_args *a, struct rm_nccl_answer *out);
 };
 

@@ -382,6 +382,9 @@ CUresult rm_body_rmNcclCommQuery(struct rm_channel *s, struct rm_request *rq, co
 		pthread_mutex_lock(&c->lock);
 		if (c->comm && !__atomic_load_n(&c->departed, __ATOMIC_ACQUIRE) && L->CommGetAsyncError(c->comm, &e) != ncclSuccess)
 			e = ncclInternalError;
+		ncclResult_t sent = __atomic_load_n(&c->async_error, __ATOMIC_ACQUIRE); /* an async collective's */
+		if (sent != ncclSuccess && (e == ncclSuccess || e == ncclInProgress))
+			e = sent;
 		pthread_mutex_unlock(&c->lock);
 		rep->value = e;
 		break;
@@ -472,37 +475,45 @@ static ncclResult_t issue(const struct rm_nccl_lib *L, const Remora__NcclCall *r
 	return ncclInvalidArgument;
 }
 
+/* Sent async by the client (frontend/nccl/nccl.c): an error goes to the group, if one is
+ * open, else to the communicator's async error; a stream not the client's is such an error
+ * too, not a CUresult that a later driver call would report. */
 CUresult rm_body_rmNcclCollective(struct rm_channel *s, struct rm_request *rq, const Remora__NcclCall *req,
 				  Remora__NcclReply *rep)
 {
 	const struct rm_nccl_lib *L = need(rep);
 	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
+	int in_group = rm_nccl_group_depth(0) > 0, async = rq->frame.flags & RM_F_ASYNC;
+	CUstream st = NULL;
 	if (c) {
 		pthread_mutex_lock(&c->lock);
 		learn_ranks(L, c);
 		pthread_mutex_unlock(&c->lock);
+		if ((rep->result = check_buffers(s, req, c)) == ncclSuccess &&
+		    rm_session_stream_submit(s, req->stream, rq->frame.flags, &st) != CUDA_SUCCESS)
+			rep->result = ncclInvalidArgument;
 	}
-	if (!c || (rep->result = check_buffers(s, req, c)) != ncclSuccess)
-		return CUDA_SUCCESS;
-	CUstream st = NULL;
-	CUresult cr = rm_session_stream_submit(s, req->stream, rq->frame.flags, &st);
-	if (cr != CUDA_SUCCESS)
-		return cr;
-	int in_group = rm_nccl_group_depth(0) > 0;
-	pthread_mutex_lock(&c->lock);
-	ncclResult_t r = ncclRemoteError;
-	if (c->comm && !__atomic_load_n(&c->departed, __ATOMIC_ACQUIRE)) {
-		r = issue(L, req, c->comm, st);
-		c->last_stream = st;
-		if (in_group)
-			rm_nccl_group_note(c);
-		else if (!c->nonblocking)
-			r = rm_nccl_settle(s, c, r, "a collective");
-		if (r == ncclSuccess && !in_group && c->done)
-			rm_drv_cuEventRecord(c->done, st);
+	if (c && rep->result == ncclSuccess) {
+		pthread_mutex_lock(&c->lock);
+		ncclResult_t r = ncclRemoteError;
+		if (c->comm && !__atomic_load_n(&c->departed, __ATOMIC_ACQUIRE)) {
+			r = issue(L, req, c->comm, st);
+			c->last_stream = st;
+			if (in_group)
+				rm_nccl_group_note(c);
+			else if (!c->nonblocking)
+				r = rm_nccl_settle(s, c, r, "a collective");
+			if (r == ncclSuccess && !in_group && c->done)
+				rm_drv_cuEventRecord(c->done, st);
+		}
+		pthread_mutex_unlock(&c->lock);
+		rep->result = r;
 	}
-	pthread_mutex_unlock(&c->lock);
-	rep->result = r;
+	if (async && in_group)
+		rm_nccl_group_fail(rep->result);
+	else if (async && c && rep->result != ncclSuccess && rep->result != ncclInProgress)
+		__atomic_compare_exchange_n(&c->async_error, &(ncclResult_t){ncclSuccess}, rep->result, 0, __ATOMIC_ACQ_REL,
+					    __ATOMIC_ACQUIRE);
 	return CUDA_SUCCESS;
 }
 
@@ -513,6 +524,8 @@ CUresult rm_body_rmNcclGroupStart(struct rm_channel *s, struct rm_request *rq, c
 	const struct rm_nccl_lib *L = need(rep);
 	if (L && (rep->result = L->GroupStart()) == ncclSuccess)
 		rm_nccl_group_depth(1);
+	else
+		rm_nccl_group_fail(rep->result); /* async: said at the group's end */
 	return CUDA_SUCCESS;
 }
 
@@ -530,6 +543,11 @@ CUresult rm_body_rmNcclGroupEnd(struct rm_channel *s, struct rm_request *rq, con
 	ncclResult_t r = L->GroupEnd();
 	if (rm_nccl_group_depth(-1) == 0 && (r == ncclSuccess || r == ncclInProgress))
 		r = rm_nccl_group_settle(s, r);
+	if (rm_nccl_group_depth(0) == 0) {
+		ncclResult_t e = rm_nccl_group_error(); /* a call of the group the client sent async */
+		if (e != ncclSuccess && (r == ncclSuccess || r == ncclInProgress))
+			r = e;
+	}
 	rep->result = r;
 	return CUDA_SUCCESS;
 }

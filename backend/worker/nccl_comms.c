@@ -188,6 +188,21 @@ static __thread int group_depth;
 static __thread struct rm_nccl_comm *group_comms[RM_NCCL_GROUP_MAX];
 static __thread int group_n;
 
+static __thread ncclResult_t group_error;
+
+void rm_nccl_group_fail(ncclResult_t r)
+{
+	if (group_error == ncclSuccess && r != ncclSuccess && r != ncclInProgress)
+		group_error = r;
+}
+
+ncclResult_t rm_nccl_group_error(void)
+{
+	ncclResult_t r = group_error;
+	group_error = ncclSuccess;
+	return r;
+}
+
 int rm_nccl_group_depth(int delta)
 {
 	group_depth += delta;

@@ -69,6 +69,7 @@ struct rm_nccl_comm {
 	int aborted;               /* by the departure of a peer, or a wait past nccl_timeout */
 	int departed;              /* a peer went: calls answer ncclRemoteError */
 	int nonblocking;           /* the client asked for config.blocking = 0: no call waits for it */
+	ncclResult_t async_error;  /* the first error of a collective the client sent async */
 	CUevent done;              /* recorded after each of its collectives; NULL: none */
 	CUstream last_stream;      /* its last collective's, for done at a group's end */
 	uint64_t session;          /* the owner's session id */
@@ -101,6 +102,10 @@ ncclResult_t rm_nccl_settle_raw(struct rm_channel *s, ncclComm_t comm, ncclResul
  * calls named, settled at the outermost ncclGroupEnd. */
 int rm_nccl_group_depth(int delta);
 void rm_nccl_group_note(struct rm_nccl_comm *c);
+/* Records r, an error of a call the client sent async inside the calling thread's group
+ * (the group's end answers the first); and takes it at the group's end. */
+void rm_nccl_group_fail(ncclResult_t r);
+ncclResult_t rm_nccl_group_error(void);
 /* Settles every blocking communicator noted since the group started: the first error, or
  * ncclInProgress where only nonblocking ones were left in progress (in, GroupEnd's result). */
 ncclResult_t rm_nccl_group_settle(struct rm_channel *s, ncclResult_t in);

@@ -22,6 +22,7 @@ static const struct rm_nccl_bridge *bridge;
 static pthread_once_t bridge_once = PTHREAD_ONCE_INIT;
 static __thread char last_error[RM_NCCL_MAX_TEXT]; /* the client's own, said since the last ncclGetLastError */
 static __thread char shown_error[RM_NCCL_MAX_TEXT]; /* what ncclGetLastError returned last */
+static __thread int group_depth; /* the calling thread's ncclGroupStart nesting */
 
 static void log_once_init(void)
 {
@@ -309,10 +310,14 @@ static ncclResult_t coll(int what, const void *sendbuff, void *recvbuff, size_t 
 		return ncclInvalidArgument;
 	if (!rm_nccl_type_size(datatype))
 		return say(ncclInvalidArgument, "an unknown datatype");
+	/* Inside a group, async: the group's calls cost one round trip, at its end, which says
+	 * their first error. Outside one, a call waits for its answer: an async call another
+	 * thread's calls would be fenced after may wait in the worker for that very thread's
+	 * rank (several ranks of one process). */
 	struct rm_nccl_args a = {.comm = comm_of(comm), .sendbuff = (uint64_t)(uintptr_t)sendbuff,
 				 .recvbuff = (uint64_t)(uintptr_t)recvbuff, .count = count,
 				 .stream = (uint64_t)(uintptr_t)stream, .datatype = datatype, .op = op, .root = root,
-				 .what = what};
+				 .what = what, .async = group_depth > 0};
 	struct rm_nccl_answer out;
 	return fwd(RM_OP_rmNcclCollective, &a, &out);
 }
@@ -385,15 +390,20 @@ NCCL_API(ncclResult_t, ncclRecv, void *recvbuff, size_t count, ncclDataType_t da
 
 NCCL_API(ncclResult_t, ncclGroupStart, void)
 {
-	struct rm_nccl_args a = {0};
+	struct rm_nccl_args a = {.async = 1}; /* its error, if any, is the group end's */
 	struct rm_nccl_answer out;
-	return fwd(RM_OP_rmNcclGroupStart, &a, &out);
+	ncclResult_t r = fwd(RM_OP_rmNcclGroupStart, &a, &out);
+	if (r == ncclSuccess)
+		group_depth++;
+	return r;
 }
 
 NCCL_API(ncclResult_t, ncclGroupEnd, void)
 {
 	struct rm_nccl_args a = {0};
 	struct rm_nccl_answer out;
+	if (group_depth > 0)
+		group_depth--;
 	return fwd(RM_OP_rmNcclGroupEnd, &a, &out);
 }
 
