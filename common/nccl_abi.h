@@ -95,5 +95,6 @@ enum rm_nccl_query {
 
 #define RM_NCCL_MAX_DEVICES 64 /* ncclCommInitAll's devices, at most */
 #define RM_NCCL_MAX_TEXT 1024  /* an error text, at most */
+#define RM_NCCL_MAX_NAME 255   /* a config's netName or commName, at most (bytes) */
 
 #endif

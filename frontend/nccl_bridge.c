@@ -2,6 +2,7 @@
  * rmNccl* request, sends it on the calling thread's connection and checks the reply. */
 #include "nccl_bridge.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "client.h"
@@ -24,8 +25,12 @@ static void pack_config(const rm_nccl_config *c, Remora__NcclCall *req)
 	FIELD(CTAPolicy, cta_policy);
 	FIELD(nvlsCTAs, nvls_ctas);
 #undef FIELD
-	req->net_name = RM_NCCL_CONFIG_HAS(n, netName) && c->netName ? (char *)c->netName : "";
-	req->comm_name = RM_NCCL_CONFIG_HAS(n, commName) && c->commName ? (char *)c->commName : "";
+	/* Names: NCCL's logs' and its network's; at most RM_NCCL_MAX_NAME bytes travel. */
+	static __thread char net[RM_NCCL_MAX_NAME + 1], comm[RM_NCCL_MAX_NAME + 1];
+	snprintf(net, sizeof(net), "%s", RM_NCCL_CONFIG_HAS(n, netName) && c->netName ? c->netName : "");
+	snprintf(comm, sizeof(comm), "%s", RM_NCCL_CONFIG_HAS(n, commName) && c->commName ? c->commName : "");
+	req->net_name = net;
+	req->comm_name = comm;
 }
 
 static CUresult take_reply(uint32_t op, const struct rm_nccl_args *a, const Remora__NcclReply *rep,

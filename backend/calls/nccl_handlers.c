@@ -14,7 +14,6 @@
 #include "nccl_comms.h"
 
 #define RM_NCCL_MAX_RANKS (1 << 20)
-#define RM_NCCL_MAX_NAME 255
 
 static const struct rm_nccl_lib *need(Remora__NcclReply *rep)
 {
