@@ -1,7 +1,8 @@
-/* NCCL's calls in the worker (proto/api.spec, "NCCL"; backend/worker/nccl_comms.h): each checks
- * what the client names (communicators its own, buffers in its memory for the counts the
- * collective reads or writes, its stream) and calls the host's NCCL, its waits bounded.
- * The frame's CUresult says whether the call was made; the reply's result is NCCL's. */
+/* NCCL's calls in the worker (proto/api.spec, "NCCL"; backend/worker/nccl_comms.h): the
+ * communicators' lives, queries and groups (the collectives are nccl_collectives.c's). Each
+ * checks what the client names (communicators its own, devices it sees) and calls the
+ * host's NCCL, its waits bounded. The frame's CUresult says whether the call was made; the
+ * reply's result is NCCL's. */
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,11 +12,12 @@
 #include "dispatch.h"
 #include "driver_table.h"
 #include "handles.h"
+#include "nccl_calls.h"
 #include "nccl_comms.h"
 
 #define RM_NCCL_MAX_RANKS (1 << 20)
 
-static const struct rm_nccl_lib *need(Remora__NcclReply *rep)
+const struct rm_nccl_lib *rm_nccl_need(Remora__NcclReply *rep)
 {
 	const struct rm_nccl_lib *L = rm_nccl();
 	rep->result = L ? ncclSuccess : ncclSystemError;
@@ -65,7 +67,7 @@ static ncclResult_t config_of(const struct rm_nccl_lib *L, const Remora__NcclCal
 }
 
 /* A split communicator's size and rank, once NCCL knows them (its split done). Under c->lock. */
-static void learn_ranks(const struct rm_nccl_lib *L, struct rm_nccl_comm *c)
+void rm_nccl_learn_ranks(const struct rm_nccl_lib *L, struct rm_nccl_comm *c)
 {
 	int n = 0, r = -1;
 	if (c->nranks > 0 || !c->comm || !L->CommCount || !L->CommUserRank)
@@ -97,7 +99,7 @@ CUresult rm_body_rmNcclGetVersion(struct rm_channel *s, struct rm_request *rq, c
 				  Remora__NcclReply *rep)
 {
 	(void)s, (void)rq, (void)req;
-	const struct rm_nccl_lib *L = need(rep);
+	const struct rm_nccl_lib *L = rm_nccl_need(rep);
 	int v = 0;
 	if (L && (rep->result = L->GetVersion(&v)) == ncclSuccess)
 		rep->value = v;
@@ -108,7 +110,7 @@ CUresult rm_body_rmNcclGetUniqueId(struct rm_channel *s, struct rm_request *rq, 
 				   Remora__NcclReply *rep)
 {
 	(void)s, (void)req;
-	const struct rm_nccl_lib *L = need(rep);
+	const struct rm_nccl_lib *L = rm_nccl_need(rep);
 	ncclUniqueId *id = L ? calloc(1, sizeof(*id)) : NULL;
 	if (L && !id)
 		rep->result = ncclSystemError;
@@ -142,7 +144,7 @@ static CUresult current_device(struct rm_channel *s, int *dev)
 CUresult rm_body_rmNcclCommInitRank(struct rm_channel *s, struct rm_request *rq, const Remora__NcclCall *req,
 				    Remora__NcclReply *rep)
 {
-	const struct rm_nccl_lib *L = need(rep);
+	const struct rm_nccl_lib *L = rm_nccl_need(rep);
 	if (!L)
 		return CUDA_SUCCESS;
 	if (req->unique_id.len != NCCL_UNIQUE_ID_BYTES || req->nranks < 1 || req->nranks > RM_NCCL_MAX_RANKS ||
@@ -186,7 +188,7 @@ CUresult rm_body_rmNcclCommInitRank(struct rm_channel *s, struct rm_request *rq,
 CUresult rm_body_rmNcclCommInitAll(struct rm_channel *s, struct rm_request *rq, const Remora__NcclCall *req,
 				   Remora__NcclReply *rep)
 {
-	const struct rm_nccl_lib *L = need(rep);
+	const struct rm_nccl_lib *L = rm_nccl_need(rep);
 	if (!L)
 		return CUDA_SUCCESS;
 	size_t n = req->n_devlist;
@@ -266,7 +268,7 @@ CUresult rm_body_rmNcclCommInitAll(struct rm_channel *s, struct rm_request *rq, 
 CUresult rm_body_rmNcclCommSplit(struct rm_channel *s, struct rm_request *rq, const Remora__NcclCall *req,
 				 Remora__NcclReply *rep)
 {
-	const struct rm_nccl_lib *L = need(rep);
+	const struct rm_nccl_lib *L = rm_nccl_need(rep);
 	struct rm_nccl_comm *p = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
 	if (!p)
 		return CUDA_SUCCESS;
@@ -311,7 +313,7 @@ CUresult rm_body_rmNcclCommFinalize(struct rm_channel *s, struct rm_request *rq,
 				    Remora__NcclReply *rep)
 {
 	(void)rq;
-	const struct rm_nccl_lib *L = need(rep);
+	const struct rm_nccl_lib *L = rm_nccl_need(rep);
 	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
 	if (!c)
 		return CUDA_SUCCESS;
@@ -327,7 +329,7 @@ CUresult rm_body_rmNcclCommFinalize(struct rm_channel *s, struct rm_request *rq,
 
 static void end_comm(struct rm_channel *s, const Remora__NcclCall *req, Remora__NcclReply *rep, int abort)
 {
-	const struct rm_nccl_lib *L = need(rep);
+	const struct rm_nccl_lib *L = rm_nccl_need(rep);
 	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
 	if (!c)
 		return;
@@ -355,12 +357,12 @@ CUresult rm_body_rmNcclCommQuery(struct rm_channel *s, struct rm_request *rq, co
 				 Remora__NcclReply *rep)
 {
 	(void)rq;
-	const struct rm_nccl_lib *L = need(rep);
+	const struct rm_nccl_lib *L = rm_nccl_need(rep);
 	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
 	if (!c)
 		return CUDA_SUCCESS;
 	pthread_mutex_lock(&c->lock);
-	learn_ranks(L, c);
+	rm_nccl_learn_ranks(L, c);
 	pthread_mutex_unlock(&c->lock);
 	switch (req->what) {
 	case RM_NCCL_COUNT:
@@ -397,7 +399,7 @@ CUresult rm_body_rmNcclCommQuery(struct rm_channel *s, struct rm_request *rq, co
 CUresult rm_body_rmNcclGetLastError(struct rm_channel *s, struct rm_request *rq, const Remora__NcclCall *req,
 				    Remora__NcclReply *rep)
 {
-	const struct rm_nccl_lib *L = need(rep);
+	const struct rm_nccl_lib *L = rm_nccl_need(rep);
 	struct rm_nccl_comm *c = L && req->comm ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
 	if (!L || (req->comm && !c) || !L->GetLastError)
 		return CUDA_SUCCESS;
@@ -415,112 +417,11 @@ CUresult rm_body_rmNcclGetLastError(struct rm_channel *s, struct rm_request *rq,
 	return CUDA_SUCCESS;
 }
 
-/* count elements of elem bytes times mul lie in the client's memory from p. */
-static int span_ok(struct rm_channel *s, uint64_t p, uint64_t count, uint64_t mul, size_t elem)
-{
-	if (mul && count > UINT64_MAX / mul)
-		return 0;
-	return count * mul == 0 || rm_session_check_span(s, p, count * mul, elem) == CUDA_SUCCESS;
-}
-
-/* Whether the buffers of collective what lie in the client's memory. */
-static ncclResult_t check_buffers(struct rm_channel *s, const Remora__NcclCall *req, const struct rm_nccl_comm *c)
-{
-	size_t e = rm_nccl_type_size(req->datatype);
-	uint64_t n = c->nranks > 0 ? (uint64_t)c->nranks : 1, k = req->count;
-	int root = req->root == c->rank;
-	int rooted = req->what == RM_NCCL_BROADCAST || req->what == RM_NCCL_REDUCE || req->what == RM_NCCL_GATHER ||
-		     req->what == RM_NCCL_SCATTER || req->what == RM_NCCL_SEND || req->what == RM_NCCL_RECV;
-	if (!e || (rooted && (req->root < 0 || (c->nranks > 0 && req->root >= c->nranks))))
-		return ncclInvalidArgument;
-	uint64_t send_mul = 1, recv_mul = 1;
-	int send = 1, recv = 1;
-	switch (req->what) {
-	case RM_NCCL_ALL_REDUCE: break;
-	case RM_NCCL_BROADCAST: send = root; break;
-	case RM_NCCL_REDUCE: recv = root; break;
-	case RM_NCCL_ALL_GATHER: recv_mul = n; break;
-	case RM_NCCL_REDUCE_SCATTER: send_mul = n; break;
-	case RM_NCCL_SEND: recv = 0; break;
-	case RM_NCCL_RECV: send = 0; break;
-	case RM_NCCL_ALL_TO_ALL: send_mul = recv_mul = n; break;
-	case RM_NCCL_GATHER: recv = root, recv_mul = n; break;
-	case RM_NCCL_SCATTER: send = root, send_mul = n; break;
-	default: return ncclInvalidArgument;
-	}
-	if ((send && !span_ok(s, req->sendbuff, k, send_mul, e)) || (recv && !span_ok(s, req->recvbuff, k, recv_mul, e)))
-		return ncclInvalidArgument;
-	return ncclSuccess;
-}
-
-static ncclResult_t issue(const struct rm_nccl_lib *L, const Remora__NcclCall *req, ncclComm_t comm, CUstream st)
-{
-	const void *sb = (const void *)(uintptr_t)req->sendbuff;
-	void *rb = (void *)(uintptr_t)req->recvbuff;
-	size_t k = req->count;
-	int t = req->datatype, op = req->op, root = req->root;
-	switch (req->what) {
-	case RM_NCCL_ALL_REDUCE: return L->AllReduce ? L->AllReduce(sb, rb, k, t, op, comm, st) : ncclInvalidUsage;
-	case RM_NCCL_BROADCAST: return L->Broadcast ? L->Broadcast(sb, rb, k, t, root, comm, st) : ncclInvalidUsage;
-	case RM_NCCL_REDUCE: return L->Reduce ? L->Reduce(sb, rb, k, t, op, root, comm, st) : ncclInvalidUsage;
-	case RM_NCCL_ALL_GATHER: return L->AllGather ? L->AllGather(sb, rb, k, t, comm, st) : ncclInvalidUsage;
-	case RM_NCCL_REDUCE_SCATTER: return L->ReduceScatter ? L->ReduceScatter(sb, rb, k, t, op, comm, st) : ncclInvalidUsage;
-	case RM_NCCL_SEND: return L->Send ? L->Send(sb, k, t, root, comm, st) : ncclInvalidUsage;
-	case RM_NCCL_RECV: return L->Recv ? L->Recv(rb, k, t, root, comm, st) : ncclInvalidUsage;
-	case RM_NCCL_ALL_TO_ALL: return L->AlltoAll ? L->AlltoAll(sb, rb, k, t, comm, st) : ncclInvalidUsage;
-	case RM_NCCL_GATHER: return L->Gather ? L->Gather(sb, rb, k, t, root, comm, st) : ncclInvalidUsage;
-	case RM_NCCL_SCATTER: return L->Scatter ? L->Scatter(sb, rb, k, t, root, comm, st) : ncclInvalidUsage;
-	}
-	return ncclInvalidArgument;
-}
-
-/* Sent async by the client (frontend/nccl/nccl.c): an error goes to the group, if one is
- * open, else to the communicator's async error; a stream not the client's is such an error
- * too, not a CUresult that a later driver call would report. */
-CUresult rm_body_rmNcclCollective(struct rm_channel *s, struct rm_request *rq, const Remora__NcclCall *req,
-				  Remora__NcclReply *rep)
-{
-	const struct rm_nccl_lib *L = need(rep);
-	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
-	int in_group = rm_nccl_group_depth(0) > 0, async = rq->frame.flags & RM_F_ASYNC;
-	CUstream st = NULL;
-	if (c) {
-		pthread_mutex_lock(&c->lock);
-		learn_ranks(L, c);
-		pthread_mutex_unlock(&c->lock);
-		if ((rep->result = check_buffers(s, req, c)) == ncclSuccess &&
-		    rm_session_stream_submit(s, req->stream, rq->frame.flags, &st) != CUDA_SUCCESS)
-			rep->result = ncclInvalidArgument;
-	}
-	if (c && rep->result == ncclSuccess) {
-		pthread_mutex_lock(&c->lock);
-		ncclResult_t r = ncclRemoteError;
-		if (c->comm && !__atomic_load_n(&c->departed, __ATOMIC_ACQUIRE)) {
-			r = issue(L, req, c->comm, st);
-			c->last_stream = st;
-			if (in_group)
-				rm_nccl_group_note(c);
-			else if (!c->nonblocking)
-				r = rm_nccl_settle(s, c, r, "a collective");
-			if (r == ncclSuccess && !in_group && c->done)
-				rm_drv_cuEventRecord(c->done, st);
-		}
-		pthread_mutex_unlock(&c->lock);
-		rep->result = r;
-	}
-	if (async && in_group)
-		rm_nccl_group_fail(rep->result);
-	else if (async && c && rep->result != ncclSuccess && rep->result != ncclInProgress)
-		__atomic_compare_exchange_n(&c->async_error, &(ncclResult_t){ncclSuccess}, rep->result, 0, __ATOMIC_ACQ_REL,
-					    __ATOMIC_ACQUIRE);
-	return CUDA_SUCCESS;
-}
-
 CUresult rm_body_rmNcclGroupStart(struct rm_channel *s, struct rm_request *rq, const Remora__NcclCall *req,
 				  Remora__NcclReply *rep)
 {
 	(void)s, (void)rq, (void)req;
-	const struct rm_nccl_lib *L = need(rep);
+	const struct rm_nccl_lib *L = rm_nccl_need(rep);
 	if (L && (rep->result = L->GroupStart()) == ncclSuccess)
 		rm_nccl_group_depth(1);
 	else
@@ -532,7 +433,7 @@ CUresult rm_body_rmNcclGroupEnd(struct rm_channel *s, struct rm_request *rq, con
 				Remora__NcclReply *rep)
 {
 	(void)rq, (void)req;
-	const struct rm_nccl_lib *L = need(rep);
+	const struct rm_nccl_lib *L = rm_nccl_need(rep);
 	if (!L)
 		return CUDA_SUCCESS;
 	if (rm_nccl_group_depth(0) == 0) {
@@ -551,55 +452,3 @@ CUresult rm_body_rmNcclGroupEnd(struct rm_channel *s, struct rm_request *rq, con
 	return CUDA_SUCCESS;
 }
 
-CUresult rm_body_rmNcclRedOpCreatePreMulSum(struct rm_channel *s, struct rm_request *rq, const Remora__NcclCall *req,
-					    Remora__NcclReply *rep)
-{
-	(void)rq;
-	const struct rm_nccl_lib *L = need(rep);
-	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
-	if (!c)
-		return CUDA_SUCCESS;
-	size_t e = rm_nccl_type_size(req->datatype);
-	uint64_t scalar[1] = {0};
-	void *arg = scalar;
-	if (!L->RedOpCreatePreMulSum) {
-		rep->result = ncclInvalidUsage;
-		return CUDA_SUCCESS;
-	}
-	if (req->residence == 1) { /* ncclScalarHostImmediate: its bytes travel */
-		if (!e || req->scalar.len != e) {
-			rep->result = ncclInvalidArgument;
-			return CUDA_SUCCESS;
-		}
-		memcpy(scalar, req->scalar.data, e);
-	} else if (req->residence == 0) { /* ncclScalarDevice: a device pointer of the client's */
-		if (!e || rm_session_check_span(s, req->sendbuff, 1, e) != CUDA_SUCCESS) {
-			rep->result = ncclInvalidArgument;
-			return CUDA_SUCCESS;
-		}
-		arg = (void *)(uintptr_t)req->sendbuff;
-	} else {
-		rep->result = ncclInvalidArgument;
-		return CUDA_SUCCESS;
-	}
-	ncclRedOp_t op = 0;
-	pthread_mutex_lock(&c->lock);
-	rep->result = c->comm ? L->RedOpCreatePreMulSum(&op, arg, req->datatype, req->residence, c->comm) : ncclRemoteError;
-	pthread_mutex_unlock(&c->lock);
-	rep->value = op;
-	return CUDA_SUCCESS;
-}
-
-CUresult rm_body_rmNcclRedOpDestroy(struct rm_channel *s, struct rm_request *rq, const Remora__NcclCall *req,
-				    Remora__NcclReply *rep)
-{
-	(void)rq;
-	const struct rm_nccl_lib *L = need(rep);
-	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
-	if (!c)
-		return CUDA_SUCCESS;
-	pthread_mutex_lock(&c->lock);
-	rep->result = !L->RedOpDestroy ? ncclInvalidUsage : c->comm ? L->RedOpDestroy(req->op, c->comm) : ncclRemoteError;
-	pthread_mutex_unlock(&c->lock);
-	return CUDA_SUCCESS;
-}
