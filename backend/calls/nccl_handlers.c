@@ -323,6 +323,8 @@ CUresult rm_body_rmNcclCommFinalize(struct rm_channel *s, struct rm_request *rq,
 	else if (L->CommFinalize)
 		rep->result = c->nonblocking ? L->CommFinalize(c->comm)
 					     : rm_nccl_settle(s, c, L->CommFinalize(c->comm), "ncclCommFinalize");
+	if (rep->result == ncclSuccess || rep->result == ncclInProgress)
+		c->finalized = 1;
 	pthread_mutex_unlock(&c->lock);
 	return CUDA_SUCCESS;
 }

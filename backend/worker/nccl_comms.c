@@ -250,7 +250,7 @@ static void end_locked(struct rm_channel *s, struct rm_nccl_comm *c, int abort)
 	if (!c->comm)
 		return;
 	ncclResult_t r = ncclSuccess;
-	if (!abort && !__atomic_load_n(&c->departed, __ATOMIC_ACQUIRE) && loaded->CommFinalize)
+	if (!abort && !c->finalized && !__atomic_load_n(&c->departed, __ATOMIC_ACQUIRE) && loaded->CommFinalize)
 		r = rm_nccl_settle(s, c, loaded->CommFinalize(c->comm), "ncclCommFinalize");
 	if (!c->comm)
 		return; /* aborted meanwhile */

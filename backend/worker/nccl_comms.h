@@ -70,6 +70,7 @@ struct rm_nccl_comm {
 	int departed;              /* a peer went: calls answer ncclRemoteError */
 	int nonblocking;           /* the client asked for config.blocking = 0: no call waits for it */
 	ncclResult_t async_error;  /* the first error of a collective the client sent async */
+	int finalized;             /* by the client's ncclCommFinalize: its destroy needs no other */
 	CUevent done;              /* recorded after each of its collectives; NULL: none */
 	CUstream last_stream;      /* its last collective's, for done at a group's end */
 	uint64_t session;          /* the owner's session id */
