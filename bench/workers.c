@@ -291,6 +291,12 @@ int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *
 			_exit(126);
 		char *argv[20] = { (char *)remorad, "--listen", listen, "--set", "allow_anonymous=yes", "--ready-file",
 				   ready_file };
+		/* The NCCL the nccl section's native worker loads (REMORA_BENCH_NCCL, else the toolkit's). */
+		const char *nccl = getenv("REMORA_BENCH_NCCL");
+		char nccl_set[PATH_MAX + 16];
+		if (!nccl || !*nccl)
+			nccl = BENCH_NCCL_LIBRARY;
+		snprintf(nccl_set, sizeof nccl_set, "nccl_library=%s", nccl);
 		int n = 7;
 		if (linked) { /* remora-link exec NETNS remorad ... */
 			memmove(argv + 3, argv, (size_t)n * sizeof *argv);
@@ -303,6 +309,8 @@ int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *
 		}
 		if (driver)
 			argv[n++] = "--driver", argv[n++] = (char *)driver;
+		if (access(nccl, R_OK) == 0)
+			argv[n++] = "--set", argv[n++] = nccl_set;
 		argv[n] = NULL;
 		execv(argv[0], argv);
 		fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));

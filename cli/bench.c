@@ -29,6 +29,7 @@ static const struct {
 	{ "graph", bench_section_graph },
 	{ "concurrency", bench_section_concurrency }, { "latency", bench_section_latency },
 	{ "cublas", bench_section_cublas },           { "torch", bench_section_torch },
+	{ "nccl", bench_section_nccl },
 };
 #define NSECTIONS (sizeof sections / sizeof sections[0])
 
@@ -43,9 +44,9 @@ static const char usage_text[] =
 	"                    [--client-lib DIR] [--workers DIR] [--transport T[,T...]] [--rdma-host ADDR]\n"
 	"                    [--link rtt=TIME,rate=RATE]\n"
 	"--json prints one JSON document on stdout and the table on stderr.\n"
-	"Sections: launch, memcpy, memset, event, graph, concurrency, latency, cublas, torch (loopback TCP is\n"
-	"always measured); torch runs PyTorch steps with the python3 on the PATH, and is skipped\n"
-	"without one.\n"
+	"Sections: launch, memcpy, memset, event, graph, concurrency, latency, cublas, torch, nccl (loopback\n"
+	"TCP is always measured); torch runs PyTorch steps with the python3 on the PATH, and is skipped\n"
+	"without one; nccl (all-reduce across 2 GPUs) is skipped on a host with fewer.\n"
 	"Native runs use the libcuda.so.1 the loader finds (or the one in --native-lib DIR); remote runs\n"
 	"use Remora's, against a remorad this command starts (with --driver PATH when given), over\n"
 	"loopback TCP (tcp, the default), shared memory (shm: unix:PATH, for clients on the GPU host) or\n"
@@ -271,6 +272,7 @@ static int find_paths(struct bench_run *run, struct bench_config *cfg)
 	snprintf(run->image, sizeof run->image, "%s/bench_kernels.fatbin", cfg->workers);
 	snprintf(run->cublas, sizeof run->cublas, "%s/bench_cublas", cfg->workers);
 	snprintf(run->torch, sizeof run->torch, "%s/torch_worker.py", cfg->workers);
+	snprintf(run->nccl, sizeof run->nccl, "%s/bench_nccl", cfg->workers); /* absent: the section is skipped */
 	const char *need[] = { run->worker, run->image, run->cublas, run->torch, cfg->remorad };
 	for (size_t i = 0; i < 5; i++)
 		if (access(need[i], R_OK)) {

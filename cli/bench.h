@@ -40,7 +40,7 @@ struct bench_run {
 	const struct bench_config *cfg;
 	struct bench_results results;
 	struct bench_side native, remote; /* remote: the transport of this pass */
-	char worker[PATH_MAX], image[PATH_MAX], cublas[PATH_MAX], torch[PATH_MAX], tmpdir[64];
+	char worker[PATH_MAX], image[PATH_MAX], cublas[PATH_MAX], torch[PATH_MAX], nccl[PATH_MAX], tmpdir[64];
 	enum bench_transport transport; /* this pass's */
 	double tcp_gbps, tcp_rtt_us;
 	struct native_result cached[MAX_CACHED];
@@ -57,6 +57,7 @@ int bench_section_concurrency(struct bench_run *run); /* bench_clients.c */
 int bench_section_latency(struct bench_run *run);
 int bench_section_cublas(struct bench_run *run);   /* bench_libraries.c */
 int bench_section_torch(struct bench_run *run);
+int bench_section_nccl(struct bench_run *run);     /* bench_nccl.c */
 
 /* bench_run.c */
 void bench_size_name(char *out, size_t len, size_t bytes);

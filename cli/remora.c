@@ -159,6 +159,29 @@ static int client_lib_dir(char *out, size_t len)
 	return -ENOENT;
 }
 
+/* The client's libnccl.so.2 goes first in LD_PRELOAD: a program may load NCCL by an absolute
+ * path (PyTorch's wheels find nvidia/nccl/lib/libnccl.so.2 by RUNPATH, or preload it), and
+ * a preloaded library both answers a later load of the same soname and comes first in symbol
+ * lookup, so every NCCL call is the client's whichever NCCL file gets loaded too
+ * (docs/architecture.md, "NCCL"). 0, or 1 after a line saying why. */
+static int preload_nccl(const char *dir)
+{
+	char lib[PATH_MAX + 32];
+	snprintf(lib, sizeof(lib), "%s/libnccl.so.2", dir);
+	if (access(lib, R_OK) != 0)
+		return 0; /* a client library built without it */
+	const char *old = getenv("LD_PRELOAD");
+	char *v = malloc(strlen(lib) + (old ? strlen(old) : 0) + 2);
+	if (!v) {
+		fprintf(stderr, "remora run: out of memory\n");
+		return 1;
+	}
+	sprintf(v, old && *old ? "%s:%s" : "%s", lib, old);
+	setenv("LD_PRELOAD", v, 1);
+	free(v);
+	return 0;
+}
+
 static int cmd_run(int argc, char **argv)
 {
 	const char *server = NULL, *token = NULL;
@@ -198,6 +221,8 @@ static int cmd_run(int argc, char **argv)
 	sprintf(path, old && *old ? "%s:%s" : "%s", dir, old);
 	setenv("LD_LIBRARY_PATH", path, 1);
 	free(path);
+	if (preload_nccl(dir))
+		return 1;
 	const char *pool = getenv("REMORA_POOL");
 	if (server && pool && *pool) {
 		/* The client library would take the pool before REMORA_SERVER: the flag wins. */

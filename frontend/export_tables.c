@@ -5,6 +5,7 @@
  * log once and return CUDA_ERROR_NOT_SUPPORTED. What each UUID is for, and which slots cudart 13
  * calls, is measured in shared/notes/cudart13.md. */
 #include "export_tables.h"
+#include "nccl_bridge.h"
 #include "nvml_bridge.h"
 
 #include <pthread.h>
@@ -411,6 +412,8 @@ static const struct known_table known_tables[] = {
       tools_module, "module tools" },
     /* Remora's own: the NVML shim's way to the daemon (nvml_bridge.h). */
     { RM_NVML_BRIDGE_ID, (const rm_slot *)(const void *)&rm_nvml_bridge_table, "Remora NVML bridge" },
+    /* Remora's own: the client's libnccl.so.2's way to the daemon (nccl_bridge.h). */
+    { RM_NCCL_BRIDGE_ID, (const rm_slot *)(const void *)&rm_nccl_bridge_table, "Remora NCCL bridge" },
     /* Refused on purpose: the GPU host's libraries go on without them (measured, real driver). */
     { UUID(0xda, 0x91, 0x51, 0xd3, 0x3a, 0xe6, 0xcc, 0x41, 0xa5, 0xc0, 0x4f, 0x26, 0xd5, 0x33, 0xe3, 0x28),
       NULL, "da9151d3 (NVRTC, optional)" },

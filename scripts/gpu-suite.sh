@@ -127,6 +127,24 @@ if ((NGPUS < 2)); then
 	for p in "${MULTIGPU_PROGRAMS[@]}"; do MULTIGPU_SKIPPED+=" ${p%%|*}"; done
 	MULTIGPU_PROGRAMS=()
 fi
+# NCCL (issue 39): the GPU host's NCCL serves clients' NCCL calls (nccl_library) and the
+# native runs load the same one: REMORA_SUITE_NCCL, else PyTorch's (nvidia/nccl/lib), else
+# the toolkit's. Native runs find it as libnccl.so.2 through a folder holding it alone.
+NCCL_LIB=${REMORA_SUITE_NCCL:-$(python3 -c 'import nvidia.nccl as n, os; print(os.path.join(list(n.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null || true)}
+[[ -n $NCCL_LIB && -e $NCCL_LIB ]] || NCCL_LIB=/usr/local/cuda/lib64/libnccl.so.2
+mkdir -p "$OUTDIR/nccl-lib"
+ln -sf "$NCCL_LIB" "$OUTDIR/nccl-lib/libnccl.so.2"
+export LD_LIBRARY_PATH=$OUTDIR/nccl-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+((${#FRAMEWORKS[@]})) && FRAMEWORKS+=("fw_dist_single|python3 tests/frameworks/distributed.py single")
+# The 2-GPU section: NCCL between two GPUs, natively and through one remorad.
+if ((NGPUS >= 2)); then
+	PROGRAMS+=("drv_nccl|tests/programs/drv_nccl all" "drv_nccl_nopeer|tests/programs/drv_nccl nopeer-nonblocking")
+	((${#FRAMEWORKS[@]})) && FRAMEWORKS+=("fw_dist_ops|python3 tests/frameworks/distributed.py ops"
+		"fw_ddp|python3 -m torch.distributed.run --nproc_per_node=2 --master_port=29533 tests/frameworks/distributed.py ddp")
+else
+	echo "gpu-suite: the 2-GPU section (drv_nccl, fw_dist_ops, fw_ddp) is skipped: this host has ${NGPUS:-0} GPU(s)"
+fi
+
 selected=()
 for p in "${PROGRAMS[@]}" "${MULTIGPU_PROGRAMS[@]}" "${FRAMEWORKS[@]}"; do
 	name=${p%%|*}
@@ -166,7 +184,8 @@ port_listening() {
 start_daemon() {
 	local log=$OUTDIR/remorad.log
 	echo "=== remorad start $(date -Is)" >>"$log"
-	"$BUILD/backend/remorad" --listen "127.0.0.1:$PORT" --set allow_anonymous=yes >>"$log" 2>&1 &
+	"$BUILD/backend/remorad" --listen "127.0.0.1:$PORT" --set allow_anonymous=yes --set "nccl_library=$NCCL_LIB" \
+		>>"$log" 2>&1 &
 	DAEMON_PID=$!
 	for _ in $(seq 100); do
 		port_listening && return 0

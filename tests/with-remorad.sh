@@ -9,6 +9,7 @@
 # copy links likewise (or REMORA_COPY_LINKS): in CI on tests/fake_rdma, which
 # LD_LIBRARY_PATH then names (its emulated fabric in the run's directory);
 # scripts/rdma-check.sh on a real device.
+# WITH_REMORAD_SET="KEY=VALUE ...": settings given to remorad (--set each; no blanks in one).
 set -eu
 remorad=$1 driver=$2 remora=$3
 shift 3
@@ -20,6 +21,9 @@ cleanup() {
 }
 trap 'cleanup; exit 1' INT TERM
 listen=tcp://127.0.0.1:0 scheme= tls_args=
+for kv in ${WITH_REMORAD_SET:-}; do
+	tls_args="$tls_args --set $kv"
+done
 if [ "${WITH_REMORAD_TLS:-}" = 1 ]; then
 	"$(dirname "$0")/lib/make_certs.sh" "$dir/certs"
 	listen=tls://127.0.0.1:0 scheme=tls://

@@ -27,6 +27,8 @@ void rm_config_defaults(struct rm_daemon_config *c)
 	snprintf(c->host_nvml, sizeof(c->host_nvml), "libnvidia-ml.so.1");
 	c->kernel_timing = 1;
 	snprintf(c->driver, sizeof(c->driver), "libcuda.so.1");
+	snprintf(c->nccl_library, sizeof(c->nccl_library), "libnccl.so.2");
+	c->nccl_timeout_s = 300;
 	c->isolation = RM_ISOLATE_PROCESS;
 	c->workers_per_tenant = 1;
 	snprintf(c->mps_control, sizeof(c->mps_control), "nvidia-cuda-mps-control");
@@ -112,6 +114,10 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 		      copy_str(c->metrics_listen, sizeof(c->metrics_listen), v);
 	else if (!strcmp(key, "driver"))
 		bad = copy_str(c->driver, sizeof(c->driver), v) || !*v;
+	else if (!strcmp(key, "nccl_library"))
+		bad = copy_str(c->nccl_library, sizeof(c->nccl_library), v) || !*v;
+	else if (!strcmp(key, "nccl_timeout"))
+		bad = parse_int(v, 1, 86400, &c->nccl_timeout_s);
 	else if (!strcmp(key, "ready_file"))
 		bad = copy_str(c->ready_file, sizeof(c->ready_file), v);
 	else if (!strcmp(key, "user"))

@@ -32,6 +32,8 @@ struct rm_tenant_config {
 struct rm_daemon_config {
 	char listen[256];       /* transport address, e.g. tcp://0.0.0.0:7700 */
 	char driver[512];       /* the driver library dlopened */
+	char nccl_library[512]; /* the NCCL a worker dlopens at its first NCCL call (backend/worker/nccl_comms.h) */
+	int nccl_timeout_s;     /* how long an NCCL call may wait for its peers before its communicator is aborted */
 	char ready_file[512];   /* written with the bound address once listening; "" for none */
 	char user[64];          /* run as this user once listening (privileges.h); "": as started */
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "nccl_comms.h"
 #include "gpus.h"
 #include "driver_table.h"
 #include "host_nvml.h"
@@ -241,6 +242,7 @@ int main(int argc, char **argv)
 		rm_gpu_set_sync(cfg.gpu_sync);
 		rm_gpu_set_malloc_heap(cfg.gpu_malloc_heap);
 		rm_stream_wait_configure(cfg.gpu_wait_spin_us);
+		rm_nccl_configure(cfg.nccl_library, cfg.nccl_timeout_s);
 		int count;
 		if (registry_fd < 0 || rm_registry_attach(registry_fd) || load_driver(&cfg, &count) < 0)
 			return 1;

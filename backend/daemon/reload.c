@@ -100,6 +100,7 @@ static void note_restart_only(const struct rm_daemon_config *o, const struct rm_
 		snprintf(which + strlen(which), sizeof(which) - strlen(which), "%s%s", which[0] ? ", " : "", name)
 	NOTE(listen, "listen");
 	NOTE(driver, "driver");
+	NOTE(nccl_library, "nccl_library");
 	NOTE(isolation, "isolation");
 	NOTE(workers_per_tenant, "workers_per_tenant");
 	NOTE(mps_control, "mps_control");

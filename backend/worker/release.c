@@ -9,6 +9,7 @@
 #include "fault.h"
 #include "image_cache.h"
 #include "ipc.h"
+#include "nccl_comms.h"
 #include "peer_access.h"
 #include "stream_pool.h"
 
@@ -60,6 +61,12 @@ static void release_module(struct rm_channel *s, const struct rm_handle *h)
 static void release_library(struct rm_channel *s, const struct rm_handle *h)
 {
 	rm_image_unload(RM_H_LIBRARY, handle_of(h));
+}
+
+/* Aborted already, before the drain (rm_nccl_session_gone): the record goes. */
+static void release_nccl_comm(struct rm_channel *s, const struct rm_handle *h)
+{
+	rm_nccl_end(s, handle_of(h), 1);
 }
 
 /* The quota is released with the memory, not later with the slot. */
@@ -182,6 +189,7 @@ size_t rm_session_release_all(struct rm_channel *s)
 	if (s->sh->nctx)
 		rm_drv_cuCtxSetCurrent(s->sh->ctxs[0].ctx);
 	rm_capture_end_all(s); /* a capturing stream can be neither waited for nor reused */
+	rm_nccl_session_gone(s); /* its NCCL kernels may wait for peers that no longer come */
 	rm_session_synchronize_all(s);
 	rm_peer_release(s, NULL); /* the worker's shared contexts keep access others hold */
 	/* A fault of this client's work that no reply reported leaves the worker's contexts

@@ -25,6 +25,8 @@ if [ -z "$lib" ] || [ ! -e "$lib/libcuda.so.1" ]; then
 	exit 0
 fi
 echo "export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The client's NCCL first, as remora run does: PyTorch may load its own by an absolute path.
+[ -e "$lib/libnccl.so.2" ] && echo "export LD_PRELOAD=$lib/libnccl.so.2${LD_PRELOAD:+:$LD_PRELOAD}"
 [ -n "${REMORA_POOL:-}" ] && echo "export REMORA_POOL=$REMORA_POOL"
 [ -n "${REMORA_SERVER:-}" ] && echo "export REMORA_SERVER=$REMORA_SERVER"
 if [ -n "${REMORA_TOKEN_FILE:-}" ] && [ -r "$REMORA_TOKEN_FILE" ]; then

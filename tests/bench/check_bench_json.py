@@ -9,7 +9,7 @@ import math
 import subprocess
 import sys
 
-SECTIONS = {"tcp", "launch", "memcpy", "memset", "event", "graph", "concurrency", "latency", "cublas", "torch"}
+SECTIONS = {"tcp", "launch", "memcpy", "memset", "event", "graph", "concurrency", "latency", "cublas", "torch", "nccl"}
 failures = []
 
 
@@ -46,7 +46,7 @@ def main():
     status = {s["name"]: s for s in doc["sections"]}
     check(set(status) == SECTIONS, f"sections {sorted(status)}")
     for name, s in status.items():
-        if name in ("cublas", "torch") and s["status"] == "skipped":
+        if name in ("cublas", "torch", "nccl") and s["status"] == "skipped":
             check(isinstance(s["reason"], str) and s["reason"], f"{name} skipped without a reason")
         else:
             check(s["status"] == "ok", f"section {name}: {s['status']}: {s['reason']}")
@@ -71,7 +71,7 @@ def main():
 
     for name in SECTIONS - {"tcp"}:
         # torch skipped where PyTorch is missing has no rows at all; every other section has its figures.
-        check(by_section.get(name) or (name == "torch" and status.get(name, {}).get("status") == "skipped"),
+        check(by_section.get(name) or (name in ("torch", "nccl") and status.get(name, {}).get("status") == "skipped"),
               f"no figures for section {name}")
     check(len(by_section.get("memcpy", [])) == 5 * 4, "memcpy: not 4 KiB .. 1 MiB x 2 kinds x 2 directions")
     metrics = {f["metric"] for f in figures}

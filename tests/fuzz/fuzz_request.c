@@ -35,6 +35,7 @@
 #include "config.h"
 #include "driver_table.h"
 #include "driver_watch.h"
+#include "nccl_comms.h"
 #include "host_memory.h"
 #include "log.h"
 #include "registry.h"
@@ -81,6 +82,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	setenv("REMORA_TESTDRIVER_RECOVERABLE", "1", 1);
 	rm_stream_pool_configure(config.hardware_queues, config.queue_sharing_wait, config.queue_idle_after);
 	const char *driver = getenv("REMORA_FUZZ_DRIVER") ? getenv("REMORA_FUZZ_DRIVER") : FUZZ_TESTDRIVER;
+	/* NCCL's calls on the test NCCL, which the test driver serves; a wait for peers ends in 1 s. */
+	setenv("TESTNCCL_CUDA", driver, 1);
+	rm_nccl_configure(FUZZ_TESTNCCL, 1);
 	void *lib = dlopen(driver, RTLD_NOW | RTLD_LOCAL);
 	if (!lib || rm_driver_table_load(lib) <= 0 || !rm_drv.cuInit || rm_drv.cuInit(0) != CUDA_SUCCESS ||
 	    rm_drv.cuDeviceGetCount(&ngpus) != CUDA_SUCCESS || ngpus < 1) {

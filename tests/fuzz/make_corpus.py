@@ -28,6 +28,10 @@ OP = {'cuInit': 1, 'cuDeviceGet': 2, 'cuDeviceGetCount': 3, 'cuDeviceGetName': 4
       'cuLaunchKernel': 47, 'cuStreamCreate': 53, 'cuStreamDestroy_v2': 55, 'cuStreamSynchronize': 56,
       'cuEventCreate': 61, 'cuEventDestroy_v2': 62, 'cuEventRecord': 63, 'cuEventSynchronize': 65,
       'cuLibraryLoadData': 69, 'cuMemAllocAsync': 86, 'rmFuncGetParamLayout': 158}
+OP.update({'rmNcclGetVersion': 620, 'rmNcclGetUniqueId': 621, 'rmNcclCommInitRank': 622, 'rmNcclCommInitAll': 623,
+           'rmNcclCommSplit': 624, 'rmNcclCommFinalize': 625, 'rmNcclCommDestroy': 626, 'rmNcclCommAbort': 627,
+           'rmNcclCommQuery': 628, 'rmNcclGetLastError': 629, 'rmNcclCollective': 630, 'rmNcclGroupStart': 631,
+           'rmNcclGroupEnd': 632, 'rmNcclRedOpCreatePreMulSum': 633, 'rmNcclRedOpDestroy': 634})
 ASYNC_OPS = {'cuMemsetD16Async', 'cuMemsetD32Async', 'cuLaunchKernel', 'cuEventRecord'}
 
 
@@ -176,6 +180,27 @@ def request_seeds():
     seeds['regress-image-elf-extent'] = s.data
     # ... or follows the pointer of a fatbin wrapper (__fatBinC_Wrapper_t: magic, version, data).
     wrapper = struct.pack('<IIQQ', 0x466243B1, 1, 0x4141414141414141, 0)
+    # NCCL on the test NCCL (remora.NcclCall): a communicator of one rank (handle 2), its
+    # queries, collectives alone and in a group, then destroyed; one left for the release.
+    def nccl_comm(s):
+        s.call('cuMemAlloc_v2', fv(1, 4096)).call('rmNcclGetVersion').call('rmNcclGetUniqueId')
+        return s.call('rmNcclCommInitRank', fb(10, bytes([7]) + bytes(127)) + fv(11, 1))
+    s = nccl_comm(context(Session()))
+    for what in (1, 2, 3, 4):
+        s.call('rmNcclCommQuery', fv(1, alias(2)) + fv(9, what))
+    coll = fv(1, alias(2)) + fv(2, alias(1)) + fv(3, alias(1, 1024)) + fv(4, 16) + fv(5, 7)
+    s.call('rmNcclCollective', coll + fv(9, 1)).call('rmNcclCollective', coll + fv(9, 4))
+    s.call('rmNcclGroupStart').call('rmNcclCollective', coll + fv(9, 5)).call('rmNcclGroupEnd')
+    s.call('rmNcclGetLastError', fv(1, alias(2))).call('rmNcclCommFinalize', fv(1, alias(2)))
+    s.call('rmNcclCommDestroy', fv(1, alias(2)))
+    seeds['nccl-one-rank'] = s.data
+    seeds['nccl-left-open'] = nccl_comm(context(Session())).data
+    # Counts whose bytes overflow, a buffer past the allocation, a datatype NCCL has not.
+    s = nccl_comm(context(Session()))
+    s.call('rmNcclCollective', fv(1, alias(2)) + fv(2, alias(1)) + fv(3, alias(1)) + fv(4, 1 << 62) + fv(5, 8) + fv(9, 4))
+    s.call('rmNcclCollective', fv(1, alias(2)) + fv(2, alias(1)) + fv(3, alias(1, 4000)) + fv(4, 64) + fv(5, 7) + fv(9, 1))
+    s.call('rmNcclCollective', fv(1, alias(2)) + fv(2, alias(1)) + fv(3, alias(1)) + fv(4, 1) + fv(5, 99) + fv(9, 1))
+    seeds['regress-nccl-bounds'] = s.data
     seeds['regress-image-fatbin-wrapper'] = context(Session()).call('cuModuleLoadData', fv(1, 3), bulk=wrapper).data
     return seeds
 
@@ -448,6 +473,26 @@ def param_layout_seeds():
     }
 
 
+def nccl_reply_seeds():
+    """fuzz_nccl_reply.c's inputs: a byte picking the call (low bits: rmNcclGetVersion 0 .. rmNcclRedOpDestroy
+    14; high bits: ncclCommInitAll's devices), then the reply."""
+    version, unique_id, init_rank, init_all, split, last_error = 0, 1, 2, 3, 4, 9
+    return {
+        'version': bytes([version]) + fv(2, 22809),
+        'unique-id': bytes([unique_id]) + fb(3, bytes(range(128))),
+        'init-rank': bytes([init_rank]) + fv(4, 0x5000),
+        'init-all': bytes([init_all | 2 << 4]) + fb(4, varint(0x5000) + varint(0x5001)),
+        'split-none': bytes([split]),
+        'last-error': bytes([last_error]) + fb(5, 'remote process exited'),
+        'failed': bytes([init_rank]) + fv(1, 2),
+        'regress-comms-on-error': bytes([init_rank]) + fv(1, 6) + fv(4, 0x5000),
+        'regress-short-id': bytes([unique_id]) + fb(3, bytes(127)),
+        'regress-too-many': bytes([init_all | 2 << 4]) + fb(4, b''.join(varint(0x5000 + i) for i in range(70))),
+        'regress-null-comm': bytes([init_rank]) + fv(4, 0),
+        'regress-in-progress': bytes([init_rank]) + fv(1, 7),
+    }
+
+
 def write(target, seeds):
     d = os.path.join(CORPUS, target)
     os.makedirs(d, exist_ok=True)
@@ -467,6 +512,7 @@ def main():
     write('rdma_wire', rdma_wire_seeds())
     write('client', client_seeds())
     write('param_layout', param_layout_seeds())
+    write('nccl_reply', nccl_reply_seeds())
     write('image', image_seeds(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, '..', '..', 'build')))
 
 

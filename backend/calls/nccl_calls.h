@@ -1,0 +1,13 @@
+/* What the NCCL calls' bodies share (nccl_handlers.c, nccl_collectives.c). */
+#ifndef REMORA_NCCL_CALLS_H
+#define REMORA_NCCL_CALLS_H
+
+#include "nccl_comms.h"
+#include "remora.pb-c.h"
+
+/* The host's NCCL, or NULL with rep's result ncclSystemError (it cannot be loaded). */
+const struct rm_nccl_lib *rm_nccl_need(Remora__NcclReply *rep);
+/* A split communicator's size and rank, once NCCL knows them (its split done). Under c->lock. */
+void rm_nccl_learn_ranks(const struct rm_nccl_lib *L, struct rm_nccl_comm *c);
+
+#endif

@@ -1,0 +1,513 @@
+/* The client's libnccl.so.2: NCCL's API with NCCL's ABI, forwarded to the worker's NCCL
+ * through the client library's connection (nccl_bridge.h; docs/architecture.md, "NCCL").
+ * Every name of nccl.h is exported, each also as its pnccl twin; a function not forwarded
+ * returns ncclInvalidUsage and logs its name once. Arguments the worker could not check
+ * better are checked here first (null pointers, a config's magic). */
+#include <cuda.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api_ops.h"
+#include "log.h"
+#include "nccl_bridge.h"
+
+#define NCCL_API(ret, name, ...)                                                        \
+	__attribute__((visibility("default"))) ret p##name(__VA_ARGS__) __attribute__((alias(#name))); \
+	__attribute__((visibility("default"))) ret name(__VA_ARGS__)
+
+typedef void *cudaStream_t;
+
+static const struct rm_nccl_bridge *bridge;
+static pthread_once_t bridge_once = PTHREAD_ONCE_INIT;
+static __thread char last_error[RM_NCCL_MAX_TEXT]; /* the client's own, said since the last ncclGetLastError */
+static __thread char shown_error[RM_NCCL_MAX_TEXT]; /* what ncclGetLastError returned last */
+static __thread int group_depth; /* the calling thread's ncclGroupStart nesting */
+
+static void log_once_init(void)
+{
+	rm_log_init("remora-nccl", RM_LOG_ERROR);
+}
+
+static void log_init(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, log_once_init);
+}
+
+static void find_bridge(void)
+{
+	static const CUuuid id = {RM_NCCL_BRIDGE_ID};
+	const void *table = NULL;
+	log_init();
+	if (cuGetExportTable(&table, &id) != CUDA_SUCCESS || !table ||
+	    ((const struct rm_nccl_bridge *)table)->size < sizeof(struct rm_nccl_bridge)) {
+		rm_log(RM_LOG_ERROR, "NCCL: the libcuda.so.1 loaded is not Remora's client library: NCCL calls fail");
+		return;
+	}
+	bridge = table;
+}
+
+static ncclResult_t say(ncclResult_t r, const char *what)
+{
+	snprintf(last_error, sizeof(last_error), "%s", what);
+	return r;
+}
+
+/* Forwards op: NCCL's result, or ncclSystemError when the call could not be made. */
+static ncclResult_t fwd(uint32_t op, const struct rm_nccl_args *a, struct rm_nccl_answer *out)
+{
+	pthread_once(&bridge_once, find_bridge);
+	if (!bridge)
+		return say(ncclSystemError, "Remora: the loaded libcuda.so.1 is not Remora's client library");
+	CUresult r = bridge->call(op, a, out);
+	if (r != CUDA_SUCCESS) {
+		const char *s = NULL;
+		cuGetErrorString(r, &s);
+		snprintf(last_error, sizeof(last_error), "Remora: the NCCL call failed: %s", s ? s : "unknown error");
+		return r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_INVALID_VALUE ? ncclInvalidArgument
+		       : r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_NOT_INITIALIZED ? ncclInvalidUsage
+											 : ncclSystemError;
+	}
+	return out->result;
+}
+
+static ncclResult_t unsupported(const char *name)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static const char *said[32];
+	static int nsaid;
+	int known = 0;
+	pthread_mutex_lock(&lock);
+	for (int i = 0; i < nsaid; i++)
+		known |= said[i] == name;
+	if (!known && nsaid < 32)
+		said[nsaid++] = name;
+	pthread_mutex_unlock(&lock);
+	if (!known) {
+		log_init();
+		rm_log(RM_LOG_WARN, "NCCL: %s is not supported through Remora", name);
+	}
+	snprintf(last_error, sizeof(last_error), "%s is not supported through Remora", name);
+	return ncclInvalidUsage;
+}
+
+static uint64_t comm_of(ncclComm_t c)
+{
+	return (uint64_t)(uintptr_t)c;
+}
+
+/* A thread without a current context uses its device 0's primary context, as cudart would. */
+static ncclResult_t need_context(void)
+{
+	CUcontext ctx = NULL;
+	if (cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx)
+		return ncclSuccess;
+	CUdevice dev;
+	if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
+	    cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS || cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
+		return say(ncclUnhandledCudaError, "no CUDA context could be made current");
+	return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclGetVersion, int *version)
+{
+	if (!version)
+		return ncclInvalidArgument;
+	struct rm_nccl_args a = {0};
+	struct rm_nccl_answer out;
+	ncclResult_t r = fwd(RM_OP_rmNcclGetVersion, &a, &out);
+	if (r == ncclSuccess)
+		*version = (int)out.value;
+	return r;
+}
+
+NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId *uniqueId)
+{
+	if (!uniqueId)
+		return ncclInvalidArgument;
+	struct rm_nccl_args a = {0};
+	struct rm_nccl_answer out;
+	ncclResult_t r = fwd(RM_OP_rmNcclGetUniqueId, &a, &out);
+	if (r == ncclSuccess)
+		*uniqueId = out.unique_id;
+	return r;
+}
+
+static ncclResult_t check_config(const rm_nccl_config *config)
+{
+	if (config && (config->magic != RM_NCCL_CONFIG_MAGIC || !RM_NCCL_CONFIG_HAS(config->size, blocking)))
+		return say(ncclInvalidArgument, "the config was not initialised with NCCL_CONFIG_INITIALIZER");
+	return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+	 rm_nccl_config *config)
+{
+	if (!comm || nranks < 1 || rank < 0 || rank >= nranks)
+		return ncclInvalidArgument;
+	ncclResult_t r = check_config(config);
+	if (r == ncclSuccess)
+		r = need_context();
+	if (r != ncclSuccess)
+		return r;
+	struct rm_nccl_args a = {.nranks = nranks, .rank = rank, .unique_id = &commId, .config = config};
+	struct rm_nccl_answer out;
+	*comm = NULL;
+	r = fwd(RM_OP_rmNcclCommInitRank, &a, &out);
+	if (r == ncclSuccess || r == ncclInProgress) /* in progress: a nonblocking one, polled by the program */
+		*comm = (ncclComm_t)(uintptr_t)out.comms[0];
+	return r;
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
+{
+	return ncclCommInitRankConfig(comm, nranks, commId, rank, NULL);
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks, int myrank, int nId,
+	 ncclUniqueId *commIds, rm_nccl_config *config)
+{
+	if (nId == 1 && commIds) /* one id: ncclCommInitRankConfig's case */
+		return ncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
+	return unsupported("ncclCommInitRankScalable with several ids");
+}
+
+NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comm, int ndev, const int *devlist)
+{
+	if (!comm || ndev < 1)
+		return ncclInvalidArgument;
+	if (ndev > RM_NCCL_MAX_DEVICES)
+		return unsupported("ncclCommInitAll of more than 64 devices");
+	int32_t devs[RM_NCCL_MAX_DEVICES];
+	for (int i = 0; i < ndev; i++)
+		devs[i] = devlist ? devlist[i] : i;
+	ncclResult_t r = need_context();
+	if (r != ncclSuccess)
+		return r;
+	struct rm_nccl_args a = {.devlist = devs, .ndev = ndev};
+	struct rm_nccl_answer out;
+	r = fwd(RM_OP_rmNcclCommInitAll, &a, &out);
+	for (int i = 0; i < ndev; i++)
+		comm[i] = r == ncclSuccess ? (ncclComm_t)(uintptr_t)out.comms[i] : NULL;
+	return r;
+}
+
+NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+	 rm_nccl_config *config)
+{
+	if (!comm || !newcomm)
+		return ncclInvalidArgument;
+	ncclResult_t r = check_config(config);
+	if (r != ncclSuccess)
+		return r;
+	struct rm_nccl_args a = {.comm = comm_of(comm), .color = color, .key = key, .config = config};
+	struct rm_nccl_answer out;
+	r = fwd(RM_OP_rmNcclCommSplit, &a, &out);
+	*newcomm = (r == ncclSuccess || r == ncclInProgress) && out.ncomms ? (ncclComm_t)(uintptr_t)out.comms[0] : NULL;
+	return r;
+}
+
+static ncclResult_t on_comm(uint32_t op, ncclComm_t comm, int what, int64_t *value)
+{
+	if (!comm)
+		return ncclInvalidArgument;
+	struct rm_nccl_args a = {.comm = comm_of(comm), .what = what};
+	struct rm_nccl_answer out;
+	ncclResult_t r = fwd(op, &a, &out);
+	if (r == ncclSuccess && value)
+		*value = out.value;
+	return r;
+}
+
+NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm)
+{
+	return on_comm(RM_OP_rmNcclCommFinalize, comm, 0, NULL);
+}
+
+NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm)
+{
+	return comm ? on_comm(RM_OP_rmNcclCommDestroy, comm, 0, NULL) : ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm)
+{
+	return comm ? on_comm(RM_OP_rmNcclCommAbort, comm, 0, NULL) : ncclSuccess;
+}
+
+static ncclResult_t query_int(ncclComm_t comm, int what, int *out)
+{
+	int64_t v = 0;
+	if (!out)
+		return ncclInvalidArgument;
+	ncclResult_t r = on_comm(RM_OP_rmNcclCommQuery, comm, what, &v);
+	if (r == ncclSuccess)
+		*out = (int)v;
+	return r;
+}
+
+NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int *count)
+{
+	return query_int(comm, RM_NCCL_COUNT, count);
+}
+
+NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int *device)
+{
+	return query_int(comm, RM_NCCL_CU_DEVICE, device);
+}
+
+NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int *rank)
+{
+	return query_int(comm, RM_NCCL_USER_RANK, rank);
+}
+
+NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t *asyncError)
+{
+	int v = 0;
+	if (!asyncError)
+		return ncclInvalidArgument;
+	ncclResult_t r = query_int(comm, RM_NCCL_ASYNC_ERROR, &v);
+	if (r == ncclSuccess)
+		*asyncError = v >= 0 && v < ncclNumResults ? (ncclResult_t)v : ncclInternalError;
+	return r;
+}
+
+NCCL_API(const char *, ncclGetErrorString, ncclResult_t result)
+{
+	switch (result) {
+	case ncclSuccess: return "no error";
+	case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+	case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+	case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+	case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+	case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+	case ncclRemoteError: return "remote process exited or there was a network error";
+	case ncclInProgress: return "NCCL operation in progress";
+	default: return "unknown result code";
+	}
+}
+
+NCCL_API(const char *, ncclGetLastError, ncclComm_t comm)
+{
+	struct rm_nccl_args a = {.comm = comm_of(comm)};
+	struct rm_nccl_answer out;
+	if (last_error[0]) { /* the client's own, said since */
+		snprintf(shown_error, sizeof(shown_error), "%s", last_error);
+		last_error[0] = 0;
+	} else if (fwd(RM_OP_rmNcclGetLastError, &a, &out) == ncclSuccess) {
+		snprintf(shown_error, sizeof(shown_error), "%s", out.text);
+	} else {
+		snprintf(shown_error, sizeof(shown_error), "%s", last_error);
+		last_error[0] = 0;
+	}
+	return shown_error;
+}
+
+static ncclResult_t coll(int what, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+			 ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
+{
+	if (!comm)
+		return ncclInvalidArgument;
+	if (!rm_nccl_type_size(datatype))
+		return say(ncclInvalidArgument, "an unknown datatype");
+	/* Inside a group, async: the group's calls cost one round trip, at its end, which says
+	 * their first error. Outside one, a call waits for its answer: an async call another
+	 * thread's calls would be fenced after may wait in the worker for that very thread's
+	 * rank (several ranks of one process). */
+	struct rm_nccl_args a = {.comm = comm_of(comm), .sendbuff = (uint64_t)(uintptr_t)sendbuff,
+				 .recvbuff = (uint64_t)(uintptr_t)recvbuff, .count = count,
+				 .stream = (uint64_t)(uintptr_t)stream, .datatype = datatype, .op = op, .root = root,
+				 .what = what, .async = group_depth > 0};
+	struct rm_nccl_answer out;
+	return fwd(RM_OP_rmNcclCollective, &a, &out);
+}
+
+NCCL_API(ncclResult_t, ncclAllReduce, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+	 ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+{
+	return coll(RM_NCCL_ALL_REDUCE, sendbuff, recvbuff, count, datatype, op, 0, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclBroadcast, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+	 int root, ncclComm_t comm, cudaStream_t stream)
+{
+	return coll(RM_NCCL_BROADCAST, sendbuff, recvbuff, count, datatype, 0, root, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclBcast, void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+	 cudaStream_t stream)
+{
+	return coll(RM_NCCL_BROADCAST, buff, buff, count, datatype, 0, root, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclReduce, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+	 ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
+{
+	return coll(RM_NCCL_REDUCE, sendbuff, recvbuff, count, datatype, op, root, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, size_t sendcount,
+	 ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
+{
+	return coll(RM_NCCL_ALL_GATHER, sendbuff, recvbuff, sendcount, datatype, 0, 0, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclReduceScatter, const void *sendbuff, void *recvbuff, size_t recvcount,
+	 ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+{
+	return coll(RM_NCCL_REDUCE_SCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclAlltoAll, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+	 ncclComm_t comm, cudaStream_t stream)
+{
+	return coll(RM_NCCL_ALL_TO_ALL, sendbuff, recvbuff, count, datatype, 0, 0, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclGather, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+	 int root, ncclComm_t comm, cudaStream_t stream)
+{
+	return coll(RM_NCCL_GATHER, sendbuff, recvbuff, count, datatype, 0, root, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclScatter, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+	 int root, ncclComm_t comm, cudaStream_t stream)
+{
+	return coll(RM_NCCL_SCATTER, sendbuff, recvbuff, count, datatype, 0, root, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclSend, const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+	 ncclComm_t comm, cudaStream_t stream)
+{
+	return coll(RM_NCCL_SEND, sendbuff, NULL, count, datatype, 0, peer, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclRecv, void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+	 cudaStream_t stream)
+{
+	return coll(RM_NCCL_RECV, NULL, recvbuff, count, datatype, 0, peer, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclGroupStart, void)
+{
+	struct rm_nccl_args a = {.async = 1}; /* its error, if any, is the group end's */
+	struct rm_nccl_answer out;
+	ncclResult_t r = fwd(RM_OP_rmNcclGroupStart, &a, &out);
+	if (r == ncclSuccess)
+		group_depth++;
+	return r;
+}
+
+NCCL_API(ncclResult_t, ncclGroupEnd, void)
+{
+	struct rm_nccl_args a = {0};
+	struct rm_nccl_answer out;
+	if (group_depth > 0)
+		group_depth--;
+	return fwd(RM_OP_rmNcclGroupEnd, &a, &out);
+}
+
+NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
+	 int residence, ncclComm_t comm)
+{
+	size_t e = rm_nccl_type_size(datatype);
+	if (!op || !scalar || !comm || !e || (residence != 0 && residence != 1))
+		return ncclInvalidArgument;
+	struct rm_nccl_args a = {.comm = comm_of(comm), .datatype = datatype, .residence = residence};
+	if (residence == 1) { /* ncclScalarHostImmediate: the value, read now */
+		a.scalar = scalar;
+		a.scalar_len = e;
+	} else {
+		a.sendbuff = (uint64_t)(uintptr_t)scalar;
+	}
+	struct rm_nccl_answer out;
+	ncclResult_t r = fwd(RM_OP_rmNcclRedOpCreatePreMulSum, &a, &out);
+	if (r == ncclSuccess)
+		*op = (ncclRedOp_t)out.value;
+	return r;
+}
+
+NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm)
+{
+	if (!comm)
+		return ncclInvalidArgument;
+	struct rm_nccl_args a = {.comm = comm_of(comm), .op = op};
+	struct rm_nccl_answer out;
+	return fwd(RM_OP_rmNcclRedOpDestroy, &a, &out);
+}
+
+/* NCCL's allocator: device memory of the client's, which every collective may use. */
+NCCL_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size)
+{
+	CUdeviceptr p = 0;
+	if (!ptr)
+		return ncclInvalidArgument;
+	if (size == 0) {
+		*ptr = NULL;
+		return ncclSuccess;
+	}
+	ncclResult_t r = need_context();
+	if (r != ncclSuccess)
+		return r;
+	if (cuMemAlloc(&p, size) != CUDA_SUCCESS)
+		return say(ncclUnhandledCudaError, "cuMemAlloc failed");
+	*ptr = (void *)(uintptr_t)p;
+	return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclMemFree, void *ptr)
+{
+	if (ptr && cuMemFree((CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS)
+		return say(ncclUnhandledCudaError, "cuMemFree failed");
+	return ncclSuccess;
+}
+
+/* Not forwarded: buffer registration and windows (an optimisation NCCL does without),
+ * revoking and shrinking, the group simulation. */
+NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void *buff, size_t size, void **handle)
+{
+	(void)comm, (void)buff, (void)size, (void)handle;
+	return unsupported("ncclCommRegister");
+}
+
+NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void *handle)
+{
+	(void)comm, (void)handle;
+	return unsupported("ncclCommDeregister");
+}
+
+NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size_t size, void **win, int winFlags)
+{
+	(void)comm, (void)buff, (void)size, (void)win, (void)winFlags;
+	return unsupported("ncclCommWindowRegister");
+}
+
+NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, void *win)
+{
+	(void)comm, (void)win;
+	return unsupported("ncclCommWindowDeregister");
+}
+
+NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags)
+{
+	(void)comm, (void)revokeFlags;
+	return unsupported("ncclCommRevoke");
+}
+
+NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+	 ncclComm_t *newcomm, rm_nccl_config *config, int shrinkFlags)
+{
+	(void)comm, (void)excludeRanksList, (void)excludeRanksCount, (void)newcomm, (void)config, (void)shrinkFlags;
+	return unsupported("ncclCommShrink");
+}
+
+NCCL_API(ncclResult_t, ncclGroupSimulateEnd, void *simInfo)
+{
+	(void)simInfo;
+	return unsupported("ncclGroupSimulateEnd");
+}
+
+/* Deprecated, and without effect here: NCCL's debug output is the worker's. */
+NCCL_API(void, ncclResetDebugInit, void)
+{
+}
