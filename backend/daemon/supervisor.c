@@ -107,6 +107,25 @@ static int retire_if_faulted(struct worker *w, const char *tenant_name)
 	return -EAGAIN;
 }
 
+static int start_worker(struct worker *w, const char *tenant_name, const struct rm_tenant_config *t);
+
+/* A worker whose channel is broken has died and is not yet reaped: it moves among the
+ * retired, where the reaper still finds it (its channel closed, its clients' slots freed),
+ * and a fresh worker takes its place. Under workers_lock. 0 or -errno. */
+static int replace_dead(struct worker *w, const char *tenant_name, const struct rm_tenant_config *t, int why)
+{
+	for (size_t i = CURRENT_WORKERS; i < sizeof(workers) / sizeof(workers[0]); i++)
+		if (!workers[i].pid) {
+			rm_log(RM_LOG_WARN, "worker %d (%s) is gone (%s): a fresh worker serves the tenant's clients",
+			       (int)w->pid, tenant_name, strerror(-why));
+			kill(w->pid, SIGKILL);
+			workers[i] = *w;
+			*w = (struct worker){0};
+			return start_worker(w, tenant_name, t);
+		}
+	return why;
+}
+
 /* The configuration a worker runs with: the one in force, without any credential (the
  * accepting process checks them all), in a memfd that the worker reads (--config-fd) and
  * closes. A worker so never reads the configuration file, whose text holds every tenant's
@@ -388,11 +407,15 @@ int rm_workers_admit(struct rm_conn *conn, struct rm_handoff *h, const char *ten
 		h->tenant >= 0 && h->tenant < cfg->ntenants ? &cfg->tenants[h->tenant] : &cfg->anonymous;
 	if (!err && !w->pid)
 		err = start_worker(w, tenant_name, t);
-	if (!err) {
+	for (int tries = 0; !err && tries < 2; tries++) {
 		rm_registry_lock();
 		rm_registry()->clients[h->slot].worker = w->pid;
 		rm_registry_unlock();
 		err = hand_over(w, conn, h);
+		if ((err == -EPIPE || err == -ECONNRESET) && !tries)
+			err = replace_dead(w, tenant_name, t, err);
+		else
+			break;
 	}
 	if (!err)
 		start_spare(h->tenant, tenant_name, t);

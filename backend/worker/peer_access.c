@@ -52,7 +52,7 @@ static CUresult pair_check(struct rm_channel *s, struct rm_session_ctx *peer)
 {
 	if (!s->cur || !peer)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	return s->cur->dev == peer->dev ? CUDA_ERROR_INVALID_DEVICE : CUDA_SUCCESS;
+	return s->cur->dev == peer->dev ? CUDA_ERROR_PEER_ACCESS_UNSUPPORTED : CUDA_SUCCESS;
 }
 
 CUresult rm_peer_enable(struct rm_channel *s, struct rm_session_ctx *peer, unsigned int flags)

@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "crash_report.h"
 #include "driver_table.h"
 #include "gpus.h"
 #include "kernel_timing.h"
@@ -211,6 +212,7 @@ static void *make_contexts(void *unused)
 int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 {
 	config = cfg;
+	rm_crash_report_install();
 	rm_kernel_timing_enable(cfg->kernel_timing);
 	rm_host_memory_set_limit(cfg->worker_host_memory_limit);
 	rm_transport_limit_peer_buffers(cfg->shm_ring_max);

@@ -511,3 +511,86 @@ NCCL_API(ncclResult_t, ncclGroupSimulateEnd, void *simInfo)
 NCCL_API(void, ncclResetDebugInit, void)
 {
 }
+
+/* NCCL's device API (nccl_device/core.h, NCCL 2.28): communicators whose kernels reach the
+ * peers' memory themselves, which a remote client's kernels cannot: refused. PyTorch links
+ * against these names, so they exist. Teams are (nRanks, rank, stride) arithmetic on the
+ * communicator: the world team is its ranks; the team of ranks whose memory this rank
+ * reaches by load and store (LSA) is itself alone, and so a rail's team is the world. */
+struct rm_nccl_team {
+	int nRanks, rank, stride;
+};
+
+NCCL_API(ncclResult_t, ncclDevCommCreate, ncclComm_t comm, const void *requirements, void *devComm)
+{
+	(void)comm, (void)requirements, (void)devComm;
+	return unsupported("ncclDevCommCreate");
+}
+
+NCCL_API(ncclResult_t, ncclDevCommDestroy, ncclComm_t comm, const void *devComm)
+{
+	(void)comm, (void)devComm;
+	return unsupported("ncclDevCommDestroy");
+}
+
+NCCL_API(ncclResult_t, ncclGinBarrierCreateRequirement, ncclComm_t comm, struct rm_nccl_team team, int nBarriers,
+	 void *outHandle, void *outRequirement)
+{
+	(void)comm, (void)team, (void)nBarriers, (void)outHandle, (void)outRequirement;
+	return unsupported("ncclGinBarrierCreateRequirement");
+}
+
+NCCL_API(ncclResult_t, ncclLsaBarrierCreateRequirement, struct rm_nccl_team team, int nBarriers, void *outHandle,
+	 void *outRequirement)
+{
+	(void)team, (void)nBarriers, (void)outHandle, (void)outRequirement;
+	return unsupported("ncclLsaBarrierCreateRequirement");
+}
+
+NCCL_API(ncclResult_t, ncclLLA2ACreateRequirement, int nBlocks, int nSlots, void *outHandle, void *outRequirement)
+{
+	(void)nBlocks, (void)nSlots, (void)outHandle, (void)outRequirement;
+	return unsupported("ncclLLA2ACreateRequirement");
+}
+
+/* The slots of a device-side all-to-all's buffer: none, as no device communicator is made. */
+NCCL_API(int, ncclLLA2ACalcSlots, int maxElts, int maxEltSize)
+{
+	(void)maxElts, (void)maxEltSize;
+	unsupported("ncclLLA2ACalcSlots");
+	return 0;
+}
+
+NCCL_API(struct rm_nccl_team, ncclTeamWorld, ncclComm_t comm)
+{
+	struct rm_nccl_team t = {.nRanks = 1, .rank = 0, .stride = 1};
+	int n = 0, r = 0;
+	if (ncclCommCount(comm, &n) == ncclSuccess && ncclCommUserRank(comm, &r) == ncclSuccess)
+		t.nRanks = n, t.rank = r;
+	return t;
+}
+
+NCCL_API(struct rm_nccl_team, ncclTeamLsa, ncclComm_t comm)
+{
+	(void)comm;
+	return (struct rm_nccl_team){.nRanks = 1, .rank = 0, .stride = 1};
+}
+
+NCCL_API(struct rm_nccl_team, ncclTeamRail, ncclComm_t comm)
+{
+	return ncclTeamWorld(comm);
+}
+
+NCCL_API(int, ncclTeamRankToWorld, ncclComm_t comm, struct rm_nccl_team team, int rank)
+{
+	int me = 0;
+	ncclCommUserRank(comm, &me);
+	return me + (rank - team.rank) * team.stride;
+}
+
+NCCL_API(int, ncclTeamRankToLsa, ncclComm_t comm, struct rm_nccl_team team, int rank)
+{
+	int me = 0;
+	ncclCommUserRank(comm, &me);
+	return ncclTeamRankToWorld(comm, team, rank) == me ? 0 : -1;
+}

@@ -68,7 +68,7 @@ static int peer_access(CUcontext ctx, CUcontext peer)
 	if (!can)
 		return 0;
 	EXPECT_RESULT(cuCtxDisablePeerAccess(peer), CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
-	EXPECT_RESULT(cuCtxEnablePeerAccess(ctx, 0), CUDA_ERROR_INVALID_DEVICE); /* its own device */
+	EXPECT_RESULT(cuCtxEnablePeerAccess(ctx, 0), CUDA_ERROR_PEER_ACCESS_UNSUPPORTED); /* its own device (the H100s say so) */
 	CHECK(cuCtxEnablePeerAccess(peer, 0));
 	EXPECT_RESULT(cuCtxEnablePeerAccess(peer, 0), CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
 	CHECK(cuCtxDisablePeerAccess(peer));

@@ -769,6 +769,12 @@ def workers_per_tenant(tmp):
         check(info(d, token="beta-secret")[0] == 0 and len(started("beta")) == 2, "beta has workers of its own")
         for p in held:
             check(release(p) == 0, "each holder ends cleanly")
+        # A worker that crashes reports its signal and stack, and the tenant is served again.
+        victim = started("beta")[0]
+        os.kill(victim, signal.SIGSEGV)
+        check(wait_for(lambda: f"remorad[{victim}] error: worker crashed: signal 11 (SIGSEGV); its stack:" in d.text(),
+                       timeout=10), "a crashed worker says so in the log, with its stack")
+        check(info(d, token="beta-secret")[0] == 0, "beta is served after its worker crashed")
     finally:
         for p in held:
             if p.poll() is None:

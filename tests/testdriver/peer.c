@@ -30,7 +30,7 @@ static CUresult pair_of(CUcontext peer, struct td_context **from, struct td_cont
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (!(*to)->active)
 		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
-	return (*from)->device == (*to)->device ? CUDA_ERROR_INVALID_DEVICE : CUDA_SUCCESS;
+	return (*from)->device == (*to)->device ? CUDA_ERROR_PEER_ACCESS_UNSUPPORTED : CUDA_SUCCESS;
 }
 
 TD_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
