@@ -89,10 +89,11 @@ void rm_session_uncharge_physical(struct rm_channel *s, uint64_t handle, uint64_
 {
 	struct host_physical *gone = NULL;
 	pthread_mutex_lock(&host_physical_lock);
-	for (struct host_physical **h = &host_physical; *h && !gone; h = &(*h)->next)
+	for (struct host_physical **h = &host_physical; *h; h = &(*h)->next)
 		if ((*h)->handle == handle) {
 			gone = *h;
 			*h = gone->next;
+			break; /* *h may be null now: no step past it */
 		}
 	pthread_mutex_unlock(&host_physical_lock);
 	if (gone)

@@ -37,14 +37,17 @@ static void check_loaded(const struct rm_daemon_config *c)
 	check_string(c->admin_token, sizeof(c->admin_token));
 	check_string(c->advertise, sizeof(c->advertise));
 	check_string(c->gpu_sync, sizeof(c->gpu_sync));
-	if (c->hardware_queues < 1 || c->hardware_queues > 32 || c->queue_idle_after < 1 ||
+	check_string(c->mps_control, sizeof(c->mps_control));
+	check_string(c->mps_directory, sizeof(c->mps_directory));
+	if (c->hardware_queues < 0 || c->hardware_queues > 32 || c->queue_idle_after < 1 || /* 0: by the isolation */
+	    c->workers_per_tenant < 1 || c->workers_per_tenant > RM_CONFIG_MAX_WORKERS_PER_TENANT ||
 	    c->queue_idle_after > 3600 || c->npool_endpoints < 0 || c->npool_endpoints > RM_CONFIG_MAX_ENDPOINTS)
 		abort();
 	for (int i = 0; i < c->ntenants; i++) {
 		const struct rm_tenant_config *t = &c->tenants[i];
 		check_string(t->name, sizeof(t->name));
 		check_string(t->token, sizeof(t->token));
-		if (!t->name[0])
+		if (!t->name[0] || t->compute_share < 0 || t->compute_share > 100 || t->priority < 0 || t->priority > 1)
 			abort();
 		for (const char *p = t->name; *p; p++)
 			if (!name_char(*p))

@@ -317,6 +317,8 @@ def config_seeds():
                        'shared_pinned_limit = 1G\nkernel_timing = no\nhello_timeout = 3\n'
                        'pool = http://etcd1:2379,https://etcd2:2379\nlease_ttl = 20\n'
                        'metrics_listen = 127.0.0.1:9400\nshutdown_grace = 5\ngpu_wait_spin_us = 0\n'),
+        'mps': ('tenant_isolation = mps\nmps_control = /usr/bin/nvidia-cuda-mps-control\nmps_directory = /run/remora-mps\n'
+                'workers_per_tenant = 2\n[tenant a]\ntoken = x\ncompute_share = 25\npriority = low\n'),
         'refused-section': '[tenants x]\ntoken = y\n',
         'refused-twice': 'hardware_queues = 4\nhardware_queues = 8\n',
         'refused-shared-token': '[tenant a]\ntoken = t\n[tenant b]\ntoken = t\n',
