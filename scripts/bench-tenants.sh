@@ -11,7 +11,8 @@
 #                kernel without pause; its throughput over that of a tenant at 100 alone.
 #   nowait       a short program (drv_vecadd) alone, then beside another client's long
 #                kernel of the same tenant and of another (process and mps isolation, with
-#                one worker per tenant and with workers_per_tenant = 2).
+#                one worker per tenant and with workers_per_tenant = 2; a subset with
+#                $NOWAIT_MODES, e.g. "mps+w2").
 #
 # usage: scripts/bench-tenants.sh [--build DIR] [--iters N] [--only LIST] [N ...]
 #        (default: build-gpu, 300000000 iterations, concurrency,share,nowait, N = 1 4 16)
@@ -135,7 +136,7 @@ if wants nowait; then
 	VECADD=$BUILD/tests/programs/drv_vecadd FATBIN=$BUILD/tests/programs/kernels.fatbin
 	echo "== nowait: drv_vecadd alone and beside another client's long kernel (wall ms)"
 	short() { local t0=$(date +%s%N); "$REMORA" run --server "$SERVER" --token "tok$1" -- "$VECADD" "$FATBIN" >/dev/null 2>&1; echo $((($(date +%s%N) - t0) / 1000000)); }
-	for iso in process mps process+w2 mps+w2; do # +w2: workers_per_tenant = 2
+	for iso in ${NOWAIT_MODES:-process mps process+w2 mps+w2}; do # +w2: workers_per_tenant = 2
 		start_daemon "${iso%+w2}" "$([[ $iso == *+w2 ]] && echo 'workers_per_tenant = 2\n')"
 		short 0 >/dev/null
 		short 1 >/dev/null # both tenants' workers started
