@@ -3,19 +3,37 @@
  * then logs its end and gives its tenant's next client a fresh worker. */
 #include "crash_report.h"
 
+#include <dlfcn.h>
 #include <execinfo.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <ucontext.h>
 #include <unistd.h>
 
-static void on_fatal(int sig)
+/* The signal, the address it was about, and where it struck (the instruction's library
+ * and symbol: the stack below may not unwind through a library without unwind tables,
+ * the driver's among them), then the stack. */
+static void on_fatal(int sig, siginfo_t *info, void *context)
 {
-	char line[96];
-	int n = snprintf(line, sizeof(line), "remorad[%d] error: worker crashed: signal %d (%s); its stack:\n", (int)getpid(),
-			 sig, sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : sig == SIGFPE ? "SIGFPE"
-			      : sig == SIGILL ? "SIGILL" : "SIGABRT");
-	if (n > 0 && write(2, line, (size_t)n) < 0)
+	char line[512];
+	void *ip = NULL;
+#if defined(__x86_64__)
+	ip = (void *)((ucontext_t *)context)->uc_mcontext.gregs[REG_RIP];
+#else
+	(void)context;
+#endif
+	Dl_info where = {0};
+	if (ip)
+		dladdr(ip, &where);
+	int n = snprintf(line, sizeof(line),
+			 "remorad[%d] error: worker crashed: signal %d (%s) at address %p, instruction %p in %s (%s+%#lx); "
+			 "its stack:\n", (int)getpid(), sig,
+			 sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : sig == SIGFPE ? "SIGFPE"
+			 : sig == SIGILL ? "SIGILL" : "SIGABRT", info ? info->si_addr : NULL, ip,
+			 where.dli_fname ? where.dli_fname : "?", where.dli_sname ? where.dli_sname : "?",
+			 (unsigned long)((char *)ip - (char *)(where.dli_saddr ? where.dli_saddr : where.dli_fbase)));
+	if (n > 0 && write(2, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1) < 0)
 		_exit(128 + sig);
 	void *frames[64];
 	backtrace_symbols_fd(frames, backtrace(frames, 64), 2);
@@ -32,8 +50,8 @@ void rm_crash_report_install(void)
 	sigaltstack(&ss, NULL); /* a stack overflow still reports, on the thread that installed it */
 	struct sigaction sa;
 	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_fatal;
-	sa.sa_flags = SA_RESETHAND | SA_ONSTACK;
+	sa.sa_sigaction = on_fatal;
+	sa.sa_flags = SA_RESETHAND | SA_ONSTACK | SA_SIGINFO;
 	sigemptyset(&sa.sa_mask);
 	const int fatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 	for (size_t i = 0; i < sizeof(fatal) / sizeof(fatal[0]); i++)
