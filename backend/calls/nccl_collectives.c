@@ -77,8 +77,8 @@ static ncclResult_t issue(const struct rm_nccl_lib *L, const Remora__NcclCall *r
 CUresult rm_body_rmNcclCollective(struct rm_channel *s, struct rm_request *rq, const Remora__NcclCall *req,
 				  Remora__NcclReply *rep)
 {
-	const struct rm_nccl_lib *L = rm_nccl_need(rep);
-	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
+	const struct rm_nccl_lib *L;
+	struct rm_nccl_comm *c = rm_nccl_call_comm(s, req, rep, &L);
 	int in_group = rm_nccl_group_depth(0) > 0, async = rq->frame.flags & RM_F_ASYNC;
 	CUstream st = NULL;
 	if (c) {
@@ -117,8 +117,8 @@ CUresult rm_body_rmNcclRedOpCreatePreMulSum(struct rm_channel *s, struct rm_requ
 					    Remora__NcclReply *rep)
 {
 	(void)rq;
-	const struct rm_nccl_lib *L = rm_nccl_need(rep);
-	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
+	const struct rm_nccl_lib *L;
+	struct rm_nccl_comm *c = rm_nccl_call_comm(s, req, rep, &L);
 	if (!c)
 		return CUDA_SUCCESS;
 	size_t e = rm_nccl_type_size(req->datatype);
@@ -156,8 +156,8 @@ CUresult rm_body_rmNcclRedOpDestroy(struct rm_channel *s, struct rm_request *rq,
 				    Remora__NcclReply *rep)
 {
 	(void)rq;
-	const struct rm_nccl_lib *L = rm_nccl_need(rep);
-	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
+	const struct rm_nccl_lib *L;
+	struct rm_nccl_comm *c = rm_nccl_call_comm(s, req, rep, &L);
 	if (!c)
 		return CUDA_SUCCESS;
 	pthread_mutex_lock(&c->lock);

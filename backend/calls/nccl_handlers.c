@@ -24,6 +24,13 @@ const struct rm_nccl_lib *rm_nccl_need(Remora__NcclReply *rep)
 	return L;
 }
 
+struct rm_nccl_comm *rm_nccl_call_comm(struct rm_channel *s, const Remora__NcclCall *req, Remora__NcclReply *rep,
+				       const struct rm_nccl_lib **L)
+{
+	*L = rm_nccl_need(rep);
+	return *L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
+}
+
 /* 16 bytes naming the clique of unique id id (FNV-1a over it, twice). */
 static void clique_of(const uint8_t *id, size_t len, uint8_t out[16])
 {
@@ -313,8 +320,8 @@ CUresult rm_body_rmNcclCommFinalize(struct rm_channel *s, struct rm_request *rq,
 				    Remora__NcclReply *rep)
 {
 	(void)rq;
-	const struct rm_nccl_lib *L = rm_nccl_need(rep);
-	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
+	const struct rm_nccl_lib *L;
+	struct rm_nccl_comm *c = rm_nccl_call_comm(s, req, rep, &L);
 	if (!c)
 		return CUDA_SUCCESS;
 	pthread_mutex_lock(&c->lock);
@@ -331,8 +338,8 @@ CUresult rm_body_rmNcclCommFinalize(struct rm_channel *s, struct rm_request *rq,
 
 static void end_comm(struct rm_channel *s, const Remora__NcclCall *req, Remora__NcclReply *rep, int abort)
 {
-	const struct rm_nccl_lib *L = rm_nccl_need(rep);
-	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
+	const struct rm_nccl_lib *L;
+	struct rm_nccl_comm *c = rm_nccl_call_comm(s, req, rep, &L);
 	if (!c)
 		return;
 	rm_session_disown(s, RM_H_NCCL_COMM, c);
@@ -359,8 +366,8 @@ CUresult rm_body_rmNcclCommQuery(struct rm_channel *s, struct rm_request *rq, co
 				 Remora__NcclReply *rep)
 {
 	(void)rq;
-	const struct rm_nccl_lib *L = rm_nccl_need(rep);
-	struct rm_nccl_comm *c = L ? rm_nccl_find(s, req->comm, &rep->result) : NULL;
+	const struct rm_nccl_lib *L;
+	struct rm_nccl_comm *c = rm_nccl_call_comm(s, req, rep, &L);
 	if (!c)
 		return CUDA_SUCCESS;
 	pthread_mutex_lock(&c->lock);
