@@ -111,7 +111,7 @@ static void last_line(const char *path, char *out, size_t len)
 }
 
 /* In the child: fds, environment, exec.  Never returns. */
-static void exec_worker(const struct bench_side *side, char *const argv[], const char *out_path,
+static void exec_worker(const struct bench_side *side, int index, char *const argv[], const char *out_path,
 			const char *err_path, int ready_w, int go_r)
 {
 	int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -138,6 +138,13 @@ static void exec_worker(const struct bench_side *side, char *const argv[], const
 		setenv("REMORA_SERVER", side->server, 1);
 	if (side->tls_ca)
 		setenv("REMORA_TLS_CA", side->tls_ca, 1);
+	if (side->token_prefix) {
+		char token[96];
+		snprintf(token, sizeof token, "%s%d", side->token_prefix, index);
+		setenv("REMORA_TOKEN", token, 1);
+	}
+	if (side->mps_pipe)
+		setenv("CUDA_MPS_PIPE_DIRECTORY", side->mps_pipe, 1);
 	execv(argv[0], argv);
 	fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
 	_exit(127);
@@ -199,7 +206,7 @@ int bench_run_workers(const struct bench_side *side, char *const argv[], int n, 
 		snprintf(ch->err_path, sizeof ch->err_path, "%s/%03d-%s.%d.err", tmpdir, run, side->name, started);
 		ch->pid = fork();
 		if (ch->pid == 0)
-			exec_worker(side, argv, ch->out_path, ch->err_path, ready[1], go[0]);
+			exec_worker(side, started, argv, ch->out_path, ch->err_path, ready[1], go[0]);
 		if (ch->pid < 0) {
 			snprintf(outs[started].reason, sizeof outs[started].reason, "fork: %s", strerror(errno));
 			outs[started].exit_status = -1;
@@ -289,7 +296,7 @@ int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *
 		int log = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 		if (log < 0 || dup2(log, STDOUT_FILENO) < 0 || dup2(log, STDERR_FILENO) < 0) /* stdout: the JSON's */
 			_exit(126);
-		char *argv[20] = { (char *)remorad, "--listen", listen, "--set", "allow_anonymous=yes", "--ready-file",
+		char *argv[24] = { (char *)remorad, "--listen", listen, "--set", "allow_anonymous=yes", "--ready-file",
 				   ready_file };
 		/* The NCCL the nccl section's native worker loads (REMORA_BENCH_NCCL, else the toolkit's). */
 		const char *nccl = getenv("REMORA_BENCH_NCCL");
@@ -311,6 +318,8 @@ int bench_daemon_start(struct bench_daemon *d, const char *remorad, const char *
 			argv[n++] = "--driver", argv[n++] = (char *)driver;
 		if (access(nccl, R_OK) == 0)
 			argv[n++] = "--set", argv[n++] = nccl_set;
+		if (d->config)
+			argv[n++] = "--config", argv[n++] = (char *)d->config;
 		argv[n] = NULL;
 		execv(argv[0], argv);
 		fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));

@@ -13,6 +13,8 @@ struct bench_side {
 	const char *lib_dir; /* put first on LD_LIBRARY_PATH (a libcuda.so.1's folder), or NULL */
 	const char *server;  /* REMORA_SERVER, or NULL */
 	const char *tls_ca;  /* REMORA_TLS_CA, or NULL */
+	const char *token_prefix; /* REMORA_TOKEN: this prefix and the worker's index, or NULL */
+	const char *mps_pipe;     /* CUDA_MPS_PIPE_DIRECTORY (native clients of NVIDIA MPS), or NULL */
 };
 
 struct bench_kv {
@@ -52,6 +54,7 @@ struct bench_daemon {
 	pid_t pid;
 	char addr[128];     /* REMORA_SERVER: host:port, unix:PATH, tls://host:port or rdma://host:port */
 	char log[PATH_MAX]; /* its stderr */
+	const char *config; /* set before the start: its --config FILE, or NULL */
 };
 
 /* Starts remorad (with --driver driver unless NULL) and waits for its address; 0 or

@@ -27,7 +27,8 @@ static const struct {
 	{ "launch", bench_section_launch },           { "memcpy", bench_section_memcpy },
 	{ "memset", bench_section_memset },           { "event", bench_section_event },
 	{ "graph", bench_section_graph },
-	{ "concurrency", bench_section_concurrency }, { "latency", bench_section_latency },
+	{ "concurrency", bench_section_concurrency }, { "tenants", bench_section_tenants },
+	{ "latency", bench_section_latency },
 	{ "cublas", bench_section_cublas },           { "torch", bench_section_torch },
 	{ "nccl", bench_section_nccl },
 };
@@ -44,9 +45,11 @@ static const char usage_text[] =
 	"                    [--client-lib DIR] [--workers DIR] [--transport T[,T...]] [--rdma-host ADDR]\n"
 	"                    [--link rtt=TIME,rate=RATE]\n"
 	"--json prints one JSON document on stdout and the table on stderr.\n"
-	"Sections: launch, memcpy, memset, event, graph, concurrency, latency, cublas, torch, nccl (loopback\n"
-	"TCP is always measured); torch runs PyTorch steps with the python3 on the PATH, and is skipped\n"
-	"without one; nccl (all-reduce across 2 GPUs) is skipped on a host with fewer.\n"
+	"Sections: launch, memcpy, memset, event, graph, concurrency, tenants, latency, cublas, torch, nccl\n"
+	"(loopback TCP is always measured); tenants runs the concurrency clients each in a tenant of its\n"
+	"own, natively under MPS and with tenant_isolation = mps where nvidia-cuda-mps-control is on the\n"
+	"PATH; torch runs PyTorch steps with the python3 on the PATH, and is skipped without one; nccl\n"
+	"(all-reduce across 2 GPUs) is skipped on a host with fewer.\n"
 	"Native runs use the libcuda.so.1 the loader finds (or the one in --native-lib DIR); remote runs\n"
 	"use Remora's, against a remorad this command starts (with --driver PATH when given), over\n"
 	"loopback TCP (tcp, the default), shared memory (shm: unix:PATH, for clients on the GPU host) or\n"
@@ -322,7 +325,7 @@ static int run_pass(struct bench_run *run, enum bench_transport t, bool first)
 	if (prepare_transport(t, dir) || bench_daemon_start(&daemon, cfg->remorad, cfg->driver, dir, t, cfg->rdma_host))
 		return 1;
 	snprintf(remote_name[t], sizeof remote_name[t], cfg->ntransports > 1 ? "remote-%s" : "remote", name);
-	run->remote = (struct bench_side){ remote_name[t], cfg->client_lib, daemon.addr, t == BENCH_TLS ? ca : NULL };
+	run->remote = (struct bench_side){ remote_name[t], cfg->client_lib, daemon.addr, t == BENCH_TLS ? ca : NULL, NULL, NULL };
 	run->results.transport = NULL; /* facts and the loopback figures belong to no transport */
 	if (first) {
 		bench_record_facts(run);
@@ -366,7 +369,7 @@ int cmd_bench(int argc, char **argv)
 		fprintf(stderr, "remora bench: mkdtemp: %s\n", strerror(errno));
 		return 1;
 	}
-	run.native = (struct bench_side){ "native", cfg.native_lib, NULL, NULL };
+	run.native = (struct bench_side){ "native", cfg.native_lib, NULL, NULL, NULL, NULL };
 	char list[256] = "";
 	for (int t = 0; t < cfg.ntransports; t++)
 		snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", t ? "," : "",

@@ -55,6 +55,7 @@ int bench_section_event(struct bench_run *run);
 int bench_section_graph(struct bench_run *run);
 int bench_section_concurrency(struct bench_run *run); /* bench_clients.c */
 int bench_section_latency(struct bench_run *run);
+int bench_section_tenants(struct bench_run *run);
 int bench_section_cublas(struct bench_run *run);   /* bench_libraries.c */
 int bench_section_torch(struct bench_run *run);
 int bench_section_nccl(struct bench_run *run);     /* bench_nccl.c */

@@ -2,9 +2,16 @@
  * spinning a kernel) and latency (launch + synchronize of busy clients and threads) (bench.h). */
 #include "bench.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MOST_TENANTS 62 /* tenants t0..t61 of the section's remorad (at most 64 a configuration) */
 
 /* What N clients started together saw, each averaged over them: the kernel's time by
  * its events, and the wall time from a client's first call to its stop event's end
@@ -217,4 +224,130 @@ int bench_section_latency(struct bench_run *run)
 		      LATENCY_CLIENTS);
 	int ok = alone_ok && clients_ok && isfinite(np50) && isfinite(rp50);
 	return bench_finish_section(run, "latency", ok ? 0 : -1, reason);
+}
+
+/* Whether NVIDIA's MPS control program is on the PATH. */
+static bool have_mps_control(void)
+{
+	const char *path = getenv("PATH");
+	char dir[PATH_MAX];
+	for (const char *p = path ? path : ""; *p;) {
+		size_t len = strcspn(p, ":");
+		snprintf(dir, sizeof dir, "%.*s/nvidia-cuda-mps-control", (int)len, p);
+		if (len && access(dir, X_OK) == 0)
+			return true;
+		p += len + (p[len] == ':');
+	}
+	return false;
+}
+
+/* Runs "nvidia-cuda-mps-control" with the pipe and log directories under dir, reading
+ * command (NULL: started as a daemon, -d) on its standard input; its exit status. */
+static int mps_control(const char *dir, const char *command)
+{
+	char pipe_dir[PATH_MAX], log_dir[PATH_MAX];
+	snprintf(pipe_dir, sizeof pipe_dir, "%s/pipe", dir);
+	snprintf(log_dir, sizeof log_dir, "%s/log", dir);
+	mkdir(dir, 0700), mkdir(pipe_dir, 0700), mkdir(log_dir, 0700);
+	int in[2];
+	if (pipe(in))
+		return -1;
+	pid_t pid = fork();
+	if (pid == 0) {
+		dup2(in[0], STDIN_FILENO);
+		close(in[0]), close(in[1]);
+		setenv("CUDA_MPS_PIPE_DIRECTORY", pipe_dir, 1);
+		setenv("CUDA_MPS_LOG_DIRECTORY", log_dir, 1);
+		execlp("nvidia-cuda-mps-control", "nvidia-cuda-mps-control", command ? NULL : "-d", (char *)NULL);
+		_exit(127);
+	}
+	close(in[0]);
+	if (command && write(in[1], command, strlen(command)) < 0)
+		command = NULL;
+	close(in[1]);
+	int status = -1;
+	if (pid > 0)
+		waitpid(pid, &status, 0);
+	if (command)
+		sleep(1); /* its server ends once asked */
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* Tenants (issue 35): the MPS experiment with each client in a tenant of its own, natively
+ * (contexts time-slice), natively under NVIDIA MPS, and through a remorad with
+ * tenant_isolation = process and = mps (those two with MPS only where its control program is
+ * on the PATH). Rows: each N's mean kernel time over one client's, native against each. */
+int bench_section_tenants(struct bench_run *run)
+{
+	const struct bench_config *cfg = run->cfg;
+	if (run->transport != cfg->transports[0]) {
+		bench_set_section(&run->results, "tenants", "skipped", "measured over the first transport only");
+		return 0;
+	}
+	int most = 1;
+	for (int i = 0; i < cfg->nclients; i++)
+		most = cfg->clients[i] > most ? cfg->clients[i] : most;
+	if (most > MOST_TENANTS) {
+		bench_set_section(&run->results, "tenants", "skipped", "more clients than a remorad's tenants (62)");
+		return 0;
+	}
+	bool mps = have_mps_control();
+	char reason[320] = "", failure[320];
+	double native[sizeof cfg->clients / sizeof cfg->clients[0]];
+	for (int i = 0; i < cfg->nclients; i++) {
+		failure[0] = 0;
+		native[i] = spin_clients(run, &run->native, cfg->clients[i], failure, sizeof failure).kernel_ms;
+	}
+	const char *modes[] = {"native MPS", "process", "mps"};
+	for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+		if (m != 1 && !mps)
+			continue;
+		char dir[PATH_MAX - 64], conf[PATH_MAX];
+		snprintf(dir, sizeof dir, "%s/tenants-%zu", run->tmpdir, m);
+		mkdir(dir, 0700);
+		struct bench_daemon d = {0};
+		struct bench_side side = run->native;
+		char pipe_dir[PATH_MAX + 8];
+		if (m == 0) {
+			snprintf(pipe_dir, sizeof pipe_dir, "%s/pipe", dir);
+			side.mps_pipe = pipe_dir;
+			if (mps_control(dir, NULL)) {
+				snprintf(reason, sizeof reason, "nvidia-cuda-mps-control -d failed");
+				continue;
+			}
+		} else {
+			snprintf(conf, sizeof conf, "%s/remorad.conf", dir);
+			FILE *f = fopen(conf, "we");
+			if (!f)
+				continue;
+			fprintf(f, "tenant_isolation = %s\nmps_directory = %s/mps\n", modes[m], dir);
+			for (int t = 0; t < most; t++)
+				fprintf(f, "[tenant t%d]\ntoken = tok%d\n", t, t);
+			fclose(f);
+			d.config = conf;
+			if (bench_daemon_start(&d, cfg->remorad, cfg->driver, dir, BENCH_TCP, NULL)) {
+				snprintf(reason, sizeof reason, "remorad with tenant_isolation = %s did not start", modes[m]);
+				continue;
+			}
+			side = run->remote;
+			side.server = d.addr, side.tls_ca = NULL, side.token_prefix = "tok";
+		}
+		double base = NAN;
+		for (int i = 0; i < cfg->nclients; i++) {
+			int n = cfg->clients[i];
+			failure[0] = 0;
+			double ms = spin_clients(run, &side, n, failure, sizeof failure).kernel_ms;
+			if (failure[0] && !reason[0])
+				snprintf(reason, sizeof reason, "%s: %s", modes[m], failure);
+			base = n == 1 ? ms : base;
+			remote_is_ratio(bench_add_row(&run->results, "tenants", "x", native[i] / native[0], ms / base,
+						      "N=%d a tenant each, %s: mean kernel / 1 client", n,
+						      m ? modes[m] : "natively under MPS"));
+		}
+		if (m == 0)
+			mps_control(dir, "quit\n");
+		else
+			bench_daemon_stop(&d);
+	}
+	return bench_finish_section(run, "tenants", reason[0] ? -1 : 0, reason);
 }

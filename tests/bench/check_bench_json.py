@@ -9,7 +9,8 @@ import math
 import subprocess
 import sys
 
-SECTIONS = {"tcp", "launch", "memcpy", "memset", "event", "graph", "concurrency", "latency", "cublas", "torch", "nccl"}
+SECTIONS = {"tcp", "launch", "memcpy", "memset", "event", "graph", "concurrency", "tenants", "latency", "cublas", "torch",
+            "nccl"}
 failures = []
 
 
@@ -78,6 +79,7 @@ def main():
     for n in (1, 2):
         check(f"N={n} mean kernel / 1 client" in metrics, f"concurrency N={n} missing")
         check(f"N={n} mean client wall / 1 client" in metrics, f"concurrency N={n} client wall missing")
+        check(f"N={n} a tenant each, process: mean kernel / 1 client" in metrics, f"tenants N={n} (process) missing")
     targets = [f for f in figures if f["target"]]
     check(any(f["ratio_of"].startswith("remote/(native+1 TCP RTT") for f in targets), "launch+sync target missing")
     check(any(f["section"] == "graph" and f["ratio_of"].startswith("remote/(native+1 native async")
