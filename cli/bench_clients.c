@@ -284,19 +284,16 @@ int bench_section_tenants(struct bench_run *run)
 		bench_set_section(&run->results, "tenants", "skipped", "measured over the first transport only");
 		return 0;
 	}
-	int most = 1;
+	int most = 1; /* client counts above MOST_TENANTS are left out */
 	for (int i = 0; i < cfg->nclients; i++)
-		most = cfg->clients[i] > most ? cfg->clients[i] : most;
-	if (most > MOST_TENANTS) {
-		bench_set_section(&run->results, "tenants", "skipped", "more clients than a remorad's tenants (62)");
-		return 0;
-	}
+		most = cfg->clients[i] > most && cfg->clients[i] <= MOST_TENANTS ? cfg->clients[i] : most;
 	bool mps = have_mps_control();
 	char reason[320] = "", failure[320];
 	double native[sizeof cfg->clients / sizeof cfg->clients[0]];
 	for (int i = 0; i < cfg->nclients; i++) {
 		failure[0] = 0;
-		native[i] = spin_clients(run, &run->native, cfg->clients[i], failure, sizeof failure).kernel_ms;
+		native[i] = cfg->clients[i] > MOST_TENANTS ? NAN
+			    : spin_clients(run, &run->native, cfg->clients[i], failure, sizeof failure).kernel_ms;
 	}
 	const char *modes[] = {"native MPS", "process", "mps"};
 	for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
@@ -335,6 +332,8 @@ int bench_section_tenants(struct bench_run *run)
 		double base = NAN;
 		for (int i = 0; i < cfg->nclients; i++) {
 			int n = cfg->clients[i];
+			if (n > MOST_TENANTS)
+				continue;
 			failure[0] = 0;
 			double ms = spin_clients(run, &side, n, failure, sizeof failure).kernel_ms;
 			if (failure[0] && !reason[0])
