@@ -140,17 +140,12 @@ static int start_locked(void)
 	return 0;
 }
 
-int rm_mps_start(void)
+int rm_mps_ensure(void)
 {
 	pthread_mutex_lock(&mps_lock);
 	int err = __atomic_load_n(&control_pid, __ATOMIC_ACQUIRE) ? 0 : start_locked();
 	pthread_mutex_unlock(&mps_lock);
 	return err;
-}
-
-int rm_mps_ensure(void)
-{
-	return rm_mps_start();
 }
 
 int rm_mps_reaped(pid_t pid)

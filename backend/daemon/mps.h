@@ -10,10 +10,8 @@
 #include "config.h"
 
 /* Starts the control daemon (the configuration's mps_control) in foreground mode, its
- * pipe directory and log directory under mps_directory. 0, or -errno with a logged line. */
-int rm_mps_start(void);
-
-/* Starts the control daemon again if it has ended (a worker is about to start). 0 or -errno. */
+ * pipe directory and log directory under mps_directory, unless it runs: called before each
+ * worker starts, so one that ended is started again. 0, or -errno with a logged line. */
 int rm_mps_ensure(void);
 
 /* Whether pid was the control daemon (it has been reaped: rm_mps_ensure starts another). */

@@ -47,20 +47,21 @@ static struct worker *worker_of(int tenant)
 	const struct rm_daemon_config *cfg = rm_server_config();
 	if (cfg->isolation == RM_ISOLATE_SHARED)
 		return &workers[0];
-	int per = cfg->workers_per_tenant, least_clients = -1;
 	struct worker *places = &workers[rm_registry_tenant_slot(tenant) * RM_CONFIG_MAX_WORKERS_PER_TENANT];
 	struct worker *least = NULL, *empty = NULL;
-	for (int k = 0; k < per; k++) {
+	int least_clients = 0;
+	for (int k = 0; k < cfg->workers_per_tenant && cfg->workers_per_tenant > 1; k++) {
 		if (!places[k].pid) {
-			if (!empty)
-				empty = &places[k];
+			empty = empty ? empty : &places[k];
 			continue;
 		}
 		int n = rm_registry_worker_clients(places[k].pid);
-		if (least_clients < 0 || n < least_clients)
+		if (!least || n < least_clients)
 			least = &places[k], least_clients = n;
 	}
-	return !least || (least_clients > 0 && empty) ? (empty ? empty : &places[0]) : least;
+	if (least && !(least_clients > 0 && empty))
+		return least; /* an idle one, or the least busy where no place is free */
+	return empty ? empty : &places[0];
 }
 
 /* Under workers_lock, after a hand-over: where every running worker of the tenant has
