@@ -80,8 +80,10 @@ CUresult rm_body_cuMemGetAddressRange_v2(struct rm_channel *s, CUdeviceptr *pbas
 	struct rm_handle h;
 	if (!rm_session_range_of(s, dptr, &h))
 		return CUDA_ERROR_NOT_FOUND;
-	*pbase = h.value;
-	*psize = h.size;
+	if (pbase)
+		*pbase = h.value;
+	if (psize)
+		*psize = h.size;
 	return CUDA_SUCCESS;
 }
 

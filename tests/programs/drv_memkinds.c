@@ -92,6 +92,12 @@ static void pointer_attributes(void)
 	size_t size = 0;
 	CHECK(cuMemGetAddressRange(&base, &size, d + 4097));
 	EXPECT(base == d && size >= n, "cuMemGetAddressRange: 0x%llx+%zu", (unsigned long long)base, size);
+	CUdeviceptr base_only = 0; /* either output may be NULL */
+	size_t size_only = 0;
+	CHECK(cuMemGetAddressRange(&base_only, NULL, d + 4097));
+	CHECK(cuMemGetAddressRange(NULL, &size_only, d + 4097));
+	EXPECT(base_only == base && size_only == size, "cuMemGetAddressRange with one output NULL: 0x%llx+%zu",
+	       (unsigned long long)base_only, size_only);
 
 	char *pinned;
 	CHECK(cuMemHostAlloc((void **)&pinned, n, 0));

@@ -139,6 +139,12 @@ static void streams(CUdeviceptr buf)
 {
 	int least = 0, greatest = 0;
 	CHECK(cuCtxGetStreamPriorityRange(&least, &greatest));
+	int only_least = 1, only_greatest = 1; /* either output may be NULL, as cuDNN's RNNs pass it */
+	CHECK(cuCtxGetStreamPriorityRange(&only_least, NULL));
+	CHECK(cuCtxGetStreamPriorityRange(NULL, &only_greatest));
+	CHECK(cuCtxGetStreamPriorityRange(NULL, NULL));
+	EXPECT(only_least == least && only_greatest == greatest,
+	       "cuCtxGetStreamPriorityRange with one output NULL: %d %d, not %d %d", only_least, only_greatest, least, greatest);
 	CUstream fresh, s1, s2;
 	struct attrs defaults, a;
 	CHECK(cuStreamCreate(&fresh, CU_STREAM_NON_BLOCKING));
