@@ -1,6 +1,7 @@
 #include "gpus.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -48,6 +49,14 @@ static int transient(CUresult r)
 	       r == CUDA_ERROR_MPS_SERVER_NOT_READY || r == CUDA_ERROR_NOT_INITIALIZED || r == CUDA_ERROR_UNKNOWN;
 }
 
+/* The hardware queues the worker asks for (hardware_queues, passed in the environment). */
+static int queues_asked(void)
+{
+	const char *v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+	int n = v ? atoi(v) : 8; /* the driver's default */
+	return n > 0 && n <= 32 ? n : 8;
+}
+
 /* The GPU's shared context, tried again for a few seconds after a transient error; a
  * failure is logged with its error. */
 static CUresult retain_primary(CUdevice dev, CUcontext *ctx)
@@ -58,6 +67,20 @@ static CUresult retain_primary(CUdevice dev, CUcontext *ctx)
 		       (int)r, delay_ms);
 		usleep((useconds_t)delay_ms * 1000);
 		r = rm_drv_cuDevicePrimaryCtxRetain(ctx, dev);
+	}
+	/* Every context's hardware queues take channels of the GPU (or of MPS's server): with many
+	 * workers on a GPU the last ones run out. Fewer queues beat no context. The driver reads
+	 * CUDA_DEVICE_MAX_CONNECTIONS when it makes a context, under gpus_lock here. */
+	for (int queues = queues_asked(); r == CUDA_ERROR_OUT_OF_MEMORY && queues > 1;) {
+		queues /= 2;
+		char v[12];
+		snprintf(v, sizeof v, "%d", queues);
+		setenv("CUDA_DEVICE_MAX_CONNECTIONS", v, 1);
+		rm_log(RM_LOG_WARN, "GPU %d: out of memory making the shared context; trying again with %d hardware "
+		       "queues (every context's queues share the GPU's channels: lower hardware_queues)", dev, queues);
+		r = rm_drv_cuDevicePrimaryCtxRetain(ctx, dev);
+		if (r == CUDA_SUCCESS)
+			rm_stream_pool_set_queues(queues);
 	}
 	if (r == CUDA_ERROR_OUT_OF_MEMORY && getenv("CUDA_MPS_PIPE_DIRECTORY"))
 		rm_log(RM_LOG_ERROR, "GPU %d: the shared context cannot be made: out of memory; under MPS that may be "

@@ -52,6 +52,13 @@ void rm_stream_pool_configure(int hardware_queues, int wait_when_shared, int idl
 	wait_shared = wait_when_shared;
 }
 
+void rm_stream_pool_set_queues(int hardware_queues)
+{
+	pthread_rwlock_wrlock(&lock);
+	nqueues = hardware_queues < 1 ? 1 : hardware_queues > MAX_QUEUES ? MAX_QUEUES : hardware_queues;
+	pthread_rwlock_unlock(&lock);
+}
+
 static size_t slot_of(CUstream st, size_t cap)
 {
 	uint64_t h = (uint64_t)(uintptr_t)st * 0x9E3779B97F4A7C15ull;

@@ -31,6 +31,8 @@
  * it in a call (queue_idle_after): longer than the gaps between the calls of a client
  * of long kernels, and than the start-up skew of clients started together. */
 void rm_stream_pool_configure(int hardware_queues, int wait_when_shared, int idle_after_s);
+/* The queues a context was made with after fewer than configured were asked for (gpus.c). */
+void rm_stream_pool_set_queues(int hardware_queues);
 
 /* A non-blocking driver stream of priority for a client, in context ctx (current
  * on the calling thread), on a least-used queue, with no unfinished work of a

@@ -643,6 +643,21 @@ def deviceget(tmp):
         d.stop()
 
 
+
+# A GPU whose other contexts took most of its channels (REMORA_TESTDRIVER_CHANNELS=4): the
+# worker's context asks for hardware_queues = 32, is refused (out of memory), and is made
+# with fewer queues, said in the log, rather than not at all.
+def channels(tmp):
+    d = Daemon(tmp, "channels", "", env={"REMORA_TESTDRIVER_CHANNELS": "4"}, args=["--set", "hardware_queues=32"])
+    try:
+        rc, r, err = info(d)
+        check(rc == 0 and "ctx" in r and "total" in r,
+              f"a client gets a context on a GPU with 4 channels left ({err[-160:]})")
+        check("trying again with 4 hardware queues" in d.text(),
+              "the log says the context was made with 4 hardware queues, not 32")
+    finally:
+        d.stop()
+
 # ---------------------------------------------------------------- queues
 
 def timed_clients(d, k, ms):
@@ -794,6 +809,7 @@ SCENARIOS = {
     "workers": workers_per_tenant,
     "records": records,
     "queues": queues,
+    "channels": channels,
     "deviceget": deviceget,
     "freestall": freestall,
     "isolation": isolation,

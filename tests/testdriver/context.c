@@ -117,6 +117,10 @@ TD_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 		return CUDA_ERROR_INVALID_VALUE;
 	struct td_context *ctx = &primary_contexts[dev];
 	pthread_mutex_lock(&td_lock);
+	if (!ctx->active && !td_channels_fit()) {
+		pthread_mutex_unlock(&td_lock);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	if (!ctx->active)
 		context_activate(ctx, dev, ctx->magic ? ctx->flags : 0);
 	ctx->primary = true;

@@ -171,6 +171,15 @@ static void read_environment(void)
 bool td_initialized(void) { return __atomic_load_n(&initialized, __ATOMIC_ACQUIRE); }
 int td_device_count(void) { return device_count; }
 int td_hardware_queues(void) { return hardware_queues; }
+
+/* REMORA_TESTDRIVER_CHANNELS=N: a GPU whose other contexts took all but N of its channels.
+ * A context asking for more hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, read when the
+ * context is made; 8 unset) cannot be made: out of memory, as on the GPU. */
+bool td_channels_fit(void)
+{
+	long left = env_long("REMORA_TESTDRIVER_CHANNELS", 0, 1, LONG_MAX);
+	return !left || env_long("CUDA_DEVICE_MAX_CONNECTIONS", 8, 1, LONG_MAX) <= left;
+}
 size_t td_device_total_mem(int ordinal) { (void)ordinal; return total_mem_bytes; }
 
 static CUresult check_device(CUdevice dev)

@@ -67,6 +67,7 @@ size_t td_device_total_mem(int ordinal);
 /* CUDA_DEVICE_MAX_CONNECTIONS as read at cuInit (1..32), or 0 if unset or
  * invalid: then there is no hardware-queue model and streams are independent. */
 int td_hardware_queues(void);
+bool td_channels_fit(void);
 
 /* ---- contexts (context.c) ---- */
 struct td_stream;
