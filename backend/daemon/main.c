@@ -203,6 +203,22 @@ static int reread_configuration(struct rm_daemon_config *out)
 	return read_configuration(saved_argc, saved_argv, out, &channel, &registry_fd, &config_fd, &done) ? -1 : 0;
 }
 
+/* Hardware queues per worker context when hardware_queues is not set. Every context's queues
+ * take channels of the GPU, which ran out on an H100 at 14 contexts of 32: 32 (the most the
+ * driver gives) for one shared context; a worker per tenant shares about 256 among the
+ * configured tenants' workers (at least 2); under MPS 2, as its server's queues are shared
+ * by every worker (16 workers of 8 left one without a context). */
+static int default_hardware_queues(const struct rm_daemon_config *cfg)
+{
+	if (cfg->isolation == RM_ISOLATE_MPS)
+		return 2;
+	if (cfg->isolation != RM_ISOLATE_PROCESS)
+		return 32;
+	int workers = (cfg->ntenants + (cfg->allow_anonymous ? 1 : 0)) * cfg->workers_per_tenant;
+	int q = workers > 0 ? 256 / workers : 32;
+	return q < 2 ? 2 : q > 32 ? 32 : q;
+}
+
 int main(int argc, char **argv)
 {
 	static struct rm_daemon_config cfg;
@@ -230,14 +246,13 @@ int main(int argc, char **argv)
 		 * all when the image arrives rather than at some client's first launch. */
 		setenv("CUDA_MODULE_LOADING", !strcmp(cfg.module_loading, "lazy") ? "LAZY" : "EAGER", 1);
 		/* Streams share the context's hardware work queues (8 unless asked): ask for
-		 * as many as configured (by default 32, the most the driver gives; under MPS 2,
-		 * as its server's queues are shared by every worker: measured on an H100, 16
-		 * workers with 8 each left one without a context); the stream pool keeps
-		 * clients from holding each other up in them. */
-		int nqueues = cfg.hardware_queues ? cfg.hardware_queues : cfg.isolation == RM_ISOLATE_MPS ? 2 : 32;
+		 * as many as configured; the stream pool keeps clients from holding each other
+		 * up in them. */
+		int nqueues = cfg.hardware_queues ? cfg.hardware_queues : default_hardware_queues(&cfg);
 		char queues[16];
 		snprintf(queues, sizeof(queues), "%d", nqueues);
 		setenv("CUDA_DEVICE_MAX_CONNECTIONS", queues, 1);
+		rm_log(RM_LOG_DEBUG, "worker: its contexts ask for %d hardware queues", nqueues);
 		rm_stream_pool_configure(nqueues, cfg.queue_sharing_wait, cfg.queue_idle_after);
 		rm_gpu_set_sync(cfg.gpu_sync);
 		rm_gpu_set_malloc_heap(cfg.gpu_malloc_heap);

@@ -657,6 +657,16 @@ def channels(tmp):
               "the log says the context was made with 4 hardware queues, not 32")
     finally:
         d.stop()
+    # Unset, hardware_queues shares about 256 among the workers of the configured tenants.
+    conf = "allow_anonymous = no\ntenant_isolation = process\n" + "".join(f"[tenant t{i}]\ntoken = tok{i}\n" for i in range(16))
+    d = Daemon(tmp, "channels-default", conf, env={"REMORA_LOG": "debug"})
+    try:
+        rc, r, err = info(d, token="tok3")
+        check(rc == 0 and "its contexts ask for 16 hardware queues" in d.text(),
+              f"16 tenants' workers ask for 16 hardware queues each ({err[-160:]})")
+    finally:
+        d.stop()
+
 
 # ---------------------------------------------------------------- queues
 
