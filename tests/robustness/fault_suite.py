@@ -47,6 +47,11 @@ ERRORS = {"address": "CUDA_ERROR_ILLEGAL_ADDRESS", "assert": "CUDA_ERROR_ASSERT"
           "unreported": "CUDA_ERROR_ILLEGAL_ADDRESS", "departing": "CUDA_ERROR_ILLEGAL_ADDRESS",
           "timeout": "CUDA_ERROR_DEVICE_UNAVAILABLE"}
 CONFIG = "[tenant alpha]\ntoken = alpha-secret\n[tenant beta]\ntoken = beta-secret\n"
+# FAULT_SUITE_ISOLATION=mps runs the tenants as NVIDIA MPS clients (on a GPU host), to
+# measure what MPS contains: there a fatal fault reaches every client of the GPU, and the
+# checks on beta say so.
+if os.environ.get("FAULT_SUITE_ISOLATION"):
+    CONFIG = f"tenant_isolation = {os.environ['FAULT_SUITE_ISOLATION']}\n" + CONFIG
 ROUNDS = "40"
 
 
