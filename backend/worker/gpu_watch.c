@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,6 +19,8 @@
 				* kernel_time_limit, is found */
 #define WATCH_MEMORY_EVERY 10 /* intervals between registry updates of free memory */
 #define RETIRED_GRACE_MS 2000 /* a faulted worker idle this long after its fault exits */
+#define MPS_FAULT_GRACE_MS 300 /* under MPS, a faulted worker ends this long after its fault,
+				* time for the replies that carry the fault to go out */
 
 /* The session whose kernel ran past kernel_time_limit (kernel_watch.h), named for the
  * others' notices. */
@@ -63,6 +66,22 @@ static void recycle(void)
 	_exit(75);
 }
 
+/* Under MPS a fatal fault breaks every MPS client of the GPU, and its server takes no new
+ * client until all of them have gone: a faulted worker there ends at once rather than
+ * when its clients leave, each told why (the one whose kernel faulted has its error). */
+static void tell_mps_fault(struct rm_channel *s)
+{
+	char line[RM_NOTICE_MAX];
+	CUresult r = rm_fault_error();
+	int n = snprintf(line, sizeof(line), "a GPU fault (error %d) broke every client of this GPU's MPS server "
+			 "(tenant_isolation = mps), this program's GPU work and memory included; the GPU server "
+			 "ended its worker so that the GPU serves again: restart the program", (int)r);
+	size_t len = n < 0 ? 0 : (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
+	if (len && !s->chan)
+		rm_liveness_send_aside(s, RM_OP_FAULT_NOTICE, line, (uint32_t)len);
+	rm_liveness_send_aside(s, RM_OP_GOING_AWAY, NULL, 0);
+}
+
 /* Asks each GPU's context for its free memory: a sticky error faults the worker (gpus.h),
  * however no call of a client has reported it yet; every few rounds the answer goes into
  * the registry's free-memory figures. A faulted worker whose clients have all left exits
@@ -71,6 +90,7 @@ static void *watch_gpus(void *arg)
 {
 	(void)arg;
 	struct timespec tick = {0, WATCH_INTERVAL_MS * 1000000L};
+	int under_mps = getenv("CUDA_MPS_PIPE_DIRECTORY") != NULL; /* tenant_isolation = mps (mps.h) */
 	for (unsigned round = 0;; round++) {
 		for (int g = 0; g < rm_registry()->ngpus; g++) {
 			size_t free_b, total_b;
@@ -83,6 +103,12 @@ static void *watch_gpus(void *arg)
 		rm_served_each(find_overrun);
 		if (overrun_name[0])
 			recycle();
+		if (under_mps && rm_fault_age_ms() > MPS_FAULT_GRACE_MS) {
+			rm_log(RM_LOG_WARN, "worker: faulted under MPS, which holds every client of the GPU until all "
+			       "have gone: ending this worker and its %zu client(s) now", rm_served_count());
+			rm_served_each(tell_mps_fault);
+			_exit(75);
+		}
 		if (rm_fault_age_ms() > RETIRED_GRACE_MS) {
 			if (!rm_served_count()) {
 				rm_log(RM_LOG_INFO, "worker: faulted, and its last client has left; exiting");
