@@ -84,19 +84,25 @@ CUresult rm_body_cuIpcCloseMemHandle(struct rm_channel *s, CUdeviceptr dptr)
 	return r;
 }
 
-/* An event of the client's that the driver would export (CU_EVENT_INTERPROCESS). */
+/* An event of the client's that the driver would export (CU_EVENT_INTERPROCESS), taken to
+ * be of the context current at the export, as where a program makes one to export it: an
+ * importer's record from another context goes through it (rm_ipc_event_record). */
 CUresult rm_body_cuIpcGetEventHandle(struct rm_channel *s, CUipcEventHandle *pHandle, CUevent event)
 {
+	if (!s->cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
 	CUipcEventHandle native;
 	CUresult r = rm_drv_cuIpcGetEventHandle(&native, event);
 	if (r != CUDA_SUCCESS)
 		return r;
-	struct rm_ipc_object o = {.value = (uint64_t)(uintptr_t)event, .device = -1};
+	struct rm_ipc_object o = {.value = (uint64_t)(uintptr_t)event, .device = -1, .ctx = s->cur->ctx};
 	return rm_ipc_export(s, RM_IPC_EVENT, &o, (uint8_t *)pHandle->reserved);
 }
 
 /* The exporter's event, the importer's to record, wait for and destroy: as natively, it
- * behaves as one made with CU_EVENT_DISABLE_TIMING. */
+ * behaves as one made with CU_EVENT_DISABLE_TIMING. Waited for or queried from any context, it
+ * is the export's latest record; recorded on a stream of another context than its own, it is
+ * recorded through a proxy of that context (rm_ipc_event_record). */
 CUresult rm_body_cuIpcOpenEventHandle(struct rm_channel *s, CUevent *phEvent, CUipcEventHandle handle)
 {
 	if (!s->cur)
