@@ -8,6 +8,19 @@
 
 #include "ipc.h"
 #include "log.h"
+#include "peer_access.h"
+
+/* An opened allocation's parent (RM_H_IPC_MEMORY): the peer access its open holds, or 0. */
+static uint64_t peer_hold(CUdevice from, CUdevice to)
+{
+	return 1ull << 63 | (uint64_t)(uint32_t)from << 16 | (uint64_t)(uint16_t)to;
+}
+
+void rm_ipc_peer_unhold(uint64_t hold)
+{
+	if (hold >> 63)
+		rm_peer_hold_gpus((CUdevice)(hold >> 16 & 0xffff), (CUdevice)(hold & 0xffff), 0);
+}
 
 /* The driver's ordinal of the GPU ptr is on; -1 if it does not say. */
 static int device_of(uint64_t ptr)
@@ -38,7 +51,8 @@ CUresult rm_body_cuIpcGetMemHandle(struct rm_channel *s, CUipcMemHandle *pHandle
 }
 
 /* The exporter's allocation, recorded as usable memory of the importer's and charged to it
- * (once: opened again, it is counted, as natively). */
+ * (once: opened again, it is counted, as natively). On another GPU than the importer's, with
+ * CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS, the importer's GPU's access to it is held while open. */
 CUresult rm_body_cuIpcOpenMemHandle_v2(struct rm_channel *s, CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
 {
 	if (!s->cur)
@@ -49,9 +63,17 @@ CUresult rm_body_cuIpcOpenMemHandle_v2(struct rm_channel *s, CUdeviceptr *pdptr,
 	int again = 0;
 	CUresult r = rm_ipc_open(s, RM_IPC_MEMORY, handle.reserved, sizeof(handle.reserved), &o, &again);
 	if (r == CUDA_SUCCESS && !again) {
+		uint64_t hold = 0;
 		r = rm_session_charge(s, o.size);
+		if (r == CUDA_SUCCESS && (Flags & CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) && o.device >= 0 &&
+		    o.device != s->cur->dev) {
+			if ((r = rm_peer_hold_gpus(s->cur->dev, o.device, 1)) == CUDA_SUCCESS)
+				hold = peer_hold(s->cur->dev, o.device);
+			else
+				rm_session_uncharge(s, o.size);
+		}
 		if (r == CUDA_SUCCESS)
-			rm_session_own_memory(s, RM_H_IPC_MEMORY, o.value, o.size, 0);
+			rm_session_own_memory(s, RM_H_IPC_MEMORY, o.value, o.size, hold);
 		else if (rm_ipc_leave(s, RM_IPC_MEMORY, o.value) == RM_IPC_LAST) /* its exporter freed it meanwhile */
 			rm_drv_cuMemFree_v2(o.value);
 	}
@@ -81,6 +103,7 @@ CUresult rm_body_cuIpcCloseMemHandle(struct rm_channel *s, CUdeviceptr dptr)
 		rm_deferred_release(NULL, RM_DEFER_MEM_FREE, dptr, NULL, NULL);
 	}
 	rm_session_uncharge(s, h.size);
+	rm_ipc_peer_unhold(h.parent);
 	return r;
 }
 

@@ -38,6 +38,8 @@ CUresult rm_ipc_open(struct rm_channel *s, enum rm_ipc_kind kind, const void *to
  * records the event: every holder's waits and queries of the event see the record. Any
  * other record is the driver's (the exporter's own, or a stream of the event's context). */
 CUresult rm_ipc_event_record(struct rm_channel *s, CUevent ev, CUstream st, unsigned int flags);
+/* Gives up the peer access an opened allocation held (its handle's parent; 0: none). */
+void rm_ipc_peer_unhold(uint64_t hold);
 /* Gives back one of s's references to (kind, value): how many it still has (0: none left,
  * its hold stays until rm_ipc_leave), or -1 where (kind, value) is not exported. */
 int rm_ipc_unref(struct rm_channel *s, enum rm_ipc_kind kind, uint64_t value);

@@ -85,6 +85,7 @@ static void release_ipc_memory(struct rm_channel *s, const struct rm_handle *h)
 	if (rm_ipc_leave(s, RM_IPC_MEMORY, h->value) == RM_IPC_LAST)
 		rm_deferred_release(NULL, RM_DEFER_MEM_FREE, h->value, NULL, NULL);
 	rm_session_uncharge(s, h->size);
+	rm_ipc_peer_unhold(h->parent);
 }
 
 /* Allocated by a launch and not freed since, or not: the driver refuses the latter. */
