@@ -185,7 +185,7 @@ static int sees_device(struct rm_channel *s, int device)
 }
 
 static const char *const kind_names[] = {[RM_IPC_MEMORY] = "memory", [RM_IPC_EVENT] = "event",
-					 [RM_IPC_PHYSICAL] = "physical allocation"};
+					 [RM_IPC_PHYSICAL] = "physical allocation", [RM_IPC_POOL] = "memory pool"};
 
 CUresult rm_ipc_open(struct rm_channel *s, enum rm_ipc_kind kind, const void *token, size_t len,
 		     struct rm_ipc_object *obj, int *again)
@@ -341,4 +341,13 @@ CUresult rm_ipc_event_record(struct rm_channel *s, CUevent ev, CUstream st, unsi
 		r = rm_drv_cuEventRecord(ev, p->helper);
 	pthread_mutex_unlock(&lock);
 	return r;
+}
+
+int rm_ipc_imported(struct rm_channel *s, enum rm_ipc_kind kind, uint64_t value)
+{
+	pthread_mutex_lock(&lock);
+	struct export *e = nexports ? find(kind, value) : NULL;
+	int imported = e && e->exporter != s->sh->id && hold_of(e, s->sh->id);
+	pthread_mutex_unlock(&lock);
+	return imported;
 }

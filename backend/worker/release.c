@@ -124,9 +124,11 @@ static void release_va_range(struct rm_channel *s, const struct rm_handle *h)
 	rm_deferred_release_range(NULL, RM_DEFER_ADDRESS_FREE, h->value, h->size, NULL, NULL);
 }
 
+/* A pool another client holds (CUDA IPC) stays for it. */
 static void release_mempool(struct rm_channel *s, const struct rm_handle *h)
 {
-	rm_drv_cuMemPoolDestroy(handle_of(h));
+	if (rm_ipc_leave(s, RM_IPC_POOL, h->value) != RM_IPC_OTHERS_HOLD)
+		rm_drv_cuMemPoolDestroy(handle_of(h));
 }
 
 /* Arrays are charged like memory; a mipmapped array's level and an array's plane go with it. */
