@@ -9,9 +9,14 @@
  * has none) and every allocation, fills allocation k with its tag on its stream, checks it
  * and frees what it imported with cuMemFreeAsync; a pool it imported makes no allocations.
  * The parent then checks every allocation and frees it, and destroys the pools.
+ * With exporter-first (through Remora only: natively the exporter must outlive the importers'
+ * use), the parent frees its allocations and destroys its pools once every child has imported
+ * them, before the children use them; the children then exit without freeing what they
+ * imported, which Remora releases.
  *
- * usage: drv_pool_ipc IMAGE                    the parent (starts the children)
- *        drv_pool_ipc IMAGE child K FD SOCK    child K, the shared block on FD, descriptors on SOCK */
+ * usage: drv_pool_ipc IMAGE [exporter-first]           the parent (starts the children)
+ *        drv_pool_ipc IMAGE child K FD SOCK [exporter-first]   child K, the shared block on FD,
+ *                                                      descriptors on SOCK */
 #define _GNU_SOURCE
 #include "drv_common.h"
 
@@ -47,7 +52,7 @@ static int all_words(CUdeviceptr p, unsigned v, CUstream st)
 	return bad == 0;
 }
 
-static int child(const char *image, int k, int shfd, int sock)
+static int child(const char *image, int k, int shfd, int sock, int exporter_first)
 {
 	struct shared *sh = mmap(NULL, sizeof(*sh), PROT_READ, MAP_SHARED, shfd, 0);
 	if (sh == MAP_FAILED)
@@ -90,6 +95,9 @@ static int child(const char *image, int k, int shfd, int sock)
 		}
 		CHECK(cuMemPoolImportPointer(&ptr[i], pools[i], &sh->data[i]));
 	}
+	char go = 'i';
+	if (write(sock, &go, 1) != 1 || read(sock, &go, 1) != 1) /* imported; the parent's turn */
+		return perror("child handshake"), 1;
 	CUdeviceptr more;
 	EXPECT(cuMemAllocFromPoolAsync(&more, 4096, pools[k], st) != CUDA_SUCCESS, "an imported pool makes no allocations");
 
@@ -98,6 +106,8 @@ static int child(const char *image, int k, int shfd, int sock)
 	void *args[] = {&ptr[k], &v, &words};
 	CHECK(cuLaunchKernel(fill, 256, 1, 1, 256, 1, 1, 0, st, args, NULL));
 	EXPECT(all_words(ptr[k], tag(k), st), "child %d reads back its writes", k);
+	if (exporter_first)
+		return drv_exit_status(); /* what it imported is released as it goes */
 	for (int i = 0; i < n; i++)
 		CHECK(cuMemFreeAsync(ptr[i], st));
 	CHECK(cuStreamSynchronize(st));
@@ -105,7 +115,7 @@ static int child(const char *image, int k, int shfd, int sock)
 	return drv_exit_status();
 }
 
-static int parent(char **argv)
+static int parent(char **argv, int exporter_first)
 {
 	int ndev;
 	CHECK(cuInit(0));
@@ -153,6 +163,7 @@ static int parent(char **argv)
 	fflush(stdout);
 
 	pid_t kids[MAX_PROCS];
+	int socks[MAX_PROCS];
 	char self[4096];
 	ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	self[len > 0 ? len : 0] = 0;
@@ -166,7 +177,8 @@ static int parent(char **argv)
 			snprintf(karg, sizeof(karg), "%d", i);
 			snprintf(fdarg, sizeof(fdarg), "%d", shfd);
 			snprintf(sockarg, sizeof(sockarg), "%d", sv[1]);
-			execl(len > 0 ? self : argv[0], argv[0], argv[1], "child", karg, fdarg, sockarg, (char *)NULL);
+			execl(len > 0 ? self : argv[0], argv[0], argv[1], "child", karg, fdarg, sockarg,
+			      exporter_first ? "exporter-first" : (char *)NULL, (char *)NULL);
 			_exit(127);
 		}
 		close(sv[1]);
@@ -186,7 +198,25 @@ static int parent(char **argv)
 		memcpy(CMSG_DATA(cm), fds, sizeof(int) * n);
 		if (sendmsg(sv[0], &msg, 0) != 1)
 			return perror("sendmsg"), 1;
-		close(sv[0]);
+		socks[i] = sv[0];
+	}
+	char byte;
+	for (int i = 0; i < n; i++)
+		if (read(socks[i], &byte, 1) != 1)
+			return fprintf(stderr, "child %d did not import\n", i), 1;
+	for (int i = 0; exporter_first && i < n; i++) {
+		CHECK(cuCtxSetCurrent(ctx[i]));
+		CHECK(cuMemFreeAsync(ptr[i], st[i]));
+		CHECK(cuStreamSynchronize(st[i]));
+		CHECK(cuMemPoolDestroy(pools[i]));
+	}
+	if (exporter_first)
+		printf("parent: freed and destroyed before the children's use\n");
+	for (int i = 0; i < n; i++) {
+		byte = 'g';
+		if (write(socks[i], &byte, 1) != 1)
+			return perror("parent handshake"), 1;
+		close(socks[i]);
 	}
 	for (int i = 0; i < n; i++) {
 		int status = 0;
@@ -198,6 +228,10 @@ static int parent(char **argv)
 	for (int i = 0; i < n; i++) {
 		close(fds[i]);
 		CHECK(cuCtxSetCurrent(ctx[i]));
+		if (exporter_first) {
+			CHECK(cuStreamDestroy(st[i]));
+			continue;
+		}
 		int ok = all_words(ptr[i], tag(i), st[i]);
 		printf("allocation %d: %s\n", i, ok ? "written by its process" : "WRONG");
 		EXPECT(ok, "allocation %d holds the tag of child %d", i, i);
@@ -215,11 +249,11 @@ static int parent(char **argv)
 
 int main(int argc, char **argv)
 {
-	if (argc == 6 && !strcmp(argv[2], "child"))
-		return child(argv[1], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
-	if (argc != 2) {
-		fprintf(stderr, "usage: %s IMAGE [child K FD SOCK]\n", argv[0]);
+	if ((argc == 6 || argc == 7) && !strcmp(argv[2], "child"))
+		return child(argv[1], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), argc == 7);
+	if (argc != 2 && !(argc == 3 && !strcmp(argv[2], "exporter-first"))) {
+		fprintf(stderr, "usage: %s IMAGE [exporter-first | child K FD SOCK [exporter-first]]\n", argv[0]);
 		return 2;
 	}
-	return parent(argv);
+	return parent(argv, argc == 3);
 }
