@@ -240,7 +240,20 @@ struct td_event {
 	struct td_capture *capture;  /* recorded in a capture: its nodes then (graph.c) */
 	struct td_gnode **cap_nodes;
 	size_t ncap_nodes;
+	struct td_ipc_event *ipc;    /* an interprocess event's shared state (ipc.c), else NULL */
+	int ipc_fd;                  /* its page's descriptor where this process made it, else -1 */
 };
+
+/* ---- interprocess events (ipc.c): records and waits through a page shared by processes ---- */
+struct td_ipc_event;
+/* A shared page for a new interprocess event, its descriptor in *fd; NULL if none. */
+struct td_ipc_event *td_ipc_event_new(int *fd);
+CUresult td_ipc_event_record(struct td_ipc_event *ev, struct td_stream *s);
+CUresult td_ipc_event_wait(struct td_ipc_event *ev, struct td_stream *s);
+CUresult td_ipc_event_query(struct td_ipc_event *ev);
+CUresult td_ipc_event_synchronize(struct td_ipc_event *ev);
+/* An event of the current context (stream.c); page: an opened interprocess event's state. */
+CUresult td_event_new(CUevent *ph, unsigned flags, struct td_ipc_event *page);
 
 void td_stream_ref(struct td_stream *s);
 
