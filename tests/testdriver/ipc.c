@@ -45,6 +45,7 @@ struct shared_mem {
 	uint32_t pid;      /* opened: the exporter, its base and buffer id */
 	uint64_t what;
 	unsigned refs;
+	bool pool;         /* opened: an allocation of an imported pool (freed, not closed) */
 };
 static pthread_mutex_t ipc_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shared_mem *mems;
@@ -120,9 +121,7 @@ TD_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 	struct td_alloc a;
 	if (!pHandle || !td_find_alloc(dptr, 1, &a) || a.kind != TD_ALLOC_DEVICE || a.pool)
 		return CUDA_ERROR_INVALID_VALUE; /* cuMemAlloc's memory only: not a pool's, managed or host */
-	pthread_mutex_lock(&ipc_lock);
-	int fd = share_alloc(&a);
-	pthread_mutex_unlock(&ipc_lock);
+	int fd = td_ipc_share_alloc(&a);
 	if (fd < 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	struct td_ipc_handle h = {IPC_MAGIC_MEM, (uint32_t)getpid(), a.base, a.size, fd, a.buffer_id};
@@ -130,16 +129,21 @@ TD_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 	return CUDA_SUCCESS;
 }
 
-/* Opened again, the same mapping, counted. */
-TD_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+int td_ipc_share_alloc(const struct td_alloc *a)
 {
-	if (!pdptr || (Flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
-		return CUDA_ERROR_INVALID_VALUE;
-	struct td_ipc_handle h;
-	int fd = -1;
-	CUresult rc = open_other(handle.reserved, IPC_MAGIC_MEM, &h, &fd);
-	if (rc != CUDA_SUCCESS)
-		return rc;
+	pthread_mutex_lock(&ipc_lock);
+	int fd = share_alloc(a);
+	pthread_mutex_unlock(&ipc_lock);
+	return fd;
+}
+
+/* Maps another process's allocation (exporter pid, its base what, buffer id, size, our
+ * descriptor fd of its memfd, which this closes); opened again, the same mapping, counted. */
+CUresult td_ipc_open_mem(uint32_t pid, uint64_t what, uint64_t id, uint64_t size, int fd, bool pool,
+			 CUdeviceptr *pdptr)
+{
+	struct td_ipc_handle h = {IPC_MAGIC_MEM, pid, what, size, fd, id};
+	CUresult rc = CUDA_SUCCESS;
 	pthread_mutex_lock(&ipc_lock);
 	for (size_t i = 0; i < nmems; i++)
 		if (mems[i].pid == h.pid && mems[i].what == h.what && mems[i].id == h.id) {
@@ -155,7 +159,7 @@ TD_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle hand
 	struct shared_mem *m = p != MAP_FAILED ? add_mem() : NULL;
 	if (m && td_track(p, h.size, TD_ALLOC_DEVICE, ctx, ctx->device) == CUDA_SUCCESS) {
 		*m = (struct shared_mem){.base = (uintptr_t)p, .size = h.size, .fd = -1, .id = h.id, .pid = h.pid,
-					 .what = h.what, .refs = 1};
+					 .what = h.what, .refs = 1, .pool = pool};
 		*pdptr = (CUdeviceptr)(uintptr_t)p;
 	} else {
 		if (m)
@@ -168,9 +172,36 @@ TD_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle hand
 	return rc;
 }
 
+TD_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+	if (!pdptr || (Flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
+		return CUDA_ERROR_INVALID_VALUE;
+	struct td_ipc_handle h;
+	int fd = -1;
+	CUresult rc = open_other(handle.reserved, IPC_MAGIC_MEM, &h, &fd);
+	return rc == CUDA_SUCCESS ? td_ipc_open_mem(h.pid, h.what, h.id, h.size, fd, false, pdptr) : rc;
+}
+
 TD_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
 {
 	return cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
+}
+
+bool td_ipc_close_mem(CUdeviceptr dptr, bool pool)
+{
+	bool found = false;
+	pthread_mutex_lock(&ipc_lock);
+	for (size_t i = 0; i < nmems && !found; i++)
+		if (mems[i].pid && mems[i].base == dptr && mems[i].pool == pool) {
+			if (--mems[i].refs == 0) {
+				td_untrack(mems[i].base, TD_ALLOC_DEVICE);
+				munmap((void *)mems[i].base, mems[i].size);
+				mems[i] = mems[--nmems];
+			}
+			found = true;
+		}
+	pthread_mutex_unlock(&ipc_lock);
+	return found;
 }
 
 TD_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
@@ -179,20 +210,7 @@ TD_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 	CUresult rc = td_require_context(&ctx);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	rc = CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&ipc_lock);
-	for (size_t i = 0; i < nmems; i++)
-		if (mems[i].pid && mems[i].base == dptr) {
-			if (--mems[i].refs == 0) {
-				td_untrack(mems[i].base, TD_ALLOC_DEVICE);
-				munmap((void *)mems[i].base, mems[i].size);
-				mems[i] = mems[--nmems];
-			}
-			rc = CUDA_SUCCESS;
-			break;
-		}
-	pthread_mutex_unlock(&ipc_lock);
-	return rc;
+	return td_ipc_close_mem(dptr, false) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* ---- events ---- */

@@ -252,6 +252,14 @@ CUresult td_ipc_event_record(struct td_ipc_event *ev, struct td_stream *s);
 CUresult td_ipc_event_wait(struct td_ipc_event *ev, struct td_stream *s);
 CUresult td_ipc_event_query(struct td_ipc_event *ev);
 CUresult td_ipc_event_synchronize(struct td_ipc_event *ev);
+/* Exported memory (ipc.c): the allocation moved into a memfd in place, its descriptor (-1:
+ * none); another process's mapped here (exporter pid, its base, buffer id, size, a descriptor
+ * of the memfd, which it closes), counted; unmapped once closed as often as opened (pool: an
+ * imported pool's allocation, given back by a free). */
+int td_ipc_share_alloc(const struct td_alloc *a);
+CUresult td_ipc_open_mem(uint32_t pid, uint64_t what, uint64_t id, uint64_t size, int fd, bool pool,
+			 CUdeviceptr *pdptr);
+bool td_ipc_close_mem(CUdeviceptr dptr, bool pool);
 /* An event of the current context (stream.c); page: an opened interprocess event's state. */
 CUresult td_event_new(CUevent *ph, unsigned flags, struct td_ipc_event *page);
 
