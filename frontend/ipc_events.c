@@ -41,12 +41,12 @@ static CUresult remember(uint64_t ev)
 		if (p)
 			events = p, cap = grown;
 	}
-	if (i < nevents)
-		;
-	else if (nevents < cap)
-		events[nevents++] = ev;
-	else
+	if (i == nevents && nevents < cap) {
+		events[nevents] = ev;
+		__atomic_store_n(&nevents, nevents + 1, __ATOMIC_RELEASE); /* read without the lock: a hint */
+	} else if (i == nevents) {
 		r = CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	pthread_mutex_unlock(&lock);
 	return r;
 }
@@ -56,7 +56,8 @@ static void forget(uint64_t ev)
 	pthread_mutex_lock(&lock);
 	for (size_t i = 0; i < nevents; i++)
 		if (events[i] == ev) {
-			events[i] = events[--nevents];
+			events[i] = events[nevents - 1];
+			__atomic_store_n(&nevents, nevents - 1, __ATOMIC_RELEASE);
 			break;
 		}
 	pthread_mutex_unlock(&lock);
@@ -78,7 +79,7 @@ RM_EXPORT CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
 	req.hevent = ev;
 	req.hstream = (uint64_t)(uintptr_t)hStream;
 	CUresult r = rm_rpc_ordered(RM_OP_cuEventRecord, &req.base, (uint64_t)(uintptr_t)hStream, ev);
-	return r == CUDA_SUCCESS && nevents && known(ev) ? settle(ev) : r;
+	return r == CUDA_SUCCESS && __atomic_load_n(&nevents, __ATOMIC_RELAXED) && known(ev) ? settle(ev) : r;
 }
 
 RM_EXPORT CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
@@ -89,7 +90,7 @@ RM_EXPORT CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStre
 	req.hstream = (uint64_t)(uintptr_t)hStream;
 	req.flags = flags;
 	CUresult r = rm_rpc_ordered(RM_OP_cuEventRecordWithFlags, &req.base, (uint64_t)(uintptr_t)hStream, ev);
-	return r == CUDA_SUCCESS && nevents && known(ev) ? settle(ev) : r;
+	return r == CUDA_SUCCESS && __atomic_load_n(&nevents, __ATOMIC_RELAXED) && known(ev) ? settle(ev) : r;
 }
 
 RM_EXPORT CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent)
