@@ -135,6 +135,24 @@ static CUresult issue(uint32_t op, const CUDA_MEMCPY3D *m, CUstream stream, CUco
 	return rm_drv_cuMemcpy2DAsync_v2(&m2, stream);
 }
 
+/* What the driver was given where it refused a peer copy: its contexts, the stream's and the
+ * current one, and every field, for the operator (a copy the driver takes natively). */
+static void log_refused_peer(struct rm_channel *s, CUresult r, const CUDA_MEMCPY3D *m, CUstream stream,
+			     CUcontext src_ctx, CUcontext dst_ctx)
+{
+	CUcontext stream_ctx = NULL, cur = NULL;
+	rm_drv_cuStreamGetCtx(stream, &stream_ctx);
+	rm_drv_cuCtxGetCurrent(&cur);
+	rm_session_log(s, RM_LOG_WARN,
+		       "the driver refused a peer copy (%d): contexts src %p dst %p, stream %p of %p, current %p; "
+		       "src type %d 0x%llx x %zu y %zu z %zu pitch %zu height %zu; dst type %d 0x%llx x %zu y %zu z %zu "
+		       "pitch %zu height %zu; %zu x %zu x %zu",
+		       (int)r, (void *)src_ctx, (void *)dst_ctx, (void *)stream, (void *)stream_ctx, (void *)cur,
+		       (int)m->srcMemoryType, (unsigned long long)m->srcDevice, m->srcXInBytes, m->srcY, m->srcZ,
+		       m->srcPitch, m->srcHeight, (int)m->dstMemoryType, (unsigned long long)m->dstDevice, m->dstXInBytes,
+		       m->dstY, m->dstZ, m->dstPitch, m->dstHeight, m->WidthInBytes, m->Height, m->Depth);
+}
+
 static CUresult copy3d(struct rm_channel *s, struct rm_request *rq, const Remora__Memcpy3D *req)
 {
 	uint32_t op = rq->frame.op;
@@ -199,6 +217,8 @@ static CUresult copy3d(struct rm_channel *s, struct rm_request *rq, const Remora
 	fill_side(&m, 0, req->src, src_host ? buf : NULL, src_array, w, h);
 	fill_side(&m, 1, req->dst, dst_host ? buf : NULL, dst_array, w, h);
 	r = issue(op, &m, stream, src_ctx, dst_ctx);
+	if (r != CUDA_SUCCESS && src_ctx)
+		log_refused_peer(s, r, &m, stream, src_ctx, dst_ctx);
 	if (r == CUDA_SUCCESS && wait)
 		r = rm_stream_wait(s, stream);
 	struct rm_usage *u = &rm_registry()->clients[s->sh->slot].usage;

@@ -44,6 +44,8 @@ CUresult rm_body_cuMemFree_v2(struct rm_channel *s, CUdeviceptr dptr)
 	struct rm_handle h;
 	if (!rm_session_take(s, RM_H_MEMORY, dptr, &h)) {
 		CUresult r = rm_graph_memory_free(s, dptr, NULL);
+		if (r == CUDA_ERROR_NOT_FOUND) /* an allocation of a pool it imported (CUDA IPC)? */
+			r = rm_ipc_free_imported(s, dptr, NULL);
 		if (r != CUDA_ERROR_NOT_FOUND)
 			return r;
 		rm_session_log(s, RM_LOG_WARN, "refused to free 0x%llx, not an allocation of its own",

@@ -95,9 +95,12 @@ CUresult rm_body_cuMemAllocAsync(struct rm_channel *s, CUdeviceptr *dptr, size_t
 	return r == CUDA_SUCCESS ? alloc_from(s, dptr, bytesize, pool, hStream) : r;
 }
 
+/* Not from a pool it imported (CUDA IPC), which makes no allocations, as natively. */
 CUresult rm_body_cuMemAllocFromPoolAsync(struct rm_channel *s, CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
 					 CUstream hStream)
 {
+	if (rm_ipc_imported(s, RM_IPC_POOL, (uint64_t)(uintptr_t)pool))
+		return CUDA_ERROR_INVALID_VALUE;
 	return s->cur ? alloc_from(s, dptr, bytesize, pool, hStream) : CUDA_ERROR_INVALID_CONTEXT;
 }
 
@@ -109,6 +112,8 @@ CUresult rm_body_cuMemFreeAsync(struct rm_channel *s, CUdeviceptr dptr, CUstream
 	struct rm_handle h;
 	if (!rm_session_take(s, RM_H_MEMORY, dptr, &h)) {
 		CUresult r = rm_graph_memory_free(s, dptr, hStream);
+		if (r == CUDA_ERROR_NOT_FOUND) /* an allocation of a pool it imported (CUDA IPC)? */
+			r = rm_ipc_free_imported(s, dptr, hStream);
 		if (r != CUDA_ERROR_NOT_FOUND)
 			return r;
 		rm_session_log(s, RM_LOG_WARN, "refused to free 0x%llx, not an allocation of its own",
@@ -127,14 +132,16 @@ CUresult rm_body_cuMemFreeAsync(struct rm_channel *s, CUdeviceptr dptr, CUstream
 	return r;
 }
 
-/* A pool of device memory on one of the client's GPUs; nothing shareable with other
- * processes (no handle types: exporting is not forwarded). */
+/* A pool of device memory on one of the client's GPUs, shareable with clients of its worker
+ * by a POSIX file descriptor where it asks (CUDA IPC: ipc_handlers.c); its handle types are
+ * its record's size. */
 CUresult rm_body_cuMemPoolCreate(struct rm_channel *s, CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
 	CUmemPoolProps props;
 	memcpy(&props, poolProps, sizeof(props));
-	if (props.location.type != CU_MEM_LOCATION_TYPE_DEVICE || props.handleTypes != CU_MEM_HANDLE_TYPE_NONE)
-		return rm_unsupported_use("cuMemPoolCreate of host memory or with shareable handles");
+	if (props.location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+	    (props.handleTypes & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+		return rm_unsupported_use("cuMemPoolCreate of host memory or with shareable handles but a POSIX file descriptor");
 	CUdevice dev;
 	CUresult r = rm_session_device(s, props.location.id, &dev);
 	if (r != CUDA_SUCCESS)
@@ -143,18 +150,28 @@ CUresult rm_body_cuMemPoolCreate(struct rm_channel *s, CUmemoryPool *pool, const
 	props.win32SecurityAttributes = NULL; /* a pointer of the client's means nothing here */
 	r = rm_drv_cuMemPoolCreate(pool, &props);
 	if (r == CUDA_SUCCESS)
-		rm_session_own(s, RM_H_MEMPOOL, *pool, 0);
+		rm_session_own_memory(s, RM_H_MEMPOOL, (uint64_t)(uintptr_t)*pool, props.handleTypes, 0);
 	return r;
 }
 
 /* Not the client's default pool, which lives as long as its session, as a device's does.
- * Allocations from the pool stay the client's until freed (the driver frees the pool then). */
+ * Allocations from the pool stay the client's until freed (the driver frees the pool then).
+ * A pool another client holds (CUDA IPC) stays for it: the driver's destroy is the last
+ * holder's; imported more than once, one destroy each. */
 CUresult rm_body_cuMemPoolDestroy(struct rm_channel *s, CUmemoryPool pool)
 {
 	int n = __atomic_load_n(&s->sh->nctx, __ATOMIC_ACQUIRE);
 	for (int i = 0; i < n; i++)
 		if (__atomic_load_n(&s->sh->ctxs[i].pool, __ATOMIC_ACQUIRE) == pool)
 			return CUDA_ERROR_INVALID_VALUE;
+	uint64_t v = (uint64_t)(uintptr_t)pool;
+	int refs = rm_ipc_unref(s, RM_IPC_POOL, v);
+	if (refs > 0)
+		return CUDA_SUCCESS;
+	if (refs == 0 && rm_ipc_leave(s, RM_IPC_POOL, v) == RM_IPC_OTHERS_HOLD) {
+		rm_session_disown(s, RM_H_MEMPOOL, pool);
+		return CUDA_SUCCESS;
+	}
 	CUresult r = rm_drv_cuMemPoolDestroy(pool);
 	if (r == CUDA_SUCCESS)
 		rm_session_disown(s, RM_H_MEMPOOL, pool);

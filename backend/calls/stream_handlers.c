@@ -5,6 +5,7 @@
  * streams (stream_order.c). */
 #include "dispatch.h"
 
+#include "ipc.h"
 #include "kernel_timing.h"
 #include "stream_pool.h"
 #include "stream_wait.h"
@@ -98,29 +99,36 @@ CUresult rm_body_cuEventCreate(struct rm_channel *s, CUevent *phEvent, unsigned 
 }
 
 /* The stream arrives selected without the wait for submission (hStream=nosubmit):
- * only a timed record waits. */
-static CUresult before_record(struct rm_channel *s, CUevent ev, CUstream st)
+ * only a timed record waits. *ipc: an interprocess event (CUDA IPC: ipc.h records it). */
+static CUresult before_record(struct rm_channel *s, CUevent ev, CUstream st, int *ipc)
 {
 	struct rm_handle h;
+	*ipc = 0;
 	if (s->cur && __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) > 0 && rm_capture_active(st))
 		return CUDA_SUCCESS; /* captured: nothing runs now */
 	rm_kernel_timing_close_stream(s, st);
-	return rm_session_find(s, RM_H_EVENT, (uint64_t)(uintptr_t)ev, &h) && (h.size & CU_EVENT_DISABLE_TIMING)
-		       ? CUDA_SUCCESS : rm_stream_pool_before_submit(st);
+	int found = rm_session_find(s, RM_H_EVENT, (uint64_t)(uintptr_t)ev, &h);
+	*ipc = found && (h.size & CU_EVENT_INTERPROCESS);
+	return found && (h.size & CU_EVENT_DISABLE_TIMING) ? CUDA_SUCCESS : rm_stream_pool_before_submit(st);
 }
 
 CUresult rm_body_cuEventRecord(struct rm_channel *s, CUevent hEvent, CUstream hStream)
 {
-	CUresult r = before_record(s, hEvent, hStream);
-	return r == CUDA_SUCCESS ? rm_drv_cuEventRecord(hEvent, hStream) : r;
+	int ipc;
+	CUresult r = before_record(s, hEvent, hStream, &ipc);
+	if (r != CUDA_SUCCESS)
+		return r;
+	return ipc ? rm_ipc_event_record(s, hEvent, hStream, 0) : rm_drv_cuEventRecord(hEvent, hStream);
 }
 
 CUresult rm_body_cuEventRecordWithFlags(struct rm_channel *s, CUevent hEvent, CUstream hStream, unsigned int flags)
 {
-	CUresult r = before_record(s, hEvent, hStream);
+	int ipc;
+	CUresult r = before_record(s, hEvent, hStream, &ipc);
 	if (r != CUDA_SUCCESS)
 		return r;
-	return rm_drv_cuEventRecordWithFlags(hEvent, hStream, flags);
+	return ipc && !flags ? rm_ipc_event_record(s, hEvent, hStream, 0)
+			     : rm_drv_cuEventRecordWithFlags(hEvent, hStream, flags);
 }
 
 /* A batch's writes must address the client's memory; a wait by a word would hold up the

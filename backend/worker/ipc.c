@@ -9,6 +9,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "driver_table.h"
 #include "registry.h"
 #include "session.h"
 #include "worker.h"
@@ -18,12 +19,22 @@ struct hold {
 	uint32_t refs; /* its references not given back (cuIpcOpenMemHandle twice: 2) */
 };
 
+/* An importer's way of recording an event from another context (rm_ipc_event_record). */
+struct proxy {
+	uint64_t session;
+	CUcontext ctx;  /* the importer's stream's context, where event lives */
+	CUevent event;  /* recorded on the importer's stream */
+	CUstream helper; /* in the exported event's context: waits for event, records the export */
+};
+
 struct export {
 	struct rm_ipc_token token;
 	struct rm_ipc_object obj;
 	uint64_t exporter; /* the session that exported it */
 	struct hold *holds;
 	size_t nholds, holds_cap;
+	struct proxy *proxies;
+	size_t nproxies, proxies_cap;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -91,8 +102,26 @@ static int add_hold(struct export *e, uint64_t session)
 	return 0;
 }
 
+/* The driver's objects of session's proxies (every session's where session is 0) go: their
+ * pending work still runs, as a destroyed event's and stream's does. */
+static void drop_proxies(struct export *e, uint64_t session)
+{
+	for (size_t i = 0; i < e->nproxies;) {
+		struct proxy *p = &e->proxies[i];
+		if (session && p->session != session) {
+			i++;
+			continue;
+		}
+		rm_drv_cuStreamDestroy_v2(p->helper);
+		rm_drv_cuEventDestroy_v2(p->event);
+		*p = e->proxies[--e->nproxies];
+	}
+}
+
 static void drop(struct export *e)
 {
+	drop_proxies(e, 0);
+	free(e->proxies);
 	for (size_t i = 0; i < nexports; i++)
 		if (exports[i] == e) {
 			exports[i] = exports[--nexports];
@@ -156,7 +185,7 @@ static int sees_device(struct rm_channel *s, int device)
 }
 
 static const char *const kind_names[] = {[RM_IPC_MEMORY] = "memory", [RM_IPC_EVENT] = "event",
-					 [RM_IPC_PHYSICAL] = "physical allocation"};
+					 [RM_IPC_PHYSICAL] = "physical allocation", [RM_IPC_POOL] = "memory pool"};
 
 CUresult rm_ipc_open(struct rm_channel *s, enum rm_ipc_kind kind, const void *token, size_t len,
 		     struct rm_ipc_object *obj, int *again)
@@ -247,10 +276,78 @@ enum rm_ipc_left rm_ipc_leave(struct rm_channel *s, enum rm_ipc_kind kind, uint6
 		struct hold *h = hold_of(e, s->sh->id);
 		if (h)
 			*h = e->holds[--e->nholds];
+		drop_proxies(e, s->sh->id);
 		left = e->nholds ? RM_IPC_OTHERS_HOLD : RM_IPC_LAST;
 		if (!e->nholds)
 			drop(e);
 	}
 	pthread_mutex_unlock(&lock);
 	return left;
+}
+
+/* Makes the proxy of (s, ctx) for e: an event in ctx and a helper stream in the export's
+ * context. Under lock. */
+static CUresult make_proxy(struct rm_channel *s, struct export *e, CUcontext ctx, struct proxy **out)
+{
+	if (e->nproxies == e->proxies_cap) {
+		size_t cap = e->proxies_cap ? 2 * e->proxies_cap : 2;
+		struct proxy *grown = realloc(e->proxies, cap * sizeof(*grown));
+		if (!grown)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		e->proxies = grown, e->proxies_cap = cap;
+	}
+	struct proxy p = {.session = s->sh->id, .ctx = ctx};
+	CUcontext popped;
+	CUresult r = rm_drv_cuCtxPushCurrent_v2(ctx);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = rm_drv_cuEventCreate(&p.event, CU_EVENT_DISABLE_TIMING);
+	rm_drv_cuCtxPopCurrent_v2(&popped);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if ((r = rm_drv_cuCtxPushCurrent_v2(e->obj.ctx)) == CUDA_SUCCESS) {
+		r = rm_drv_cuStreamCreate(&p.helper, CU_STREAM_NON_BLOCKING);
+		rm_drv_cuCtxPopCurrent_v2(&popped);
+	}
+	if (r != CUDA_SUCCESS) {
+		rm_drv_cuEventDestroy_v2(p.event);
+		return r;
+	}
+	e->proxies[e->nproxies] = p;
+	*out = &e->proxies[e->nproxies++];
+	return CUDA_SUCCESS;
+}
+
+CUresult rm_ipc_event_record(struct rm_channel *s, CUevent ev, CUstream st, unsigned int flags)
+{
+	CUcontext ctx = NULL;
+	pthread_mutex_lock(&lock);
+	struct export *e = nexports ? find(RM_IPC_EVENT, (uint64_t)(uintptr_t)ev) : NULL;
+	if (!e || e->exporter == s->sh->id || !e->obj.ctx || rm_drv_cuStreamGetCtx(st, &ctx) != CUDA_SUCCESS ||
+	    ctx == e->obj.ctx) {
+		pthread_mutex_unlock(&lock);
+		return flags ? rm_drv_cuEventRecordWithFlags(ev, st, flags) : rm_drv_cuEventRecord(ev, st);
+	}
+	struct proxy *p = NULL;
+	for (size_t i = 0; i < e->nproxies && !p; i++)
+		if (e->proxies[i].session == s->sh->id && e->proxies[i].ctx == ctx)
+			p = &e->proxies[i];
+	CUresult r = p ? CUDA_SUCCESS : make_proxy(s, e, ctx, &p);
+	if (r == CUDA_SUCCESS)
+		r = flags ? rm_drv_cuEventRecordWithFlags(p->event, st, flags) : rm_drv_cuEventRecord(p->event, st);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv_cuStreamWaitEvent(p->helper, p->event, 0);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv_cuEventRecord(ev, p->helper);
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+int rm_ipc_imported(struct rm_channel *s, enum rm_ipc_kind kind, uint64_t value)
+{
+	pthread_mutex_lock(&lock);
+	struct export *e = nexports ? find(kind, value) : NULL;
+	int imported = e && e->exporter != s->sh->id && hold_of(e, s->sh->id);
+	pthread_mutex_unlock(&lock);
+	return imported;
 }

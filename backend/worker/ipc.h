@@ -18,6 +18,8 @@ struct rm_ipc_object {
 	uint64_t value; /* the base address, the CUevent, the CUmemGenericAllocationHandle */
 	uint64_t size;  /* memory: its length */
 	int device;     /* the host GPU it is on; -1: any */
+	CUcontext ctx;  /* an event: the shared context it was made in (its streams record it) */
+	uint64_t pool;  /* memory: the exportable pool it was allocated from (cuMemPoolExportPointer), else 0 */
 };
 
 /* Exports s's object (kind, value), which s holds, or finds its export if made already:
@@ -31,6 +33,21 @@ CUresult rm_ipc_export(struct rm_channel *s, enum rm_ipc_kind kind, const struct
  * that exported it, as natively in the exporting process). */
 CUresult rm_ipc_open(struct rm_channel *s, enum rm_ipc_kind kind, const void *token, size_t len,
 		     struct rm_ipc_object *obj, int *again);
+/* Records event ev of the client's (CU_EVENT_INTERPROCESS) on stream st. An importer's stream
+ * of another context than the event's records a proxy event of st's context, made at its
+ * first such record, and a helper stream of the event's context waits for the proxy and
+ * records the event: every holder's waits and queries of the event see the record. Any
+ * other record is the driver's (the exporter's own, or a stream of the event's context). */
+CUresult rm_ipc_event_record(struct rm_channel *s, CUevent ev, CUstream st, unsigned int flags);
+/* Whether s holds (kind, value) as another session's export: an imported pool, which makes
+ * no allocations. */
+int rm_ipc_imported(struct rm_channel *s, enum rm_ipc_kind kind, uint64_t value);
+/* Frees, for the importer, an allocation of an imported pool (cuMemFree_v2, cuMemFreeAsync on
+ * stream st, NULL for cuMemFree): no longer its own, the driver's free the last holder's.
+ * CUDA_ERROR_NOT_FOUND where dptr is no such allocation of s's. */
+CUresult rm_ipc_free_imported(struct rm_channel *s, CUdeviceptr dptr, CUstream st);
+/* Gives up the peer access an opened allocation held (its handle's parent; 0: none). */
+void rm_ipc_peer_unhold(uint64_t hold);
 /* Gives back one of s's references to (kind, value): how many it still has (0: none left,
  * its hold stays until rm_ipc_leave), or -1 where (kind, value) is not exported. */
 int rm_ipc_unref(struct rm_channel *s, enum rm_ipc_kind kind, uint64_t value);

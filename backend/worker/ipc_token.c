@@ -43,7 +43,7 @@ int rm_ipc_token_decode(const void *in, size_t len, struct rm_ipc_token *t, cons
 		*why = "a handle of another version of Remora";
 		return -1;
 	}
-	if (p[5] < RM_IPC_MEMORY || p[5] > RM_IPC_PHYSICAL) {
+	if (p[5] < RM_IPC_MEMORY || p[5] > RM_IPC_POOL) {
 		*why = "a handle of a kind this daemon does not know";
 		return -1;
 	}

@@ -19,6 +19,7 @@ enum rm_ipc_kind {
 	RM_IPC_MEMORY = 1,   /* cuIpcGetMemHandle: a cuMemAlloc allocation */
 	RM_IPC_EVENT = 2,    /* cuIpcGetEventHandle: an interprocess event */
 	RM_IPC_PHYSICAL = 3, /* cuMemExportToShareableHandle: a cuMemCreate allocation */
+	RM_IPC_POOL = 4,     /* cuMemPoolExportToShareableHandle: a memory pool (its allocations: RM_IPC_MEMORY) */
 };
 
 struct rm_ipc_token {

@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include "driver_table.h"
+#include "gpus.h"
 #include "log.h"
 #include "session.h"
 
@@ -110,4 +111,30 @@ void rm_peer_release(struct rm_channel *s, struct rm_session_ctx *c)
 	pthread_mutex_unlock(&refs_lock);
 	if (cur && cur != s->thread_ctx)
 		rm_drv_cuCtxSetCurrent(s->thread_ctx);
+}
+
+CUresult rm_peer_hold_gpus(CUdevice from, CUdevice to, int take)
+{
+	struct rm_session_ctx a = {.dev = from}, b = {.dev = to};
+	CUcontext popped;
+	CUresult r = rm_gpu_acquire(from, &a.ctx);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if ((r = rm_gpu_acquire(to, &b.ctx)) != CUDA_SUCCESS) {
+		rm_gpu_release(from);
+		return r;
+	}
+	if ((r = rm_drv_cuCtxPushCurrent_v2(a.ctx)) == CUDA_SUCCESS) {
+		pthread_mutex_lock(&refs_lock);
+		r = gpu_pair(&a, &b, take);
+		pthread_mutex_unlock(&refs_lock);
+		rm_drv_cuCtxPopCurrent_v2(&popped);
+	}
+	/* A hold keeps one use of each GPU's context, given back with it. */
+	int uses = take && r == CUDA_SUCCESS ? 0 : take ? 1 : 2;
+	for (int i = 0; i < uses; i++) {
+		rm_gpu_release(from);
+		rm_gpu_release(to);
+	}
+	return r;
 }

@@ -15,4 +15,9 @@ CUresult rm_peer_disable(struct rm_channel *s, struct rm_session_ctx *peer);
 /* Forgets the session's enables from or to c (NULL: all of them), as its destroy or end does. */
 void rm_peer_release(struct rm_channel *s, struct rm_session_ctx *c);
 
+/* GPU from's shared context reaching GPU to's memory, held (take) or given up (!take) for
+ * another client's allocation opened with CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS (ipc_handlers.c),
+ * counted with the sessions' enables. */
+CUresult rm_peer_hold_gpus(CUdevice from, CUdevice to, int take);
+
 #endif

@@ -85,6 +85,7 @@ static void release_ipc_memory(struct rm_channel *s, const struct rm_handle *h)
 	if (rm_ipc_leave(s, RM_IPC_MEMORY, h->value) == RM_IPC_LAST)
 		rm_deferred_release(NULL, RM_DEFER_MEM_FREE, h->value, NULL, NULL);
 	rm_session_uncharge(s, h->size);
+	rm_ipc_peer_unhold(h->parent);
 }
 
 /* Allocated by a launch and not freed since, or not: the driver refuses the latter. */
@@ -123,9 +124,11 @@ static void release_va_range(struct rm_channel *s, const struct rm_handle *h)
 	rm_deferred_release_range(NULL, RM_DEFER_ADDRESS_FREE, h->value, h->size, NULL, NULL);
 }
 
+/* A pool another client holds (CUDA IPC) stays for it. */
 static void release_mempool(struct rm_channel *s, const struct rm_handle *h)
 {
-	rm_drv_cuMemPoolDestroy(handle_of(h));
+	if (rm_ipc_leave(s, RM_IPC_POOL, h->value) != RM_IPC_OTHERS_HOLD)
+		rm_drv_cuMemPoolDestroy(handle_of(h));
 }
 
 /* Arrays are charged like memory; a mipmapped array's level and an array's plane go with it. */

@@ -167,13 +167,28 @@ TD_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *p, CUstream stream)
 	return copy_3d(p, stream, true);
 }
 
-/* One address space: a peer copy is a 3-D copy between valid contexts. */
+/* Whether a device side of a peer copy lies on its context's device, as the driver checks
+ * (arrays and host sides: their context is not used). */
+static bool on_device_of(CUmemorytype t, CUdeviceptr dev, const struct td_context *ctx)
+{
+	struct td_alloc a;
+	if (t != CU_MEMORYTYPE_DEVICE)
+		return true;
+	return td_find_alloc(dev, 1, &a) && a.kind != TD_ALLOC_HOST && a.kind != TD_ALLOC_REGISTERED &&
+	       a.device == ctx->device;
+}
+
+/* One address space: a peer copy is a 3-D copy between valid contexts, each device side on
+ * its context's device. */
 static CUresult copy_3d_peer(const CUDA_MEMCPY3D_PEER *p, CUstream stream, bool async)
 {
 	if (!p)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!td_context_valid((struct td_context *)p->srcContext) || !td_context_valid((struct td_context *)p->dstContext))
 		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!on_device_of(p->srcMemoryType, p->srcDevice, (const struct td_context *)p->srcContext) ||
+	    !on_device_of(p->dstMemoryType, p->dstDevice, (const struct td_context *)p->dstContext))
+		return CUDA_ERROR_INVALID_VALUE;
 	CUDA_MEMCPY3D m = {
 		.srcXInBytes = p->srcXInBytes, .srcY = p->srcY, .srcZ = p->srcZ, .srcMemoryType = p->srcMemoryType,
 		.srcHost = p->srcHost, .srcDevice = p->srcDevice, .srcArray = p->srcArray, .srcPitch = p->srcPitch,

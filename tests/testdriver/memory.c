@@ -229,6 +229,8 @@ TD_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 	int graph = td_graph_mem_release(dptr);
 	if (graph)
 		return graph > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (td_ipc_close_mem(dptr, true)) /* an allocation of an imported pool */
+		return CUDA_SUCCESS;
 	struct td_alloc a;
 	if (!td_find_alloc(dptr, 1, &a) || a.base != dptr || (a.kind != TD_ALLOC_DEVICE && a.kind != TD_ALLOC_MANAGED) ||
 	    !a.ctx)
@@ -258,6 +260,8 @@ TD_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream handle)
 	if (!td_find_alloc(dptr, 1, &a) || a.base != dptr || a.kind != TD_ALLOC_DEVICE || !a.ctx)
 		return CUDA_ERROR_INVALID_VALUE;
 	td_stream_synchronize(s);
+	if (td_ipc_close_mem(dptr, true)) /* an allocation of an imported pool */
+		return CUDA_SUCCESS;
 	if (a.pool)
 		td_pool_freed(a.pool, a.size);
 	td_free_device_range(a.base);

@@ -1,11 +1,18 @@
 /* Stream-ordered allocation and memory pools. A pool is a record of its device,
  * attributes and usage; its allocations are ordinary device allocations marked with
  * it. An allocation is usable at once (the stream's order is kept trivially); the
- * pool keeps nothing cached, so reserved memory is used memory. */
+ * pool keeps nothing cached, so reserved memory is used memory. A pool made with
+ * CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR is exported as a memfd naming it (its process and
+ * address); imported, it is a record of that, making no allocations; an allocation of it is
+ * exported as CUDA IPC memory is (ipc.c), and imported into a pool that names its own. */
 #include "testdriver.h"
 
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define TD_MAGIC_POOL 0x504f4f4c /* "POOL" */
 
@@ -17,6 +24,9 @@ struct td_pool {
 	int reuse[3];              /* FOLLOW_EVENT_DEPENDENCIES, ALLOW_OPPORTUNISTIC, ALLOW_INTERNAL_DEPENDENCIES */
 	cuuint64_t used, used_high; /* guarded by td_lock */
 	struct td_pool *next_destroyed;
+	unsigned handle_types;     /* CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: exportable */
+	uint32_t import_pid;       /* imported: the exporting process and its pool, else 0 */
+	uint64_t import_pool;
 };
 
 /* Destroyed pools' records, kept (their allocations may still name them) and reachable. */
@@ -104,7 +114,8 @@ TD_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *pro
 	struct td_pool *p = calloc(1, sizeof(*p));
 	if (!p)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	*p = (struct td_pool){.magic = TD_MAGIC_POOL, .device = props->location.id, .reuse = {1, 1, 1}};
+	*p = (struct td_pool){.magic = TD_MAGIC_POOL, .device = props->location.id, .reuse = {1, 1, 1},
+			      .handle_types = props->handleTypes};
 	*pool = (CUmemoryPool)p;
 	return CUDA_SUCCESS;
 }
@@ -232,6 +243,8 @@ TD_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUme
 {
 	struct td_pool *p;
 	CUresult rc = pool_of(pool, &p);
+	if (rc == CUDA_SUCCESS && p->import_pid)
+		return CUDA_ERROR_INVALID_VALUE; /* an imported pool makes no allocations */
 	return rc == CUDA_SUCCESS ? alloc_from(p, dptr, bytes, stream) : rc;
 }
 
@@ -283,4 +296,108 @@ TD_EXPORT CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool mem
 	*flags = location->id == p->device ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : peer_access[p->device][location->id];
 	pthread_mutex_unlock(&td_lock);
 	return CUDA_SUCCESS;
+}
+
+/* ---- pools shared between processes ---- */
+
+#define POOL_MAGIC 0x4c4f4f50u     /* "POOL" backwards: a pool's memfd */
+#define POINTER_MAGIC 0x50544450u  /* "PDTP": CUmemPoolPtrExportData */
+
+struct pool_share {
+	uint32_t magic, pid;
+	uint64_t pool;
+	int32_t device;
+};
+
+struct pointer_share {
+	uint32_t magic, pid;
+	uint64_t pool, base, size, id;
+	int32_t fd;
+};
+_Static_assert(sizeof(struct pointer_share) <= sizeof(CUmemPoolPtrExportData), "export data fits");
+
+TD_EXPORT CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool,
+						    CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+	struct td_pool *p;
+	CUresult rc = pool_of(pool, &p);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!handle_out || flags || handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
+	    !(p->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) || p->import_pid)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct pool_share sh = {POOL_MAGIC, (uint32_t)getpid(), (uint64_t)(uintptr_t)p, p->device};
+	int fd = memfd_create("td-pool", MFD_CLOEXEC);
+	if (fd < 0 || pwrite(fd, &sh, sizeof(sh), 0) != (ssize_t)sizeof(sh)) {
+		if (fd >= 0)
+			close(fd);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*(int *)handle_out = fd;
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle,
+						      CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+	struct pool_share sh;
+	if (!td_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!pool_out || flags || handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (pread((int)(intptr_t)handle, &sh, sizeof(sh), 0) != (ssize_t)sizeof(sh) || sh.magic != POOL_MAGIC ||
+	    device_ok(sh.device) != CUDA_SUCCESS)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (sh.pid == (uint32_t)getpid())
+		return CUDA_ERROR_INVALID_VALUE;
+	struct td_pool *p = calloc(1, sizeof(*p));
+	if (!p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*p = (struct td_pool){.magic = TD_MAGIC_POOL, .device = sh.device, .reuse = {1, 1, 1},
+			      .handle_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, .import_pid = sh.pid,
+			      .import_pool = sh.pool};
+	*pool_out = (CUmemoryPool)p;
+	return CUDA_SUCCESS;
+}
+
+TD_EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)
+{
+	struct td_alloc a;
+	if (!td_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!shareData_out || !td_find_alloc(ptr, 1, &a) || a.base != ptr || !a.pool ||
+	    !(a.pool->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) || a.pool->import_pid)
+		return CUDA_ERROR_INVALID_VALUE;
+	int fd = td_ipc_share_alloc(&a);
+	if (fd < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	struct pointer_share sh = {POINTER_MAGIC, (uint32_t)getpid(), (uint64_t)(uintptr_t)a.pool, a.base, a.size,
+				   a.buffer_id, fd};
+	memset(shareData_out, 0, sizeof(*shareData_out));
+	memcpy(shareData_out->reserved, &sh, sizeof(sh));
+	return CUDA_SUCCESS;
+}
+
+/* Freed by cuMemFree(Async) (memory.c: td_ipc_close_mem). */
+TD_EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData)
+{
+	struct td_context *ctx;
+	struct td_pool *p;
+	struct pointer_share sh;
+	CUresult rc = td_require_context(&ctx);
+	if (rc == CUDA_SUCCESS)
+		rc = pool_of(pool, &p);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!ptr_out || !shareData)
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&sh, shareData->reserved, sizeof(sh));
+	if (sh.magic != POINTER_MAGIC || !p->import_pid || sh.pid != p->import_pid || sh.pool != p->import_pool)
+		return CUDA_ERROR_INVALID_VALUE;
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%u/fd/%d", sh.pid, sh.fd);
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return CUDA_ERROR_INVALID_HANDLE;
+	return td_ipc_open_mem(sh.pid, sh.base, sh.id, sh.size, fd, true, ptr_out);
 }

@@ -28,6 +28,8 @@
  */
 #include "testdriver.h"
 
+#include <unistd.h>
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +65,8 @@ static void event_unref(struct td_event *e)
 	if (e->stream)
 		td_stream_unref(e->stream);
 	td_capture_event_clear(e);
+	if (e->ipc_fd >= 0) /* its page stays mapped: a queued op may name it (ipc.c) */
+		close(e->ipc_fd);
 	pthread_mutex_destroy(&e->lock);
 	free(e);
 }
@@ -651,6 +655,30 @@ static struct td_event *event_from(CUevent handle)
 	return e && e->magic == TD_MAGIC_EVENT ? e : NULL;
 }
 
+CUresult td_event_new(CUevent *ph, unsigned flags, struct td_ipc_event *page)
+{
+	struct td_context *ctx;
+	CUresult rc = td_require_context(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	struct td_event *e = calloc(1, sizeof *e);
+	if (!e)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	e->ipc = page;
+	e->ipc_fd = -1;
+	if ((flags & CU_EVENT_INTERPROCESS) && !page && !(e->ipc = td_ipc_event_new(&e->ipc_fd))) {
+		free(e);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	e->magic = TD_MAGIC_EVENT;
+	e->flags = flags;
+	e->ctx = ctx;
+	e->refs = 1;
+	pthread_mutex_init(&e->lock, NULL);
+	*ph = (CUevent)e;
+	return CUDA_SUCCESS;
+}
+
 TD_EXPORT CUresult cuEventCreate(CUevent *ph, unsigned int flags)
 {
 	if (td_fail_now(TD_FAIL_EVENT_CREATE))
@@ -664,16 +692,7 @@ TD_EXPORT CUresult cuEventCreate(CUevent *ph, unsigned int flags)
 		return CUDA_ERROR_INVALID_VALUE;
 	if ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING))
 		return CUDA_ERROR_INVALID_VALUE;
-	struct td_event *e = calloc(1, sizeof *e);
-	if (!e)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	e->magic = TD_MAGIC_EVENT;
-	e->flags = flags;
-	e->ctx = ctx;
-	e->refs = 1;
-	pthread_mutex_init(&e->lock, NULL);
-	*ph = (CUevent)e;
-	return CUDA_SUCCESS;
+	return td_event_new(ph, flags, NULL);
 }
 
 TD_EXPORT CUresult cuEventRecordWithFlags(CUevent handle, CUstream stream, unsigned int flags)
@@ -688,6 +707,8 @@ TD_EXPORT CUresult cuEventRecordWithFlags(CUevent handle, CUstream stream, unsig
 		return CUDA_ERROR_INVALID_HANDLE;
 	if ((rc = td_capture_usable(s)) != CUDA_SUCCESS)
 		return rc;
+	if (e->ipc) /* its state is shared with other processes */
+		return td_ipc_event_record(e->ipc, s);
 	if (td_capture_record(e, s) == 0)
 		return CUDA_SUCCESS;
 	td_capture_event_clear(e);
@@ -733,6 +754,8 @@ TD_EXPORT CUresult cuEventQuery(CUevent handle)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
+	if (e->ipc)
+		return td_ipc_event_query(e->ipc);
 	struct td_stream *s;
 	uint64_t ticket;
 	if (!last_record(e, &s, &ticket))
@@ -749,6 +772,8 @@ TD_EXPORT CUresult cuEventSynchronize(CUevent handle)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
+	if (e->ipc)
+		return td_ipc_event_synchronize(e->ipc);
 	struct td_stream *s;
 	uint64_t ticket;
 	if (!last_record(e, &s, &ticket))
@@ -769,6 +794,8 @@ TD_EXPORT CUresult cuStreamWaitEvent(CUstream stream, CUevent handle, unsigned i
 		return rc;
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
+	if (e->ipc)
+		return td_ipc_event_wait(e->ipc, s);
 	if (td_capture_wait(s, e, &rc) == 0)
 		return rc;
 	struct td_stream *source;

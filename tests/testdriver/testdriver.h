@@ -241,7 +241,28 @@ struct td_event {
 	struct td_capture *capture;  /* recorded in a capture: its nodes then (graph.c) */
 	struct td_gnode **cap_nodes;
 	size_t ncap_nodes;
+	struct td_ipc_event *ipc;    /* an interprocess event's shared state (ipc.c), else NULL */
+	int ipc_fd;                  /* its page's descriptor where this process made it, else -1 */
 };
+
+/* ---- interprocess events (ipc.c): records and waits through a page shared by processes ---- */
+struct td_ipc_event;
+/* A shared page for a new interprocess event, its descriptor in *fd; NULL if none. */
+struct td_ipc_event *td_ipc_event_new(int *fd);
+CUresult td_ipc_event_record(struct td_ipc_event *ev, struct td_stream *s);
+CUresult td_ipc_event_wait(struct td_ipc_event *ev, struct td_stream *s);
+CUresult td_ipc_event_query(struct td_ipc_event *ev);
+CUresult td_ipc_event_synchronize(struct td_ipc_event *ev);
+/* Exported memory (ipc.c): the allocation moved into a memfd in place, its descriptor (-1:
+ * none); another process's mapped here (exporter pid, its base, buffer id, size, a descriptor
+ * of the memfd, which it closes), counted; unmapped once closed as often as opened (pool: an
+ * imported pool's allocation, given back by a free). */
+int td_ipc_share_alloc(const struct td_alloc *a);
+CUresult td_ipc_open_mem(uint32_t pid, uint64_t what, uint64_t id, uint64_t size, int fd, bool pool,
+			 CUdeviceptr *pdptr);
+bool td_ipc_close_mem(CUdeviceptr dptr, bool pool);
+/* An event of the current context (stream.c); page: an opened interprocess event's state. */
+CUresult td_event_new(CUevent *ph, unsigned flags, struct td_ipc_event *page);
 
 void td_stream_ref(struct td_stream *s);
 

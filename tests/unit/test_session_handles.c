@@ -63,6 +63,7 @@ struct rm_hostfn_hub *rm_hostfn_hub_new(const struct rm_channel *s, int timeout_
 void rm_hostfn_hub_release(struct rm_hostfn_hub *hub) { unused(__func__); }
 void rm_hostfn_hub_close(struct rm_hostfn_hub *hub) { unused(__func__); }
 enum rm_ipc_left rm_ipc_leave(struct rm_channel *s, enum rm_ipc_kind kind, uint64_t value) { (void)s; (void)kind; (void)value; return RM_IPC_NOT_SHARED; } /* nothing exported here */
+void rm_ipc_peer_unhold(uint64_t hold) { (void)hold; } /* no IPC memory here */
 
 /* ---- what rm_session_release_all and rm_session_use call: recorded ---- */
 
