@@ -11,9 +11,20 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include "api_ops.h"
+
 /* The signal, the address it was about, and where it struck (the instruction's library
  * and symbol: the stack below may not unwind through a library without unwind tables,
  * the driver's among them), then the stack. */
+static __thread uint32_t serving_op = UINT32_MAX;
+static __thread uint64_t serving_session;
+
+void rm_crash_note_call(uint32_t op, uint64_t session)
+{
+	serving_op = op;
+	serving_session = session;
+}
+
 static void on_fatal(int sig, siginfo_t *info, void *context)
 {
 	char line[512];
@@ -33,6 +44,15 @@ static void on_fatal(int sig, siginfo_t *info, void *context)
 			 : sig == SIGILL ? "SIGILL" : "SIGABRT", info ? info->si_addr : NULL, ip,
 			 where.dli_fname ? where.dli_fname : "?", where.dli_sname ? where.dli_sname : "?",
 			 (unsigned long)((char *)ip - (char *)(where.dli_saddr ? where.dli_saddr : where.dli_fbase)));
+	if (n > 0 && write(2, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1) < 0)
+		_exit(128 + sig);
+	/* Before the stack: unwinding through a driver without unwind tables may fault again. */
+	const char *op_name = serving_op < RM_OP_LIMIT && rm_op_names[serving_op] ? rm_op_names[serving_op] : "?";
+	n = serving_op == UINT32_MAX ? snprintf(line, sizeof(line), "remorad[%d] error: the crashed thread served no call\n",
+						 (int)getpid())
+				     : snprintf(line, sizeof(line), "remorad[%d] error: the crashed thread served op %u (%s) of "
+						 "session %llu\n", (int)getpid(), serving_op, op_name,
+						 (unsigned long long)serving_session);
 	if (n > 0 && write(2, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1) < 0)
 		_exit(128 + sig);
 	void *frames[64];

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "call_profile.h"
+#include "crash_report.h"
 #include "device_state.h"
 #include "dispatch.h"
 #include "fault.h"
@@ -159,6 +160,7 @@ void rm_serve(struct rm_channel *s)
 		if (waits)
 			rm_kernel_timing_close(s, RM_SPAN_EARLY_CLOSE_NS);
 		rm_liveness_call_begin(s);
+		rm_crash_note_call(rq.frame.op, s->sh->id);
 		CUresult r = rm_session_enter(s, rq.frame.ctx);
 		/* A striped call's handler runs even when the call is to fail, so that its bytes are
 		 * drained or the copy links told (memory_handlers.c fails it with the fault's error). */
@@ -170,6 +172,7 @@ void rm_serve(struct rm_channel *s)
 		else
 			handler(s, &rq);
 		uint64_t after_ns = rm_call_part_begin();
+		rm_crash_note_call(UINT32_MAX, 0);
 		rm_liveness_call_end(s);
 		if (waits) /* replied: the young spans' ends, off the client's path */
 			rm_kernel_timing_close(s, 0);

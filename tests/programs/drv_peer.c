@@ -105,14 +105,15 @@ static void peer_copies(CUcontext c0, CUcontext c1, CUmodule m1)
 	EXPECT(!memcmp(g, h, bytes), "cuMemcpyPeerAsync device 1 -> 0 on device 1's stream");
 	printf("peer copies: %016llx\n", (unsigned long long)drv_fnv1a(g, bytes));
 
-	/* A rectangle of W/2 x H/2 floats between pitched layouts of the two devices. */
+	/* A rectangle of W/2 x H/2 floats between pitched layouts of the two devices (each a
+	 * buffer of N / W rows: the second rectangle's rows reach past row H). */
 	CUDA_MEMCPY3D_PEER p = {0};
 	CHECK(cuCtxSetCurrent(c1));
 	CHECK(cuMemsetD32(b, 0, N));
 	p.srcMemoryType = CU_MEMORYTYPE_DEVICE, p.srcDevice = a, p.srcContext = c0, p.srcPitch = W * sizeof(float);
-	p.srcHeight = H, p.srcXInBytes = 8 * sizeof(float), p.srcY = 4;
+	p.srcHeight = N / W, p.srcXInBytes = 8 * sizeof(float), p.srcY = 4;
 	p.dstMemoryType = CU_MEMORYTYPE_DEVICE, p.dstDevice = b, p.dstContext = c1, p.dstPitch = W * sizeof(float);
-	p.dstHeight = H, p.dstXInBytes = 16 * sizeof(float), p.dstY = 2;
+	p.dstHeight = N / W, p.dstXInBytes = 16 * sizeof(float), p.dstY = 2;
 	p.WidthInBytes = W / 2 * sizeof(float), p.Height = H / 2, p.Depth = 1;
 	CHECK(cuMemcpy3DPeer(&p));
 	p.dstY = 2 + H / 2; /* the same rectangle again below, stream-ordered */

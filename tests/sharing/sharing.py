@@ -668,6 +668,21 @@ def channels(tmp):
         d.stop()
 
 
+# A worker that crashes inside the driver names the call its thread served: no stack
+# unwinds through a driver without unwind tables.
+def crash(tmp):
+    d = Daemon(tmp, "crash", "", env={"REMORA_TESTDRIVER_CRASH": "cuMemAlloc_v2"})
+    try:
+        p, results, _, _ = holder(d, 1)
+        rc = release(p) if p.poll() is None else p.wait()
+        check(rc != 0, f"the client's allocation fails with its worker ({results})")
+        check(wait_for(lambda: re.search(r"the crashed thread served op \d+ \(cuMemAlloc_v2\) of session \d+",
+                                         d.text()), timeout=10),
+              "the crash report names the call the thread served")
+    finally:
+        d.stop()
+
+
 # ---------------------------------------------------------------- queues
 
 def timed_clients(d, k, ms):
@@ -820,6 +835,7 @@ SCENARIOS = {
     "records": records,
     "queues": queues,
     "channels": channels,
+    "crash": crash,
     "deviceget": deviceget,
     "freestall": freestall,
     "isolation": isolation,

@@ -1,6 +1,7 @@
 /* Failure injection (testdriver.h): REMORA_TESTDRIVER_FAIL names the calls that fail. */
 #include "testdriver.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,4 +86,13 @@ bool td_fail_now(enum td_fail_point point)
 			return true;
 		}
 	return false;
+}
+
+void td_crash_if_asked(const char *name)
+{
+	const char *crash = getenv("REMORA_TESTDRIVER_CRASH");
+	if (crash && !strcmp(crash, name)) {
+		fprintf(stderr, "remora-testdriver: %s crashes (REMORA_TESTDRIVER_CRASH)\n", name);
+		raise(SIGSEGV);
+	}
 }

@@ -209,6 +209,7 @@ void td_free_context_allocs(struct td_context *ctx)
 
 TD_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
 {
+	td_crash_if_asked("cuMemAlloc_v2");
 	struct td_context *ctx;
 	CUresult rc = td_require_context(&ctx);
 	if (rc != CUDA_SUCCESS)

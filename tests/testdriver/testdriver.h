@@ -321,6 +321,9 @@ enum td_fail_point { TD_FAIL_MEM_ALLOC_HOST, TD_FAIL_EVENT_CREATE, TD_FAIL_POINT
 void td_fail_configure(void);
 /* Counts a call of point's function: true when this call is to fail. */
 bool td_fail_now(enum td_fail_point point);
+/* REMORA_TESTDRIVER_CRASH=NAME: NAME (cuMemAlloc_v2) raises SIGSEGV in the calling
+ * thread, as a driver that faults inside a call (the tests of a worker's crash report). */
+void td_crash_if_asked(const char *name);
 
 /* ---- kernels (kernels.c, launch.c) ---- */
 struct td_kernel {
