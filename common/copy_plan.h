@@ -5,7 +5,7 @@
  *   R  the round trip: the least a call without bulk took, over a window of such calls
  *      (the hello's first), so that it follows a link that changes;
  *   S  one stream's rate, per direction: n / (t - R) of copies over one connection of at
- *      least RM_COPY_PLAN_MIN_SHARE bytes, a running maximum decayed by 1/32 a copy;
+ *      least RM_COPY_PLAN_MIN_SHARE bytes, a running mean (each copy weighing 1/8);
  *   B  the whole rate of striped copies, likewise.
  *
  * A copy of n bytes is striped over L = as many links as give each at least
