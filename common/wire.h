@@ -85,6 +85,9 @@ static inline int rm_stripe_chunk_ok(uint64_t n, uint32_t links, uint64_t chunk)
 		return 1;
 	if (chunk % RM_STRIPE_CHUNK_ALIGN || links == 0 || links > RM_MAX_COPY_LINKS)
 		return 0;
+	/* No larger than the copy (rounded up): n + chunk then cannot wrap. */
+	if (n > UINT64_MAX / 4 || chunk / RM_STRIPE_CHUNK_ALIGN > n / RM_STRIPE_CHUNK_ALIGN + 1)
+		return 0;
 	uint64_t chunks = n / chunk + (n % chunk != 0);
 	return chunks <= (uint64_t)RM_STRIPE_MAX_CHUNKS_PER_LINK * links;
 }

@@ -45,7 +45,7 @@ struct rm_copy_links {
 
 /* The measured link, for every copy of the process (copy_plan.h). */
 static pthread_mutex_t plan_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct rm_copy_plan_state plan_state = {.fixed_min = DEFAULT_STRIPE_MIN};
+static struct rm_copy_plan_state plan_state = {.fixed_min = DEFAULT_STRIPE_MIN, .striping = {-1, -1}};
 
 /* Sends or receives link l's chunks of its current copy. */
 static int move_share(struct copy_link *l)

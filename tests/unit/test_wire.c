@@ -58,6 +58,9 @@ int main(void)
 	EXPECT(!rm_stripe_chunk_ok(1ull << 30, 2, RM_STRIPE_CHUNK_ALIGN));
 	EXPECT(rm_stripe_chunk_ok(1ull << 25, 2, RM_STRIPE_CHUNK_ALIGN));
 	EXPECT(rm_stripe_chunk_ok(12345, 4, RM_STRIPE_CHUNK_ALIGN));
+	EXPECT(!rm_stripe_chunk_ok(12345, 4, 2 * RM_STRIPE_CHUNK_ALIGN));
+	EXPECT(!rm_stripe_chunk_ok(1 << 20, 2, ~0ull - RM_STRIPE_CHUNK_ALIGN + 1)); /* n + chunk would wrap */
+	EXPECT(!rm_stripe_chunk_ok(~0ull, 2, RM_STRIPE_CHUNK_ALIGN));
 	for (uint64_t n = 1; n < (8ull << 20); n = n * 3 + 7)
 		for (uint32_t links = 2; links <= RM_MAX_COPY_LINKS; links++) {
 			uint64_t chunk = ((n / links) / RM_STRIPE_CHUNK_ALIGN + 1) * RM_STRIPE_CHUNK_ALIGN, sum = 0;
