@@ -196,7 +196,8 @@ void rm_copy_links_close(struct rm_copy_links *cl)
 
 void rm_copy_links_rtt(uint64_t ns)
 {
-	pthread_mutex_lock(&plan_lock);
+	if (pthread_mutex_trylock(&plan_lock))
+		return; /* another thread's sample or copy: calls of many threads never queue here */
 	rm_copy_plan_rtt(&plan_state, ns);
 	pthread_mutex_unlock(&plan_lock);
 }
