@@ -58,15 +58,18 @@ enum {
 #define RM_MIN_HEARTBEAT_MS 100
 
 /* Striped copies: a copy of n bytes over links links (the session's connection is
- * link 0, its attached copy links 1..links-1) is cut into chunks of
- * rm_stripe_chunk(n, links) bytes (the last one shorter); chunk k travels on link
- * k % links, each link's chunks in order, as raw bytes. */
+ * link 0, its attached copy links 1..links-1) is cut into chunks of c bytes (the last one
+ * shorter); chunk k travels on link k % links, each link's chunks in order, as raw bytes.
+ * c is the request's chunk where it names one (the client's plan, common/copy_plan.h: a
+ * multiple of RM_STRIPE_CHUNK_ALIGN, at most RM_STRIPE_MAX_CHUNKS_PER_LINK chunks a link,
+ * rm_stripe_chunk_ok), else (0) rm_stripe_chunk(n, links), the rule of older clients. */
 #define RM_MAX_COPY_LINKS 8
 /* Channels (docs/protocol.md): connections of client threads beside the main one, at most. */
 #define RM_MAX_CHANNELS 256
 #define RM_DEFAULT_MAX_CHANNELS 64
 #define RM_STRIPE_MIN_CHUNK (4ull << 20)
 #define RM_STRIPE_MAX_CHUNKS_PER_LINK 256 /* larger copies get larger chunks */
+#define RM_STRIPE_CHUNK_ALIGN (64ull << 10)
 
 static inline uint64_t rm_stripe_chunk(uint64_t n, uint32_t links)
 {
@@ -75,10 +78,31 @@ static inline uint64_t rm_stripe_chunk(uint64_t n, uint32_t links)
 	return c < RM_STRIPE_MIN_CHUNK ? RM_STRIPE_MIN_CHUNK : (c + 4095) & ~4095ull;
 }
 
-/* Bytes of an n-byte copy over links links that travel on link j. */
-static inline uint64_t rm_stripe_share(uint64_t n, uint32_t links, uint32_t j)
+/* Whether chunk (0: the rule) is one a peer may ask for a copy of n bytes over links. */
+static inline int rm_stripe_chunk_ok(uint64_t n, uint32_t links, uint64_t chunk)
 {
-	uint64_t c = rm_stripe_chunk(n, links), chunks = (n + c - 1) / c, share = 0;
+	if (chunk == 0)
+		return 1;
+	if (chunk % RM_STRIPE_CHUNK_ALIGN || links == 0 || links > RM_MAX_COPY_LINKS)
+		return 0;
+	/* No larger than the copy (rounded up): n + chunk then cannot wrap. */
+	if (n > UINT64_MAX / 4 || chunk / RM_STRIPE_CHUNK_ALIGN > n / RM_STRIPE_CHUNK_ALIGN + 1)
+		return 0;
+	uint64_t chunks = n / chunk + (n % chunk != 0);
+	return chunks <= (uint64_t)RM_STRIPE_MAX_CHUNKS_PER_LINK * links;
+}
+
+/* The chunk of an n-byte copy over links links whose request named chunk. */
+static inline uint64_t rm_stripe_chunk_of(uint64_t n, uint32_t links, uint64_t chunk)
+{
+	return chunk ? chunk : rm_stripe_chunk(n, links);
+}
+
+/* Bytes of an n-byte copy over links links, in chunks of chunk (0: the rule), that travel
+ * on link j. */
+static inline uint64_t rm_stripe_share(uint64_t n, uint32_t links, uint64_t chunk, uint32_t j)
+{
+	uint64_t c = rm_stripe_chunk_of(n, links, chunk), chunks = (n + c - 1) / c, share = 0;
 	for (uint64_t k = j; k < chunks; k += links)
 		share += n - k * c < c ? n - k * c : c;
 	return share;

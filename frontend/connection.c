@@ -12,6 +12,9 @@
 #include <unistd.h>
 
 #include "copy_links.h"
+#ifdef RM_HAVE_TLS
+#include "tls.h"
+#endif
 #include "remora.pb-c.h"
 #include "text.h"
 
@@ -260,6 +263,14 @@ CUresult rm_client_conn_open(struct rm_client_conn *c, const char *server)
 		return r;
 	if (tries > 1)
 		rm_log(RM_LOG_INFO, "greeted the GPU server at %s at attempt %d", server, tries);
+#ifdef RM_HAVE_TLS
+	if (c->attach.tp->flags & RM_TRANSPORT_ENCRYPTS) { /* after the handshake: the kernel's part known */
+		int k = rm_tls_last_ktls();
+		rm_log(RM_LOG_INFO, "TLS records to %s: %s", server,
+		       k == 3 ? "by the kernel (kTLS) both ways" : k ? "by the kernel (kTLS) one way, here the other"
+		       : "sealed in this process (no kernel TLS: modprobe tls)");
+	}
+#endif
 	c->copy_links = rm_copy_links_open(&c->attach);
 	int err = rm_client_flusher_start(c);
 	if (err)

@@ -10,6 +10,7 @@
 
 #include "client.h"
 #include "connection.h"
+#include "copy_plan.h"
 #include "link.h"
 #include "remora.pb-c.h"
 #include "size.h"
@@ -29,7 +30,7 @@ struct copy_link {
 	int busy;         /* a share is being moved */
 	int to_host;
 	uint8_t *host;
-	uint64_t n;
+	uint64_t n, chunk;
 	uint32_t links, index;
 	int err;
 };
@@ -38,14 +39,18 @@ struct rm_copy_links {
 	struct copy_link tab[RM_MAX_COPY_LINKS]; /* [1 .. n]: attached; [n+1 .. attached] given up */
 	int n;          /* links striped copies use; 0 once one fell out of step */
 	int attached;   /* links whose threads run, to be ended by close */
-	uint64_t stripe_min;
+	int fixed;      /* REMORA_STRIPE_MIN set: stripe from that size, nothing measured */
 	pthread_mutex_t lock; /* one striped copy at a time */
 };
+
+/* The measured link, for every copy of the process (copy_plan.h). */
+static pthread_mutex_t plan_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rm_copy_plan_state plan_state = {.fixed_min = DEFAULT_STRIPE_MIN, .striping = {-1, -1}};
 
 /* Sends or receives link l's chunks of its current copy. */
 static int move_share(struct copy_link *l)
 {
-	uint64_t chunk = rm_stripe_chunk(l->n, l->links), chunks = (l->n + chunk - 1) / chunk;
+	uint64_t chunk = rm_stripe_chunk_of(l->n, l->links, l->chunk), chunks = (l->n + chunk - 1) / chunk;
 	for (uint64_t k = l->index; k < chunks; k += l->links) {
 		uint64_t off = k * chunk, len = l->n - off < chunk ? l->n - off : chunk;
 		int err;
@@ -137,7 +142,11 @@ struct rm_copy_links *rm_copy_links_open(const struct rm_attach_to *to)
 	if (!cl)
 		return NULL;
 	pthread_mutex_init(&cl->lock, NULL);
-	cl->stripe_min = stripe_min;
+	const char *fixed = getenv("REMORA_STRIPE_MIN");
+	cl->fixed = fixed && *fixed;
+	pthread_mutex_lock(&plan_lock);
+	plan_state.fixed_min = stripe_min;
+	pthread_mutex_unlock(&plan_lock);
 	for (long i = 1; i < (long)want; i++) {
 		int err = attach(&cl->tab[i], to, (uint32_t)i);
 		if (err) {
@@ -185,23 +194,58 @@ void rm_copy_links_close(struct rm_copy_links *cl)
 	free(cl);
 }
 
-uint32_t rm_copy_links_take(struct rm_copy_links *cl, uint64_t n)
+void rm_copy_links_rtt(uint64_t ns)
 {
-	if (!cl || n < cl->stripe_min)
-		return 1;
+	if (pthread_mutex_trylock(&plan_lock))
+		return; /* another thread's sample or copy: calls of many threads never queue here */
+	rm_copy_plan_rtt(&plan_state, ns);
+	pthread_mutex_unlock(&plan_lock);
+}
+
+struct rm_copy_plan rm_copy_links_take(struct rm_copy_links *cl, int to_host, uint64_t n)
+{
+	struct rm_copy_plan p = {1, 0};
+	if (!cl || !cl->n)
+		return p;
+	if (cl->fixed) {
+		if (n < plan_state.fixed_min)
+			return p;
+		p.links = (uint32_t)cl->n + 1;
+	} else {
+		pthread_mutex_lock(&plan_lock);
+		p = rm_copy_plan_choose(&plan_state, to_host, n, (uint32_t)cl->n + 1);
+		struct rm_copy_plan_state now = plan_state;
+		plan_state.changed[!!to_host] = 0;
+		pthread_mutex_unlock(&plan_lock);
+		if (now.changed[!!to_host])
+			rm_log(RM_LOG_DEBUG, "copies %s the device %s striped (round trip %.1f us, one stream %.2f GB/s, "
+			       "striped %.2f GB/s)", to_host ? "from" : "to", now.striping[!!to_host] ? "are" : "are not",
+			       (double)now.rtt_ns / 1e3, now.stream_bps[!!to_host] / 1e9, now.striped_bps[!!to_host] / 1e9);
+		if (p.links < 2)
+			return p;
+	}
 	pthread_mutex_lock(&cl->lock);
 	if (!cl->n) { /* given up since the caller looked */
 		pthread_mutex_unlock(&cl->lock);
-		return 1;
+		return (struct rm_copy_plan){1, 0};
 	}
-	return (uint32_t)cl->n + 1;
+	if (p.links > (uint32_t)cl->n + 1)
+		p.links = (uint32_t)cl->n + 1;
+	return p;
 }
 
-int rm_copy_links_share0(void *host, uint64_t n, uint32_t links, struct iovec *iov, int cap)
+void rm_copy_links_done(int to_host, uint64_t n, struct rm_copy_plan plan, uint64_t ns)
 {
-	uint64_t chunk = rm_stripe_chunk(n, links), chunks = (n + chunk - 1) / chunk;
+	pthread_mutex_lock(&plan_lock);
+	rm_copy_plan_done(&plan_state, to_host, n, plan, ns);
+	pthread_mutex_unlock(&plan_lock);
+}
+
+int rm_copy_links_share0(void *host, uint64_t n, struct rm_copy_plan plan, struct iovec *iov, int cap)
+{
+	uint64_t chunk = rm_stripe_chunk_of(n, plan.links, plan.chunk), chunks = (n + chunk - 1) / chunk;
 	int count = 0;
-	for (uint64_t k = 0; k < chunks; k += links) {
+	for (uint64_t k = 0; k < chunks; k += plan.links) {
 		if (count == cap)
 			return -1;
 		uint64_t off = k * chunk;
@@ -210,15 +254,16 @@ int rm_copy_links_share0(void *host, uint64_t n, uint32_t links, struct iovec *i
 	return count;
 }
 
-void rm_copy_links_start(struct rm_copy_links *cl, int to_host, void *host, uint64_t n, uint32_t links)
+void rm_copy_links_start(struct rm_copy_links *cl, int to_host, void *host, uint64_t n, struct rm_copy_plan plan)
 {
-	for (uint32_t i = 1; i < links; i++) {
+	for (uint32_t i = 1; i < plan.links; i++) {
 		struct copy_link *l = &cl->tab[i];
 		pthread_mutex_lock(&l->lock);
 		l->to_host = to_host;
 		l->host = host;
 		l->n = n;
-		l->links = links;
+		l->links = plan.links;
+		l->chunk = plan.chunk;
 		l->err = 0;
 		l->busy = 1;
 		pthread_cond_broadcast(&l->changed);

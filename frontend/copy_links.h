@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "copy_plan.h"
 #include "transport.h"
 
 struct rm_attach_to;
@@ -18,7 +19,7 @@ struct rm_copy_links;
  * RM_MAX_COPY_LINKS (1: no copy links); unset or empty: 4. 0 and *links set, or -EINVAL. */
 int rm_copy_links_parse_count(const char *text, uint32_t *links);
 /* REMORA_STRIPE_MIN's text: the smallest copy striped, a size (size.h) of at least 1
- * byte; unset or empty: 16 MiB. 0 and *bytes set, or -EINVAL. */
+ * byte; unset or empty: 16 MiB until the link is measured. 0 and *bytes set, or -EINVAL. */
 int rm_copy_links_parse_stripe_min(const char *text, uint64_t *bytes);
 
 /* Opens the copy links of a session just greeted (REMORA_COPY_LINKS connections in all,
@@ -32,15 +33,21 @@ void rm_copy_links_end(struct rm_copy_links *cl);
 /* rm_copy_links_end, then frees cl: no other thread may hold it. NULL: nothing. */
 void rm_copy_links_close(struct rm_copy_links *cl);
 
-/* How many links a copy of n bytes is striped over (1: not striped, it goes on the main
- * connection; always so when cl is NULL). Striped copies go one at a time: the caller
- * holds the links from here until rm_copy_links_finish when the answer is above 1. */
-uint32_t rm_copy_links_take(struct rm_copy_links *cl, uint64_t n);
-/* The iovecs of link 0's share of an n-byte copy at host over links links; the count,
- * or -1 when cap is too small. */
-int rm_copy_links_share0(void *host, uint64_t n, uint32_t links, struct iovec *iov, int cap);
-/* Starts links 1..links-1 sending (to_host 0) or receiving (1) their shares. */
-void rm_copy_links_start(struct rm_copy_links *cl, int to_host, void *host, uint64_t n, uint32_t links);
+/* How a copy of n bytes (to_host 1: device to host) crosses: plan.links 1, not striped,
+ * it goes on the main connection (always so when cl is NULL); above 1, striped in chunks
+ * of plan.chunk (0: the wire's rule), chosen from the measured link (common/copy_plan.h)
+ * or, with REMORA_STRIPE_MIN set, from that size. Striped copies go one at a time: the
+ * caller holds the links from here until rm_copy_links_finish when plan.links is above 1. */
+struct rm_copy_plan rm_copy_links_take(struct rm_copy_links *cl, int to_host, uint64_t n);
+/* A call without bulk took ns to its reply (the round trip's measure). */
+void rm_copy_links_rtt(uint64_t ns);
+/* A copy of n bytes went as plan said and took ns, its reply waited for. */
+void rm_copy_links_done(int to_host, uint64_t n, struct rm_copy_plan plan, uint64_t ns);
+/* The iovecs of link 0's share of an n-byte copy at host as plan says; the count, or -1
+ * when cap is too small. */
+int rm_copy_links_share0(void *host, uint64_t n, struct rm_copy_plan plan, struct iovec *iov, int cap);
+/* Starts links 1..plan.links-1 sending (to_host 0) or receiving (1) their shares. */
+void rm_copy_links_start(struct rm_copy_links *cl, int to_host, void *host, uint64_t n, struct rm_copy_plan plan);
 /* Waits for the started shares, then gives the links back; 0, or -errno when a link
  * failed. abort: the main connection failed, so unblock them first. */
 int rm_copy_links_finish(struct rm_copy_links *cl, int abort);

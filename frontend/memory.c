@@ -170,13 +170,13 @@ struct striped_in {
 	struct rm_copy_links *cl;
 	void *dst;
 	uint64_t n;
-	uint32_t links;
+	struct rm_copy_plan plan;
 };
 
 static void start_links_in(void *arg)
 {
 	struct striped_in *in = arg;
-	rm_copy_links_start(in->cl, 1, in->dst, in->n, in->links);
+	rm_copy_links_start(in->cl, 1, in->dst, in->n, in->plan);
 }
 
 /* A copy from or to shared pinned memory, when [host, host + n) lies in such: 1 with *r
@@ -245,16 +245,20 @@ static CUresult copy_to_device(uint32_t op, CUdeviceptr dst, const void *src, si
 	if (prof.active)
 		prof.host = rm_host_alloc_find(src, NULL, NULL, NULL) ? "pinned" : "pageable";
 	struct rm_copy_links *cl = rm_process_copy_links();
-	uint32_t links = rm_copy_links_take(cl, n);
-	if (links > 1) { /* this frame carries link 0's share; the links send theirs meanwhile */
-		req.links = links;
+	struct rm_copy_plan plan = rm_copy_links_take(cl, 0, n);
+	if (plan.links > 1) { /* this frame carries link 0's share; the links send theirs meanwhile */
+		req.links = plan.links;
+		req.chunk = plan.chunk;
 		req.count = n;
-		c.nbulk_out = rm_copy_links_share0((void *)src, n, links, data, RM_STRIPE_MAX_CHUNKS_PER_LINK + 1);
-		rm_copy_links_start(cl, 0, (void *)src, n, links);
+		c.nbulk_out = rm_copy_links_share0((void *)src, n, plan, data, RM_STRIPE_MAX_CHUNKS_PER_LINK + 1);
+		rm_copy_links_start(cl, 0, (void *)src, n, plan);
 	}
+	uint64_t t0 = cl ? rm_transport_now_ns() : 0;
 	CUresult r = rm_rpc(&c);
-	if (links > 1)
+	if (plan.links > 1)
 		r = finish_striped(cl, r);
+	if (cl && r == CUDA_SUCCESS && op == RM_OP_cuMemcpyHtoD_v2) /* its reply waited for: the link's pace */
+		rm_copy_links_done(0, n, plan, rm_transport_now_ns() - t0);
 	rm_copy_profile_end(&prof);
 	return r;
 }
@@ -279,13 +283,14 @@ static CUresult copy_from_device(uint32_t op, void *dst, CUdeviceptr src, size_t
 	order_by_stream(&c, op, stream);
 	struct iovec share0[RM_STRIPE_MAX_CHUNKS_PER_LINK + 1];
 	struct rm_copy_links *cl = rm_process_copy_links();
-	struct striped_in in = {.cl = cl, .dst = dst, .n = n, .links = rm_copy_links_take(cl, n)};
-	if (in.links > 1) { /* the reply carries link 0's share; the links are started when it comes */
-		req.links = in.links;
+	struct striped_in in = {.cl = cl, .dst = dst, .n = n, .plan = rm_copy_links_take(cl, 1, n)};
+	if (in.plan.links > 1) { /* the reply carries link 0's share; the links are started when it comes */
+		req.links = in.plan.links;
+		req.chunk = in.plan.chunk;
 		c.bulk_in = NULL;
 		c.bulk_in_len = 0;
 		c.bulk_in_vec = share0;
-		c.nbulk_in_vec = rm_copy_links_share0(dst, n, in.links, share0, RM_STRIPE_MAX_CHUNKS_PER_LINK + 1);
+		c.nbulk_in_vec = rm_copy_links_share0(dst, n, in.plan, share0, RM_STRIPE_MAX_CHUNKS_PER_LINK + 1);
 		c.before_bulk_in = start_links_in;
 		c.before_bulk_in_arg = &in;
 	}
@@ -297,9 +302,12 @@ static CUresult copy_from_device(uint32_t op, void *dst, CUdeviceptr src, size_t
 		busy0 = prefault_busy_ns();
 	}
 	int prefaulting = prefault_begin(dst, n);
+	uint64_t t0 = cl ? rm_transport_now_ns() : 0;
 	CUresult r = rm_rpc(&c);
-	if (in.links > 1)
+	if (in.plan.links > 1)
 		r = finish_striped(cl, r);
+	if (cl && r == CUDA_SUCCESS)
+		rm_copy_links_done(1, n, in.plan, rm_transport_now_ns() - t0);
 	if (prefaulting) {
 		uint64_t mark = rm_copy_profile_mark(&prof);
 		uint64_t busy = prefault_end();

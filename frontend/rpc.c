@@ -2,6 +2,7 @@
  * calls batched (their flusher: flusher.c), other channels fenced, replies read and
  * checked. */
 #include "client_object.h"
+#include "copy_links.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -348,6 +349,7 @@ CUresult rm_client_call(struct rm_client_conn *c, struct rm_rpc_call *call)
 		}
 	}
 	f.seq = __atomic_add_fetch(&rm_process_client.seq, 1, __ATOMIC_RELAXED);
+	uint64_t sent = flags & RM_F_ASYNC ? 0 : rm_now_ns();
 	int inline_bulk = bulk_len <= BATCH_INLINE_BULK;
 	int err = append_locked(c, &f, call->req, call->bulk_out, call->nbulk_out, inline_bulk);
 	uint64_t now = 0;
@@ -375,6 +377,10 @@ CUresult rm_client_call(struct rm_client_conn *c, struct rm_rpc_call *call)
 	}
 	waited = 1;
 	result = read_reply_locked(c, &f, call);
+	/* A call without bulk that waits for no GPU work: the link's round trip (copy_plan.h). */
+	if (result == CUDA_SUCCESS && !bulk_len && !call->bulk_in && !call->nbulk_in_vec && call->op < RM_OP_LIMIT &&
+	    !(rm_op_flags[call->op] & RM_OPF_SYNCPOINT))
+		rm_copy_links_rtt(rm_now_ns() - sent);
 	if (c->connected)
 		__atomic_store_n(&c->synced_seq, f.seq, __ATOMIC_RELEASE);
 out:

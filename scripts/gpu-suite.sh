@@ -71,6 +71,7 @@ PROGRAMS=(
 	"drv_nowait|tests/programs/drv_nowait tests/programs/kernels.fatbin 6000"
 	"drv_ipc_multi|tests/programs/drv_ipc_multi tests/programs/kernels.fatbin" # simpleIPC's sequence, a process per GPU
 	"drv_pool_ipc|tests/programs/drv_pool_ipc tests/programs/kernels.fatbin" # streamOrderedAllocationIPC's, shared pools
+	"drv_copy_sizes|tests/programs/drv_copy_sizes tests/programs/kernels.fatbin 12"
 )
 # Programs of two GPUs of the host (issue 39), run where nvidia-smi lists two or more; on a
 # host of one GPU they are skipped, with a line saying so in the table.

@@ -107,7 +107,7 @@ static CUresult copy_in(struct rm_channel *s, struct rm_request *rq, const Remor
 		r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &stream);
 	if (r == CUDA_SUCCESS)
 		r = rm_session_check_range(s, req->dst, n);
-	r = rm_copy_in(s, rq, r, stream, req->dst, n, links, wait, req->pageable, &prof);
+	r = rm_copy_in(s, rq, r, stream, req->dst, n, links, req->chunk, wait, req->pageable, &prof);
 	if (r == CUDA_SUCCESS)
 		rm_usage_add(&rm_registry()->clients[s->sh->slot].usage.bytes_htod, n);
 	rm_copy_profile_end(&prof);
@@ -143,7 +143,7 @@ static CUresult copy_out(struct rm_channel *s, struct rm_request *rq, const Remo
 	if (r == CUDA_SUCCESS)
 		r = rm_session_check_range(s, req->src, n);
 	if (r == CUDA_SUCCESS) {
-		rm_copy_out(s, rq, stream, req->src, n, req->links > 1 ? req->links : 1, &prof);
+		rm_copy_out(s, rq, stream, req->src, n, req->links > 1 ? req->links : 1, req->chunk, &prof);
 		if (!rq->fatal)
 			rm_usage_add(&rm_registry()->clients[s->sh->slot].usage.bytes_dtoh, n);
 	}

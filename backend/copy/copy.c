@@ -20,24 +20,28 @@ static CUresult session_share(struct rm_channel *s, struct rm_request *rq, struc
 	return r;
 }
 
-static int links_ready(struct rm_channel *s, struct rm_request *rq, uint32_t links)
+static int links_ready(struct rm_channel *s, struct rm_request *rq, uint64_t n, uint32_t links, uint64_t chunk)
 {
-	if (links >= 1 && links <= RM_MAX_COPY_LINKS && links - 1 <= (uint32_t)s->sh->ncopy_links)
+	if (links >= 1 && links <= RM_MAX_COPY_LINKS && links - 1 <= (uint32_t)s->sh->ncopy_links &&
+	    rm_stripe_chunk_ok(n, links, chunk))
 		return 1;
-	rm_session_log(s, RM_LOG_WARN, "a copy striped over %u links, %d attached; closing", links, s->sh->ncopy_links);
+	rm_session_log(s, RM_LOG_WARN, "a copy striped over %u links (%d attached) in chunks of %llu bytes; closing",
+		       links, s->sh->ncopy_links, (unsigned long long)chunk);
 	rq->fatal = 1;
 	return 0;
 }
 
 CUresult rm_copy_in(struct rm_channel *s, struct rm_request *rq, CUresult r, CUstream stream, uint64_t dst,
-		    uint64_t n, uint32_t links, int waited, int pageable, struct rm_copy_profile *prof)
+		    uint64_t n, uint32_t links, uint64_t chunk, int waited, int pageable, struct rm_copy_profile *prof)
 {
-	if (!links_ready(s, rq, links))
+	if (links == 1)
+		chunk = 0;
+	if (!links_ready(s, rq, n, links, chunk))
 		return r;
-	if (rq->frame.bulk_len != rm_stripe_share(n, links, 0)) {
+	if (rq->frame.bulk_len != rm_stripe_share(n, links, chunk, 0)) {
 		rm_session_log(s, RM_LOG_WARN, "striped copy's first share is %llu bytes, not %llu; closing",
 		               (unsigned long long)rq->frame.bulk_len,
-		               (unsigned long long)rm_stripe_share(n, links, 0));
+		               (unsigned long long)rm_stripe_share(n, links, chunk, 0));
 		rq->fatal = 1;
 		return r;
 	}
@@ -70,7 +74,7 @@ CUresult rm_copy_in(struct rm_channel *s, struct rm_request *rq, CUresult r, CUs
 	CUresult staged = session_share(s, rq, prof, &sh0, n);
 	struct rm_stripe_job jobs[RM_MAX_COPY_LINKS];
 	for (uint32_t i = 0; i < links; i++)
-		jobs[i] = (struct rm_stripe_job){.dev = dst, .n = n, .links = links, .index = i, .stream = stream,
+		jobs[i] = (struct rm_stripe_job){.dev = dst, .n = n, .chunk = chunk, .links = links, .index = i, .stream = stream,
 					      .ctx = s->thread_ctx, .result = r};
 	if (staged != CUDA_SUCCESS && jobs[0].result == CUDA_SUCCESS)
 		jobs[0].result = staged;
@@ -96,9 +100,11 @@ CUresult rm_copy_in(struct rm_channel *s, struct rm_request *rq, CUresult r, CUs
 }
 
 void rm_copy_out(struct rm_channel *s, struct rm_request *rq, CUstream stream, uint64_t src, uint64_t n,
-		 uint32_t links, struct rm_copy_profile *prof)
+		 uint32_t links, uint64_t chunk, struct rm_copy_profile *prof)
 {
-	if (!links_ready(s, rq, links))
+	if (links == 1)
+		chunk = 0;
+	if (!links_ready(s, rq, n, links, chunk))
 		return;
 	struct rm_share sh0;
 	CUresult r = session_share(s, NULL, prof, &sh0, n);
@@ -116,10 +122,10 @@ void rm_copy_out(struct rm_channel *s, struct rm_request *rq, CUstream stream, u
 	}
 	sh0.reply_s = s;
 	sh0.reply_rq = rq;
-	sh0.reply_bulk = rm_stripe_share(n, links, 0);
+	sh0.reply_bulk = rm_stripe_share(n, links, chunk, 0);
 	struct rm_stripe_job jobs[RM_MAX_COPY_LINKS];
 	for (uint32_t i = 0; i < links; i++)
-		jobs[i] = (struct rm_stripe_job){.to_host = 1, .dev = src, .n = n, .links = links, .index = i,
+		jobs[i] = (struct rm_stripe_job){.to_host = 1, .dev = src, .n = n, .chunk = chunk, .links = links, .index = i,
 					      .stream = stream, .ctx = s->thread_ctx};
 	rm_copy_links_run(s, &sh0, jobs, links);
 	if (!rq->replied) { /* link 0 failed before its first byte */

@@ -35,7 +35,7 @@ struct cursor {
 
 static void cursor_start(struct cursor *c, const struct rm_stripe_job *j)
 {
-	c->chunk = j->links > 1 ? rm_stripe_chunk(j->n, j->links) : j->n ? j->n : 1;
+	c->chunk = j->links > 1 ? rm_stripe_chunk_of(j->n, j->links, j->chunk) : j->n ? j->n : 1;
 	c->chunks = (j->n + c->chunk - 1) / c->chunk;
 	c->k = j->index;
 	c->pos = c->end = 0;
@@ -136,7 +136,7 @@ void rm_share_run(struct rm_share *sh, struct rm_stripe_job *j)
 {
 	/* Opened first: its size, which cuts the pieces, is known once open (staging.h). */
 	if (j->result == CUDA_SUCCESS)
-		j->result = rm_staging_open_for(sh->staging, j->links > 1 ? rm_stripe_chunk(j->n, j->links) : j->n);
+		j->result = rm_staging_open_for(sh->staging, j->links > 1 ? rm_stripe_chunk_of(j->n, j->links, j->chunk) : j->n);
 	if (j->to_host)
 		share_out(sh, j);
 	else

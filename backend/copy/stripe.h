@@ -15,6 +15,7 @@
 struct rm_stripe_job {
 	int to_host;
 	uint64_t dev, n;
+	uint64_t chunk; /* the stripe chunk the request named (0: the wire's rule) */
 	uint32_t links, index;
 	CUstream stream;
 	CUcontext ctx;

@@ -27,9 +27,11 @@ static void check_header(const uint8_t *data)
 		abort();
 	/* A copy of bulk_len bytes striped over 1..RM_MAX_COPY_LINKS links: the shares add up. */
 	uint32_t links = 1 + (uint32_t)(f.seq % RM_MAX_COPY_LINKS);
-	uint64_t sum = 0;
+	uint64_t sum = 0, chunk = f.ctx; /* a chunk the peer names, where the daemon takes it */
+	if (!rm_stripe_chunk_ok(f.bulk_len, links, chunk))
+		chunk = 0;
 	for (uint32_t j = 0; j < links; j++)
-		sum += rm_stripe_share(f.bulk_len, links, j);
+		sum += rm_stripe_share(f.bulk_len, links, chunk, j);
 	if (sum != f.bulk_len)
 		abort();
 }

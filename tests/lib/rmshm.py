@@ -12,7 +12,10 @@ import time
 
 import rmwire as w
 
+_libc = ctypes.CDLL(None, use_errno=True)
+
 SHM_MAGIC = 0x314E5248534D5252
+SHM_VERSION = 2  # transport/shm/shm_conn.h
 HEADER = 4096
 RING = 64 << 10
 CTL = (64, 64 + 256)  # ring 0 (dialer -> acceptor), ring 1: head +0, reader_waiting +64, tail +128, writer_waiting +192
@@ -27,15 +30,21 @@ class Conn:
         os.ftruncate(self.memfd, HEADER + 2 * RING)
         fcntl.fcntl(self.memfd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
         self.map = mmap.mmap(self.memfd, HEADER + 2 * RING)
-        struct.pack_into("<QIIQQQQ", self.map, 0, SHM_MAGIC, 1, HEADER, RING, RING, HEADER, HEADER + RING)
+        struct.pack_into("<QIIQQQQ", self.map, 0, SHM_MAGIC, SHM_VERSION, HEADER, RING, RING, HEADER, HEADER + RING)
         self.words = {}
         self.tx_head = self.rx_tail = 0
-        socket.send_fds(self.sock, [struct.pack("<QII", SHM_MAGIC, 1, 0)], [self.memfd])
+        socket.send_fds(self.sock, [struct.pack("<QII", SHM_MAGIC, SHM_VERSION, 0)], [self.memfd])
 
     def _word(self, off):
         if off not in self.words:
             self.words[off] = ctypes.c_uint64.from_buffer(self.map, off)
         return self.words[off]
+
+    def futex_wake(self, off):
+        """Wakes whoever sleeps on the 32-bit flag at off (SYS_futex, FUTEX_WAKE, x86-64)."""
+        word = ctypes.c_uint32.from_buffer(self.map, off)
+        _libc.syscall(202, ctypes.c_void_p(ctypes.addressof(word)), 1, 0x7FFFFFFF, None, None, 0)
+        del word
 
     def wake(self, fds=()):
         """A wake-up byte, with descriptors riding on it if given."""
@@ -52,7 +61,10 @@ class Conn:
             self.map[HEADER + (self.tx_head + i) % RING] = b
         self.tx_head += len(data)
         self._word(CTL[0]).value = self.tx_head
-        self.wake()  # always: a flag read before the store is seen could miss the daemon going to sleep
+        # Always, both ways the daemon may sleep (on its flag, or in poll()): a flag read
+        # before the store is seen could miss the daemon going to sleep.
+        self.futex_wake(CTL[0] + 64)
+        self.wake()
 
     def recv_exact(self, n):
         out = bytearray()
@@ -71,6 +83,7 @@ class Conn:
             self._word(CTL[1] + 128).value = self.rx_tail
             if self._word(CTL[1] + 192).value:
                 self._word(CTL[1] + 192).value = 0
+                self.futex_wake(CTL[1] + 192)
                 self.wake()
         return bytes(out)
 
@@ -118,7 +131,7 @@ def big_ring_dialer(path, ring):
     fd = os.memfd_create("big-rings", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     os.ftruncate(fd, 4096 + 2 * ring)
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-    os.pwrite(fd, struct.pack("<QIIQQQQ", 0x314E5248534D5252, 1, 4096, ring, ring, 4096, 4096 + ring), 0)
-    socket.send_fds(s, [struct.pack("<QII", 0x314E5248534D5252, 1, 0)], [fd])
+    os.pwrite(fd, struct.pack("<QIIQQQQ", 0x314E5248534D5252, SHM_VERSION, 4096, ring, ring, 4096, 4096 + ring), 0)
+    socket.send_fds(s, [struct.pack("<QII", 0x314E5248534D5252, SHM_VERSION, 0)], [fd])
     os.close(fd)  # the daemon holds its own reference, if it took it
     return s

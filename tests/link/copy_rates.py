@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Copy rates over the emulated link (docs/performance.md "Copies over a real link"): run by
 bench/link-emu.sh, starts remorad in the server's namespace and times back-to-back
-synchronous copies of 64 KiB to 64 MiB each way (Gbit/s), with today's striping, striping
+synchronous copies of 64 KiB to 64 MiB each way (Gbit/s), with the plan from the measured link, striping
 from 1 MiB and one link. A measuring tool, not a test (no bounds).
 
 usage: link-emu.sh SPEC -- python3 copy_rates.py REMORAD DRIVER|system CLIENT_LIB_DIR

@@ -47,9 +47,26 @@ int main(void)
 		for (uint32_t links = 1; links <= RM_MAX_COPY_LINKS; links++) {
 			uint64_t sum = 0;
 			for (uint32_t j = 0; j < links; j++)
-				sum += rm_stripe_share(sizes[i], links, j);
+				sum += rm_stripe_share(sizes[i], links, 0, j);
 			EXPECT(sum == sizes[i]);
 			EXPECT(rm_stripe_chunk(sizes[i], links) >= RM_STRIPE_MIN_CHUNK);
+			EXPECT(rm_stripe_chunk_ok(sizes[i], links, 0));
+		}
+	/* A chunk the request names: aligned, at most 256 a link; the shares still add up. */
+	EXPECT(!rm_stripe_chunk_ok(1 << 20, 2, 1000));
+	EXPECT(!rm_stripe_chunk_ok(1 << 20, 9, RM_STRIPE_CHUNK_ALIGN));
+	EXPECT(!rm_stripe_chunk_ok(1ull << 30, 2, RM_STRIPE_CHUNK_ALIGN));
+	EXPECT(rm_stripe_chunk_ok(1ull << 25, 2, RM_STRIPE_CHUNK_ALIGN));
+	EXPECT(rm_stripe_chunk_ok(12345, 4, RM_STRIPE_CHUNK_ALIGN));
+	EXPECT(!rm_stripe_chunk_ok(12345, 4, 2 * RM_STRIPE_CHUNK_ALIGN));
+	EXPECT(!rm_stripe_chunk_ok(1 << 20, 2, ~0ull - RM_STRIPE_CHUNK_ALIGN + 1)); /* n + chunk would wrap */
+	EXPECT(!rm_stripe_chunk_ok(~0ull, 2, RM_STRIPE_CHUNK_ALIGN));
+	for (uint64_t n = 1; n < (8ull << 20); n = n * 3 + 7)
+		for (uint32_t links = 2; links <= RM_MAX_COPY_LINKS; links++) {
+			uint64_t chunk = ((n / links) / RM_STRIPE_CHUNK_ALIGN + 1) * RM_STRIPE_CHUNK_ALIGN, sum = 0;
+			for (uint32_t j = 0; j < links; j++)
+				sum += rm_stripe_share(n, links, chunk, j);
+			EXPECT(sum == n && rm_stripe_chunk_ok(n, links, chunk));
 		}
 	if (!failures)
 		printf("wire: ok\n");

@@ -21,10 +21,14 @@
  * (REMORA_SHM_SPIN_US, default SHM_SPIN_US_DEFAULT on 4 or more CPUs; halved after each
  * spin in vain, down to an eighth, whole again after one answered or a wait shorter than a
  * whole spin; giving the CPU up about once a microsecond, rm_transport_spin_yields), then
- * sets its waiting flag and
- * sleeps in poll() on the socket; the other side, after publishing an index, sends one
- * byte if the flag was set. Within a process, one waiting thread polls the socket and
- * wakes the others (a sender and a receiver may wait at once). docs/protocol.md.
+ * sets its waiting flag and sleeps: first on the flag itself (a futex on the shared page:
+ * the other side, after publishing an index, clears the flag and wakes it, one system call
+ * each side), and once it has slept SHM_FUTEX_WAIT_NS in vain, in poll() on the socket,
+ * the flag saying so: the other side then sends one byte instead. A long wait thus costs
+ * nothing while idle and finds a peer's end at once (its socket closes); a short one
+ * wakes without the socket's poll, drain and lock (docs/protocol.md). Within a process,
+ * one thread polls the socket and wakes the others (a sender and a receiver may wait at
+ * once).
  *
  * Passing descriptors (send_fd, recv_fd: shared pinned memory, docs/hotpath.md): a
  * descriptor rides on a wake-up byte of its own (sendmsg, SCM_RIGHTS). Whoever reads the
@@ -75,6 +79,8 @@ static void shm_shutdown(struct rm_conn *conn)
 	struct shm_conn *c = shm(conn);
 	atomic_store(&c->shut, 1);
 	shutdown(c->fd, SHUT_RDWR); /* wakes a poller here, and tells the peer */
+	if (__atomic_load_n(&c->ready, __ATOMIC_ACQUIRE) > 0)
+		shm_wake_all(c); /* and the futex sleepers of both */
 }
 
 static int shm_set_liveness(struct rm_conn *conn, int recv_timeout_ms, int send_timeout_ms)
@@ -108,7 +114,8 @@ static void shm_close(struct rm_conn *c)
 /* The dialer's side: a sealed memfd with the layout, passed with the hello. */
 static int make_rings(struct shm_conn *c)
 {
-	uint64_t len[2] = {shm_ring_len_configured(), shm_ring_len_configured()};
+	uint64_t len[2];
+	shm_ring_lens_configured(len);
 	uint64_t off[2] = {SHM_HEADER_LEN, SHM_HEADER_LEN + len[0]};
 	size_t total = (size_t)(off[1] + len[1]);
 	int memfd = memfd_create("remora-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -120,14 +127,22 @@ static int make_rings(struct shm_conn *c)
 		close(memfd);
 		return err;
 	}
-	/* Populated: a ring's first lap would otherwise take a page fault (and a zeroed
-	 * page) every 4 KiB on each side: 4 KiB copies to the host in the first 4 MiB took
-	 * 22 us instead of 14 (H200). */
-	uint8_t *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, memfd, 0);
+	uint8_t *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
 	if (map == MAP_FAILED) {
 		int err = -errno;
 		close(memfd);
 		return err;
+	}
+	/* Populated as far as SHM_RING_DEFAULT of each ring: a ring's first lap would
+	 * otherwise take a page fault (and a zeroed page) every 4 KiB on each side: 4 KiB
+	 * copies to the host in the first 4 MiB took 22 us instead of 14 (H200). The rest of
+	 * a larger ring (the calls' ring) is paid for only by a program that fills it. */
+	for (int i = 0; i < 2; i++) {
+		size_t at = i ? (size_t)off[1] : 0, n = (size_t)(i ? 0 : SHM_HEADER_LEN) +
+				(size_t)(len[i] < SHM_RING_DEFAULT ? len[i] : SHM_RING_DEFAULT);
+		if (madvise(map + at, n, MADV_POPULATE_WRITE))
+			for (size_t p = 0; p < n; p += 4096) /* before Linux 5.14: by touch */
+				((volatile uint8_t *)map)[at + p] = 0;
 	}
 	struct shm_layout *l = (struct shm_layout *)map;
 	l->magic = SHM_MAGIC;

@@ -22,17 +22,28 @@
 #include <unistd.h>
 
 #define SHM_MAGIC 0x314e5248534d5252ull /* "RRMSHRN1" */
-#define SHM_VERSION 1
+#define SHM_VERSION 2 /* 2: a waiting flag says how its side sleeps (SHM_SLEEPS_*) */
 #define SHM_HEADER_LEN 4096u
 #define SHM_RING_MIN (64u << 10)
 #define SHM_RING_MAX (64u << 20)
 #define SHM_RING_DEFAULT (4u << 20)
+/* The calls' ring (client to daemon): a program's async calls run ahead of the GPU as far
+ * as it holds, as over TCP into the socket buffers. 4 MiB filled at some 40 000 launches,
+ * which then waited on remorad: a stream of 100 000 launches was issued at 0.38-0.46 us a
+ * launch against 0.16-0.30 with 16 MiB, TCP 0.21-0.48 (2-CPU test machine, test driver). */
+#define SHM_CALL_RING_DEFAULT (16u << 20)
 #define SHM_PUBLISH_MAX (256u << 10) /* a large send publishes at least this often */
 #define SHM_SPIN_US_DEFAULT 60 /* H100 host: event record + sync 23 -> 11 us, 4 KiB copies 21-38 -> 11-19, against 20 */
 #define SHM_SPIN_US_MAX 1000
 #define SPIN_LOOKS_PER_CLOCK 16
 #define SHM_SETUP_TIMEOUT_MS 10000
 #define SHM_FDQ_MAX 8 /* descriptors passed and not yet taken; more are closed */
+#define SHM_FUTEX_WAIT_NS 10000000ull /* a sleep on the futex longer than this goes on in poll() */
+
+/* A ring's waiting flag: 0 awake; else how the waiting side sleeps, so that its peer
+ * wakes it the one way it listens (shm_rings.c): on the flag itself (futex: a wait of a
+ * few ms at most, the reply of a call), or in poll() on the socket (a long wait). */
+enum { SHM_SLEEPS_FUTEX = 1, SHM_SLEEPS_POLL = 2 };
 
 struct shm_ring_ctl {
 	_Alignas(64) _Atomic uint64_t head;
@@ -106,8 +117,9 @@ static inline struct shm_conn *shm(struct rm_conn *c)
 }
 
 /* shm_setup.c: a connection's birth and end, and the mapping of its rings. */
-/* Each ring's size: REMORA_SHM_RING_KIB (a power of two, 64 KiB to 64 MiB). */
-uint64_t shm_ring_len_configured(void);
+/* The rings' sizes, [0] dialer to acceptor: REMORA_SHM_RING_KIB for both (a power of two,
+ * 64 KiB to 64 MiB), else SHM_CALL_RING_DEFAULT and SHM_RING_DEFAULT. */
+void shm_ring_lens_configured(uint64_t len[2]);
 struct shm_conn *shm_conn_new(int fd, int acceptor);
 void shm_conn_free(struct shm_conn *c);
 /* The peer, for log lines: its user and process (an accepted end), else the socket's path. */
@@ -120,6 +132,9 @@ int shm_map_peer_memfd(struct shm_conn *c, int memfd);
 int shm_ensure_ready(struct shm_conn *c);
 
 /* shm_rings.c: bytes and descriptors each way, and waiting for them (transport.h's ops). */
+/* Wakes every side sleeping on c's four flags (a shutdown, a close): this end's waits and
+ * the peer's, which then find the end. */
+void shm_wake_all(struct shm_conn *c);
 int shm_sendv(struct rm_conn *conn, const struct iovec *iov, int iovcnt);
 ssize_t shm_recv_some(struct rm_conn *conn, void *buf, size_t len);
 int shm_readable(struct rm_conn *conn);

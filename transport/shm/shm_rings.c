@@ -1,12 +1,53 @@
 /* The shared-memory transport's rings (shm_conn.h): bytes copied in and out, descriptors
- * passed beside them, and the wait (spin, then poll on the socket) for either. */
+ * passed beside them, and the wait (spin, then a futex, then poll on the socket) for either. */
 #include "shm_conn.h"
 
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+
+/* Not FUTEX_PRIVATE: the flag is in the memfd both processes map. */
+static void futex_wake(_Atomic uint32_t *flag)
+{
+	syscall(SYS_futex, flag, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Sleeps while *flag is val, at most ns: 0 when woken (or spuriously), -ETIMEDOUT, or
+ * -EAGAIN when the flag was no longer val. */
+static int futex_wait(_Atomic uint32_t *flag, uint32_t val, uint64_t ns)
+{
+	struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+	return syscall(SYS_futex, flag, FUTEX_WAIT, val, &ts, NULL, 0) ? -errno : 0;
+}
+
+/* Wakes the side waiting on flag, the way it sleeps (shm_conn.h). */
 static void ring_bell(struct shm_conn *c, _Atomic uint32_t *waiting)
 {
 	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(waiting, memory_order_relaxed) && atomic_exchange(waiting, 0))
-		send(c->fd, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL); /* EAGAIN: bytes enough are waiting */
+	if (!atomic_load_explicit(waiting, memory_order_relaxed))
+		return;
+	uint32_t how = atomic_exchange(waiting, 0);
+	if (how == SHM_SLEEPS_FUTEX)
+		futex_wake(waiting);
+	else if (how) /* in poll(); EAGAIN: bytes enough are waiting */
+		send(c->fd, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+void shm_wake_all(struct shm_conn *c)
+{
+	futex_wake(&c->rx_ctl->reader_waiting);
+	futex_wake(&c->tx_ctl->writer_waiting);
+	futex_wake(&c->tx_ctl->reader_waiting);
+	futex_wake(&c->rx_ctl->writer_waiting);
+}
+
+/* Whether the peer's end of the socket is gone: notes it in c->eof. Data or descriptors
+ * still queued in the socket do not hide it (POLLRDHUP). */
+static void peer_check(struct shm_conn *c)
+{
+	struct pollfd p = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
+	if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+		atomic_store(&c->eof, 1);
 }
 
 /* Bytes to read (rx) or room to write (tx): 1 with *n set, 0 for none, -EPROTO for an
@@ -156,23 +197,41 @@ static int await(struct shm_conn *c, int tx, uint64_t *n)
 	_Atomic uint32_t *flag = tx ? &c->tx_ctl->writer_waiting : &c->rx_ctl->reader_waiting;
 	int timeout_ms = tx ? c->send_ms : c->recv_ms;
 	uint64_t deadline = timeout_ms > 0 ? rm_transport_now_ns() + (uint64_t)timeout_ms * 1000000u : 0;
-	pthread_mutex_lock(&c->lock);
+	uint32_t how = SHM_SLEEPS_FUTEX;
+	int woken = 0, refused = 0;
 	for (;;) {
-		atomic_store(flag, 1);
+		atomic_store(flag, how);
 		atomic_thread_fence(memory_order_seq_cst);
 		if ((r = ring_check(c, tx, n)) || (r = ended(c, tx)))
 			break;
+		if (woken) { /* woken with nothing: perhaps the peer's end (shm_wake_all) */
+			peer_check(c);
+			if ((r = ended(c, tx)))
+				break;
+			woken = 0;
+		}
 		int64_t left_ns = deadline ? (int64_t)(deadline - rm_transport_now_ns()) : -1;
 		if (deadline && left_ns <= 0) {
 			r = -ETIMEDOUT;
 			break;
 		}
+		if (how == SHM_SLEEPS_FUTEX) {
+			uint64_t slice = left_ns < 0 || (uint64_t)left_ns > SHM_FUTEX_WAIT_NS ? SHM_FUTEX_WAIT_NS : (uint64_t)left_ns;
+			int w = futex_wait(flag, SHM_SLEEPS_FUTEX, slice);
+			/* A long wait, or a peer that keeps clearing the flag without a word: on in
+			 * poll(), where the socket also tells of the peer's end. */
+			if (w == -ETIMEDOUT || (w == -EAGAIN && ++refused > 16))
+				how = SHM_SLEEPS_POLL;
+			woken = !w;
+			continue;
+		}
+		pthread_mutex_lock(&c->lock);
 		if (!c->polling) /* this thread polls for every waiting thread of the process */
 			poll_turn(c, deadline ? (int)(left_ns / 1000000 + 1) : -1);
 		else
 			wait_poller(c, deadline);
+		pthread_mutex_unlock(&c->lock);
 	}
-	pthread_mutex_unlock(&c->lock);
 	atomic_store_explicit(flag, 0, memory_order_relaxed);
 	/* Slept for less than a whole spin: spinning whole would have caught it (spin.h). */
 	if (r > 0 && spin && rm_transport_now_ns() - t0 < c->spin.whole)
@@ -251,9 +310,9 @@ int shm_readable(struct rm_conn *conn)
 		return 0;
 	if (ring_check(c, 0, &n) || atomic_load(&c->eof) || atomic_load(&c->shut))
 		return 1;
-	/* The peer gone: a peek sees the end (wake-up bytes are left for the poller). */
-	char b;
-	return recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+	/* The peer gone (wake-up bytes are left for the poller). */
+	peer_check(c);
+	return atomic_load(&c->eof);
 }
 
 int shm_writable(struct rm_conn *conn, size_t len)

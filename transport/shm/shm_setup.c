@@ -9,16 +9,16 @@ static uint64_t spin_ns_configured(void)
 	return rm_transport_spin_ns("REMORA_SHM_SPIN_US", SHM_SPIN_US_DEFAULT, SHM_SPIN_US_MAX);
 }
 
-/* REMORA_SHM_RING_KIB: each ring's size (a power of two, 64 KiB to 64 MiB). */
-uint64_t shm_ring_len_configured(void)
+void shm_ring_lens_configured(uint64_t len[2])
 {
 	const char *v = getenv("REMORA_SHM_RING_KIB");
 	char *end;
 	unsigned long long kib = v && *v ? strtoull(v, &end, 10) : 0;
-	uint64_t len = v && *v && !*end ? (uint64_t)kib << 10 : SHM_RING_DEFAULT;
-	if (len < SHM_RING_MIN || len > SHM_RING_MAX || (len & (len - 1)))
-		len = SHM_RING_DEFAULT;
-	return len;
+	uint64_t set = v && *v && !*end ? (uint64_t)kib << 10 : 0;
+	if (set < SHM_RING_MIN || set > SHM_RING_MAX || (set & (set - 1)))
+		set = 0;
+	len[0] = set ? set : SHM_CALL_RING_DEFAULT;
+	len[1] = set ? set : SHM_RING_DEFAULT;
 }
 
 
@@ -43,6 +43,8 @@ struct shm_conn *shm_conn_new(int fd, int acceptor)
 
 void shm_conn_free(struct shm_conn *c)
 {
+	if (c->ready > 0)
+		shm_wake_all(c); /* the peer's futex sleeper finds the end now, not at its next poll */
 	for (int i = 0; i < c->nfdq; i++)
 		close(c->fdq[i]);
 	if (c->map)

@@ -307,7 +307,13 @@ static void tls_listener_close(struct rm_listener *l)
 
 static const char *tls_describe(struct rm_listener *l)
 {
-	return tls_clients_verified ? " (TLS 1.3, client certificates required)" : " (TLS 1.3)";
+	(void)l;
+	if (rm_tls_kernel_available())
+		return tls_clients_verified ? " (TLS 1.3, client certificates required; records by the kernel, kTLS)"
+					    : " (TLS 1.3; records by the kernel, kTLS)";
+	return tls_clients_verified ? " (TLS 1.3, client certificates required; records sealed in remorad: no kernel "
+				      "TLS, modprobe tls)"
+				    : " (TLS 1.3; records sealed in remorad: no kernel TLS, modprobe tls)";
 }
 
 static void tls_shutdown(struct rm_conn *c)

@@ -30,5 +30,8 @@ int rm_tls_client_configure_env(char *why, size_t whylen);
 /* Whether kernel TLS offload carried this process's last connection (for logs and tests):
  * bit 0 sending, bit 1 receiving. */
 int rm_tls_last_ktls(void);
+/* Whether this host's kernel takes TLS records (the "tls" upper-layer protocol: `modprobe
+ * tls`), tried once on a loopback connection: 1 or 0. */
+int rm_tls_kernel_available(void);
 
 #endif

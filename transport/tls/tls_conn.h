@@ -31,8 +31,8 @@
 #define REC_PLAIN_MAX 16384                        /* 2^14 bytes of data a record */
 #define REC_CIPHER_MAX (REC_PLAIN_MAX + 256)      /* what a peer may send (RFC 8446 5.2) */
 #define REC_OUT (REC_HDR + REC_PLAIN_MAX + 1 + REC_TAG) /* the largest record we write */
-#define WBUF_RECORDS 4                            /* records gathered into one send */
-#define RBUF_CAP (8 * (REC_HDR + REC_CIPHER_MAX))  /* read ahead: several records a recv */
+#define WBUF_RECORDS 8                            /* records gathered into one send: 128 KiB */
+#define RBUF_CAP (16 * (REC_HDR + REC_CIPHER_MAX)) /* read ahead: several records a recv */
 #define SECRET_MAX 48
 
 #ifndef SOL_TLS

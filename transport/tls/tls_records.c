@@ -3,11 +3,37 @@
  * handshake is over. */
 #include "tls_conn.h"
 
+#include <unistd.h>
+
 int tls_last_ktls_bits;
 
 int rm_tls_last_ktls(void)
 {
 	return __atomic_load_n(&tls_last_ktls_bits, __ATOMIC_RELAXED);
+}
+
+int rm_tls_kernel_available(void)
+{
+	static int known = -1;
+	int k = __atomic_load_n(&known, __ATOMIC_ACQUIRE);
+	if (k >= 0)
+		return k;
+	k = 0;
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t alen = sizeof(a);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), d = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), s = -1;
+	if (l >= 0 && d >= 0 && !bind(l, (struct sockaddr *)&a, sizeof(a)) && !listen(l, 1) &&
+	    !getsockname(l, (struct sockaddr *)&a, &alen) && !connect(d, (struct sockaddr *)&a, sizeof(a)) &&
+	    (s = accept(l, NULL, NULL)) >= 0)
+		k = !setsockopt(d, SOL_TCP, TCP_ULP, "tls", sizeof("tls"));
+	if (s >= 0)
+		close(s);
+	if (d >= 0)
+		close(d);
+	if (l >= 0)
+		close(l);
+	__atomic_store_n(&known, k, __ATOMIC_RELEASE);
+	return k;
 }
 
 /* HKDF-Expand-Label(secret, label, "", len) of RFC 8446 7.1. */

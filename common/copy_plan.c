@@ -1,0 +1,86 @@
+/* Copies' stripes and chunks from the measured link (copy_plan.h). */
+#include "copy_plan.h"
+
+#include "wire.h"
+
+#define WEIGHT (1.0 / 8)   /* a copy's share of its rate's running mean */
+#define STRIPE_GAIN 1.1    /* striping stays on while it beats one stream by this */
+#define SHARE_RTTS 4       /* a link's share of a striped copy: at least this many R·S */
+
+void rm_copy_plan_init(struct rm_copy_plan_state *st, uint64_t fixed_min)
+{
+	*st = (struct rm_copy_plan_state){.fixed_min = fixed_min, .striping = {-1, -1}};
+}
+
+void rm_copy_plan_rtt(struct rm_copy_plan_state *st, uint64_t ns)
+{
+	if (!ns)
+		return;
+	if (!st->rtt_ns || ns < st->rtt_ns)
+		st->rtt_ns = ns;
+	if (!st->win_min_ns || ns < st->win_min_ns)
+		st->win_min_ns = ns;
+	if (++st->win_n == RM_COPY_PLAN_RTT_WINDOW) { /* the last window's least, up or down */
+		st->rtt_ns = st->win_min_ns;
+		st->win_min_ns = 0;
+		st->win_n = 0;
+	}
+}
+
+/* Links of one copy: as many as give each at least share bytes, within max_links. */
+static uint32_t links_for(uint64_t n, uint64_t share, uint32_t max_links)
+{
+	uint64_t l = n / share;
+	return l < max_links ? (uint32_t)l : max_links;
+}
+
+struct rm_copy_plan rm_copy_plan_choose(struct rm_copy_plan_state *st, int to_host, uint64_t n, uint32_t max_links)
+{
+	struct rm_copy_plan p = {1, 0};
+	int d = !!to_host;
+	double s = st->stream_bps[d], b = st->striped_bps[d];
+	if (max_links < 2)
+		return p;
+	if (!st->rtt_ns || s <= 0) { /* one stream not measured yet: the fixed rule, but for a probe */
+		if (st->fixed_min && n >= st->fixed_min && ++st->eligible[d] % RM_COPY_PLAN_PROBE_EVERY)
+			p.links = max_links;
+		return p;
+	}
+	double bdp = (double)st->rtt_ns * 1e-9 * s;
+	uint64_t share = bdp * SHARE_RTTS > RM_COPY_PLAN_MIN_SHARE ? (uint64_t)(bdp * SHARE_RTTS) : RM_COPY_PLAN_MIN_SHARE;
+	uint32_t l = links_for(n, share, max_links);
+	if (l < 2)
+		return p;
+	/* On at a gain of 10%, off below none: no flapping on a gain near the bar. */
+	int stripe = b <= 0 || b >= s * (st->striping[d] == 1 ? 1.0 : STRIPE_GAIN);
+	if (stripe != st->striping[d]) {
+		st->striping[d] = stripe;
+		st->changed[d] = 1;
+	}
+	if (++st->eligible[d] % RM_COPY_PLAN_PROBE_EVERY == 0)
+		stripe = !stripe; /* measure the other way too */
+	if (!stripe)
+		return p;
+	uint64_t c = (n + l - 1) / l;
+	c = (c + RM_STRIPE_CHUNK_ALIGN - 1) / RM_STRIPE_CHUNK_ALIGN * RM_STRIPE_CHUNK_ALIGN;
+	p.links = l;
+	p.chunk = c;
+	return p;
+}
+
+/* A running mean, not a maximum: striped and whole copies are sampled 15 to 1, and the
+ * maximum of more samples of a noisy rate is larger (on a loaded 2-CPU machine TLS kept
+ * striping 1 MiB copies that one stream moved faster). */
+static void rate_sample(double *rate, double sample)
+{
+	*rate = *rate > 0 ? *rate + (sample - *rate) * WEIGHT : sample;
+}
+
+void rm_copy_plan_done(struct rm_copy_plan_state *st, int to_host, uint64_t n, struct rm_copy_plan plan, uint64_t ns)
+{
+	int d = !!to_host;
+	if (n < RM_COPY_PLAN_MIN_SHARE || ns <= st->rtt_ns)
+		return;
+	double rate = (double)n / ((double)(ns - st->rtt_ns) * 1e-9);
+	rate_sample(plan.links > 1 ? &st->striped_bps[d] : &st->stream_bps[d], rate);
+}

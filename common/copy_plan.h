@@ -1,0 +1,57 @@
+/* How a copy crosses the link (docs/performance.md "Copies over a real link"): over one
+ * connection, or striped over several in chunks of what size, chosen from the link as
+ * measured rather than from a fixed size.
+ *
+ *   R  the round trip: the least a call without bulk took, over a window of such calls
+ *      (the hello's first), so that it follows a link that changes;
+ *   S  one stream's rate, per direction: n / (t - R) of copies over one connection of at
+ *      least RM_COPY_PLAN_MIN_SHARE bytes, a running mean (each copy weighing 1/8);
+ *   B  the whole rate of striped copies, likewise.
+ *
+ * A copy of n bytes is striped over L = as many links as give each at least
+ * max(4·R·S, RM_COPY_PLAN_MIN_SHARE) bytes (a stream whose share is a few round trips' worth
+ * reaches its rate), at most the links attached, while striping pays: before B is known,
+ * or once B beats S by 10% and until it falls below S. One eligible copy in 16 goes the other way, so that S and B
+ * stay measured (a link that one stream fills falls back to one stream after a few
+ * copies; one that it cannot fill, loopback or TLS, stripes from a few MiB). The chunk is
+ * the copy split evenly over L, rounded up to RM_STRIPE_CHUNK_ALIGN (each link's share is
+ * one chunk, pipelined by the daemon's staging). Before R and S are known, copies go as
+ * the fixed rule says (fixed_min, the size from which copies stripe, chunk 0), one in 16
+ * of them unstriped to measure S.
+ *
+ * Pure arithmetic: callers serialise calls on one state (frontend/copy_links.c). */
+#ifndef REMORA_COPY_PLAN_H
+#define REMORA_COPY_PLAN_H
+
+#include <stdint.h>
+
+#define RM_COPY_PLAN_MIN_SHARE (256u << 10) /* the least a link carries of a striped copy */
+#define RM_COPY_PLAN_RTT_WINDOW 64          /* calls a round trip's minimum is taken over */
+#define RM_COPY_PLAN_PROBE_EVERY 16         /* one eligible copy in this many goes the other way */
+
+struct rm_copy_plan_state {
+	uint64_t rtt_ns;                      /* R (0: unknown) */
+	uint64_t win_min_ns;                  /* the window's least so far (0: none) */
+	uint32_t win_n;
+	double stream_bps[2], striped_bps[2]; /* S and B per direction, [1] to the host (0: unknown) */
+	uint32_t eligible[2];                 /* copies that could stripe, for the probe */
+	int striping[2];                      /* the choice but for probes: 1 stripe, 0 not, -1 none yet */
+	int changed[2];                       /* set when striping changed (the caller logs and clears) */
+	uint64_t fixed_min;                   /* before R and S: stripe from this size (0: never) */
+};
+
+struct rm_copy_plan {
+	uint32_t links; /* connections, the main one counted (1: not striped) */
+	uint64_t chunk; /* the stripe chunk for the request (0: rm_stripe_chunk's rule) */
+};
+
+void rm_copy_plan_init(struct rm_copy_plan_state *st, uint64_t fixed_min);
+/* A call without bulk took ns from its send to its reply. */
+void rm_copy_plan_rtt(struct rm_copy_plan_state *st, uint64_t ns);
+/* The plan for a copy of n bytes (to_host 1: device to host) with max_links connections
+ * at hand (1: none but the main one). */
+struct rm_copy_plan rm_copy_plan_choose(struct rm_copy_plan_state *st, int to_host, uint64_t n, uint32_t max_links);
+/* A copy of n bytes went as plan said and took ns, its reply waited for. */
+void rm_copy_plan_done(struct rm_copy_plan_state *st, int to_host, uint64_t n, struct rm_copy_plan plan, uint64_t ns);
+
+#endif

@@ -1,0 +1,112 @@
+/* The copy plan (common/copy_plan.h) against modelled links: a copy of n bytes over L
+ * links takes R + n / min(L·S1, B) + (L > 1 ? W : 0), one stream's rate S1, the link's B,
+ * W the cost of waking the links' threads. Checks what it chooses once it has seen a few. */
+#include <stdio.h>
+
+#include "copy_plan.h"
+#include "expect.h"
+#include "wire.h"
+
+#define KIB (1ull << 10)
+#define MIB (1ull << 20)
+
+struct model {
+	double rtt_s, stream_bps, link_bps, wake_s;
+};
+
+static uint64_t copy_ns(const struct model *m, uint64_t n, uint32_t links)
+{
+	double rate = links * m->stream_bps < m->link_bps ? links * m->stream_bps : m->link_bps;
+	return (uint64_t)((m->rtt_s + (double)n / rate + (links > 1 ? m->wake_s : 0)) * 1e9);
+}
+
+/* Warms st on m (round trips, then copies of n in both directions), then returns how many
+ * of the next 32 copies of n to the device were striped; every plan is checked. */
+static int striped_of_32(struct rm_copy_plan_state *st, const struct model *m, uint64_t n, uint32_t max_links)
+{
+	for (int i = 0; i < 64; i++)
+		rm_copy_plan_rtt(st, copy_ns(m, 0, 1) + (uint64_t)(i % 7) * 1000);
+	int striped = 0;
+	for (int i = 0; i < 96; i++) {
+		struct rm_copy_plan p = rm_copy_plan_choose(st, 0, n, max_links);
+		EXPECT(p.links >= 1 && p.links <= max_links);
+		EXPECT(rm_stripe_chunk_ok(n, p.links, p.chunk));
+		EXPECT(p.links == 1 || p.chunk == 0 || p.chunk * p.links >= n);
+		if (i >= 64)
+			striped += p.links > 1;
+		rm_copy_plan_done(st, 0, n, p, copy_ns(m, n, p.links));
+	}
+	return striped;
+}
+
+/* The next plan for n that is not the 1-in-16 probe (of two in a row, one is not). */
+static struct rm_copy_plan next_plan(struct rm_copy_plan_state *st, uint64_t n, uint32_t max_links)
+{
+	struct rm_copy_plan a = rm_copy_plan_choose(st, 0, n, max_links);
+	struct rm_copy_plan b = rm_copy_plan_choose(st, 0, n, max_links);
+	return a.links > b.links ? a : b;
+}
+
+int main(void)
+{
+	int failures = 0;
+	struct rm_copy_plan_state st;
+
+	/* Nothing measured: the fixed rule, one copy in 16 left whole to measure one stream. */
+	rm_copy_plan_init(&st, 16 * MIB);
+	EXPECT(rm_copy_plan_choose(&st, 0, 8 * MIB, 4).links == 1);
+	int fixed = 0;
+	for (int i = 0; i < 16; i++)
+		fixed += rm_copy_plan_choose(&st, 1, 32 * MIB, 4).links == 4;
+	EXPECT(fixed == 15);
+	EXPECT(rm_copy_plan_choose(&st, 0, 64 * MIB, 1).links == 1);
+
+	/* Loopback: 20 us, one stream 5 GB/s, 20 GB/s in all. 4 MiB copies stripe over the
+	 * 4 links (shares of 1 MiB, 4 round trips' worth each being 400 KB), 1 in 16 not;
+	 * 512 KiB ones stay whole (a share would be under 4 R·S). */
+	struct model loop = {20e-6, 5e9, 20e9, 10e-6};
+	rm_copy_plan_init(&st, 16 * MIB);
+	EXPECT(striped_of_32(&st, &loop, 4 * MIB, 4) == 30);
+	struct rm_copy_plan p = next_plan(&st, 4 * MIB, 4);
+	EXPECT(p.links == 4 && p.chunk == 1 * MIB);
+	p = next_plan(&st, 2 * MIB + 1, 4);
+	EXPECT(p.links <= 2 || p.chunk % RM_STRIPE_CHUNK_ALIGN == 0);
+	rm_copy_plan_init(&st, 16 * MIB);
+	EXPECT(striped_of_32(&st, &loop, 512 * KIB, 4) == 0);
+
+	/* TLS on loopback: one stream 1.5 GB/s: 1 MiB copies stripe (each share 256 KiB). */
+	struct model tls = {25e-6, 1.5e9, 12e9, 10e-6};
+	rm_copy_plan_init(&st, 16 * MIB);
+	EXPECT(striped_of_32(&st, &tls, 1 * MIB, 8) == 30);
+	p = next_plan(&st, 1 * MIB, 8);
+	EXPECT(p.links == 4 && p.chunk == 256 * KIB);
+
+	/* A link one stream fills (2 ms, 250 MB/s): striping gains nothing, so after the first
+	 * few copies only the probe, 1 in 16, stripes. */
+	struct model wan = {2e-3, 250e6, 250e6, 10e-6};
+	rm_copy_plan_init(&st, 16 * MIB);
+	EXPECT(striped_of_32(&st, &wan, 64 * MIB, 4) == 2);
+	/* Its shares would be 4 R·S = 2 MB: 4 MiB copies could take 2 links at most. */
+	p = rm_copy_plan_choose(&st, 0, 4 * MIB, 4);
+	EXPECT(p.links <= 2);
+
+	/* 25 GbE at 50 us that one stream fills at 3 GB/s: 16 MiB copies go whole. */
+	struct model dc = {50e-6, 3e9, 3.1e9, 10e-6};
+	rm_copy_plan_init(&st, 16 * MIB);
+	EXPECT(striped_of_32(&st, &dc, 16 * MIB, 4) == 2);
+
+	/* The round trip follows the link: a window of slower calls raises it. */
+	rm_copy_plan_init(&st, 0);
+	for (int i = 0; i < RM_COPY_PLAN_RTT_WINDOW; i++)
+		rm_copy_plan_rtt(&st, 20000);
+	EXPECT(st.rtt_ns == 20000);
+	for (int i = 0; i < RM_COPY_PLAN_RTT_WINDOW; i++)
+		rm_copy_plan_rtt(&st, 50000 + (uint64_t)i);
+	EXPECT(st.rtt_ns == 50000);
+	rm_copy_plan_rtt(&st, 30000);
+	EXPECT(st.rtt_ns == 30000);
+
+	if (!failures)
+		printf("copy_plan: ok\n");
+	return failures ? 1 : 0;
+}
