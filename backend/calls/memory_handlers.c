@@ -12,6 +12,7 @@
 #include "fault.h"
 #include "ipc.h"
 #include "log.h"
+#include "migrate.h"
 #include "registry.h"
 #include "remora.pb-c.h"
 
@@ -43,6 +44,8 @@ CUresult rm_body_cuMemFree_v2(struct rm_channel *s, CUdeviceptr dptr)
 	 * other cannot free what the driver may meanwhile have given another client. */
 	struct rm_handle h;
 	if (!rm_session_take(s, RM_H_MEMORY, dptr, &h)) {
+		if (rm_session_take(s, RM_H_MOVED_MEMORY, dptr, &h)) /* brought when it moved in */
+			return rm_migrate_free_moved(s, &h);
 		CUresult r = rm_graph_memory_free(s, dptr, NULL);
 		if (r != CUDA_ERROR_NOT_FOUND)
 			return r;

@@ -254,3 +254,16 @@ enum rm_ipc_left rm_ipc_leave(struct rm_channel *s, enum rm_ipc_kind kind, uint6
 	pthread_mutex_unlock(&lock);
 	return left;
 }
+
+int rm_ipc_session_shares(struct rm_channel *s)
+{
+	int n = 0;
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < nexports; i++) {
+		n += exports[i]->exporter == s->sh->id;
+		for (size_t j = 0; j < exports[i]->nholds; j++)
+			n += exports[i]->holds[j].session == s->sh->id;
+	}
+	pthread_mutex_unlock(&lock);
+	return n;
+}
