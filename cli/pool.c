@@ -343,7 +343,7 @@ int cmd_pool(int argc, char **argv)
 }
 
 /* Asks the daemon at addr for its status; *rep is the unpacked reply. */
-static int fetch_status(const char *addr, Remora__StatusReply **rep, char *why, size_t whylen)
+int fetch_status(const char *addr, Remora__StatusReply **rep, char *why, size_t whylen)
 {
 	const char *hostport;
 	const struct rm_transport *tp = rm_transport_for(addr, &hostport);

@@ -76,6 +76,8 @@ int rm_client_before_reply(struct rm_client_conn *c, const struct rm_frame *rf)
 		return 0;
 	if (rf->op == RM_OP_HEARTBEAT)
 		return !rf->msg_len;
+	if (rf->op == RM_OP_MOVED)
+		return rm_client_moved_note_locked(c, rf);
 	if (rf->op != RM_OP_FAULT_NOTICE || rf->msg_len > RM_NOTICE_MAX)
 		return 0;
 	char text[RM_NOTICE_MAX + 1], line[4 * RM_NOTICE_MAX + 1];
@@ -302,6 +304,8 @@ static CUresult read_reply_locked(struct rm_client_conn *c, const struct rm_fram
 out:
 	if (msg != small)
 		free(msg);
+	if (c->moved && c->connected && rm_client_move_locked(c))
+		result = CUDA_ERROR_DEVICE_UNAVAILABLE;
 	return result;
 }
 

@@ -55,9 +55,13 @@ struct rm_moved_run {
 	uint32_t users; /* moved allocations lying in it */
 };
 
-/* Target: maps [base, base + size) at that address on dev for a moved allocation (granules
- * not yet mapped for an earlier one), charged to the client, and records it. */
-CUresult rm_migrate_map(struct rm_channel *s, CUdevice dev, uint64_t base, uint64_t size);
+/* Target: reserves [base, base + size) (whole granules) at that address on dev and maps
+ * new memory there, charged to the client: a span the moved allocations lie in. */
+CUresult rm_migrate_map_span(struct rm_channel *s, CUdevice dev, uint64_t base, uint64_t size);
+/* Records the moved allocation [base, base + size), which must lie in one span. */
+CUresult rm_migrate_own(struct rm_channel *s, uint64_t base, uint64_t size);
+/* Unmaps the spans no allocation lies in (a state that failed part-way). */
+void rm_migrate_drop_unused(struct rm_channel *s);
 
 /* The admin's request (the accepting process checked the admin's credential): waits until
  * the session has moved or why not, answers on conn and closes it. */

@@ -73,24 +73,39 @@ static int on_ctx(void *arg, uint64_t handle, int ordinal)
 	return 0;
 }
 
+static int on_span(void *arg, uint64_t base, uint64_t size, uint32_t ctx)
+{
+	struct restore *x = arg;
+	int err = enter(x, ctx);
+	if (err)
+		return err;
+	CUresult r = rm_migrate_map_span(x->s, x->s->cur->dev, base, size);
+	if (r != CUDA_SUCCESS)
+		rm_session_log(x->s, RM_LOG_WARN, "cannot map 0x%llx to 0x%llx here for the moving client: %s",
+			       (unsigned long long)base, (unsigned long long)(base + size),
+			       r == CUDA_ERROR_ALREADY_MAPPED ? "the addresses are taken" : "the driver refused");
+	return r == CUDA_SUCCESS ? 0 : r == CUDA_ERROR_ALREADY_MAPPED ? -EADDRINUSE : r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM
+		: -EIO;
+}
+
 static int on_memory(void *arg, uint64_t base, uint64_t size, uint32_t ctx)
 {
 	struct restore *x = arg;
 	int err = enter(x, ctx);
 	if (err)
 		return err;
-	CUresult r = rm_migrate_map(x->s, x->s->cur->dev, base, size);
-	if (r != CUDA_SUCCESS) {
-		rm_session_log(x->s, RM_LOG_WARN, "cannot map 0x%llx (%llu bytes) here: %s", (unsigned long long)base,
-			       (unsigned long long)size, r == CUDA_ERROR_ALREADY_MAPPED ? "the address is taken" : "the driver refused");
-		return r == CUDA_ERROR_ALREADY_MAPPED ? -EADDRINUSE : r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
-	}
+	CUresult r = rm_migrate_own(x->s, base, size);
+	if (r != CUDA_SUCCESS)
+		return -EPROTO;
 	for (uint64_t done = 0; done < size;) {
 		size_t n = size - done < CHUNK ? (size_t)(size - done) : CHUNK;
 		if ((err = read_state(x, x->chunk, n)))
 			return err;
-		if ((r = rm_drv_cuMemcpyHtoD_v2(base + done, x->chunk, n)) != CUDA_SUCCESS)
+		if ((r = rm_drv_cuMemcpyHtoD_v2(base + done, x->chunk, n)) != CUDA_SUCCESS) {
+			rm_session_log(x->s, RM_LOG_WARN, "moved memory at 0x%llx not written: CUresult %d",
+				       (unsigned long long)(base + done), r);
 			return err_of(r);
+		}
 		done += n;
 	}
 	x->bytes += size;
@@ -186,12 +201,14 @@ void rm_handle_migrate_state(struct rm_channel *s, struct rm_request *rq)
 		rm_request_finish(s, rq, CUDA_ERROR_NOT_PERMITTED, NULL);
 		return;
 	}
-	static const struct rm_mig_sink sink = {read_state, on_ctx, on_memory, on_module, on_function, on_stream, on_event};
+	static const struct rm_mig_sink sink = {read_state, on_ctx, on_span, on_memory, on_module, on_function, on_stream, on_event};
 	int err = (x.chunk = malloc(CHUNK)) ? rm_mig_decode(&sink, &x, rq->frame.bulk_len, why, sizeof(why)) : -ENOMEM;
 	free(x.chunk);
+	if (!err && rm_session_synchronize_all(s) != CUDA_SUCCESS) /* the copies are done */
+		err = -EIO, snprintf(why, sizeof(why), "its memory could not be written");
 	rm_session_enter(s, 0);
-	if (!err && rm_drv_cuCtxSynchronize() != CUDA_SUCCESS && s->sh->nctx)
-		err = -EIO;
+	if (err)
+		rm_migrate_drop_unused(s);
 	pthread_mutex_lock(&s->sh->lock);
 	s->sh->migrate_in = err ? 0 : 2;
 	pthread_mutex_unlock(&s->sh->lock);

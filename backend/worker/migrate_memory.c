@@ -115,51 +115,57 @@ static void leave_runs(struct rm_channel *s, uint64_t base, uint64_t size)
 	}
 }
 
-CUresult rm_migrate_map(struct rm_channel *s, CUdevice dev, uint64_t base, uint64_t size)
+CUresult rm_migrate_map_span(struct rm_channel *s, CUdevice dev, uint64_t base, uint64_t size)
 {
 	struct rm_session *sh = s->sh;
 	CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
 				    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev}};
 	size_t gran = 0;
 	CUresult r = rm_drv_cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-	if (r == CUDA_SUCCESS && (!gran || (gran & (gran - 1)) || base + size + gran < base))
-		r = CUDA_ERROR_INVALID_VALUE;
+	if (r == CUDA_SUCCESS && (!gran || (gran & (gran - 1)) || base % gran || size % gran))
+		r = CUDA_ERROR_INVALID_VALUE; /* not this GPU's granules: another model */
+	for (size_t i = 0; r == CUDA_SUCCESS && i < sh->nmoved_runs; i++)
+		if (sh->moved_runs[i].base < base + size && base < sh->moved_runs[i].base + sh->moved_runs[i].span)
+			r = CUDA_ERROR_INVALID_VALUE; /* spans do not overlap */
 	if (r != CUDA_SUCCESS)
 		return r;
-	uint64_t first = base & ~(uint64_t)(gran - 1), end = (base + size + gran - 1) & ~(uint64_t)(gran - 1);
-	/* Each maximal stretch of granules no run holds yet becomes a run of its own. */
-	for (uint64_t g = first; g < end && r == CUDA_SUCCESS;) {
-		struct rm_moved_run *held = run_of(sh, g);
-		if (held) {
-			g = held->base + held->span;
-			continue;
-		}
-		uint64_t stop = g + gran;
-		while (stop < end && !run_of(sh, stop))
-			stop += gran;
-		struct rm_moved_run run = {.base = g, .span = stop - g};
-		if ((r = rm_session_charge(s, run.span)) != CUDA_SUCCESS)
-			break;
-		if ((r = map_run(dev, run.base, run.span, &run.phys)) != CUDA_SUCCESS) {
-			rm_session_uncharge(s, run.span);
-			break;
-		}
-		if (run_add(sh, run)) {
-			unmap_run(s, &run);
-			r = CUDA_ERROR_OUT_OF_MEMORY;
-		}
-		g = stop;
-	}
-	/* Every run it lies in counts it, those it made included (each made with no user). */
-	for (size_t i = 0; i < sh->nmoved_runs; i++)
-		if (sh->moved_runs[i].base < base + size && base < sh->moved_runs[i].base + sh->moved_runs[i].span)
-			sh->moved_runs[i].users++;
-	if (r != CUDA_SUCCESS) {
-		leave_runs(s, base, size);
+	struct rm_moved_run run = {.base = base, .span = size};
+	if ((r = rm_session_charge(s, size)) != CUDA_SUCCESS)
+		return r;
+	if ((r = map_run(dev, base, size, &run.phys)) != CUDA_SUCCESS) {
+		rm_session_uncharge(s, size);
 		return r;
 	}
+	if (run_add(sh, run)) {
+		unmap_run(s, &run);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return CUDA_SUCCESS;
+}
+
+CUresult rm_migrate_own(struct rm_channel *s, uint64_t base, uint64_t size)
+{
+	struct rm_session *sh = s->sh;
+	const struct rm_moved_run *r = run_of(sh, base);
+	if (!r || size > r->base + r->span - base) /* inside one span, as the source sends them */
+		return CUDA_ERROR_INVALID_VALUE;
+	sh->moved_runs[r - sh->moved_runs].users++;
 	rm_session_own_memory(s, RM_H_MOVED_MEMORY, base, size, 0);
 	return CUDA_SUCCESS;
+}
+
+void rm_migrate_drop_unused(struct rm_channel *s)
+{
+	struct rm_session *sh = s->sh;
+	for (size_t i = 0; i < sh->nmoved_runs;) {
+		if (!sh->moved_runs[i].users) {
+			struct rm_moved_run gone = sh->moved_runs[i];
+			sh->moved_runs[i] = sh->moved_runs[--sh->nmoved_runs];
+			unmap_run(s, &gone);
+			continue;
+		}
+		i++;
+	}
 }
 
 CUresult rm_migrate_free_moved(struct rm_channel *s, const struct rm_handle *h)

@@ -238,8 +238,7 @@ static int send_memory(struct sender *x, const struct rm_handle *h)
 	rm_mig_put64(f + 8, h->size);
 	rm_mig_put32(f + 16, h->ctx - 1);
 	rm_mig_put32(f + 20, 0);
-	int err = emit(x, RM_MIG_MEMORY, f, sizeof(f), NULL, 0);
-	x->total += h->size;
+	int err = emit(x, RM_MIG_MEMORY, f, sizeof(f), NULL, h->size); /* the contents follow */
 	if (err || x->count)
 		return err;
 	if (rm_session_enter(x->s, x->s->sh->ctxs[h->ctx - 1].handle) != CUDA_SUCCESS)
@@ -260,6 +259,53 @@ static int send_memory(struct sender *x, const struct rm_handle *h)
 static int slot_of(const struct rm_handle *h)
 {
 	return h->ctx ? (int)h->ctx - 1 : 0;
+}
+
+static int by_base(const void *a, const void *b)
+{
+	const struct rm_handle *x = a, *y = b;
+	return x->value < y->value ? -1 : x->value > y->value;
+}
+
+/* The spans the memory lies in: its allocations' granules, those that touch merged, so
+ * that each allocation lies in one span the target maps as one range. */
+static int send_spans(struct sender *x)
+{
+	struct rm_session *sh = x->s->sh;
+	size_t n = 0;
+	struct rm_handle *mem = malloc((x->c->n + 1) * sizeof(*mem));
+	if (!mem)
+		return -ENOMEM;
+	for (size_t i = 0; i < x->c->n; i++)
+		if (x->c->h[i].kind == RM_H_MEMORY || x->c->h[i].kind == RM_H_MOVED_MEMORY)
+			mem[n++] = x->c->h[i];
+	qsort(mem, n, sizeof(*mem), by_base);
+	int err = 0;
+	for (size_t i = 0; i < n && !err;) {
+		const struct rm_session_ctx *k = &sh->ctxs[mem[i].ctx - 1];
+		CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+					    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = k->dev}};
+		size_t gran = 0;
+		if (rm_drv_cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS ||
+		    !gran || (gran & (gran - 1))) {
+			x->why = "the GPU's granularity is unknown";
+			err = -EIO;
+			break;
+		}
+		uint64_t base = mem[i].value & ~(uint64_t)(gran - 1), end = mem[i].value + mem[i].size;
+		uint32_t slot = mem[i].ctx - 1;
+		for (i++; i < n && (mem[i].value & ~(uint64_t)(gran - 1)) <= ((end + gran - 1) & ~(uint64_t)(gran - 1)); i++)
+			end = mem[i].value + mem[i].size > end ? mem[i].value + mem[i].size : end;
+		end = (end + gran - 1) & ~(uint64_t)(gran - 1);
+		uint8_t f[24];
+		rm_mig_put64(f, base);
+		rm_mig_put64(f + 8, end - base);
+		rm_mig_put32(f + 16, slot);
+		rm_mig_put32(f + 20, 0);
+		err = emit(x, RM_MIG_SPAN, f, sizeof(f), NULL, 0);
+	}
+	free(mem);
+	return err;
 }
 
 /* The whole state, sent (or, counting, sized). */
@@ -284,6 +330,8 @@ static int send_state(struct sender *x)
 		rm_mig_put32(f + 12, 0);
 		err = emit(x, RM_MIG_CTX, f, 16, NULL, 0);
 	}
+	if (!err)
+		err = send_spans(x);
 	for (size_t i = 0; i < x->c->n && !err; i++) {
 		const struct rm_handle *h = &x->c->h[i];
 		uint64_t client = rm_session_out_value(s, (enum rm_handle_kind)h->kind, h->value);

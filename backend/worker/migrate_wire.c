@@ -106,6 +106,17 @@ int rm_mig_decode(const struct rm_mig_sink *k, void *arg, uint64_t total, char *
 				     (unsigned long long)size);
 			break;
 		}
+		case RM_MIG_SPAN: {
+			if ((err = fixed(k, arg, len, 24, f)))
+				FAIL(err, "malformed span record");
+			uint64_t base = get64(f), size = get64(f + 8);
+			if (!size || !base || base + size < base || get32(f + 16) >= RM_MIG_MAX_CTX || get32(f + 20))
+				FAIL(-EPROTO, "span record: 0x%llx + %llu", (unsigned long long)base, (unsigned long long)size);
+			if ((err = k->span(arg, base, size, get32(f + 16))))
+				FAIL(err, "addresses 0x%llx to 0x%llx not mapped here", (unsigned long long)base,
+				     (unsigned long long)(base + size));
+			break;
+		}
 		case RM_MIG_MODULE: {
 			if (len <= 16 || len - 16 > RM_MIG_MAX_IMAGE || (err = k->read(arg, f, 16)))
 				FAIL(err ? err : -EPROTO, "malformed module record (%llu bytes)", (unsigned long long)len);

@@ -25,6 +25,8 @@ enum rm_mig_type {
 	RM_MIG_FUNCTION = 5, /* u64 the client's handle, u64 its module's, the name (no NUL) */
 	RM_MIG_STREAM = 6,   /* u64 the client's handle, u32 context slot, u32 flags, i32 priority, u32 0 */
 	RM_MIG_EVENT = 7,    /* u64 the client's handle, u32 context slot, u32 flags */
+	RM_MIG_SPAN = 8,     /* u64 base, u64 size, u32 context slot, u32 0: granules the memory records
+			      * that follow lie in, mapped as one range (before those records) */
 };
 
 /* What the decoder calls, in the order of the records; each returns 0 or -errno (which
@@ -34,6 +36,7 @@ enum rm_mig_type {
 struct rm_mig_sink {
 	int (*read)(void *arg, void *buf, size_t len);
 	int (*ctx)(void *arg, uint64_t handle, int ordinal);
+	int (*span)(void *arg, uint64_t base, uint64_t size, uint32_t ctx);
 	int (*memory)(void *arg, uint64_t base, uint64_t size, uint32_t ctx);
 	int (*module)(void *arg, uint64_t handle, uint32_t ctx, const uint8_t *image, size_t n);
 	int (*function)(void *arg, uint64_t handle, uint64_t module, const char *name);

@@ -41,6 +41,11 @@ static int on_memory(void *arg, uint64_t base, uint64_t size, uint32_t ctx)
 	}
 	return 0;
 }
+static int on_span(void *arg, uint64_t base, uint64_t size, uint32_t ctx)
+{
+	(void)arg;
+	return !base || !size || base + size < base || ctx >= RM_MIG_MAX_CTX ? (abort(), 0) : 0;
+}
 static int on_module(void *arg, uint64_t h, uint32_t ctx, const uint8_t *image, size_t n)
 {
 	(void)arg, (void)h;
@@ -73,7 +78,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	memcpy(copy, data, size);
 	struct input in = {copy, size};
-	const struct rm_mig_sink sink = {take, on_ctx, on_memory, on_module, on_function, on_stream, on_event};
+	const struct rm_mig_sink sink = {take, on_ctx, on_span, on_memory, on_module, on_function, on_stream, on_event};
 	char why[256] = "";
 	if (rm_mig_decode(&sink, &in, size, why, sizeof(why)) && !why[0])
 		abort(); /* a refusal always says why */

@@ -293,7 +293,7 @@ void td_run_op_now(struct td_op *op);
 CUresult td_capture_forbid_context(struct td_context *ctx);
 
 /* ---- failure injection (inject.c) ---- */
-enum td_fail_point { TD_FAIL_MEM_ALLOC_HOST, TD_FAIL_EVENT_CREATE, TD_FAIL_POINTS };
+enum td_fail_point { TD_FAIL_MEM_ALLOC_HOST, TD_FAIL_EVENT_CREATE, TD_FAIL_ADDRESS_HINT, TD_FAIL_POINTS };
 
 /* Reads REMORA_TESTDRIVER_FAIL, once; aborts on a malformed value. */
 void td_fail_configure(void);
