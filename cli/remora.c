@@ -41,11 +41,11 @@ static const struct subcommand subcommands[] = {
 	 "on a GPU host: measure natively and through a private remorad, side by side", cmd_bench, 1,
 	 "--json --quick --only --transport --concurrency --spin-iters --remorad --driver --native-lib --client-lib "
 	 "--workers --rdma-host --link"},
-	{"pool", "list [--json] | show HOST | drain HOST | undrain HOST | remove HOST [--pool URL] [--pool-ca FILE] "
+	{"pool", "list [--json] | show HOST | drain HOST [--migrate HOST] | undrain HOST | remove HOST [--pool URL] [--pool-ca FILE] "
 	 "[--pool-cert FILE --pool-key FILE] [--pool-user NAME --pool-password-file FILE]",
 	 "the GPU pool in etcd (docs/pool.md); URL defaults to REMORA_POOL", cmd_pool, 0,
 	 "list show drain undrain remove --pool --pool-ca --pool-cert --pool-key --pool-user --pool-password-file "
-	 "--json"},
+	 "--json --migrate"},
 	{"migrate", "CLIENT --to HOST:PORT [--server HOST:PORT] [--token TOKEN] [--wait SECONDS]",
 	 "move a running client (session or pid, as remora status shows) to another remorad, as the admin",
 	 cmd_migrate, 1, "--to --server --token --wait"},
