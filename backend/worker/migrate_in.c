@@ -142,7 +142,7 @@ static int on_module(void *arg, uint64_t handle, uint32_t ctx, const uint8_t *im
 	return alias(x, RM_H_MODULE, handle, (uint64_t)(uintptr_t)h);
 }
 
-static int on_function(void *arg, uint64_t handle, uint64_t module, const char *name)
+static int on_function(void *arg, uint64_t handle, uint64_t module, int32_t smem, int32_t carveout, const char *name)
 {
 	struct restore *x = arg;
 	CUmodule m;
@@ -150,6 +150,10 @@ static int on_function(void *arg, uint64_t handle, uint64_t module, const char *
 	CUresult r = rm_session_use(x->s, RM_H_MODULE, module, (void **)&m);
 	if (r == CUDA_SUCCESS)
 		r = rm_drv_cuModuleGetFunction(&f, m, name);
+	if (r == CUDA_SUCCESS && smem > 0) /* what the client set on it at the source */
+		r = rm_drv_cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem);
+	if (r == CUDA_SUCCESS && carveout >= 0)
+		r = rm_drv_cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, carveout);
 	if (r != CUDA_SUCCESS)
 		return err_of(r);
 	rm_session_own(x->s, RM_H_FUNCTION, f, (uint64_t)(uintptr_t)m);

@@ -173,6 +173,12 @@ static const char *refusal(struct rm_channel *s, struct collect *c)
 			return "it created contexts of its own (cuCtxCreate), which do not move";
 		if (__atomic_load_n(&sh->ctxs[i].captures, __ATOMIC_ACQUIRE))
 			return "a stream capture is under way";
+		if (sh->ctxs[i].pool)
+			return "it uses stream-ordered allocation (a memory pool), which does not move";
+		if (sh->ctxs[i].limits_set)
+			return "it set context limits (cuCtxSetLimit), which do not move";
+		if (sh->peer_enabled[i])
+			return "it enabled peer access between GPUs, which does not move";
 	}
 	for (uint32_t k = 1; k < sizeof(kind_names) / sizeof(*kind_names); k++) {
 		int moves = k == RM_H_CONTEXT;
@@ -365,9 +371,18 @@ static int send_state(struct sender *x)
 				x->why = "a function's name is unknown";
 				return -ENOENT;
 			}
+			/* What the client may have set: the dynamic shared memory a launch may ask for,
+			 * the carveout (cuFuncSetAttribute). */
+			int smem = 0, carveout = -1;
+			rm_drv_cuFuncGetAttribute(&smem, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+						  (CUfunction)(uintptr_t)h->value);
+			rm_drv_cuFuncGetAttribute(&carveout, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+						  (CUfunction)(uintptr_t)h->value);
 			rm_mig_put64(f, client);
 			rm_mig_put64(f + 8, rm_session_out_value(s, RM_H_MODULE, h->parent));
-			err = emit(x, RM_MIG_FUNCTION, f, 16, name, strlen(name));
+			rm_mig_put32(f + 16, (uint32_t)smem);
+			rm_mig_put32(f + 20, (uint32_t)carveout);
+			err = emit(x, RM_MIG_FUNCTION, f, 24, name, strlen(name));
 			break;
 		}
 		case RM_H_STREAM: {

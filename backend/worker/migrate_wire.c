@@ -137,13 +137,13 @@ int rm_mig_decode(const struct rm_mig_sink *k, void *arg, uint64_t total, char *
 		}
 		case RM_MIG_FUNCTION: {
 			char name[RM_MIG_MAX_NAME + 1];
-			if (len <= 16 || len - 16 > RM_MIG_MAX_NAME || (err = k->read(arg, f, 16)) ||
-			    (err = k->read(arg, name, (size_t)(len - 16))))
+			if (len <= 24 || len - 24 > RM_MIG_MAX_NAME || (err = k->read(arg, f, 24)) ||
+			    (err = k->read(arg, name, (size_t)(len - 24))))
 				FAIL(err ? err : -EPROTO, "malformed function record");
-			name[len - 16] = 0;
-			if (strlen(name) != len - 16 || !get64(f) || !get64(f + 8))
+			name[len - 24] = 0;
+			if (strlen(name) != len - 24 || !get64(f) || !get64(f + 8))
 				FAIL(-EPROTO, "function record: a name with a NUL, or no handle");
-			if ((err = k->function(arg, get64(f), get64(f + 8), name)))
+			if ((err = k->function(arg, get64(f), get64(f + 8), (int32_t)get32(f + 16), (int32_t)get32(f + 20), name)))
 				FAIL(err, "function %s not found again", name);
 			break;
 		}

@@ -22,7 +22,8 @@ enum rm_mig_type {
 	RM_MIG_CTX = 2,      /* u64 the client's handle, i32 its device ordinal, u32 0 */
 	RM_MIG_MEMORY = 3,   /* u64 base, u64 size, u32 context slot, u32 0, then size bytes of contents */
 	RM_MIG_MODULE = 4,   /* u64 the client's handle, u32 its context slot, u32 0, the image */
-	RM_MIG_FUNCTION = 5, /* u64 the client's handle, u64 its module's, the name (no NUL) */
+	RM_MIG_FUNCTION = 5, /* u64 the client's handle, u64 its module's, i32 its maximum dynamic shared
+			      * memory, i32 its shared memory carveout (-1: default), the name (no NUL) */
 	RM_MIG_STREAM = 6,   /* u64 the client's handle, u32 context slot, u32 flags, i32 priority, u32 0 */
 	RM_MIG_EVENT = 7,    /* u64 the client's handle, u32 context slot, u32 flags */
 	RM_MIG_SPAN = 8,     /* u64 base, u64 size, u32 context slot, u32 0: granules the memory records
@@ -39,7 +40,7 @@ struct rm_mig_sink {
 	int (*span)(void *arg, uint64_t base, uint64_t size, uint32_t ctx);
 	int (*memory)(void *arg, uint64_t base, uint64_t size, uint32_t ctx);
 	int (*module)(void *arg, uint64_t handle, uint32_t ctx, const uint8_t *image, size_t n);
-	int (*function)(void *arg, uint64_t handle, uint64_t module, const char *name);
+	int (*function)(void *arg, uint64_t handle, uint64_t module, int32_t smem, int32_t carveout, const char *name);
 	int (*stream)(void *arg, uint64_t handle, uint32_t ctx, uint32_t flags, int32_t priority);
 	int (*event)(void *arg, uint64_t handle, uint32_t ctx, uint32_t flags);
 };

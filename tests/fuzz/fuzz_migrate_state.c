@@ -55,9 +55,9 @@ static int on_module(void *arg, uint64_t h, uint32_t ctx, const uint8_t *image, 
 	(void)x;
 	return 0;
 }
-static int on_function(void *arg, uint64_t h, uint64_t m, const char *name)
+static int on_function(void *arg, uint64_t h, uint64_t m, int32_t smem, int32_t carveout, const char *name)
 {
-	(void)arg, (void)h, (void)m;
+	(void)arg, (void)h, (void)m, (void)smem, (void)carveout;
 	return strlen(name) > RM_MIG_MAX_NAME ? (abort(), 0) : 0;
 }
 static int on_stream(void *arg, uint64_t h, uint32_t ctx, uint32_t flags, int32_t prio)
