@@ -70,6 +70,7 @@ PROGRAMS=(
 	"drv_ctxevents|tests/programs/drv_ctxevents tests/programs/kernels.fatbin"
 	"drv_nowait|tests/programs/drv_nowait tests/programs/kernels.fatbin 6000"
 	"drv_migrate|tests/programs/drv_migrate tests/programs/kernels.fatbin 20"
+	"rt_migrate|tests/rtprograms/rt_migrate 20"
 )
 # Programs of two GPUs of the host (issue 39), run where nvidia-smi lists two or more; on a
 # host of one GPU they are skipped, with a line saying so in the table.

@@ -74,7 +74,7 @@ static CUresult load_image(struct rm_channel *s, struct rm_request *rq, Remora__
 			r = rm_image_load(kind, image, n, &h, &shared);
 		if (r == CUDA_SUCCESS)
 			rm_session_own(s, kind, h, 0);
-		if (r == CUDA_SUCCESS && kind == RM_H_MODULE) { /* kept, to move it on (migrate.h) */
+		if (r == CUDA_SUCCESS) { /* kept, to move it on (migrate.h) */
 			rm_migrate_keep_image(s, (uint64_t)(uintptr_t)h, image, n);
 			image = NULL;
 		}
@@ -122,6 +122,7 @@ CUresult rm_body_cuLibraryUnload(struct rm_channel *s, CUlibrary library)
 {
 	CUresult r = rm_session_synchronize_all(s);
 	CUresult u = rm_image_unload(RM_H_LIBRARY, library);
+	rm_migrate_forget_image(s, (uint64_t)(uintptr_t)library);
 	return r != CUDA_SUCCESS ? r : u;
 }
 

@@ -293,8 +293,10 @@ CUresult rm_session_use(struct rm_channel *s, enum rm_handle_kind kind, uint64_t
 		return c ? CUDA_SUCCESS : why;
 	}
 	pthread_mutex_lock(&s->sh->lock);
+	uint64_t as_kernel = rm_alias_real_locked(s->sh, RM_H_KERNEL, v); /* a session that moved in */
 	v = rm_alias_real_locked(s->sh, kind, v);
-	int owned = find_slot(s, kind, v) != NULL, kernel = !owned && kind == RM_H_FUNCTION && find_slot(s, RM_H_KERNEL, v);
+	int owned = find_slot(s, kind, v) != NULL,
+	    kernel = !owned && kind == RM_H_FUNCTION && find_slot(s, RM_H_KERNEL, as_kernel);
 	pthread_mutex_unlock(&s->sh->lock);
 	if (owned) {
 		*out = (void *)(uintptr_t)v;
@@ -302,7 +304,7 @@ CUresult rm_session_use(struct rm_channel *s, enum rm_handle_kind kind, uint64_t
 	}
 	/* A CUkernel is accepted wherever a CUfunction is: it stands for its function in the current context. */
 	if (kernel)
-		return rm_drv_cuKernelGetFunction((CUfunction *)out, (CUkernel)(uintptr_t)v);
+		return rm_drv_cuKernelGetFunction((CUfunction *)out, (CUkernel)(uintptr_t)as_kernel);
 	rm_session_log(s, RM_LOG_WARN, "refused handle 0x%llx of kind %d it does not own", (unsigned long long)v, kind);
 	return CUDA_ERROR_INVALID_HANDLE;
 }

@@ -187,6 +187,65 @@ static int on_event(void *arg, uint64_t handle, uint32_t ctx, uint32_t flags)
 	return alias(x, RM_H_EVENT, handle, (uint64_t)(uintptr_t)ev);
 }
 
+static int on_library(void *arg, uint64_t handle, const uint8_t *image, size_t n)
+{
+	struct restore *x = arg;
+	void *h = NULL;
+	int shared;
+	if (!rm_image_contained(image, n))
+		return -EPROTO;
+	CUresult r = rm_image_load(RM_H_LIBRARY, image, n, &h, &shared);
+	if (r != CUDA_SUCCESS)
+		return err_of(r);
+	rm_session_own(x->s, RM_H_LIBRARY, h, 0);
+	uint8_t *kept = malloc(n + 64);
+	if (kept) {
+		memcpy(kept, image, n + 64);
+		rm_migrate_keep_image(x->s, (uint64_t)(uintptr_t)h, kept, n);
+	}
+	x->bytes += n;
+	return alias(x, RM_H_LIBRARY, handle, (uint64_t)(uintptr_t)h);
+}
+
+static int on_kernel(void *arg, uint64_t handle, uint64_t library, int32_t smem, int32_t carveout, const char *name)
+{
+	struct restore *x = arg;
+	CUlibrary lib;
+	CUkernel k;
+	CUresult r = rm_session_use(x->s, RM_H_LIBRARY, library, (void **)&lib);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv_cuLibraryGetKernel(&k, lib, name);
+	for (int i = 0; r == CUDA_SUCCESS && i < x->nslots; i++) { /* what the client set, on each device */
+		if (smem > 0)
+			r = rm_drv_cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem, k,
+							x->slots[i]->dev);
+		if (r == CUDA_SUCCESS && carveout >= 0)
+			r = rm_drv_cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, carveout, k,
+							x->slots[i]->dev);
+	}
+	if (r != CUDA_SUCCESS)
+		return err_of(r);
+	rm_session_own(x->s, RM_H_KERNEL, k, (uint64_t)(uintptr_t)lib);
+	return alias(x, RM_H_KERNEL, handle, (uint64_t)(uintptr_t)k);
+}
+
+static int on_kernel_function(void *arg, uint64_t handle, uint64_t kernel, uint32_t ctx)
+{
+	struct restore *x = arg;
+	CUkernel k;
+	CUfunction f;
+	int err = enter(x, ctx);
+	if (err)
+		return err;
+	CUresult r = rm_session_use(x->s, RM_H_KERNEL, kernel, (void **)&k);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv_cuKernelGetFunction(&f, k);
+	if (r != CUDA_SUCCESS)
+		return err_of(r);
+	rm_session_own(x->s, RM_H_FUNCTION, f, (uint64_t)(uintptr_t)k);
+	return alias(x, RM_H_FUNCTION, handle, (uint64_t)(uintptr_t)f);
+}
+
 /* RM_OP_MIGRATE_STATE: only once, as the first request of a session greeted with
  * migrate_in. A state that fails leaves what was made to the session's end (the source
  * then closes the connection). */
@@ -205,7 +264,8 @@ void rm_handle_migrate_state(struct rm_channel *s, struct rm_request *rq)
 		rm_request_finish(s, rq, CUDA_ERROR_NOT_PERMITTED, NULL);
 		return;
 	}
-	static const struct rm_mig_sink sink = {read_state, on_ctx, on_span, on_memory, on_module, on_function, on_stream, on_event};
+	static const struct rm_mig_sink sink = {read_state, on_ctx,    on_span,   on_memory,	on_module, on_function,
+						on_stream,  on_event,  on_library, on_kernel, on_kernel_function};
 	int err = (x.chunk = malloc(CHUNK)) ? rm_mig_decode(&sink, &x, rq->frame.bulk_len, why, sizeof(why)) : -ENOMEM;
 	free(x.chunk);
 	if (!err && rm_session_synchronize_all(s) != CUDA_SUCCESS) /* the copies are done */

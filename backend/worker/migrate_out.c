@@ -154,8 +154,8 @@ static int gather(const struct rm_handle *h, void *arg)
 	return 0;
 }
 
-static const enum rm_handle_kind movable[] = {RM_H_MEMORY, RM_H_MOVED_MEMORY, RM_H_MODULE, RM_H_FUNCTION,
-					      RM_H_STREAM, RM_H_EVENT};
+static const enum rm_handle_kind movable[] = {RM_H_MEMORY, RM_H_MOVED_MEMORY, RM_H_MODULE, RM_H_LIBRARY,
+					      RM_H_KERNEL, RM_H_FUNCTION, RM_H_STREAM, RM_H_EVENT};
 
 /* Why s cannot move, or NULL; its handles of the kinds that move gathered into c, in the
  * order they are made again (memory and modules before functions, streams, events). */
@@ -208,6 +208,11 @@ static const char *refusal(struct rm_channel *s, struct collect *c)
 			return "it holds managed memory, which does not move";
 		if ((h->kind == RM_H_MEMORY || h->kind == RM_H_MOVED_MEMORY) && (!h->ctx || h->ctx > (uint32_t)sh->nctx))
 			return "it holds memory of no context of its own";
+		if (h->kind == RM_H_FUNCTION && !rm_session_find(s, RM_H_MODULE, h->parent, NULL) &&
+		    !rm_session_find(s, RM_H_KERNEL, h->parent, NULL))
+			return "it holds a function of neither a module nor a kernel of its own";
+		if (h->kind == RM_H_MODULE && h->parent)
+			return "it holds a library's module (cuLibraryGetModule), which does not move";
 	}
 	return NULL;
 }
@@ -265,6 +270,19 @@ static int send_memory(struct sender *x, const struct rm_handle *h)
 static int slot_of(const struct rm_handle *h)
 {
 	return h->ctx ? (int)h->ctx - 1 : 0;
+}
+
+/* The image kept for a module or library (NULL: none); only the session's thread changes
+ * the list while it moves. */
+static const uint8_t *kept_image(struct rm_session *sh, uint64_t handle, size_t *n)
+{
+	const uint8_t *image = NULL;
+	pthread_mutex_lock(&sh->lock);
+	for (size_t k = 0; k < sh->nimages && !image; k++)
+		if (sh->images[k].module == handle)
+			image = sh->images[k].image, *n = sh->images[k].n;
+	pthread_mutex_unlock(&sh->lock);
+	return image;
 }
 
 static int by_base(const void *a, const void *b)
@@ -346,17 +364,19 @@ static int send_state(struct sender *x)
 		case RM_H_MOVED_MEMORY:
 			err = send_memory(x, h);
 			break;
+		case RM_H_LIBRARY:
 		case RM_H_MODULE: {
-			const uint8_t *image = NULL;
 			size_t n = 0;
-			pthread_mutex_lock(&sh->lock);
-			for (size_t k = 0; k < sh->nimages; k++)
-				if (sh->images[k].module == h->value)
-					image = sh->images[k].image, n = sh->images[k].n;
-			pthread_mutex_unlock(&sh->lock);
+			const uint8_t *image = kept_image(sh, h->value, &n);
 			if (!image) {
-				x->why = "a module's image was not kept";
+				x->why = "a module's or library's image was not kept";
 				return -ENOENT;
+			}
+			if (h->kind == RM_H_LIBRARY) {
+				rm_mig_put64(f, client);
+				rm_mig_put64(f + 8, 0);
+				err = emit(x, RM_MIG_LIBRARY, f, 16, image, n);
+				break;
 			}
 			rm_mig_put64(f, client);
 			rm_mig_put32(f + 8, (uint32_t)slot_of(h));
@@ -364,8 +384,37 @@ static int send_state(struct sender *x)
 			err = emit(x, RM_MIG_MODULE, f, 16, image, n);
 			break;
 		}
+		case RM_H_KERNEL: {
+			const char *name = NULL;
+			if (rm_drv_cuKernelGetName(&name, (CUkernel)(uintptr_t)h->value) != CUDA_SUCCESS || !name || !*name ||
+			    strlen(name) > RM_MIG_MAX_NAME) {
+				x->why = "a kernel's name is unknown";
+				return -ENOENT;
+			}
+			int smem = 0, carveout = -1;
+			if (sh->nctx) {
+				rm_drv_cuKernelGetAttribute(&smem, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+							    (CUkernel)(uintptr_t)h->value, sh->ctxs[0].dev);
+				rm_drv_cuKernelGetAttribute(&carveout, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+							    (CUkernel)(uintptr_t)h->value, sh->ctxs[0].dev);
+			}
+			rm_mig_put64(f, client);
+			rm_mig_put64(f + 8, rm_session_out_value(s, RM_H_LIBRARY, h->parent));
+			rm_mig_put32(f + 16, (uint32_t)smem);
+			rm_mig_put32(f + 20, (uint32_t)carveout);
+			err = emit(x, RM_MIG_KERNEL, f, 24, name, strlen(name));
+			break;
+		}
 		case RM_H_FUNCTION: {
 			const char *name = NULL;
+			if (rm_session_find(s, RM_H_KERNEL, h->parent, NULL)) { /* cuKernelGetFunction's */
+				rm_mig_put64(f, client);
+				rm_mig_put64(f + 8, rm_session_out_value(s, RM_H_KERNEL, h->parent));
+				rm_mig_put32(f + 16, (uint32_t)slot_of(h));
+				rm_mig_put32(f + 20, 0);
+				err = emit(x, RM_MIG_KERNEL_FUNCTION, f, 24, NULL, 0);
+				break;
+			}
 			if (rm_drv_cuFuncGetName(&name, (CUfunction)(uintptr_t)h->value) != CUDA_SUCCESS || !name ||
 			    !*name || strlen(name) > RM_MIG_MAX_NAME) {
 				x->why = "a function's name is unknown";

@@ -117,6 +117,43 @@ int rm_mig_decode(const struct rm_mig_sink *k, void *arg, uint64_t total, char *
 				     (unsigned long long)(base + size));
 			break;
 		}
+		case RM_MIG_LIBRARY: {
+			if (len <= 16 || len - 16 > RM_MIG_MAX_IMAGE || (err = k->read(arg, f, 16)))
+				FAIL(err ? err : -EPROTO, "malformed library record (%llu bytes)", (unsigned long long)len);
+			if (!get64(f) || get64(f + 8))
+				FAIL(-EPROTO, "library record without a handle");
+			size_t size = (size_t)(len - 16);
+			uint8_t *image = calloc(1, size + 64);
+			if (!image)
+				FAIL(-ENOMEM, "no memory for a library image of %zu bytes", size);
+			err = k->read(arg, image, size);
+			if (!err)
+				err = k->library(arg, get64(f), image, size);
+			free(image);
+			if (err)
+				FAIL(err, "library of %zu bytes not loaded", size);
+			break;
+		}
+		case RM_MIG_KERNEL: {
+			char name[RM_MIG_MAX_NAME + 1];
+			if (len <= 24 || len - 24 > RM_MIG_MAX_NAME || (err = k->read(arg, f, 24)) ||
+			    (err = k->read(arg, name, (size_t)(len - 24))))
+				FAIL(err ? err : -EPROTO, "malformed kernel record");
+			name[len - 24] = 0;
+			if (strlen(name) != len - 24 || !get64(f) || !get64(f + 8))
+				FAIL(-EPROTO, "kernel record: a name with a NUL, or no handle");
+			if ((err = k->kernel(arg, get64(f), get64(f + 8), (int32_t)get32(f + 16), (int32_t)get32(f + 20), name)))
+				FAIL(err, "kernel %s not found again", name);
+			break;
+		}
+		case RM_MIG_KERNEL_FUNCTION:
+			if ((err = fixed(k, arg, len, 24, f)))
+				FAIL(err, "malformed kernel function record");
+			if (!get64(f) || !get64(f + 8) || get32(f + 16) >= RM_MIG_MAX_CTX || get32(f + 20))
+				FAIL(-EPROTO, "kernel function record: no handle, or context slot %u", get32(f + 16));
+			if ((err = k->kernel_function(arg, get64(f), get64(f + 8), get32(f + 16))))
+				FAIL(err, "a kernel's function not made again");
+			break;
 		case RM_MIG_MODULE: {
 			if (len <= 16 || len - 16 > RM_MIG_MAX_IMAGE || (err = k->read(arg, f, 16)))
 				FAIL(err ? err : -EPROTO, "malformed module record (%llu bytes)", (unsigned long long)len);

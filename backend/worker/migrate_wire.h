@@ -26,6 +26,10 @@ enum rm_mig_type {
 			      * memory, i32 its shared memory carveout (-1: default), the name (no NUL) */
 	RM_MIG_STREAM = 6,   /* u64 the client's handle, u32 context slot, u32 flags, i32 priority, u32 0 */
 	RM_MIG_EVENT = 7,    /* u64 the client's handle, u32 context slot, u32 flags */
+	RM_MIG_LIBRARY = 9,  /* u64 the client's handle, u64 0, the image */
+	RM_MIG_KERNEL = 10,  /* u64 the client's handle, u64 its library's, i32 maximum dynamic shared
+			      * memory, i32 carveout (-1: default) on the client's first device, the name */
+	RM_MIG_KERNEL_FUNCTION = 11, /* u64 the client's handle, u64 its kernel's, u32 context slot, u32 0 */
 	RM_MIG_SPAN = 8,     /* u64 base, u64 size, u32 context slot, u32 0: granules the memory records
 			      * that follow lie in, mapped as one range (before those records) */
 };
@@ -43,6 +47,9 @@ struct rm_mig_sink {
 	int (*function)(void *arg, uint64_t handle, uint64_t module, int32_t smem, int32_t carveout, const char *name);
 	int (*stream)(void *arg, uint64_t handle, uint32_t ctx, uint32_t flags, int32_t priority);
 	int (*event)(void *arg, uint64_t handle, uint32_t ctx, uint32_t flags);
+	int (*library)(void *arg, uint64_t handle, const uint8_t *image, size_t n);
+	int (*kernel)(void *arg, uint64_t handle, uint64_t library, int32_t smem, int32_t carveout, const char *name);
+	int (*kernel_function)(void *arg, uint64_t handle, uint64_t kernel, uint32_t ctx);
 };
 
 /* Decodes a state of total bytes through sink: 0, or -errno with why (n bytes) said. */

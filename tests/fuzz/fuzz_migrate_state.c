@@ -71,6 +71,26 @@ static int on_event(void *arg, uint64_t h, uint32_t ctx, uint32_t flags)
 	return ctx >= RM_MIG_MAX_CTX ? (abort(), 0) : 0;
 }
 
+static int on_library(void *arg, uint64_t h, const uint8_t *image, size_t n)
+{
+	(void)arg, (void)h;
+	if (!n || n > RM_MIG_MAX_IMAGE)
+		abort();
+	volatile uint8_t x = image[0] ^ image[n - 1];
+	(void)x;
+	return 0;
+}
+static int on_kernel(void *arg, uint64_t h, uint64_t lib, int32_t smem, int32_t carveout, const char *name)
+{
+	(void)arg, (void)h, (void)lib, (void)smem, (void)carveout;
+	return strlen(name) > RM_MIG_MAX_NAME ? (abort(), 0) : 0;
+}
+static int on_kernel_function(void *arg, uint64_t h, uint64_t k, uint32_t ctx)
+{
+	(void)arg, (void)h, (void)k;
+	return ctx >= RM_MIG_MAX_CTX ? (abort(), 0) : 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	uint8_t *copy = malloc(size ? size : 1); /* exactly size bytes, so that a read past them is seen */
@@ -78,7 +98,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	memcpy(copy, data, size);
 	struct input in = {copy, size};
-	const struct rm_mig_sink sink = {take, on_ctx, on_span, on_memory, on_module, on_function, on_stream, on_event};
+	const struct rm_mig_sink sink = {take, on_ctx, on_span, on_memory, on_module, on_function, on_stream, on_event,
+				       on_library, on_kernel, on_kernel_function};
 	char why[256] = "";
 	if (rm_mig_decode(&sink, &in, size, why, sizeof(why)) && !why[0])
 		abort(); /* a refusal always says why */

@@ -9,8 +9,10 @@ migration"; issue 40). One scenario a run:
                where the client's addresses are taken (the test driver's hint not taken),
                a client holding a module global's address (cannot move), a non-admin asking
   source-gone  the source killed mid-run: the client ends with a clear error, not a hang
+  runtime      rt_migrate (cudart: its kernels a library, launched as CUkernels) moved
+               A -> B -> A mid-run prints what it prints unmoved
 
-usage: migrate.py SCENARIO REMORAD DRIVER REMORA PROGRAM IMAGE
+usage: migrate.py SCENARIO REMORAD DRIVER REMORA PROGRAM IMAGE [RT_PROGRAM]
 """
 import os
 import re
@@ -24,6 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from remorad_fixture import Daemon, wait_for  # noqa: E402
 
 scenario, remorad, driver, remora, program, image = sys.argv[1:7]
+rt_program = sys.argv[7] if len(sys.argv) > 7 else None
 ADMIN = "ops.migrate-admin"
 ITERATIONS, PAUSE_MS = 40, 60
 failures = []
@@ -41,10 +44,15 @@ def client_env():
     return env
 
 
+def command(iterations, pause_ms):
+    if scenario == "runtime":
+        return [rt_program, str(iterations), str(pause_ms)]
+    return [program, image, str(iterations), str(pause_ms)]
+
+
 def start_client(d, *extra, iterations=ITERATIONS):
-    return subprocess.Popen([remora, "run", "--server", d.server, "--", program, image, str(iterations),
-                             str(PAUSE_MS), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=client_env())
+    return subprocess.Popen([remora, "run", "--server", d.server, "--", *command(iterations, PAUSE_MS), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=client_env())
 
 
 def migrate(pid, src, dst, token=ADMIN, wait=20):
@@ -86,7 +94,7 @@ class Reader:
 
 
 def baseline(d):
-    p = subprocess.run([remora, "run", "--server", d.server, "--", program, image, str(ITERATIONS), "0"],
+    p = subprocess.run([remora, "run", "--server", d.server, "--", *command(ITERATIONS, 0)],
                        capture_output=True, text=True, env=client_env(), timeout=120)
     check(p.returncode == 0 and p.stdout.rstrip().endswith("PASS"), f"unmoved run passes ({p.returncode})")
     return p.stdout.splitlines()
@@ -103,7 +111,7 @@ def moves(tmp):
     try:
         want = baseline(a)
         r = Reader(start_client(a))
-        route = [(a, b), (b, a), (a, b), (b, a)]
+        route = [(a, b), (b, a)] if scenario == "runtime" else [(a, b), (b, a), (a, b), (b, a)]
         figures = []
         for n, (src, dst) in enumerate(route):
             wait_for(lambda: r.poll() >= 4 + 6 * n, timeout=60)
@@ -176,6 +184,6 @@ def source_gone(tmp):
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    {"moves": moves, "refused": refused, "source-gone": source_gone}[scenario](tmp)
+    {"moves": moves, "refused": refused, "source-gone": source_gone, "runtime": moves}[scenario](tmp)
 print("FAIL" if failures else "PASS")
 sys.exit(1 if failures else 0)
