@@ -70,3 +70,75 @@ int rm_client_move_locked(struct rm_client_conn *c)
 	       (unsigned long long)c->session_id);
 	return 0;
 }
+
+int rm_client_move_prepare_locked(struct rm_client_conn *c, const struct rm_frame *rf)
+{
+	struct rm_client *cl = &rm_process_client;
+	if (c != &cl->main || c->holding || rf->msg_len) {
+		rm_client_lost_locked(c, "a malformed move notice", -EPROTO);
+		return -EPROTO;
+	}
+	/* The channel table first (no channel opens or closes meanwhile), then each channel's
+	 * lock: a call under way on it ends first (its daemon thread runs it meanwhile). */
+	pthread_rwlock_wrlock(&cl->channels.lock);
+	c->holding = 1;
+	uint32_t chans[RM_MAX_CHANNELS];
+	uint64_t seqs[RM_MAX_CHANNELS];
+	size_t n = 0;
+	for (int i = 1; i <= RM_MAX_CHANNELS; i++) {
+		struct rm_client_conn *x = cl->channels.tab[i];
+		if (!x)
+			continue;
+		pthread_mutex_lock(&x->lock);
+		if (x->connected && x->batch_len) {
+			int err = rm_client_flush_locked(x, NULL, 0);
+			if (err)
+				rm_client_lost_locked(x, "send", err);
+		}
+		uint64_t a = __atomic_load_n(&x->last_async_seq, __ATOMIC_ACQUIRE),
+			 s = __atomic_load_n(&x->synced_seq, __ATOMIC_ACQUIRE);
+		chans[n] = (uint32_t)i;
+		seqs[n++] = a > s ? a : s;
+	}
+	Remora__MoveReady m = REMORA__MOVE_READY__INIT;
+	m.channel = chans, m.n_channel = n;
+	m.seq = seqs, m.n_seq = n;
+	uint8_t buf[1024];
+	size_t len = remora__move_ready__get_packed_size(&m);
+	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_MOVE_READY, .flags = RM_F_ASYNC,
+			     .seq = __atomic_add_fetch(&cl->seq, 1, __ATOMIC_RELAXED), .msg_len = (uint32_t)len};
+	int err = len > sizeof(buf) ? -EMSGSIZE : 0;
+	if (!err) {
+		remora__move_ready__pack(&m, buf);
+		err = rm_link_send(&c->link, &f, buf, NULL, 0);
+	}
+	if (err) {
+		rm_client_lost_locked(c, "holding the channels for a move", err);
+		return err;
+	}
+	return 1;
+}
+
+void rm_client_channels_release_locked(struct rm_client_conn *c, int moved)
+{
+	struct rm_client *cl = &rm_process_client;
+	for (int i = 1; i <= RM_MAX_CHANNELS; i++) {
+		struct rm_client_conn *x = cl->channels.tab[i];
+		if (!x)
+			continue;
+		struct rm_link l;
+		int err = moved && x->connected ? rm_client_attach(&l, &c->attach, x->chan, 1) : 0;
+		if (moved && x->connected && !err) {
+			rm_link_close(&x->link);
+			x->link = l;
+			x->session_id = c->session_id;
+		} else if (moved && x->connected) {
+			rm_log(RM_LOG_ERROR, "a thread's channel could not follow the client to %s (%s)", c->moved_to,
+			       rm_transport_why(err));
+			rm_client_lost_locked(x, "moving to another GPU server", err);
+		}
+		pthread_mutex_unlock(&x->lock);
+	}
+	c->holding = 0;
+	pthread_rwlock_unlock(&cl->channels.lock);
+}

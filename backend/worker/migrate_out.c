@@ -162,8 +162,9 @@ static const enum rm_handle_kind movable[] = {RM_H_MEMORY, RM_H_MOVED_MEMORY, RM
 static const char *refusal(struct rm_channel *s, struct collect *c)
 {
 	struct rm_session *sh = s->sh;
-	if (sh->nchannels)
-		return "it has thread channels (a multithreaded client); only single-channel clients move";
+	for (int i = 1; i <= RM_MAX_CHANNELS; i++)
+		if (sh->channels[i] && sh->channels[i]->callbacks)
+			return "it runs host functions (a callback channel), which do not move";
 	if (sh->nshared)
 		return "it shares pinned memory with the worker (unix:); set REMORA_SHARE_PINNED=0 or use tcp:";
 	if (rm_ipc_session_shares(s))
@@ -461,6 +462,85 @@ static int send_state(struct sender *x)
 	return err ? err : emit(x, RM_MIG_END, f, 0, NULL, 0);
 }
 
+/* ---- thread channels ----
+ * A client's other threads may be in calls of their own on their channels. Before the
+ * move the client is asked to hold them still (RM_OP_MOVE_PREPARE): it takes each
+ * channel's lock, so that every call under way ends and none begins, sends what each
+ * has queued, and answers with the last request each sent (RM_OP_MOVE_READY); the move
+ * waits until each channel's thread has run that far. Nothing is then in flight on any
+ * channel; after RM_OP_MOVED the client attaches each channel to the target. */
+
+static uint64_t channel_done(struct rm_session *sh, uint32_t chan)
+{
+	return sh->channels[chan] ? __atomic_load_n(&sh->channels[chan]->done_seq, __ATOMIC_ACQUIRE) : 0;
+}
+
+/* 0 once every channel has run what the client sent on it, or -errno with why said. */
+static int hold_channels(struct rm_channel *s, char *why, size_t n)
+{
+	struct rm_session *sh = s->sh;
+	pthread_mutex_lock(&sh->lock);
+	int any = 0;
+	for (int i = 1; i <= RM_MAX_CHANNELS; i++)
+		any |= sh->channels[i] != NULL;
+	sh->closing = any; /* no channel attaches meanwhile: a thread refused one shares the main connection */
+	pthread_mutex_unlock(&sh->lock);
+	if (!any)
+		return 0;
+	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_MOVE_PREPARE, .flags = RM_F_REPLY}, rf;
+	pthread_mutex_lock(&s->send_lock);
+	int err = rm_link_send(&s->link, &f, NULL, NULL, 0);
+	pthread_mutex_unlock(&s->send_lock);
+	uint8_t msg[4096];
+	Remora__MoveReady *m = NULL;
+	while (!err && !(err = rm_link_read_frame(&s->link, &rf)) && rf.op == RM_OP_HEARTBEAT && !rf.msg_len && !rf.bulk_len)
+		;
+	if (!err && (rf.op != RM_OP_MOVE_READY || rf.bulk_len || rf.msg_len > sizeof(msg) ||
+		     rm_link_read(&s->link, msg, rf.msg_len) || !(m = remora__move_ready__unpack(NULL, rf.msg_len, msg)) ||
+		     m->n_channel != m->n_seq))
+		err = -EPROTO;
+	if (err) {
+		snprintf(why, n, "the client did not hold its threads' channels (%s)", strerror(-err));
+		goto out;
+	}
+	int named[RM_MAX_CHANNELS + 1] = {0};
+	for (size_t i = 0; i < m->n_channel && !err; i++)
+		if (m->channel[i] < 1 || m->channel[i] > RM_MAX_CHANNELS)
+			err = -EPROTO;
+		else
+			named[m->channel[i]] = 1;
+	for (int i = 1; i <= RM_MAX_CHANNELS && !err; i++)
+		if (sh->channels[i] && !named[i])
+			err = -ESRCH;
+	if (err) {
+		snprintf(why, n, "the client's channels are not the worker's");
+		goto out;
+	}
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += rm_worker_config()->peer_timeout_s;
+	pthread_mutex_lock(&sh->lock);
+	sh->fence_waiters++;
+	for (size_t i = 0; i < m->n_channel && !err; i++)
+		while (!err && channel_done(sh, m->channel[i]) < m->seq[i] && sh->channels[m->channel[i]])
+			err = -pthread_cond_timedwait(&sh->progress, &sh->lock, &until);
+	sh->fence_waiters--;
+	pthread_mutex_unlock(&sh->lock);
+	if (err)
+		snprintf(why, n, "the client's threads' calls did not end in time");
+out:
+	if (m)
+		remora__move_ready__free_unpacked(m, NULL);
+	return err;
+}
+
+static void release_channels(struct rm_channel *s)
+{
+	pthread_mutex_lock(&s->sh->lock);
+	s->sh->closing = 0;
+	pthread_mutex_unlock(&s->sh->lock);
+}
+
 /* ---- the target ---- */
 
 /* Reads the next frame that is not a heartbeat (the target covers a long call with them). */
@@ -572,10 +652,15 @@ static int move(struct rm_channel *s, struct rm_migration *m)
 	const struct rm_transport *tp = rm_transport_for(m->target, &addr);
 	struct sender x = {.s = s, .c = &c};
 	struct rm_conn *conn = NULL;
+	int held = 0;
 	if (no)
 		snprintf(m->error, sizeof(m->error), "the client cannot move: %s", no);
 	else if (!tp)
 		snprintf(m->error, sizeof(m->error), "%s names an unknown transport", m->target);
+	else if (!(held = 1) || hold_channels(s, m->error, sizeof(m->error)))
+		; /* said why */
+	else if (free(c.h), c = (struct collect){0}, (no = refusal(s, &c))) /* again: its threads ran meanwhile */
+		snprintf(m->error, sizeof(m->error), "the client cannot move: %s", no);
 	else if (rm_session_synchronize_all(s) != CUDA_SUCCESS)
 		snprintf(m->error, sizeof(m->error), "its streams did not finish cleanly; it stays");
 	else if (!(x.chunk = malloc(CHUNK)))
@@ -602,6 +687,8 @@ static int move(struct rm_channel *s, struct rm_migration *m)
 		snprintf(m->error, sizeof(m->error), "the client could not be told to move");
 		moved = 0;
 	}
+	if (held && !moved)
+		release_channels(s);
 	if (moved) {
 		m->result = CUDA_SUCCESS;
 		m->session_id = id;

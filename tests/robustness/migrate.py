@@ -9,6 +9,8 @@ migration"; issue 40). One scenario a run:
                where the client's addresses are taken (the test driver's hint not taken),
                a client holding a module global's address (cannot move), a non-admin asking
   source-gone  the source killed mid-run: the client ends with a clear error, not a hang
+  threads      drv_migrate with a second thread on a channel of its own, in its calls when
+               the move comes: moved A -> B -> A -> B, output and the thread's results unchanged
   runtime      rt_migrate (cudart: its kernels a library, launched as CUkernels) moved
                A -> B -> A mid-run prints what it prints unmoved
 
@@ -47,7 +49,7 @@ def client_env():
 def command(iterations, pause_ms):
     if scenario == "runtime":
         return [rt_program, str(iterations), str(pause_ms)]
-    return [program, image, str(iterations), str(pause_ms)]
+    return [program, image, str(iterations), str(pause_ms)] + (["threads"] if scenario == "threads" else [])
 
 
 def start_client(d, *extra, iterations=ITERATIONS):
@@ -111,7 +113,8 @@ def moves(tmp):
     try:
         want = baseline(a)
         r = Reader(start_client(a))
-        route = [(a, b), (b, a)] if scenario == "runtime" else [(a, b), (b, a), (a, b), (b, a)]
+        route = {"runtime": [(a, b), (b, a)], "threads": [(a, b), (b, a), (a, b)]}.get(
+            scenario, [(a, b), (b, a), (a, b), (b, a)])
         figures = []
         for n, (src, dst) in enumerate(route):
             wait_for(lambda: r.poll() >= 4 + 6 * n, timeout=60)
@@ -127,6 +130,9 @@ def moves(tmp):
         for n, (mib, ms) in enumerate(figures):
             print(f"migration {n + 1}: {mib:.1f} MiB moved, pause {ms:.1f} ms")
         check("closed: released" in a.text() and "moved to" in a.text(), "the source ends the session it moved")
+        if scenario == "threads":
+            check(b.text().count("channel 1 attached") >= 2 and "moving client's state" in b.text(),
+                  "the second thread's channel followed the client each time")
     finally:
         a.stop(), b.stop()
         logs(a, b)
@@ -184,6 +190,6 @@ def source_gone(tmp):
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    {"moves": moves, "refused": refused, "source-gone": source_gone, "runtime": moves}[scenario](tmp)
+    {"moves": moves, "refused": refused, "source-gone": source_gone, "runtime": moves, "threads": moves}[scenario](tmp)
 print("FAIL" if failures else "PASS")
 sys.exit(1 if failures else 0)
