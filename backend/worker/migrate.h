@@ -37,7 +37,7 @@ struct rm_migration {
 	int done;        /* 1: under way; 2: tried, result and error say how */
 	CUresult result;
 	char error[256];
-	uint64_t session_id, bytes, pause_us;
+	uint64_t session_id, bytes, pause_us; /* pause: from the call's end to the client told */
 	pthread_cond_t cond;
 };
 

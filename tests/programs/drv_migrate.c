@@ -125,6 +125,17 @@ int main(int argc, char **argv)
 		EXPECT(!memcmp(got, ha, N * sizeof(float)), "iteration %d: a differs from the CPU's", it);
 		for (int i = 0; i < SMALL; i++)
 			EXPECT(htags[i] == tag, "iteration %d: tag %d is %x", it, i, htags[i]);
+		/* What the client knows of its memory and context holds wherever it runs. */
+		CUdeviceptr base = 0;
+		size_t size = 0;
+		CUcontext owner = NULL;
+		CHECK(cuMemGetAddressRange(&base, &size, a + 8));
+		EXPECT(base == a && size == N * sizeof(float), "iteration %d: a's range is %llx + %zu", it,
+		       (unsigned long long)base, size);
+		CHECK(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, tags));
+		EXPECT(owner == ctx, "iteration %d: tags' context is another", it);
+		CHECK(cuPointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, tags + 100));
+		EXPECT(base == tags, "iteration %d: tags' range starts at %llx", it, (unsigned long long)base);
 		if (threads) { /* the second thread's buffer: e = e + b each iteration */
 			pthread_barrier_wait(&helper.done);
 			float *ge = hc; /* its values no longer needed this iteration */
