@@ -299,7 +299,7 @@ static int pool_decide(struct rm_etcd *e, const struct pool_args *a, const char 
 		if (to && !strchr(a->migrate, ':') && !rm_pool_find(e, a->migrate, to))
 			snprintf(addr, sizeof(addr), "%s", to->address);
 		free(to);
-		printf("%s: draining: no new clients; moving its %d client(s) to %s\n", a->host, m->clients, addr);
+		printf("%s: draining: no new clients; moving its clients to %s\n", a->host, addr);
 		rc = rm_cli_migrate_all(m->address, addr);
 	} else if (!strcmp(sub, "drain"))
 		printf("%s: draining: no new clients; its %d current client(s) go on\n", a->host, m->clients);
