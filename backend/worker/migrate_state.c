@@ -8,6 +8,7 @@
 
 #include "driver_table.h"
 #include "handle_alias.h"
+#include "image_cache.h"
 #include "ipc.h"
 #include "migrate.h"
 #include "migrate_wire.h"
@@ -41,6 +42,19 @@ static int gather(const struct rm_handle *h, void *arg)
 
 static const enum rm_handle_kind movable[] = {RM_H_MEMORY, RM_H_MOVED_MEMORY, RM_H_MODULE, RM_H_LIBRARY,
 					      RM_H_KERNEL, RM_H_FUNCTION, RM_H_STREAM, RM_H_EVENT};
+
+/* The image kept for a module or library (NULL: none); only the session's thread changes
+ * the list while it moves. */
+static const uint8_t *kept_image(struct rm_session *sh, uint64_t handle, size_t *n)
+{
+	const uint8_t *image = NULL;
+	pthread_mutex_lock(&sh->lock);
+	for (size_t k = 0; k < sh->nimages && !image; k++)
+		if (sh->images[k].module == handle)
+			image = sh->images[k].image, *n = sh->images[k].n;
+	pthread_mutex_unlock(&sh->lock);
+	return image;
+}
 
 /* Why s cannot move, or NULL; its handles of the kinds that move gathered into c, in the
  * order they are made again (memory and modules before functions, streams, events). */
@@ -99,6 +113,11 @@ const char *rm_mig_refusal(struct rm_channel *s, struct rm_mig_collect *c)
 			return "it holds a function of neither a module nor a kernel of its own";
 		if (h->kind == RM_H_MODULE && h->parent)
 			return "it holds a library's module (cuLibraryGetModule), which does not move";
+		size_t n = 0;
+		const uint8_t *image = h->kind == RM_H_MODULE || h->kind == RM_H_LIBRARY ? kept_image(s->sh, h->value, &n) : NULL;
+		if (image && !rm_image_shareable(image, n))
+			return "a module or library of its holds device variables (__device__, __managed__ or "
+			       "__constant__ data), whose values do not move yet";
 	}
 	return NULL;
 }
@@ -148,18 +167,6 @@ static int slot_of(const struct rm_handle *h)
 	return h->ctx ? (int)h->ctx - 1 : 0;
 }
 
-/* The image kept for a module or library (NULL: none); only the session's thread changes
- * the list while it moves. */
-static const uint8_t *kept_image(struct rm_session *sh, uint64_t handle, size_t *n)
-{
-	const uint8_t *image = NULL;
-	pthread_mutex_lock(&sh->lock);
-	for (size_t k = 0; k < sh->nimages && !image; k++)
-		if (sh->images[k].module == handle)
-			image = sh->images[k].image, *n = sh->images[k].n;
-	pthread_mutex_unlock(&sh->lock);
-	return image;
-}
 
 static int by_base(const void *a, const void *b)
 {

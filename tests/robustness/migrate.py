@@ -14,7 +14,10 @@ migration"; issue 40). One scenario a run:
   runtime      rt_migrate (cudart: its kernels a library, launched as CUkernels) moved
                A -> B -> A mid-run prints what it prints unmoved
 
-usage: migrate.py SCENARIO REMORAD DRIVER REMORA PROGRAM IMAGE [RT_PROGRAM]
+               (drv_migrate runs on IMAGE, a module without device variables), and a module
+               holding device variables (STATEFUL_IMAGE), whose values do not move yet
+
+usage: migrate.py SCENARIO REMORAD DRIVER REMORA PROGRAM IMAGE [RT_PROGRAM [STATEFUL_IMAGE]]
 """
 import os
 import re
@@ -28,7 +31,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from remorad_fixture import Daemon, wait_for  # noqa: E402
 
 scenario, remorad, driver, remora, program, image = sys.argv[1:7]
+image_path = image
 rt_program = sys.argv[7] if len(sys.argv) > 7 else None
+stateful_image = sys.argv[8] if len(sys.argv) > 8 else None
 ADMIN = "ops.migrate-admin"
 ITERATIONS, PAUSE_MS = 40, 60
 failures = []
@@ -161,13 +166,18 @@ def refused(tmp):
         check(rc == 0 and lines == want, f"the client went on at the source, its output unchanged ({rc}) {err[-1500:]}")
         check("moved to the GPU server" not in err, "it never moved")
         check("addresses" in b.text() or "taken" in b.text(), "the target's log says why it refused the state")
-        # A client holding a module global's address cannot move.
-        r = Reader(start_client(a, "global", iterations=30))
-        wait_for(lambda: r.poll() >= 2, timeout=60)
-        m = migrate(r.proc.pid, a, b)
-        check(m.returncode != 0 and "RM_H_GLOBAL" in m.stderr, f"a client with a module global is refused: {m.stderr.strip()}")
-        rc, lines, err = r.finish()
-        check(rc == 0 and lines[-1] == "PASS", f"it goes on at the source ({rc})")
+        # A client holding a module global's address, or a module with device variables, cannot move.
+        for extra, image, why in (("global", image_path, "RM_H_GLOBAL"), ("", stateful_image, "device variables")):
+            if not image:
+                continue
+            r = Reader(subprocess.Popen([remora, "run", "--server", a.server, "--", program, image, "30",
+                                         str(PAUSE_MS), *([extra] if extra else [])], stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, env=client_env()))
+            wait_for(lambda: r.poll() >= 2, timeout=60)
+            m = migrate(r.proc.pid, a, b)
+            check(m.returncode != 0 and why in m.stderr, f"refused: {m.stderr.strip()}")
+            rc, lines, err = r.finish()
+            check(rc == 0 and lines[-1] == "PASS", f"it goes on at the source ({rc})")
     finally:
         a.stop(), b.stop(), c.stop()
         logs(a, b, c)
