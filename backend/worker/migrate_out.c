@@ -45,7 +45,7 @@ static int link_request(struct rm_channel *s, void *arg)
 	if (s->sh->migration || s->sh->migrate_in)
 		err = -EBUSY;
 	else
-		s->sh->migration = m, m->sh = s->sh;
+		m->sh = s->sh, __atomic_store_n(&s->sh->migration, m, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&mig_lock);
 	return err;
 }

@@ -43,8 +43,8 @@ static int gather(const struct rm_handle *h, void *arg)
 static const enum rm_handle_kind movable[] = {RM_H_MEMORY, RM_H_MOVED_MEMORY, RM_H_MODULE, RM_H_LIBRARY,
 					      RM_H_KERNEL, RM_H_FUNCTION, RM_H_STREAM, RM_H_EVENT};
 
-/* The image kept for a module or library (NULL: none); only the session's thread changes
- * the list while it moves. */
+/* The image kept for a module or library (NULL: none). Used once the client's threads are
+ * held (migrate_out.c): none of its calls can unload it meanwhile. */
 static const uint8_t *kept_image(struct rm_session *sh, uint64_t handle, size_t *n)
 {
 	const uint8_t *image = NULL;
@@ -54,6 +54,19 @@ static const uint8_t *kept_image(struct rm_session *sh, uint64_t handle, size_t 
 			image = sh->images[k].image, *n = sh->images[k].n;
 	pthread_mutex_unlock(&sh->lock);
 	return image;
+}
+
+/* Whether the image kept for a module or library may hold device variables; read under
+ * the lock, as another thread of the client may unload it meanwhile. */
+static int kept_image_stateful(struct rm_session *sh, uint64_t handle)
+{
+	int stateful = 0;
+	pthread_mutex_lock(&sh->lock);
+	for (size_t k = 0; k < sh->nimages; k++)
+		if (sh->images[k].module == handle)
+			stateful = !rm_image_shareable(sh->images[k].image, sh->images[k].n);
+	pthread_mutex_unlock(&sh->lock);
+	return stateful;
 }
 
 /* Why s cannot move, or NULL; its handles of the kinds that move gathered into c, in the
@@ -113,9 +126,7 @@ const char *rm_mig_refusal(struct rm_channel *s, struct rm_mig_collect *c)
 			return "it holds a function of neither a module nor a kernel of its own";
 		if (h->kind == RM_H_MODULE && h->parent)
 			return "it holds a library's module (cuLibraryGetModule), which does not move";
-		size_t n = 0;
-		const uint8_t *image = h->kind == RM_H_MODULE || h->kind == RM_H_LIBRARY ? kept_image(s->sh, h->value, &n) : NULL;
-		if (image && !rm_image_shareable(image, n))
+		if ((h->kind == RM_H_MODULE || h->kind == RM_H_LIBRARY) && kept_image_stateful(s->sh, h->value))
 			return "a module or library of its holds device variables (__device__, __managed__ or "
 			       "__constant__ data), whose values do not move yet";
 	}
