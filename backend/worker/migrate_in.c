@@ -246,6 +246,37 @@ static int on_kernel_function(void *arg, uint64_t handle, uint64_t kernel, uint3
 	return alias(x, RM_H_FUNCTION, handle, (uint64_t)(uintptr_t)f);
 }
 
+/* A module's or library's device variable: found by its name in the module made again,
+ * of the size it had, its contents written. */
+static int on_global(void *arg, uint64_t image, int library, const char *name, uint64_t size)
+{
+	struct restore *x = arg;
+	void *h;
+	CUdeviceptr p = 0;
+	size_t sz = 0;
+	int err = enter(x, 0);
+	if (err)
+		return err;
+	CUresult r = rm_session_use(x->s, library ? RM_H_LIBRARY : RM_H_MODULE, image, &h);
+	if (r == CUDA_SUCCESS)
+		r = library ? rm_drv_cuLibraryGetGlobal(&p, &sz, (CUlibrary)h, name)
+			    : rm_drv_cuModuleGetGlobal_v2(&p, &sz, (CUmodule)h, name);
+	if (r != CUDA_SUCCESS)
+		return err_of(r);
+	if (sz != size)
+		return -EPROTO;
+	for (uint64_t done = 0; done < size;) {
+		size_t n = size - done < CHUNK ? (size_t)(size - done) : CHUNK;
+		if ((err = read_state(x, x->chunk, n)))
+			return err;
+		if ((r = rm_drv_cuMemcpyHtoD_v2(p + done, x->chunk, n)) != CUDA_SUCCESS)
+			return err_of(r);
+		done += n;
+	}
+	x->bytes += size;
+	return 0;
+}
+
 /* RM_OP_MIGRATE_STATE: only once, as the first request of a session greeted with
  * migrate_in. A state that fails leaves what was made to the session's end (the source
  * then closes the connection). */
@@ -265,7 +296,8 @@ void rm_handle_migrate_state(struct rm_channel *s, struct rm_request *rq)
 		return;
 	}
 	static const struct rm_mig_sink sink = {read_state, on_ctx,    on_span,   on_memory,	on_module, on_function,
-						on_stream,  on_event,  on_library, on_kernel, on_kernel_function};
+						on_stream,  on_event,  on_library, on_kernel, on_kernel_function,
+						on_global};
 	int err = (x.chunk = malloc(CHUNK)) ? rm_mig_decode(&sink, &x, rq->frame.bulk_len, why, sizeof(why)) : -ENOMEM;
 	free(x.chunk);
 	if (!err && rm_session_synchronize_all(s) != CUDA_SUCCESS) /* the copies are done */

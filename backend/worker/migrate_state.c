@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "driver_table.h"
 #include "handle_alias.h"
@@ -56,17 +57,110 @@ static const uint8_t *kept_image(struct rm_session *sh, uint64_t handle, size_t 
 	return image;
 }
 
-/* Whether the image kept for a module or library may hold device variables; read under
- * the lock, as another thread of the client may unload it meanwhile. */
-static int kept_image_stateful(struct rm_session *sh, uint64_t handle)
+static int slot_of(const struct rm_handle *h)
 {
-	int stateful = 0;
+	return h->ctx ? (int)h->ctx - 1 : 0;
+}
+
+static int no_visit(const char *name, void *arg)
+{
+	(void)name, (void)arg;
+	return 0;
+}
+
+/* rm_image_variables of the image kept for a module or library (0 when none is kept: the
+ * send says so); read under the lock, as another thread of the client may unload it
+ * meanwhile. */
+static int kept_image_variables(struct rm_session *sh, uint64_t handle)
+{
+	int r = 0;
 	pthread_mutex_lock(&sh->lock);
 	for (size_t k = 0; k < sh->nimages; k++)
 		if (sh->images[k].module == handle)
-			stateful = !rm_image_shareable(sh->images[k].image, sh->images[k].n);
+			r = rm_image_variables(sh->images[k].image, sh->images[k].n, no_visit, NULL);
 	pthread_mutex_unlock(&sh->lock);
-	return stateful;
+	return r;
+}
+
+/* The names of an image's device variables, each once. */
+struct names {
+	char **v;
+	size_t n, cap;
+};
+
+static int add_name(const char *name, void *arg)
+{
+	struct names *x = arg;
+	for (size_t i = 0; i < x->n; i++)
+		if (!strcmp(x->v[i], name))
+			return 0;
+	if (x->n == x->cap) {
+		size_t cap = x->cap ? 2 * x->cap : 16;
+		char **g = realloc(x->v, cap * sizeof(*g));
+		if (!g)
+			return -ENOMEM;
+		x->v = g, x->cap = cap;
+	}
+	return (x->v[x->n] = strdup(name)) ? (x->n++, 0) : -ENOMEM;
+}
+
+static void free_names(struct names *x)
+{
+	for (size_t i = 0; i < x->n; i++)
+		free(x->v[i]);
+	free(x->v);
+}
+
+/* The device variables of module or library h (its image given), each a record with its
+ * contents, read from where the module holds them. */
+static int send_variables(struct rm_mig_sender *x, const struct rm_handle *h, uint64_t client, const uint8_t *image,
+			  size_t n)
+{
+	struct names names = {0};
+	int library = h->kind == RM_H_LIBRARY, err = rm_image_variables(image, n, add_name, &names) ? -ENOTSUP : 0;
+	if (err)
+		x->why = "a module's device variables could not be named";
+	if (!err && rm_session_enter(x->s, x->s->sh->ctxs[library ? 0 : slot_of(h)].handle) != CUDA_SUCCESS)
+		err = -EIO;
+	for (size_t i = 0; i < names.n && !err; i++) {
+		CUdeviceptr p = 0;
+		size_t sz = 0, nlen = strlen(names.v[i]);
+		CUresult r = library ? rm_drv_cuLibraryGetGlobal(&p, &sz, (CUlibrary)(uintptr_t)h->value, names.v[i])
+				     : rm_drv_cuModuleGetGlobal_v2(&p, &sz, (CUmodule)(uintptr_t)h->value, names.v[i]);
+		/* What the compiler makes for string literals (printf's formats, assert's texts) is
+		 * constant and loads again as it was; it need not be found by name. */
+		if (r != CUDA_SUCCESS && (names.v[i][0] == '$' || !strncmp(names.v[i], "__unnamed_", 10)))
+			continue;
+		if (r != CUDA_SUCCESS || nlen > RM_MIG_MAX_NAME) {
+			x->why = "a device variable of a module is not found by its name";
+			err = -ENOENT;
+			break;
+		}
+		uint8_t f[16], hdr[RM_MIG_HEADER_LEN];
+		rm_mig_put64(f, client);
+		rm_mig_put32(f + 8, (uint32_t)nlen);
+		rm_mig_put32(f + 12, (uint32_t)library);
+		x->records++;
+		x->total += sizeof(hdr) + sizeof(f) + nlen + sz;
+		if (x->count)
+			continue;
+		rm_mig_header(hdr, RM_MIG_GLOBAL, sizeof(f) + nlen + sz);
+		struct iovec v[3] = {{hdr, sizeof(hdr)}, {f, sizeof(f)}, {names.v[i], nlen}};
+		err = rm_conn_sendv(x->conn, v, 3);
+		for (uint64_t done = 0; done < sz && !err;) {
+			size_t c = sz - done < RM_MIG_CHUNK ? (size_t)(sz - done) : RM_MIG_CHUNK;
+			if (rm_drv_cuMemcpyDtoH_v2(x->chunk, p + done, c) != CUDA_SUCCESS) {
+				x->why = "a device variable could not be read";
+				err = -EIO;
+				break;
+			}
+			struct iovec d = {x->chunk, c};
+			err = rm_conn_sendv(x->conn, &d, 1);
+			done += c;
+		}
+	}
+	free_names(&names);
+	return err;
 }
 
 /* Why s cannot move, or NULL; its handles of the kinds that move gathered into c, in the
@@ -126,9 +220,12 @@ const char *rm_mig_refusal(struct rm_channel *s, struct rm_mig_collect *c)
 			return "it holds a function of neither a module nor a kernel of its own";
 		if (h->kind == RM_H_MODULE && h->parent)
 			return "it holds a library's module (cuLibraryGetModule), which does not move";
-		if ((h->kind == RM_H_MODULE || h->kind == RM_H_LIBRARY) && kept_image_stateful(s->sh, h->value))
-			return "a module or library of its holds device variables (__device__, __managed__ or "
-			       "__constant__ data), whose values do not move yet";
+		int vars = h->kind == RM_H_MODULE || h->kind == RM_H_LIBRARY ? kept_image_variables(s->sh, h->value) : 0;
+		if (vars == 1)
+			return "a module or library of its holds __managed__ variables, which do not move";
+		if (vars < 0)
+			return "the device variables of a module or library of its cannot be named (an image not "
+			       "read that far), so their values could not move";
 	}
 	return NULL;
 }
@@ -173,10 +270,6 @@ static int send_memory(struct rm_mig_sender *x, const struct rm_handle *h)
 	return err;
 }
 
-static int slot_of(const struct rm_handle *h)
-{
-	return h->ctx ? (int)h->ctx - 1 : 0;
-}
 
 
 static int by_base(const void *a, const void *b)
@@ -270,12 +363,16 @@ int rm_mig_send_state(struct rm_mig_sender *x)
 				rm_mig_put64(f, client);
 				rm_mig_put64(f + 8, 0);
 				err = emit(x, RM_MIG_LIBRARY, f, 16, image, n);
+				if (!err)
+					err = send_variables(x, h, client, image, n);
 				break;
 			}
 			rm_mig_put64(f, client);
 			rm_mig_put32(f + 8, (uint32_t)slot_of(h));
 			rm_mig_put32(f + 12, 0);
 			err = emit(x, RM_MIG_MODULE, f, 16, image, n);
+			if (!err)
+				err = send_variables(x, h, client, image, n);
 			break;
 		}
 		case RM_H_KERNEL: {

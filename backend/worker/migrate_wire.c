@@ -154,6 +154,21 @@ int rm_mig_decode(const struct rm_mig_sink *k, void *arg, uint64_t total, char *
 			if ((err = k->kernel_function(arg, get64(f), get64(f + 8), get32(f + 16))))
 				FAIL(err, "a kernel's function not made again");
 			break;
+		case RM_MIG_GLOBAL: {
+			char name[RM_MIG_MAX_NAME + 1];
+			if (len < 16 || (err = k->read(arg, f, 16)))
+				FAIL(err ? err : -EPROTO, "malformed global record");
+			uint32_t nlen = get32(f + 8), lib = get32(f + 12);
+			if (!nlen || nlen > RM_MIG_MAX_NAME || nlen > len - 16 || lib > 1 || !get64(f) ||
+			    (err = k->read(arg, name, nlen)))
+				FAIL(err ? err : -EPROTO, "malformed global record (a name of %u bytes)", nlen);
+			name[nlen] = 0;
+			if (strlen(name) != nlen)
+				FAIL(-EPROTO, "global record: a name with a NUL");
+			if ((err = k->global(arg, get64(f), (int)lib, name, len - 16 - nlen)))
+				FAIL(err, "device variable %s not made again", name);
+			break;
+		}
 		case RM_MIG_MODULE: {
 			if (len <= 16 || len - 16 > RM_MIG_MAX_IMAGE || (err = k->read(arg, f, 16)))
 				FAIL(err ? err : -EPROTO, "malformed module record (%llu bytes)", (unsigned long long)len);

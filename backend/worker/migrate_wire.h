@@ -30,6 +30,8 @@ enum rm_mig_type {
 	RM_MIG_KERNEL = 10,  /* u64 the client's handle, u64 its library's, i32 maximum dynamic shared
 			      * memory, i32 carveout (-1: default) on the client's first device, the name */
 	RM_MIG_KERNEL_FUNCTION = 11, /* u64 the client's handle, u64 its kernel's, u32 context slot, u32 0 */
+	RM_MIG_GLOBAL = 12,  /* u64 its module's or library's handle, u32 name length, u32 1 for a library's,
+			      * the name (no NUL), then the variable's contents (after that record) */
 	RM_MIG_SPAN = 8,     /* u64 base, u64 size, u32 context slot, u32 0: granules the memory records
 			      * that follow lie in, mapped as one range (before those records) */
 };
@@ -50,6 +52,8 @@ struct rm_mig_sink {
 	int (*library)(void *arg, uint64_t handle, const uint8_t *image, size_t n);
 	int (*kernel)(void *arg, uint64_t handle, uint64_t library, int32_t smem, int32_t carveout, const char *name);
 	int (*kernel_function)(void *arg, uint64_t handle, uint64_t kernel, uint32_t ctx);
+	/* global must itself read the size bytes of contents that follow. */
+	int (*global)(void *arg, uint64_t image, int library, const char *name, uint64_t size);
 };
 
 /* Decodes a state of total bytes through sink: 0, or -errno with why (n bytes) said. */

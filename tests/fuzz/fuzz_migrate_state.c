@@ -91,6 +91,14 @@ static int on_kernel_function(void *arg, uint64_t h, uint64_t k, uint32_t ctx)
 	return ctx >= RM_MIG_MAX_CTX ? (abort(), 0) : 0;
 }
 
+static int on_global(void *arg, uint64_t h, int library, const char *name, uint64_t size)
+{
+	(void)h, (void)library;
+	if (strlen(name) > RM_MIG_MAX_NAME)
+		abort();
+	return on_memory(arg, 1, size ? size : 0, 0) ? -1 : 0; /* reads its contents */
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	uint8_t *copy = malloc(size ? size : 1); /* exactly size bytes, so that a read past them is seen */
@@ -99,7 +107,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(copy, data, size);
 	struct input in = {copy, size};
 	const struct rm_mig_sink sink = {take, on_ctx, on_span, on_memory, on_module, on_function, on_stream, on_event,
-				       on_library, on_kernel, on_kernel_function};
+				       on_library, on_kernel, on_kernel_function, on_global};
 	char why[256] = "";
 	if (rm_mig_decode(&sink, &in, size, why, sizeof(why)) && !why[0])
 		abort(); /* a refusal always says why */

@@ -1,6 +1,7 @@
 // drv_migrate's kernels (tests/programs/kernels.cu's of the same names) in a module with no
-// device variables: live migration does not move a module's __device__ data yet, so a
-// module holding some is refused (docs/pool.md, "Live migration").
+// device variables (kernels.cu's kernelsMagic): the moves of tests/robustness/migrate.py
+// run on this one, and on kernels.fatbin to move a variable too (docs/pool.md, "Live
+// migration").
 extern "C" {
 
 __global__ void vecAdd(const float *a, const float *b, float *c, int n)
