@@ -2,10 +2,11 @@
  * from one iteration to the next, on two streams joined by an event, with a checksum per
  * iteration checked against the CPU. Moved between remorads mid-run
  * (tests/robustness/migrate.py), it must print what it prints unmoved, bit for bit.
- * usage: drv_migrate IMAGE [ITERATIONS [PAUSE_MS [global|threads]]]; global: it asks for a
- * module global's address, which a move cannot keep (the move is refused); threads: a
- * second thread (a channel of its own) works on its own stream and buffer in step with
- * the first, so that a move finds it in its calls. */
+ * usage: drv_migrate IMAGE [ITERATIONS [PAUSE_MS [global|threads|magic]]]; global: it asks
+ * for a module global's address, which a move cannot keep (the move is refused); threads:
+ * a second thread (a channel of its own) works on its own stream and buffer in step with
+ * the first, so that a move finds it in its calls; magic: each iteration a kernel adds 1
+ * to the module's variable kernelsMagic (kernels.cu), which a move must carry. */
 #include <pthread.h>
 #include <unistd.h>
 
@@ -48,13 +49,16 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	int iterations = argc > 2 ? atoi(argv[2]) : 20, pause_ms = argc > 3 ? atoi(argv[3]) : 0;
-	int threads = argc > 4 && !strcmp(argv[4], "threads");
+	int threads = argc > 4 && !strcmp(argv[4], "threads"), magic = argc > 4 && !strcmp(argv[4], "magic");
 	CUcontext ctx = drv_open_device0();
 	CUmodule module = drv_load_module(argv[1]);
 	CUfunction vec_add, scale, fill;
 	CHECK(cuModuleGetFunction(&vec_add, module, "vecAdd"));
 	CHECK(cuModuleGetFunction(&scale, module, "scaleArray"));
 	CHECK(cuModuleGetFunction(&fill, module, "fillU32"));
+	CUfunction bump = NULL;
+	if (magic)
+		CHECK(cuModuleGetFunction(&bump, module, "bumpMagic"));
 	if (argc > 4 && !strcmp(argv[4], "global")) {
 		CUdeviceptr magic;
 		size_t bytes;
@@ -71,6 +75,8 @@ int main(int argc, char **argv)
 	CUdeviceptr a, b, c, tags;
 	CHECK(cuMemAlloc(&a, N * sizeof(float)));
 	CHECK(cuMemAlloc(&tags, SMALL * sizeof(unsigned)));
+	CUdeviceptr bumped;
+	CHECK(cuMemAlloc(&bumped, sizeof(unsigned)));
 	CHECK(cuMemAlloc(&b, N * sizeof(float)));
 	CHECK(cuMemAlloc(&c, N * sizeof(float)));
 	float *ha = malloc(N * sizeof(float)), *hb = malloc(N * sizeof(float)), *hc = malloc(N * sizeof(float));
@@ -114,6 +120,9 @@ int main(int argc, char **argv)
 		CHECK(cuStreamWaitEvent(s2, joined, 0));
 		CHECK(cuLaunchKernel(vec_add, blocks, 1, 1, nthreads, 1, 1, 0, s2, add2, NULL));
 		CHECK(cuLaunchKernel(fill, 4, 1, 1, nthreads, 1, 1, 0, s2, fill1, NULL));
+		void *bump1[] = {&bumped};
+		if (magic)
+			CHECK(cuLaunchKernel(bump, 1, 1, 1, 1, 1, 1, 0, s2, bump1, NULL));
 		CHECK(cuStreamSynchronize(s2)); /* where a move happens */
 		for (int i = 0; i < N; i++) {
 			volatile float sum = ha[i] + hb[i];
@@ -144,6 +153,12 @@ int main(int argc, char **argv)
 				he[i] = he[i] + hb[i];
 			EXPECT(!memcmp(ge, he, N * sizeof(float)), "iteration %d: the second thread's buffer differs", it);
 		}
+		if (magic) { /* kernelsMagic, "REMO", plus one each iteration */
+			unsigned got_magic = 0;
+			CHECK(cuMemcpyDtoH(&got_magic, bumped, sizeof(got_magic)));
+			EXPECT(got_magic == 0x52454d4fu + (unsigned)it + 1, "iteration %d: kernelsMagic is %08x", it, got_magic);
+			printf("iter %d magic %08x\n", it, got_magic);
+		}
 		printf("iter %d checksum %016llx\n", it, (unsigned long long)(drv_fnv1a(got, N * sizeof(float)) ^
 									    drv_fnv1a(htags, SMALL * sizeof(unsigned))));
 		fflush(stdout);
@@ -162,6 +177,7 @@ int main(int argc, char **argv)
 	CHECK(cuMemFree(b));
 	CHECK(cuMemFree(c));
 	CHECK(cuMemFree(tags));
+	CHECK(cuMemFree(bumped));
 	CHECK(cuModuleUnload(module));
 	drv_close_device0();
 	free(ha), free(hb), free(hc), free(got), free(htags);

@@ -169,8 +169,9 @@ def refused(tmp):
         check("moved to the GPU server" not in err, "it never moved")
         check("addresses" in b.text() or "taken" in b.text(), "the target's log says why it refused the state")
         # A client holding a module global's address cannot move; one whose module holds device
-        # variables (STATEFUL_IMAGE: kernels.cu's kernelsMagic) moves with their values.
-        for extra, image, why in (("global", image_path, "RM_H_GLOBAL"), ("", stateful_image, None)):
+        # variables (STATEFUL_IMAGE: kernels.cu's kernelsMagic, which a kernel adds 1 to each
+        # iteration, checked by the program) moves with their values.
+        for extra, image, why in (("global", image_path, "RM_H_GLOBAL"), ("magic", stateful_image, None)):
             if not image:
                 continue
             r = Reader(subprocess.Popen([remora, "run", "--server", a.server, "--", program, image, "30",

@@ -181,6 +181,7 @@ struct td_launch_shape {
 	unsigned shared_bytes;
 	bool cooperative;            /* every block co-resident: grid.sync() is allowed */
 	unsigned cluster[3];         /* blocks per cluster; 0s: clusters of one block */
+	uintptr_t magic;             /* the launched module's kernelsMagic (bumpMagic); 0: none */
 };
 
 struct td_op {
@@ -323,6 +324,9 @@ struct td_global {
 	const void *initial;
 };
 const struct td_global *td_global_at(size_t index);
+/* Module m's variable of that name (module.c); 0: none. */
+struct td_module;
+CUdeviceptr td_module_global(struct td_module *m, const char *name);
 
 /* ---- modules (module.c) ---- */
 struct td_module;
