@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "link.h"
+#include "migrate.h"
 #include "pool.h"
 #include "remora.pb-c.h"
 #include "text.h"
@@ -30,6 +31,7 @@ struct pool_args {
 	int json;
 	const char *host;      /* the one positional argument, if any */
 	const char *server;    /* --server (status) */
+	const char *migrate;   /* --migrate HOST (drain): its clients move there */
 };
 
 /* Takes "--pool-ca VALUE" and the other credential options; 1 when name is one of them. */
@@ -89,6 +91,8 @@ static int parse_args(const char *cmd, int argc, char **argv, struct pool_args *
 			a->server = argv[++i];
 		else if (!strcmp(cmd, "status") && !strncmp(argv[i], "--server=", 9))
 			a->server = argv[i] + 9;
+		else if (!strcmp(cmd, "pool drain") && !strcmp(argv[i], "--migrate") && i + 1 < argc)
+			a->migrate = argv[++i];
 		else if (!strcmp(argv[i], "--token") && i + 1 < argc)
 			setenv("REMORA_TOKEN", argv[++i], 1); /* what status presents (docs/security.md) */
 		else if (argv[i][0] == '-' || a->host) {
@@ -287,20 +291,30 @@ static int pool_decide(struct rm_etcd *e, const struct pool_args *a, const char 
 		free(m);
 		return 1;
 	}
-	if (!strcmp(sub, "drain"))
+	int rc = 0;
+	if (!strcmp(sub, "drain") && a->migrate) { /* docs/pool.md, "Live migration" */
+		struct rm_pool_member *to = malloc(sizeof(*to));
+		char addr[sizeof(to->address)];
+		snprintf(addr, sizeof(addr), "%s", a->migrate);
+		if (to && !strchr(a->migrate, ':') && !rm_pool_find(e, a->migrate, to))
+			snprintf(addr, sizeof(addr), "%s", to->address);
+		free(to);
+		printf("%s: draining: no new clients; moving its clients to %s\n", a->host, addr);
+		rc = rm_cli_migrate_all(m->address, addr);
+	} else if (!strcmp(sub, "drain"))
 		printf("%s: draining: no new clients; its %d current client(s) go on\n", a->host, m->clients);
 	else if (!strcmp(sub, "undrain"))
 		printf("%s: serving%s\n", a->host, m->registered ? "" : " once its daemon registers again");
 	else
 		printf("%s: removed from the pool; `remora pool undrain %s` lets it register again\n", a->host, a->host);
 	free(m);
-	return 0;
+	return rc;
 }
 
 int cmd_pool(int argc, char **argv)
 {
 	static const char usage[] =
-		"usage: remora pool list [--json] | show HOST [--json] | drain HOST | undrain HOST | remove HOST\n"
+		"usage: remora pool list [--json] | show HOST [--json] | drain HOST [--migrate HOST] | undrain HOST | remove HOST\n"
 		"       [--pool http[s]://HOST:PORT[,...]]  (default: REMORA_POOL)\n"
 		"       [--pool-ca FILE] [--pool-cert FILE --pool-key FILE] [--pool-user NAME --pool-password-file FILE]\n"
 		"       (defaults: REMORA_POOL_CA, _CERT, _KEY, _USER, _PASSWORD_FILE or _PASSWORD)\n";
@@ -343,7 +357,7 @@ int cmd_pool(int argc, char **argv)
 }
 
 /* Asks the daemon at addr for its status; *rep is the unpacked reply. */
-static int fetch_status(const char *addr, Remora__StatusReply **rep, char *why, size_t whylen)
+int fetch_status(const char *addr, Remora__StatusReply **rep, char *why, size_t whylen)
 {
 	const char *hostport;
 	const struct rm_transport *tp = rm_transport_for(addr, &hostport);

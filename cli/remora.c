@@ -31,6 +31,7 @@ static int cmd_help(int argc, char **argv);
 int cmd_bench(int argc, char **argv); /* bench.c */
 int cmd_pool(int argc, char **argv);   /* pool.c */
 int cmd_status(int argc, char **argv); /* pool.c */
+int cmd_migrate(int argc, char **argv); /* migrate.c */
 static int cmd_hash_token(int argc, char **argv);
 
 static const struct subcommand subcommands[] = {
@@ -40,11 +41,14 @@ static const struct subcommand subcommands[] = {
 	 "on a GPU host: measure natively and through a private remorad, side by side", cmd_bench, 1,
 	 "--json --quick --only --transport --concurrency --spin-iters --remorad --driver --native-lib --client-lib "
 	 "--workers --rdma-host --link"},
-	{"pool", "list [--json] | show HOST | drain HOST | undrain HOST | remove HOST [--pool URL] [--pool-ca FILE] "
+	{"pool", "list [--json] | show HOST | drain HOST [--migrate HOST] | undrain HOST | remove HOST [--pool URL] [--pool-ca FILE] "
 	 "[--pool-cert FILE --pool-key FILE] [--pool-user NAME --pool-password-file FILE]",
 	 "the GPU pool in etcd (docs/pool.md); URL defaults to REMORA_POOL", cmd_pool, 0,
 	 "list show drain undrain remove --pool --pool-ca --pool-cert --pool-key --pool-user --pool-password-file "
-	 "--json"},
+	 "--json --migrate"},
+	{"migrate", "CLIENT --to HOST:PORT [--server HOST:PORT] [--token TOKEN] [--wait SECONDS]",
+	 "move a running client (session or pid, as remora status shows) to another remorad, as the admin",
+	 cmd_migrate, 1, "--to --server --token --wait"},
 	{"status", "[HOST[:PORT] | --server HOST:PORT] [--json] [--token TOKEN]",
 	 "a daemon's GPUs, and the clients the credential may see (default REMORA_SERVER, else 127.0.0.1:7700)",
 	 cmd_status, 0, "--server --json --token"},

@@ -76,7 +76,28 @@ struct rm_client_conn {
 	pthread_t flusher;
 	pthread_mutex_t flusher_lock;
 	pthread_cond_t flusher_cond;
+
+	/* Live migration (moved.c): the daemon said, before a reply, that the session now lives
+	 * at another remorad; the connection moves there once the reply is read. */
+	int moved;
+	char moved_to[256];
+	uint64_t moved_session;
+	uint8_t moved_key[RM_ATTACH_KEY_BYTES];
+	int holding; /* the main connection: the thread channels are held still for a move */
 };
+
+/* An RM_OP_MOVED frame rf (its header read) on c: its message read and noted. 1, or
+ * -errno (c is then lost). (moved.c) */
+int rm_client_moved_note_locked(struct rm_client_conn *c, const struct rm_frame *rf);
+/* Once the reply after it is read: c's link, copy links and attach details are the new
+ * remorad's. 0, or -errno after a line saying why (c is then lost). */
+int rm_client_move_locked(struct rm_client_conn *c);
+/* An RM_OP_MOVE_PREPARE on the main connection c: every thread channel held (its lock
+ * taken, its batch sent) and RM_OP_MOVE_READY sent. 1, or -errno (c is then lost). */
+int rm_client_move_prepare_locked(struct rm_client_conn *c, const struct rm_frame *rf);
+/* Once the reply is read: the held channels attached to the new session where c moved
+ * (moved), then let go. */
+void rm_client_channels_release_locked(struct rm_client_conn *c, int moved);
 
 /* Connects to server ("tcp://host:port" or "host:port"), greets the daemon and opens the
  * session's copy links and flusher. CUDA_SUCCESS, or the CUresult to give the program

@@ -77,6 +77,10 @@ int rm_client_before_reply(struct rm_client_conn *c, const struct rm_frame *rf)
 		return 0;
 	if (rf->op == RM_OP_HEARTBEAT)
 		return !rf->msg_len;
+	if (rf->op == RM_OP_MOVED)
+		return rm_client_moved_note_locked(c, rf);
+	if (rf->op == RM_OP_MOVE_PREPARE)
+		return rm_client_move_prepare_locked(c, rf);
 	if (rf->op != RM_OP_FAULT_NOTICE || rf->msg_len > RM_NOTICE_MAX)
 		return 0;
 	char text[RM_NOTICE_MAX + 1], line[4 * RM_NOTICE_MAX + 1];
@@ -303,6 +307,11 @@ static CUresult read_reply_locked(struct rm_client_conn *c, const struct rm_fram
 out:
 	if (msg != small)
 		free(msg);
+	int moved = c->moved;
+	if (c->moved && c->connected && rm_client_move_locked(c))
+		result = CUDA_ERROR_DEVICE_UNAVAILABLE;
+	if (c->holding)
+		rm_client_channels_release_locked(c, moved && c->connected);
 	return result;
 }
 

@@ -12,6 +12,8 @@
 #include "fault.h"
 #include "ipc.h"
 #include "log.h"
+#include "handle_alias.h"
+#include "migrate.h"
 #include "registry.h"
 #include "remora.pb-c.h"
 
@@ -43,6 +45,8 @@ CUresult rm_body_cuMemFree_v2(struct rm_channel *s, CUdeviceptr dptr)
 	 * other cannot free what the driver may meanwhile have given another client. */
 	struct rm_handle h;
 	if (!rm_session_take(s, RM_H_MEMORY, dptr, &h)) {
+		if (rm_session_take(s, RM_H_MOVED_MEMORY, dptr, &h)) /* brought when it moved in */
+			return rm_migrate_free_moved(s, &h);
 		CUresult r = rm_graph_memory_free(s, dptr, NULL);
 		if (r == CUDA_ERROR_NOT_FOUND) /* an allocation of a pool it imported (CUDA IPC)? */
 			r = rm_ipc_free_imported(s, dptr, NULL);
@@ -166,6 +170,20 @@ CUresult rm_body_cuMemcpyDtoHAsync_v2(struct rm_channel *s, struct rm_request *r
 static CUresult owned_attribute(struct rm_channel *s, void *data, CUpointer_attribute a, uint64_t ptr)
 {
 	CUresult r = rm_drv_cuPointerGetAttribute(data, a, ptr);
+	struct rm_handle h;
+	if (r == CUDA_SUCCESS && a == CU_POINTER_ATTRIBUTE_CONTEXT) { /* the client's value of it (migrate.h) */
+		uint64_t ctx;
+		memcpy(&ctx, data, sizeof(ctx));
+		ctx = rm_session_out_value(s, RM_H_CONTEXT, ctx);
+		memcpy(data, &ctx, sizeof(ctx));
+	}
+	/* Memory the client brought when it moved in is mapped here in spans: it is described
+	 * as the allocation the client made (migrate.h). */
+	if (r == CUDA_SUCCESS && rm_session_range_of(s, ptr, &h) && h.kind == RM_H_MOVED_MEMORY) {
+		uint64_t v = a == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR ? h.value : h.size;
+		if (a == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR || a == CU_POINTER_ATTRIBUTE_RANGE_SIZE)
+			memcpy(data, &v, sizeof(v));
+	}
 	if (r == CUDA_SUCCESS && a == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) {
 		int dev;
 		memcpy(&dev, data, sizeof(dev));

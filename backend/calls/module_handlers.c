@@ -7,7 +7,9 @@
 #include <stdlib.h>
 
 #include "host_memory.h"
+#include "handle_alias.h"
 #include "image_cache.h"
+#include "migrate.h"
 #include "log.h"
 #include "remora.pb-c.h"
 
@@ -72,10 +74,14 @@ static CUresult load_image(struct rm_channel *s, struct rm_request *rq, Remora__
 			r = rm_image_load(kind, image, n, &h, &shared);
 		if (r == CUDA_SUCCESS)
 			rm_session_own(s, kind, h, 0);
+		if (r == CUDA_SUCCESS) { /* kept, to move it on (migrate.h) */
+			rm_migrate_keep_image(s, (uint64_t)(uintptr_t)h, image, n);
+			image = NULL;
+		}
 		if (r == CUDA_SUCCESS && shared)
 			rm_session_log(s, RM_LOG_DEBUG, "%s of %llu bytes shared with other clients",
 			               kind == RM_H_MODULE ? "module" : "library", (unsigned long long)n);
-		rep->module = (uint64_t)(uintptr_t)h;
+		rep->module = rm_session_out_value(s, kind, (uint64_t)(uintptr_t)h);
 	}
 out:
 	free(image);
@@ -108,6 +114,7 @@ CUresult rm_body_cuModuleUnload(struct rm_channel *s, CUmodule hmod)
 {
 	CUresult r = rm_session_synchronize_all(s);
 	CUresult u = rm_image_unload(RM_H_MODULE, hmod);
+	rm_migrate_forget_image(s, (uint64_t)(uintptr_t)hmod);
 	return r != CUDA_SUCCESS ? r : u;
 }
 
@@ -115,6 +122,7 @@ CUresult rm_body_cuLibraryUnload(struct rm_channel *s, CUlibrary library)
 {
 	CUresult r = rm_session_synchronize_all(s);
 	CUresult u = rm_image_unload(RM_H_LIBRARY, library);
+	rm_migrate_forget_image(s, (uint64_t)(uintptr_t)library);
 	return r != CUDA_SUCCESS ? r : u;
 }
 

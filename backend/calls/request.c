@@ -10,6 +10,7 @@
 #include "fault.h"
 #include "liveness.h"
 #include "log.h"
+#include "migrate.h"
 
 ProtobufCMessage *rm_request_unpack(struct rm_request *rq, const ProtobufCMessageDescriptor *desc)
 {
@@ -78,6 +79,8 @@ void rm_request_finish(struct rm_channel *s, struct rm_request *rq, CUresult r, 
 		return;
 	}
 	uint64_t part = rm_call_part_begin();
+	if (__atomic_load_n(&s->sh->migration, __ATOMIC_ACQUIRE)) /* a move asked for (migrate.h): at a synchronous call's end */
+		rm_migrate_before_reply(s, rq);
 	if (send_reply(s, rq, r, rep, 0))
 		rq->fatal = 1;
 	rm_call_part_end(RM_PART_REPLY, part);

@@ -146,6 +146,96 @@ static void answer_status(struct rm_link *link, const struct rm_frame *f, struct
 		rm_admin_answer_status(link, f, cfg, view);
 }
 
+/* The tenant a client moving in belongs to: asked for by the admin (its token, or its
+ * certificate) on the source remorad's behalf, by the tenant's name. */
+static const struct rm_tenant_config *migrating_tenant(const struct rm_daemon_config *cfg, struct rm_conn *conn,
+						       const Remora__Hello *hello, int admin, char *why, size_t n)
+{
+	if (!admin && !(hello->credential.len == 0 && rm_auth_admin_certificate(cfg, conn))) {
+		snprintf(why, n, "a client moving in must be brought with the admin's credential");
+		return NULL;
+	}
+	const char *name = hello->tenant ? hello->tenant : "";
+	for (int i = 0; i < cfg->ntenants; i++)
+		if (!strcmp(cfg->tenants[i].name, name))
+			return &cfg->tenants[i];
+	if (!strcmp(name, cfg->anonymous.name) && cfg->allow_anonymous)
+		return &cfg->anonymous;
+	snprintf(why, n, "no tenant named %.64s here", name);
+	return NULL;
+}
+
+/* Answers a move this process refuses (the worker answers one it tries). */
+static void refuse_move(struct rm_link *link, uint64_t seq, CUresult r, const char *why)
+{
+	Remora__MigrateReply rep = REMORA__MIGRATE_REPLY__INIT;
+	rep.error = (char *)why;
+	uint8_t buf[512];
+	size_t len = remora__migrate_reply__get_packed_size(&rep);
+	if (len > sizeof(buf))
+		return;
+	remora__migrate_reply__pack(&rep, buf);
+	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_MIGRATE, .seq = seq, .msg_len = (uint32_t)len,
+			     .flags = RM_F_REPLY, .result = (int32_t)r};
+	rm_link_send(link, &f, buf, NULL, 0);
+}
+
+/* remora migrate (docs/pool.md, "Live migration"): the admin's alone; handed to the worker
+ * of the client's session, which answers once the client has moved or why not. */
+static void migrate_client(struct rm_link *link, const struct rm_frame *f, struct greeting *g)
+{
+	const struct rm_daemon_config *cfg = rm_server_config();
+	uint8_t msg[1024];
+	char why[200] = "";
+	int admin = 0;
+	Remora__MigrateRequest *m = NULL;
+	if (f->bulk_len || f->msg_len > sizeof(msg) || rm_link_read(link, msg, f->msg_len) ||
+	    !(m = remora__migrate_request__unpack(NULL, f->msg_len, msg))) {
+		if (!settle(g) && rm_handshakes_log_allows(RM_REFUSAL_HELLO))
+			rm_log(RM_LOG_WARN, "client %s: malformed migrate request; closing", rm_conn_peer(g->conn));
+		goto out;
+	}
+	if (m->credential.len)
+		rm_auth_tenant(cfg, g->conn, m->credential.data, m->credential.len, why, sizeof(why), &admin);
+	else
+		admin = rm_auth_admin_certificate(cfg, g->conn);
+	if (settle(g))
+		goto out;
+	if (!admin) {
+		refuse_move(link, f->seq, CUDA_ERROR_NOT_PERMITTED, "moving a client is the admin's");
+		goto out;
+	}
+	if (!m->target || !*m->target || strlen(m->target) >= sizeof(((struct rm_handoff *)0)->migrate_to) ||
+	    m->credential.len > sizeof(((struct rm_handoff *)0)->credential)) {
+		refuse_move(link, f->seq, CUDA_ERROR_INVALID_VALUE, "no target, or one too long");
+		goto out;
+	}
+	struct rm_handoff h = {.attach = 1, .migrate = 1, .slot = -1, .wait_s = m->wait_s > 3600 ? 3600 : m->wait_s,
+			       .credential_len = (uint32_t)m->credential.len};
+	snprintf(h.migrate_to, sizeof(h.migrate_to), "%s", m->target);
+	memcpy(h.credential, m->credential.data, m->credential.len);
+	pid_t worker = 0;
+	rm_registry_lock();
+	for (int i = 0; i < RM_MAX_CLIENTS && !worker; i++) {
+		const struct rm_client_record *c = &rm_registry()->clients[i];
+		if (c->in_use && c->worker && (m->session_id ? c->session_id == m->session_id : c->pid == m->pid))
+			worker = c->worker, h.session_id = c->session_id;
+	}
+	rm_registry_unlock();
+	int err = worker ? rm_workers_attach(worker, g->conn, &h) : -ESRCH;
+	explicit_bzero(h.credential, sizeof(h.credential));
+	if (err)
+		refuse_move(link, f->seq, CUDA_ERROR_NOT_FOUND,
+			    err == -ESRCH ? "no such client here" : err == -ESHUTDOWN ? "the daemon is stopping" : strerror(-err));
+out:
+	if (m) {
+		if (m->credential.len)
+			explicit_bzero(m->credential.data, m->credential.len);
+		remora__migrate_request__free_unpacked(m, NULL);
+	}
+	explicit_bzero(msg, sizeof(msg));
+}
+
 static void *greet(void *arg)
 {
 	struct greeting *g = arg;
@@ -167,6 +257,10 @@ static void *greet(void *arg)
 		err = rm_link_read_frame(&link, &f);
 	if (!err && f.op == RM_OP_STATUS) {
 		answer_status(&link, &f, g);
+		goto out;
+	}
+	if (!err && f.op == RM_OP_MIGRATE) {
+		migrate_client(&link, &f, g);
 		goto out;
 	}
 	if (!err && f.op == RM_OP_ATTACH) {
@@ -193,14 +287,17 @@ static void *greet(void *arg)
 	/* Checked while the handshake's bounds still hold: a sender slowed down for failed
 	 * credentials waits within them. */
 	const struct rm_daemon_config *cfg = rm_server_config(); /* one configuration for the whole hello */
+	int admin = 0;
 	const struct rm_tenant_config *t = rm_auth_tenant(cfg, g->conn, hello->credential.data,
-							  hello->credential.len, cred_why, sizeof(cred_why), NULL);
+							  hello->credential.len, cred_why, sizeof(cred_why), &admin);
+	if (hello->migrate_in) /* a client moving in (docs/pool.md): the admin, for a tenant of its naming */
+		t = migrating_tenant(cfg, g->conn, hello, admin, cred_why, sizeof(cred_why));
 	if (settle(g))
 		goto out;
 	char why[200] = "";
 	CUresult r = CUDA_SUCCESS;
 	struct rm_handoff h = {.tenant = -1, .hello_seq = (uint32_t)f.seq, .pid = hello->pid,
-			       .heartbeat_ms = hello->heartbeat_ms};
+			       .heartbeat_ms = hello->heartbeat_ms, .migrate = hello->migrate_in};
 	rm_text_escape(h.name, sizeof(h.name), hello->client_name ? hello->client_name : "?");
 	uint64_t mask = 0;
 	if (hello->protocol_version != RM_PROTOCOL_VERSION) {

@@ -42,6 +42,14 @@ struct rm_handoff {
 	uint32_t link_index;
 	uint64_t session_id;
 	uint8_t key[16];     /* an attach's key; for a client, its session's (attach_keys.h) */
+	/* Live migration (docs/pool.md): with attach, an admin's move of session_id to
+	 * migrate_to with the admin's credential, waiting up to wait_s for the client's next
+	 * call; without, a client moving in (its state comes first). */
+	int migrate;
+	uint32_t wait_s;
+	char migrate_to[128];
+	uint32_t credential_len;
+	uint8_t credential[256];
 	/* What the transport hands over with the descriptor (transport.h export_fd). */
 	uint32_t transport_state_len;
 	uint8_t transport_state[RM_TRANSPORT_STATE_MAX];

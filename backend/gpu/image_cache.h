@@ -38,4 +38,10 @@ int rm_image_shareable(const uint8_t *image, size_t n);
  * never contained. Anything else is taken as text. */
 int rm_image_contained(const uint8_t *image, size_t n);
 
+/* Names each device variable image holds (a cubin's symbols that lie in state sections,
+ * PTX's module-scope .global and .const declarations, each entry of a fatbin: names may
+ * repeat), calling visit(name, arg). 0; 1 when it also holds __managed__ variables; -1
+ * when it cannot be read that far (its variables unknown); else visit's nonzero. */
+int rm_image_variables(const uint8_t *image, size_t n, int (*visit)(const char *name, void *arg), void *arg);
+
 #endif

@@ -237,3 +237,179 @@ int rm_image_contained(const uint8_t *image, size_t n)
 		return elf_contained(image, n);
 	return 1; /* text, which the daemon ends with a NUL */
 }
+
+/* ---- naming the state: the device variables a move copies by name (migrate.h) ---- */
+
+struct variables {
+	int (*visit)(const char *name, void *arg);
+	void *arg;
+	int managed;
+};
+
+/* A cubin's variables: its symbol tables' objects that lie in state sections. */
+static int elf_variables(const uint8_t *e, size_t n, struct variables *x)
+{
+	if (n < 64 || memcmp(e, "\177ELF", 4) || e[4] != 2 || e[5] != 1)
+		return -1;
+	uint64_t shoff = rd64(e + 0x28);
+	uint16_t shentsize = rd16(e + 0x3A), shnum = rd16(e + 0x3C), shstrndx = rd16(e + 0x3E);
+	if (shentsize < 64 || shstrndx >= shnum || shoff > n || (uint64_t)shnum * shentsize > n - shoff)
+		return -1;
+	const uint8_t *sh = e + shoff, *strhdr = sh + (uint64_t)shstrndx * shentsize;
+	uint64_t stroff = rd64(strhdr + 0x18), strsize = rd64(strhdr + 0x20);
+	if (stroff > n || strsize > n - stroff)
+		return -1;
+	for (unsigned i = 0; i < shnum; i++) {
+		const uint8_t *s = sh + (uint64_t)i * shentsize;
+		if (rd32(s + 4) != 2) /* SHT_SYMTAB */
+			continue;
+		uint64_t off = rd64(s + 0x18), size = rd64(s + 0x20), ent = rd64(s + 0x38);
+		uint32_t link = rd32(s + 0x28);
+		if (ent < 24 || off > n || size > n - off || link >= shnum)
+			return -1;
+		const uint8_t *lh = sh + (uint64_t)link * shentsize;
+		uint64_t soff = rd64(lh + 0x18), ssize = rd64(lh + 0x20);
+		if (soff > n || ssize > n - soff)
+			return -1;
+		for (uint64_t k = 0; ent <= size - k; k += ent) {
+			const uint8_t *sym = e + off + k;
+			uint32_t name = rd32(sym), secname;
+			uint16_t shndx = rd16(sym + 6);
+			if ((sym[4] & 0xf) != 1 || !shndx || shndx >= shnum) /* STT_OBJECT, in a section */
+				continue;
+			secname = rd32(sh + (uint64_t)shndx * shentsize);
+			if (secname >= strsize || !memchr(e + stroff + secname, 0, strsize - secname) || name >= ssize ||
+			    !memchr(e + soff + name, 0, ssize - name))
+				return -1;
+			const char *sec = (const char *)e + stroff + secname;
+			int r = 0;
+			if (!strncmp(sec, ".nv.managed", 11))
+				x->managed = 1;
+			else if (section_is_state(sec))
+				r = x->visit((const char *)e + soff + name, x->arg);
+			if (r)
+				return r;
+		}
+	}
+	return 0;
+}
+
+/* PTX: the name each module-scope .global or .const declaration declares, after its
+ * directives (.align N, .attribute(...), the type); .attribute(.managed) is managed. */
+static int ptx_variables(const uint8_t *p, size_t n, struct variables *x)
+{
+	int depth = 0, line_start = 1;
+	for (size_t i = 0; i < n && p[i]; i++) {
+		uint8_t c = p[i];
+		depth += c == '{' ? 1 : c == '}' ? -1 : 0;
+		if (c == '\n') {
+			line_start = 1;
+			continue;
+		}
+		if (!line_start || isspace(c) || (line_start = 0, depth))
+			continue;
+		size_t j = i;
+		while (j < n && p[j] == '.' && !(j + 7 < n && !memcmp(p + j, ".global", 7) && isspace(p[j + 7])) &&
+		       !(j + 6 < n && !memcmp(p + j, ".const", 6) && isspace(p[j + 6])) &&
+		       ((j + 8 < n && !memcmp(p + j, ".visible", 8)) || (j + 7 < n && !memcmp(p + j, ".extern", 7)) ||
+			(j + 5 < n && !memcmp(p + j, ".weak", 5)))) {
+			while (j < n && !isspace(p[j]))
+				j++;
+			while (j < n && (p[j] == ' ' || p[j] == '\t'))
+				j++;
+		}
+		size_t k;
+		if (j + 7 < n && !memcmp(p + j, ".global", 7) && isspace(p[j + 7]))
+			k = j + 7;
+		else if (j + 6 < n && !memcmp(p + j, ".const", 6) && isspace(p[j + 6]))
+			k = j + 6;
+		else
+			continue;
+		for (;;) { /* directives, then the name */
+			while (k < n && (p[k] == ' ' || p[k] == '\t'))
+				k++;
+			if (k >= n || p[k] == '\n' || p[k] == ';' || !p[k])
+				return -1; /* a declaration whose name is not on its line */
+			if (p[k] == '.') {
+				size_t t = k;
+				while (k < n && p[k] && !isspace(p[k]) && p[k] != '(')
+					k++;
+				if (k - t == 10 && !memcmp(p + t, ".attribute", 10)) {
+					size_t open = k;
+					while (k < n && p[k] && p[k] != ')' && p[k] != '\n')
+						k++;
+					if (memmem(p + open, k - open, ".managed", 8))
+						x->managed = 1;
+					if (k < n && p[k] == ')')
+						k++;
+				} else if (k - t == 6 && !memcmp(p + t, ".align", 6)) {
+					while (k < n && (p[k] == ' ' || p[k] == '\t'))
+						k++;
+					while (k < n && isdigit(p[k]))
+						k++;
+				}
+				continue;
+			}
+			char name[1024];
+			size_t len = 0;
+			while (k < n && (isalnum(p[k]) || p[k] == '_' || p[k] == '$' || p[k] == '%') && len < sizeof(name) - 1)
+				name[len++] = (char)p[k++];
+			if (!len || len == sizeof(name) - 1)
+				return -1;
+			name[len] = 0;
+			int r = x->visit(name, x->arg);
+			if (r)
+				return r;
+			break;
+		}
+	}
+	return 0;
+}
+
+static int entry_variables(const uint8_t *e, void *arg)
+{
+	struct variables *x = arg;
+	uint32_t ehsz = rd32(e + 4), compressed = rd32(e + 16);
+	uint64_t padded = rd64(e + 8), flags = compressed ? rd64(e + 40) : 0, plain = rd64(e + 56);
+	const uint8_t *payload = e + ehsz;
+	size_t len = compressed ? compressed : padded;
+	uint8_t *buf = NULL;
+	if (ehsz < 64)
+		return 0;
+	if (flags & (FATBIN_LZ4 | FATBIN_ZSTD)) { /* as entry_shareable */
+		static pthread_once_t once = PTHREAD_ONCE_INIT;
+		pthread_once(&once, load_decompressors);
+		size_t got = 0;
+		if (plain && plain <= MAX_UNCOMPRESSED && (buf = malloc(plain + 1))) {
+			if ((flags & FATBIN_ZSTD) && zstd_decompress) {
+				size_t r = zstd_decompress(buf, plain, payload, len);
+				got = zstd_is_error(r) ? 0 : r;
+			} else if ((flags & FATBIN_LZ4) && lz4_decompress && len < (1u << 31)) {
+				int r = lz4_decompress((const char *)payload, (char *)buf, (int)len, (int)plain);
+				got = r > 0 ? (size_t)r : 0;
+			}
+		}
+		if (!got) {
+			free(buf);
+			return 0;
+		}
+		buf[got] = 0;
+		payload = buf, len = got;
+	}
+	int r = rd16(e) == 2 ? elf_variables(payload, len, x) : rd16(e) == 1 ? ptx_variables(payload, len, x) : -1;
+	free(buf);
+	return r == 0; /* fatbin_walk goes on while this says yes */
+}
+
+int rm_image_variables(const uint8_t *image, size_t n, int (*visit)(const char *name, void *arg), void *arg)
+{
+	struct variables x = {visit, arg, 0};
+	int r;
+	if (n >= 4 && rd32(image) == FATBIN_MAGIC)
+		r = fatbin_walk(image, n, entry_variables, &x) > 0 ? 0 : -1;
+	else if (n >= 4 && !memcmp(image, "\177ELF", 4))
+		r = elf_variables(image, n, &x);
+	else
+		r = ptx_variables(image, n, &x);
+	return r ? r : x.managed;
+}

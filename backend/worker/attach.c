@@ -10,6 +10,7 @@
 #include "copy_links.h"
 #include "host_functions.h"
 #include "log.h"
+#include "migrate.h"
 
 /* A client thread's channel: serves it until it closes, then frees what it alone held.
  * Its end leaves the session and its other channels be. */
@@ -153,7 +154,10 @@ void rm_attach(struct rm_conn *conn, const struct rm_handoff *h)
 	int held = !err; /* a hold on s: given to a channel's thread, else released below */
 	/* A refused channel or copy link is told so before its connection closes (a channel's
 	 * thread then shares the main connection; a copy needs no link). */
-	if (!err && h->channel) {
+	if (!err && h->channel && h->link_index == 0) { /* a moved client's main connection (migrate.h) */
+		what = "moved client's connection";
+		err = rm_migrate_resume(s, conn, &v);
+	} else if (!err && h->channel) {
 		err = channel_attach(s, conn, h->link_index, &v);
 		held = err != 0;
 	} else if (!err) {

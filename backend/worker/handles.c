@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "driver_table.h"
+#include "handle_alias.h"
 #include "log.h"
 
 #define TOMBSTONE UINT32_MAX
@@ -167,13 +168,20 @@ static void range_remove(struct rm_channel *s, uint64_t base)
 static int range_kind(enum rm_handle_kind kind)
 {
 	return kind == RM_H_MEMORY || kind == RM_H_GLOBAL || kind == RM_H_MAPPING || kind == RM_H_GRAPH_MEMORY ||
-	       kind == RM_H_IPC_MEMORY;
+	       kind == RM_H_IPC_MEMORY || kind == RM_H_MOVED_MEMORY;
 }
 
 static void own_locked(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, uint64_t size, uint64_t parent)
 {
 	if (find_slot(s, kind, v))
 		return; /* asked for again (cuModuleGetFunction of one function): one record */
+	if (s->sh->naliases) { /* a session that moved in: a parent the client named is its alias */
+		parent = rm_alias_any_real_locked(s->sh, parent);
+		if (rm_alias_is_client_locked(s->sh, kind, v))
+			rm_session_log(s, RM_LOG_ERROR, "the driver gave handle 0x%llx of kind %d, which the client holds "
+				       "for another one since it moved: calls naming it reach the older one",
+				       (unsigned long long)v, kind);
+	}
 	if ((s->sh->handles_used + 1) * 4 > s->sh->handles_cap * 3 && grow(s)) {
 		rm_session_log(s, RM_LOG_ERROR, "out of memory recording a handle");
 		return;
@@ -189,7 +197,7 @@ static void own_locked(struct rm_channel *s, enum rm_handle_kind kind, uint64_t 
 	s->sh->handles_live++;
 	if (range_kind(kind))
 		range_insert(s, &h);
-	if (kind == RM_H_MEMORY || kind == RM_H_PHYSICAL)
+	if (kind == RM_H_MEMORY || kind == RM_H_PHYSICAL || kind == RM_H_MOVED_MEMORY)
 		s->sh->mem_bytes += size;
 	if (kind == RM_H_STREAM && s->sh->nstreams == s->sh->streams_cap) {
 		size_t cap = s->sh->streams_cap ? 2 * s->sh->streams_cap : 16;
@@ -226,8 +234,10 @@ static int disown_locked(struct rm_channel *s, enum rm_handle_kind kind, uint64_
 		*out = *h;
 	if (range_kind(kind))
 		range_remove(s, v);
-	if (kind == RM_H_MEMORY || kind == RM_H_PHYSICAL)
+	if (kind == RM_H_MEMORY || kind == RM_H_PHYSICAL || kind == RM_H_MOVED_MEMORY)
 		s->sh->mem_bytes -= h->size;
+	if (s->sh->naliases)
+		rm_alias_drop_locked(s->sh, kind, v);
 	if (kind == RM_H_STREAM) {
 		rm_stream_order_remove(s, (CUstream)(uintptr_t)v);
 		for (size_t i = 0; i < s->sh->nstreams; i++)
@@ -283,7 +293,10 @@ CUresult rm_session_use(struct rm_channel *s, enum rm_handle_kind kind, uint64_t
 		return c ? CUDA_SUCCESS : why;
 	}
 	pthread_mutex_lock(&s->sh->lock);
-	int owned = find_slot(s, kind, v) != NULL, kernel = !owned && kind == RM_H_FUNCTION && find_slot(s, RM_H_KERNEL, v);
+	uint64_t as_kernel = rm_alias_real_locked(s->sh, RM_H_KERNEL, v); /* a session that moved in */
+	v = rm_alias_real_locked(s->sh, kind, v);
+	int owned = find_slot(s, kind, v) != NULL,
+	    kernel = !owned && kind == RM_H_FUNCTION && find_slot(s, RM_H_KERNEL, as_kernel);
 	pthread_mutex_unlock(&s->sh->lock);
 	if (owned) {
 		*out = (void *)(uintptr_t)v;
@@ -291,7 +304,7 @@ CUresult rm_session_use(struct rm_channel *s, enum rm_handle_kind kind, uint64_t
 	}
 	/* A CUkernel is accepted wherever a CUfunction is: it stands for its function in the current context. */
 	if (kernel)
-		return rm_drv_cuKernelGetFunction((CUfunction *)out, (CUkernel)(uintptr_t)v);
+		return rm_drv_cuKernelGetFunction((CUfunction *)out, (CUkernel)(uintptr_t)as_kernel);
 	rm_session_log(s, RM_LOG_WARN, "refused handle 0x%llx of kind %d it does not own", (unsigned long long)v, kind);
 	return CUDA_ERROR_INVALID_HANDLE;
 }

@@ -351,3 +351,16 @@ int rm_ipc_imported(struct rm_channel *s, enum rm_ipc_kind kind, uint64_t value)
 	pthread_mutex_unlock(&lock);
 	return imported;
 }
+
+int rm_ipc_session_shares(struct rm_channel *s)
+{
+	int n = 0;
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < nexports; i++) {
+		n += exports[i]->exporter == s->sh->id;
+		for (size_t j = 0; j < exports[i]->nholds; j++)
+			n += exports[i]->holds[j].session == s->sh->id;
+	}
+	pthread_mutex_unlock(&lock);
+	return n;
+}

@@ -60,4 +60,8 @@ enum rm_ipc_left {
 /* s lets go of (kind, value), whatever references it had. */
 enum rm_ipc_left rm_ipc_leave(struct rm_channel *s, enum rm_ipc_kind kind, uint64_t value);
 
+/* How many exports s made or holds (live migration refuses a client that shares memory or
+ * events with others: migrate.h). */
+int rm_ipc_session_shares(struct rm_channel *s);
+
 #endif

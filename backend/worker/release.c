@@ -9,6 +9,7 @@
 #include "fault.h"
 #include "image_cache.h"
 #include "ipc.h"
+#include "migrate.h"
 #include "nccl_comms.h"
 #include "peer_access.h"
 #include "stream_pool.h"
@@ -122,6 +123,12 @@ static void release_physical(struct rm_channel *s, const struct rm_handle *h)
 static void release_va_range(struct rm_channel *s, const struct rm_handle *h)
 {
 	rm_deferred_release_range(NULL, RM_DEFER_ADDRESS_FREE, h->value, h->size, NULL, NULL);
+}
+
+/* Memory the client brought when it moved in (migrate.h). */
+static void release_moved_memory(struct rm_channel *s, const struct rm_handle *h)
+{
+	rm_migrate_release_moved(s, h);
 }
 
 /* A pool another client holds (CUDA IPC) stays for it. */

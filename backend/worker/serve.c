@@ -16,6 +16,7 @@
 #include "kernel_timing.h"
 #include "liveness.h"
 #include "log.h"
+#include "migrate.h"
 #include "registry.h"
 #include "remora.pb-c.h"
 #include "shared_host.h"
@@ -199,6 +200,10 @@ void rm_serve(struct rm_channel *s)
 			break;
 		if (!rq.replied)
 			rm_request_finish(s, &rq, CUDA_ERROR_UNKNOWN, NULL);
+		if (rm_migrate_moved(s)) {
+			rm_session_log(s, RM_LOG_INFO, "client moved to another remorad; its session here ends");
+			break;
+		}
 	}
 	rm_kernel_timing_post(s, 1); /* before the channel or session leaves the registry */
 	rm_call_profile_end(profile, s->sh->id);

@@ -23,6 +23,7 @@
 #include "kernel_timing.h"
 #include "kernel_watch.h"
 #include "log.h"
+#include "migrate.h"
 #include "registry.h"
 #include "server.h"
 #include "shared_host.h"
@@ -72,6 +73,7 @@ static struct rm_channel *alloc_session(void)
 	pthread_rwlock_init(&sh->shared_lock, NULL);
 	pthread_cond_init(&sh->channel_gone, NULL);
 	pthread_cond_init(&sh->progress, NULL);
+	pthread_cond_init(&sh->resumed, NULL);
 	pthread_mutex_init(&s->send_lock, NULL);
 	return s;
 }
@@ -81,6 +83,8 @@ static void free_session(struct rm_channel *s)
 	struct rm_session *sh = s->sh;
 	free(sh->ranges);
 	free(sh->streams);
+	rm_migrate_session_free(sh);
+	pthread_cond_destroy(&sh->resumed);
 	pthread_mutex_destroy(&s->send_lock);
 	pthread_cond_destroy(&sh->progress);
 	pthread_cond_destroy(&sh->channel_gone);

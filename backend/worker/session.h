@@ -25,6 +25,11 @@ struct rm_copy_link;
 struct rm_hostfn_hub;
 struct rm_channel;
 struct rm_shared_region;
+struct rm_alias;
+struct rm_kept_image;
+struct rm_moved_run;
+struct rm_migration;
+struct rm_conn;
 
 struct rm_wait_word;
 
@@ -101,6 +106,19 @@ struct rm_session {
 	/* Host memory the worker holds for the client (client_host_memory_limit): its channels,
 	 * copy links and their staging, images being received, its connections' rings. */
 	struct rm_host_account host;
+	/* Live migration (migrate.h, docs/pool.md): the handles it brought from another remorad
+	 * (handle_alias.h; under lock), the images of its modules, kept to send them on (under
+	 * lock), and a move to another remorad asked for (under lock). */
+	struct rm_alias *aliases;
+	size_t naliases, aliases_cap;
+	struct rm_kept_image *images;
+	size_t nimages, images_cap;
+	struct rm_moved_run *moved_runs; /* the reservations its moved memory is mapped in */
+	size_t nmoved_runs, moved_runs_cap;
+	struct rm_migration *migration;
+	int migrate_in; /* greeted as a move's target: 1 until its state came, 2 until the client attached */
+	struct rm_conn *resume_conn; /* the moved client's connection, handed over by its attach (under lock) */
+	pthread_cond_t resumed;
 };
 
 /* A channel of a session: one connection of the client and the thread that runs its

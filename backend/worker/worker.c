@@ -21,6 +21,7 @@
 #include "kernel_timing.h"
 #include "liveness.h"
 #include "log.h"
+#include "migrate.h"
 #include "registry.h"
 #include "signals.h"
 
@@ -43,7 +44,10 @@ static void *client_main(void *arg)
 		rm_log(RM_LOG_INFO, "session %llu: client %s (pid %u) from %s, tenant %s", (unsigned long long)s->sh->id,
 		       s->sh->name, s->sh->pid, s->peer, s->sh->tenant_name);
 		rm_serve(s);
+		while (rm_migrate_wait_resume(s)) /* a client that moved in: served from its own connection */
+			rm_serve(s);
 	}
+	rm_migrate_abandon(s); /* a move asked for and not made: the admin is told why */
 	/* Until its work is waited for (rm_session_destroy), a fault of it may still break this
 	 * worker: a new client waits for that (supervisor.c, wait_for_departed). */
 	rm_registry_worker_draining(getpid(), 1);
@@ -169,6 +173,13 @@ static void *take_over(void *arg)
 	} else if (rm_conn_set_liveness(conn, cfg->peer_timeout_s * 1000, cfg->peer_timeout_s * 1000)) {
 		rm_log(RM_LOG_WARN, "client %s: its connection has no liveness timeout", h->name);
 	}
+	if (h->attach && h->migrate) { /* an admin's move of a client (migrate.h) */
+		if (conn)
+			rm_migrate_request(conn, h);
+		explicit_bzero(h, sizeof(*h));
+		free(x);
+		return NULL;
+	}
 	if (h->attach) {
 		if (conn)
 			rm_attach(conn, h);
@@ -178,7 +189,10 @@ static void *take_over(void *arg)
 	}
 	if (conn && !(s = rm_session_new(conn, cfg, h))) {
 		rm_conn_close(conn);
-	} else if (s && rm_served_add(s)) {
+	} else if (s && h->migrate) { /* a move's target: its state comes first (migrate.h) */
+		s->sh->migrate_in = 1;
+	}
+	if (s && rm_served_add(s)) {
 		rm_session_destroy(s);
 		s = NULL;
 	}

@@ -1,11 +1,18 @@
 /* Fuzz target `image`: the daemon's inspection of a module image a client sends
  * (backend/gpu/image_inspect.c): cubin (ELF), PTX, fatbin and compressed fatbin entries.
- * The image is handed over as the daemon has it: n bytes with a NUL at image[n]. */
+ * The image is handed over as the daemon has it: n bytes with a NUL at image[n]. Its device
+ * variables are named too (rm_image_variables, for live migration). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "image_cache.h"
+
+static int no_name(const char *name, void *arg)
+{
+	(void)arg;
+	return strlen(name) > (1u << 20); /* a name is a NUL-terminated string within the image */
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -15,6 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(image, data, size);
 	image[size] = 0;
 	rm_image_shareable(image, size);
+	rm_image_variables(image, size, no_name, NULL);
 	free(image);
 	return 0;
 }

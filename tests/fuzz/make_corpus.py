@@ -495,6 +495,27 @@ def nccl_reply_seeds():
     }
 
 
+def migrate_state_seeds():
+    """fuzz_migrate_state.c's inputs: a moving client's state (backend/worker/migrate_wire.h)."""
+    def rec(t, p):
+        return struct.pack('<IIQ', t, 0, len(p)) + p
+
+    def state(recs):
+        return rec(1, struct.pack('<II', 0x31474d52, len(recs))) + b''.join(recs) + rec(0, b'')
+    ctx = rec(2, struct.pack('<QiI', 0x5555deadbeef, 0, 0))
+    span = rec(8, struct.pack('<QQII', 0x7f0000200000, 2 << 20, 0, 0))
+    mem = rec(3, struct.pack('<QQII', 0x7f0000200000, 64, 0, 0) + bytes(range(64)))
+    mod = rec(4, struct.pack('<QII', 0x1111, 0, 0) + b'\x7fELF' + bytes(60))
+    fn = rec(5, struct.pack('<QQii', 0x2222, 0x1111, 49152, -1) + b'step')
+    st = rec(6, struct.pack('<QIIiI', 0x3333, 0, 1, -1, 0))
+    ev = rec(7, struct.pack('<QII', 0x4444, 0, 2))
+    lib = rec(9, struct.pack('<QQ', 0x6666, 0) + b'\x7fELF' + bytes(60))
+    ker = rec(10, struct.pack('<QQii', 0x7777, 0x6666, 0, -1) + b'matmul')
+    kf = rec(11, struct.pack('<QQII', 0x8888, 0x7777, 0, 0))
+    return {'full': state([ctx, span, mem, mod, fn, st, ev]), 'memory': state([ctx, span, mem]),
+            'empty': state([]), 'library': state([ctx, lib, ker, kf])}
+
+
 def write(target, seeds):
     d = os.path.join(CORPUS, target)
     os.makedirs(d, exist_ok=True)
@@ -515,6 +536,7 @@ def main():
     write('client', client_seeds())
     write('param_layout', param_layout_seeds())
     write('nccl_reply', nccl_reply_seeds())
+    write('migrate_state', migrate_state_seeds())
     write('image', image_seeds(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, '..', '..', 'build')))
 
 

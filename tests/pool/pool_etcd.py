@@ -22,6 +22,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from verdict import check, failures  # noqa: E402
 
 remorad, driver, remora, probe = sys.argv[1:5]
+migrant = sys.argv[5:7]  # drv_migrate and its image, where nvcc built them: drain --migrate
+ADMIN = "ops.pool-admin"
 LEASE_TTL = 2
 MEMORY_MB = {"node-a": 1024, "node-b": 2048, "node-c": 4096}
 procs = []
@@ -102,7 +104,8 @@ def start_etcd(tmp):
 def start_daemon(tmp, name, endpoint):
     conf = os.path.join(tmp, name + ".conf")
     with open(conf, "w") as f:
-        f.write(f"# pool test member\nallow_anonymous = yes\npool = {endpoint}\nhost_name = {name}\nlease_ttl = {LEASE_TTL}\n")
+        f.write(f"# pool test member\nallow_anonymous = yes\npool = {endpoint}\nhost_name = {name}\nlease_ttl = {LEASE_TTL}\n"
+                f"admin_token = {ADMIN}\n")
     ready = os.path.join(tmp, name + ".addr")
     env = dict(os.environ, REMORA_TESTDRIVER_DEVICES="1", REMORA_TESTDRIVER_MEM_MB=str(MEMORY_MB[name]))
     log = open(os.path.join(tmp, name + ".log"), "w")
@@ -190,6 +193,24 @@ def main():
         rc, out, err = cli("pool", "undrain", "node-c", "--pool", endpoint)
         check(rc == 0 and wait_for("undrain", lambda: not json.loads(cli("status", addr["node-c"], "--json")[1])["draining"]),
               "pool undrain node-c makes it serve again")
+
+        # Drain node-a moving its client to node-b (docs/pool.md, "Live migration"): it runs on there.
+        if migrant:
+            env = {k: v for k, v in os.environ.items() if k not in ("REMORA_SERVER", "REMORA_POOL")}
+            mover = subprocess.Popen([remora, "run", "--server", addr["node-a"], "--", *migrant, "30", "60"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=dict(env, REMORA_LOG="info"))
+            check(wait_for("iterations", lambda: mover.stdout.readline().startswith("iter 2")) is not None,
+                  "a client works on node-a")
+            rc, out, err = cli("pool", "drain", "node-a", "--migrate", "node-b", "--pool", endpoint,
+                               env=dict(os.environ, REMORA_TOKEN=ADMIN))
+            check(rc == 0 and "moved from " + addr["node-a"] in out, f"pool drain node-a --migrate node-b: {out}{err}")
+            mout, merr = mover.communicate(timeout=60)
+            check(mover.returncode == 0 and mout.rstrip().endswith("PASS") and
+                  f"moved to the GPU server at {addr['node-b']}" in merr, "its client went on at node-b to the end")
+            rc, out, err = cli("pool", "undrain", "node-a", "--pool", endpoint)
+            check(rc == 0 and wait_for("undrain", lambda: not json.loads(cli("status", addr["node-a"], "--json")[1])["draining"]),
+                  "pool undrain node-a")
 
         # Remove node-b: it leaves the pool and stays out until undrain.
         rc, out, err = cli("pool", "remove", "node-b", "--pool", endpoint)

@@ -140,4 +140,12 @@ __global__ void surfWrite2D(unsigned long long surf, int w, int h, unsigned v)
         surf2Dwrite<unsigned>(v + 1000u * (unsigned)(i % w) + (unsigned)(i / w), surf, (i % w) * 4, i / w);
 }
 
+// Adds 1 to kernelsMagic and writes what it became to out[0] (drv_migrate: a module's
+// variable that a move must carry).
+__global__ void bumpMagic(unsigned *out)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        out[0] = ++kernelsMagic;
+}
+
 }

@@ -11,6 +11,7 @@
 static const char *const point_names[TD_FAIL_POINTS] = {
 	[TD_FAIL_MEM_ALLOC_HOST] = "cuMemAllocHost_v2",
 	[TD_FAIL_EVENT_CREATE] = "cuEventCreate",
+	[TD_FAIL_ADDRESS_HINT] = "cuMemAddressReserve", /* its hint not taken (a range in use) */
 };
 
 static struct failure {
@@ -39,7 +40,7 @@ static void parse_entry(const char *spec, const char *e, size_t len)
 		if (strlen(point_names[p]) == (size_t)(colon - e) && !memcmp(e, point_names[p], (size_t)(colon - e)))
 			point = p;
 	if (point < 0)
-		refuse(spec, "a function that cannot be made to fail (cuMemAllocHost_v2, cuEventCreate)");
+		refuse(spec, "a function that cannot be made to fail (cuMemAllocHost_v2, cuEventCreate, cuMemAddressReserve)");
 	uint64_t n = 0;
 	const char *d = colon + 1;
 	if (d == e + len)

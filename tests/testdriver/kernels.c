@@ -344,6 +344,18 @@ static CUresult run_cond_add_u32(const struct td_launch_shape *shape, const unsi
 	return CUDA_SUCCESS;
 }
 
+/* bumpMagic: the module's kernelsMagic + 1, into it and into out[0]. */
+static CUresult run_bump_magic(const struct td_launch_shape *shape, const unsigned char *args)
+{
+	struct arg_reader r = { args, 0 };
+	unsigned *out;
+	next_arg(&r, &out, sizeof out);
+	if (!shape->magic || !span_ok(out, 1, 4))
+		return CUDA_ERROR_ILLEGAL_ADDRESS;
+	*out = ++*(unsigned *)shape->magic;
+	return CUDA_SUCCESS;
+}
+
 #define P 8 /* a pointer parameter */
 static const struct td_kernel catalogue[] = {
 	{ "vecAdd", 4, { P, P, P, 4 }, 0, 16, run_vec_add },
@@ -365,6 +377,7 @@ static const struct td_kernel catalogue[] = {
 	{ "condSet", 2, { P, 8 }, 0, 8, run_cond_set },
 	{ "condCountDown", 2, { P, 8 }, 0, 8, run_cond_count_down },
 	{ "condAddU32", 2, { P, 4 }, 0, 8, run_cond_add_u32 },
+	{ "bumpMagic", 1, { P }, 0, 8, run_bump_magic },
 };
 #undef P
 

@@ -275,6 +275,7 @@ static CUresult launch(CUfunction hfunc, const unsigned grid[3], const unsigned 
 	op->u.launch.shape.shared_bytes = shared_bytes;
 	op->u.launch.shape.cooperative = o.cooperative;
 	memcpy(op->u.launch.shape.cluster, o.cluster, sizeof o.cluster);
+	op->u.launch.shape.magic = td_module_global(f->module, "kernelsMagic");
 	td_enqueue(s, op);
 	return CUDA_SUCCESS;
 }
@@ -302,6 +303,7 @@ CUresult td_kernel_node_op(const CUDA_KERNEL_NODE_PARAMS *p, struct td_op *op)
 	memcpy(op->u.launch.shape.grid, grid, sizeof grid);
 	memcpy(op->u.launch.shape.block, block, sizeof block);
 	op->u.launch.shape.shared_bytes = p->sharedMemBytes;
+	op->u.launch.shape.magic = td_module_global(f->module, "kernelsMagic");
 	return CUDA_SUCCESS;
 }
 

@@ -129,6 +129,25 @@ struct td_pool *td_alloc_pool(uintptr_t ptr)
 	return td_find_alloc(ptr, 1, &a) ? a.pool : NULL;
 }
 
+/* Device memory takes whole granules of address space, aligned, as a GPU's allocations of
+ * 2 MiB or more do: a freed allocation's range is then free for a reservation there
+ * (live migration moves a client back to addresses it had). NULL: none. */
+#define DEVICE_GRANULE (2ul << 20)
+
+static void *device_map(size_t size)
+{
+	size_t span = round_up(size, DEVICE_GRANULE);
+	char *m = mmap(NULL, span + DEVICE_GRANULE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		       -1, 0);
+	if (m == MAP_FAILED)
+		return NULL;
+	uintptr_t base = round_up((uintptr_t)m, DEVICE_GRANULE);
+	if (base > (uintptr_t)m)
+		munmap(m, base - (uintptr_t)m);
+	munmap((char *)base + span, (uintptr_t)m + span + DEVICE_GRANULE - (base + span));
+	return (void *)base;
+}
+
 CUresult td_device_alloc(struct td_context *ctx, int device, size_t bytes, CUdeviceptr *out)
 {
 	size_t size = round_up(bytes, TD_DEVICE_ALIGN);
@@ -139,16 +158,14 @@ CUresult td_device_alloc(struct td_context *ctx, int device, size_t bytes, CUdev
 	pthread_mutex_unlock(&td_lock);
 	if (!fits)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	void *memory = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (memory == MAP_FAILED)
-		memory = NULL;
+	void *memory = device_map(size);
 	CUresult rc = memory ? td_track(memory, size, TD_ALLOC_DEVICE, ctx, device) : CUDA_ERROR_OUT_OF_MEMORY;
 	if (rc != CUDA_SUCCESS) {
 		pthread_mutex_lock(&td_lock);
 		device_used[device] -= size;
 		pthread_mutex_unlock(&td_lock);
 		if (memory)
-			munmap(memory, size);
+			munmap(memory, round_up(size, DEVICE_GRANULE));
 		return rc;
 	}
 	*out = (CUdeviceptr)(uintptr_t)memory;
@@ -169,7 +186,9 @@ bool td_managed_update(uintptr_t ptr, void (*update)(struct td_alloc *a, const v
 /* Gives an allocation's memory back: managed memory is a mapping of its own. */
 static void release_memory(const struct td_alloc *a)
 {
-	if (a->kind == TD_ALLOC_MANAGED || a->kind == TD_ALLOC_DEVICE) {
+	if (a->kind == TD_ALLOC_DEVICE) {
+		munmap((void *)a->base, round_up(a->size, DEVICE_GRANULE));
+	} else if (a->kind == TD_ALLOC_MANAGED) {
 		munmap((void *)a->base, a->size);
 	} else if (a->kind == TD_ALLOC_HOST) {
 		free((void *)a->base);

@@ -245,6 +245,12 @@ static CUresult find_global(struct td_module *m, const char *name, CUdeviceptr *
 	return CUDA_ERROR_NOT_FOUND;
 }
 
+CUdeviceptr td_module_global(struct td_module *m, const char *name)
+{
+	CUdeviceptr p = 0;
+	return m && find_global(m, name, &p, NULL) == CUDA_SUCCESS ? p : 0;
+}
+
 CUresult td_module_reference(CUmodule h, const char *name, bool surface, struct td_texref **out)
 {
 	struct td_module *m = module_from(h);

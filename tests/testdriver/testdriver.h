@@ -182,6 +182,7 @@ struct td_launch_shape {
 	unsigned shared_bytes;
 	bool cooperative;            /* every block co-resident: grid.sync() is allowed */
 	unsigned cluster[3];         /* blocks per cluster; 0s: clusters of one block */
+	uintptr_t magic;             /* the launched module's kernelsMagic (bumpMagic); 0: none */
 };
 
 struct td_op {
@@ -315,7 +316,7 @@ void td_run_op_now(struct td_op *op);
 CUresult td_capture_forbid_context(struct td_context *ctx);
 
 /* ---- failure injection (inject.c) ---- */
-enum td_fail_point { TD_FAIL_MEM_ALLOC_HOST, TD_FAIL_EVENT_CREATE, TD_FAIL_POINTS };
+enum td_fail_point { TD_FAIL_MEM_ALLOC_HOST, TD_FAIL_EVENT_CREATE, TD_FAIL_ADDRESS_HINT, TD_FAIL_POINTS };
 
 /* Reads REMORA_TESTDRIVER_FAIL, once; aborts on a malformed value. */
 void td_fail_configure(void);
@@ -348,6 +349,9 @@ struct td_global {
 	const void *initial;
 };
 const struct td_global *td_global_at(size_t index);
+/* Module m's variable of that name (module.c); 0: none. */
+struct td_module;
+CUdeviceptr td_module_global(struct td_module *m, const char *name);
 
 /* ---- modules (module.c) ---- */
 struct td_module;

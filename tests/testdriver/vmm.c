@@ -169,20 +169,31 @@ TD_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *p
 TD_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
 				       unsigned long long flags)
 {
-	(void)addr; /* a hint */
 	if (!td_initialized())
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (!ptr || !size || size % GRANULARITY || flags || (alignment && (alignment & (alignment - 1))))
 		return CUDA_ERROR_INVALID_VALUE;
 	size_t align = alignment > GRANULARITY ? alignment : GRANULARITY;
-	/* Over-reserve and trim to the alignment. */
-	char *m = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (m == MAP_FAILED)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	uintptr_t base = ((uintptr_t)m + align - 1) & ~(uintptr_t)(align - 1);
-	if (base > (uintptr_t)m)
-		munmap(m, base - (uintptr_t)m);
-	munmap((char *)base + size, (uintptr_t)m + size + align - (base + size));
+	uintptr_t base = 0;
+	/* A hint is taken where that range is free, as the driver does (live migration relies
+	 * on it); else the reservation goes elsewhere. */
+	if (addr && addr % align == 0 && !td_fail_now(TD_FAIL_ADDRESS_HINT)) {
+		void *h = mmap((void *)(uintptr_t)addr, size, PROT_NONE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+		if (h != MAP_FAILED && (uintptr_t)h == addr)
+			base = addr;
+		else if (h != MAP_FAILED)
+			munmap(h, size);
+	}
+	if (!base) { /* over-reserve and trim to the alignment */
+		char *m = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (m == MAP_FAILED)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		base = ((uintptr_t)m + align - 1) & ~(uintptr_t)(align - 1);
+		if (base > (uintptr_t)m)
+			munmap(m, base - (uintptr_t)m);
+		munmap((char *)base + size, (uintptr_t)m + size + align - (base + size));
+	}
 	pthread_mutex_lock(&td_lock);
 	struct reservation *r = NULL;
 	for (int i = 0; i < MAX_RESERVATIONS && !r; i++)

@@ -1,0 +1,95 @@
+/* Live migration of one client to another remorad (docs/pool.md, "Live migration").
+ *
+ * Source: an admin's RM_OP_MIGRATE reaches the client's worker (rm_migrate_request) and
+ * marks its session; the session's main thread moves it at the end of the client's next
+ * synchronous call, before its reply (rm_migrate_before_reply): what the client asked
+ * before has run, and it sends nothing until the reply. The thread checks that the
+ * session holds nothing that cannot move, waits for its streams, greets the target as a
+ * session of the same tenant (Hello.migrate_in, the admin's credential), sends its state
+ * (migrate_wire.h) and, once the target has made it again, sends the client RM_OP_MOVED
+ * and the reply, and ends the session here. Any failure before RM_OP_MOVED leaves the
+ * client where it was, with the admin told why.
+ *
+ * Target: the session greeted with migrate_in takes the state (rm_handle_migrate_state):
+ * contexts, memory mapped at the addresses the client holds, modules from their images,
+ * functions by name, streams and events, each handle of the client mapped to the new one
+ * (handle_alias.h); then it waits for the client's attach (rm_migrate_resume) and serves
+ * it as its main connection. */
+#ifndef REMORA_MIGRATE_H
+#define REMORA_MIGRATE_H
+
+#include <cuda.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "session.h"
+
+struct rm_handoff;
+struct rm_request;
+struct iovec;
+
+/* A move asked for (under sh->lock while linked to the session). */
+struct rm_migration {
+	char target[128];
+	uint8_t credential[256];
+	size_t credential_len;
+	struct rm_session *sh; /* whose move it is (while linked) */
+	int done;        /* 1: under way; 2: tried, result and error say how */
+	CUresult result;
+	char error[256];
+	uint64_t session_id, bytes, pause_us; /* pause: from the call's end to the client told */
+	pthread_cond_t cond;
+};
+
+/* A module's image, kept to send it on. */
+struct rm_kept_image {
+	uint64_t module;
+	uint8_t *image;
+	size_t n;
+};
+
+/* Granules mapped for moved memory: allocations that share a granule share its run. */
+struct rm_moved_run {
+	uint64_t base, span;
+	CUmemGenericAllocationHandle phys;
+	uint32_t users; /* moved allocations lying in it */
+};
+
+/* Target: reserves [base, base + size) (whole granules) at that address on dev and maps
+ * new memory there, charged to the client: a span the moved allocations lie in. */
+CUresult rm_migrate_map_span(struct rm_channel *s, CUdevice dev, uint64_t base, uint64_t size);
+/* Records the moved allocation [base, base + size), which must lie in one span. */
+CUresult rm_migrate_own(struct rm_channel *s, uint64_t base, uint64_t size);
+/* Unmaps the spans no allocation lies in (a state that failed part-way). */
+void rm_migrate_drop_unused(struct rm_channel *s);
+
+/* The admin's request (the accepting process checked the admin's credential): waits until
+ * the session has moved or why not, answers on conn and closes it. */
+void rm_migrate_request(struct rm_conn *conn, const struct rm_handoff *h);
+/* Before the reply to a synchronous call of s (its main channel): moves the session when a
+ * move is asked for. 1 when it moved (RM_OP_MOVED sent: the reply follows, then the session
+ * ends), else 0. */
+int rm_migrate_before_reply(struct rm_channel *s, const struct rm_request *rq);
+/* At the session's end: a move still asked for is answered (the client went first). */
+void rm_migrate_abandon(struct rm_channel *s);
+/* Whether the session moved away (its thread ends it after the reply). */
+int rm_migrate_moved(const struct rm_channel *s);
+
+/* Target: the client's attach (index 0 of a session that took a state). ok is the attach's
+ * answer, sent here. 0 (conn is the session's), or -errno. */
+int rm_migrate_resume(struct rm_channel *s, struct rm_conn *conn, const struct iovec *ok);
+/* Target, the main thread once its connection ended: 1 when the moved client attached
+ * meanwhile (its connection is now s's: serve it), else 0. */
+int rm_migrate_wait_resume(struct rm_channel *s);
+
+/* A module's image, now the session's (image freed with it); forgotten at its unload. */
+void rm_migrate_keep_image(struct rm_channel *s, uint64_t module, uint8_t *image, size_t n);
+void rm_migrate_forget_image(struct rm_channel *s, uint64_t module);
+/* Frees an allocation the client brought (RM_H_MOVED_MEMORY, taken from the session). */
+CUresult rm_migrate_free_moved(struct rm_channel *s, const struct rm_handle *h);
+/* Releases it at the session's end (its work drained). */
+void rm_migrate_release_moved(struct rm_channel *s, const struct rm_handle *h);
+/* Frees the session's migration records at its end. */
+void rm_migrate_session_free(struct rm_session *sh);
+
+#endif

@@ -1,0 +1,376 @@
+/* The target of a move (migrate.h): the state made again, then the client's attach. */
+#include "migrate.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#include "daemon_handlers.h"
+#include "dispatch.h"
+#include "driver_table.h"
+#include "handle_alias.h"
+#include "image_cache.h"
+#include "log.h"
+#include "migrate_wire.h"
+#include "stream_pool.h"
+
+#define RESUME_WAIT_S 30   /* how long a moved-in session waits for its client */
+#define CHUNK (8u << 20)  /* memory contents are copied in pieces of this */
+
+struct restore {
+	struct rm_channel *s;
+	struct rm_request *rq;
+	struct rm_session_ctx *slots[RM_MIG_MAX_CTX]; /* the source's context slots, in order */
+	int nslots;
+	uint8_t *chunk;
+	uint64_t bytes;
+};
+
+static int read_state(void *arg, void *buf, size_t len)
+{
+	struct restore *x = arg;
+	return rm_request_read_bulk(x->s, x->rq, buf, len);
+}
+
+static int err_of(CUresult r)
+{
+	return r == CUDA_SUCCESS ? 0 : r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+}
+
+/* Makes the source's context slot i current. */
+static int enter(struct restore *x, uint32_t i)
+{
+	if (i >= (uint32_t)x->nslots)
+		return -EPROTO;
+	return err_of(rm_session_enter(x->s, x->slots[i]->handle));
+}
+
+static int on_ctx(void *arg, uint64_t handle, int ordinal)
+{
+	struct restore *x = arg;
+	CUdevice dev;
+	CUcontext ctx;
+	if (x->nslots == RM_MIG_MAX_CTX)
+		return -EPROTO;
+	CUresult r = rm_session_device(x->s, ordinal, &dev);
+	if (r == CUDA_SUCCESS)
+		r = rm_session_add_ctx(x->s, dev, &ctx);
+	if (r != CUDA_SUCCESS)
+		return err_of(r);
+	struct rm_session_ctx *c = NULL;
+	for (int i = 0; !c && rm_session_ctx_at(x->s, i); i++)
+		if (x->s->sh->ctxs[i].ctx == ctx && !x->s->sh->ctxs[i].created)
+			c = &x->s->sh->ctxs[i];
+	if (!c)
+		return -ESRCH;
+	pthread_mutex_lock(&x->s->sh->lock);
+	c->handle = handle; /* the value the client holds for it */
+	pthread_mutex_unlock(&x->s->sh->lock);
+	x->slots[x->nslots++] = c;
+	return 0;
+}
+
+static int on_span(void *arg, uint64_t base, uint64_t size, uint32_t ctx)
+{
+	struct restore *x = arg;
+	int err = enter(x, ctx);
+	if (err)
+		return err;
+	CUresult r = rm_migrate_map_span(x->s, x->s->cur->dev, base, size);
+	if (r != CUDA_SUCCESS)
+		rm_session_log(x->s, RM_LOG_WARN, "cannot map 0x%llx to 0x%llx here for the moving client: %s",
+			       (unsigned long long)base, (unsigned long long)(base + size),
+			       r == CUDA_ERROR_ALREADY_MAPPED ? "the addresses are taken" : "the driver refused");
+	return r == CUDA_SUCCESS ? 0 : r == CUDA_ERROR_ALREADY_MAPPED ? -EADDRINUSE : r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM
+		: -EIO;
+}
+
+static int on_memory(void *arg, uint64_t base, uint64_t size, uint32_t ctx)
+{
+	struct restore *x = arg;
+	int err = enter(x, ctx);
+	if (err)
+		return err;
+	CUresult r = rm_migrate_own(x->s, base, size);
+	if (r != CUDA_SUCCESS)
+		return -EPROTO;
+	for (uint64_t done = 0; done < size;) {
+		size_t n = size - done < CHUNK ? (size_t)(size - done) : CHUNK;
+		if ((err = read_state(x, x->chunk, n)))
+			return err;
+		if ((r = rm_drv_cuMemcpyHtoD_v2(base + done, x->chunk, n)) != CUDA_SUCCESS) {
+			rm_session_log(x->s, RM_LOG_WARN, "moved memory at 0x%llx not written: CUresult %d",
+				       (unsigned long long)(base + done), r);
+			return err_of(r);
+		}
+		done += n;
+	}
+	x->bytes += size;
+	return 0;
+}
+
+static int alias(struct restore *x, uint32_t kind, uint64_t client, uint64_t real)
+{
+	pthread_mutex_lock(&x->s->sh->lock);
+	int err = client == real ? 0 : rm_alias_add_locked(x->s->sh, kind, client, real);
+	pthread_mutex_unlock(&x->s->sh->lock);
+	return err;
+}
+
+static int on_module(void *arg, uint64_t handle, uint32_t ctx, const uint8_t *image, size_t n)
+{
+	struct restore *x = arg;
+	int err = enter(x, ctx), shared;
+	void *h = NULL;
+	if (err)
+		return err;
+	if (!rm_image_contained(image, n))
+		return -EPROTO;
+	CUresult r = rm_image_load(RM_H_MODULE, image, n, &h, &shared);
+	if (r != CUDA_SUCCESS)
+		return err_of(r);
+	rm_session_own(x->s, RM_H_MODULE, h, 0);
+	uint8_t *kept = malloc(n + 64);
+	if (kept) { /* to move on again; the decoder's copy has 64 zero bytes after it */
+		memcpy(kept, image, n + 64);
+		rm_migrate_keep_image(x->s, (uint64_t)(uintptr_t)h, kept, n);
+	}
+	x->bytes += n;
+	return alias(x, RM_H_MODULE, handle, (uint64_t)(uintptr_t)h);
+}
+
+static int on_function(void *arg, uint64_t handle, uint64_t module, int32_t smem, int32_t carveout, const char *name)
+{
+	struct restore *x = arg;
+	CUmodule m;
+	CUfunction f;
+	CUresult r = rm_session_use(x->s, RM_H_MODULE, module, (void **)&m);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv_cuModuleGetFunction(&f, m, name);
+	if (r == CUDA_SUCCESS && smem > 0) /* what the client set on it at the source */
+		r = rm_drv_cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem);
+	if (r == CUDA_SUCCESS && carveout >= 0)
+		r = rm_drv_cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, carveout);
+	if (r != CUDA_SUCCESS)
+		return err_of(r);
+	rm_session_own(x->s, RM_H_FUNCTION, f, (uint64_t)(uintptr_t)m);
+	return alias(x, RM_H_FUNCTION, handle, (uint64_t)(uintptr_t)f);
+}
+
+static int on_stream(void *arg, uint64_t handle, uint32_t ctx, uint32_t flags, int32_t priority)
+{
+	struct restore *x = arg;
+	CUstream st;
+	int err = enter(x, ctx);
+	if (err)
+		return err;
+	CUresult r = rm_body_cuStreamCreateWithPriority(x->s, &st, flags, priority);
+	if (r != CUDA_SUCCESS)
+		return err_of(r);
+	rm_session_own(x->s, RM_H_STREAM, st, 0);
+	return alias(x, RM_H_STREAM, handle, (uint64_t)(uintptr_t)st);
+}
+
+static int on_event(void *arg, uint64_t handle, uint32_t ctx, uint32_t flags)
+{
+	struct restore *x = arg;
+	CUevent ev;
+	int err = enter(x, ctx);
+	if (err)
+		return err;
+	CUresult r = rm_body_cuEventCreate(x->s, &ev, flags); /* owns it */
+	if (r != CUDA_SUCCESS)
+		return err_of(r);
+	return alias(x, RM_H_EVENT, handle, (uint64_t)(uintptr_t)ev);
+}
+
+static int on_library(void *arg, uint64_t handle, const uint8_t *image, size_t n)
+{
+	struct restore *x = arg;
+	void *h = NULL;
+	int shared;
+	if (!rm_image_contained(image, n))
+		return -EPROTO;
+	CUresult r = rm_image_load(RM_H_LIBRARY, image, n, &h, &shared);
+	if (r != CUDA_SUCCESS)
+		return err_of(r);
+	rm_session_own(x->s, RM_H_LIBRARY, h, 0);
+	uint8_t *kept = malloc(n + 64);
+	if (kept) {
+		memcpy(kept, image, n + 64);
+		rm_migrate_keep_image(x->s, (uint64_t)(uintptr_t)h, kept, n);
+	}
+	x->bytes += n;
+	return alias(x, RM_H_LIBRARY, handle, (uint64_t)(uintptr_t)h);
+}
+
+static int on_kernel(void *arg, uint64_t handle, uint64_t library, int32_t smem, int32_t carveout, const char *name)
+{
+	struct restore *x = arg;
+	CUlibrary lib;
+	CUkernel k;
+	CUresult r = rm_session_use(x->s, RM_H_LIBRARY, library, (void **)&lib);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv_cuLibraryGetKernel(&k, lib, name);
+	for (int i = 0; r == CUDA_SUCCESS && i < x->nslots; i++) { /* what the client set, on each device */
+		if (smem > 0)
+			r = rm_drv_cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem, k,
+							x->slots[i]->dev);
+		if (r == CUDA_SUCCESS && carveout >= 0)
+			r = rm_drv_cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, carveout, k,
+							x->slots[i]->dev);
+	}
+	if (r != CUDA_SUCCESS)
+		return err_of(r);
+	rm_session_own(x->s, RM_H_KERNEL, k, (uint64_t)(uintptr_t)lib);
+	return alias(x, RM_H_KERNEL, handle, (uint64_t)(uintptr_t)k);
+}
+
+static int on_kernel_function(void *arg, uint64_t handle, uint64_t kernel, uint32_t ctx)
+{
+	struct restore *x = arg;
+	CUkernel k;
+	CUfunction f;
+	int err = enter(x, ctx);
+	if (err)
+		return err;
+	CUresult r = rm_session_use(x->s, RM_H_KERNEL, kernel, (void **)&k);
+	if (r == CUDA_SUCCESS)
+		r = rm_drv_cuKernelGetFunction(&f, k);
+	if (r != CUDA_SUCCESS)
+		return err_of(r);
+	rm_session_own(x->s, RM_H_FUNCTION, f, (uint64_t)(uintptr_t)k);
+	return alias(x, RM_H_FUNCTION, handle, (uint64_t)(uintptr_t)f);
+}
+
+/* A module's or library's device variable: found by its name in the module made again,
+ * of the size it had, its contents written. */
+static int on_global(void *arg, uint64_t image, int library, const char *name, uint64_t size)
+{
+	struct restore *x = arg;
+	void *h;
+	CUdeviceptr p = 0;
+	size_t sz = 0;
+	int err = enter(x, 0);
+	if (err)
+		return err;
+	CUresult r = rm_session_use(x->s, library ? RM_H_LIBRARY : RM_H_MODULE, image, &h);
+	if (r == CUDA_SUCCESS)
+		r = library ? rm_drv_cuLibraryGetGlobal(&p, &sz, (CUlibrary)h, name)
+			    : rm_drv_cuModuleGetGlobal_v2(&p, &sz, (CUmodule)h, name);
+	if (r != CUDA_SUCCESS)
+		return err_of(r);
+	if (sz != size)
+		return -EPROTO;
+	for (uint64_t done = 0; done < size;) {
+		size_t n = size - done < CHUNK ? (size_t)(size - done) : CHUNK;
+		if ((err = read_state(x, x->chunk, n)))
+			return err;
+		if ((r = rm_drv_cuMemcpyHtoD_v2(p + done, x->chunk, n)) != CUDA_SUCCESS)
+			return err_of(r);
+		done += n;
+	}
+	x->bytes += size;
+	return 0;
+}
+
+/* RM_OP_MIGRATE_STATE: only once, as the first request of a session greeted with
+ * migrate_in. A state that fails leaves what was made to the session's end (the source
+ * then closes the connection). */
+void rm_handle_migrate_state(struct rm_channel *s, struct rm_request *rq)
+{
+	struct restore x = {.s = s, .rq = rq};
+	char why[256] = "";
+	int first;
+	pthread_mutex_lock(&s->sh->lock);
+	first = s->sh->migrate_in == 1 && s->chan == 0;
+	if (first)
+		s->sh->migrate_in = 3; /* taking it */
+	pthread_mutex_unlock(&s->sh->lock);
+	if (!first) {
+		rm_session_log(s, RM_LOG_WARN, "a migration state outside a move's first request; refused");
+		rm_request_finish(s, rq, CUDA_ERROR_NOT_PERMITTED, NULL);
+		return;
+	}
+	static const struct rm_mig_sink sink = {read_state, on_ctx,    on_span,   on_memory,	on_module, on_function,
+						on_stream,  on_event,  on_library, on_kernel, on_kernel_function,
+						on_global};
+	int err = (x.chunk = malloc(CHUNK)) ? rm_mig_decode(&sink, &x, rq->frame.bulk_len, why, sizeof(why)) : -ENOMEM;
+	free(x.chunk);
+	if (!err && rm_session_synchronize_all(s) != CUDA_SUCCESS) /* the copies are done */
+		err = -EIO, snprintf(why, sizeof(why), "its memory could not be written");
+	rm_session_enter(s, 0);
+	if (err)
+		rm_migrate_drop_unused(s);
+	pthread_mutex_lock(&s->sh->lock);
+	s->sh->migrate_in = err ? 0 : 2;
+	pthread_mutex_unlock(&s->sh->lock);
+	if (err) {
+		rm_session_log(s, RM_LOG_WARN, "the moving client's state was not made again: %s (%s)", why, strerror(-err));
+		rm_request_finish(s, rq, err == -EADDRINUSE ? CUDA_ERROR_ALREADY_MAPPED
+					 : err == -ENOMEM || err == -EDQUOT ? CUDA_ERROR_OUT_OF_MEMORY
+					 : CUDA_ERROR_INVALID_VALUE, NULL);
+		return;
+	}
+	rm_session_log(s, RM_LOG_INFO, "moving client's state made again: %llu bytes; waiting for it to attach",
+		       (unsigned long long)x.bytes);
+	rm_request_finish(s, rq, CUDA_SUCCESS, NULL);
+}
+
+int rm_migrate_resume(struct rm_channel *s, struct rm_conn *conn, const struct iovec *ok)
+{
+	struct rm_session *sh = s->sh;
+	pthread_mutex_lock(&sh->lock);
+	int err = sh->migrate_in != 2 || sh->resume_conn ? -EBUSY : 0;
+	if (!err)
+		sh->migrate_in = 4; /* the client attaches */
+	pthread_mutex_unlock(&sh->lock);
+	if (!err && rm_conn_sendv(conn, ok, 1))
+		err = -EPIPE;
+	pthread_mutex_lock(&sh->lock);
+	if (sh->migrate_in == 4) {
+		sh->migrate_in = err ? 2 : 5;
+		if (!err)
+			sh->resume_conn = conn;
+	}
+	pthread_cond_broadcast(&sh->resumed);
+	pthread_mutex_unlock(&sh->lock);
+	return err;
+}
+
+int rm_migrate_wait_resume(struct rm_channel *s)
+{
+	struct rm_session *sh = s->sh;
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += RESUME_WAIT_S;
+	pthread_mutex_lock(&sh->lock);
+	while ((sh->migrate_in == 2 || sh->migrate_in == 4) && !sh->resume_conn &&
+	       pthread_cond_timedwait(&sh->resumed, &sh->lock, &until) == 0)
+		;
+	struct rm_conn *conn = sh->resume_conn;
+	int waited = sh->migrate_in == 2 || sh->migrate_in == 4 || sh->migrate_in == 5;
+	sh->resume_conn = NULL;
+	sh->migrate_in = 0;
+	pthread_mutex_unlock(&sh->lock);
+	if (!conn) {
+		if (waited)
+			rm_session_log(s, RM_LOG_WARN, "the moved client did not attach within %d s; its state goes",
+				       RESUME_WAIT_S);
+		return 0;
+	}
+	pthread_mutex_lock(&s->send_lock);
+	rm_link_close(&s->link);
+	int err = rm_link_init(&s->link, conn);
+	snprintf(s->peer, sizeof(s->peer), "%s", rm_conn_peer(conn));
+	pthread_mutex_unlock(&s->send_lock);
+	if (err) {
+		rm_conn_close(conn);
+		return 0;
+	}
+	rm_session_log(s, RM_LOG_INFO, "the moved client attached from %s; serving it here", s->peer);
+	return 1;
+}

@@ -1,0 +1,454 @@
+/* What a moving client's session holds, checked and sent to the target (migrate_state.h). */
+#include "migrate_state.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "driver_table.h"
+#include "handle_alias.h"
+#include "image_cache.h"
+#include "ipc.h"
+#include "migrate.h"
+#include "migrate_wire.h"
+#include "transport.h"
+
+static const char *const kind_names[] = {
+	"none",
+#define RM_HANDLE_KIND(name, ctype, step, release) #name,
+#include "handle_kinds.def"
+#undef RM_HANDLE_KIND
+};
+
+/* ---- what moves ---- */
+
+
+static int gather(const struct rm_handle *h, void *arg)
+{
+	struct rm_mig_collect *c = arg;
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 64;
+		struct rm_handle *g = realloc(c->h, cap * sizeof(*g));
+		if (!g) {
+			snprintf(c->why, sizeof(c->why), "out of memory");
+			return 1;
+		}
+		c->h = g, c->cap = cap;
+	}
+	c->h[c->n++] = *h;
+	return 0;
+}
+
+static const enum rm_handle_kind movable[] = {RM_H_MEMORY, RM_H_MOVED_MEMORY, RM_H_MODULE, RM_H_LIBRARY,
+					      RM_H_KERNEL, RM_H_FUNCTION, RM_H_STREAM, RM_H_EVENT};
+
+/* The image kept for a module or library (NULL: none). Used once the client's threads are
+ * held (migrate_out.c): none of its calls can unload it meanwhile. */
+static const uint8_t *kept_image(struct rm_session *sh, uint64_t handle, size_t *n)
+{
+	const uint8_t *image = NULL;
+	pthread_mutex_lock(&sh->lock);
+	for (size_t k = 0; k < sh->nimages && !image; k++)
+		if (sh->images[k].module == handle)
+			image = sh->images[k].image, *n = sh->images[k].n;
+	pthread_mutex_unlock(&sh->lock);
+	return image;
+}
+
+static int slot_of(const struct rm_handle *h)
+{
+	return h->ctx ? (int)h->ctx - 1 : 0;
+}
+
+static int no_visit(const char *name, void *arg)
+{
+	(void)name, (void)arg;
+	return 0;
+}
+
+/* rm_image_variables of the image kept for a module or library (0 when none is kept: the
+ * send says so); read under the lock, as another thread of the client may unload it
+ * meanwhile. */
+static int kept_image_variables(struct rm_session *sh, uint64_t handle)
+{
+	int r = 0;
+	pthread_mutex_lock(&sh->lock);
+	for (size_t k = 0; k < sh->nimages; k++)
+		if (sh->images[k].module == handle)
+			r = rm_image_variables(sh->images[k].image, sh->images[k].n, no_visit, NULL);
+	pthread_mutex_unlock(&sh->lock);
+	return r;
+}
+
+/* The names of an image's device variables, each once. */
+struct names {
+	char **v;
+	size_t n, cap;
+};
+
+static int add_name(const char *name, void *arg)
+{
+	struct names *x = arg;
+	for (size_t i = 0; i < x->n; i++)
+		if (!strcmp(x->v[i], name))
+			return 0;
+	if (x->n == x->cap) {
+		size_t cap = x->cap ? 2 * x->cap : 16;
+		char **g = realloc(x->v, cap * sizeof(*g));
+		if (!g)
+			return -ENOMEM;
+		x->v = g, x->cap = cap;
+	}
+	return (x->v[x->n] = strdup(name)) ? (x->n++, 0) : -ENOMEM;
+}
+
+static void free_names(struct names *x)
+{
+	for (size_t i = 0; i < x->n; i++)
+		free(x->v[i]);
+	free(x->v);
+}
+
+/* The device variables of module or library h (its image given), each a record with its
+ * contents, read from where the module holds them. */
+static int send_variables(struct rm_mig_sender *x, const struct rm_handle *h, uint64_t client, const uint8_t *image,
+			  size_t n)
+{
+	struct names names = {0};
+	int library = h->kind == RM_H_LIBRARY, err = rm_image_variables(image, n, add_name, &names) ? -ENOTSUP : 0;
+	if (err)
+		x->why = "a module's device variables could not be named";
+	if (!err && rm_session_enter(x->s, x->s->sh->ctxs[library ? 0 : slot_of(h)].handle) != CUDA_SUCCESS)
+		err = -EIO;
+	for (size_t i = 0; i < names.n && !err; i++) {
+		CUdeviceptr p = 0;
+		size_t sz = 0, nlen = strlen(names.v[i]);
+		CUresult r = library ? rm_drv_cuLibraryGetGlobal(&p, &sz, (CUlibrary)(uintptr_t)h->value, names.v[i])
+				     : rm_drv_cuModuleGetGlobal_v2(&p, &sz, (CUmodule)(uintptr_t)h->value, names.v[i]);
+		/* What the compiler makes for string literals (printf's formats, assert's texts) is
+		 * constant and loads again as it was; it need not be found by name. */
+		if (r != CUDA_SUCCESS && (names.v[i][0] == '$' || !strncmp(names.v[i], "__unnamed_", 10)))
+			continue;
+		if (r != CUDA_SUCCESS || nlen > RM_MIG_MAX_NAME) {
+			x->why = "a device variable of a module is not found by its name";
+			err = -ENOENT;
+			break;
+		}
+		uint8_t f[16], hdr[RM_MIG_HEADER_LEN];
+		rm_mig_put64(f, client);
+		rm_mig_put32(f + 8, (uint32_t)nlen);
+		rm_mig_put32(f + 12, (uint32_t)library);
+		x->records++;
+		x->total += sizeof(hdr) + sizeof(f) + nlen + sz;
+		if (x->count)
+			continue;
+		rm_mig_header(hdr, RM_MIG_GLOBAL, sizeof(f) + nlen + sz);
+		struct iovec v[3] = {{hdr, sizeof(hdr)}, {f, sizeof(f)}, {names.v[i], nlen}};
+		err = rm_conn_sendv(x->conn, v, 3);
+		for (uint64_t done = 0; done < sz && !err;) {
+			size_t c = sz - done < RM_MIG_CHUNK ? (size_t)(sz - done) : RM_MIG_CHUNK;
+			if (rm_drv_cuMemcpyDtoH_v2(x->chunk, p + done, c) != CUDA_SUCCESS) {
+				x->why = "a device variable could not be read";
+				err = -EIO;
+				break;
+			}
+			struct iovec d = {x->chunk, c};
+			err = rm_conn_sendv(x->conn, &d, 1);
+			done += c;
+		}
+	}
+	free_names(&names);
+	return err;
+}
+
+/* Why s cannot move, or NULL; its handles of the kinds that move gathered into c, in the
+ * order they are made again (memory and modules before functions, streams, events). */
+const char *rm_mig_refusal(struct rm_channel *s, struct rm_mig_collect *c)
+{
+	struct rm_session *sh = s->sh;
+	for (int i = 1; i <= RM_MAX_CHANNELS; i++)
+		if (sh->channels[i] && sh->channels[i]->callbacks)
+			return "it runs host functions (a callback channel), which do not move";
+	if (sh->nshared)
+		return "it shares pinned memory with the worker (unix:); set REMORA_SHARE_PINNED=0 or use tcp:";
+	if (rm_ipc_session_shares(s))
+		return "it shares memory or events with other clients over CUDA IPC";
+	for (int i = 0; i < sh->nctx; i++) {
+		if (sh->ctxs[i].created)
+			return "it created contexts of its own (cuCtxCreate), which do not move";
+		if (__atomic_load_n(&sh->ctxs[i].captures, __ATOMIC_ACQUIRE))
+			return "a stream capture is under way";
+		if (sh->ctxs[i].pool)
+			return "it uses stream-ordered allocation (a memory pool), which does not move";
+		if (sh->ctxs[i].limits_set)
+			return "it set context limits (cuCtxSetLimit), which do not move";
+		if (sh->peer_enabled[i])
+			return "it enabled peer access between GPUs, which does not move";
+	}
+	for (uint32_t k = 1; k < sizeof(kind_names) / sizeof(*kind_names); k++) {
+		int moves = k == RM_H_CONTEXT;
+		for (size_t j = 0; j < sizeof(movable) / sizeof(*movable); j++)
+			moves |= movable[j] == (enum rm_handle_kind)k;
+		struct rm_mig_collect none = {0};
+		if (!moves && rm_session_each(s, (enum rm_handle_kind)k, gather, &none)) {
+			free(none.h);
+			return "out of memory";
+		}
+		free(none.h);
+		if (none.n) {
+			snprintf(c->why, sizeof(c->why), "it holds %zu handle(s) of kind %s, which do not move (docs/pool.md)",
+				 none.n, kind_names[k]);
+			return c->why;
+		}
+	}
+	for (size_t j = 0; j < sizeof(movable) / sizeof(*movable); j++)
+		if (rm_session_each(s, movable[j], gather, c))
+			return c->why;
+	for (size_t i = 0; i < c->n; i++) {
+		const struct rm_handle *h = &c->h[i];
+		unsigned int managed = 0;
+		if (h->kind == RM_H_MEMORY && rm_drv.cuPointerGetAttribute)
+			rm_drv_cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, h->value);
+		if (managed)
+			return "it holds managed memory, which does not move";
+		if ((h->kind == RM_H_MEMORY || h->kind == RM_H_MOVED_MEMORY) && (!h->ctx || h->ctx > (uint32_t)sh->nctx))
+			return "it holds memory of no context of its own";
+		if (h->kind == RM_H_FUNCTION && !rm_session_find(s, RM_H_MODULE, h->parent, NULL) &&
+		    !rm_session_find(s, RM_H_KERNEL, h->parent, NULL))
+			return "it holds a function of neither a module nor a kernel of its own";
+		if (h->kind == RM_H_MODULE && h->parent)
+			return "it holds a library's module (cuLibraryGetModule), which does not move";
+		int vars = h->kind == RM_H_MODULE || h->kind == RM_H_LIBRARY ? kept_image_variables(s->sh, h->value) : 0;
+		if (vars == 1)
+			return "a module or library of its holds __managed__ variables, which do not move";
+		if (vars < 0)
+			return "the device variables of a module or library of its cannot be named (an image not "
+			       "read that far), so their values could not move";
+	}
+	return NULL;
+}
+
+/* ---- the state on the wire ---- */
+
+
+static int emit(struct rm_mig_sender *x, uint32_t type, const uint8_t *fixed, size_t nfixed, const void *rest, uint64_t nrest)
+{
+	uint8_t h[RM_MIG_HEADER_LEN];
+	x->records += type != RM_MIG_END && type != RM_MIG_BEGIN;
+	x->total += sizeof(h) + nfixed + nrest;
+	if (x->count)
+		return 0;
+	rm_mig_header(h, type, nfixed + nrest);
+	struct iovec v[3] = {{h, sizeof(h)}, {(void *)fixed, nfixed}, {(void *)rest, (size_t)nrest}};
+	return rm_conn_sendv(x->conn, v, rest ? 3 : 2);
+}
+
+static int send_memory(struct rm_mig_sender *x, const struct rm_handle *h)
+{
+	uint8_t f[24];
+	rm_mig_put64(f, h->value);
+	rm_mig_put64(f + 8, h->size);
+	rm_mig_put32(f + 16, h->ctx - 1);
+	rm_mig_put32(f + 20, 0);
+	int err = emit(x, RM_MIG_MEMORY, f, sizeof(f), NULL, h->size); /* the contents follow */
+	if (err || x->count)
+		return err;
+	if (rm_session_enter(x->s, x->s->sh->ctxs[h->ctx - 1].handle) != CUDA_SUCCESS)
+		return -EIO;
+	for (uint64_t done = 0; done < h->size && !err;) {
+		size_t n = h->size - done < RM_MIG_CHUNK ? (size_t)(h->size - done) : RM_MIG_CHUNK;
+		if (rm_drv_cuMemcpyDtoH_v2(x->chunk, h->value + done, n) != CUDA_SUCCESS) {
+			x->why = "its memory could not be read";
+			return -EIO;
+		}
+		struct iovec v = {x->chunk, n};
+		err = rm_conn_sendv(x->conn, &v, 1);
+		done += n;
+	}
+	return err;
+}
+
+
+
+static int by_base(const void *a, const void *b)
+{
+	const struct rm_handle *x = a, *y = b;
+	return x->value < y->value ? -1 : x->value > y->value;
+}
+
+/* The spans the memory lies in: its allocations' granules, those that touch merged, so
+ * that each allocation lies in one span the target maps as one range. */
+static int send_spans(struct rm_mig_sender *x)
+{
+	struct rm_session *sh = x->s->sh;
+	size_t n = 0;
+	struct rm_handle *mem = malloc((x->c->n + 1) * sizeof(*mem));
+	if (!mem)
+		return -ENOMEM;
+	for (size_t i = 0; i < x->c->n; i++)
+		if (x->c->h[i].kind == RM_H_MEMORY || x->c->h[i].kind == RM_H_MOVED_MEMORY)
+			mem[n++] = x->c->h[i];
+	qsort(mem, n, sizeof(*mem), by_base);
+	int err = 0;
+	for (size_t i = 0; i < n && !err;) {
+		const struct rm_session_ctx *k = &sh->ctxs[mem[i].ctx - 1];
+		CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+					    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = k->dev}};
+		size_t gran = 0;
+		if (rm_drv_cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS ||
+		    !gran || (gran & (gran - 1))) {
+			x->why = "the GPU's granularity is unknown";
+			err = -EIO;
+			break;
+		}
+		uint64_t base = mem[i].value & ~(uint64_t)(gran - 1), end = mem[i].value + mem[i].size;
+		uint32_t slot = mem[i].ctx - 1;
+		for (i++; i < n && (mem[i].value & ~(uint64_t)(gran - 1)) <= ((end + gran - 1) & ~(uint64_t)(gran - 1)); i++)
+			end = mem[i].value + mem[i].size > end ? mem[i].value + mem[i].size : end;
+		end = (end + gran - 1) & ~(uint64_t)(gran - 1);
+		uint8_t f[24];
+		rm_mig_put64(f, base);
+		rm_mig_put64(f + 8, end - base);
+		rm_mig_put32(f + 16, slot);
+		rm_mig_put32(f + 20, 0);
+		err = emit(x, RM_MIG_SPAN, f, sizeof(f), NULL, 0);
+	}
+	free(mem);
+	return err;
+}
+
+/* The whole state, sent (or, counting, sized). */
+int rm_mig_send_state(struct rm_mig_sender *x)
+{
+	struct rm_channel *s = x->s;
+	struct rm_session *sh = s->sh;
+	uint8_t f[24];
+	int err;
+	x->records = 0, x->total = 0;
+	rm_mig_put32(f, RM_MIG_MAGIC);
+	rm_mig_put32(f + 4, x->records_expected);
+	if ((err = emit(x, RM_MIG_BEGIN, f, 8, NULL, 0)))
+		return err;
+	for (int i = 0; i < sh->nctx && !err; i++) {
+		rm_mig_put64(f, sh->ctxs[i].handle);
+		rm_mig_put32(f + 8, 0);
+		CUdevice dev = sh->ctxs[i].dev;
+		for (int d = 0; d < sh->ndevices; d++) /* the client's ordinal of its device */
+			if (sh->devices[d] == dev)
+				rm_mig_put32(f + 8, (uint32_t)d);
+		rm_mig_put32(f + 12, 0);
+		err = emit(x, RM_MIG_CTX, f, 16, NULL, 0);
+	}
+	if (!err)
+		err = send_spans(x);
+	for (size_t i = 0; i < x->c->n && !err; i++) {
+		const struct rm_handle *h = &x->c->h[i];
+		uint64_t client = rm_session_out_value(s, (enum rm_handle_kind)h->kind, h->value);
+		switch (h->kind) {
+		case RM_H_MEMORY:
+		case RM_H_MOVED_MEMORY:
+			err = send_memory(x, h);
+			break;
+		case RM_H_LIBRARY:
+		case RM_H_MODULE: {
+			size_t n = 0;
+			const uint8_t *image = kept_image(sh, h->value, &n);
+			if (!image) {
+				x->why = "a module's or library's image was not kept";
+				return -ENOENT;
+			}
+			if (h->kind == RM_H_LIBRARY) {
+				rm_mig_put64(f, client);
+				rm_mig_put64(f + 8, 0);
+				err = emit(x, RM_MIG_LIBRARY, f, 16, image, n);
+				if (!err)
+					err = send_variables(x, h, client, image, n);
+				break;
+			}
+			rm_mig_put64(f, client);
+			rm_mig_put32(f + 8, (uint32_t)slot_of(h));
+			rm_mig_put32(f + 12, 0);
+			err = emit(x, RM_MIG_MODULE, f, 16, image, n);
+			if (!err)
+				err = send_variables(x, h, client, image, n);
+			break;
+		}
+		case RM_H_KERNEL: {
+			const char *name = NULL;
+			if (rm_drv_cuKernelGetName(&name, (CUkernel)(uintptr_t)h->value) != CUDA_SUCCESS || !name || !*name ||
+			    strlen(name) > RM_MIG_MAX_NAME) {
+				x->why = "a kernel's name is unknown";
+				return -ENOENT;
+			}
+			int smem = 0, carveout = -1;
+			if (sh->nctx) {
+				rm_drv_cuKernelGetAttribute(&smem, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+							    (CUkernel)(uintptr_t)h->value, sh->ctxs[0].dev);
+				rm_drv_cuKernelGetAttribute(&carveout, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+							    (CUkernel)(uintptr_t)h->value, sh->ctxs[0].dev);
+			}
+			rm_mig_put64(f, client);
+			rm_mig_put64(f + 8, rm_session_out_value(s, RM_H_LIBRARY, h->parent));
+			rm_mig_put32(f + 16, (uint32_t)smem);
+			rm_mig_put32(f + 20, (uint32_t)carveout);
+			err = emit(x, RM_MIG_KERNEL, f, 24, name, strlen(name));
+			break;
+		}
+		case RM_H_FUNCTION: {
+			const char *name = NULL;
+			if (rm_session_find(s, RM_H_KERNEL, h->parent, NULL)) { /* cuKernelGetFunction's */
+				rm_mig_put64(f, client);
+				rm_mig_put64(f + 8, rm_session_out_value(s, RM_H_KERNEL, h->parent));
+				rm_mig_put32(f + 16, (uint32_t)slot_of(h));
+				rm_mig_put32(f + 20, 0);
+				err = emit(x, RM_MIG_KERNEL_FUNCTION, f, 24, NULL, 0);
+				break;
+			}
+			if (rm_drv_cuFuncGetName(&name, (CUfunction)(uintptr_t)h->value) != CUDA_SUCCESS || !name ||
+			    !*name || strlen(name) > RM_MIG_MAX_NAME) {
+				x->why = "a function's name is unknown";
+				return -ENOENT;
+			}
+			/* What the client may have set: the dynamic shared memory a launch may ask for,
+			 * the carveout (cuFuncSetAttribute). */
+			int smem = 0, carveout = -1;
+			rm_drv_cuFuncGetAttribute(&smem, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+						  (CUfunction)(uintptr_t)h->value);
+			rm_drv_cuFuncGetAttribute(&carveout, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+						  (CUfunction)(uintptr_t)h->value);
+			rm_mig_put64(f, client);
+			rm_mig_put64(f + 8, rm_session_out_value(s, RM_H_MODULE, h->parent));
+			rm_mig_put32(f + 16, (uint32_t)smem);
+			rm_mig_put32(f + 20, (uint32_t)carveout);
+			err = emit(x, RM_MIG_FUNCTION, f, 24, name, strlen(name));
+			break;
+		}
+		case RM_H_STREAM: {
+			int prio = 0, blocking = 0;
+			struct rm_session_ctx *k = &sh->ctxs[slot_of(h)];
+			rm_drv_cuStreamGetPriority((CUstream)(uintptr_t)h->value, &prio);
+			pthread_mutex_lock(&k->order_lock);
+			for (int b = 0; b < k->nblocking; b++)
+				blocking |= k->blocking[b].stream == (CUstream)(uintptr_t)h->value;
+			pthread_mutex_unlock(&k->order_lock);
+			rm_mig_put64(f, client);
+			rm_mig_put32(f + 8, (uint32_t)slot_of(h));
+			rm_mig_put32(f + 12, blocking ? 0 : CU_STREAM_NON_BLOCKING);
+			rm_mig_put32(f + 16, (uint32_t)prio);
+			rm_mig_put32(f + 20, 0);
+			err = emit(x, RM_MIG_STREAM, f, 24, NULL, 0);
+			break;
+		}
+		case RM_H_EVENT:
+			rm_mig_put64(f, client);
+			rm_mig_put32(f + 8, (uint32_t)slot_of(h));
+			rm_mig_put32(f + 12, (uint32_t)h->size);
+			err = emit(x, RM_MIG_EVENT, f, 16, NULL, 0);
+			break;
+		}
+	}
+	return err ? err : emit(x, RM_MIG_END, f, 0, NULL, 0);
+}
+

@@ -1,0 +1,34 @@
+/* The source's side of a move's state (migrate.h): what may move, and the state sent
+ * (migrate_wire.h). */
+#ifndef REMORA_MIGRATE_STATE_H
+#define REMORA_MIGRATE_STATE_H
+
+#include "session.h"
+
+#define RM_MIG_CHUNK (8u << 20) /* memory contents are copied in pieces of this */
+
+/* The session's handles of the kinds that move, in the order they are made again. */
+struct rm_mig_collect {
+	struct rm_handle *h;
+	size_t n, cap;
+	char why[200];
+};
+
+/* The state being sent on conn (or, count set, sized: total and records). */
+struct rm_mig_sender {
+	struct rm_channel *s;
+	struct rm_conn *conn;
+	struct rm_mig_collect *c;
+	uint64_t total;
+	int count; /* 1: sizing (nothing sent) */
+	uint32_t records, records_expected;
+	uint8_t *chunk;
+	const char *why;
+};
+
+/* Why s cannot move, or NULL; its handles of the kinds that move gathered into c. */
+const char *rm_mig_refusal(struct rm_channel *s, struct rm_mig_collect *c);
+/* Sends (or sizes) the whole state: 0, or -errno (x->why may say why). */
+int rm_mig_send_state(struct rm_mig_sender *x);
+
+#endif

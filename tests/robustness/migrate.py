@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Live migration of a client between two remorads on the test driver (docs/pool.md, "Live
+migration"; issue 40). One scenario a run:
+
+  moves        drv_migrate, moved A -> B -> A -> B -> A mid-run by `remora migrate`, prints
+               exactly what it prints unmoved; each move's bytes and pause are printed
+  refused      moves that must fail leave the client running at the source, its output
+               unchanged: a target whose admin token differs (it refuses the hello), a target
+               where the client's addresses are taken (the test driver's hint not taken),
+               a client holding a module global's address (cannot move), a non-admin asking
+  source-gone  the source killed mid-run: the client ends with a clear error, not a hang
+  threads      drv_migrate with a second thread on a channel of its own, in its calls when
+               the move comes: moved A -> B -> A -> B, output and the thread's results unchanged
+  runtime      rt_migrate (cudart: its kernels a library, launched as CUkernels) moved
+               A -> B -> A mid-run prints what it prints unmoved
+
+               (drv_migrate runs on IMAGE, a module without device variables); and a module
+               holding device variables (STATEFUL_IMAGE) moves, with them
+
+usage: migrate.py SCENARIO REMORAD DRIVER REMORA PROGRAM IMAGE [RT_PROGRAM [STATEFUL_IMAGE]]
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from remorad_fixture import Daemon, wait_for  # noqa: E402
+
+scenario, remorad, driver, remora, program, image = sys.argv[1:7]
+image_path = image
+rt_program = sys.argv[7] if len(sys.argv) > 7 else None
+stateful_image = sys.argv[8] if len(sys.argv) > 8 else None
+ADMIN = "ops.migrate-admin"
+ITERATIONS, PAUSE_MS = 40, 60
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def client_env():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMORA_")}
+    env["REMORA_LOG"] = "info"
+    return env
+
+
+def command(iterations, pause_ms):
+    if scenario == "runtime":
+        return [rt_program, str(iterations), str(pause_ms)]
+    return [program, image, str(iterations), str(pause_ms)] + (["threads"] if scenario == "threads" else [])
+
+
+def start_client(d, *extra, iterations=ITERATIONS):
+    return subprocess.Popen([remora, "run", "--server", d.server, "--", *command(iterations, PAUSE_MS), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=client_env())
+
+
+def migrate(pid, src, dst, token=ADMIN, wait=20):
+    env = client_env()
+    env["REMORA_TOKEN"] = token
+    return subprocess.run([remora, "migrate", f"pid:{pid}", "--to", dst.server, "--server", src.server,
+                           "--wait", str(wait)], capture_output=True, text=True, env=env, timeout=120)
+
+
+def iterations_seen(lines):
+    return sum(1 for l in lines if l.startswith("iter "))
+
+
+class Reader:
+    """The client's stdout, read line by line as it runs."""
+
+    def __init__(self, proc):
+        self.proc, self.lines = proc, []
+        os.set_blocking(proc.stdout.fileno(), False)
+        self.buf = ""
+
+    def poll(self):
+        try:
+            chunk = self.proc.stdout.read()
+        except (BlockingIOError, TypeError):
+            chunk = None
+        if chunk:
+            self.buf += chunk
+            *done, self.buf = self.buf.split("\n")
+            self.lines += done
+        return iterations_seen(self.lines)
+
+    def finish(self, timeout=120):
+        self.proc.wait(timeout=timeout)
+        os.set_blocking(self.proc.stdout.fileno(), True)
+        rest = self.buf + (self.proc.stdout.read() or "")
+        self.lines += [l for l in rest.split("\n") if l]
+        return self.proc.returncode, self.lines, self.proc.stderr.read()
+
+
+def baseline(d):
+    p = subprocess.run([remora, "run", "--server", d.server, "--", *command(ITERATIONS, 0)],
+                       capture_output=True, text=True, env=client_env(), timeout=120)
+    check(p.returncode == 0 and p.stdout.rstrip().endswith("PASS"), f"unmoved run passes ({p.returncode})")
+    return p.stdout.splitlines()
+
+
+def daemons(tmp, b_config="", b_env=None):
+    a = Daemon(remorad, driver, tmp, "a", f"admin_token = {ADMIN}\n")
+    b = Daemon(remorad, driver, tmp, "b", b_config or f"admin_token = {ADMIN}\n", env=b_env)
+    return a, b
+
+
+def moves(tmp):
+    a, b = daemons(tmp)
+    try:
+        want = baseline(a)
+        r = Reader(start_client(a))
+        route = {"runtime": [(a, b), (b, a)], "threads": [(a, b), (b, a), (a, b)]}.get(
+            scenario, [(a, b), (b, a), (a, b), (b, a)])
+        figures = []
+        for n, (src, dst) in enumerate(route):
+            wait_for(lambda: r.poll() >= 4 + 6 * n, timeout=60)
+            m = migrate(r.proc.pid, src, dst)
+            check(m.returncode == 0, f"move {n + 1} ({src.server} -> {dst.server}): {m.stdout.strip()} {m.stderr.strip()}")
+            f = re.search(r"([\d.]+) MiB moved, paused ([\d.]+) ms", m.stdout)
+            if f:
+                figures.append((float(f.group(1)), float(f.group(2))))
+        rc, lines, err = r.finish()
+        check(rc == 0, f"the moved client ends well ({rc}): {err[-2000:]}")
+        check(lines == want, f"its {iterations_seen(lines)} iterations' checksums equal the unmoved run's bit for bit")
+        check(err.count("moved to the GPU server at") == len(route), "it says each move once in its log")
+        for n, (mib, ms) in enumerate(figures):
+            print(f"migration {n + 1}: {mib:.1f} MiB moved, pause {ms:.1f} ms")
+        check("closed: released" in a.text() and "moved to" in a.text(), "the source ends the session it moved")
+        if scenario == "threads":
+            check(b.text().count("channel 1 attached") >= 2 and "moving client's state" in b.text(),
+                  "the second thread's channel followed the client each time")
+    finally:
+        a.stop(), b.stop()
+        logs(a, b)
+
+
+def logs(*ds):
+    if failures:
+        for d in ds:
+            print(f"--- {d.log_path}\n" + "\n".join(d.text().splitlines()[-40:]))
+
+
+def refused(tmp):
+    a, b = daemons(tmp, b_env={"REMORA_TESTDRIVER_FAIL": "cuMemAddressReserve:1"})
+    c = Daemon(remorad, driver, tmp, "c", "admin_token = ops.another-admin\n")
+    global c_ok
+    c_ok = Daemon(remorad, driver, tmp, "d", f"admin_token = {ADMIN}\n")
+    try:
+        want = baseline(a)
+        r = Reader(start_client(a))
+        wait_for(lambda: r.poll() >= 3, timeout=60)
+        m = migrate(r.proc.pid, a, c)
+        check(m.returncode != 0 and "refused" in m.stderr, f"a target with another admin token refuses: {m.stderr.strip()}")
+        m = migrate(r.proc.pid, a, b)
+        check(m.returncode != 0 and "taken" in m.stderr, f"addresses taken at the target: refused: {m.stderr.strip()}")
+        m = migrate(r.proc.pid, a, b, token="ops.not-the-admin")
+        check(m.returncode != 0 and "admin" in m.stderr, f"a non-admin may not move a client: {m.stderr.strip()}")
+        rc, lines, err = r.finish()
+        check(rc == 0 and lines == want, f"the client went on at the source, its output unchanged ({rc}) {err[-1500:]}")
+        check("moved to the GPU server" not in err, "it never moved")
+        check("addresses" in b.text() or "taken" in b.text(), "the target's log says why it refused the state")
+        # A client holding a module global's address cannot move; one whose module holds device
+        # variables (STATEFUL_IMAGE: kernels.cu's kernelsMagic, which a kernel adds 1 to each
+        # iteration, checked by the program) moves with their values.
+        for extra, image, why in (("global", image_path, "RM_H_GLOBAL"), ("magic", stateful_image, None)):
+            if not image:
+                continue
+            r = Reader(subprocess.Popen([remora, "run", "--server", a.server, "--", program, image, "30",
+                                         str(PAUSE_MS), *([extra] if extra else [])], stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, env=client_env()))
+            wait_for(lambda: r.poll() >= 2, timeout=60)
+            m = migrate(r.proc.pid, a, b if why else c_ok)
+            if why:
+                check(m.returncode != 0 and why in m.stderr, f"refused: {m.stderr.strip()}")
+            else:
+                check(m.returncode == 0, f"a module with device variables moves: {m.stdout.strip()} {m.stderr.strip()}")
+            rc, lines, err = r.finish()
+            check(rc == 0 and lines[-1] == "PASS", f"it goes on ({rc})")
+    finally:
+        a.stop(), b.stop(), c.stop(), c_ok.stop()
+        logs(a, b, c, c_ok)
+
+
+def source_gone(tmp):
+    a, b = daemons(tmp)
+    try:
+        r = Reader(start_client(a))
+        wait_for(lambda: r.poll() >= 3, timeout=60)
+        a.proc.send_signal(signal.SIGKILL)
+        t0 = time.monotonic()
+        rc, lines, err = r.finish(timeout=90)
+        check(rc != 0, f"the client fails once its remorad is gone ({rc}, {time.monotonic() - t0:.1f} s)")
+        check("connection to the GPU server lost" in err or "GPU server" in err,
+              f"with a clear line: {err.strip().splitlines()[-3:] if err.strip() else err}")
+    finally:
+        a.stop(), b.stop()
+        logs(a, b)
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    {"moves": moves, "refused": refused, "source-gone": source_gone, "runtime": moves, "threads": moves}[scenario](tmp)
+print("FAIL" if failures else "PASS")
+sys.exit(1 if failures else 0)
