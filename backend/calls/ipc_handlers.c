@@ -130,10 +130,13 @@ CUresult rm_body_cuIpcGetEventHandle(struct rm_channel *s, CUipcEventHandle *pHa
 {
 	if (!s->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	CUipcEventHandle native;
-	CUresult r = rm_drv_cuIpcGetEventHandle(&native, event);
-	if (r != CUDA_SUCCESS)
-		return r;
+	/* The driver's event is an ordinary one (rm_body_cuEventCreate): the client's flags say
+	 * whether it may be exported, as the driver would. */
+	struct rm_handle h;
+	if (!rm_session_find(s, RM_H_EVENT, (uint64_t)(uintptr_t)event, &h))
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!(h.size & CU_EVENT_INTERPROCESS) || !(h.size & CU_EVENT_DISABLE_TIMING))
+		return CUDA_ERROR_INVALID_VALUE;
 	struct rm_ipc_object o = {.value = (uint64_t)(uintptr_t)event, .device = -1, .ctx = s->cur->ctx};
 	return rm_ipc_export(s, RM_IPC_EVENT, &o, (uint8_t *)pHandle->reserved);
 }

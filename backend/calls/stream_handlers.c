@@ -90,9 +90,14 @@ CUresult rm_body_cuStreamGetFlags(struct rm_channel *s, CUstream hStream, unsign
 /* Events remember their flags (phEvent=new:body): a record of a CU_EVENT_DISABLE_TIMING
  * event does not hold up a shared hardware queue (H200, bench/queue_probe), so it needs
  * no wait for the stream's running work; a timed one does. */
+/* CUDA IPC between clients is the worker's own (ipc.h): the driver's event is an ordinary
+ * one, the client's flags kept in its handle. On 2 H200s a stream of one device waiting on
+ * an interprocess event of the other's context crashed the driver (SIGSEGV in
+ * cuStreamWaitEvent), where ordinary events are waited on across devices. */
 CUresult rm_body_cuEventCreate(struct rm_channel *s, CUevent *phEvent, unsigned int Flags)
 {
-	CUresult r = s->cur ? rm_drv_cuEventCreate(phEvent, Flags) : CUDA_ERROR_INVALID_CONTEXT;
+	CUresult r = s->cur ? rm_drv_cuEventCreate(phEvent, Flags & ~(unsigned)CU_EVENT_INTERPROCESS)
+			    : CUDA_ERROR_INVALID_CONTEXT;
 	if (r == CUDA_SUCCESS)
 		rm_session_own_memory(s, RM_H_EVENT, (uint64_t)(uintptr_t)*phEvent, Flags, 0);
 	return r;

@@ -131,7 +131,8 @@ class GPT(nn.Module):
         return self.head(self.ln(x))
 
 
-def gpt():
+def gpt(steps=20, pause_ms=0):
+    """The GPT training step; STEPS and a pause after each (scripts/migrate-gpt.sh moves it)."""
     m = GPT().to(dev)
     print("gpt parameters", sum(p.numel() for p in m.parameters()))
     opt = torch.optim.AdamW(m.parameters(), lr=3e-4)
@@ -139,15 +140,17 @@ def gpt():
     data = torch.randint(0, 512, (16, 129), device=dev, generator=g)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    for step in range(20):
+    for step in range(steps):
         logits = m(data[:, :-1])
         loss = nn.functional.cross_entropy(logits.flatten(0, 1), data[:, 1:].flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        print("gpt step", step, float(loss).hex())
+        print("gpt step", step, float(loss).hex(), flush=bool(pause_ms))
+        if pause_ms:
+            time.sleep(pause_ms / 1e3)
     torch.cuda.synchronize()
-    print(f"time_ms_per_step {(time.perf_counter() - t0) / 20 * 1e3:.3f}")
+    print(f"time_ms_per_step {(time.perf_counter() - t0) / steps * 1e3:.3f}")
 
 
 def compiled():
