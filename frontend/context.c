@@ -75,8 +75,14 @@ void rm_ctx_forget(CUcontext ctx)
 	if (k)
 		k->ctx = NULL;
 	pthread_mutex_unlock(&known_lock);
-	if (depth && stack[depth - 1] == ctx) /* current: popped, as cuCtxDestroy does */
-		depth--;
+	/* Current: popped, as cuCtxDestroy does; deeper in this thread's stack (a context set
+	 * current over itself, as cuCtxCreate pushes), gone too, so that a destroyed context
+	 * never comes back as current (NVIDIA's memMapIPCDrv destroys such a pair). */
+	int kept = 0;
+	for (int i = 0; i < depth; i++)
+		if (stack[i] != ctx)
+			stack[kept++] = stack[i];
+	depth = kept;
 }
 
 int rm_ctx_created(CUcontext ctx)

@@ -202,6 +202,18 @@ int main(int argc, char **argv)
 	CHECK(cuCtxGetCurrent(&cur));
 	printf("after destroying a, no context is current: %s\n", cur == NULL ? "yes" : "no");
 	EXPECT(cur == NULL, "a context is current after destroying every one");
+
+	/* memMapIPCDrv's pair: two made (each pushed), the second position set to the first,
+	 * which is destroyed while current: the other is then destroyed as well. */
+	CUcontext p0, p1;
+	CHECK(cuCtxCreate(&p0, NULL, 0, dev));
+	CHECK(cuCtxCreate(&p1, NULL, 0, dev));
+	CHECK(cuCtxSetCurrent(p0));
+	CHECK(cuCtxDestroy(p0));
+	CHECK(cuCtxGetCurrent(&cur));
+	EXPECT(cur != p0, "a destroyed context is still current");
+	CHECK(cuCtxDestroy(p1));
+	printf("a pair made, the current one destroyed, then the other: done\n");
 	free(image);
 	int status = drv_exit_status();
 	printf("%s\n", status ? "FAIL" : "PASS");
