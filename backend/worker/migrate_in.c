@@ -120,26 +120,31 @@ static int alias(struct restore *x, uint32_t kind, uint64_t client, uint64_t rea
 	return err;
 }
 
-static int on_module(void *arg, uint64_t handle, uint32_t ctx, const uint8_t *image, size_t n)
+/* A module's or library's image loaded again, kept to move on again, and aliased. */
+static int load_image(struct restore *x, enum rm_handle_kind kind, uint64_t handle, const uint8_t *image, size_t n)
 {
-	struct restore *x = arg;
-	int err = enter(x, ctx), shared;
 	void *h = NULL;
-	if (err)
-		return err;
+	int shared;
 	if (!rm_image_contained(image, n))
 		return -EPROTO;
-	CUresult r = rm_image_load(RM_H_MODULE, image, n, &h, &shared);
+	CUresult r = rm_image_load(kind, image, n, &h, &shared);
 	if (r != CUDA_SUCCESS)
 		return err_of(r);
-	rm_session_own(x->s, RM_H_MODULE, h, 0);
+	rm_session_own(x->s, kind, h, 0);
 	uint8_t *kept = malloc(n + 64);
-	if (kept) { /* to move on again; the decoder's copy has 64 zero bytes after it */
+	if (kept) { /* the decoder's copy has 64 zero bytes after it */
 		memcpy(kept, image, n + 64);
 		rm_migrate_keep_image(x->s, (uint64_t)(uintptr_t)h, kept, n);
 	}
 	x->bytes += n;
-	return alias(x, RM_H_MODULE, handle, (uint64_t)(uintptr_t)h);
+	return alias(x, kind, handle, (uint64_t)(uintptr_t)h);
+}
+
+static int on_module(void *arg, uint64_t handle, uint32_t ctx, const uint8_t *image, size_t n)
+{
+	struct restore *x = arg;
+	int err = enter(x, ctx);
+	return err ? err : load_image(x, RM_H_MODULE, handle, image, n);
 }
 
 static int on_function(void *arg, uint64_t handle, uint64_t module, int32_t smem, int32_t carveout, const char *name)
@@ -189,22 +194,7 @@ static int on_event(void *arg, uint64_t handle, uint32_t ctx, uint32_t flags)
 
 static int on_library(void *arg, uint64_t handle, const uint8_t *image, size_t n)
 {
-	struct restore *x = arg;
-	void *h = NULL;
-	int shared;
-	if (!rm_image_contained(image, n))
-		return -EPROTO;
-	CUresult r = rm_image_load(RM_H_LIBRARY, image, n, &h, &shared);
-	if (r != CUDA_SUCCESS)
-		return err_of(r);
-	rm_session_own(x->s, RM_H_LIBRARY, h, 0);
-	uint8_t *kept = malloc(n + 64);
-	if (kept) {
-		memcpy(kept, image, n + 64);
-		rm_migrate_keep_image(x->s, (uint64_t)(uintptr_t)h, kept, n);
-	}
-	x->bytes += n;
-	return alias(x, RM_H_LIBRARY, handle, (uint64_t)(uintptr_t)h);
+	return load_image(arg, RM_H_LIBRARY, handle, image, n);
 }
 
 static int on_kernel(void *arg, uint64_t handle, uint64_t library, int32_t smem, int32_t carveout, const char *name)
