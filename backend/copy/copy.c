@@ -2,6 +2,8 @@
  * staging, the others' on the session's copy links (stripe.h). */
 #include "copy.h"
 
+#include <pthread.h>
+
 #include "copy_links.h"
 #include "copy_profile.h"
 #include "log.h"
@@ -22,11 +24,16 @@ static CUresult session_share(struct rm_channel *s, struct rm_request *rq, struc
 
 static int links_ready(struct rm_channel *s, struct rm_request *rq, uint64_t n, uint32_t links, uint64_t chunk)
 {
-	if (links >= 1 && links <= RM_MAX_COPY_LINKS && links - 1 <= (uint32_t)s->sh->ncopy_links &&
+	/* Under the lock a link's attach holds from its answer to its count (copy_links.c): a
+	 * client that heard the answer may stripe over the link at once. */
+	pthread_mutex_lock(&s->sh->copy_lock);
+	int attached = s->sh->ncopy_links;
+	pthread_mutex_unlock(&s->sh->copy_lock);
+	if (links >= 1 && links <= RM_MAX_COPY_LINKS && links - 1 <= (uint32_t)attached &&
 	    rm_stripe_chunk_ok(n, links, chunk))
 		return 1;
 	rm_session_log(s, RM_LOG_WARN, "a copy striped over %u links (%d attached) in chunks of %llu bytes; closing",
-		       links, s->sh->ncopy_links, (unsigned long long)chunk);
+		       links, attached, (unsigned long long)chunk);
 	rq->fatal = 1;
 	return 0;
 }
