@@ -179,6 +179,12 @@ static CUresult dial_and_greet(struct rm_client_conn *c, const struct rm_transpo
 	int err = dial_link(&c->link, tp, addr, timeout_ms);
 	if (err == -ENOMEM)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	/* Shared memory's set-up is an exchange before the hello: a daemon shedding connections
+	 * closes it there (seen under attack-soak's burst). Over TLS that is not told apart. */
+	if ((err == -EPIPE || err == -ECONNRESET) && !(tp->flags & RM_TRANSPORT_ENCRYPTS)) {
+		*shed = 1;
+		return CUDA_ERROR_NO_DEVICE;
+	}
 	if (err) {
 		/* A reason the transport recorded (a name that does not resolve, a TLS refusal) carries
 		 * its own remedy; only an address that refuses or does not answer is told to start remorad. */
