@@ -516,6 +516,27 @@ def migrate_state_seeds():
             'empty': state([]), 'library': state([ctx, lib, ker, kf])}
 
 
+def zchunk_seeds():
+    """fuzz_zchunk.c's inputs: the raw length expected, then a compressed copy's chunks
+    (common/zchunk.h), zstd frames made by the zstd tool (level 1, the size in the frame)."""
+    def chunk(raw, payload):
+        return struct.pack('<II', raw, len(payload)) + payload
+
+    def zstd(data):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, 'raw')
+            with open(path, 'wb') as f:
+                f.write(data)
+            return subprocess.run(['zstd', '-1', '-q', '-c', path], check=True, capture_output=True).stdout
+    zeros = zstd(bytes(8192))
+    pattern = zstd(bytes(i // 64 % 256 for i in range(65536)))
+    return {'stored': struct.pack('<I', 16) + chunk(16, b'0123456789abcdef'),
+            'compressed': struct.pack('<I', 8192) + chunk(8192, zeros),
+            'two': struct.pack('<I', 8192 + 65536) + chunk(8192, zeros) + chunk(65536, pattern),
+            'mixed': struct.pack('<I', 8192 + 5) + chunk(8192, zeros) + chunk(5, b'hello'),
+            'lying-size': struct.pack('<I', 8000) + chunk(8000, zeros)}
+
+
 def write(target, seeds):
     d = os.path.join(CORPUS, target)
     os.makedirs(d, exist_ok=True)
@@ -537,6 +558,7 @@ def main():
     write('param_layout', param_layout_seeds())
     write('nccl_reply', nccl_reply_seeds())
     write('migrate_state', migrate_state_seeds())
+    write('zchunk', zchunk_seeds())
     write('image', image_seeds(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, '..', '..', 'build')))
 
 
