@@ -5,6 +5,7 @@
 #include "copy.h"
 #include "dispatch.h"
 #include "shared_host.h"
+#include "worker.h"
 #include "zchunk.h"
 
 #include <stdlib.h>
@@ -104,8 +105,9 @@ static CUresult copy_in(struct rm_channel *s, struct rm_request *rq, const Remor
 	}
 	uint32_t links = req->links > 1 ? req->links : 1;
 	uint64_t n = links > 1 || req->compressed ? req->count : rq->frame.bulk_len;
-	if (req->compressed && (links > 1 || !rm_zchunk_available())) {
-		rm_session_log(s, RM_LOG_WARN, "a compressed copy %s; closing", links > 1 ? "striped" : "to a daemon without zstd");
+	if (req->compressed && (links > 1 || !rm_zchunk_available() || !rm_worker_config()->compress_copies)) {
+		rm_session_log(s, RM_LOG_WARN, "a compressed copy %s; closing",
+		               links > 1 ? "striped" : "that this daemon does not take (compress_copies, zstd)");
 		rq->fatal = 1;
 		return CUDA_ERROR_INVALID_VALUE;
 	}
@@ -158,7 +160,7 @@ static CUresult copy_out(struct rm_channel *s, struct rm_request *rq, const Remo
 		r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &stream);
 	if (r == CUDA_SUCCESS)
 		r = rm_session_check_range(s, req->src, n);
-	if (r == CUDA_SUCCESS && req->compress && req->links <= 1 && rm_zchunk_available() &&
+	if (r == CUDA_SUCCESS && req->compress && req->links <= 1 && rm_zchunk_available() && rm_worker_config()->compress_copies &&
 	    rm_copy_out_compressed(s, rq, stream, req->src, n) == 0) {
 		prof.host = "compressed";
 		if (!rq->fatal)

@@ -3,12 +3,14 @@
 compressible and random data of several sizes to the device and back, bytes compared, and
 the client's log saying which went compressed. Run by scripts/link-emu.sh over a slow
 link (REMORA_COMPRESS unset: the plan's measured rate decides), or alone over loopback
-with REMORA_COMPRESS=always (the decision forced; tests only).
+with REMORA_COMPRESS=always (the decision forced; tests only). forbid: the daemon is set
+compress_copies=no, and nothing goes compressed.
 
-usage: [link-emu.sh SPEC --] python3 compress_check.py REMORAD DRIVER CLIENT_LIB_DIR
+usage: [link-emu.sh SPEC --] python3 compress_check.py REMORAD DRIVER CLIENT_LIB_DIR [forbid]
 """
 import ctypes, os, random, subprocess, sys, tempfile, time
 remorad, driver, client_dir = sys.argv[1:4]
+forbid = sys.argv[4:5] == ["forbid"]
 SIZES = [256 << 10, (1 << 20) + 17, 5 << 20]
 if os.environ.get("CHILD"):
     cu = ctypes.CDLL("libcuda.so.1")
@@ -44,6 +46,8 @@ if emulated:
            "tcp://" + os.environ["REMORA_LINK_SERVER_IP"] + ":0"]
 else:
     cmd = [remorad, "--listen", "tcp://127.0.0.1:0"]
+if forbid:
+    cmd += ["--set", "compress_copies=no"]
 p = subprocess.Popen(cmd + ["--set", "allow_anonymous=yes", "--ready-file", ready, "--driver", driver],
                      stderr=subprocess.DEVNULL)
 deadline = time.time() + 30
@@ -71,7 +75,7 @@ failures = 0 if r.returncode == 0 else 1
 for kind in ("pattern", "random"):
     for n in SIZES:
         got = seen.get((kind, str(n)), set())
-        want = {"h2d", "d2h"} if kind == "pattern" else set()
+        want = {"h2d", "d2h"} if kind == "pattern" and not forbid else set()
         ok = got == want
         failures += not ok
         print(f"{kind} {n}: compressed {sorted(got) or 'none'}: {'PASS' if ok else 'FAIL, expected ' + str(sorted(want))}")
