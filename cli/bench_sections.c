@@ -86,9 +86,10 @@ int bench_section_memcpy(struct bench_run *run)
 	char *argv[] = { run->worker, run->image, "memcpy", max_arg, NULL };
 	struct bench_output nat, rem;
 	int rc = bench_run_both(run, "memcpy", argv, &nat, &rem, reason, sizeof reason);
-	static const char *const kinds[] = { "pageable", "pinned" }, *const dirs[] = { "h2d", "d2h" };
+	/* compressible and random (pageable, from 256 KiB): what REMORA_COMPRESS makes of each. */
+	static const char *const kinds[] = { "pageable", "pinned", "compressible", "random" }, *const dirs[] = { "h2d", "d2h" };
 	for (size_t bytes = 4096; bytes <= max; bytes *= 4)
-		for (int k = 0; k < 2; k++)
+		for (int k = 0; k < (bytes >= 256 * 1024 ? 4 : 2); k++)
 			for (int d = 0; d < 2; d++) {
 				char key[96], metric[80], size[32];
 				bool small = bytes < MIB;
