@@ -101,7 +101,8 @@ int bench_section_memcpy(struct bench_run *run)
 					bench_pair_row(run, "memcpy", &nat, &rem, key, small ? "us" : "GB/s", metric);
 				if (!row)
 					continue;
-				memcpy_transport_target(row, run, small);
+				if (k < 2) /* the targets are of the program's data as it is */
+					memcpy_transport_target(row, run, small);
 				if (k == 0 && bytes >= 256 * MIB) {
 					row->ratio = row->remote / run->tcp_gbps;
 					row->ratio_of = "remote/loopback TCP";

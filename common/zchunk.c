@@ -47,7 +47,7 @@ int rm_compress_mode_parse(const char *s, enum rm_compress_mode *mode)
 
 int rm_compress_wanted(enum rm_compress_mode mode, int local_link, double stream_bps, uint64_t n)
 {
-	if (mode == RM_COMPRESS_OFF || !rm_zchunk_available() || n < RM_ZCHUNK_MIN_COPY)
+	if (mode == RM_COMPRESS_OFF || !rm_zchunk_available() || n < RM_ZCHUNK_MIN_COPY || n > RM_ZCHUNK_MAX_COPY)
 		return 0;
 	if (mode == RM_COMPRESS_ALWAYS)
 		return 1;

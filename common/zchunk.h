@@ -18,6 +18,7 @@
 #define RM_ZCHUNK_HEADER_LEN 8
 #define RM_ZCHUNK_MAX (1u << 20)              /* raw bytes in a chunk at most */
 #define RM_ZCHUNK_MIN_COPY (256u << 10)       /* copies smaller than this go raw */
+#define RM_ZCHUNK_MAX_COPY (256ull << 20)     /* and larger ones (a side holds the copy's bytes) */
 #define RM_ZCHUNK_SLOW_BPS (5e9 / 8)          /* one stream slower than this (bytes/s): compress */
 #define RM_ZCHUNK_PAYS 0.8                    /* a sample must shrink to this of its size */
 /* The most a chunk's payload may take: zstd's bound for RM_ZCHUNK_MAX (compressBound). */

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "copy_links.h"
 #include "link.h"
@@ -11,10 +12,19 @@
 
 static int daemon_takes = 0, local = 1;
 
-void rm_compress_peer(int takes, int local_link)
+/* Whether addr ([scheme://]host:port) names this host's loopback. */
+static int loopback(const char *addr)
+{
+	const char *host = strstr(addr, "://");
+	host = host ? host + 3 : addr;
+	return !strncmp(host, "127.", 4) || !strncmp(host, "localhost:", 10) || !strcmp(host, "localhost") ||
+	       !strncmp(host, "[::1]", 5);
+}
+
+void rm_compress_peer(int takes, const char *scheme, const char *addr)
 {
 	daemon_takes = takes;
-	local = local_link;
+	local = !strcmp(scheme, "unix") || loopback(addr);
 }
 
 static enum rm_compress_mode mode(void)

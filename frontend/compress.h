@@ -9,9 +9,10 @@
 
 struct rm_link;
 
-/* The hello's answer: whether the daemon takes compressed copies, and whether the link is
- * local (unix sockets, shared memory: never compressed). */
-void rm_compress_peer(int daemon_takes, int local_link);
+/* The hello's answer: whether the daemon takes compressed copies, and the transport's
+ * scheme and address: unix sockets, shared memory and loopback addresses are local, never
+ * compressed (a loaded loopback may measure slow). */
+void rm_compress_peer(int daemon_takes, const char *scheme, const char *addr);
 /* Whether a copy of n bytes (to_host 1: device to host) should go compressed: REMORA_COMPRESS,
  * the daemon, the link and its measured rate in that direction. */
 int rm_compress_for(int to_host, uint64_t n);

@@ -7,9 +7,10 @@
 #include <stdint.h>
 
 #include "dispatch.h"
+#include "zchunk.h"
 
-/* Copies to device memory above this go uncompressed from the device (the daemon holds a copy's bytes). */
-#define RM_COMPRESSED_OUT_MAX (256ull << 20)
+/* Copies from the device above this go raw (the daemon holds a copy's bytes). */
+#define RM_COMPRESSED_OUT_MAX RM_ZCHUNK_MAX_COPY
 
 /* A host-to-device copy of n bytes whose bulk is chunks: each is checked against what the
  * copy still expects and the bulk left, decoded and copied to dst on stream; r: the

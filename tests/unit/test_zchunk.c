@@ -112,6 +112,7 @@ static void decisions(void)
 	EXPECT(!rm_compress_wanted(RM_COMPRESS_AUTO, 1, slow, big)); /* unix, shared memory */
 	EXPECT(!rm_compress_wanted(RM_COMPRESS_AUTO, 0, 0, big));    /* not measured yet */
 	EXPECT(!rm_compress_wanted(RM_COMPRESS_AUTO, 0, slow, RM_ZCHUNK_MIN_COPY - 1));
+	EXPECT(!rm_compress_wanted(RM_COMPRESS_ALWAYS, 0, slow, RM_ZCHUNK_MAX_COPY + 1));
 	EXPECT(rm_compress_wanted(RM_COMPRESS_ALWAYS, 1, fast, big) == rm_zchunk_available());
 	EXPECT(rm_zchunk_pays(1000, 800) && !rm_zchunk_pays(1000, 801) && !rm_zchunk_pays(0, 0));
 }
