@@ -6,7 +6,8 @@ link (REMORA_COMPRESS unset: the plan's measured rate decides), or alone over lo
 with REMORA_COMPRESS=always (the decision forced; tests only). forbid: the daemon is set
 compress_copies=no, and nothing goes compressed.
 
-usage: [link-emu.sh SPEC --] python3 compress_check.py REMORAD DRIVER CLIENT_LIB_DIR [forbid]
+usage: [link-emu.sh SPEC --] python3 compress_check.py REMORAD DRIVER|real CLIENT_LIB_DIR [forbid]
+(real: remorad's own driver, scripts/gpu-suite.sh)
 """
 import ctypes, os, random, subprocess, sys, tempfile, time
 remorad, driver, client_dir = sys.argv[1:4]
@@ -48,7 +49,8 @@ else:
     cmd = [remorad, "--listen", "tcp://127.0.0.1:0"]
 if forbid:
     cmd += ["--set", "compress_copies=no"]
-p = subprocess.Popen(cmd + ["--set", "allow_anonymous=yes", "--ready-file", ready, "--driver", driver],
+p = subprocess.Popen(cmd + ["--set", "allow_anonymous=yes", "--ready-file", ready] +
+                     ([] if driver == "real" else ["--driver", driver]),
                      stderr=subprocess.DEVNULL)
 deadline = time.time() + 30
 while not (os.path.exists(ready) and open(ready).read().strip()):
