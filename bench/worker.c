@@ -10,7 +10,8 @@
  *   launch ASYNC_N SYNC_N         empty kernel: N async launches then one sync;
  *                                 N times launch + cuCtxSynchronize (µs each)
  *   memcpy MAX_BYTES              H2D and D2H, pageable and pinned, 4 KiB .. MAX
- *                                 in powers of 4 (µs per copy, GB/s)
+ *                                 in powers of 4 (µs per copy, GB/s); from 256 KiB,
+ *                                 pageable compressible and random data too
  *   memset MAX_BYTES              cuMemsetD32 of 4 KiB .. MAX in powers of 16
  *   event N                       cuEventRecord + cuEventSynchronize (µs each)
  *   graph NODES LAUNCHES          a graph of NODES empty kernels in a chain, launched
@@ -220,11 +221,29 @@ static void fill_pattern(uint32_t *p, size_t bytes, uint32_t seed)
 		p[i] = (uint32_t)i * 2654435761u ^ seed;
 }
 
+/* What a copy carries: the pattern above; runs of 256 equal bytes (compressible: zstd takes
+ * them to a few percent); random bytes (incompressible), docs/performance.md "Compression". */
+enum fill { FILL_PATTERN, FILL_COMPRESSIBLE, FILL_RANDOM };
+
+static void fill(unsigned char *p, size_t bytes, enum fill how)
+{
+	uint64_t x = 0x9e3779b97f4a7c15ull ^ bytes;
+	if (how == FILL_PATTERN)
+		fill_pattern((uint32_t *)p, bytes, (uint32_t)bytes);
+	for (size_t i = 0; how == FILL_COMPRESSIBLE && i < bytes; i++)
+		p[i] = (unsigned char)(i / 256 % 251);
+	for (size_t i = 0; how == FILL_RANDOM && i + 8 <= bytes; i += 8) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		memcpy(p + i, &x, 8);
+	}
+}
+
 /* Times H2D from src then D2H into dst, checks dst == src, prints both. */
-static void time_copies(const char *kind, CUdeviceptr dev, unsigned char *src, unsigned char *dst, size_t bytes)
+static void time_copies(const char *kind, CUdeviceptr dev, unsigned char *src, unsigned char *dst, size_t bytes,
+			enum fill how)
 {
 	int reps = copy_reps(bytes);
-	fill_pattern((uint32_t *)src, bytes, (uint32_t)bytes);
+	fill(src, bytes, how);
 	memset(dst, 0, bytes);
 	CHECK(cuMemcpyHtoD(dev, src, bytes)); /* warm-up, and the pages of both buffers touched */
 	CHECK(cuMemcpyDtoH(dst, dev, bytes));
@@ -256,8 +275,12 @@ static void run_memcpy(size_t max_bytes)
 	CHECK(cuMemAllocHost(&pin_src, max_bytes));
 	CHECK(cuMemAllocHost(&pin_dst, max_bytes));
 	for (size_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
-		time_copies("pageable", dev, src, dst, bytes);
-		time_copies("pinned", dev, pin_src, pin_dst, bytes);
+		time_copies("pageable", dev, src, dst, bytes, FILL_PATTERN);
+		time_copies("pinned", dev, pin_src, pin_dst, bytes, FILL_PATTERN);
+		if (bytes >= (256u << 10)) { /* what compression makes of the data (REMORA_COMPRESS) */
+			time_copies("compressible", dev, src, dst, bytes, FILL_COMPRESSIBLE);
+			time_copies("random", dev, src, dst, bytes, FILL_RANDOM);
+		}
 		fflush(stdout);
 	}
 	CHECK(cuMemFreeHost(pin_dst));

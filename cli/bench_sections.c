@@ -86,9 +86,10 @@ int bench_section_memcpy(struct bench_run *run)
 	char *argv[] = { run->worker, run->image, "memcpy", max_arg, NULL };
 	struct bench_output nat, rem;
 	int rc = bench_run_both(run, "memcpy", argv, &nat, &rem, reason, sizeof reason);
-	static const char *const kinds[] = { "pageable", "pinned" }, *const dirs[] = { "h2d", "d2h" };
+	/* compressible and random (pageable, from 256 KiB): what REMORA_COMPRESS makes of each. */
+	static const char *const kinds[] = { "pageable", "pinned", "compressible", "random" }, *const dirs[] = { "h2d", "d2h" };
 	for (size_t bytes = 4096; bytes <= max; bytes *= 4)
-		for (int k = 0; k < 2; k++)
+		for (int k = 0; k < (bytes >= 256 * 1024 ? 4 : 2); k++)
 			for (int d = 0; d < 2; d++) {
 				char key[96], metric[80], size[32];
 				bool small = bytes < MIB;
@@ -100,7 +101,8 @@ int bench_section_memcpy(struct bench_run *run)
 					bench_pair_row(run, "memcpy", &nat, &rem, key, small ? "us" : "GB/s", metric);
 				if (!row)
 					continue;
-				memcpy_transport_target(row, run, small);
+				if (k < 2) /* the targets are of the program's data as it is */
+					memcpy_transport_target(row, run, small);
 				if (k == 0 && bytes >= 256 * MIB) {
 					row->ratio = row->remote / run->tcp_gbps;
 					row->ratio_of = "remote/loopback TCP";

@@ -15,6 +15,8 @@
 #define RM_EXPORT __attribute__((visibility("default")))
 
 /* One call to the daemon. */
+struct rm_link;
+
 struct rm_rpc_call {
 	uint32_t op;
 	const ProtobufCMessage *req;
@@ -26,6 +28,9 @@ struct rm_rpc_call {
 	int nbulk_in_vec;
 	void (*before_bulk_in)(void *arg); /* called once the reply says its bulk follows */
 	void *before_bulk_in_arg;
+	int (*read_bulk)(void *arg, struct rm_link *l, uint64_t len); /* or reads a successful reply's bulk
+				       * of at most what was asked itself (a compressed copy's) */
+	void *read_bulk_arg;
 	const ProtobufCMessageDescriptor *rep_desc;
 	ProtobufCMessage *rep;        /* out: unpacked reply, free with rm_rpc_free */
 	const int *pass_fd;           /* passed to the daemon just before the frame (transport.h

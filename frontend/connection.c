@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "compress.h"
 #include "copy_links.h"
 #ifdef RM_HAVE_TLS
 #include "tls.h"
@@ -211,6 +212,7 @@ static CUresult dial_and_greet(struct rm_client_conn *c, const struct rm_transpo
 	rm_log(RM_LOG_INFO, "connected to %s, session %llu, driver %d", server, (unsigned long long)c->session_id,
 	       c->driver_version);
 	keep_attach(&c->attach, tp, addr, rep, timeout_ms);
+	rm_compress_peer(rep->compression, tp->scheme, addr);
 	rm_rpc_free(&rep->base);
 	return CUDA_SUCCESS;
 

@@ -234,6 +234,14 @@ struct rm_copy_plan rm_copy_links_take(struct rm_copy_links *cl, int to_host, ui
 	return p;
 }
 
+double rm_copy_links_stream_bps(int to_host)
+{
+	pthread_mutex_lock(&plan_lock);
+	double bps = plan_state.stream_bps[!!to_host];
+	pthread_mutex_unlock(&plan_lock);
+	return bps;
+}
+
 void rm_copy_links_done(int to_host, uint64_t n, struct rm_copy_plan plan, uint64_t ns)
 {
 	pthread_mutex_lock(&plan_lock);

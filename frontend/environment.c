@@ -15,6 +15,7 @@
 #include "placement.h"
 #include "size.h"
 #include "text.h"
+#include "zchunk.h"
 
 static int check_log(const char *v, char *why, size_t whylen)
 {
@@ -125,6 +126,16 @@ static int check_stripe_min(const char *v, char *why, size_t whylen)
 	return 0;
 }
 
+static int check_compress(const char *v, char *why, size_t whylen)
+{
+	enum rm_compress_mode m;
+	if (rm_compress_mode_parse(v, &m)) {
+		snprintf(why, whylen, "not auto, off or always");
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int check_token(const char *v, char *why, size_t whylen)
 {
 	if (!*v) {
@@ -211,6 +222,7 @@ static const struct setting {
 	{.name = "REMORA_PEER_TIMEOUT", .check = check_peer_timeout},
 	{.name = "REMORA_COPY_LINKS", .check = check_copy_links},
 	{.name = "REMORA_STRIPE_MIN", .check = check_stripe_min},
+	{.name = "REMORA_COMPRESS", .check = check_compress},
 	{.name = "REMORA_PROFILE", .check = check_profile},
 	{.name = "REMORA_HOST_ALIAS", .check = check_host_alias},
 	{.name = "REMORA_TLS_CA", .check = check_tls_file},

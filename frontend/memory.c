@@ -4,6 +4,7 @@
  * where it is, and the daemon's driver copies it. */
 #include "client.h"
 #include "client_stubs.h"
+#include "compress.h"
 #include "copy_links.h"
 
 #include <errno.h>
@@ -245,7 +246,15 @@ static CUresult copy_to_device(uint32_t op, CUdeviceptr dst, const void *src, si
 	if (prof.active)
 		prof.host = rm_host_alloc_find(src, NULL, NULL, NULL) ? "pinned" : "pageable";
 	struct rm_copy_links *cl = rm_process_copy_links();
-	struct rm_copy_plan plan = rm_copy_links_take(cl, 0, n);
+	uint8_t *packed = NULL; /* the copy's bytes compressed (compress.h): never striped */
+	size_t packed_len = 0;
+	if (rm_compress_for(0, n) && rm_compress_encode(src, n, &packed, &packed_len) == 0) {
+		req.compressed = 1;
+		req.count = n;
+		data[0] = (struct iovec){packed, packed_len};
+		prof.host = "compressed";
+	}
+	struct rm_copy_plan plan = packed ? (struct rm_copy_plan){1, 0} : rm_copy_links_take(cl, 0, n);
 	if (plan.links > 1) { /* this frame carries link 0's share; the links send theirs meanwhile */
 		req.links = plan.links;
 		req.chunk = plan.chunk;
@@ -257,8 +266,9 @@ static CUresult copy_to_device(uint32_t op, CUdeviceptr dst, const void *src, si
 	CUresult r = rm_rpc(&c);
 	if (plan.links > 1)
 		r = finish_striped(cl, r);
-	if (cl && r == CUDA_SUCCESS && op == RM_OP_cuMemcpyHtoD_v2) /* its reply waited for: the link's pace */
+	if (cl && r == CUDA_SUCCESS && op == RM_OP_cuMemcpyHtoD_v2 && !packed) /* its reply waited for: the link's pace */
 		rm_copy_links_done(0, n, plan, rm_transport_now_ns() - t0);
+	free(packed);
 	rm_copy_profile_end(&prof);
 	return r;
 }
@@ -283,7 +293,15 @@ static CUresult copy_from_device(uint32_t op, void *dst, CUdeviceptr src, size_t
 	order_by_stream(&c, op, stream);
 	struct iovec share0[RM_STRIPE_MAX_CHUNKS_PER_LINK + 1];
 	struct rm_copy_links *cl = rm_process_copy_links();
-	struct striped_in in = {.cl = cl, .dst = dst, .n = n, .plan = rm_copy_links_take(cl, 1, n)};
+	struct rm_compress_in packed = {.dst = dst, .n = n};
+	int compress = rm_compress_for(1, n);
+	struct striped_in in = {.cl = cl, .dst = dst, .n = n,
+				.plan = compress ? (struct rm_copy_plan){1, 0} : rm_copy_links_take(cl, 1, n)};
+	if (compress) { /* the daemon answers compressed where it shrinks, raw (n bytes) where not */
+		req.compress = 1;
+		c.read_bulk = rm_compress_read_bulk;
+		c.read_bulk_arg = &packed;
+	}
 	if (in.plan.links > 1) { /* the reply carries link 0's share; the links are started when it comes */
 		req.links = in.plan.links;
 		req.chunk = in.plan.chunk;
@@ -306,7 +324,7 @@ static CUresult copy_from_device(uint32_t op, void *dst, CUdeviceptr src, size_t
 	CUresult r = rm_rpc(&c);
 	if (in.plan.links > 1)
 		r = finish_striped(cl, r);
-	if (cl && r == CUDA_SUCCESS)
+	if (cl && r == CUDA_SUCCESS && !packed.compressed)
 		rm_copy_links_done(1, n, in.plan, rm_transport_now_ns() - t0);
 	if (prefaulting) {
 		uint64_t mark = rm_copy_profile_mark(&prof);

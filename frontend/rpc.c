@@ -281,7 +281,12 @@ static CUresult read_reply_locked(struct rm_client_conn *c, const struct rm_fram
 	uint64_t want = call->bulk_in_len;
 	for (int i = 0; i < call->nbulk_in_vec; i++)
 		want += call->bulk_in_vec[i].iov_len;
-	if (rf.bulk_len || (want && rf.result == CUDA_SUCCESS)) { /* a success brings all that was asked */
+	if (call->read_bulk && rf.result == CUDA_SUCCESS && rf.bulk_len && rf.bulk_len <= want) {
+		if ((err = call->read_bulk(call->read_bulk_arg, &c->link, rf.bulk_len))) {
+			result = rm_client_lost_locked(c, "receive bulk", err);
+			goto out;
+		}
+	} else if (rf.bulk_len || (want && rf.result == CUDA_SUCCESS)) { /* a success brings all that was asked */
 		if (rf.bulk_len != want || (!call->bulk_in && !call->nbulk_in_vec)) {
 			err = -EPROTO;
 		} else {

@@ -301,6 +301,18 @@ if ((FAULTS)); then
 	done
 fi
 
+# Compressed copies on the real driver (tests/link/compress_check.py, REMORA_COMPRESS=always
+# over loopback: bytes compared, compression used for compressible data only), where the
+# build found libzstd.
+if grep -q RM_HAVE_ZSTD "$BUILD/build.ninja"; then
+	if python3 tests/link/compress_check.py "$BUILD/backend/remorad" real "$BUILD/frontend" >"$OUTDIR/compress.out" 2>&1; then
+		verdict=pass
+	else
+		verdict=FAIL failed=1
+	fi
+	row "compress-always" - "$verdict" - - - - - | tee -a "$TABLE"
+fi
+
 if ((failed)); then
 	echo "gpu-suite: FAIL (outputs in $OUTDIR)" | tee -a "$TABLE"
 	exit 1

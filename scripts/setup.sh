@@ -14,7 +14,9 @@ need=""
 # firewall rules in a network namespace of its own (tests/install).
 # libibverbs-dev, librdmacm-dev: the rdma transport's headers (meson option rdma); the
 # libraries are loaded only when an rdma:// address is used (transport/rdma/).
-for p in meson ninja-build pkg-config gcc python3 protobuf-c-compiler libprotobuf-c-dev binutils etcd-server etcd-client libcurl4-openssl-dev libjson-c-dev libssl-dev openssl iproute2 scdoc nftables libibverbs-dev librdmacm-dev; do
+# libzstd-dev: copies over a slow link are compressed (common/zchunk.h; optional: without it
+# nothing is compressed); zstd: the tool makes the zchunk fuzz corpus (tests/fuzz/make_corpus.py).
+for p in meson ninja-build pkg-config gcc python3 protobuf-c-compiler libprotobuf-c-dev binutils etcd-server etcd-client libcurl4-openssl-dev libjson-c-dev libssl-dev openssl iproute2 scdoc nftables libibverbs-dev librdmacm-dev libzstd-dev zstd; do
 	dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 if [ -n "$need" ]; then

@@ -1,9 +1,12 @@
 /* Device memory: allocations owned by the session (typed bodies of generated handlers),
  * and copies pipelined through two pinned staging buffers so the network and the copy
  * engine overlap (hand-written handlers: their data travels as bulk). */
+#include "compressed.h"
 #include "copy.h"
 #include "dispatch.h"
 #include "shared_host.h"
+#include "worker.h"
+#include "zchunk.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -101,7 +104,13 @@ static CUresult copy_in(struct rm_channel *s, struct rm_request *rq, const Remor
 		return CUDA_SUCCESS;
 	}
 	uint32_t links = req->links > 1 ? req->links : 1;
-	uint64_t n = links > 1 ? req->count : rq->frame.bulk_len;
+	uint64_t n = links > 1 || req->compressed ? req->count : rq->frame.bulk_len;
+	if (req->compressed && (links > 1 || !rm_zchunk_available() || !rm_worker_config()->compress_copies)) {
+		rm_session_log(s, RM_LOG_WARN, "a compressed copy %s; closing",
+		               links > 1 ? "striped" : "that this daemon does not take (compress_copies, zstd)");
+		rq->fatal = 1;
+		return CUDA_ERROR_INVALID_VALUE;
+	}
 	struct rm_copy_profile prof;
 	rm_copy_profile_begin(&prof, "daemon", rm_op_names[rq->frame.op], n);
 	prof.host = "staging";
@@ -111,7 +120,12 @@ static CUresult copy_in(struct rm_channel *s, struct rm_request *rq, const Remor
 		r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &stream);
 	if (r == CUDA_SUCCESS)
 		r = rm_session_check_range(s, req->dst, n);
-	r = rm_copy_in(s, rq, r, stream, req->dst, n, links, req->chunk, wait, req->pageable, &prof);
+	if (req->compressed) {
+		prof.host = "compressed";
+		r = rm_copy_in_compressed(s, rq, r, stream, req->dst, n, wait);
+	} else {
+		r = rm_copy_in(s, rq, r, stream, req->dst, n, links, req->chunk, wait, req->pageable, &prof);
+	}
 	if (r == CUDA_SUCCESS)
 		rm_usage_add(&rm_registry()->clients[s->sh->slot].usage.bytes_htod, n);
 	rm_copy_profile_end(&prof);
@@ -146,7 +160,12 @@ static CUresult copy_out(struct rm_channel *s, struct rm_request *rq, const Remo
 		r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &stream);
 	if (r == CUDA_SUCCESS)
 		r = rm_session_check_range(s, req->src, n);
-	if (r == CUDA_SUCCESS) {
+	if (r == CUDA_SUCCESS && req->compress && req->links <= 1 && rm_zchunk_available() && rm_worker_config()->compress_copies &&
+	    rm_copy_out_compressed(s, rq, stream, req->src, n) == 0) {
+		prof.host = "compressed";
+		if (!rq->fatal)
+			rm_usage_add(&rm_registry()->clients[s->sh->slot].usage.bytes_dtoh, n);
+	} else if (r == CUDA_SUCCESS) {
 		rm_copy_out(s, rq, stream, req->src, n, req->links > 1 ? req->links : 1, req->chunk, &prof);
 		if (!rq->fatal)
 			rm_usage_add(&rm_registry()->clients[s->sh->slot].usage.bytes_dtoh, n);

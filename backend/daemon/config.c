@@ -33,6 +33,7 @@ void rm_config_defaults(struct rm_daemon_config *c)
 	c->workers_per_tenant = 1;
 	snprintf(c->mps_control, sizeof(c->mps_control), "nvidia-cuda-mps-control");
 	c->allow_anonymous = 0;
+	c->compress_copies = 1;
 	snprintf(c->module_loading, sizeof(c->module_loading), "eager");
 	c->hardware_queues = 0; /* 32, or 2 under tenant_isolation = mps (main.c) */
 	c->queue_sharing_wait = 1;
@@ -171,6 +172,8 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 		bad = parse_int(v, 1, 3600, &c->queue_idle_after);
 	else if (!strcmp(key, "allow_anonymous"))
 		bad = parse_bool(v, &c->allow_anonymous);
+	else if (!strcmp(key, "compress_copies"))
+		bad = parse_bool(v, &c->compress_copies);
 	else if (!strcmp(key, "admin_token"))
 		bad = copy_str(c->admin_token, sizeof(c->admin_token), v) || !*v ||
 		      (rm_credential_is_hash(v) && rm_credential_check_hash(v));

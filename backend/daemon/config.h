@@ -53,6 +53,7 @@ struct rm_daemon_config {
 	char gpu_sync[16];            /* how the daemon's threads wait in the driver: auto (default), spin, yield, block */
 	uint64_t gpu_malloc_heap;     /* bytes of device malloc heap a worker's shared context is made with; 0: the driver's */
 	int allow_anonymous;          /* serve clients presenting no credential, as tenant "anonymous" (default no) */
+	int compress_copies;          /* take and send copies' bytes compressed where clients ask (default yes) */
 	char admin_token[256];        /* the operator's credential: sees every tenant's clients; "": none */
 	char admin_cn[64];            /* ... or a client certificate of this common name */
 	/* TLS (docs/security.md): a tls:// listen address needs tls_cert and tls_key; with

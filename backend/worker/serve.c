@@ -21,6 +21,7 @@
 #include "remora.pb-c.h"
 #include "shared_host.h"
 #include "stream_pool.h"
+#include "zchunk.h"
 
 int rm_serve_welcome(struct rm_channel *s, uint32_t seq)
 {
@@ -32,6 +33,7 @@ int rm_serve_welcome(struct rm_channel *s, uint32_t seq)
 	rep.attach_key.data = s->sh->attach_key;
 	rep.attach_key.len = sizeof(s->sh->attach_key);
 	rep.heartbeat_ms = (uint32_t)rm_worker_config()->peer_timeout_s * 1000 / 6; /* six chances before a timeout */
+	rep.compression = rm_zchunk_available() && rm_worker_config()->compress_copies;
 	rm_request_finish(s, &rq, CUDA_SUCCESS, &rep.base);
 	return rq.fatal ? -EPIPE : 0;
 }

@@ -74,7 +74,8 @@ def main():
         # torch skipped where PyTorch is missing has no rows at all; every other section has its figures.
         check(by_section.get(name) or (name in ("torch", "nccl") and status.get(name, {}).get("status") == "skipped"),
               f"no figures for section {name}")
-    check(len(by_section.get("memcpy", [])) == 6 * 4, "memcpy: not 4 KiB .. 4 MiB x 2 kinds x 2 directions")
+    check(len(by_section.get("memcpy", [])) == 6 * 4 + 3 * 4,
+          "memcpy: not 4 KiB .. 4 MiB x 2 kinds x 2 directions, and 256 KiB .. 4 MiB compressible and random")
     metrics = {f["metric"] for f in figures}
     for n in (1, 2):
         check(f"N={n} mean kernel / 1 client" in metrics, f"concurrency N={n} missing")

@@ -150,6 +150,18 @@ def request_seeds():
     s = context(Session()).call('cuMemGetInfo_v2').call('cuDeviceGetName', fv(1, 64) + fv(2, 64) + fv(3, 0))
     s.call('cuDeviceGetCount')
     seeds['queries'] = s.data
+    # Compressed copies (common/zchunk.h): to the device, a zstd chunk and a stored one; from
+    # it, asked compressed; then chunks that lie about their lengths (the session closes).
+    z = zstd(bytes(8192))
+    s = context(Session()).call('cuMemAlloc_v2', fv(1, 1 << 20))
+    s.call('cuMemcpyHtoD_v2', fv(1, alias(1)) + fv(4, 8192 + 16) + fv(9, 1),
+           bulk=struct.pack('<II', 8192, len(z)) + z + struct.pack('<II', 16, 16) + bytes(range(16)))
+    s.call('cuMemcpyDtoH_v2', fv(1, alias(1)) + fv(2, 1 << 20) + fv(8, 1))
+    s.call('cuMemcpyHtoD_v2', fv(1, alias(1)) + fv(4, 8000) + fv(9, 1), bulk=struct.pack('<II', 8000, len(z)) + z)
+    seeds['compressed-copies'] = s.data
+    s = context(Session()).call('cuMemAlloc_v2', fv(1, 1 << 20))
+    s.call('cuMemcpyHtoD_v2', fv(1, alias(1)) + fv(4, 4096) + fv(9, 1), bulk=struct.pack('<II', 8192, 16) + bytes(16))
+    seeds['compressed-header-past-copy'] = s.data
 
     # Regressions. A striped copy over 0x80000001 links overflowed a stack array of 8.
     s = context(Session()).call('cuMemAlloc_v2', fv(1, 4096))
@@ -516,6 +528,30 @@ def migrate_state_seeds():
             'empty': state([]), 'library': state([ctx, lib, ker, kf])}
 
 
+def zstd(data):
+    """A zstd frame of data at level 1 with its size in the frame, as common/zchunk.c makes them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, 'raw')
+        with open(path, 'wb') as f:
+            f.write(data)
+        return subprocess.run(['zstd', '-1', '-q', '-c', path], check=True, capture_output=True).stdout
+
+
+def zchunk_seeds():
+    """fuzz_zchunk.c's inputs: the raw length expected, then a compressed copy's chunks
+    (common/zchunk.h), zstd frames made by the zstd tool (level 1, the size in the frame)."""
+    def chunk(raw, payload):
+        return struct.pack('<II', raw, len(payload)) + payload
+
+    zeros = zstd(bytes(8192))
+    pattern = zstd(bytes(i // 64 % 256 for i in range(65536)))
+    return {'stored': struct.pack('<I', 16) + chunk(16, b'0123456789abcdef'),
+            'compressed': struct.pack('<I', 8192) + chunk(8192, zeros),
+            'two': struct.pack('<I', 8192 + 65536) + chunk(8192, zeros) + chunk(65536, pattern),
+            'mixed': struct.pack('<I', 8192 + 5) + chunk(8192, zeros) + chunk(5, b'hello'),
+            'lying-size': struct.pack('<I', 8000) + chunk(8000, zeros)}
+
+
 def write(target, seeds):
     d = os.path.join(CORPUS, target)
     os.makedirs(d, exist_ok=True)
@@ -537,6 +573,7 @@ def main():
     write('param_layout', param_layout_seeds())
     write('nccl_reply', nccl_reply_seeds())
     write('migrate_state', migrate_state_seeds())
+    write('zchunk', zchunk_seeds())
     write('image', image_seeds(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, '..', '..', 'build')))
 
 
