@@ -2,7 +2,7 @@
  * staging, the others' on the session's copy links (stripe.h). */
 #include "copy.h"
 
-#include <pthread.h>
+#include <unistd.h>
 
 #include "copy_links.h"
 #include "copy_profile.h"
@@ -24,11 +24,15 @@ static CUresult session_share(struct rm_channel *s, struct rm_request *rq, struc
 
 static int links_ready(struct rm_channel *s, struct rm_request *rq, uint64_t n, uint32_t links, uint64_t chunk)
 {
-	/* Under the lock a link's attach holds from its answer to its count (copy_links.c): a
-	 * client that heard the answer may stripe over the link at once. */
-	pthread_mutex_lock(&s->sh->copy_lock);
-	int attached = s->sh->ncopy_links;
-	pthread_mutex_unlock(&s->sh->copy_lock);
+	/* A link's attach answers the client before it counts the link (copy_links.c): a
+	 * client that heard the answer may stripe over it at once, so a count short of the
+	 * copy's links is looked at again for a while (1 s) before the copy is refused. Not
+	 * under copy_lock, which a striped copy holds while it may wait for a host function. */
+	int attached = __atomic_load_n(&s->sh->ncopy_links, __ATOMIC_ACQUIRE);
+	for (int i = 0; i < 1000 && links >= 1 && links <= RM_MAX_COPY_LINKS && (int)links - 1 > attached; i++) {
+		usleep(1000);
+		attached = __atomic_load_n(&s->sh->ncopy_links, __ATOMIC_ACQUIRE);
+	}
 	if (links >= 1 && links <= RM_MAX_COPY_LINKS && links - 1 <= (uint32_t)attached &&
 	    rm_stripe_chunk_ok(n, links, chunk))
 		return 1;

@@ -86,8 +86,10 @@ int rm_copy_link_attach(struct rm_channel *s, struct rm_conn *conn, uint32_t ind
 		err = -EPROTO; /* links are attached one after another, from 1 */
 	else if (rm_conn_sendv(conn, ok, 1))
 		err = -EPIPE; /* answered only once it is sure to be taken */
-	else if ((err = -pthread_create(&l->thread, NULL, link_main, l)) == 0)
-		s->sh->copy_links[++s->sh->ncopy_links] = l;
+	else if ((err = -pthread_create(&l->thread, NULL, link_main, l)) == 0) {
+		s->sh->copy_links[s->sh->ncopy_links + 1] = l;
+		__atomic_store_n(&s->sh->ncopy_links, s->sh->ncopy_links + 1, __ATOMIC_RELEASE); /* copy.c reads it unlocked */
+	}
 	pthread_mutex_unlock(&s->sh->copy_lock);
 	if (err) {
 		l->link.conn = NULL; /* the caller still owns conn */
