@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -94,12 +95,39 @@ unsigned long long rm_fault_age_ms(void)
 	return ms > 0 ? (unsigned long long)ms : 1;
 }
 
+/* Whether the worker's contexts are clients of NVIDIA MPS (tenant_isolation = mps, mps.h):
+ * there a fatal fault breaks every MPS client of the GPU, whichever tenant it came from. */
+static int under_mps(void)
+{
+	static int mps = -1;
+	if (__atomic_load_n(&mps, __ATOMIC_RELAXED) < 0)
+		__atomic_store_n(&mps, getenv("CUDA_MPS_PIPE_DIRECTORY") != NULL, __ATOMIC_RELAXED);
+	return mps;
+}
+
+static size_t clamp(int n, size_t len)
+{
+	return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
+}
+
+/* Under MPS the client the fault was first reported to may be another tenant's bystander
+ * (its context broken by a kernel in another process), so every client is told. */
+static size_t mps_notice(char *buf, size_t len, CUresult r)
+{
+	return clamp(snprintf(buf, len, "a GPU fault (error %d, %s) broke every client of this GPU's MPS server "
+			      "(tenant_isolation = mps), this program's GPU work and memory included, whichever "
+			      "tenant's kernel faulted; the GPU server ends its worker so that the GPU serves again: "
+			      "restart the program", (int)r, error_name(r)), len);
+}
+
 size_t rm_fault_notice(struct rm_channel *s, char *buf, size_t len)
 {
 	CUresult r = rm_fault_error();
-	if (r == CUDA_SUCCESS || s->sh->id == culprit_session ||
+	if (r == CUDA_SUCCESS || (s->sh->id == culprit_session && !under_mps()) ||
 	    __atomic_exchange_n(&s->sh->fault_told, 1, __ATOMIC_ACQ_REL))
 		return 0;
+	if (under_mps())
+		return mps_notice(buf, len, r);
 	int n;
 	pthread_mutex_lock(&fault_lock);
 	if (culprit_session)
@@ -113,7 +141,7 @@ size_t rm_fault_notice(struct rm_channel *s, char *buf, size_t len)
 			     "are lost, and every CUDA call now fails with that error: restart it",
 			     s->sh->tenant_name, r, error_name(r));
 	pthread_mutex_unlock(&fault_lock);
-	return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
+	return clamp(n, len);
 }
 
 void rm_fault_clear(void)

@@ -23,9 +23,10 @@ CUresult rm_fault_error(void);
 /* How long ago the worker faulted, in ms; 0 when it has not. */
 unsigned long long rm_fault_age_ms(void);
 /* The one line a client other than the one the fault was first reported to is told, into
- * buf: the cause (the program, its pid, the error) and what follows from it. Returns its
- * length, 0 where s needs no telling: no fault, s is that client, or s's process was
- * told already (on any of its channels). */
+ * buf: the cause (the program, its pid, the error) and what follows from it; under MPS
+ * every client, that one included, is told that the fault broke every MPS client of the
+ * GPU. Returns its length, 0 where s needs no telling: no fault, s is that client (not
+ * under MPS), or s's process was told already (on any of its channels). */
 size_t rm_fault_notice(struct rm_channel *s, char *buf, size_t len);
 
 /* Forgets the fault: for the request fuzzer (tests/fuzz) once it has reset the test

@@ -72,12 +72,8 @@ static void recycle(void)
 static void tell_mps_fault(struct rm_channel *s)
 {
 	char line[RM_NOTICE_MAX];
-	CUresult r = rm_fault_error();
-	int n = snprintf(line, sizeof(line), "a GPU fault (error %d) broke every client of this GPU's MPS server "
-			 "(tenant_isolation = mps), this program's GPU work and memory included; the GPU server "
-			 "ended its worker so that the GPU serves again: restart the program", (int)r);
-	size_t len = n < 0 ? 0 : (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
-	if (len && !s->chan)
+	size_t len = s->chan ? 0 : rm_fault_notice(s, line, sizeof(line)); /* once: maybe told already */
+	if (len)
 		rm_liveness_send_aside(s, RM_OP_FAULT_NOTICE, line, (uint32_t)len);
 	rm_liveness_send_aside(s, RM_OP_GOING_AWAY, NULL, 0);
 }
