@@ -73,6 +73,27 @@ static int on_ctx(void *arg, uint64_t handle, int ordinal)
 	return 0;
 }
 
+/* What of this process's address space overlaps [base, base + size), from /proc/self/maps,
+ * as ", by START-END PERMS [NAME]" for the log; empty where nothing does (the driver's GPU
+ * address space alone holds it). */
+static void range_holder(uint64_t base, uint64_t size, char *buf, size_t len)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long long lo, hi;
+		char perms[8], name[256] = "";
+		if (sscanf(line, "%llx-%llx %7s %*s %*s %*s %255s", &lo, &hi, perms, name) < 3)
+			continue;
+		if (lo < base + size && base < hi) {
+			snprintf(buf, len, ", by %llx-%llx %s %s", lo, hi, perms, name[0] ? name : "(anonymous)");
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+}
+
 static int on_span(void *arg, uint64_t base, uint64_t size, uint32_t ctx)
 {
 	struct restore *x = arg;
@@ -80,10 +101,14 @@ static int on_span(void *arg, uint64_t base, uint64_t size, uint32_t ctx)
 	if (err)
 		return err;
 	CUresult r = rm_migrate_map_span(x->s, x->s->cur->dev, base, size);
-	if (r != CUDA_SUCCESS)
-		rm_session_log(x->s, RM_LOG_WARN, "cannot map 0x%llx to 0x%llx here for the moving client: %s",
+	if (r != CUDA_SUCCESS) {
+		char holder[160] = "";
+		if (r == CUDA_ERROR_ALREADY_MAPPED)
+			range_holder(base, size, holder, sizeof(holder));
+		rm_session_log(x->s, RM_LOG_WARN, "cannot map 0x%llx to 0x%llx here for the moving client: %s%s",
 			       (unsigned long long)base, (unsigned long long)(base + size),
-			       r == CUDA_ERROR_ALREADY_MAPPED ? "the addresses are taken" : "the driver refused");
+			       r == CUDA_ERROR_ALREADY_MAPPED ? "the addresses are taken" : "the driver refused", holder);
+	}
 	return r == CUDA_SUCCESS ? 0 : r == CUDA_ERROR_ALREADY_MAPPED ? -EADDRINUSE : r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM
 		: -EIO;
 }

@@ -65,11 +65,13 @@ static struct rm_moved_run *run_of(struct rm_session *sh, uint64_t g)
 	return NULL;
 }
 
-/* Reserves [base, base + span) exactly there and maps new memory of dev on it. */
-static CUresult map_run(CUdevice dev, uint64_t base, size_t span, CUmemGenericAllocationHandle *phys)
+/* Reserves [base, base + span) exactly there and maps new memory of dev on it. The
+ * alignment is the granule's: left 0, the driver aligns a reservation to more than a
+ * granule and so moves a hint that is only granule-aligned (measured on an H100). */
+static CUresult map_run(CUdevice dev, uint64_t base, size_t span, size_t gran, CUmemGenericAllocationHandle *phys)
 {
 	CUdeviceptr got = 0;
-	CUresult r = rm_drv_cuMemAddressReserve(&got, span, 0, base, 0);
+	CUresult r = rm_drv_cuMemAddressReserve(&got, span, gran, base, 0);
 	if (r != CUDA_SUCCESS)
 		return r;
 	if (got != base) {
@@ -132,7 +134,7 @@ CUresult rm_migrate_map_span(struct rm_channel *s, CUdevice dev, uint64_t base, 
 	struct rm_moved_run run = {.base = base, .span = size};
 	if ((r = rm_session_charge(s, size)) != CUDA_SUCCESS)
 		return r;
-	if ((r = map_run(dev, base, size, &run.phys)) != CUDA_SUCCESS) {
+	if ((r = map_run(dev, base, size, gran, &run.phys)) != CUDA_SUCCESS) {
 		rm_session_uncharge(s, size);
 		return r;
 	}
