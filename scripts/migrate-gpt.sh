@@ -43,7 +43,11 @@ A=$(cat "$WORK/a.addr") B=$(cat "$WORK/b.addr")
 REMORA_LOG=info "$BUILD/cli/remora" run --server "$A" -- python3 tests/frameworks/models.py gpt "$STEPS" "$PAUSE_MS" \
 	>"$WORK/remote.out" 2>"$WORK/client.log" &
 client=$! # remora run execs the program: its pid is the client's, as remora status shows it
-sleep 1
+for ((i = 0; i < 1200; i++)); do # moves start once training has: PyTorch's start-up takes seconds
+	grep -q "^gpt step" "$WORK/remote.out" 2>/dev/null && break
+	kill -0 "$client" 2>/dev/null || break
+	sleep 0.1
+done
 src=$A dst=$B
 for ((m = 1; m <= MOVES; m++)); do
 	sleep "$INTERVAL"

@@ -72,8 +72,10 @@ static CUresult load_image(struct rm_channel *s, struct rm_request *rq, Remora__
 		int shared;
 		if (r == CUDA_SUCCESS)
 			r = rm_image_load(kind, image, n, &h, &shared);
-		if (r == CUDA_SUCCESS)
+		if (r == CUDA_SUCCESS) {
 			rm_session_own(s, kind, h, 0);
+			rm_image_load_here(kind, h); /* shared or not: maybe not yet in this context */
+		}
 		if (r == CUDA_SUCCESS) { /* kept, to move it on (migrate.h) */
 			rm_migrate_keep_image(s, (uint64_t)(uintptr_t)h, image, n);
 			image = NULL;

@@ -34,7 +34,7 @@ void rm_config_defaults(struct rm_daemon_config *c)
 	snprintf(c->mps_control, sizeof(c->mps_control), "nvidia-cuda-mps-control");
 	c->allow_anonymous = 0;
 	c->compress_copies = 1;
-	snprintf(c->module_loading, sizeof(c->module_loading), "eager");
+	snprintf(c->module_loading, sizeof(c->module_loading), "context");
 	c->hardware_queues = 0; /* 32, or 2 under tenant_isolation = mps (main.c) */
 	c->queue_sharing_wait = 1;
 	c->queue_idle_after = 10;
@@ -149,7 +149,7 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 	} else if (!strcmp(key, "mps_directory")) {
 		bad = copy_str(c->mps_directory, sizeof(c->mps_directory), v) || (*v && *v != '/');
 	} else if (!strcmp(key, "module_loading")) {
-		bad = strcmp(v, "eager") && strcmp(v, "lazy");
+		bad = strcmp(v, "context") && strcmp(v, "eager") && strcmp(v, "lazy");
 		if (!bad)
 			snprintf(c->module_loading, sizeof(c->module_loading), "%s", v);
 	} else if (!strcmp(key, "hardware_queues"))

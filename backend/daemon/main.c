@@ -14,6 +14,7 @@
 #include "gpus.h"
 #include "driver_table.h"
 #include "host_nvml.h"
+#include "image_cache.h"
 #include "log.h"
 #include "registry.h"
 #include "version.h"
@@ -243,8 +244,12 @@ int main(int argc, char **argv)
 		signal(SIGHUP, SIG_IGN); /* the accepting process reloads; its quotas reach workers through the registry */
 		rm_log_init("remorad", RM_LOG_INFO); /* a worker's lines differ by their process id */
 		/* Loading code into a shared context waits for every client's kernels: load it
-		 * all when the image arrives rather than at some client's first launch. */
-		setenv("CUDA_MODULE_LOADING", !strcmp(cfg.module_loading, "lazy") ? "LAZY" : "EAGER", 1);
+		 * all when the image arrives rather than at some client's first launch, but into
+		 * the loading client's context only (module_loading = context, image_cache.h):
+		 * an eager load into every context of the worker also waited for the kernels of
+		 * other GPUs' contexts, where NCCL's kernel of one client waited for another. */
+		setenv("CUDA_MODULE_LOADING", !strcmp(cfg.module_loading, "eager") ? "EAGER" : "LAZY", 1);
+		rm_image_load_here_configure(!strcmp(cfg.module_loading, "context"));
 		/* Streams share the context's hardware work queues (8 unless asked): ask for
 		 * as many as configured; the stream pool keeps clients from holding each other
 		 * up in them. */

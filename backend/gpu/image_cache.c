@@ -169,3 +169,44 @@ void rm_image_forget_context(CUcontext ctx)
 	}
 	pthread_mutex_unlock(&lock);
 }
+
+/* Whether a loaded image is loaded into the loading client's context at once (the
+ * worker's module_loading = context; image_cache.h). */
+static int load_here_on;
+
+void rm_image_load_here_configure(int on)
+{
+	load_here_on = on;
+}
+
+#define LOAD_HERE_MAX 65536u /* an image's functions loaded at its arrival; beyond, at first use */
+
+void rm_image_load_here(enum rm_handle_kind kind, void *handle)
+{
+	if (!load_here_on || !rm_drv.cuFuncLoad)
+		return;
+	unsigned n = 0;
+	CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+	if (kind == RM_H_MODULE && rm_drv.cuModuleGetFunctionCount && rm_drv.cuModuleEnumerateFunctions)
+		r = rm_drv_cuModuleGetFunctionCount(&n, handle);
+	else if (kind == RM_H_LIBRARY && rm_drv.cuLibraryGetKernelCount && rm_drv.cuLibraryEnumerateKernels &&
+		 rm_drv.cuKernelGetFunction)
+		r = rm_drv_cuLibraryGetKernelCount(&n, handle);
+	if (r != CUDA_SUCCESS || !n)
+		return;
+	n = n < LOAD_HERE_MAX ? n : LOAD_HERE_MAX;
+	void **h = calloc(n, sizeof(*h));
+	if (!h)
+		return;
+	if (kind == RM_H_MODULE)
+		r = rm_drv_cuModuleEnumerateFunctions((CUfunction *)h, n, handle);
+	else
+		r = rm_drv_cuLibraryEnumerateKernels((CUkernel *)h, n, handle);
+	for (unsigned i = 0; r == CUDA_SUCCESS && i < n; i++) {
+		CUfunction f = h[i];
+		if (kind == RM_H_LIBRARY && rm_drv_cuKernelGetFunction(&f, h[i]) != CUDA_SUCCESS)
+			continue;
+		rm_drv_cuFuncLoad(f);
+	}
+	free(h);
+}

@@ -21,6 +21,13 @@
  * context (kind RM_H_MODULE) or as a library (RM_H_LIBRARY), sharing a loaded
  * copy when the image allows; *shared says whether it did. */
 CUresult rm_image_load(enum rm_handle_kind kind, const uint8_t *image, size_t n, void **out, int *shared);
+/* Loads every function of a module or library (kind) into the current context, under the
+ * driver's lazy loading (module_loading = context): where an eager load would go into
+ * every context of the worker. Best effort: a function left unloaded loads at its first
+ * launch, as lazily loaded code does. */
+void rm_image_load_here(enum rm_handle_kind kind, void *handle);
+/* Turns rm_image_load_here on (a worker's start, module_loading = context). */
+void rm_image_load_here_configure(int on);
 /* Ends one client's use of a module or library; the driver unloads it once no
  * client uses it (a shared image may stay loaded for the next client). */
 CUresult rm_image_unload(enum rm_handle_kind kind, void *handle);

@@ -282,8 +282,8 @@ static void run_nopeer_nonblocking(void)
  * begun after rank 1 went (mid 0) or before (mid 1). */
 static void run_peer_dies(int mid)
 {
-	int fds[2];
-	if (pipe(fds)) {
+	int fds[2], done[2]; /* rank 0's unique id to rank 1; rank 0's init done, back */
+	if (pipe(fds) || pipe(done)) {
 		perror("pipe");
 		exit(1);
 	}
@@ -302,6 +302,10 @@ static void run_peer_dies(int mid)
 		setup(&k, 1);
 		k.id = id;
 		NCHECK(ncclCommInitRank(&k.comm, 2, k.id, 1));
+		char c; /* goes once both have joined: rank 0's init may end after this one's */
+		close(done[1]);
+		if (read(done[0], &c, 1) != 1)
+			_exit(3);
 		if (mid)
 			sleep(1);
 		_exit(0); /* gone without ncclCommDestroy */
@@ -315,6 +319,11 @@ static void run_peer_dies(int mid)
 		exit(1);
 	}
 	NCHECK(ncclCommInitRank(&k.comm, 2, k.id, 0));
+	close(done[0]);
+	if (write(done[1], "j", 1) != 1) {
+		perror("write");
+		exit(1);
+	}
 	int status = 0;
 	if (!mid) {
 		waitpid(child, &status, 0);
