@@ -45,7 +45,7 @@ struct rm_daemon_config {
 	int workers_per_tenant;       /* worker processes a tenant's clients are placed among (1..8) */
 	char mps_control[512];        /* tenant_isolation = mps: the MPS control program */
 	char mps_directory[512];      /* ... its pipe and log directories' parent; "": a fresh one in /tmp */
-	char module_loading[16];      /* CUDA_MODULE_LOADING for workers: "eager" (default) or "lazy" */
+	char module_loading[16];      /* when workers load code: "context" (default), "eager" or "lazy" */
 	int hardware_queues;          /* CUDA_DEVICE_MAX_CONNECTIONS for workers, 1..32; 0: 32, or 2 under MPS */
 	int queue_sharing_wait;       /* queue_sharing = wait (1, default) | direct (0): stream_pool.h */
 	int queue_idle_after;         /* seconds after its last call a client stream stops counting as in use */
