@@ -57,7 +57,7 @@ while not (os.path.exists(ready) and open(ready).read().strip()):
     if time.time() > deadline or p.poll() is not None:
         print("FAIL remorad did not start"); sys.exit(1)
     time.sleep(0.05)
-env = dict(os.environ, CHILD="1", REMORA_SERVER=open(ready).read().strip(), LD_LIBRARY_PATH=client_dir,
+env = dict(os.environ, CHILD="1", REMORA_SERVER=open(ready).read().strip(), LD_LIBRARY_PATH=os.pathsep.join(filter(None, [client_dir, os.environ.get("LD_LIBRARY_PATH")])),
            REMORA_LOG="debug")
 if not emulated:
     env["REMORA_COMPRESS"] = "always"
