@@ -75,14 +75,11 @@ void rm_ctx_forget(CUcontext ctx)
 	if (k)
 		k->ctx = NULL;
 	pthread_mutex_unlock(&known_lock);
-	/* Current: popped, as cuCtxDestroy does; deeper in this thread's stack (a context set
-	 * current over itself, as cuCtxCreate pushes), gone too, so that a destroyed context
-	 * never comes back as current (NVIDIA's memMapIPCDrv destroys such a pair). */
-	int kept = 0;
-	for (int i = 0; i < depth; i++)
-		if (stack[i] != ctx)
-			stack[kept++] = stack[i];
-	depth = kept;
+	/* Current: popped, as cuCtxDestroy does. Deeper in this thread's stack it stays, as
+	 * natively: a context set current over its own place (cuCtxCreate pushes) is current
+	 * again, destroyed, once popped (measured on an H100). */
+	if (depth && stack[depth - 1] == ctx)
+		depth--;
 }
 
 int rm_ctx_created(CUcontext ctx)

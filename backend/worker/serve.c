@@ -165,6 +165,10 @@ void rm_serve(struct rm_channel *s)
 		rm_liveness_call_begin(s);
 		rm_crash_note_call(rq.frame.op, s->sh->id);
 		CUresult r = rm_session_enter(s, rq.frame.ctx);
+		/* The thread's current context may be one destroyed before: natively that does not
+		 * stop it destroying another (NVIDIA's memMapIPCDrv). */
+		if (r == CUDA_ERROR_CONTEXT_IS_DESTROYED && rq.frame.op == RM_OP_cuCtxDestroy_v2)
+			r = rm_session_enter(s, 0);
 		/* A striped call's handler runs even when the call is to fail, so that its bytes are
 		 * drained or the copy links told (memory_handlers.c fails it with the fault's error). */
 		if (r == CUDA_SUCCESS && !(rq.frame.op < RM_OP_LIMIT && (rm_op_flags[rq.frame.op] & RM_OPF_STRIPED)))

@@ -274,15 +274,13 @@ TD_EXPORT CUresult cuCtxDestroy_v2(CUcontext handle)
 		}
 	}
 	pthread_mutex_unlock(&td_lock);
-	/* Other threads' stacks may still name it; only this thread's is cleaned. */
-	int kept = 0;
-	for (int i = 0; i < context_depth; i++)
-		if (context_stack[i] != ctx)
-			context_stack[kept++] = context_stack[i];
-	context_depth = kept;
+	/* Popped when current, as CUDA does; deeper places of this thread's stack, and other
+	 * threads' stacks, may still name it (CUDA then answers it as destroyed): its memory
+	 * stays, marked invalid, so that such a place never names another context. */
+	if (context_depth && context_stack[context_depth - 1] == ctx)
+		context_depth--;
 	context_teardown(ctx);
 	ctx->magic = 0;
-	free(ctx);
 	return CUDA_SUCCESS;
 }
 
