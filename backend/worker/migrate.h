@@ -48,11 +48,23 @@ struct rm_kept_image {
 	size_t n;
 };
 
-/* Granules mapped for moved memory: allocations that share a granule share its run. */
+/* Granules mapped for moved memory, within one reservation block: allocations that share
+ * a granule share its run; one that crosses a block's edge lies in two runs. */
 struct rm_moved_run {
 	uint64_t base, span;
 	CUmemGenericAllocationHandle phys;
 	uint32_t users; /* moved allocations lying in it */
+	int reserved_alone; /* in a reservation of its own, not a block's */
+};
+
+/* A reservation of RM_MOVED_BLOCK bytes at a multiple of it, for the runs that lie in it,
+ * where the driver does not honour a run's own address: an H100's honours a reservation's
+ * address only for whole 32 MiB blocks at a 32 MiB boundary (any other hint was moved
+ * elsewhere, measured). */
+#define RM_MOVED_BLOCK (32ull << 20)
+struct rm_moved_block {
+	uint64_t base;
+	uint32_t runs;
 };
 
 /* Target: reserves [base, base + size) (whole granules) at that address on dev and maps

@@ -14,11 +14,11 @@
 #include "handle_alias.h"
 #include "image_cache.h"
 #include "log.h"
+#include "migrate_state.h"
 #include "migrate_wire.h"
 #include "stream_pool.h"
 
 #define RESUME_WAIT_S 30   /* how long a moved-in session waits for its client */
-#define CHUNK (8u << 20)  /* memory contents are copied in pieces of this */
 
 struct restore {
 	struct rm_channel *s;
@@ -123,7 +123,7 @@ static int on_memory(void *arg, uint64_t base, uint64_t size, uint32_t ctx)
 	if (r != CUDA_SUCCESS)
 		return -EPROTO;
 	for (uint64_t done = 0; done < size;) {
-		size_t n = size - done < CHUNK ? (size_t)(size - done) : CHUNK;
+		size_t n = rm_mig_piece(base + done, size - done);
 		if ((err = read_state(x, x->chunk, n)))
 			return err;
 		if ((r = rm_drv_cuMemcpyHtoD_v2(base + done, x->chunk, n)) != CUDA_SUCCESS) {
@@ -281,7 +281,7 @@ static int on_global(void *arg, uint64_t image, int library, const char *name, u
 	if (sz != size)
 		return -EPROTO;
 	for (uint64_t done = 0; done < size;) {
-		size_t n = size - done < CHUNK ? (size_t)(size - done) : CHUNK;
+		size_t n = rm_mig_piece(p + done, size - done);
 		if ((err = read_state(x, x->chunk, n)))
 			return err;
 		if ((r = rm_drv_cuMemcpyHtoD_v2(p + done, x->chunk, n)) != CUDA_SUCCESS)
@@ -313,7 +313,7 @@ void rm_handle_migrate_state(struct rm_channel *s, struct rm_request *rq)
 	static const struct rm_mig_sink sink = {read_state, on_ctx,    on_span,   on_memory,	on_module, on_function,
 						on_stream,  on_event,  on_library, on_kernel, on_kernel_function,
 						on_global};
-	int err = (x.chunk = malloc(CHUNK)) ? rm_mig_decode(&sink, &x, rq->frame.bulk_len, why, sizeof(why)) : -ENOMEM;
+	int err = (x.chunk = malloc(RM_MIG_CHUNK)) ? rm_mig_decode(&sink, &x, rq->frame.bulk_len, why, sizeof(why)) : -ENOMEM;
 	free(x.chunk);
 	if (!err && rm_session_synchronize_all(s) != CUDA_SUCCESS) /* the copies are done */
 		err = -EIO, snprintf(why, sizeof(why), "its memory could not be written");

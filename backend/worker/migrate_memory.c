@@ -55,28 +55,77 @@ static int run_add(struct rm_session *sh, struct rm_moved_run r)
 	return 0;
 }
 
-/* The run holding granule g, or NULL. Under sh->lock (only the session's main thread
- * changes runs: restoring, freeing, releasing). */
-static struct rm_moved_run *run_of(struct rm_session *sh, uint64_t g)
+/* The block holding address a, reserved there when no run holds it yet, and counted as
+ * holding one more run. Under the session's main thread (as runs are). */
+static CUresult block_hold(struct rm_session *sh, uint64_t a)
 {
-	for (size_t i = 0; i < sh->nmoved_runs; i++)
-		if (g >= sh->moved_runs[i].base && g - sh->moved_runs[i].base < sh->moved_runs[i].span)
-			return &sh->moved_runs[i];
-	return NULL;
-}
-
-/* Reserves [base, base + span) exactly there and maps new memory of dev on it. The
- * alignment is the granule's: left 0, the driver aligns a reservation to more than a
- * granule and so moves a hint that is only granule-aligned (measured on an H100). */
-static CUresult map_run(CUdevice dev, uint64_t base, size_t span, size_t gran, CUmemGenericAllocationHandle *phys)
-{
+	uint64_t base = a & ~(RM_MOVED_BLOCK - 1);
+	for (size_t i = 0; i < sh->nmoved_blocks; i++)
+		if (sh->moved_blocks[i].base == base) {
+			sh->moved_blocks[i].runs++;
+			return CUDA_SUCCESS;
+		}
+	if (sh->nmoved_blocks == sh->moved_blocks_cap) {
+		size_t cap = sh->moved_blocks_cap ? sh->moved_blocks_cap * 2 : 16;
+		struct rm_moved_block *b = realloc(sh->moved_blocks, cap * sizeof(*b));
+		if (!b)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		sh->moved_blocks = b, sh->moved_blocks_cap = cap;
+	}
 	CUdeviceptr got = 0;
-	CUresult r = rm_drv_cuMemAddressReserve(&got, span, gran, base, 0);
+	CUresult r = rm_drv_cuMemAddressReserve(&got, RM_MOVED_BLOCK, RM_MOVED_BLOCK, base, 0);
 	if (r != CUDA_SUCCESS)
 		return r;
 	if (got != base) {
-		rm_drv_cuMemAddressFree(got, span);
+		rm_drv_cuMemAddressFree(got, RM_MOVED_BLOCK);
 		return CUDA_ERROR_ALREADY_MAPPED;
+	}
+	sh->moved_blocks[sh->nmoved_blocks++] = (struct rm_moved_block){base, 1};
+	return CUDA_SUCCESS;
+}
+
+static void block_leave(struct rm_session *sh, uint64_t a)
+{
+	uint64_t base = a & ~(RM_MOVED_BLOCK - 1);
+	for (size_t i = 0; i < sh->nmoved_blocks; i++)
+		if (sh->moved_blocks[i].base == base) {
+			if (!--sh->moved_blocks[i].runs) {
+				rm_drv_cuMemAddressFree(base, RM_MOVED_BLOCK);
+				sh->moved_blocks[i] = sh->moved_blocks[--sh->nmoved_blocks];
+			}
+			return;
+		}
+}
+
+/* Unreserves run r's addresses: its own reservation, or its part of its block's. */
+static void run_unreserve(struct rm_session *sh, const struct rm_moved_run *r)
+{
+	if (r->reserved_alone)
+		rm_drv_cuMemAddressFree(r->base, r->span);
+	else
+		block_leave(sh, r->base);
+}
+
+/* Maps new memory of dev on run r, [base, base + span): reserved alone, at exactly those
+ * addresses or not at all (ALREADY_MAPPED), or (not alone) in the block it lies in,
+ * reserved at that address first where no run holds it. */
+static CUresult map_run(struct rm_session *sh, CUdevice dev, struct rm_moved_run *run, int alone)
+{
+	uint64_t base = run->base;
+	size_t span = run->span;
+	CUmemGenericAllocationHandle *phys = &run->phys;
+	CUresult r;
+	run->reserved_alone = alone;
+	if (alone) {
+		CUdeviceptr got = 0;
+		if ((r = rm_drv_cuMemAddressReserve(&got, span, 0, base, 0)) != CUDA_SUCCESS)
+			return r;
+		if (got != base) {
+			rm_drv_cuMemAddressFree(got, span);
+			return CUDA_ERROR_ALREADY_MAPPED;
+		}
+	} else if ((r = block_hold(sh, base)) != CUDA_SUCCESS) {
+		return r;
 	}
 	CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
 				    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev}};
@@ -89,7 +138,7 @@ static CUresult map_run(CUdevice dev, uint64_t base, size_t span, size_t gran, C
 		rm_drv_cuMemRelease(*phys);
 	}
 	if (r != CUDA_SUCCESS)
-		rm_drv_cuMemAddressFree(base, span);
+		run_unreserve(sh, run);
 	return r;
 }
 
@@ -97,7 +146,7 @@ static void unmap_run(struct rm_channel *s, const struct rm_moved_run *r)
 {
 	rm_drv_cuMemUnmap(r->base, r->span);
 	rm_drv_cuMemRelease(r->phys);
-	rm_drv_cuMemAddressFree(r->base, r->span);
+	run_unreserve(s->sh, r);
 	rm_session_uncharge(s, r->span);
 }
 
@@ -117,6 +166,8 @@ static void leave_runs(struct rm_channel *s, uint64_t base, uint64_t size)
 	}
 }
 
+/* A span is mapped as one run where the driver reserves exactly its addresses, else as one
+ * run per block it lies in. */
 CUresult rm_migrate_map_span(struct rm_channel *s, CUdevice dev, uint64_t base, uint64_t size)
 {
 	struct rm_session *sh = s->sh;
@@ -124,34 +175,69 @@ CUresult rm_migrate_map_span(struct rm_channel *s, CUdevice dev, uint64_t base, 
 				    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev}};
 	size_t gran = 0;
 	CUresult r = rm_drv_cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-	if (r == CUDA_SUCCESS && (!gran || (gran & (gran - 1)) || base % gran || size % gran))
+	if (r == CUDA_SUCCESS && (!gran || (gran & (gran - 1)) || gran > RM_MOVED_BLOCK || base % gran || size % gran ||
+				  !size || base + size < base))
 		r = CUDA_ERROR_INVALID_VALUE; /* not this GPU's granules: another model */
 	for (size_t i = 0; r == CUDA_SUCCESS && i < sh->nmoved_runs; i++)
 		if (sh->moved_runs[i].base < base + size && base < sh->moved_runs[i].base + sh->moved_runs[i].span)
 			r = CUDA_ERROR_INVALID_VALUE; /* spans do not overlap */
 	if (r != CUDA_SUCCESS)
 		return r;
-	struct rm_moved_run run = {.base = base, .span = size};
 	if ((r = rm_session_charge(s, size)) != CUDA_SUCCESS)
 		return r;
-	if ((r = map_run(dev, base, size, gran, &run.phys)) != CUDA_SUCCESS) {
+	size_t first = sh->nmoved_runs;
+	struct rm_moved_run whole = {.base = base, .span = size};
+	if ((r = map_run(sh, dev, &whole, 1)) == CUDA_SUCCESS) {
+		if (!run_add(sh, whole))
+			return CUDA_SUCCESS;
+		rm_drv_cuMemUnmap(whole.base, whole.span);
+		rm_drv_cuMemRelease(whole.phys);
+		run_unreserve(sh, &whole);
 		rm_session_uncharge(s, size);
-		return r;
-	}
-	if (run_add(sh, run)) {
-		unmap_run(s, &run);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	return CUDA_SUCCESS;
+	r = CUDA_SUCCESS;
+	for (uint64_t at = base; at < base + size;) {
+		uint64_t block_end = (at & ~(RM_MOVED_BLOCK - 1)) + RM_MOVED_BLOCK;
+		struct rm_moved_run run = {.base = at, .span = (block_end < base + size ? block_end : base + size) - at};
+		if ((r = map_run(sh, dev, &run, 0)) != CUDA_SUCCESS)
+			break;
+		if (run_add(sh, run)) {
+			rm_drv_cuMemUnmap(run.base, run.span);
+			rm_drv_cuMemRelease(run.phys);
+			run_unreserve(sh, &run);
+			r = CUDA_ERROR_OUT_OF_MEMORY;
+			break;
+		}
+		at += run.span;
+	}
+	if (r != CUDA_SUCCESS) { /* the span's runs so far undone, and the whole span uncharged */
+		while (sh->nmoved_runs > first) {
+			struct rm_moved_run gone = sh->moved_runs[--sh->nmoved_runs];
+			rm_drv_cuMemUnmap(gone.base, gone.span);
+			rm_drv_cuMemRelease(gone.phys);
+			run_unreserve(sh, &gone);
+		}
+		rm_session_uncharge(s, size);
+	}
+	return r;
 }
 
 CUresult rm_migrate_own(struct rm_channel *s, uint64_t base, uint64_t size)
 {
 	struct rm_session *sh = s->sh;
-	const struct rm_moved_run *r = run_of(sh, base);
-	if (!r || size > r->base + r->span - base) /* inside one span, as the source sends them */
+	uint64_t covered = 0; /* inside one span, as the source sends them: its runs, end to end */
+	for (size_t i = 0; i < sh->nmoved_runs; i++) {
+		const struct rm_moved_run *r = &sh->moved_runs[i];
+		if (r->base < base + size && base < r->base + r->span)
+			covered += (r->base + r->span < base + size ? r->base + r->span : base + size) -
+				   (r->base > base ? r->base : base);
+	}
+	if (!size || base + size < base || covered != size)
 		return CUDA_ERROR_INVALID_VALUE;
-	sh->moved_runs[r - sh->moved_runs].users++;
+	for (size_t i = 0; i < sh->nmoved_runs; i++)
+		if (sh->moved_runs[i].base < base + size && base < sh->moved_runs[i].base + sh->moved_runs[i].span)
+			sh->moved_runs[i].users++;
 	rm_session_own_memory(s, RM_H_MOVED_MEMORY, base, size, 0);
 	return CUDA_SUCCESS;
 }
@@ -195,5 +281,8 @@ void rm_migrate_session_free(struct rm_session *sh)
 	free(sh->moved_runs); /* unmapped by release_moved_memory */
 	sh->moved_runs = NULL;
 	sh->nmoved_runs = 0;
+	free(sh->moved_blocks); /* freed with their last runs */
+	sh->moved_blocks = NULL;
+	sh->nmoved_blocks = 0;
 	rm_alias_free(sh);
 }

@@ -148,7 +148,7 @@ static int send_variables(struct rm_mig_sender *x, const struct rm_handle *h, ui
 		struct iovec v[3] = {{hdr, sizeof(hdr)}, {f, sizeof(f)}, {names.v[i], nlen}};
 		err = rm_conn_sendv(x->conn, v, 3);
 		for (uint64_t done = 0; done < sz && !err;) {
-			size_t c = sz - done < RM_MIG_CHUNK ? (size_t)(sz - done) : RM_MIG_CHUNK;
+			size_t c = rm_mig_piece(p + done, sz - done);
 			if (rm_drv_cuMemcpyDtoH_v2(x->chunk, p + done, c) != CUDA_SUCCESS) {
 				x->why = "a device variable could not be read";
 				err = -EIO;
@@ -258,7 +258,7 @@ static int send_memory(struct rm_mig_sender *x, const struct rm_handle *h)
 	if (rm_session_enter(x->s, x->s->sh->ctxs[h->ctx - 1].handle) != CUDA_SUCCESS)
 		return -EIO;
 	for (uint64_t done = 0; done < h->size && !err;) {
-		size_t n = h->size - done < RM_MIG_CHUNK ? (size_t)(h->size - done) : RM_MIG_CHUNK;
+		size_t n = rm_mig_piece(h->value + done, h->size - done);
 		if (rm_drv_cuMemcpyDtoH_v2(x->chunk, h->value + done, n) != CUDA_SUCCESS) {
 			x->why = "its memory could not be read";
 			return -EIO;

@@ -7,6 +7,15 @@
 
 #define RM_MIG_CHUNK (8u << 20) /* memory contents are copied in pieces of this */
 
+/* The bytes of memory contents at address at (left of them to go) copied as one piece: at
+ * most RM_MIG_CHUNK, never across a multiple of it, so that no piece crosses the blocks
+ * moved memory is mapped in apart (migrate.h). */
+static inline size_t rm_mig_piece(uint64_t at, uint64_t left)
+{
+	uint64_t room = RM_MIG_CHUNK - at % RM_MIG_CHUNK;
+	return (size_t)(left < room ? left : room);
+}
+
 /* The session's handles of the kinds that move, in the order they are made again. */
 struct rm_mig_collect {
 	struct rm_handle *h;

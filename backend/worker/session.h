@@ -28,6 +28,7 @@ struct rm_shared_region;
 struct rm_alias;
 struct rm_kept_image;
 struct rm_moved_run;
+struct rm_moved_block;
 struct rm_migration;
 struct rm_conn;
 
@@ -113,8 +114,10 @@ struct rm_session {
 	size_t naliases, aliases_cap;
 	struct rm_kept_image *images;
 	size_t nimages, images_cap;
-	struct rm_moved_run *moved_runs; /* the reservations its moved memory is mapped in */
+	struct rm_moved_run *moved_runs; /* the mappings its moved memory lies in */
 	size_t nmoved_runs, moved_runs_cap;
+	struct rm_moved_block *moved_blocks; /* the reservations those mappings lie in */
+	size_t nmoved_blocks, moved_blocks_cap;
 	struct rm_migration *migration;
 	int migrate_in; /* greeted as a move's target: 1 until its state came, 2 until the client attached */
 	struct rm_conn *resume_conn; /* the moved client's connection, handed over by its attach (under lock) */
