@@ -38,9 +38,30 @@ struct rm_share {
 	 * device, any to the host): no event is recorded for its staging buffer, since the
 	 * stream is synchronized next (rm_copy_in, share_out). unrecorded: it was. */
 	int sync_after, unrecorded;
+	uint64_t piece; /* the most a piece carries (set by rm_share_run) */
 	const struct rm_copy_profile *prof; /* link 0's, else an inactive one */
 	struct rm_time_tally *wait, *dma;   /* where its waits and copy calls are counted */
 };
+
+/* Large pieces go in parts, so that the DMA overlaps the network (or the shared-memory
+ * ring): to the device, a piece of len bytes is handed to the driver a part at a time, each
+ * as soon as it is read (rm_share_part); from the device, a share is cut into pieces of
+ * rm_share_piece, each sent while the next is copied. A quarter of the whole (64 KiB
+ * multiples), at least RM_SHARE_PART_MIN: what is smaller goes whole, as its DMA takes less
+ * than the calls and waits more parts would cost. */
+#define RM_SHARE_PART_MIN (1u << 20)
+static inline uint64_t rm_share_part(uint64_t len)
+{
+	uint64_t part = (len / 4 + 65535) & ~(uint64_t)65535;
+	return part > RM_SHARE_PART_MIN ? part : RM_SHARE_PART_MIN;
+}
+/* The pieces a share of share bytes from the device goes in, through a staging buffer of
+ * staging bytes. */
+static inline uint64_t rm_share_piece(uint64_t staging, uint64_t share)
+{
+	uint64_t piece = rm_share_part(share);
+	return piece < staging ? piece : staging;
+}
 
 /* Moves a link's share of job j through its staging: reads each piece and copies it to
  * the device, or copies each piece from the device and sends it, the network overlapping
