@@ -87,7 +87,7 @@ static void share_in(struct rm_share *sh, struct rm_stripe_job *j)
 			j->result = staging(sh, b, &buf);
 		if (j->result != CUDA_SUCCESS)
 			buf = NULL; /* read and dropped, so that the link stays in step */
-		size_t part = (size_t)rm_share_part(len);
+		size_t part = sh->parts ? (size_t)rm_share_part(len) : len;
 		int queued = 0; /* parts of the piece handed to the driver */
 		for (size_t at = 0; at < len; at += part) {
 			size_t n = len - at < part ? len - at : part;
@@ -162,7 +162,8 @@ void rm_share_run(struct rm_share *sh, struct rm_stripe_job *j)
 	uint64_t share = j->links > 1 ? rm_stripe_chunk_of(j->n, j->links, j->chunk) : j->n;
 	if (j->result == CUDA_SUCCESS)
 		j->result = rm_staging_open_for(sh->staging, share);
-	sh->piece = j->to_host ? rm_share_piece(sh->staging->size, share) : sh->staging->size;
+	sh->parts = rm_share_in_parts(sh->link);
+	sh->piece = j->to_host ? rm_share_piece(sh->link, sh->staging->size, share) : sh->staging->size;
 	if (j->to_host)
 		share_out(sh, j);
 	else

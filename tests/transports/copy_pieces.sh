@@ -1,5 +1,5 @@
 #!/bin/sh
-# Copies in pieces and parts over one connection (backend/copy/stripe.h): runs
+# Copies in pieces and parts over shared memory (backend/copy/stripe.h): runs
 # tests/with-remorad.sh RUNNER ARGS... (drv_copy_sizes) with nothing striped and remorad's
 # copy profile on, and passes when the program did (its data compared byte for byte) and
 # remorad handed each 4 MiB copy to the driver in 4 parts (to the device) and 4 pieces (from
