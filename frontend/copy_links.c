@@ -47,6 +47,14 @@ struct rm_copy_links {
 /* The measured link, for every copy of the process (copy_plan.h). */
 static pthread_mutex_t plan_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rm_copy_plan_state plan_state = {.fixed_min = DEFAULT_STRIPE_MIN, .striping = {-1, -1}};
+/* Over shared memory (RM_TRANSPORT_MEMORY), a striped copy after the links idled this long
+ * is not sampled: remorad opens its links' staging at their first copy and closes it after
+ * an idle (RM_STAGING_IDLE_MS), and its links' threads sleep; such a copy measured about
+ * 1 GB/s where the next ones moved several, and its sample held striping off for dozens
+ * of copies. Under plan_lock. */
+#define STRIPED_COLD_NS 1000000000ull
+static int plan_memory;            /* the links are shared memory's */
+static uint64_t striped_last_ns;   /* when the last striped copy ended (0: none yet) */
 
 /* Sends or receives link l's chunks of its current copy. */
 static int move_share(struct copy_link *l)
@@ -149,6 +157,7 @@ struct rm_copy_links *rm_copy_links_open(const struct rm_attach_to *to)
 		cl->min_share = RM_TRANSPORT_MEMORY_SHARE;
 	pthread_mutex_lock(&plan_lock);
 	plan_state.fixed_min = stripe_min;
+	plan_memory = cl->min_share != 0;
 	pthread_mutex_unlock(&plan_lock);
 	for (long i = 1; i < (long)want; i++) {
 		int err = attach(&cl->tab[i], to, (uint32_t)i);
@@ -258,7 +267,14 @@ double rm_copy_links_stream_bps(int to_host)
 void rm_copy_links_done(int to_host, uint64_t n, struct rm_copy_plan plan, uint64_t ns)
 {
 	pthread_mutex_lock(&plan_lock);
-	rm_copy_plan_done(&plan_state, to_host, n, plan, ns);
+	int cold = 0;
+	if (plan_memory && plan.links > 1) {
+		uint64_t end = rm_transport_now_ns();
+		cold = !striped_last_ns || end - ns - striped_last_ns > STRIPED_COLD_NS;
+		striped_last_ns = end;
+	}
+	if (!cold)
+		rm_copy_plan_done(&plan_state, to_host, n, plan, ns);
 	pthread_mutex_unlock(&plan_lock);
 }
 
