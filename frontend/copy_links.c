@@ -270,7 +270,8 @@ void rm_copy_links_done(int to_host, uint64_t n, struct rm_copy_plan plan, uint6
 	int cold = 0;
 	if (plan_memory && plan.links > 1) {
 		uint64_t end = rm_transport_now_ns();
-		cold = !striped_last_ns || end - ns - striped_last_ns > STRIPED_COLD_NS;
+		uint64_t start = end - ns; /* after the last one's end, but for another thread's */
+		cold = !striped_last_ns || (start > striped_last_ns && start - striped_last_ns > STRIPED_COLD_NS);
 		striped_last_ns = end;
 	}
 	if (!cold)
