@@ -58,7 +58,12 @@ enum rm_transport_flags {
 	/* Its address is a socket file's path (or @NAME, Linux's abstract namespace): the
 	 * listening process that changes user gives the file to that user. */
 	RM_TRANSPORT_PATH_ADDRESS = 1u << 1,
+	/* Moves bytes by memcpy through memory both ends map (shm): one connection carries a
+	 * copy at about one core's memcpy rate with a round trip of a few us, so striping pays
+	 * only for shares of RM_TRANSPORT_MEMORY_SHARE and more (frontend/copy_links.c). */
+	RM_TRANSPORT_MEMORY = 1u << 2,
 };
+#define RM_TRANSPORT_MEMORY_SHARE (1u << 20)
 
 struct rm_transport {
 	const char *scheme; /* its name, and the address prefix: "tcp" in tcp://host:port */

@@ -13,19 +13,26 @@ static CUresult staging(struct rm_share *sh, int b, void **buf)
 	return r;
 }
 
-/* Copies one piece between staging buffer b and the device, and records b's event. */
-static CUresult piece_dma(struct rm_share *sh, int b, void *buf, struct rm_stripe_job *j, uint64_t off, size_t len)
+/* Copies one piece between staging buffer b and the device, and records b's event; last
+ * 0: a part of the piece, whose event the piece's last part records. */
+static CUresult part_dma(struct rm_share *sh, int b, void *buf, struct rm_stripe_job *j, uint64_t off, size_t len,
+			 int last)
 {
 	uint64_t mark = rm_copy_profile_mark(sh->prof);
 	sh->staging->idle[b] = 0;
 	CUresult r = j->to_host ? rm_drv_cuMemcpyDtoHAsync_v2(buf, j->dev + off, len, j->stream)
 				: rm_drv_cuMemcpyHtoDAsync_v2(j->dev + off, buf, len, j->stream);
-	if (r == CUDA_SUCCESS && sh->sync_after)
+	if (r == CUDA_SUCCESS && last && sh->sync_after)
 		sh->unrecorded = 1;
-	else if (r == CUDA_SUCCESS)
+	else if (r == CUDA_SUCCESS && last)
 		r = rm_staging_record(sh->staging, b, j->stream);
 	rm_copy_profile_add(sh->prof, sh->dma, mark);
 	return r;
+}
+
+static CUresult piece_dma(struct rm_share *sh, int b, void *buf, struct rm_stripe_job *j, uint64_t off, size_t len)
+{
+	return part_dma(sh, b, buf, j, off, len, 1);
 }
 
 /* Walks a link's pieces of a striped copy: each chunk of the link, cut to the staging size. */
@@ -65,7 +72,9 @@ static int read_bytes(struct rm_share *sh, void *buf, size_t len)
 	return buf ? rm_link_read(sh->link, buf, len) : rm_link_skip(sh->link, len);
 }
 
-/* Host to device: each piece is read into a staging buffer while the one before is copied. */
+/* Host to device: each piece is read into a staging buffer while the one before is copied,
+ * and within a piece each part is copied once read, while the next is read (a piece that
+ * is the whole copy gets its DMA under way before its last byte arrives). */
 static void share_in(struct rm_share *sh, struct rm_stripe_job *j)
 {
 	struct cursor c;
@@ -78,16 +87,31 @@ static void share_in(struct rm_share *sh, struct rm_stripe_job *j)
 			j->result = staging(sh, b, &buf);
 		if (j->result != CUDA_SUCCESS)
 			buf = NULL; /* read and dropped, so that the link stays in step */
-		if (read_bytes(sh, buf, len)) {
-			j->link_failed = 1;
-			return;
+		size_t part = sh->parts ? (size_t)rm_share_part(len) : len;
+		int queued = 0; /* parts of the piece handed to the driver */
+		for (size_t at = 0; at < len; at += part) {
+			size_t n = len - at < part ? len - at : part;
+			if (read_bytes(sh, buf ? (uint8_t *)buf + at : NULL, n)) {
+				j->link_failed = 1;
+				return;
+			}
+			if (buf && j->result == CUDA_SUCCESS)
+				j->result = part_dma(sh, b, (uint8_t *)buf + at, j, off + at, n, at + n == len);
+			queued += buf && j->result == CUDA_SUCCESS;
 		}
-		if (buf)
-			j->result = piece_dma(sh, b, buf, j, off, len);
+		/* A later part failed after earlier ones were queued: the buffer is still waited
+		 * for before its next use (its event, or the stream's wait). */
+		if (queued && j->result != CUDA_SUCCESS) {
+			if (sh->sync_after)
+				sh->unrecorded = 1;
+			else
+				rm_staging_record(sh->staging, b, j->stream);
+		}
 	}
 }
 
-/* Device to host: each piece is copied to a staging buffer while the one before is sent. */
+/* Device to host: each piece (rm_share_piece) is copied to a staging buffer while the one
+ * before is sent. */
 static void share_out(struct rm_share *sh, struct rm_stripe_job *j)
 {
 	struct cursor issue, send;
@@ -96,7 +120,7 @@ static void share_out(struct rm_share *sh, struct rm_stripe_job *j)
 	uint64_t off;
 	size_t len;
 	void *buf[2] = {NULL, NULL};
-	for (int b = 0; b < 2 && j->result == CUDA_SUCCESS && cursor_next(&issue, j, sh->staging->size, &off, &len); b++) {
+	for (int b = 0; b < 2 && j->result == CUDA_SUCCESS && cursor_next(&issue, j, sh->piece, &off, &len); b++) {
 		j->result = staging(sh, b, &buf[b]);
 		if (j->result == CUDA_SUCCESS)
 			j->result = piece_dma(sh, b, buf[b], j, off, len);
@@ -110,7 +134,7 @@ static void share_out(struct rm_share *sh, struct rm_stripe_job *j)
 			j->result = synced;
 	}
 	int begun = !sh->reply_rq; /* bytes of the share may have gone: an error can only close */
-	for (int b = 0; j->result == CUDA_SUCCESS && cursor_next(&send, j, sh->staging->size, &off, &len); b ^= 1) {
+	for (int b = 0; j->result == CUDA_SUCCESS && cursor_next(&send, j, sh->piece, &off, &len); b ^= 1) {
 		void *ready;
 		j->result = staging(sh, b, &ready);
 		if (j->result != CUDA_SUCCESS)
@@ -125,7 +149,7 @@ static void share_out(struct rm_share *sh, struct rm_stripe_job *j)
 			j->link_failed = 1;
 			return;
 		}
-		if (cursor_next(&issue, j, sh->staging->size, &off, &len))
+		if (cursor_next(&issue, j, sh->piece, &off, &len))
 			j->result = piece_dma(sh, b, buf[b], j, off, len);
 	}
 	if (j->result != CUDA_SUCCESS && begun)
@@ -135,8 +159,11 @@ static void share_out(struct rm_share *sh, struct rm_stripe_job *j)
 void rm_share_run(struct rm_share *sh, struct rm_stripe_job *j)
 {
 	/* Opened first: its size, which cuts the pieces, is known once open (staging.h). */
+	uint64_t share = j->links > 1 ? rm_stripe_chunk_of(j->n, j->links, j->chunk) : j->n;
 	if (j->result == CUDA_SUCCESS)
-		j->result = rm_staging_open_for(sh->staging, j->links > 1 ? rm_stripe_chunk_of(j->n, j->links, j->chunk) : j->n);
+		j->result = rm_staging_open_for(sh->staging, share);
+	sh->parts = rm_share_in_parts(sh->link);
+	sh->piece = j->to_host ? rm_share_piece(sh->link, sh->staging->size, share) : sh->staging->size;
 	if (j->to_host)
 		share_out(sh, j);
 	else

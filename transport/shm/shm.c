@@ -327,7 +327,7 @@ static int shm_adopt_fd(int fd, int extra_fd, const void *state, size_t state_le
 
 const struct rm_transport rm_transport_shm = {
 	.scheme = "unix",
-	.flags = RM_TRANSPORT_PATH_ADDRESS,
+	.flags = RM_TRANSPORT_PATH_ADDRESS | RM_TRANSPORT_MEMORY,
 	.limit_peer_buffers = rm_shm_set_ring_max,
 	.claim = shm_claim,
 	.check_address = shm_check_address,

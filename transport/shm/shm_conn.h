@@ -32,7 +32,10 @@
  * which then waited on remorad: a stream of 100 000 launches was issued at 0.38-0.46 us a
  * launch against 0.16-0.30 with 16 MiB, TCP 0.21-0.48 (2-CPU test machine, test driver). */
 #define SHM_CALL_RING_DEFAULT (16u << 20)
-#define SHM_PUBLISH_MAX (256u << 10) /* a large send publishes at least this often */
+/* A large send publishes at least this often, so that the reader copies out of the ring while
+ * the writer copies the rest in (256 KiB: a 256 KiB copy reached remorad whole, and was
+ * copied out once into its read buffer and again into staging, one after the other). */
+#define SHM_PUBLISH_MAX (64u << 10)
 #define SHM_SPIN_US_DEFAULT 60 /* H100 host: event record + sync 23 -> 11 us, 4 KiB copies 21-38 -> 11-19, against 20 */
 #define SHM_SPIN_US_MAX 1000
 #define SPIN_LOOKS_PER_CLOCK 16

@@ -269,6 +269,10 @@ int shm_sendv(struct rm_conn *conn, const struct iovec *iov, int iovcnt)
 			off += n;
 			while (i < iovcnt && off == iov[i].iov_len)
 				i++, off = 0;
+			/* A frame's header and message go before its bulk is copied: the reader
+			 * takes them and reads the bulk straight into place as it comes. */
+			if (i < iovcnt && iov[i].iov_len - off >= SHM_PUBLISH_MAX)
+				break;
 		}
 		c->tx_head += put;
 		atomic_store_explicit(&c->tx_ctl->head, c->tx_head, memory_order_release);
