@@ -38,6 +38,7 @@ struct rm_share {
 	 * device, any to the host): no event is recorded for its staging buffer, since the
 	 * stream is synchronized next (rm_copy_in, share_out). unrecorded: it was. */
 	int sync_after, unrecorded;
+	size_t piece; /* the most bytes of a piece (rm_share_piece): set by rm_share_run */
 	const struct rm_copy_profile *prof; /* link 0's, else an inactive one */
 	struct rm_time_tally *wait, *dma;   /* where its waits and copy calls are counted */
 };
@@ -46,6 +47,14 @@ struct rm_share {
  * the device, or copies each piece from the device and sends it, the network overlapping
  * the DMA. */
 void rm_share_run(struct rm_share *sh, struct rm_stripe_job *j);
+
+/* The most bytes of one piece of a chunk of chunk_len bytes through staging of size bytes:
+ * a quarter of the chunk (at least RM_SHARE_PIECE_MIN, a multiple of 64 KiB), within the
+ * staging's size. A chunk in one piece is read whole before its DMA starts (or copied whole
+ * before its first byte goes), so that DMA and the stream's wait followed the network; in
+ * four, only the last quarter's does (a 1 MiB copy: about 40 us less on an H100). */
+#define RM_SHARE_PIECE_MIN (256u << 10) /* smaller: an event's record and wait cost more than they save */
+size_t rm_share_piece(size_t staging_size, uint64_t chunk_len);
 
 /* Runs jobs[1..links-1] on copy links 1..links-1, on their threads, and jobs[0] on sh0
  * here; returns once all are done. One striped copy at a time, whichever channel it
