@@ -66,30 +66,32 @@ static void zstd_sample(size_t raw, uint64_t ns)
 	pthread_mutex_unlock(&speed_lock);
 }
 
-/* A direction whose last tries went raw (the sample did not pay) tries again only after
- * skipping copies, 4 after the first such try, doubling to 32: a try that fails costs a
- * whole copy's bytes held and the sample's time (from the device: the daemon's copy is not
- * pipelined), so data that does not shrink pays it for one copy in 33 at most. */
+/* A direction whose last try went raw (the sample did not pay) tries again only after
+ * copies of k times that copy's bytes went untried, k 4 after the first such try, doubling
+ * to 32: a try that goes raw costs the sample and, from the device, the daemon's whole
+ * unpipelined copy, so data that does not shrink pays it on about one copy in 33 at most,
+ * while a large copy after small ones that did not shrink is tried again soon. */
 #define BACKOFF_FIRST 4
 #define BACKOFF_MAX 32
-static uint32_t backoff[2], skip_left[2]; /* under speed_lock */
+static uint32_t backoff[2];   /* under speed_lock */
+static uint64_t skip_left[2]; /* bytes of copies still to go untried */
 
-void rm_compress_outcome(int to_host, int compressed)
+void rm_compress_outcome(int to_host, int compressed, uint64_t n)
 {
 	int d = !!to_host;
 	pthread_mutex_lock(&speed_lock);
 	backoff[d] = compressed ? 0 : !backoff[d] ? BACKOFF_FIRST : backoff[d] * 2 > BACKOFF_MAX ? BACKOFF_MAX : backoff[d] * 2;
-	skip_left[d] = backoff[d];
+	skip_left[d] = backoff[d] * n;
 	pthread_mutex_unlock(&speed_lock);
 }
 
-/* Whether this copy skips trying (the backoff above); counts it. */
-static int backing_off(int to_host)
+/* Whether a copy of n bytes skips trying (the backoff above); counts it. */
+static int backing_off(int to_host, uint64_t n)
 {
 	int d = !!to_host, skip = 0;
 	pthread_mutex_lock(&speed_lock);
 	if (skip_left[d]) {
-		skip_left[d]--;
+		skip_left[d] -= n < skip_left[d] ? n : skip_left[d];
 		skip = 1;
 	}
 	pthread_mutex_unlock(&speed_lock);
@@ -107,7 +109,7 @@ int rm_compress_for(int to_host, uint64_t n)
 		return 0;
 	if (!rm_compress_wanted(mode(), local, rm_copy_links_plain_bps(to_host), zstd_speed(), n))
 		return 0;
-	return mode() == RM_COMPRESS_ALWAYS || !backing_off(to_host);
+	return mode() == RM_COMPRESS_ALWAYS || !backing_off(to_host, n);
 }
 
 int rm_compress_encode(const void *src, uint64_t n, uint8_t **out, size_t *len)

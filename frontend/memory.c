@@ -247,9 +247,10 @@ static CUresult copy_to_device(uint32_t op, CUdeviceptr dst, const void *src, si
 	struct rm_rpc_call c = {.op = op, .req = &req.base, .bulk_out = data, .nbulk_out = 1};
 	/* Staged, here, is in the sockets: such a copy is sent async and returns once every
 	 * byte is (the transports keep no pointer to the program's buffer), not a round trip
-	 * later; its error comes at the next synchronizing call, as CUDA's async errors do, and
-	 * the daemon queues it on its stream without waiting (its order kept, rpc.c's fences
-	 * for other threads). Only while a synchronization has nothing else to do
+	 * later; its error comes at the next synchronizing call, as CUDA's async errors do. The
+	 * daemon finishes it before it runs this channel's next call, or another channel's that
+	 * fences on it (rpc.c): whatever stream reads it next, natively a race CUDA leaves open
+	 * and programs do not expect. Only while a synchronization has nothing else to do
 	 * (rm_sync_has_effects: CUDA's wait for the stream before the copy is then seen by
 	 * nothing) and no capture is open; and for one in a few, that the link stays measured. */
 	int defer = req.pageable && n >= RM_DEFER_PAGEABLE_MIN && !rm_sync_has_effects() && !rm_capture_any_open();
@@ -263,7 +264,7 @@ static CUresult copy_to_device(uint32_t op, CUdeviceptr dst, const void *src, si
 	size_t packed_len = 0;
 	if (rm_compress_for(0, n)) {
 		int enc = rm_compress_encode(src, n, &packed, &packed_len);
-		rm_compress_outcome(0, enc == 0);
+		rm_compress_outcome(0, enc == 0, n);
 		if (enc == 0) {
 			req.compressed = 1;
 			req.count = n;
@@ -344,7 +345,7 @@ static CUresult copy_from_device(uint32_t op, void *dst, CUdeviceptr src, size_t
 	if (in.plan.links > 1)
 		r = finish_striped(cl, r);
 	if (compress && r == CUDA_SUCCESS)
-		rm_compress_outcome(1, packed.compressed);
+		rm_compress_outcome(1, packed.compressed, n);
 	if (cl && r == CUDA_SUCCESS && !compress) /* a try that went raw was not pipelined: not the link's pace */
 		rm_copy_links_done(1, n, in.plan, rm_transport_now_ns() - t0);
 	if (prefaulting) {

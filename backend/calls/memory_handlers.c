@@ -132,11 +132,13 @@ static CUresult copy_in(struct rm_channel *s, struct rm_request *rq, const Remor
 	return r;
 }
 
-/* A client sends a blocking copy from pageable memory async (frontend/memory.c): it
- * returned once the bytes were sent, so nothing waits for the stream after it. */
+/* A client may send a blocking copy from pageable memory async (frontend/memory.c): it
+ * returned once its bytes were sent. The stream is still waited for, so that the copy is on
+ * the device before this channel's next call runs, and before other channels' calls that
+ * fence on it (a kernel or copy on a non-blocking stream reads what it wrote). */
 CUresult rm_body_cuMemcpyHtoD_v2(struct rm_channel *s, struct rm_request *rq, const Remora__MemcpyHtoD *req)
 {
-	return copy_in(s, rq, req, !(rq->frame.flags & RM_F_ASYNC));
+	return copy_in(s, rq, req, 1);
 }
 
 CUresult rm_body_cuMemcpyHtoDAsync_v2(struct rm_channel *s, struct rm_request *rq, const Remora__MemcpyHtoD *req)

@@ -5,6 +5,7 @@
  *   - a kernel (vecAdd) adds what two such copies wrote, sizes 64 KiB to 4 MiB + odd;
  *   - the host buffer is overwritten as soon as a copy returns: the device has the old bytes;
  *   - copies in a row to one place, the last one wins; overlapping ones land in order;
+ *   - a copy on a non-blocking stream reads what such a copy wrote;
  *   - another thread (another channel) reads back what this one just copied;
  *   - a copy to freed memory fails, at the copy or at the next synchronization (Remora's
  *     way, as an async call's error), and copies after it work.
@@ -94,6 +95,21 @@ int main(int argc, char **argv)
 	CHECK(cuMemcpyDtoH(c, da, n * 4));
 	EXPECT(memcmp(c, want, n * 4) == 0, "copies in a row: not the last bytes written");
 	printf("in a row: checksum=%016llx\n", (unsigned long long)drv_fnv1a(c, n * 4));
+
+	/* A non-blocking stream reads what the copy wrote: natively settled in practice, and
+	 * through Remora the copy is on the device before the next call runs. */
+	CUstream nb;
+	CHECK(cuStreamCreate(&nb, CU_STREAM_NON_BLOCKING));
+	fill(a, n, 77);
+	CHECK(cuMemcpyHtoD(da, a, n * 4));
+	memcpy(want, a, n * 4);
+	memset(a, 0, n * 4);
+	memset(c, 0, n * 4);
+	CHECK(cuMemcpyDtoHAsync(c, da, n * 4, nb));
+	CHECK(cuStreamSynchronize(nb));
+	EXPECT(memcmp(c, want, n * 4) == 0, "a non-blocking stream read other bytes");
+	printf("non-blocking stream: checksum=%016llx\n", (unsigned long long)drv_fnv1a(c, n * 4));
+	CHECK(cuStreamDestroy(nb));
 
 	/* Another thread reads back what this one copied. */
 	fill(a, max, 4242);
