@@ -7,8 +7,8 @@
 #define STRIPE_GAIN 1.1    /* striping stays on while it beats one stream by this */
 /* A link's share of a striped copy: at least this many R·S. 4 (before) gave a 1 MiB copy
  * over 25 GbE at 50 us one link, whose bound is n / (n + R·S) = 0.88 of one stream; striped,
- * the streams together carry more than one does (a shallow bottleneck queue: 0.87 of the
- * rate for one stream), and B against S still turns striping off where it does not pay. */
+ * the streams together may carry more than one does (one carried 21.65 of the emulated
+ * link's 25 Gbit/s), and B against S still turns striping off where it does not pay. */
 #define SHARE_RTTS 1
 
 void rm_copy_plan_init(struct rm_copy_plan_state *st, uint64_t fixed_min)
