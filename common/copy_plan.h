@@ -9,8 +9,8 @@
  *   B  the whole rate of striped copies, likewise.
  *
  * A copy of n bytes is striped over L = as many links as give each at least
- * max(4·R·S, RM_COPY_PLAN_MIN_SHARE) bytes (a stream whose share is a few round trips' worth
- * reaches its rate), at most the links attached, while striping pays: before B is known,
+ * max(R·S, RM_COPY_PLAN_MIN_SHARE) bytes (a stream whose share is a round trip's worth keeps
+ * its part of the link busy while the others carry theirs), at most the links attached, while striping pays: before B is known,
  * or once B beats S by 10% and until it falls below S. One eligible copy in 16 goes the other way, so that S and B
  * stay measured (a link that one stream fills falls back to one stream after a few
  * copies; one that it cannot fill, loopback or TLS, stripes from a few MiB). The chunk is
@@ -28,6 +28,7 @@
 #define RM_COPY_PLAN_MIN_SHARE (256u << 10) /* the least a link carries of a striped copy */
 #define RM_COPY_PLAN_RTT_WINDOW 64          /* calls a round trip's minimum is taken over */
 #define RM_COPY_PLAN_PROBE_EVERY 16         /* one eligible copy in this many goes the other way */
+#define RM_COPY_PLAN_SAMPLE_EVERY 8         /* one copy in this many that need not wait, waits */
 
 struct rm_copy_plan_state {
 	uint64_t rtt_ns;                      /* R (0: unknown) */
@@ -37,6 +38,7 @@ struct rm_copy_plan_state {
 	uint32_t eligible[2];                 /* copies that could stripe, for the probe */
 	int striping[2];                      /* the choice but for probes: 1 stripe, 0 not, -1 none yet */
 	int changed[2];                       /* set when striping changed (the caller logs and clears) */
+	uint32_t unwaited[2][2];              /* copies that need not wait, per direction and striped */
 	uint64_t fixed_min;                   /* before R and S: stripe from this size (0: never) */
 };
 
@@ -51,6 +53,12 @@ void rm_copy_plan_rtt(struct rm_copy_plan_state *st, uint64_t ns);
 /* The plan for a copy of n bytes (to_host 1: device to host) with max_links connections
  * at hand (1: none but the main one). */
 struct rm_copy_plan rm_copy_plan_choose(struct rm_copy_plan_state *st, int to_host, uint64_t n, uint32_t max_links);
+/* For a copy of n bytes going as plan says that need not wait for its reply (a blocking
+ * copy from pageable memory, frontend/memory.c): 1 when it should wait all the same so that
+ * the link stays measured: while its kind's rate (one stream or striped, that direction)
+ * is not known, and then one such copy in RM_COPY_PLAN_SAMPLE_EVERY; 0 for copies too small
+ * to measure (below RM_COPY_PLAN_MIN_SHARE). */
+int rm_copy_plan_sample(struct rm_copy_plan_state *st, int to_host, uint64_t n, struct rm_copy_plan plan);
 /* A copy of n bytes went as plan said and took ns, its reply waited for. */
 void rm_copy_plan_done(struct rm_copy_plan_state *st, int to_host, uint64_t n, struct rm_copy_plan plan, uint64_t ns);
 

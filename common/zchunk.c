@@ -45,13 +45,19 @@ int rm_compress_mode_parse(const char *s, enum rm_compress_mode *mode)
 	return 0;
 }
 
-int rm_compress_wanted(enum rm_compress_mode mode, int local_link, double stream_bps, uint64_t n)
+/* The time of a copy compressed, per raw byte, against plain: at most RM_ZCHUNK_GAIN. */
+static int beats(double zstd_bps, double ratio, double plain_bps)
+{
+	return (1 + RM_ZCHUNK_DECODE_SHARE) / zstd_bps + ratio / plain_bps <= RM_ZCHUNK_GAIN / plain_bps;
+}
+
+int rm_compress_wanted(enum rm_compress_mode mode, int local_link, double plain_bps, double zstd_bps, uint64_t n)
 {
 	if (mode == RM_COMPRESS_OFF || !rm_zchunk_available() || n < RM_ZCHUNK_MIN_COPY || n > RM_ZCHUNK_MAX_COPY)
 		return 0;
 	if (mode == RM_COMPRESS_ALWAYS)
 		return 1;
-	return !local_link && stream_bps > 0 && stream_bps < RM_ZCHUNK_SLOW_BPS;
+	return !local_link && plain_bps > 0 && (zstd_bps <= 0 || beats(zstd_bps, 0, plain_bps));
 }
 
 size_t rm_zchunk_bound(size_t raw)
@@ -89,6 +95,15 @@ int rm_zchunk_encode(const void *src, size_t raw, void *dst, size_t cap, int for
 int rm_zchunk_pays(size_t raw, size_t len)
 {
 	return raw && (double)len <= RM_ZCHUNK_PAYS * (double)raw;
+}
+
+int rm_zchunk_pays_at(size_t raw, size_t len, double sample_s, double plain_bps)
+{
+	if (!rm_zchunk_pays(raw, len))
+		return 0;
+	if (plain_bps <= 0)
+		return 1;
+	return sample_s > 0 && beats((double)raw / sample_s, (double)len / (double)raw, plain_bps);
 }
 
 int rm_zchunk_header(const uint8_t *hdr, uint64_t expect, uint64_t left, struct rm_zchunk *h)

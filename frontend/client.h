@@ -152,6 +152,11 @@ CUresult rm_mapped_after_sync(void);
 /* Before a synchronizing call: host copies that changed go up at once, on a stream that
  * waits for no other, if kernels were launched since device copies last came down. */
 CUresult rm_mapped_before_sync(void);
+/* Whether a synchronizing call may have more to do than its own: host memory to bring
+ * down or up (mapped, managed, graphs' host ranges) or host functions to have run (the
+ * client's callback channel is open). While not, a blocking copy from pageable memory
+ * need not wait for its reply (memory.c). */
+int rm_sync_has_effects(void);
 
 /* Packs a launch's arguments into req->params as cuLaunchKernel sends them: from extra's
  * buffer, or from kernelParams at the function's parameter offsets, into scratch when they
@@ -178,6 +183,10 @@ int rm_on_device(CUdeviceptr p, size_t n);
 /* Whether the calling thread is running a program's host function (host_functions.c):
  * then every call to the daemon is refused with CUDA_ERROR_NOT_PERMITTED. */
 int rm_hostfn_running(void);
+/* Whether the program has used host functions (the callback channel is open). */
+int rm_hostfn_used(void);
+/* Whether anything is managed (managed.c). */
+int rm_managed_any(void);
 
 /* Library-wide set-up: logging. Idempotent. */
 void rm_client_init(void);

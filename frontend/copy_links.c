@@ -256,12 +256,25 @@ struct rm_copy_plan rm_copy_links_take(struct rm_copy_links *cl, int to_host, ui
 	return p;
 }
 
-double rm_copy_links_stream_bps(int to_host)
+double rm_copy_links_plain_bps(int to_host)
 {
+	int d = !!to_host;
 	pthread_mutex_lock(&plan_lock);
-	double bps = plan_state.stream_bps[!!to_host];
+	double bps = plan_state.stream_bps[d], striped = plan_state.striped_bps[d];
+	if (plan_state.striping[d] == 1 && striped > bps)
+		bps = striped;
 	pthread_mutex_unlock(&plan_lock);
 	return bps;
+}
+
+int rm_copy_links_sample(struct rm_copy_links *cl, int to_host, uint64_t n, struct rm_copy_plan plan)
+{
+	if (!cl || cl->fixed)
+		return 0;
+	pthread_mutex_lock(&plan_lock);
+	int sample = rm_copy_plan_sample(&plan_state, to_host, n, plan);
+	pthread_mutex_unlock(&plan_lock);
+	return sample;
 }
 
 void rm_copy_links_done(int to_host, uint64_t n, struct rm_copy_plan plan, uint64_t ns)

@@ -427,6 +427,11 @@ static CUresult drain_pending(int done_only)
 	return r;
 }
 
+int rm_graph_host_pending(void)
+{
+	return __atomic_load_n(&npending, __ATOMIC_ACQUIRE) != 0;
+}
+
 int rm_graph_host_draining(void)
 {
 	return draining;

@@ -25,6 +25,8 @@ CUresult rm_graph_host_after_sync(void);
 /* Whether this thread is bringing host destinations down: its own calls leave other
  * memory's coherence alone. */
 int rm_graph_host_draining(void);
+/* Whether graphs' host destinations wait to be written back at a synchronization. */
+int rm_graph_host_pending(void);
 /* Before a graph's host node runs: what the graphs under way wrote of their host
  * destinations so far comes down (the node may read it). */
 void rm_graph_host_before_host_node(void);

@@ -52,6 +52,8 @@ static __thread int running; /* this thread is in a program's host function */
 
 int rm_hostfn_running(void) { return running; }
 
+int rm_hostfn_used(void) { return __atomic_load_n(&state, __ATOMIC_ACQUIRE) == 1; }
+
 /* The entry of id, taken out of the table unless it is a host node's or becomes one
  * (as_node: the daemon runs it as a graph's host node); NULL when not pending. */
 static struct pending *take(uint64_t id, int as_node)

@@ -557,6 +557,11 @@ CUresult rm_mapped_before_launch(CUstream stream)
 	return each_mapped(push, &stream);
 }
 
+int rm_sync_has_effects(void)
+{
+	return atomic_load(&nmapped) || rm_managed_any() || rm_graph_host_pending() || rm_hostfn_used();
+}
+
 CUresult rm_mapped_after_sync(void)
 {
 	if (rm_graph_host_draining())

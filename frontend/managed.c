@@ -63,6 +63,11 @@ static struct managed *find_locked(CUdeviceptr p, size_t n)
 	return NULL;
 }
 
+int rm_managed_any(void)
+{
+	return atomic_load(&count) != 0;
+}
+
 int rm_managed_holds(CUdeviceptr p, size_t n)
 {
 	if (!atomic_load(&count))

@@ -30,6 +30,11 @@
 #define PREFAULT_MIN (4u << 20)  /* smaller copies are not worth the hand-off */
 #define PREFAULT_STEP (2u << 20) /* populated per madvise, so a cancel is quick */
 
+/* A blocking copy from pageable memory of at least this many bytes does not wait for its
+ * reply (copy_to_device); smaller ones do, so that a program's error checks of small copies
+ * see the error at the copy where they are most likely to look. */
+#define RM_DEFER_PAGEABLE_MIN (64u << 10)
+
 static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t changed;
@@ -240,6 +245,15 @@ static CUresult copy_to_device(uint32_t op, CUdeviceptr dst, const void *src, si
 	struct iovec data[RM_STRIPE_MAX_CHUNKS_PER_LINK + 1]; /* filled as far as used: no memset per copy */
 	data[0] = (struct iovec){(void *)src, n};
 	struct rm_rpc_call c = {.op = op, .req = &req.base, .bulk_out = data, .nbulk_out = 1};
+	/* Staged, here, is in the sockets: such a copy is sent async and returns once every
+	 * byte is (the transports keep no pointer to the program's buffer), not a round trip
+	 * later; its error comes at the next synchronizing call, as CUDA's async errors do. The
+	 * daemon finishes it before it runs this channel's next call, or another channel's that
+	 * fences on it (rpc.c): whatever stream reads it next, natively a race CUDA leaves open
+	 * and programs do not expect. Only while a synchronization has nothing else to do
+	 * (rm_sync_has_effects: CUDA's wait for the stream before the copy is then seen by
+	 * nothing) and no capture is open; and for one in a few, that the link stays measured. */
+	int defer = req.pageable && n >= RM_DEFER_PAGEABLE_MIN && !rm_sync_has_effects() && !rm_capture_any_open();
 	order_by_stream(&c, op, stream);
 	struct rm_copy_profile prof;
 	rm_copy_profile_begin(&prof, "client", rm_op_names[op], n);
@@ -248,13 +262,18 @@ static CUresult copy_to_device(uint32_t op, CUdeviceptr dst, const void *src, si
 	struct rm_copy_links *cl = rm_process_copy_links();
 	uint8_t *packed = NULL; /* the copy's bytes compressed (compress.h): never striped */
 	size_t packed_len = 0;
-	if (rm_compress_for(0, n) && rm_compress_encode(src, n, &packed, &packed_len) == 0) {
-		req.compressed = 1;
-		req.count = n;
-		data[0] = (struct iovec){packed, packed_len};
-		prof.host = "compressed";
+	if (rm_compress_for(0, n)) {
+		int enc = rm_compress_encode(src, n, &packed, &packed_len);
+		rm_compress_outcome(0, enc == 0, n);
+		if (enc == 0) {
+			req.compressed = 1;
+			req.count = n;
+			data[0] = (struct iovec){packed, packed_len};
+			prof.host = "compressed";
+		}
 	}
 	struct rm_copy_plan plan = packed ? (struct rm_copy_plan){1, 0} : rm_copy_links_take(cl, 0, n);
+	c.async = defer && (packed || !rm_copy_links_sample(cl, 0, n, plan));
 	if (plan.links > 1) { /* this frame carries link 0's share; the links send theirs meanwhile */
 		req.links = plan.links;
 		req.chunk = plan.chunk;
@@ -266,7 +285,7 @@ static CUresult copy_to_device(uint32_t op, CUdeviceptr dst, const void *src, si
 	CUresult r = rm_rpc(&c);
 	if (plan.links > 1)
 		r = finish_striped(cl, r);
-	if (cl && r == CUDA_SUCCESS && op == RM_OP_cuMemcpyHtoD_v2 && !packed) /* its reply waited for: the link's pace */
+	if (cl && r == CUDA_SUCCESS && op == RM_OP_cuMemcpyHtoD_v2 && !packed && !c.async) /* its reply waited for: the link's pace */
 		rm_copy_links_done(0, n, plan, rm_transport_now_ns() - t0);
 	free(packed);
 	rm_copy_profile_end(&prof);
@@ -299,6 +318,7 @@ static CUresult copy_from_device(uint32_t op, void *dst, CUdeviceptr src, size_t
 				.plan = compress ? (struct rm_copy_plan){1, 0} : rm_copy_links_take(cl, 1, n)};
 	if (compress) { /* the daemon answers compressed where it shrinks, raw (n bytes) where not */
 		req.compress = 1;
+		req.link_bps = rm_compress_plain_bps(1);
 		c.read_bulk = rm_compress_read_bulk;
 		c.read_bulk_arg = &packed;
 	}
@@ -324,7 +344,9 @@ static CUresult copy_from_device(uint32_t op, void *dst, CUdeviceptr src, size_t
 	CUresult r = rm_rpc(&c);
 	if (in.plan.links > 1)
 		r = finish_striped(cl, r);
-	if (cl && r == CUDA_SUCCESS && !packed.compressed)
+	if (compress && r == CUDA_SUCCESS)
+		rm_compress_outcome(1, packed.compressed, n);
+	if (cl && r == CUDA_SUCCESS && !compress) /* a try that went raw was not pipelined: not the link's pace */
 		rm_copy_links_done(1, n, in.plan, rm_transport_now_ns() - t0);
 	if (prefaulting) {
 		uint64_t mark = rm_copy_profile_mark(&prof);

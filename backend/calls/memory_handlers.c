@@ -132,6 +132,10 @@ static CUresult copy_in(struct rm_channel *s, struct rm_request *rq, const Remor
 	return r;
 }
 
+/* A client may send a blocking copy from pageable memory async (frontend/memory.c): it
+ * returned once its bytes were sent. The stream is still waited for, so that the copy is on
+ * the device before this channel's next call runs, and before other channels' calls that
+ * fence on it (a kernel or copy on a non-blocking stream reads what it wrote). */
 CUresult rm_body_cuMemcpyHtoD_v2(struct rm_channel *s, struct rm_request *rq, const Remora__MemcpyHtoD *req)
 {
 	return copy_in(s, rq, req, 1);
@@ -161,7 +165,7 @@ static CUresult copy_out(struct rm_channel *s, struct rm_request *rq, const Remo
 	if (r == CUDA_SUCCESS)
 		r = rm_session_check_range(s, req->src, n);
 	if (r == CUDA_SUCCESS && req->compress && req->links <= 1 && rm_zchunk_available() && rm_worker_config()->compress_copies &&
-	    rm_copy_out_compressed(s, rq, stream, req->src, n) == 0) {
+	    rm_copy_out_compressed(s, rq, stream, req->src, n, req->link_bps) == 0) {
 		prof.host = "compressed";
 		if (!rq->fatal)
 			rm_usage_add(&rm_registry()->clients[s->sh->slot].usage.bytes_dtoh, n);

@@ -7,6 +7,7 @@
 #include "log.h"
 #include "session.h"
 #include "stream_wait.h"
+#include "transport.h"
 #include "zchunk.h"
 
 /* Ends a malformed compressed copy: the session closes. */
@@ -71,7 +72,8 @@ CUresult rm_copy_in_compressed(struct rm_channel *s, struct rm_request *rq, CUre
 	return r;
 }
 
-int rm_copy_out_compressed(struct rm_channel *s, struct rm_request *rq, CUstream stream, uint64_t src, uint64_t n)
+int rm_copy_out_compressed(struct rm_channel *s, struct rm_request *rq, CUstream stream, uint64_t src, uint64_t n,
+			   double plain_bps)
 {
 	if (n > RM_COMPRESSED_OUT_MAX)
 		return -1;
@@ -96,11 +98,12 @@ int rm_copy_out_compressed(struct rm_channel *s, struct rm_request *rq, CUstream
 	int pays = 1;
 	for (uint64_t off = 0; off < n && pays; off += RM_ZCHUNK_MAX) {
 		size_t raw = n - off < RM_ZCHUNK_MAX ? n - off : RM_ZCHUNK_MAX, got;
+		uint64_t t0 = rm_transport_now_ns();
 		if (rm_zchunk_encode(host + off, raw, out + len, cap - len, 0, &got)) {
 			pays = 0;
 			break;
 		}
-		if (off == 0 && !rm_zchunk_pays(raw, got))
+		if (off == 0 && !rm_zchunk_pays_at(raw, got, (double)(rm_transport_now_ns() - t0) * 1e-9, plain_bps))
 			pays = 0; /* the sample: the copy goes raw */
 		len += got;
 	}

@@ -20,8 +20,10 @@ CUresult rm_copy_in_compressed(struct rm_channel *s, struct rm_request *rq, CUre
 			       uint64_t dst, uint64_t n, int waited);
 /* A device-to-host copy the client takes compressed: waits for the stream's earlier work,
  * copies the bytes out, and replies with them compressed where they shrink (the sample of
- * the first chunk to RM_ZCHUNK_PAYS, the whole below n), else raw. 0, or -1 when the copy
- * is too large to hold here (the caller sends it raw). */
-int rm_copy_out_compressed(struct rm_channel *s, struct rm_request *rq, CUstream stream, uint64_t src, uint64_t n);
+ * the first chunk to RM_ZCHUNK_PAYS, the whole below n) fast enough to beat the copy sent
+ * plain at plain_bps (the client's measure, bytes/s; 0: unknown, rm_zchunk_pays_at), else
+ * raw. 0, or -1 when the copy is too large to hold here (the caller sends it raw). */
+int rm_copy_out_compressed(struct rm_channel *s, struct rm_request *rq, CUstream stream, uint64_t src, uint64_t n,
+			   double plain_bps);
 
 #endif

@@ -89,7 +89,7 @@ CUresult rm_copy_in(struct rm_channel *s, struct rm_request *rq, CUresult r, CUs
 					      .ctx = s->thread_ctx, .result = r};
 	if (staged != CUDA_SUCCESS && jobs[0].result == CUDA_SUCCESS)
 		jobs[0].result = staged;
-	sh0.sync_after = waited && links == 1 && n <= sh0.staging->size;
+	sh0.sync_after = waited && links == 1 && n <= rm_share_piece(sh0.staging->size, n);
 	rm_copy_links_run(s, &sh0, jobs, links);
 	for (uint32_t i = 0; i < links; i++) {
 		if (jobs[i].link_failed)
@@ -121,7 +121,7 @@ void rm_copy_out(struct rm_channel *s, struct rm_request *rq, CUstream stream, u
 	CUresult r = session_share(s, NULL, prof, &sh0, n);
 	/* The stream's earlier work is waited for first, so that its error is the answer
 	 * before any byte goes; a copy in one piece waits once, after it is queued. */
-	sh0.sync_after = links == 1 && n <= rm_share_piece(&s->link, sh0.staging->size, n);
+	sh0.sync_after = links == 1 && n <= rm_share_piece(sh0.staging->size, n);
 	if (r == CUDA_SUCCESS && !sh0.sync_after) {
 		uint64_t mark = rm_copy_profile_mark(prof);
 		r = rm_stream_wait(s, stream);

@@ -35,14 +35,27 @@ static CUresult piece_dma(struct rm_share *sh, int b, void *buf, struct rm_strip
 	return part_dma(sh, b, buf, j, off, len, 1);
 }
 
+size_t rm_share_piece(size_t staging_size, uint64_t chunk_len)
+{
+	uint64_t q = (chunk_len / 4 + 0xffff) & ~(uint64_t)0xffff;
+	if (q < RM_SHARE_PIECE_MIN)
+		q = RM_SHARE_PIECE_MIN;
+	return q < staging_size ? (size_t)q : staging_size;
+}
+
 /* Walks a link's pieces of a striped copy: each chunk of the link, cut to the staging size. */
 struct cursor {
 	uint64_t chunk, chunks, k, pos, end;
 };
 
+static uint64_t chunk_of(const struct rm_stripe_job *j)
+{
+	return j->links > 1 ? rm_stripe_chunk_of(j->n, j->links, j->chunk) : j->n ? j->n : 1;
+}
+
 static void cursor_start(struct cursor *c, const struct rm_stripe_job *j)
 {
-	c->chunk = j->links > 1 ? rm_stripe_chunk_of(j->n, j->links, j->chunk) : j->n ? j->n : 1;
+	c->chunk = chunk_of(j);
 	c->chunks = (j->n + c->chunk - 1) / c->chunk;
 	c->k = j->index;
 	c->pos = c->end = 0;
@@ -81,7 +94,7 @@ static void share_in(struct rm_share *sh, struct rm_stripe_job *j)
 	cursor_start(&c, j);
 	uint64_t off;
 	size_t len;
-	for (int b = 0; cursor_next(&c, j, sh->staging->size, &off, &len); b ^= 1) {
+	for (int b = 0; cursor_next(&c, j, sh->piece, &off, &len); b ^= 1) {
 		void *buf = NULL;
 		if (j->result == CUDA_SUCCESS)
 			j->result = staging(sh, b, &buf);
@@ -159,11 +172,10 @@ static void share_out(struct rm_share *sh, struct rm_stripe_job *j)
 void rm_share_run(struct rm_share *sh, struct rm_stripe_job *j)
 {
 	/* Opened first: its size, which cuts the pieces, is known once open (staging.h). */
-	uint64_t share = j->links > 1 ? rm_stripe_chunk_of(j->n, j->links, j->chunk) : j->n;
 	if (j->result == CUDA_SUCCESS)
-		j->result = rm_staging_open_for(sh->staging, share);
+		j->result = rm_staging_open_for(sh->staging, chunk_of(j));
 	sh->parts = rm_share_in_parts(sh->link);
-	sh->piece = j->to_host ? rm_share_piece(sh->link, sh->staging->size, share) : sh->staging->size;
+	sh->piece = rm_share_piece(sh->staging->size, chunk_of(j));
 	if (j->to_host)
 		share_out(sh, j);
 	else

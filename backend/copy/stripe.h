@@ -39,20 +39,19 @@ struct rm_share {
 	 * device, any to the host): no event is recorded for its staging buffer, since the
 	 * stream is synchronized next (rm_copy_in, share_out). unrecorded: it was. */
 	int sync_after, unrecorded;
-	uint64_t piece; /* the most a piece carries (set by rm_share_run) */
-	int parts;      /* pieces to the device go in parts (rm_share_in_parts) */
+	size_t piece; /* the most bytes of a piece (rm_share_piece): set by rm_share_run */
+	int parts;    /* pieces to the device go in parts (rm_share_in_parts) */
 	const struct rm_copy_profile *prof; /* link 0's, else an inactive one */
 	struct rm_time_tally *wait, *dma;   /* where its waits and copy calls are counted */
 };
 
 /* Over shared memory (RM_TRANSPORT_MEMORY), where one connection brings a copy's bytes at
  * about one core's memcpy rate, large pieces go in parts so that the DMA overlaps the
- * ring: to the device, a piece of len bytes is handed to the driver a part at a time
- * (rm_share_part), each as soon as it is read; from the device, a share is cut into
- * pieces of rm_share_piece, each sent while the next is copied. A part is a quarter of the
- * whole (64 KiB multiples), at least RM_SHARE_PART_MIN: what is smaller goes whole, its
- * DMA taking less than the calls and waits of more parts. Other transports keep whole
- * pieces of the staging's size. */
+ * ring: to the device, a piece of len bytes (rm_share_piece) is handed to the driver a
+ * part at a time (rm_share_part), each as soon as it is read. A part is a quarter of the
+ * piece (64 KiB multiples), at least RM_SHARE_PART_MIN: what is smaller goes whole, its
+ * DMA taking less than the calls and waits of more parts. Other transports hand the
+ * driver whole pieces. */
 #define RM_SHARE_PART_MIN (1u << 20)
 static inline int rm_share_in_parts(const struct rm_link *link)
 {
@@ -63,18 +62,18 @@ static inline uint64_t rm_share_part(uint64_t len)
 	uint64_t part = (len / 4 + 65535) & ~(uint64_t)65535;
 	return part > RM_SHARE_PART_MIN ? part : RM_SHARE_PART_MIN;
 }
-/* The pieces a share of share bytes from the device goes in over link, through a staging
- * buffer of staging bytes. */
-static inline uint64_t rm_share_piece(const struct rm_link *link, uint64_t staging, uint64_t share)
-{
-	uint64_t piece = rm_share_in_parts(link) ? rm_share_part(share) : staging;
-	return piece < staging ? piece : staging;
-}
-
 /* Moves a link's share of job j through its staging: reads each piece and copies it to
  * the device, or copies each piece from the device and sends it, the network overlapping
  * the DMA. */
 void rm_share_run(struct rm_share *sh, struct rm_stripe_job *j);
+
+/* The most bytes of one piece of a chunk of chunk_len bytes through staging of size bytes:
+ * a quarter of the chunk (at least RM_SHARE_PIECE_MIN, a multiple of 64 KiB), within the
+ * staging's size. A chunk in one piece is read whole before its DMA starts (or copied whole
+ * before its first byte goes), so that DMA and the stream's wait followed the network; in
+ * four, only the last quarter's does (a 1 MiB copy: about 40 us less on an H100). */
+#define RM_SHARE_PIECE_MIN (256u << 10) /* smaller: an event's record and wait cost more than they save */
+size_t rm_share_piece(size_t staging_size, uint64_t chunk_len);
 
 /* Runs jobs[1..links-1] on copy links 1..links-1, on their threads, and jobs[0] on sh0
  * here; returns once all are done. One striped copy at a time, whichever channel it

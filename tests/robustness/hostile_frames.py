@@ -249,7 +249,10 @@ def staging_fails(d):
         try:
             try:
                 ok, err = run_probe(fd, *args, env=env, timeout=30)
-                check(not ok and "cuMemcpyHtoD" in err and f"failed: {CUDA_ERROR_OUT_OF_MEMORY}" in err,
+                # A blocking copy from pageable memory returns once sent (frontend/memory.c):
+                # its error comes at the next synchronizing call, the probe's copy back.
+                check(not ok and ("cuMemcpyHtoD" in err or "cuMemcpyDtoH" in err) and
+                      f"failed: {CUDA_ERROR_OUT_OF_MEMORY}" in err,
                       f"{what} not allocated: the copy fails with CUDA_ERROR_OUT_OF_MEMORY ({err})")
             except subprocess.TimeoutExpired:
                 check(False, f"{what} not allocated: the copy still has no answer after 30 s")

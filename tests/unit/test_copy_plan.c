@@ -62,8 +62,8 @@ int main(void)
 	EXPECT(rm_copy_plan_choose(&st, 0, 64 * MIB, 1).links == 1);
 
 	/* Loopback: 20 us, one stream 5 GB/s, 20 GB/s in all. 4 MiB copies stripe over the
-	 * 4 links (shares of 1 MiB, 4 round trips' worth each being 400 KB), 1 in 16 not;
-	 * 512 KiB ones stay whole (a share would be under 4 R·S). */
+	 * 4 links (shares of 1 MiB, a round trip's worth being 100 KB), 1 in 16 not;
+	 * 256 KiB ones stay whole (a share would be under RM_COPY_PLAN_MIN_SHARE). */
 	struct model loop = {20e-6, 5e9, 20e9, 10e-6};
 	rm_copy_plan_init(&st, 16 * MIB);
 	EXPECT(striped_of_32(&st, &loop, 4 * MIB, 4) == 30);
@@ -72,7 +72,9 @@ int main(void)
 	p = next_plan(&st, 2 * MIB + 1, 4);
 	EXPECT(p.links <= 2 || p.chunk % RM_STRIPE_CHUNK_ALIGN == 0);
 	rm_copy_plan_init(&st, 16 * MIB);
-	EXPECT(striped_of_32(&st, &loop, 512 * KIB, 4) == 0);
+	EXPECT(striped_of_32(&st, &loop, 256 * KIB, 4) == 0);
+	rm_copy_plan_init(&st, 16 * MIB);
+	EXPECT(striped_of_32(&st, &loop, 512 * KIB, 4) == 30);
 
 	/* TLS on loopback: one stream 1.5 GB/s: 1 MiB copies stripe (each share 256 KiB). */
 	struct model tls = {25e-6, 1.5e9, 12e9, 10e-6};
@@ -86,14 +88,38 @@ int main(void)
 	struct model wan = {2e-3, 250e6, 250e6, 10e-6};
 	rm_copy_plan_init(&st, 16 * MIB);
 	EXPECT(striped_of_32(&st, &wan, 64 * MIB, 4) == 2);
-	/* Its shares would be 4 R·S = 2 MB: 4 MiB copies could take 2 links at most. */
-	p = rm_copy_plan_choose(&st, 0, 4 * MIB, 4);
+	/* Its shares would be R·S = 500 KB: 1 MiB copies could take 2 links at most. */
+	p = rm_copy_plan_choose(&st, 0, 1 * MIB, 4);
 	EXPECT(p.links <= 2);
 
 	/* 25 GbE at 50 us that one stream fills at 3 GB/s: 16 MiB copies go whole. */
 	struct model dc = {50e-6, 3e9, 3.1e9, 10e-6};
 	rm_copy_plan_init(&st, 16 * MIB);
 	EXPECT(striped_of_32(&st, &dc, 16 * MIB, 4) == 2);
+	/* The emulated 25 GbE link: one stream 2.7 GB/s of the link's 3.1: 1 MiB copies stripe
+	 * (R·S = 135 KB, so 4 shares of 256 KiB). */
+	struct model emu = {50e-6, 2.7e9, 3.1e9, 10e-6};
+	rm_copy_plan_init(&st, 16 * MIB);
+	EXPECT(striped_of_32(&st, &emu, 1 * MIB, 4) == 30);
+	p = next_plan(&st, 1 * MIB, 4);
+	EXPECT(p.links == 4 && p.chunk == 256 * KIB);
+
+	/* Copies that need not wait (pageable, to the device) wait while their kind's rate is
+	 * unknown, then one in RM_COPY_PLAN_SAMPLE_EVERY; small ones never. */
+	rm_copy_plan_init(&st, 16 * MIB);
+	struct rm_copy_plan whole = {1, 0}, four = {4, 256 * KIB};
+	EXPECT(rm_copy_plan_sample(&st, 0, 1 * MIB, whole) == 1); /* no round trip yet */
+	rm_copy_plan_rtt(&st, 50000);
+	EXPECT(rm_copy_plan_sample(&st, 0, 1 * MIB, whole) == 1);
+	EXPECT(rm_copy_plan_sample(&st, 0, 64 * KIB, whole) == 0);
+	rm_copy_plan_done(&st, 0, 1 * MIB, whole, 450000);
+	EXPECT(st.stream_bps[0] > 0 && st.stream_bps[1] == 0);
+	EXPECT(rm_copy_plan_sample(&st, 0, 1 * MIB, four) == 1);  /* striped: not measured yet */
+	EXPECT(rm_copy_plan_sample(&st, 1, 1 * MIB, whole) == 1); /* the other direction either */
+	int waits = 0;
+	for (int i = 0; i < 4 * RM_COPY_PLAN_SAMPLE_EVERY; i++)
+		waits += rm_copy_plan_sample(&st, 0, 1 * MIB, whole);
+	EXPECT(waits == 4);
 
 	/* The round trip follows the link: a window of slower calls raises it. */
 	rm_copy_plan_init(&st, 0);

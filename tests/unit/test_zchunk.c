@@ -105,15 +105,28 @@ static void decisions(void)
 	EXPECT(rm_compress_mode_parse(NULL, &m) == 0 && m == (rm_zchunk_available() ? RM_COMPRESS_AUTO : RM_COMPRESS_OFF));
 	EXPECT(rm_compress_mode_parse("off", &m) == 0 && m == RM_COMPRESS_OFF);
 	uint64_t big = 4u << 20;
-	double slow = 1e9 / 8, fast = 25e9 / 8;
-	EXPECT(!rm_compress_wanted(RM_COMPRESS_OFF, 0, slow, big));
-	EXPECT(rm_compress_wanted(RM_COMPRESS_AUTO, 0, slow, big) == rm_zchunk_available());
-	EXPECT(!rm_compress_wanted(RM_COMPRESS_AUTO, 0, fast, big));
-	EXPECT(!rm_compress_wanted(RM_COMPRESS_AUTO, 1, slow, big)); /* unix, shared memory */
-	EXPECT(!rm_compress_wanted(RM_COMPRESS_AUTO, 0, 0, big));    /* not measured yet */
-	EXPECT(!rm_compress_wanted(RM_COMPRESS_AUTO, 0, slow, RM_ZCHUNK_MIN_COPY - 1));
-	EXPECT(!rm_compress_wanted(RM_COMPRESS_ALWAYS, 0, slow, RM_ZCHUNK_MAX_COPY + 1));
-	EXPECT(rm_compress_wanted(RM_COMPRESS_ALWAYS, 1, fast, big) == rm_zchunk_available());
+	double slow = 1e9 / 8, fast = 25e9 / 8, zstd = 1e9; /* zstd: 1 GB/s measured */
+	EXPECT(!rm_compress_wanted(RM_COMPRESS_OFF, 0, slow, zstd, big));
+	EXPECT(rm_compress_wanted(RM_COMPRESS_AUTO, 0, slow, zstd, big) == rm_zchunk_available());
+	EXPECT(rm_compress_wanted(RM_COMPRESS_AUTO, 0, slow, 0, big) == rm_zchunk_available()); /* speed unknown: try */
+	/* 1.25 / 1 GB/s is more than 0.9 / 3.1 GB/s: not even a perfect ratio pays; at 10 GB/s it may. */
+	EXPECT(!rm_compress_wanted(RM_COMPRESS_AUTO, 0, fast, zstd, big));
+	EXPECT(rm_compress_wanted(RM_COMPRESS_AUTO, 0, fast, 10e9, big) == rm_zchunk_available());
+	EXPECT(!rm_compress_wanted(RM_COMPRESS_AUTO, 1, slow, zstd, big)); /* unix, shared memory */
+	EXPECT(!rm_compress_wanted(RM_COMPRESS_AUTO, 0, 0, zstd, big));    /* not measured yet */
+	EXPECT(!rm_compress_wanted(RM_COMPRESS_AUTO, 0, slow, zstd, RM_ZCHUNK_MIN_COPY - 1));
+	EXPECT(!rm_compress_wanted(RM_COMPRESS_ALWAYS, 0, slow, zstd, RM_ZCHUNK_MAX_COPY + 1));
+	EXPECT(rm_compress_wanted(RM_COMPRESS_ALWAYS, 1, fast, zstd, big) == rm_zchunk_available());
+	/* A sample of 1 MiB: at 0.125 GB/s plain, 1 ms of zstd to a tenth pays (1.25 + 0.8 ms
+	 * against 7.5 ms); at 3.1 GB/s plain it does not (1.25 ms against 0.3), nor a sample at
+	 * 0.85 of its size however fast, while plain 0 (unknown) leaves the shrink to decide. */
+	size_t mib = 1u << 20;
+	EXPECT(rm_zchunk_pays_at(mib, mib / 10, 1e-3, slow));
+	EXPECT(!rm_zchunk_pays_at(mib, mib / 10, 1e-3, fast));
+	EXPECT(rm_zchunk_pays_at(mib, mib / 100, 1e-4, fast));
+	EXPECT(!rm_zchunk_pays_at(mib, mib * 85 / 100, 1e-5, slow));
+	EXPECT(rm_zchunk_pays_at(mib, mib / 10, 1.0, 0) && !rm_zchunk_pays_at(mib, mib, 1e-6, 0));
+	EXPECT(!rm_zchunk_pays_at(mib, mib / 10, 0, slow)); /* no time measured: not known to pay */
 	EXPECT(rm_zchunk_pays(1000, 800) && !rm_zchunk_pays(1000, 801) && !rm_zchunk_pays(0, 0));
 }
 
