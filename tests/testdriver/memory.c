@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 static struct td_alloc *allocs;       /* guarded by td_lock */
@@ -134,9 +135,49 @@ struct td_pool *td_alloc_pool(uintptr_t ptr)
  * (live migration moves a client back to addresses it had). NULL: none. */
 #define DEVICE_GRANULE (2ul << 20)
 
+/* Device memory is laid out in a window of the process's address space of its own, at a
+ * random 1 GiB slot from 32 TiB, away from host mappings (a GPU's address space is its
+ * own): a moved client's addresses, another process's device memory, are then free here
+ * (live migration), not a thread's stack. Past the window, or where a hint is taken, the
+ * kernel places it. */
+#define DEVICE_WINDOW_BASE (32ull << 40)
+#define DEVICE_WINDOW_SLOTS 8192u      /* of 1 GiB */
+#define DEVICE_WINDOW_SIZE (1ull << 40) /* a process's window */
+static uint64_t window_next, window_end;
+static pthread_once_t window_once = PTHREAD_ONCE_INIT;
+
+static void window_init(void)
+{
+	uint32_t r = 0;
+	if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
+		r = (uint32_t)getpid() * 2654435761u;
+	window_next = DEVICE_WINDOW_BASE + (uint64_t)(r % DEVICE_WINDOW_SLOTS) * (1ull << 30);
+	window_end = window_next + DEVICE_WINDOW_SIZE;
+}
+
+static void *window_map(size_t span)
+{
+	pthread_once(&window_once, window_init);
+	uint64_t at = __atomic_fetch_add(&window_next, span, __ATOMIC_RELAXED);
+	if (at + span > window_end)
+		return NULL;
+	void *m = mmap((void *)(uintptr_t)at, span, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+	if (m == MAP_FAILED)
+		return NULL;
+	if ((uintptr_t)m != at) { /* a kernel without MAP_FIXED_NOREPLACE took it as a hint */
+		munmap(m, span);
+		return NULL;
+	}
+	return m;
+}
+
 static void *device_map(size_t size)
 {
 	size_t span = round_up(size, DEVICE_GRANULE);
+	void *w = window_map(span);
+	if (w)
+		return w;
 	char *m = mmap(NULL, span + DEVICE_GRANULE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
 		       -1, 0);
 	if (m == MAP_FAILED)
