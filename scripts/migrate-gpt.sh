@@ -48,18 +48,19 @@ for ((i = 0; i < 1200; i++)); do # moves start once training has: PyTorch's star
 	kill -0 "$client" 2>/dev/null || break
 	sleep 0.1
 done
-src=$A dst=$B
+src=$A dst=$B made=0
 for ((m = 1; m <= MOVES; m++)); do
 	sleep "$INTERVAL"
 	kill -0 "$client" 2>/dev/null || { echo "move $m: the job has already ended"; break; }
 	out=$(REMORA_TOKEN=$ADMIN "$BUILD/cli/remora" migrate "pid:$client" --to "$dst" --server "$src" 2>&1) && rc=0 || rc=$?
 	echo "move $m ($src -> $dst): rc=$rc $out"
-	((rc == 0)) && { t=$src; src=$dst; dst=$t; }
+	((rc == 0)) && { t=$src; src=$dst; dst=$t; made=$((made + 1)); }
 done
 wait "$client" && rc=0 || rc=$?
 steps=$(grep -c "^gpt step" "$WORK/remote.out" || true)
 if ((rc == 0)) && diff <(grep "^gpt step" "$WORK/native.out") <(grep "^gpt step" "$WORK/remote.out") >/dev/null; then
-	echo "losses: the same as native's, bit for bit, over $steps steps"
+	echo "losses: the same as native's, bit for bit, over $steps steps; $made of $MOVES moves made"
+	((made == MOVES)) || exit 1 # a move refused is not the measurement asked for
 else
 	echo "losses: NOT the same as native's (client rc=$rc, $steps steps); its log's end:"
 	tail -5 "$WORK/client.log"
