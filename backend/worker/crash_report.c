@@ -8,13 +8,10 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
 
 #include "api_ops.h"
-#include "log.h"
 
 /* The signal, the address it was about, and where it struck (the instruction's library
  * and symbol: the stack below may not unwind through a library without unwind tables,
@@ -22,62 +19,10 @@
 static __thread uint32_t serving_op = UINT32_MAX;
 static __thread uint64_t serving_session;
 
-/* Every serving thread's call, for the watch's report of calls that take long: a slot a
- * thread, taken at its first call (threads past SERVED_SLOTS go unwatched). Fields are
- * read by the watch without a lock: a report may pair a call with its neighbour's time,
- * never more. */
-#define SERVED_SLOTS 1024
-static struct served_slot {
-	uint32_t op; /* UINT32_MAX: none */
-	uint64_t session, since_ns, told_since_ns;
-	int tid;
-} served[SERVED_SLOTS];
-static int nserved;
-static __thread int served_slot = -1;
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void rm_crash_note_call(uint32_t op, uint64_t session)
 {
 	serving_op = op;
 	serving_session = session;
-	if (served_slot < 0) {
-		int i = __atomic_fetch_add(&nserved, 1, __ATOMIC_RELAXED);
-		served_slot = i < SERVED_SLOTS ? i : SERVED_SLOTS;
-		if (i < SERVED_SLOTS)
-			served[i].tid = (int)syscall(SYS_gettid);
-	}
-	if (served_slot == SERVED_SLOTS)
-		return;
-	struct served_slot *sl = &served[served_slot];
-	if (op != UINT32_MAX) {
-		__atomic_store_n(&sl->session, session, __ATOMIC_RELAXED);
-		__atomic_store_n(&sl->since_ns, now_ns(), __ATOMIC_RELAXED);
-	}
-	__atomic_store_n(&sl->op, op, __ATOMIC_RELEASE);
-}
-
-void rm_crash_report_long_calls(unsigned long long after_ms)
-{
-	int n = __atomic_load_n(&nserved, __ATOMIC_RELAXED);
-	uint64_t now = now_ns();
-	for (int i = 0; i < n && i < SERVED_SLOTS; i++) {
-		struct served_slot *sl = &served[i];
-		uint32_t op = __atomic_load_n(&sl->op, __ATOMIC_ACQUIRE);
-		uint64_t since = __atomic_load_n(&sl->since_ns, __ATOMIC_RELAXED);
-		if (op == UINT32_MAX || now - since < after_ms * 1000000ull || sl->told_since_ns == since)
-			continue;
-		sl->told_since_ns = since; /* once a call */
-		rm_log(RM_LOG_INFO, "worker: thread %d has served op %u (%s) of session %llu for %llu s", sl->tid, op,
-		       op < RM_OP_LIMIT && rm_op_names[op] ? rm_op_names[op] : "?",
-		       (unsigned long long)__atomic_load_n(&sl->session, __ATOMIC_RELAXED),
-		       (unsigned long long)((now - since) / 1000000000ull));
-	}
 }
 
 static void on_fatal(int sig, siginfo_t *info, void *context)

@@ -11,9 +11,5 @@ void rm_crash_report_install(void);
 /* The call the calling thread serves (serve.c), named in a crash report: a crash inside
  * the driver leaves no stack to unwind, but its call tells which handler passed what. */
 void rm_crash_note_call(uint32_t op, uint64_t session);
-/* Logs (info), once a call, each call a serving thread has been in for after_ms or more:
- * a call that waits on a peer or the GPU that long is named with its session (the watch,
- * gpu_watch.c). */
-void rm_crash_report_long_calls(unsigned long long after_ms);
 
 #endif

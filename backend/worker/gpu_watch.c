@@ -8,7 +8,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "crash_report.h"
 #include "fault.h"
 #include "gpus.h"
 #include "kernel_watch.h"
@@ -20,7 +19,6 @@
 				* kernel_time_limit, is found */
 #define WATCH_MEMORY_EVERY 10 /* intervals between registry updates of free memory */
 #define RETIRED_GRACE_MS 2000 /* a faulted worker idle this long after its fault exits */
-#define LONG_CALL_MS 10000 /* a served call this long is logged (crash_report.h) */
 #define MPS_FAULT_GRACE_MS 300 /* under MPS, a faulted worker ends this long after its fault,
 				* time for the replies that carry the fault to go out */
 
@@ -98,7 +96,6 @@ static void *watch_gpus(void *arg)
 				rm_registry_unlock();
 			}
 		}
-		rm_crash_report_long_calls(LONG_CALL_MS);
 		rm_served_each(find_overrun);
 		if (overrun_name[0])
 			recycle();

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "api_ops.h"
 #include "link.h"
 #include "log.h"
 #include "registry.h"
@@ -25,9 +26,10 @@ static uint64_t now_ns(void)
 /* Every call passes here: no lock. A heartbeat the thread sends between two calls is
  * harmless (the client skips heartbeats); what matters is that none goes out inside a
  * reply, and reply_begun is set under send_lock before a reply's first byte. */
-void rm_liveness_call_begin(struct rm_channel *s)
+void rm_liveness_call_begin(struct rm_channel *s, uint32_t op)
 {
 	uint64_t now = now_ns();
+	__atomic_store_n(&s->call_op, op, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->reply_begun, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->heartbeat_ns, now, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->call_since_ns, now, __ATOMIC_RELEASE);
@@ -57,11 +59,24 @@ int rm_liveness_send_aside(struct rm_channel *s, uint32_t op, const void *msg, u
 	return err;
 }
 
+/* Once a call: one that waits on a peer or the GPU that long is named in the log. */
+static void log_if_long(struct rm_channel *s, uint64_t since, uint64_t now)
+{
+	if (s->callbacks || now - since < RM_LONG_CALL_MS * 1000000ull || s->long_call_logged == since)
+		return; /* a callback channel listens for as long as the session lasts */
+	s->long_call_logged = since; /* only this thread writes it */
+	uint32_t op = __atomic_load_n(&s->call_op, __ATOMIC_RELAXED);
+	rm_session_log(s, RM_LOG_INFO, "%s has run for %llu s", op < RM_OP_LIMIT && rm_op_names[op] ? rm_op_names[op] : "a call",
+		       (unsigned long long)((now - since) / 1000000000u));
+}
+
 static void beat_if_due(struct rm_channel *s)
 {
-	if (!__atomic_load_n(&s->call_since_ns, __ATOMIC_ACQUIRE))
+	uint64_t since = __atomic_load_n(&s->call_since_ns, __ATOMIC_ACQUIRE);
+	if (!since)
 		return; /* most sessions, most of the time: no call running */
 	uint64_t now = now_ns();
+	log_if_long(s, since, now);
 	if (now - __atomic_load_n(&s->heartbeat_ns, __ATOMIC_RELAXED) < (uint64_t)s->sh->heartbeat_ms * 1000000u)
 		return;
 	int err = rm_liveness_send_aside(s, RM_OP_HEARTBEAT, NULL, 0);

@@ -7,9 +7,11 @@
 
 #include "session.h"
 
-/* Brackets the call the session's thread runs: heartbeats cover it from its start until
- * its reply begins (rm_liveness_reply_begins) or it ends. */
-void rm_liveness_call_begin(struct rm_channel *s);
+/* Brackets the call (of op) the session's thread runs: heartbeats cover it from its start
+ * until its reply begins (rm_liveness_reply_begins) or it ends; a call running
+ * RM_LONG_CALL_MS or more is logged once, with its op and session. */
+#define RM_LONG_CALL_MS 10000
+void rm_liveness_call_begin(struct rm_channel *s, uint32_t op);
 void rm_liveness_call_end(struct rm_channel *s);
 /* Called with s->send_lock held just before a reply is sent: no heartbeat may follow. */
 void rm_liveness_reply_begins(struct rm_channel *s);

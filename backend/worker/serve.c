@@ -49,7 +49,7 @@ static int fence(struct rm_channel *s, const struct rm_frame *f)
 		rm_session_log(s, RM_LOG_WARN, "malformed fence; closing");
 		return -1;
 	}
-	rm_liveness_call_begin(s);
+	rm_liveness_call_begin(s, RM_OP_FENCE);
 	rm_session_fence(s, m->channel, m->seq);
 	rm_liveness_call_end(s);
 	remora__fence__free_unpacked(m, NULL);
@@ -162,7 +162,7 @@ void rm_serve(struct rm_channel *s)
 		int waits = rq.frame.op >= RM_OP_LIMIT || !(rm_op_flags[rq.frame.op] & RM_OPF_ASYNC);
 		if (waits)
 			rm_kernel_timing_close(s, RM_SPAN_EARLY_CLOSE_NS);
-		rm_liveness_call_begin(s);
+		rm_liveness_call_begin(s, rq.frame.op);
 		rm_crash_note_call(rq.frame.op, s->sh->id);
 		CUresult r = rm_session_enter(s, rq.frame.ctx);
 		/* The thread's current context may be one destroyed before: natively that does not

@@ -152,6 +152,8 @@ struct rm_channel {
 	 * the client every sh->heartbeat_ms until the call's reply begins. */
 	pthread_mutex_t send_lock; /* who sends a frame on link: a reply, or a heartbeat */
 	uint64_t call_since_ns;    /* when the running call began; 0: none (atomic) */
+	uint32_t call_op;          /* the running call's op (atomic) */
+	uint64_t long_call_logged; /* call_since_ns of the call last logged as long (liveness.c) */
 	uint64_t heartbeat_ns;     /* the last heartbeat, or the call's start (atomic) */
 	int reply_begun;           /* the running call's reply is being sent (set under send_lock) */
 
