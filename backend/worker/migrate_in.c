@@ -156,6 +156,7 @@ static int load_image(struct restore *x, enum rm_handle_kind kind, uint64_t hand
 	if (r != CUDA_SUCCESS)
 		return err_of(r);
 	rm_session_own(x->s, kind, h, 0);
+	rm_image_load_here(kind, h); /* as a client's own load does (module_handlers.c) */
 	uint8_t *kept = malloc(n + 64);
 	if (kept) { /* the decoder's copy has 64 zero bytes after it */
 		memcpy(kept, image, n + 64);
