@@ -95,14 +95,12 @@ unsigned long long rm_fault_age_ms(void)
 	return ms > 0 ? (unsigned long long)ms : 1;
 }
 
-/* Whether the worker's contexts are clients of NVIDIA MPS (tenant_isolation = mps, mps.h):
- * there a fatal fault breaks every MPS client of the GPU, whichever tenant it came from. */
-static int under_mps(void)
+int rm_fault_under_mps(void)
 {
 	static int mps = -1;
 	if (__atomic_load_n(&mps, __ATOMIC_RELAXED) < 0)
 		__atomic_store_n(&mps, getenv("CUDA_MPS_PIPE_DIRECTORY") != NULL, __ATOMIC_RELAXED);
-	return mps;
+	return __atomic_load_n(&mps, __ATOMIC_RELAXED);
 }
 
 static size_t clamp(int n, size_t len)
@@ -123,10 +121,10 @@ static size_t mps_notice(char *buf, size_t len, CUresult r)
 size_t rm_fault_notice(struct rm_channel *s, char *buf, size_t len)
 {
 	CUresult r = rm_fault_error();
-	if (r == CUDA_SUCCESS || (s->sh->id == culprit_session && !under_mps()) ||
+	if (r == CUDA_SUCCESS || (s->sh->id == culprit_session && !rm_fault_under_mps()) ||
 	    __atomic_exchange_n(&s->sh->fault_told, 1, __ATOMIC_ACQ_REL))
 		return 0;
-	if (under_mps())
+	if (rm_fault_under_mps())
 		return mps_notice(buf, len, r);
 	int n;
 	pthread_mutex_lock(&fault_lock);

@@ -18,6 +18,9 @@ int rm_fault_is_sticky(CUresult r);
  * first sticky one faults the worker: logged, marked in the registry for the accepting
  * process, and s recorded as the client it was first reported to. */
 void rm_fault_note(const struct rm_channel *s, CUresult r);
+/* Whether the worker's contexts are clients of NVIDIA MPS (tenant_isolation = mps, mps.h):
+ * there a fatal fault breaks every MPS client of the GPU, whichever tenant it came from. */
+int rm_fault_under_mps(void);
 /* The sticky error the worker faulted with; CUDA_SUCCESS while it has not. */
 CUresult rm_fault_error(void);
 /* How long ago the worker faulted, in ms; 0 when it has not. */

@@ -86,7 +86,7 @@ static void *watch_gpus(void *arg)
 {
 	(void)arg;
 	struct timespec tick = {0, WATCH_INTERVAL_MS * 1000000L};
-	int under_mps = getenv("CUDA_MPS_PIPE_DIRECTORY") != NULL; /* tenant_isolation = mps (mps.h) */
+	int under_mps = rm_fault_under_mps();
 	for (unsigned round = 0;; round++) {
 		for (int g = 0; g < rm_registry()->ngpus; g++) {
 			size_t free_b, total_b;

@@ -142,11 +142,17 @@ static CUresult map_run(struct rm_session *sh, CUdevice dev, struct rm_moved_run
 	return r;
 }
 
-static void unmap_run(struct rm_channel *s, const struct rm_moved_run *r)
+/* Undoes map_run. */
+static void run_unmap(struct rm_session *sh, const struct rm_moved_run *r)
 {
 	rm_drv_cuMemUnmap(r->base, r->span);
 	rm_drv_cuMemRelease(r->phys);
-	run_unreserve(s->sh, r);
+	run_unreserve(sh, r);
+}
+
+static void unmap_run(struct rm_channel *s, const struct rm_moved_run *r)
+{
+	run_unmap(s->sh, r);
 	rm_session_uncharge(s, r->span);
 }
 
@@ -190,9 +196,7 @@ CUresult rm_migrate_map_span(struct rm_channel *s, CUdevice dev, uint64_t base, 
 	if ((r = map_run(sh, dev, &whole, 1)) == CUDA_SUCCESS) {
 		if (!run_add(sh, whole))
 			return CUDA_SUCCESS;
-		rm_drv_cuMemUnmap(whole.base, whole.span);
-		rm_drv_cuMemRelease(whole.phys);
-		run_unreserve(sh, &whole);
+		run_unmap(sh, &whole);
 		rm_session_uncharge(s, size);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -203,9 +207,7 @@ CUresult rm_migrate_map_span(struct rm_channel *s, CUdevice dev, uint64_t base, 
 		if ((r = map_run(sh, dev, &run, 0)) != CUDA_SUCCESS)
 			break;
 		if (run_add(sh, run)) {
-			rm_drv_cuMemUnmap(run.base, run.span);
-			rm_drv_cuMemRelease(run.phys);
-			run_unreserve(sh, &run);
+			run_unmap(sh, &run);
 			r = CUDA_ERROR_OUT_OF_MEMORY;
 			break;
 		}
@@ -214,9 +216,7 @@ CUresult rm_migrate_map_span(struct rm_channel *s, CUdevice dev, uint64_t base, 
 	if (r != CUDA_SUCCESS) { /* the span's runs so far undone, and the whole span uncharged */
 		while (sh->nmoved_runs > first) {
 			struct rm_moved_run gone = sh->moved_runs[--sh->nmoved_runs];
-			rm_drv_cuMemUnmap(gone.base, gone.span);
-			rm_drv_cuMemRelease(gone.phys);
-			run_unreserve(sh, &gone);
+			run_unmap(sh, &gone);
 		}
 		rm_session_uncharge(s, size);
 	}
