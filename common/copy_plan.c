@@ -13,7 +13,37 @@
 
 void rm_copy_plan_init(struct rm_copy_plan_state *st, uint64_t fixed_min)
 {
-	*st = (struct rm_copy_plan_state){.fixed_min = fixed_min, .striping = {-1, -1}};
+	*st = (struct rm_copy_plan_state){.fixed_min = fixed_min};
+	for (int d = 0; d < 2; d++)
+		for (int k = 0; k < RM_COPY_PLAN_CLASSES; k++)
+			st->striping[d][k] = -1;
+}
+
+int rm_copy_plan_class(uint64_t n)
+{
+	int k = 0;
+	for (uint64_t top = (uint64_t)RM_COPY_PLAN_MIN_SHARE * 4; n >= top && k < RM_COPY_PLAN_CLASSES - 1; top *= 4)
+		k++;
+	return k;
+}
+
+/* rates[k] if measured, else the nearest measured class's (the smaller on a tie); 0: none. */
+static double nearest(const double *rates, int k)
+{
+	for (int dist = 0; dist < RM_COPY_PLAN_CLASSES; dist++) {
+		if (k - dist >= 0 && rates[k - dist] > 0)
+			return rates[k - dist];
+		if (k + dist < RM_COPY_PLAN_CLASSES && rates[k + dist] > 0)
+			return rates[k + dist];
+	}
+	return 0;
+}
+
+double rm_copy_plan_rate(const struct rm_copy_plan_state *st, int to_host, uint64_t n)
+{
+	int d = !!to_host, k = rm_copy_plan_class(n);
+	double s = nearest(st->stream_bps[d], k), b = st->striped_bps[d][k];
+	return st->striping[d][k] == 1 && b > s ? b : s;
 }
 
 void rm_copy_plan_rtt(struct rm_copy_plan_state *st, uint64_t ns)
@@ -41,27 +71,29 @@ static uint32_t links_for(uint64_t n, uint64_t share, uint32_t max_links)
 struct rm_copy_plan rm_copy_plan_choose(struct rm_copy_plan_state *st, int to_host, uint64_t n, uint32_t max_links)
 {
 	struct rm_copy_plan p = {1, 0};
-	int d = !!to_host;
-	double s = st->stream_bps[d], b = st->striped_bps[d];
+	int d = !!to_host, k = rm_copy_plan_class(n);
+	double s_any = nearest(st->stream_bps[d], k), s = st->stream_bps[d][k], b = st->striped_bps[d][k];
 	if (max_links < 2)
 		return p;
-	if (!st->rtt_ns || s <= 0) { /* one stream not measured yet: the fixed rule, but for a probe */
-		if (st->fixed_min && n >= st->fixed_min && ++st->eligible[d] % RM_COPY_PLAN_PROBE_EVERY)
+	if (!st->rtt_ns || s_any <= 0) { /* one stream not measured yet: the fixed rule, but for a probe */
+		if (st->fixed_min && n >= st->fixed_min && ++st->eligible[d][k] % RM_COPY_PLAN_PROBE_EVERY)
 			p.links = max_links;
 		return p;
 	}
-	double bdp = (double)st->rtt_ns * 1e-9 * s;
+	double bdp = (double)st->rtt_ns * 1e-9 * s_any;
 	uint64_t share = bdp * SHARE_RTTS > RM_COPY_PLAN_MIN_SHARE ? (uint64_t)(bdp * SHARE_RTTS) : RM_COPY_PLAN_MIN_SHARE;
 	uint32_t l = links_for(n, share, max_links);
 	if (l < 2)
 		return p;
+	if (s <= 0)
+		return p; /* this class's first: one stream, measured */
 	/* On at a gain of 10%, off below none: no flapping on a gain near the bar. */
-	int stripe = b <= 0 || b >= s * (st->striping[d] == 1 ? 1.0 : STRIPE_GAIN);
-	if (stripe != st->striping[d]) {
-		st->striping[d] = stripe;
-		st->changed[d] = 1;
+	int stripe = b <= 0 || b >= s * (st->striping[d][k] == 1 ? 1.0 : STRIPE_GAIN);
+	if (stripe != st->striping[d][k]) {
+		st->striping[d][k] = stripe;
+		st->changed[d] = k + 1;
 	}
-	if (++st->eligible[d] % RM_COPY_PLAN_PROBE_EVERY == 0)
+	if (++st->eligible[d][k] % RM_COPY_PLAN_PROBE_EVERY == 0)
 		stripe = !stripe; /* measure the other way too */
 	if (!stripe)
 		return p;
@@ -74,10 +106,10 @@ struct rm_copy_plan rm_copy_plan_choose(struct rm_copy_plan_state *st, int to_ho
 
 int rm_copy_plan_sample(struct rm_copy_plan_state *st, int to_host, uint64_t n, struct rm_copy_plan plan)
 {
-	int d = !!to_host, striped = plan.links > 1;
+	int d = !!to_host, k = rm_copy_plan_class(n), striped = plan.links > 1;
 	if (n < RM_COPY_PLAN_MIN_SHARE)
 		return 0;
-	if ((striped ? st->striped_bps[d] : st->stream_bps[d]) <= 0 || !st->rtt_ns)
+	if ((striped ? st->striped_bps[d][k] : st->stream_bps[d][k]) <= 0 || !st->rtt_ns)
 		return 1;
 	return ++st->unwaited[d][striped] % RM_COPY_PLAN_SAMPLE_EVERY == 0;
 }
@@ -92,9 +124,9 @@ static void rate_sample(double *rate, double sample)
 
 void rm_copy_plan_done(struct rm_copy_plan_state *st, int to_host, uint64_t n, struct rm_copy_plan plan, uint64_t ns)
 {
-	int d = !!to_host;
+	int d = !!to_host, k = rm_copy_plan_class(n);
 	if (n < RM_COPY_PLAN_MIN_SHARE || ns <= st->rtt_ns)
 		return;
 	double rate = (double)n / ((double)(ns - st->rtt_ns) * 1e-9);
-	rate_sample(plan.links > 1 ? &st->striped_bps[d] : &st->stream_bps[d], rate);
+	rate_sample(plan.links > 1 ? &st->striped_bps[d][k] : &st->stream_bps[d][k], rate);
 }

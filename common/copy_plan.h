@@ -4,20 +4,27 @@
  *
  *   R  the round trip: the least a call without bulk took, over a window of such calls
  *      (the hello's first), so that it follows a link that changes;
- *   S  one stream's rate, per direction: n / (t - R) of copies over one connection of at
- *      least RM_COPY_PLAN_MIN_SHARE bytes, a running mean (each copy weighing 1/8);
+ *   S  one stream's rate, per direction and size class: n / (t - R) of copies over one
+ *      connection, a running mean (each copy weighing 1/8);
  *   B  the whole rate of striped copies, likewise.
+ *
+ * A size class is a power of 4 from RM_COPY_PLAN_MIN_SHARE (256 KiB to 1 MiB, 1 to 4 MiB, ...,
+ * 64 MiB and up): whether striping pays depends on the size, so each class is measured and
+ * decided apart. With one rate for all sizes, a run of copies of one size set the choice for
+ * the next size, and probes (1 in 16) took dozens of copies to undo it.
  *
  * A copy of n bytes is striped over L = as many links as give each at least
  * max(R·S, RM_COPY_PLAN_MIN_SHARE) bytes (a stream whose share is a round trip's worth keeps
- * its part of the link busy while the others carry theirs), at most the links attached, while striping pays: before B is known,
- * or once B beats S by 10% and until it falls below S. One eligible copy in 16 goes the other way, so that S and B
- * stay measured (a link that one stream fills falls back to one stream after a few
- * copies; one that it cannot fill, loopback or TLS, stripes from a few MiB). The chunk is
- * the copy split evenly over L, rounded up to RM_STRIPE_CHUNK_ALIGN (each link's share is
- * one chunk, pipelined by the daemon's staging). Before R and S are known, copies go as
- * the fixed rule says (fixed_min, the size from which copies stripe, chunk 0), one in 16
- * of them unstriped to measure S.
+ * its part of the link busy while the others carry theirs), at most the links attached, while
+ * striping pays: a class's first copy goes whole (S), its next striped (B), and then striping
+ * is on once B beats S by 10% and until it falls below S. One eligible copy in 16 goes the
+ * other way, so that S and B stay measured (a link that one stream fills falls back to one
+ * stream; one that it cannot fill, loopback or TLS, stripes). The chunk is the copy split
+ * evenly over L, rounded up to RM_STRIPE_CHUNK_ALIGN (each link's share is one chunk,
+ * pipelined by the daemon's staging). Before R and any S are known, copies go as the fixed
+ * rule says (fixed_min, the size from which copies stripe, chunk 0), one in 16 of them
+ * unstriped to measure S. R·S for a class not yet measured takes the nearest measured
+ * class's S.
  *
  * Pure arithmetic: callers serialise calls on one state (frontend/copy_links.c). */
 #ifndef REMORA_COPY_PLAN_H
@@ -29,17 +36,20 @@
 #define RM_COPY_PLAN_RTT_WINDOW 64          /* calls a round trip's minimum is taken over */
 #define RM_COPY_PLAN_PROBE_EVERY 16         /* one eligible copy in this many goes the other way */
 #define RM_COPY_PLAN_SAMPLE_EVERY 8         /* one copy in this many that need not wait, waits */
+#define RM_COPY_PLAN_CLASSES 5              /* size classes: 256 KiB, 1, 4, 16 and 64 MiB and up */
 
+/* Per direction ([1]: to the host) and size class (rm_copy_plan_class). */
 struct rm_copy_plan_state {
-	uint64_t rtt_ns;                      /* R (0: unknown) */
-	uint64_t win_min_ns;                  /* the window's least so far (0: none) */
+	uint64_t rtt_ns;     /* R (0: unknown) */
+	uint64_t win_min_ns; /* the window's least so far (0: none) */
 	uint32_t win_n;
-	double stream_bps[2], striped_bps[2]; /* S and B per direction, [1] to the host (0: unknown) */
-	uint32_t eligible[2];                 /* copies that could stripe, for the probe */
-	int striping[2];                      /* the choice but for probes: 1 stripe, 0 not, -1 none yet */
-	int changed[2];                       /* set when striping changed (the caller logs and clears) */
-	uint32_t unwaited[2][2];              /* copies that need not wait, per direction and striped */
-	uint64_t fixed_min;                   /* before R and S: stripe from this size (0: never) */
+	double stream_bps[2][RM_COPY_PLAN_CLASSES];  /* S (0: unknown) */
+	double striped_bps[2][RM_COPY_PLAN_CLASSES]; /* B (0: unknown) */
+	uint32_t eligible[2][RM_COPY_PLAN_CLASSES];  /* copies that could stripe, for the probe */
+	int striping[2][RM_COPY_PLAN_CLASSES];       /* the choice but for probes: 1 stripe, 0 not, -1 none yet */
+	int changed[2];                              /* class + 1 whose striping changed (the caller logs and clears) */
+	uint32_t unwaited[2][2];                     /* copies that need not wait, per direction and striped */
+	uint64_t fixed_min;                          /* before R and S: stripe from this size (0: never) */
 };
 
 struct rm_copy_plan {
@@ -48,6 +58,11 @@ struct rm_copy_plan {
 };
 
 void rm_copy_plan_init(struct rm_copy_plan_state *st, uint64_t fixed_min);
+/* The size class of a copy of n bytes: 0 below 1 MiB, up to RM_COPY_PLAN_CLASSES - 1. */
+int rm_copy_plan_class(uint64_t n);
+/* The rate a copy of n bytes moves at as planned (striped where the class stripes and that
+ * is faster), or the nearest measured class's; 0 while none is measured. */
+double rm_copy_plan_rate(const struct rm_copy_plan_state *st, int to_host, uint64_t n);
 /* A call without bulk took ns from its send to its reply. */
 void rm_copy_plan_rtt(struct rm_copy_plan_state *st, uint64_t ns);
 /* The plan for a copy of n bytes (to_host 1: device to host) with max_links connections

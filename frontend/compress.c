@@ -98,16 +98,16 @@ static int backing_off(int to_host, uint64_t n)
 	return skip;
 }
 
-double rm_compress_plain_bps(int to_host)
+double rm_compress_plain_bps(int to_host, uint64_t n)
 {
-	return mode() == RM_COMPRESS_ALWAYS ? 0 : rm_copy_links_plain_bps(to_host);
+	return mode() == RM_COMPRESS_ALWAYS ? 0 : rm_copy_links_plain_bps(to_host, n);
 }
 
 int rm_compress_for(int to_host, uint64_t n)
 {
 	if (!daemon_takes)
 		return 0;
-	if (!rm_compress_wanted(mode(), local, rm_copy_links_plain_bps(to_host), zstd_speed(), n))
+	if (!rm_compress_wanted(mode(), local, rm_copy_links_plain_bps(to_host, n), zstd_speed(), n))
 		return 0;
 	return mode() == RM_COMPRESS_ALWAYS || !backing_off(to_host, n);
 }
@@ -128,7 +128,7 @@ int rm_compress_encode(const void *src, uint64_t n, uint8_t **out, size_t *len)
 	uint64_t took = rm_transport_now_ns() - t0;
 	if (!bad)
 		zstd_sample(first, took);
-	if (bad || !rm_zchunk_pays_at(first, got, (double)took * 1e-9, rm_compress_plain_bps(0))) {
+	if (bad || !rm_zchunk_pays_at(first, got, (double)took * 1e-9, rm_compress_plain_bps(0, n))) {
 		free(buf);
 		rm_log(RM_LOG_DEBUG, "a copy of %llu bytes to the device goes uncompressed: its first %zu bytes "
 		       "took %zu compressed", (unsigned long long)n, first, got);

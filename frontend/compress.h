@@ -16,9 +16,9 @@ void rm_compress_peer(int daemon_takes, const char *scheme, const char *addr);
 /* Whether a copy of n bytes (to_host 1: device to host) should go compressed: REMORA_COMPRESS,
  * the daemon, the link and its measured rate in that direction. */
 int rm_compress_for(int to_host, uint64_t n);
-/* The rate a compressed copy must beat (rm_copy_links_plain_bps; 0 with REMORA_COMPRESS=always,
- * so that the shrink alone decides). */
-double rm_compress_plain_bps(int to_host);
+/* The rate a compressed copy of n bytes must beat (rm_copy_links_plain_bps; 0 with
+ * REMORA_COMPRESS=always, so that the shrink alone decides). */
+double rm_compress_plain_bps(int to_host, uint64_t n);
 /* A copy of n bytes that rm_compress_for let try went compressed (1) or raw (0): after a
  * raw one, the direction's next copies skip trying for a while (compress.c). */
 void rm_compress_outcome(int to_host, int compressed, uint64_t n);

@@ -46,7 +46,9 @@ struct rm_copy_links {
 
 /* The measured link, for every copy of the process (copy_plan.h). */
 static pthread_mutex_t plan_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct rm_copy_plan_state plan_state = {.fixed_min = DEFAULT_STRIPE_MIN, .striping = {-1, -1}};
+_Static_assert(RM_COPY_PLAN_CLASSES == 5, "plan_state's striping initializer names each class");
+static struct rm_copy_plan_state plan_state = {
+	.fixed_min = DEFAULT_STRIPE_MIN, .striping = {{-1, -1, -1, -1, -1}, {-1, -1, -1, -1, -1}}};
 /* Over shared memory (RM_TRANSPORT_MEMORY), a striped copy after the links idled this long
  * is not sampled: remorad opens its links' staging at their first copy and closes it after
  * an idle (RM_STAGING_IDLE_MS), and its links' threads sleep; such a copy measured about
@@ -239,10 +241,12 @@ struct rm_copy_plan rm_copy_links_take(struct rm_copy_links *cl, int to_host, ui
 		struct rm_copy_plan_state now = plan_state;
 		plan_state.changed[!!to_host] = 0;
 		pthread_mutex_unlock(&plan_lock);
-		if (now.changed[!!to_host])
-			rm_log(RM_LOG_DEBUG, "copies %s the device %s striped (round trip %.1f us, one stream %.2f GB/s, "
-			       "striped %.2f GB/s)", to_host ? "from" : "to", now.striping[!!to_host] ? "are" : "are not",
-			       (double)now.rtt_ns / 1e3, now.stream_bps[!!to_host] / 1e9, now.striped_bps[!!to_host] / 1e9);
+		int d = !!to_host, k = now.changed[d] - 1;
+		if (k >= 0)
+			rm_log(RM_LOG_DEBUG, "copies of %llu KiB and up %s the device %s striped (round trip %.1f us, one "
+			       "stream %.2f GB/s, striped %.2f GB/s)", (unsigned long long)(RM_COPY_PLAN_MIN_SHARE >> 10) << (2 * k),
+			       to_host ? "from" : "to", now.striping[d][k] ? "are" : "are not", (double)now.rtt_ns / 1e3,
+			       now.stream_bps[d][k] / 1e9, now.striped_bps[d][k] / 1e9);
 		if (p.links < 2)
 			return p;
 	}
@@ -256,13 +260,10 @@ struct rm_copy_plan rm_copy_links_take(struct rm_copy_links *cl, int to_host, ui
 	return p;
 }
 
-double rm_copy_links_plain_bps(int to_host)
+double rm_copy_links_plain_bps(int to_host, uint64_t n)
 {
-	int d = !!to_host;
 	pthread_mutex_lock(&plan_lock);
-	double bps = plan_state.stream_bps[d], striped = plan_state.striped_bps[d];
-	if (plan_state.striping[d] == 1 && striped > bps)
-		bps = striped;
+	double bps = rm_copy_plan_rate(&plan_state, to_host, n);
 	pthread_mutex_unlock(&plan_lock);
 	return bps;
 }

@@ -41,9 +41,9 @@ void rm_copy_links_close(struct rm_copy_links *cl);
 struct rm_copy_plan rm_copy_links_take(struct rm_copy_links *cl, int to_host, uint64_t n);
 /* A call without bulk took ns to its reply (the round trip's measure). */
 void rm_copy_links_rtt(uint64_t ns);
-/* The measured rate of a copy sent plain to the device (to_host 0) or the host, bytes/s
- * (0: not yet): one stream's, or striped copies' where the plan stripes and they are faster. */
-double rm_copy_links_plain_bps(int to_host);
+/* The measured rate of a copy of n bytes sent plain to the device (to_host 0) or the host,
+ * bytes/s (0: not yet): its size class's (rm_copy_plan_rate), one stream's or striped. */
+double rm_copy_links_plain_bps(int to_host, uint64_t n);
 /* Whether a copy that need not wait for its reply should, to keep the link measured
  * (rm_copy_plan_sample); 0 without links (nothing to measure for). */
 int rm_copy_links_sample(struct rm_copy_links *cl, int to_host, uint64_t n, struct rm_copy_plan plan);

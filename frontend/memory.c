@@ -318,7 +318,7 @@ static CUresult copy_from_device(uint32_t op, void *dst, CUdeviceptr src, size_t
 				.plan = compress ? (struct rm_copy_plan){1, 0} : rm_copy_links_take(cl, 1, n)};
 	if (compress) { /* the daemon answers compressed where it shrinks, raw (n bytes) where not */
 		req.compress = 1;
-		req.link_bps = rm_compress_plain_bps(1);
+		req.link_bps = rm_compress_plain_bps(1, n);
 		c.read_bulk = rm_compress_read_bulk;
 		c.read_bulk_arg = &packed;
 	}

@@ -8,10 +8,14 @@
 #        (default: build-gpu, 300 inferences per process, every configuration of
 #        native,mps,remora, N = 1 2 4 8; --daemon-set passes remorad a setting; remorad's log
 #        is left in $RESNET_SHARING_LOG when that is set; --tenant-each: each process through
-#        remorad is a tenant of its own, as with tenant_isolation = mps, say)
+#        remorad is a tenant of its own, as with tenant_isolation = mps, say; --client-cpus
+#        and --daemon-cpus, taskset lists: every configuration's processes on the first, remorad
+#        and its workers on the second, as clients on other machines leave the GPU host's cores
+#        to the workers)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=build-gpu ITERS=300 PORT=47321 COUNTS=() ONLY=native,mps,remora DAEMON_SETS=() TENANT_EACH=0
+CLIENT_PIN=() DAEMON_PIN=()
 while (($#)); do
 	case $1 in
 	--build) BUILD=$2; shift 2 ;;
@@ -20,6 +24,8 @@ while (($#)); do
 	--only) ONLY=$2; shift 2 ;;
 	--daemon-set) DAEMON_SETS+=(--set "$2"); shift 2 ;;
 	--tenant-each) TENANT_EACH=1; shift ;;
+	--client-cpus) CLIENT_PIN=(taskset -c "$2"); shift 2 ;;
+	--daemon-cpus) DAEMON_PIN=(taskset -c "$2"); shift 2 ;;
 	-h | --help) sed -n '2,10s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) COUNTS+=("$1"); shift ;;
 	esac
@@ -44,7 +50,7 @@ run_group() {
 	for ((i = 0; i < n; i++)); do
 		local cmd=("$@")
 		((TENANT_EACH)) && [[ $label == remora ]] && cmd=("${cmd[@]:0:2}" --token "tok$i" "${cmd[@]:2}")
-		MPS_BARRIER=$WORK/go timeout 600 "${cmd[@]}" python3 tests/frameworks/models.py mps_worker 1 "$ITERS" \
+		MPS_BARRIER=$WORK/go timeout 600 "${CLIENT_PIN[@]}" "${cmd[@]}" python3 tests/frameworks/models.py mps_worker 1 "$ITERS" \
 			>"$WORK/out.$i" 2>"$WORK/err.$label.$n.$i" &
 		pids+=($!)
 	done
@@ -74,7 +80,7 @@ if ((TENANT_EACH)); then
 	for ((i = 0; i < 62; i++)); do printf '[tenant t%d]\ntoken = tok%d\n' $i $i; done >"$WORK/tenants.conf"
 	CONF=(--config "$WORK/tenants.conf")
 fi
-"$BUILD/backend/remorad" "${CONF[@]}" --listen "127.0.0.1:$PORT" --set allow_anonymous=yes "${DAEMON_SETS[@]}" >"$WORK/remorad.log" 2>&1 &
+"${DAEMON_PIN[@]}" "$BUILD/backend/remorad" "${CONF[@]}" --listen "127.0.0.1:$PORT" --set allow_anonymous=yes "${DAEMON_SETS[@]}" >"$WORK/remorad.log" 2>&1 &
 DAEMON_PID=$!
 sleep 1
 printf '%-10s %10s %10s %10s\n' processes native mps remora

@@ -2,7 +2,8 @@
 """Copy rates over the emulated link (docs/performance.md "Copies over a real link"): run by
 bench/link-emu.sh, starts remorad in the server's namespace and times back-to-back
 synchronous copies of 64 KiB to 64 MiB each way (Gbit/s), with the plan from the measured link, striping
-from 1 MiB and one link. A measuring tool, not a test (no bounds).
+from 1 MiB and one link (COPY_RATES_VARIANTS="label:VAR=V,VAR=V;..." names others). A measuring
+tool, not a test (no bounds).
 
 usage: link-emu.sh SPEC -- python3 copy_rates.py REMORAD DRIVER|system CLIENT_LIB_DIR
 """
@@ -14,18 +15,26 @@ if os.environ.get("CHILD"):
     dev, ctx = ctypes.c_int(), ctypes.c_void_p()
     cu.cuInit(0); cu.cuDeviceGet(ctypes.byref(dev), 0); cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev)
     d = ctypes.c_uint64(); cu.cuMemAlloc_v2(ctypes.byref(d), 64 << 20)
-    buf = ctypes.create_string_buffer(64 << 20)
+    pageable = ctypes.create_string_buffer(64 << 20)
+    pinned = ctypes.c_void_p()
+    if cu.cuMemAllocHost_v2(ctypes.byref(pinned), ctypes.c_size_t(64 << 20)):
+        sys.exit("cuMemAllocHost failed")
+    noise = os.urandom(64 << 20)  # incompressible: the link's rate, not compression's, is measured
+    ctypes.memmove(pageable, noise, len(noise))
+    ctypes.memmove(pinned, noise, len(noise))
+    cu.cuMemcpyHtoD_v2(d, pageable, ctypes.c_size_t(64 << 20))
     res = {}
-    for n in [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]:
-        reps = max(2, min(20, (32 << 20) // n))
-        for way in ("h2d", "d2h"):
-            f = cu.cuMemcpyHtoD_v2 if way == "h2d" else cu.cuMemcpyDtoH_v2
-            a, b = (d, buf) if way == "h2d" else (buf, d)
-            f(a, b, ctypes.c_size_t(n))
-            t = time.perf_counter()
-            for _ in range(reps):
+    for host, buf in (("", pageable), ("pinned.", pinned)):
+        for n in [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]:
+            reps = max(2, min(20, (32 << 20) // n))
+            for way in ("h2d", "d2h"):
+                f = cu.cuMemcpyHtoD_v2 if way == "h2d" else cu.cuMemcpyDtoH_v2
+                a, b = (d, buf) if way == "h2d" else (buf, d)
                 f(a, b, ctypes.c_size_t(n))
-            res[f"{way}.{n >> 10}K"] = round(n * reps * 8 / (time.perf_counter() - t) / 1e9, 3)
+                t = time.perf_counter()
+                for _ in range(reps):
+                    f(a, b, ctypes.c_size_t(n))
+                res[f"{host}{way}.{n >> 10}K"] = round(n * reps * 8 / (time.perf_counter() - t) / 1e9, 3)
     print(json.dumps(res)); sys.exit(0)
 tmp = tempfile.mkdtemp()
 ready = tmp + "/addr"
@@ -34,8 +43,13 @@ p = subprocess.Popen([os.environ["REMORA_LINK_TOOL"], "exec", os.environ["REMORA
                      stderr=subprocess.DEVNULL)
 while not (os.path.exists(ready) and open(ready).read().strip()): time.sleep(0.05)
 addr = open(ready).read().strip()
-for label, extra in [("default", {}), ("stripe_min=1M", {"REMORA_STRIPE_MIN": "1M"}), ("links=1", {"REMORA_COPY_LINKS": "1"})]:
-    env = dict(os.environ, CHILD="1", REMORA_SERVER=addr, LD_LIBRARY_PATH=client_dir, **extra)
+variants = [("default", {}), ("stripe_min=1M", {"REMORA_STRIPE_MIN": "1M"}), ("links=1", {"REMORA_COPY_LINKS": "1"})]
+if os.environ.get("COPY_RATES_VARIANTS"):
+    variants = [(v.split(":", 1)[0], dict(kv.split("=", 1) for kv in v.split(":", 1)[1].split(",") if kv))
+                for v in os.environ["COPY_RATES_VARIANTS"].split(";")]
+for label, extra in variants:
+    env = dict(os.environ, CHILD="1", REMORA_SERVER=addr, **extra)
+    env["LD_LIBRARY_PATH"] = ":".join(p for p in (client_dir, os.environ.get("LD_LIBRARY_PATH")) if p)
     r = subprocess.run([sys.executable, __file__] + sys.argv[1:], env=env, capture_output=True, text=True)
     print(os.environ["REMORA_LINK"], label, r.stdout.strip() or r.stderr[-300:], flush=True)
 p.terminate(); p.wait()

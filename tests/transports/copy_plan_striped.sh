@@ -8,7 +8,7 @@ set -u
 log=$(mktemp)
 REMORA_LOG=DEBUG sh "$@" 2>"$log"
 status=$?
-if [ $status -eq 0 ] && ! grep -q "copies to the device are striped" "$log"; then
+if [ $status -eq 0 ] && ! grep -q "and up to the device are striped" "$log"; then
 	echo "copy_plan_striped: no copy was striped from the measured link" >&2
 	status=1
 fi

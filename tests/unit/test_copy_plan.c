@@ -104,6 +104,28 @@ int main(void)
 	p = next_plan(&st, 1 * MIB, 4);
 	EXPECT(p.links == 4 && p.chunk == 256 * KIB);
 
+	/* Sizes decided apart: where waking the links costs 1 ms (one stream 1.5 GB/s, 12 GB/s in
+	 * all), 1 MiB copies go whole (1.2 ms striped, 0.72 whole) and 64 MiB ones stripe (6.6 ms
+	 * against 45), the two sizes in turns; one rate for both striped the 1 MiB copies too. */
+	struct model wake = {25e-6, 1.5e9, 12e9, 1e-3};
+	rm_copy_plan_init(&st, 16 * MIB);
+	for (int i = 0; i < 64; i++)
+		rm_copy_plan_rtt(&st, copy_ns(&wake, 0, 1));
+	int small_striped = 0, large_striped = 0;
+	for (int i = 0; i < 96; i++) {
+		struct rm_copy_plan a = rm_copy_plan_choose(&st, 0, 1 * MIB, 8);
+		rm_copy_plan_done(&st, 0, 1 * MIB, a, copy_ns(&wake, 1 * MIB, a.links));
+		struct rm_copy_plan b = rm_copy_plan_choose(&st, 0, 64 * MIB, 8);
+		rm_copy_plan_done(&st, 0, 64 * MIB, b, copy_ns(&wake, 64 * MIB, b.links));
+		if (i >= 64) {
+			small_striped += a.links > 1;
+			large_striped += b.links > 1;
+		}
+	}
+	EXPECT(small_striped == 2 && large_striped == 30);
+	EXPECT(rm_copy_plan_class(1 * MIB - 1) == 0 && rm_copy_plan_class(1 * MIB) == 1);
+	EXPECT(rm_copy_plan_class(64 * MIB) == RM_COPY_PLAN_CLASSES - 1 && rm_copy_plan_class(1ull << 40) == RM_COPY_PLAN_CLASSES - 1);
+
 	/* Copies that need not wait (pageable, to the device) wait while their kind's rate is
 	 * unknown, then one in RM_COPY_PLAN_SAMPLE_EVERY; small ones never. */
 	rm_copy_plan_init(&st, 16 * MIB);
@@ -113,7 +135,8 @@ int main(void)
 	EXPECT(rm_copy_plan_sample(&st, 0, 1 * MIB, whole) == 1);
 	EXPECT(rm_copy_plan_sample(&st, 0, 64 * KIB, whole) == 0);
 	rm_copy_plan_done(&st, 0, 1 * MIB, whole, 450000);
-	EXPECT(st.stream_bps[0] > 0 && st.stream_bps[1] == 0);
+	EXPECT(st.stream_bps[0][1] > 0 && st.stream_bps[1][1] == 0);
+	EXPECT(rm_copy_plan_rate(&st, 0, 64 * MIB) == st.stream_bps[0][1]); /* the nearest class measured */
 	EXPECT(rm_copy_plan_sample(&st, 0, 1 * MIB, four) == 1);  /* striped: not measured yet */
 	EXPECT(rm_copy_plan_sample(&st, 1, 1 * MIB, whole) == 1); /* the other direction either */
 	int waits = 0;
