@@ -75,26 +75,31 @@ struct rm_copy_plan rm_copy_plan_choose(struct rm_copy_plan_state *st, int to_ho
 	double s_any = nearest(st->stream_bps[d], k), s = st->stream_bps[d][k], b = st->striped_bps[d][k];
 	if (max_links < 2)
 		return p;
-	if (!st->rtt_ns || s_any <= 0) { /* one stream not measured yet: the fixed rule, but for a probe */
+	if (!st->rtt_ns) { /* no round trip measured yet: the fixed rule, but for a probe */
 		if (st->fixed_min && n >= st->fixed_min && ++st->eligible[d][k] % RM_COPY_PLAN_PROBE_EVERY)
 			p.links = max_links;
 		return p;
 	}
-	double bdp = (double)st->rtt_ns * 1e-9 * s_any;
+	double bdp = (double)st->rtt_ns * 1e-9 * s_any; /* 0 before any S: shares of the least */
 	uint64_t share = bdp * SHARE_RTTS > RM_COPY_PLAN_MIN_SHARE ? (uint64_t)(bdp * SHARE_RTTS) : RM_COPY_PLAN_MIN_SHARE;
 	uint32_t l = links_for(n, share, max_links);
 	if (l < 2)
 		return p;
-	if (s <= 0)
-		return p; /* this class's first: one stream, measured */
+	const uint8_t *done = st->copies[d][k];
+	int stripe;
+	if (done[0] < RM_COPY_PLAN_WARM || done[1] < RM_COPY_PLAN_WARM) {
+		stripe = done[1] < done[0]; /* warming: whole and striped in turns */
+		goto planned;
+	}
 	/* On at a gain of 10%, off below none: no flapping on a gain near the bar. */
-	int stripe = b <= 0 || b >= s * (st->striping[d][k] == 1 ? 1.0 : STRIPE_GAIN);
+	stripe = b >= s * (st->striping[d][k] == 1 ? 1.0 : STRIPE_GAIN);
 	if (stripe != st->striping[d][k]) {
 		st->striping[d][k] = stripe;
 		st->changed[d] = k + 1;
 	}
 	if (++st->eligible[d][k] % RM_COPY_PLAN_PROBE_EVERY == 0)
 		stripe = !stripe; /* measure the other way too */
+planned:
 	if (!stripe)
 		return p;
 	uint64_t c = (n + l - 1) / l;
@@ -109,24 +114,31 @@ int rm_copy_plan_sample(struct rm_copy_plan_state *st, int to_host, uint64_t n, 
 	int d = !!to_host, k = rm_copy_plan_class(n), striped = plan.links > 1;
 	if (n < RM_COPY_PLAN_MIN_SHARE)
 		return 0;
-	if ((striped ? st->striped_bps[d][k] : st->stream_bps[d][k]) <= 0 || !st->rtt_ns)
+	if (st->copies[d][k][striped] < RM_COPY_PLAN_WARM || !st->rtt_ns)
 		return 1;
 	return ++st->unwaited[d][striped] % RM_COPY_PLAN_SAMPLE_EVERY == 0;
 }
 
 /* A running mean, not a maximum: striped and whole copies are sampled 15 to 1, and the
  * maximum of more samples of a noisy rate is larger (on a loaded 2-CPU machine TLS kept
- * striping 1 MiB copies that one stream moved faster). */
-static void rate_sample(double *rate, double sample)
+ * striping 1 MiB copies that one stream moved faster). The i-th sample weighs 1/i until
+ * that is WEIGHT, so that the first does not decide alone. */
+static void rate_sample(double *rate, double sample, unsigned i)
 {
-	*rate = *rate > 0 ? *rate + (sample - *rate) * WEIGHT : sample;
+	double w = 1.0 / i > WEIGHT ? 1.0 / i : WEIGHT;
+	*rate += (sample - *rate) * w;
 }
 
 void rm_copy_plan_done(struct rm_copy_plan_state *st, int to_host, uint64_t n, struct rm_copy_plan plan, uint64_t ns)
 {
-	int d = !!to_host, k = rm_copy_plan_class(n);
+	int d = !!to_host, k = rm_copy_plan_class(n), striped = plan.links > 1;
 	if (n < RM_COPY_PLAN_MIN_SHARE || ns <= st->rtt_ns)
 		return;
+	uint8_t *done = &st->copies[d][k][striped];
+	if (*done < UINT8_MAX)
+		(*done)++;
+	if (*done == 1)
+		return; /* the first of its way in its class: staging set up, not a sample */
 	double rate = (double)n / ((double)(ns - st->rtt_ns) * 1e-9);
-	rate_sample(plan.links > 1 ? &st->striped_bps[d][k] : &st->stream_bps[d][k], rate);
+	rate_sample(striped ? &st->striped_bps[d][k] : &st->stream_bps[d][k], rate, *done - 1u);
 }

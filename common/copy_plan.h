@@ -5,7 +5,7 @@
  *   R  the round trip: the least a call without bulk took, over a window of such calls
  *      (the hello's first), so that it follows a link that changes;
  *   S  one stream's rate, per direction and size class: n / (t - R) of copies over one
- *      connection, a running mean (each copy weighing 1/8);
+ *      connection, a running mean (the i-th sample weighing 1/i, from the 8th 1/8);
  *   B  the whole rate of striped copies, likewise.
  *
  * A size class is a power of 4 from RM_COPY_PLAN_MIN_SHARE (256 KiB to 1 MiB, 1 to 4 MiB, ...,
@@ -16,15 +16,18 @@
  * A copy of n bytes is striped over L = as many links as give each at least
  * max(R·S, RM_COPY_PLAN_MIN_SHARE) bytes (a stream whose share is a round trip's worth keeps
  * its part of the link busy while the others carry theirs), at most the links attached, while
- * striping pays: a class's first copy goes whole (S), its next striped (B), and then striping
- * is on once B beats S by 10% and until it falls below S. One eligible copy in 16 goes the
+ * striping pays: a class's first copies go whole and striped in turns until each way has
+ * RM_COPY_PLAN_WARM copies, the first of each way not a sample (it may pay for staging the
+ * daemon sets up for a larger chunk: on the H100 one such 64 MiB copy over TLS, as the whole
+ * striped rate, kept 64 MiB copies on one stream at 0.19 of TCP), and then striping is on
+ * once B beats S by 10% and until it falls below S. One eligible copy in 16 goes the
  * other way, so that S and B stay measured (a link that one stream fills falls back to one
  * stream; one that it cannot fill, loopback or TLS, stripes). The chunk is the copy split
  * evenly over L, rounded up to RM_STRIPE_CHUNK_ALIGN (each link's share is one chunk,
- * pipelined by the daemon's staging). Before R and any S are known, copies go as the fixed
- * rule says (fixed_min, the size from which copies stripe, chunk 0), one in 16 of them
- * unstriped to measure S. R·S for a class not yet measured takes the nearest measured
- * class's S.
+ * pipelined by the daemon's staging). Before R is known, copies go as the fixed rule says
+ * (fixed_min, the size from which copies stripe, chunk 0), one in 16 of them unstriped. R·S
+ * for a class not yet measured takes the nearest measured class's S (none: shares of
+ * RM_COPY_PLAN_MIN_SHARE).
  *
  * Pure arithmetic: callers serialise calls on one state (frontend/copy_links.c). */
 #ifndef REMORA_COPY_PLAN_H
@@ -37,6 +40,7 @@
 #define RM_COPY_PLAN_PROBE_EVERY 16         /* one eligible copy in this many goes the other way */
 #define RM_COPY_PLAN_SAMPLE_EVERY 8         /* one copy in this many that need not wait, waits */
 #define RM_COPY_PLAN_CLASSES 5              /* size classes: 256 KiB, 1, 4, 16 and 64 MiB and up */
+#define RM_COPY_PLAN_WARM 3                 /* copies each way a class makes before it chooses */
 
 /* Per direction ([1]: to the host) and size class (rm_copy_plan_class). */
 struct rm_copy_plan_state {
@@ -47,6 +51,7 @@ struct rm_copy_plan_state {
 	double striped_bps[2][RM_COPY_PLAN_CLASSES]; /* B (0: unknown) */
 	uint32_t eligible[2][RM_COPY_PLAN_CLASSES];  /* copies that could stripe, for the probe */
 	int striping[2][RM_COPY_PLAN_CLASSES];       /* the choice but for probes: 1 stripe, 0 not, -1 none yet */
+	uint8_t copies[2][RM_COPY_PLAN_CLASSES][2];  /* copies done, [0] whole and [1] striped (at most 255) */
 	int changed[2];                              /* class + 1 whose striping changed (the caller logs and clears) */
 	uint32_t unwaited[2][2];                     /* copies that need not wait, per direction and striped */
 	uint64_t fixed_min;                          /* before R and S: stripe from this size (0: never) */

@@ -126,16 +126,19 @@ int main(void)
 	EXPECT(rm_copy_plan_class(1 * MIB - 1) == 0 && rm_copy_plan_class(1 * MIB) == 1);
 	EXPECT(rm_copy_plan_class(64 * MIB) == RM_COPY_PLAN_CLASSES - 1 && rm_copy_plan_class(1ull << 40) == RM_COPY_PLAN_CLASSES - 1);
 
-	/* Copies that need not wait (pageable, to the device) wait while their kind's rate is
-	 * unknown, then one in RM_COPY_PLAN_SAMPLE_EVERY; small ones never. */
+	/* Copies that need not wait (pageable, to the device) wait while their class warms
+	 * (RM_COPY_PLAN_WARM copies of their way, the first not a sample), then one in
+	 * RM_COPY_PLAN_SAMPLE_EVERY; small ones never. */
 	rm_copy_plan_init(&st, 16 * MIB);
 	struct rm_copy_plan whole = {1, 0}, four = {4, 256 * KIB};
 	EXPECT(rm_copy_plan_sample(&st, 0, 1 * MIB, whole) == 1); /* no round trip yet */
 	rm_copy_plan_rtt(&st, 50000);
-	EXPECT(rm_copy_plan_sample(&st, 0, 1 * MIB, whole) == 1);
 	EXPECT(rm_copy_plan_sample(&st, 0, 64 * KIB, whole) == 0);
-	rm_copy_plan_done(&st, 0, 1 * MIB, whole, 450000);
-	EXPECT(st.stream_bps[0][1] > 0 && st.stream_bps[1][1] == 0);
+	for (int i = 0; i < RM_COPY_PLAN_WARM; i++) {
+		EXPECT(rm_copy_plan_sample(&st, 0, 1 * MIB, whole) == 1);
+		rm_copy_plan_done(&st, 0, 1 * MIB, whole, i ? 450000 : 5000000); /* the first: staging set up */
+	}
+	EXPECT(st.stream_bps[0][1] > 2.5e9 && st.stream_bps[1][1] == 0); /* 1 MiB in 400 us, the first not counted */
 	EXPECT(rm_copy_plan_rate(&st, 0, 64 * MIB) == st.stream_bps[0][1]); /* the nearest class measured */
 	EXPECT(rm_copy_plan_sample(&st, 0, 1 * MIB, four) == 1);  /* striped: not measured yet */
 	EXPECT(rm_copy_plan_sample(&st, 1, 1 * MIB, whole) == 1); /* the other direction either */
@@ -143,6 +146,21 @@ int main(void)
 	for (int i = 0; i < 4 * RM_COPY_PLAN_SAMPLE_EVERY; i++)
 		waits += rm_copy_plan_sample(&st, 0, 1 * MIB, whole);
 	EXPECT(waits == 4);
+
+	/* A class warms with whole and striped copies in turns, the first of each way not a
+	 * sample: one slow first striped copy does not turn striping off (the TLS model). */
+	rm_copy_plan_init(&st, 16 * MIB);
+	for (int i = 0; i < 64; i++)
+		rm_copy_plan_rtt(&st, copy_ns(&tls, 0, 1));
+	int ways[2] = {0, 0};
+	for (int i = 0; i < 2 * RM_COPY_PLAN_WARM; i++) {
+		struct rm_copy_plan q = rm_copy_plan_choose(&st, 0, 64 * MIB, 8);
+		ways[q.links > 1]++;
+		EXPECT((q.links > 1) == (i % 2 == 1));
+		rm_copy_plan_done(&st, 0, 64 * MIB, q, copy_ns(&tls, 64 * MIB, q.links) * (i == 1 ? 20 : 1));
+	}
+	EXPECT(ways[0] == RM_COPY_PLAN_WARM && ways[1] == RM_COPY_PLAN_WARM);
+	EXPECT(next_plan(&st, 64 * MIB, 8).links == 8);
 
 	/* The round trip follows the link: a window of slower calls raises it. */
 	rm_copy_plan_init(&st, 0);
