@@ -3,6 +3,10 @@
  * Prints allreduce.BYTES.us (per all-reduce, both ranks done) and allreduce.BYTES.busbw
  * (GB/s: bytes / time x 2(n-1)/n, NCCL's bus bandwidth) on stdout.
  *
+ * BENCH_NCCL_NONBLOCKING=1 makes the communicators nonblocking (config.blocking = 0, each
+ * group's end polled with ncclCommGetAsyncError until it settles), as a worker makes its own:
+ * what NCCL's nonblocking groups cost natively, beside the blocking figures.
+ *
  * Exit status: 0 measured; 1 a failure once NCCL ran; 3 NCCL cannot run here (fewer than 2
  * devices, or the first init fails), with the reason on stdout as unsupported=..., so the
  * section is reported skipped rather than failed. */
@@ -42,6 +46,23 @@ static CUcontext ctx[NRANKS];
 static CUstream stream[NRANKS];
 static CUdeviceptr buf[NRANKS][2];
 static ncclComm_t comm[NRANKS];
+static int nonblocking;
+
+/* A nonblocking call's result once it settles (r itself for a blocking communicator). */
+static ncclResult_t settle(ncclResult_t r)
+{
+	for (int k = 0; nonblocking && r == ncclInProgress && k < NRANKS; k++) {
+		ncclResult_t e = ncclInProgress;
+		while (e == ncclInProgress)
+			if (ncclCommGetAsyncError(comm[k], &e) != ncclSuccess)
+				e = ncclInternalError;
+		if (e != ncclSuccess)
+			return e;
+		if (k == NRANKS - 1)
+			r = ncclSuccess;
+	}
+	return r;
+}
 
 static void allreduce(size_t bytes)
 {
@@ -49,7 +70,7 @@ static void allreduce(size_t bytes)
 	for (int r = 0; r < NRANKS; r++)
 		NCK(ncclAllReduce((void *)buf[r][0], (void *)buf[r][1], bytes / sizeof(float), ncclFloat, ncclSum, comm[r],
 				  stream[r]));
-	NCK(ncclGroupEnd());
+	NCK(settle(ncclGroupEnd()));
 }
 
 static void wait_all(void)
@@ -81,7 +102,26 @@ int main(int argc, char **argv)
 		CHECK(cuMemAlloc(&buf[r][1], max));
 		CHECK(cuMemsetD32(buf[r][0], 0x3f800000u, max / 4)); /* 1.0f */
 	}
-	ncclResult_t init = ncclCommInitAll(comm, NRANKS, devs);
+	ncclResult_t init;
+	nonblocking = getenv("BENCH_NCCL_NONBLOCKING") && atoi(getenv("BENCH_NCCL_NONBLOCKING"));
+	if (nonblocking) {
+		ncclUniqueId id;
+		ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+		config.blocking = 0;
+		init = ncclGetUniqueId(&id);
+		if (init == ncclSuccess) {
+			ncclGroupStart();
+			for (int r = 0; r < NRANKS && (init == ncclSuccess || init == ncclInProgress); r++) {
+				CHECK(cuCtxSetCurrent(ctx[r]));
+				init = ncclCommInitRankConfig(&comm[r], NRANKS, id, r, &config);
+			}
+			ncclResult_t end = ncclGroupEnd();
+			init = init == ncclSuccess || init == ncclInProgress ? settle(end == ncclSuccess ? ncclInProgress : end) : init;
+		}
+		printf("nonblocking=1\n");
+	} else {
+		init = ncclCommInitAll(comm, NRANKS, devs);
+	}
 	if (init != ncclSuccess)
 		unsupported("ncclCommInitAll", ncclGetErrorString(init));
 	int version = 0;
