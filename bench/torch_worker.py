@@ -6,6 +6,11 @@ remote must agree bit for bit: deterministic settings). Exits 3 with unsupported
 PyTorch or a CUDA device is missing (the bench then skips its section).
 
 usage: torch_worker.py PART [STEPS]     parts: cnn_train  cnn_train_loss  resnet50_b1  gpt_train
+       torch_worker.py resnet50_share ITERS
+resnet50_share is one client of the sharing section (many processes at once): ResNet-50 fp16
+inference at batch 1, started with the others through the bench's gate (fd 3 written once
+ready, fd 4 read to its end), ITERS inferences and one synchronize timed; prints
+images_per_s.
 With REMORA_STEP_MARKS set, writes "remora-steps begin N" and "remora-steps end" on stderr
 around the timed steps, after warm-up (scripts/roundtrips.sh counts calls between them).
 With REMORA_STATS a file's path (frontend/stats.h), prints what the client counted over the
@@ -112,7 +117,28 @@ def client_counters():
     return struct.unpack("<5Q", raw[8:48]) if len(raw) == 48 and raw[:8] == b"RMSTATS1" else None
 
 
+def resnet50_share(iters):
+    step = resnet50_b1()
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    try:  # the gate (bench/workers.h): ready, then wait until every client is
+        os.write(3, b"r")
+        while os.read(4, 1):
+            pass
+    except OSError:
+        pass  # run alone, without the bench's gate
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        step()
+    torch.cuda.synchronize()
+    print(f"images_per_s={iters / (time.perf_counter() - t0):.2f}")
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "resnet50_share":
+        resnet50_share(int(sys.argv[2]))
+        return
     if len(sys.argv) < 2 or sys.argv[1] not in PARTS:
         sys.exit(__doc__)
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 50

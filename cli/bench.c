@@ -30,7 +30,7 @@ static const struct {
 	{ "concurrency", bench_section_concurrency }, { "tenants", bench_section_tenants },
 	{ "latency", bench_section_latency },
 	{ "cublas", bench_section_cublas },           { "torch", bench_section_torch },
-	{ "nccl", bench_section_nccl },
+	{ "nccl", bench_section_nccl },               { "sharing", bench_section_sharing },
 };
 #define NSECTIONS (sizeof sections / sizeof sections[0])
 
@@ -45,11 +45,14 @@ static const char usage_text[] =
 	"                    [--client-lib DIR] [--workers DIR] [--transport T[,T...]] [--rdma-host ADDR]\n"
 	"                    [--link rtt=TIME,rate=RATE]\n"
 	"--json prints one JSON document on stdout and the table on stderr.\n"
-	"Sections: launch, memcpy, memset, event, graph, concurrency, tenants, latency, cublas, torch, nccl\n"
+	"Sections: launch, memcpy, memset, event, graph, concurrency, tenants, latency, cublas, torch, nccl,\n"
+	"sharing\n"
 	"(loopback TCP is always measured); tenants runs the concurrency clients each in a tenant of its\n"
 	"own, natively under MPS and with tenant_isolation = mps where nvidia-cuda-mps-control is on the\n"
 	"PATH; torch runs PyTorch steps with the python3 on the PATH, and is skipped without one; nccl\n"
-	"(all-reduce across 2 GPUs) is skipped on a host with fewer.\n"
+	"(all-reduce across 2 GPUs) is skipped on a host with fewer; sharing runs the concurrency counts\n"
+	"(up to 16) of ResNet-50 processes at once, natively and under MPS against Remora with one tenant\n"
+	"and a tenant each (mps), and is skipped where PyTorch cannot run.\n"
 	"Native runs use the libcuda.so.1 the loader finds (or the one in --native-lib DIR); remote runs\n"
 	"use Remora's, against a remorad this command starts (with --driver PATH when given), over\n"
 	"loopback TCP (tcp, the default), shared memory (shm: unix:PATH, for clients on the GPU host) or\n"

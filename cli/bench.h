@@ -58,6 +58,7 @@ int bench_section_latency(struct bench_run *run);
 int bench_section_tenants(struct bench_run *run);
 int bench_section_cublas(struct bench_run *run);   /* bench_libraries.c */
 int bench_section_torch(struct bench_run *run);
+int bench_section_sharing(struct bench_run *run);
 int bench_section_nccl(struct bench_run *run);     /* bench_nccl.c */
 
 /* bench_run.c */

@@ -1,5 +1,6 @@
 /* remora bench: the sections of many clients at once: concurrency (gated clients each
- * spinning a kernel) and latency (launch + synchronize of busy clients and threads) (bench.h). */
+ * spinning a kernel), tenants (those clients a tenant each), latency (launch + synchronize of
+ * busy clients and threads) and sharing (ResNet-50 processes) (bench.h). */
 #include "bench.h"
 
 #include <limits.h>
@@ -273,6 +274,30 @@ static int mps_control(const char *dir, const char *command)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/* Starts a remorad of tenants t0..t<ntenants-1> (tokens tok0..) with tenant_isolation = mode,
+ * its files in dir; 0, or -1 with reason set. */
+static int tenant_daemon(struct bench_run *run, const char *dir, const char *mode, int ntenants,
+			 struct bench_daemon *d, char *reason, size_t len)
+{
+	static char conf[PATH_MAX]; /* d->config points here until the daemon has started */
+	snprintf(conf, sizeof conf, "%s/remorad.conf", dir);
+	FILE *f = fopen(conf, "we");
+	if (!f) {
+		snprintf(reason, len, "cannot write remorad.conf in %.200s", dir);
+		return -1;
+	}
+	fprintf(f, "tenant_isolation = %s\nmps_directory = %s/mps\n", mode, dir);
+	for (int t = 0; t < ntenants; t++)
+		fprintf(f, "[tenant t%d]\ntoken = tok%d\n", t, t);
+	fclose(f);
+	*d = (struct bench_daemon){.config = conf};
+	if (bench_daemon_start(d, run->cfg->remorad, run->cfg->driver, dir, BENCH_TCP, NULL)) {
+		snprintf(reason, len, "remorad with tenant_isolation = %s did not start", mode);
+		return -1;
+	}
+	return 0;
+}
+
 /* Tenants (issue 35): the MPS experiment with each client in a tenant of its own, natively
  * (contexts time-slice), natively under NVIDIA MPS, and through a remorad with
  * tenant_isolation = process and = mps (those two with MPS only where its control program is
@@ -299,7 +324,7 @@ int bench_section_tenants(struct bench_run *run)
 	for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
 		if (m != 1 && !mps)
 			continue;
-		char dir[PATH_MAX - 64], conf[PATH_MAX];
+		char dir[PATH_MAX - 64];
 		snprintf(dir, sizeof dir, "%s/tenants-%zu", run->tmpdir, m);
 		mkdir(dir, 0700);
 		struct bench_daemon d = {0};
@@ -313,19 +338,8 @@ int bench_section_tenants(struct bench_run *run)
 				continue;
 			}
 		} else {
-			snprintf(conf, sizeof conf, "%s/remorad.conf", dir);
-			FILE *f = fopen(conf, "we");
-			if (!f)
+			if (tenant_daemon(run, dir, modes[m], most, &d, reason, sizeof reason))
 				continue;
-			fprintf(f, "tenant_isolation = %s\nmps_directory = %s/mps\n", modes[m], dir);
-			for (int t = 0; t < most; t++)
-				fprintf(f, "[tenant t%d]\ntoken = tok%d\n", t, t);
-			fclose(f);
-			d.config = conf;
-			if (bench_daemon_start(&d, cfg->remorad, cfg->driver, dir, BENCH_TCP, NULL)) {
-				snprintf(reason, sizeof reason, "remorad with tenant_isolation = %s did not start", modes[m]);
-				continue;
-			}
 			side = run->remote;
 			side.server = d.addr, side.tls_ca = NULL, side.token_prefix = "tok";
 		}
@@ -349,4 +363,116 @@ int bench_section_tenants(struct bench_run *run)
 			bench_daemon_stop(&d);
 	}
 	return bench_finish_section(run, "tenants", reason[0] ? -1 : 0, reason);
+}
+
+#define MOST_SHARING 16 /* ResNet-50 processes at most (each holds a context and a model) */
+
+/* The images per second of n ResNet-50 processes started together on side (their sum), NAN
+ * where one failed (reason says why); *unsupported set where PyTorch cannot run here. */
+static double resnet_clients(struct bench_run *run, const struct bench_side *side, const char *label, int n,
+			     bool *unsupported, char *reason, size_t len)
+{
+	char iters[16];
+	snprintf(iters, sizeof iters, "%d", run->cfg->quick ? 30 : 300);
+	char *argv[] = { "/usr/bin/env", "python3", run->torch, "resnet50_share", iters, NULL };
+	struct bench_output *outs = calloc((size_t)n, sizeof *outs);
+	double sum = 0;
+	if (!outs) {
+		snprintf(reason, len, "out of memory");
+		return NAN;
+	}
+	fprintf(stderr, "remora bench: sharing %d %s\n", n, label);
+	bench_run_workers(side, argv, n, true, WORKER_TIMEOUT_S, run->tmpdir, outs);
+	for (int i = 0; i < n; i++) {
+		double v;
+		const char *why = bench_output_get(&outs[i], "unsupported");
+		if (outs[i].exit_status == 3 && why) {
+			*unsupported = true;
+			snprintf(reason, len, "%s", why);
+			sum = NAN;
+		} else if (outs[i].exit_status == 0 && bench_output_number(&outs[i], "images_per_s", &v)) {
+			sum += v;
+		} else if (isfinite(sum)) {
+			snprintf(reason, len, "N=%d %s client %d: %s", n, label, i,
+				 outs[i].reason[0] ? outs[i].reason : "no images_per_s reported");
+			sum = NAN;
+		}
+		bench_output_free(&outs[i]);
+	}
+	free(outs);
+	return sum;
+}
+
+/* Sharing (issue 35): N processes of ResNet-50 fp16 inference at batch 1 started together
+ * (the --concurrency counts up to MOST_SHARING), their images per second summed: natively
+ * (contexts time-slice) against Remora with every process in one tenant, and natively under
+ * NVIDIA MPS against Remora with a tenant each under tenant_isolation = mps (those two where
+ * nvidia-cuda-mps-control is on the PATH). Target: at 16 processes Remora's tenants at least
+ * MPS's aggregate. Skipped where PyTorch cannot run. */
+int bench_section_sharing(struct bench_run *run)
+{
+	const struct bench_config *cfg = run->cfg;
+	if (run->transport != cfg->transports[0]) {
+		bench_set_section(&run->results, "sharing", "skipped", "measured over the first transport only");
+		return 0;
+	}
+	bool mps = have_mps_control(), unsupported = false;
+	char reason[320] = "", failure[320];
+	for (int i = 0; i < cfg->nclients && !unsupported; i++) {
+		int n = cfg->clients[i];
+		if (n > MOST_SHARING)
+			continue;
+		failure[0] = 0;
+		double nat = resnet_clients(run, &run->native, "native", n, &unsupported, failure, sizeof failure);
+		if (unsupported) {
+			snprintf(reason, sizeof reason, "%s", failure);
+			break;
+		}
+		double rem = resnet_clients(run, &run->remote, "remote, one tenant", n, &unsupported, failure,
+					    sizeof failure);
+		if (failure[0] && !reason[0])
+			snprintf(reason, sizeof reason, "%s", failure);
+		bench_add_row(&run->results, "sharing", "images/s", nat, rem,
+			      "N=%d ResNet-50 b1 processes, native (contexts) / Remora one tenant", n);
+		if (!mps)
+			continue;
+		char dir[PATH_MAX - 64], pipe_dir[PATH_MAX + 8];
+		snprintf(dir, sizeof dir, "%s/sharing-mps-%d", run->tmpdir, n);
+		mkdir(dir, 0700);
+		struct bench_side native_mps = run->native;
+		snprintf(pipe_dir, sizeof pipe_dir, "%s/pipe", dir);
+		native_mps.mps_pipe = pipe_dir;
+		double under_mps = NAN, tenants = NAN;
+		failure[0] = 0;
+		if (mps_control(dir, NULL)) {
+			snprintf(failure, sizeof failure, "nvidia-cuda-mps-control -d failed");
+		} else {
+			under_mps = resnet_clients(run, &native_mps, "native MPS", n, &unsupported, failure, sizeof failure);
+			mps_control(dir, "quit\n");
+		}
+		char ddir[PATH_MAX];
+		snprintf(ddir, sizeof ddir, "%s/daemon", dir);
+		mkdir(ddir, 0700);
+		struct bench_daemon d;
+		if (!failure[0] && !tenant_daemon(run, ddir, "mps", n, &d, failure, sizeof failure)) {
+			struct bench_side side = run->remote;
+			side.server = d.addr, side.tls_ca = NULL, side.token_prefix = "tok";
+			tenants = resnet_clients(run, &side, "remote, a tenant each (mps)", n, &unsupported, failure,
+						 sizeof failure);
+			bench_daemon_stop(&d);
+		}
+		if (failure[0] && !reason[0])
+			snprintf(reason, sizeof reason, "%s", failure);
+		struct bench_row *row = bench_add_row(&run->results, "sharing", "images/s", under_mps, tenants,
+						      "N=%d ResNet-50 b1 processes, native MPS / Remora a tenant each (mps)", n);
+		if (row && n == 16) {
+			row->goal = BENCH_AT_LEAST;
+			row->limit = 1.0;
+		}
+	}
+	if (unsupported) {
+		bench_set_section(&run->results, "sharing", "skipped", reason);
+		return 0;
+	}
+	return bench_finish_section(run, "sharing", reason[0] ? -1 : 0, reason);
 }

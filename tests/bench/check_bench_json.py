@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 SECTIONS = {"tcp", "launch", "memcpy", "memset", "event", "graph", "concurrency", "tenants", "latency", "cublas", "torch",
-            "nccl"}
+            "nccl", "sharing"}
 failures = []
 
 
@@ -47,7 +47,7 @@ def main():
     status = {s["name"]: s for s in doc["sections"]}
     check(set(status) == SECTIONS, f"sections {sorted(status)}")
     for name, s in status.items():
-        if name in ("cublas", "torch", "nccl") and s["status"] == "skipped":
+        if name in ("cublas", "torch", "nccl", "sharing") and s["status"] == "skipped":
             check(isinstance(s["reason"], str) and s["reason"], f"{name} skipped without a reason")
         else:
             check(s["status"] == "ok", f"section {name}: {s['status']}: {s['reason']}")
@@ -72,7 +72,7 @@ def main():
 
     for name in SECTIONS - {"tcp"}:
         # torch skipped where PyTorch is missing has no rows at all; every other section has its figures.
-        check(by_section.get(name) or (name in ("torch", "nccl") and status.get(name, {}).get("status") == "skipped"),
+        check(by_section.get(name) or (name in ("torch", "nccl", "sharing") and status.get(name, {}).get("status") == "skipped"),
               f"no figures for section {name}")
     check(len(by_section.get("memcpy", [])) == 6 * 4 + 3 * 4,
           "memcpy: not 4 KiB .. 4 MiB x 2 kinds x 2 directions, and 256 KiB .. 4 MiB compressible and random")
