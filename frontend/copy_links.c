@@ -49,6 +49,7 @@ static pthread_mutex_t plan_lock = PTHREAD_MUTEX_INITIALIZER;
 _Static_assert(RM_COPY_PLAN_CLASSES == 5, "plan_state's striping initializer names each class");
 static struct rm_copy_plan_state plan_state = {
 	.fixed_min = DEFAULT_STRIPE_MIN, .striping = {{-1, -1, -1, -1, -1}, {-1, -1, -1, -1, -1}}};
+static unsigned striped_seen[2]; /* per direction, a bit per size class that has had a striped copy (logged) */
 /* Over shared memory (RM_TRANSPORT_MEMORY), a striped copy after the links idled this long
  * is not sampled: remorad opens its links' staging at their first copy and closes it after
  * an idle (RM_STAGING_IDLE_MS), and its links' threads sleep; such a copy measured about
@@ -236,12 +237,21 @@ struct rm_copy_plan rm_copy_links_take(struct rm_copy_links *cl, int to_host, ui
 			most = (uint32_t)(n / cl->min_share);
 		if (most < 2)
 			return p;
+		int d = !!to_host, cls = rm_copy_plan_class(n), first = 0;
 		pthread_mutex_lock(&plan_lock);
 		p = rm_copy_plan_choose(&plan_state, to_host, n, most);
 		struct rm_copy_plan_state now = plan_state;
-		plan_state.changed[!!to_host] = 0;
+		plan_state.changed[d] = 0;
+		if (p.links > 1 && !(striped_seen[d] & (1u << cls))) {
+			striped_seen[d] |= 1u << cls;
+			first = 1;
+		}
 		pthread_mutex_unlock(&plan_lock);
-		int d = !!to_host, k = now.changed[d] - 1;
+		if (first)
+			rm_log(RM_LOG_DEBUG, "copies of %llu KiB and up %s the device: a striped copy over %u links (the "
+			       "size's first)", (unsigned long long)(RM_COPY_PLAN_MIN_SHARE >> 10) << (2 * cls),
+			       to_host ? "from" : "to", p.links);
+		int k = now.changed[d] - 1;
 		if (k >= 0)
 			rm_log(RM_LOG_DEBUG, "copies of %llu KiB and up %s the device %s striped (round trip %.1f us, one "
 			       "stream %.2f GB/s, striped %.2f GB/s)", (unsigned long long)(RM_COPY_PLAN_MIN_SHARE >> 10) << (2 * k),

@@ -26,6 +26,12 @@
  * others' notices. */
 static char overrun_name[64];
 static uint32_t overrun_pid;
+static int keep_faulted; /* rm_gpu_watch_keep_faulted */
+
+void rm_gpu_watch_keep_faulted(void)
+{
+	keep_faulted = 1;
+}
 
 static void find_overrun(struct rm_channel *s)
 {
@@ -105,7 +111,7 @@ static void *watch_gpus(void *arg)
 			rm_served_each(tell_mps_fault);
 			_exit(75);
 		}
-		if (rm_fault_age_ms() > RETIRED_GRACE_MS) {
+		if (!keep_faulted && rm_fault_age_ms() > RETIRED_GRACE_MS) {
 			if (!rm_served_count()) {
 				rm_log(RM_LOG_INFO, "worker: faulted, and its last client has left; exiting");
 				_exit(75);

@@ -33,5 +33,10 @@ void rm_attach(struct rm_conn *conn, const struct rm_handoff *h);
 /* Starts the thread that watches the worker's GPUs (faults, free memory) and its clients'
  * kernels against kernel_time_limit. */
 int rm_gpu_watch_start(void);
+/* A faulted worker whose clients have all left does not exit: for a program that runs a
+ * worker in its own process and resets the driver after a fault itself (the request fuzz
+ * target, tests/fuzz/fuzz_request.c, which runs every input in one process). Before
+ * rm_worker_run. */
+void rm_gpu_watch_keep_faulted(void);
 
 #endif

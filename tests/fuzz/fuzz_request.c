@@ -41,6 +41,7 @@
 #include "registry.h"
 #include "server.h"
 #include "stream_pool.h"
+#include "worker.h"
 #include "wire.h"
 
 #define ALIAS_TAG 0xA11Au
@@ -93,6 +94,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 		exit(1);
 	}
 	driver_watch_start();
+	/* Its faults are reset after each input (driver_watch_check_released); a worker that
+	 * exited a while after one, between inputs, ended the whole run (status 75). */
+	rm_gpu_watch_keep_faulted();
 	if (rm_registry_create() < 0)
 		fail("cannot create the registry");
 	rm_registry()->ngpus = ngpus < RM_MAX_GPUS ? ngpus : RM_MAX_GPUS;
