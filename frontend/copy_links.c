@@ -237,26 +237,30 @@ struct rm_copy_plan rm_copy_links_take(struct rm_copy_links *cl, int to_host, ui
 			most = (uint32_t)(n / cl->min_share);
 		if (most < 2)
 			return p;
-		int d = !!to_host, cls = rm_copy_plan_class(n), first = 0;
+		int d = !!to_host, cls = rm_copy_plan_class(n), first = 0, changed, striping = 0;
+		double rtt_us = 0, stream_bps = 0, striped_bps = 0; /* logged where the class's choice changed */
 		pthread_mutex_lock(&plan_lock);
 		p = rm_copy_plan_choose(&plan_state, to_host, n, most);
-		struct rm_copy_plan_state now = plan_state;
-		plan_state.changed[d] = 0;
+		if ((changed = plan_state.changed[d] != 0)) { /* the class of this copy: choose changed no other */
+			striping = plan_state.striping[d][cls];
+			rtt_us = (double)plan_state.rtt_ns / 1e3;
+			stream_bps = plan_state.stream_bps[d][cls];
+			striped_bps = plan_state.striped_bps[d][cls];
+			plan_state.changed[d] = 0;
+		}
 		if (p.links > 1 && !(striped_seen[d] & (1u << cls))) {
 			striped_seen[d] |= 1u << cls;
 			first = 1;
 		}
 		pthread_mutex_unlock(&plan_lock);
+		unsigned long long kib = (unsigned long long)(RM_COPY_PLAN_MIN_SHARE >> 10) << (2 * cls); /* the class's least */
 		if (first)
 			rm_log(RM_LOG_DEBUG, "copies of %llu KiB and up %s the device: a striped copy over %u links (the "
-			       "size's first)", (unsigned long long)(RM_COPY_PLAN_MIN_SHARE >> 10) << (2 * cls),
-			       to_host ? "from" : "to", p.links);
-		int k = now.changed[d] - 1;
-		if (k >= 0)
+			       "size's first)", kib, to_host ? "from" : "to", p.links);
+		if (changed)
 			rm_log(RM_LOG_DEBUG, "copies of %llu KiB and up %s the device %s striped (round trip %.1f us, one "
-			       "stream %.2f GB/s, striped %.2f GB/s)", (unsigned long long)(RM_COPY_PLAN_MIN_SHARE >> 10) << (2 * k),
-			       to_host ? "from" : "to", now.striping[d][k] ? "are" : "are not", (double)now.rtt_ns / 1e3,
-			       now.stream_bps[d][k] / 1e9, now.striped_bps[d][k] / 1e9);
+			       "stream %.2f GB/s, striped %.2f GB/s)", kib, to_host ? "from" : "to",
+			       striping ? "are" : "are not", rtt_us, stream_bps / 1e9, striped_bps / 1e9);
 		if (p.links < 2)
 			return p;
 	}

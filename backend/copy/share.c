@@ -37,9 +37,7 @@ static CUresult piece_dma(struct rm_share *sh, int b, void *buf, struct rm_strip
 
 size_t rm_share_piece(size_t staging_size, uint64_t chunk_len)
 {
-	uint64_t q = (chunk_len / 4 + 0xffff) & ~(uint64_t)0xffff;
-	if (q < RM_SHARE_PIECE_MIN)
-		q = RM_SHARE_PIECE_MIN;
+	uint64_t q = rm_share_quarter(chunk_len, RM_SHARE_PIECE_MIN);
 	return q < staging_size ? (size_t)q : staging_size;
 }
 

@@ -57,10 +57,15 @@ static inline int rm_share_in_parts(const struct rm_link *link)
 {
 	return (link->conn->tp->flags & RM_TRANSPORT_MEMORY) != 0;
 }
+/* A quarter of len, rounded up to 64 KiB, at least least (pieces' and parts' rule). */
+static inline uint64_t rm_share_quarter(uint64_t len, uint64_t least)
+{
+	uint64_t q = (len / 4 + 65535) & ~(uint64_t)65535;
+	return q > least ? q : least;
+}
 static inline uint64_t rm_share_part(uint64_t len)
 {
-	uint64_t part = (len / 4 + 65535) & ~(uint64_t)65535;
-	return part > RM_SHARE_PART_MIN ? part : RM_SHARE_PART_MIN;
+	return rm_share_quarter(len, RM_SHARE_PART_MIN);
 }
 /* Moves a link's share of job j through its staging: reads each piece and copies it to
  * the device, or copies each piece from the device and sends it, the network overlapping

@@ -55,16 +55,32 @@ static int run_add(struct rm_session *sh, struct rm_moved_run r)
 	return 0;
 }
 
+/* Whether run r and [base, base + size) share an address. */
+static int run_overlaps(const struct rm_moved_run *r, uint64_t base, uint64_t size)
+{
+	return r->base < base + size && base < r->base + r->span;
+}
+
+/* The reserved block holding address a, or NULL. */
+static struct rm_moved_block *block_of(struct rm_session *sh, uint64_t a)
+{
+	uint64_t base = a & ~(RM_MOVED_BLOCK - 1);
+	for (size_t i = 0; i < sh->nmoved_blocks; i++)
+		if (sh->moved_blocks[i].base == base)
+			return &sh->moved_blocks[i];
+	return NULL;
+}
+
 /* The block holding address a, reserved there when no run holds it yet, and counted as
  * holding one more run. Under the session's main thread (as runs are). */
 static CUresult block_hold(struct rm_session *sh, uint64_t a)
 {
 	uint64_t base = a & ~(RM_MOVED_BLOCK - 1);
-	for (size_t i = 0; i < sh->nmoved_blocks; i++)
-		if (sh->moved_blocks[i].base == base) {
-			sh->moved_blocks[i].runs++;
-			return CUDA_SUCCESS;
-		}
+	struct rm_moved_block *held = block_of(sh, a);
+	if (held) {
+		held->runs++;
+		return CUDA_SUCCESS;
+	}
 	if (sh->nmoved_blocks == sh->moved_blocks_cap) {
 		size_t cap = sh->moved_blocks_cap ? sh->moved_blocks_cap * 2 : 16;
 		struct rm_moved_block *b = realloc(sh->moved_blocks, cap * sizeof(*b));
@@ -86,15 +102,11 @@ static CUresult block_hold(struct rm_session *sh, uint64_t a)
 
 static void block_leave(struct rm_session *sh, uint64_t a)
 {
-	uint64_t base = a & ~(RM_MOVED_BLOCK - 1);
-	for (size_t i = 0; i < sh->nmoved_blocks; i++)
-		if (sh->moved_blocks[i].base == base) {
-			if (!--sh->moved_blocks[i].runs) {
-				rm_drv_cuMemAddressFree(base, RM_MOVED_BLOCK);
-				sh->moved_blocks[i] = sh->moved_blocks[--sh->nmoved_blocks];
-			}
-			return;
-		}
+	struct rm_moved_block *b = block_of(sh, a);
+	if (b && !--b->runs) {
+		rm_drv_cuMemAddressFree(b->base, RM_MOVED_BLOCK);
+		*b = sh->moved_blocks[--sh->nmoved_blocks];
+	}
 }
 
 /* Unreserves run r's addresses: its own reservation, or its part of its block's. */
@@ -162,7 +174,7 @@ static void leave_runs(struct rm_channel *s, uint64_t base, uint64_t size)
 	struct rm_session *sh = s->sh;
 	for (size_t i = 0; i < sh->nmoved_runs;) {
 		struct rm_moved_run *r = &sh->moved_runs[i];
-		if (r->base < base + size && base < r->base + r->span && !--r->users) {
+		if (run_overlaps(r, base, size) && !--r->users) {
 			struct rm_moved_run gone = *r;
 			sh->moved_runs[i] = sh->moved_runs[--sh->nmoved_runs];
 			unmap_run(s, &gone);
@@ -185,7 +197,7 @@ CUresult rm_migrate_map_span(struct rm_channel *s, CUdevice dev, uint64_t base, 
 				  !size || base + size < base))
 		r = CUDA_ERROR_INVALID_VALUE; /* not this GPU's granules: another model */
 	for (size_t i = 0; r == CUDA_SUCCESS && i < sh->nmoved_runs; i++)
-		if (sh->moved_runs[i].base < base + size && base < sh->moved_runs[i].base + sh->moved_runs[i].span)
+		if (run_overlaps(&sh->moved_runs[i], base, size))
 			r = CUDA_ERROR_INVALID_VALUE; /* spans do not overlap */
 	if (r != CUDA_SUCCESS)
 		return r;
@@ -229,14 +241,14 @@ CUresult rm_migrate_own(struct rm_channel *s, uint64_t base, uint64_t size)
 	uint64_t covered = 0; /* inside one span, as the source sends them: its runs, end to end */
 	for (size_t i = 0; i < sh->nmoved_runs; i++) {
 		const struct rm_moved_run *r = &sh->moved_runs[i];
-		if (r->base < base + size && base < r->base + r->span)
+		if (run_overlaps(r, base, size))
 			covered += (r->base + r->span < base + size ? r->base + r->span : base + size) -
 				   (r->base > base ? r->base : base);
 	}
 	if (!size || base + size < base || covered != size)
 		return CUDA_ERROR_INVALID_VALUE;
 	for (size_t i = 0; i < sh->nmoved_runs; i++)
-		if (sh->moved_runs[i].base < base + size && base < sh->moved_runs[i].base + sh->moved_runs[i].span)
+		if (run_overlaps(&sh->moved_runs[i], base, size))
 			sh->moved_runs[i].users++;
 	rm_session_own_memory(s, RM_H_MOVED_MEMORY, base, size, 0);
 	return CUDA_SUCCESS;
