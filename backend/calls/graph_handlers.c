@@ -10,6 +10,7 @@
 
 #include "kernel_watch.h"
 #include "remora.pb-c.h"
+#include "variable_alias.h"
 
 #define MAX_PARAM_BYTES 32764 /* CUDA's limit on the bytes of a kernel's parameters */
 
@@ -176,6 +177,7 @@ static CUresult kernel_params(struct rm_channel *s, const Remora__LaunchKernel *
 	if (r != CUDA_SUCCESS)
 		return r;
 	*size = l->params.len;
+	rm_session_real_params(s, l->params.data, l->params.len); /* a moved-in client's variables */
 	extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
 	extra[1] = l->params.data;
 	extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;

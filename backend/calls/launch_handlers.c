@@ -7,6 +7,7 @@
 #include "kernel_timing.h"
 #include "kernel_watch.h"
 #include "remora.pb-c.h"
+#include "variable_alias.h"
 
 /* Turns a launch message into a driver launch configuration; attrs must outlive cfg. */
 static CUresult launch_config(struct rm_channel *s, struct rm_request *rq, const Remora__LaunchKernel *req,
@@ -53,6 +54,7 @@ static CUresult launch(struct rm_channel *s, struct rm_request *rq, const Remora
 		cfg.numAttrs = 1;
 	}
 	if (r == CUDA_SUCCESS) {
+		rm_session_real_params(s, req->params.data, req->params.len); /* a moved-in client's variables */
 		size_t size = req->params.len;
 		void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, req->params.data, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
 				 CU_LAUNCH_PARAM_END};

@@ -118,13 +118,14 @@ static CUresult copy_in(struct rm_channel *s, struct rm_request *rq, const Remor
 	CUresult r = rm_fault_error(); /* the worker runs this body even then (striped), to drain the bytes */
 	if (r == CUDA_SUCCESS)
 		r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &stream);
+	uint64_t dst = req->dst;
 	if (r == CUDA_SUCCESS)
-		r = rm_session_check_range(s, req->dst, n);
+		r = rm_session_check_real(s, &dst, n);
 	if (req->compressed) {
 		prof.host = "compressed";
-		r = rm_copy_in_compressed(s, rq, r, stream, req->dst, n, wait);
+		r = rm_copy_in_compressed(s, rq, r, stream, dst, n, wait);
 	} else {
-		r = rm_copy_in(s, rq, r, stream, req->dst, n, links, req->chunk, wait, req->pageable, &prof);
+		r = rm_copy_in(s, rq, r, stream, dst, n, links, req->chunk, wait, req->pageable, &prof);
 	}
 	if (r == CUDA_SUCCESS)
 		rm_usage_add(&rm_registry()->clients[s->sh->slot].usage.bytes_htod, n);
@@ -162,15 +163,16 @@ static CUresult copy_out(struct rm_channel *s, struct rm_request *rq, const Remo
 	CUresult r = rm_fault_error();
 	if (r == CUDA_SUCCESS)
 		r = rm_session_stream_submit(s, req->stream, rq->frame.flags, &stream);
+	uint64_t src = req->src;
 	if (r == CUDA_SUCCESS)
-		r = rm_session_check_range(s, req->src, n);
+		r = rm_session_check_real(s, &src, n);
 	if (r == CUDA_SUCCESS && req->compress && req->links <= 1 && rm_zchunk_available() && rm_worker_config()->compress_copies &&
-	    rm_copy_out_compressed(s, rq, stream, req->src, n, req->link_bps) == 0) {
+	    rm_copy_out_compressed(s, rq, stream, src, n, req->link_bps) == 0) {
 		prof.host = "compressed";
 		if (!rq->fatal)
 			rm_usage_add(&rm_registry()->clients[s->sh->slot].usage.bytes_dtoh, n);
 	} else if (r == CUDA_SUCCESS) {
-		rm_copy_out(s, rq, stream, req->src, n, req->links > 1 ? req->links : 1, req->chunk, &prof);
+		rm_copy_out(s, rq, stream, src, n, req->links > 1 ? req->links : 1, req->chunk, &prof);
 		if (!rq->fatal)
 			rm_usage_add(&rm_registry()->clients[s->sh->slot].usage.bytes_dtoh, n);
 	}

@@ -12,6 +12,7 @@
 #include "migrate.h"
 #include "log.h"
 #include "remora.pb-c.h"
+#include "variable_alias.h"
 
 #define IMAGE_PAD 64 /* zero bytes after a received image: an ELF header's worth */
 
@@ -129,11 +130,16 @@ CUresult rm_body_cuLibraryUnload(struct rm_channel *s, CUlibrary library)
 }
 
 /* A global is usable memory of the client's, owned with its module or library, so
- * that it goes when they go (dptr=new:body); asking twice records it once. */
-static void own_global(struct rm_channel *s, CUdeviceptr p, size_t bytes, const void *parent)
+ * that it goes when they go (dptr=new:body); asking twice records it once. One the client
+ * brought when it moved in is at another address here: it gets the address it holds
+ * (variable_alias.h). */
+static void own_global(struct rm_channel *s, CUdeviceptr *p, size_t bytes, const void *parent)
 {
-	if (!rm_session_find(s, RM_H_GLOBAL, p, NULL))
-		rm_session_own_memory(s, RM_H_GLOBAL, p, bytes, (uint64_t)(uintptr_t)parent);
+	uint64_t held = rm_session_client_dptr(s, *p);
+	if (held != *p)
+		*p = held;
+	else if (!rm_session_find(s, RM_H_GLOBAL, *p, NULL))
+		rm_session_own_memory(s, RM_H_GLOBAL, *p, bytes, (uint64_t)(uintptr_t)parent);
 }
 
 CUresult rm_body_cuModuleGetGlobal_v2(struct rm_channel *s, CUdeviceptr *dptr, size_t *bytes, CUmodule hmod,
@@ -141,7 +147,7 @@ CUresult rm_body_cuModuleGetGlobal_v2(struct rm_channel *s, CUdeviceptr *dptr, s
 {
 	CUresult r = rm_drv_cuModuleGetGlobal_v2(dptr, bytes, hmod, name);
 	if (r == CUDA_SUCCESS)
-		own_global(s, *dptr, *bytes, hmod);
+		own_global(s, dptr, *bytes, hmod);
 	return r;
 }
 
@@ -150,7 +156,7 @@ CUresult rm_body_cuLibraryGetGlobal(struct rm_channel *s, CUdeviceptr *dptr, siz
 {
 	CUresult r = rm_drv_cuLibraryGetGlobal(dptr, bytes, library, name);
 	if (r == CUDA_SUCCESS)
-		own_global(s, *dptr, *bytes, library);
+		own_global(s, dptr, *bytes, library);
 	return r;
 }
 

@@ -9,6 +9,7 @@
 #include "driver_table.h"
 #include "handle_alias.h"
 #include "log.h"
+#include "variable_alias.h"
 
 #define TOMBSTONE UINT32_MAX
 
@@ -309,12 +310,12 @@ CUresult rm_session_use(struct rm_channel *s, enum rm_handle_kind kind, uint64_t
 	return CUDA_ERROR_INVALID_HANDLE;
 }
 
-CUresult rm_session_check_span(struct rm_channel *s, uint64_t ptr, uint64_t count, uint64_t unit)
+
+/* Whether r is a device variable the client brought at another address (variable_alias.h).
+ * Under sh->lock. */
+static int moved_variable(const struct rm_session *sh, const struct rm_handle *r)
 {
-	uint64_t len;
-	if (__builtin_mul_overflow(count, unit, &len))
-		return CUDA_ERROR_INVALID_VALUE;
-	return rm_session_check_range(s, ptr, len);
+	return r->kind == RM_H_GLOBAL && sh->nvariable_aliases && rm_variable_alias_at_locked(sh, r->value);
 }
 
 /* The last owned range with base <= ptr, or NULL. Under sh->lock. */
@@ -349,7 +350,7 @@ uint64_t rm_session_owned_run(struct rm_channel *s, uint64_t ptr, uint64_t len)
 	while (run < len) {
 		uint64_t at = ptr + run;
 		const struct rm_handle *r = at < ptr ? NULL : range_below(s, at);
-		if (!r || at - r->value >= r->size)
+		if (!r || at - r->value >= r->size || moved_variable(s->sh, r))
 			break;
 		uint64_t here = r->size - (at - r->value);
 		run = here > len - run ? len : run + here;
@@ -358,14 +359,52 @@ uint64_t rm_session_owned_run(struct rm_channel *s, uint64_t ptr, uint64_t len)
 	return run;
 }
 
-CUresult rm_session_check_range(struct rm_channel *s, uint64_t ptr, uint64_t len)
+/* [ptr, ptr + len) inside one owned range; one of a moved variable only where the caller
+ * gives the driver its address here (moved_ok), else refused with a line. */
+static CUresult check(struct rm_channel *s, uint64_t ptr, uint64_t len, int moved_ok)
 {
 	pthread_mutex_lock(&s->sh->lock);
 	const struct rm_handle *r = range_below(s, ptr);
 	int ok = r && ptr - r->value <= r->size && len <= r->size - (ptr - r->value);
+	int moved = ok && !moved_ok && moved_variable(s->sh, r);
 	pthread_mutex_unlock(&s->sh->lock);
+	if (moved) {
+		rm_session_log(s, RM_LOG_WARN, "device range 0x%llx+%llu lies in a device variable the client brought when it "
+			       "moved, which this call does not take (docs/pool.md)", (unsigned long long)ptr,
+			       (unsigned long long)len);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
 	if (ok)
 		return CUDA_SUCCESS;
 	rm_session_log(s, RM_LOG_WARN, "refused device range 0x%llx+%llu it does not own", (unsigned long long)ptr, (unsigned long long)len);
 	return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult rm_session_check_range(struct rm_channel *s, uint64_t ptr, uint64_t len)
+{
+	return check(s, ptr, len, 0);
+}
+
+CUresult rm_session_check_span(struct rm_channel *s, uint64_t ptr, uint64_t count, uint64_t unit)
+{
+	uint64_t len;
+	if (__builtin_mul_overflow(count, unit, &len))
+		return CUDA_ERROR_INVALID_VALUE;
+	return check(s, ptr, len, 0);
+}
+
+CUresult rm_session_check_dptr(struct rm_channel *s, uint64_t ptr, uint64_t count, uint64_t unit)
+{
+	uint64_t len;
+	if (__builtin_mul_overflow(count, unit, &len))
+		return CUDA_ERROR_INVALID_VALUE;
+	return check(s, ptr, len, 1);
+}
+
+CUresult rm_session_check_real(struct rm_channel *s, uint64_t *ptr, uint64_t len)
+{
+	CUresult r = check(s, *ptr, len, 1);
+	if (r == CUDA_SUCCESS)
+		*ptr = rm_session_real_dptr(s, *ptr);
+	return r;
 }

@@ -69,6 +69,13 @@ uint64_t rm_session_owned_run(struct rm_channel *s, uint64_t ptr, uint64_t len);
 /* rm_session_check_range for count elements of unit bytes: CUDA_ERROR_INVALID_VALUE
  * when count * unit overflows. */
 CUresult rm_session_check_span(struct rm_channel *s, uint64_t ptr, uint64_t count, uint64_t unit);
+/* The checks above refuse (CUDA_ERROR_NOT_SUPPORTED, with a line) a range inside a device
+ * variable the client brought when it moved (variable_alias.h), whose address here differs.
+ * These take it, for a caller that gives the driver the address here: check_dptr as
+ * check_span (the generated handlers, which then call rm_session_real_dptr), check_real as
+ * check_range, turning *ptr into the address here. */
+CUresult rm_session_check_dptr(struct rm_channel *s, uint64_t ptr, uint64_t count, uint64_t unit);
+CUresult rm_session_check_real(struct rm_channel *s, uint64_t *ptr, uint64_t len);
 /* Whether a piece of usable memory (an allocation, global or mapping) the client owns
  * holds ptr, and if so a copy of its record in *out (may be NULL); quietly, for queries
  * that answer "not found" themselves. */

@@ -17,6 +17,7 @@
 #include "migrate_state.h"
 #include "migrate_wire.h"
 #include "stream_pool.h"
+#include "variable_alias.h"
 
 #define RESUME_WAIT_S 30   /* how long a moved-in session waits for its client */
 
@@ -262,9 +263,32 @@ static int on_kernel_function(void *arg, uint64_t handle, uint64_t kernel, uint3
 	return alias(x, RM_H_FUNCTION, handle, (uint64_t)(uintptr_t)f);
 }
 
+/* The client holds a device variable's address, held, which is real here: owned as its
+ * memory at held, and aliased where the two differ. A range the client holds already
+ * (memory it brought) cannot be the variable too: refused. */
+static int hold_variable(struct restore *x, uint64_t held, uint64_t real, uint64_t size, uint64_t parent)
+{
+	struct rm_channel *s = x->s;
+	if (held + size < held || rm_session_owned_run(s, held, 1) || rm_session_owned_run(s, held + size - 1, 1))
+		return -EADDRINUSE;
+	int err = 0;
+	if (held != real) {
+		pthread_mutex_lock(&s->sh->lock);
+		err = rm_variable_alias_add_locked(s->sh, held, real, size, parent);
+		pthread_mutex_unlock(&s->sh->lock);
+		rm_session_log(s, err ? RM_LOG_WARN : RM_LOG_INFO, "a device variable the client holds at 0x%llx is at 0x%llx "
+			       "here%s", (unsigned long long)held, (unsigned long long)real, err ? ": its range is taken" : "");
+	}
+	if (!err)
+		rm_session_own_memory(s, RM_H_GLOBAL, held, size, parent);
+	return err;
+}
+
 /* A module's or library's device variable: found by its name in the module made again,
- * of the size it had, its contents written. */
-static int on_global(void *arg, uint64_t image, int library, const char *name, uint64_t size)
+ * of the size it had, its contents written. Where the client took its address (held), the
+ * client keeps that address: the variable is its memory there, at this address here
+ * (variable_alias.h). */
+static int on_global(void *arg, uint64_t image, int library, const char *name, uint64_t held, uint64_t size)
 {
 	struct restore *x = arg;
 	void *h;
@@ -290,7 +314,7 @@ static int on_global(void *arg, uint64_t image, int library, const char *name, u
 		done += n;
 	}
 	x->bytes += size;
-	return 0;
+	return held ? hold_variable(x, held, p, size, (uint64_t)(uintptr_t)h) : 0;
 }
 
 /* RM_OP_MIGRATE_STATE: only once, as the first request of a session greeted with

@@ -8,6 +8,7 @@
 #include "driver_table.h"
 #include "handle_alias.h"
 #include "quota.h"
+#include "variable_alias.h"
 
 void rm_migrate_keep_image(struct rm_channel *s, uint64_t module, uint8_t *image, size_t n)
 {
@@ -40,6 +41,7 @@ void rm_migrate_forget_image(struct rm_channel *s, uint64_t module)
 		}
 	pthread_mutex_unlock(&sh->lock);
 	free(gone);
+	rm_variable_alias_drop_parent(sh, module);
 }
 
 static int run_add(struct rm_session *sh, struct rm_moved_run r)
@@ -297,4 +299,5 @@ void rm_migrate_session_free(struct rm_session *sh)
 	sh->moved_blocks = NULL;
 	sh->nmoved_blocks = 0;
 	rm_alias_free(sh);
+	rm_variable_alias_free(sh);
 }

@@ -14,6 +14,7 @@
 #include "migrate.h"
 #include "migrate_wire.h"
 #include "transport.h"
+#include "variable_alias.h"
 
 static const char *const kind_names[] = {
 	"none",
@@ -111,8 +112,25 @@ static void free_names(struct names *x)
 	free(x->v);
 }
 
+/* The address the client holds for the device variable at p, or 0 where it never asked
+ * for it (an alias's where it moved in: variable_alias.h). */
+static uint64_t held_variable(struct rm_channel *s, CUdeviceptr p)
+{
+	uint64_t v = rm_session_client_dptr(s, p);
+	struct rm_handle h;
+	return rm_session_range_of(s, v, &h) && h.kind == RM_H_GLOBAL && h.value == v ? v : 0;
+}
+
+static int count_one(const struct rm_handle *h, void *arg)
+{
+	(void)h;
+	++*(uint32_t *)arg;
+	return 0;
+}
+
 /* The device variables of module or library h (its image given), each a record with its
- * contents, read from where the module holds them. */
+ * contents, read from where the module holds them, and the address the client holds for
+ * it. */
 static int send_variables(struct rm_mig_sender *x, const struct rm_handle *h, uint64_t client, const uint8_t *image,
 			  size_t n)
 {
@@ -136,10 +154,13 @@ static int send_variables(struct rm_mig_sender *x, const struct rm_handle *h, ui
 			err = -ENOENT;
 			break;
 		}
-		uint8_t f[16], hdr[RM_MIG_HEADER_LEN];
+		uint8_t f[24], hdr[RM_MIG_HEADER_LEN];
+		uint64_t held = held_variable(x->s, p);
 		rm_mig_put64(f, client);
 		rm_mig_put32(f + 8, (uint32_t)nlen);
 		rm_mig_put32(f + 12, (uint32_t)library);
+		rm_mig_put64(f + 16, held);
+		x->held += held != 0;
 		x->records++;
 		x->total += sizeof(hdr) + sizeof(f) + nlen + sz;
 		if (x->count)
@@ -191,6 +212,7 @@ const char *rm_mig_refusal(struct rm_channel *s, struct rm_mig_collect *c)
 		int moves = k == RM_H_CONTEXT;
 		for (size_t j = 0; j < sizeof(movable) / sizeof(*movable); j++)
 			moves |= movable[j] == (enum rm_handle_kind)k;
+		moves |= k == RM_H_GLOBAL; /* with its module's variables (send_variables) */
 		struct rm_mig_collect none = {0};
 		if (!moves && rm_session_each(s, (enum rm_handle_kind)k, gather, &none)) {
 			free(none.h);
@@ -448,6 +470,11 @@ int rm_mig_send_state(struct rm_mig_sender *x)
 			err = emit(x, RM_MIG_EVENT, f, 16, NULL, 0);
 			break;
 		}
+	}
+	uint32_t globals = 0;
+	if (!err && x->count && (rm_session_each(s, RM_H_GLOBAL, count_one, &globals) || globals != x->held)) {
+		x->why = "a device variable whose address it holds is not among its modules' named variables";
+		return -ENOENT;
 	}
 	return err ? err : emit(x, RM_MIG_END, f, 0, NULL, 0);
 }

@@ -31,6 +31,7 @@ struct rm_mig_sender {
 	uint64_t total;
 	int count; /* 1: sizing (nothing sent) */
 	uint32_t records, records_expected;
+	uint32_t held; /* variables whose address the client holds, found in its modules */
 	uint8_t *chunk;
 	const char *why;
 };

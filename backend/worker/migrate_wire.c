@@ -156,16 +156,18 @@ int rm_mig_decode(const struct rm_mig_sink *k, void *arg, uint64_t total, char *
 			break;
 		case RM_MIG_GLOBAL: {
 			char name[RM_MIG_MAX_NAME + 1];
-			if (len < 16 || (err = k->read(arg, f, 16)))
+			if (len < 24 || (err = k->read(arg, f, 24)))
 				FAIL(err ? err : -EPROTO, "malformed global record");
 			uint32_t nlen = get32(f + 8), lib = get32(f + 12);
-			if (!nlen || nlen > RM_MIG_MAX_NAME || nlen > len - 16 || lib > 1 || !get64(f) ||
+			uint64_t held = get64(f + 16);
+			if (!nlen || nlen > RM_MIG_MAX_NAME || nlen > len - 24 || lib > 1 || !get64(f) ||
+			    (held && (len - 24 - nlen == 0 || held + (len - 24 - nlen) < held)) ||
 			    (err = k->read(arg, name, nlen)))
 				FAIL(err ? err : -EPROTO, "malformed global record (a name of %u bytes)", nlen);
 			name[nlen] = 0;
 			if (strlen(name) != nlen)
 				FAIL(-EPROTO, "global record: a name with a NUL");
-			if ((err = k->global(arg, get64(f), (int)lib, name, len - 16 - nlen)))
+			if ((err = k->global(arg, get64(f), (int)lib, name, held, len - 24 - nlen)))
 				FAIL(err, "device variable %s not made again", name);
 			break;
 		}

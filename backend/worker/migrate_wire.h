@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RM_MIG_MAGIC 0x31474d52u /* "RMG1" */
+#define RM_MIG_MAGIC 0x32474d52u /* "RMG2" */
 #define RM_MIG_HEADER_LEN 16
 #define RM_MIG_MAX_RECORDS (1u << 20)
 #define RM_MIG_MAX_IMAGE (1ull << 31)   /* a module's image */
@@ -31,7 +31,8 @@ enum rm_mig_type {
 			      * memory, i32 carveout (-1: default) on the client's first device, the name */
 	RM_MIG_KERNEL_FUNCTION = 11, /* u64 the client's handle, u64 its kernel's, u32 context slot, u32 0 */
 	RM_MIG_GLOBAL = 12,  /* u64 its module's or library's handle, u32 name length, u32 1 for a library's,
-			      * the name (no NUL), then the variable's contents (after that record) */
+			      * u64 the variable's address as the client holds it (0: it never asked),
+			      * the name (no NUL), then the variable's contents */
 	RM_MIG_SPAN = 8,     /* u64 base, u64 size, u32 context slot, u32 0: granules the memory records
 			      * that follow lie in, mapped as one range (before those records) */
 };
@@ -52,8 +53,9 @@ struct rm_mig_sink {
 	int (*library)(void *arg, uint64_t handle, const uint8_t *image, size_t n);
 	int (*kernel)(void *arg, uint64_t handle, uint64_t library, int32_t smem, int32_t carveout, const char *name);
 	int (*kernel_function)(void *arg, uint64_t handle, uint64_t kernel, uint32_t ctx);
-	/* global must itself read the size bytes of contents that follow. */
-	int (*global)(void *arg, uint64_t image, int library, const char *name, uint64_t size);
+	/* global must itself read the size bytes of contents that follow; held: the address the
+	 * client holds for it, or 0. */
+	int (*global)(void *arg, uint64_t image, int library, const char *name, uint64_t held, uint64_t size);
 };
 
 /* Decodes a state of total bytes through sink: 0, or -errno with why (n bytes) said. */

@@ -26,6 +26,7 @@ struct rm_hostfn_hub;
 struct rm_channel;
 struct rm_shared_region;
 struct rm_alias;
+struct rm_variable_alias;
 struct rm_kept_image;
 struct rm_moved_run;
 struct rm_moved_block;
@@ -112,6 +113,8 @@ struct rm_session {
 	 * lock), and a move to another remorad asked for (under lock). */
 	struct rm_alias *aliases;
 	size_t naliases, aliases_cap;
+	struct rm_variable_alias *variable_aliases; /* its device variables' addresses (variable_alias.h) */
+	size_t nvariable_aliases;
 	struct rm_kept_image *images;
 	size_t nimages, images_cap;
 	struct rm_moved_run *moved_runs; /* the mappings its moved memory lies in */

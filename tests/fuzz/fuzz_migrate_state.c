@@ -91,9 +91,11 @@ static int on_kernel_function(void *arg, uint64_t h, uint64_t k, uint32_t ctx)
 	return ctx >= RM_MIG_MAX_CTX ? (abort(), 0) : 0;
 }
 
-static int on_global(void *arg, uint64_t h, int library, const char *name, uint64_t size)
+static int on_global(void *arg, uint64_t h, int library, const char *name, uint64_t held, uint64_t size)
 {
 	(void)h, (void)library;
+	if (held && held + size < held)
+		abort(); /* the decoder lets no held range wrap */
 	if (strlen(name) > RM_MIG_MAX_NAME)
 		abort();
 	return on_memory(arg, 1, size ? size : 0, 0) ? -1 : 0; /* reads its contents */

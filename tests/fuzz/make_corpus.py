@@ -513,7 +513,7 @@ def migrate_state_seeds():
         return struct.pack('<IIQ', t, 0, len(p)) + p
 
     def state(recs):
-        return rec(1, struct.pack('<II', 0x31474d52, len(recs))) + b''.join(recs) + rec(0, b'')
+        return rec(1, struct.pack('<II', 0x32474d52, len(recs))) + b''.join(recs) + rec(0, b'')
     ctx = rec(2, struct.pack('<QiI', 0x5555deadbeef, 0, 0))
     span = rec(8, struct.pack('<QQII', 0x7f0000200000, 2 << 20, 0, 0))
     mem = rec(3, struct.pack('<QQII', 0x7f0000200000, 64, 0, 0) + bytes(range(64)))
@@ -524,8 +524,9 @@ def migrate_state_seeds():
     lib = rec(9, struct.pack('<QQ', 0x6666, 0) + b'\x7fELF' + bytes(60))
     ker = rec(10, struct.pack('<QQii', 0x7777, 0x6666, 0, -1) + b'matmul')
     kf = rec(11, struct.pack('<QQII', 0x8888, 0x7777, 0, 0))
+    var = rec(12, struct.pack('<QIIQ', 0x1111, 9, 0, 0x7f0000400000) + b'constants' + bytes(range(16)))
     return {'full': state([ctx, span, mem, mod, fn, st, ev]), 'memory': state([ctx, span, mem]),
-            'empty': state([]), 'library': state([ctx, lib, ker, kf])}
+            'empty': state([]), 'library': state([ctx, lib, ker, kf]), 'variable': state([ctx, mod, var])}
 
 
 def zstd(data):

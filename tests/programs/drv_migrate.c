@@ -2,8 +2,11 @@
  * from one iteration to the next, on two streams joined by an event, with a checksum per
  * iteration checked against the CPU. Moved between remorads mid-run
  * (tests/robustness/migrate.py), it must print what it prints unmoved, bit for bit.
- * usage: drv_migrate IMAGE [ITERATIONS [PAUSE_MS [global|threads|magic]]]; global: it asks
- * for a module global's address, which a move cannot keep (the move is refused); threads:
+ * usage: drv_migrate IMAGE [ITERATIONS [PAUSE_MS [global|threads|magic]]]; global: it holds
+ * the address of the module's variable kernelsMagic and each iteration writes it by a copy,
+ * adds to it by name (bumpMagic), writes it through a kernel's pointer argument (fillU32),
+ * adds again and reads it by a copy, asking for its address again: wherever the module is
+ * loaded anew, the address the client holds must still be the variable; threads:
  * a second thread (a channel of its own) works on its own stream and buffer in step with
  * the first, so that a move finds it in its calls; magic: each iteration a kernel adds 1
  * to the module's variable kernelsMagic (kernels.cu), which a move must carry. */
@@ -57,12 +60,13 @@ int main(int argc, char **argv)
 	CHECK(cuModuleGetFunction(&scale, module, "scaleArray"));
 	CHECK(cuModuleGetFunction(&fill, module, "fillU32"));
 	CUfunction bump = NULL;
-	if (magic)
+	int global = argc > 4 && !strcmp(argv[4], "global");
+	if (magic || global)
 		CHECK(cuModuleGetFunction(&bump, module, "bumpMagic"));
-	if (argc > 4 && !strcmp(argv[4], "global")) {
-		CUdeviceptr magic;
+	CUdeviceptr held = 0;
+	if (global) {
 		size_t bytes;
-		CHECK(cuModuleGetGlobal(&magic, &bytes, module, "kernelsMagic"));
+		CHECK(cuModuleGetGlobal(&held, &bytes, module, "kernelsMagic"));
 		EXPECT(bytes == 4, "kernelsMagic is %zu bytes", bytes);
 	}
 	int lo, hi;
@@ -111,7 +115,7 @@ int main(int argc, char **argv)
 		void *add1[] = {&a, &b, &c, &n}, *scale1[] = {&c, &half, &n}, *add2[] = {&c, &b, &a, &n};
 		unsigned tag = 0x5a000000u + (unsigned)it;
 		int small = SMALL;
-		void *fill1[] = {&tags, &tag, &small};
+		void *fill1[] = {&tags, &tag, &small}, *bump1[] = {&bumped};
 		if (threads)
 			pthread_barrier_wait(&helper.start);
 		CHECK(cuLaunchKernel(vec_add, blocks, 1, 1, nthreads, 1, 1, 0, s1, add1, NULL));
@@ -120,10 +124,29 @@ int main(int argc, char **argv)
 		CHECK(cuStreamWaitEvent(s2, joined, 0));
 		CHECK(cuLaunchKernel(vec_add, blocks, 1, 1, nthreads, 1, 1, 0, s2, add2, NULL));
 		CHECK(cuLaunchKernel(fill, 4, 1, 1, nthreads, 1, 1, 0, s2, fill1, NULL));
-		void *bump1[] = {&bumped};
 		if (magic)
 			CHECK(cuLaunchKernel(bump, 1, 1, 1, 1, 1, 1, 0, s2, bump1, NULL));
+		if (global) { /* the variable by its held address and by its name, in turn */
+			unsigned start = 0x1000u + 16u * (unsigned)it, mid = start + 7, one = 1;
+			CHECK(cuMemcpyHtoD(held, &start, sizeof(start)));
+			CHECK(cuLaunchKernel(bump, 1, 1, 1, 1, 1, 1, 0, s2, bump1, NULL));
+			void *fill_held[] = {&held, &mid, &one};
+			CHECK(cuLaunchKernel(fill, 1, 1, 1, 32, 1, 1, 0, s2, fill_held, NULL));
+			CHECK(cuLaunchKernel(bump, 1, 1, 1, 1, 1, 1, 0, s2, bump1, NULL));
+		}
 		CHECK(cuStreamSynchronize(s2)); /* where a move happens */
+		if (global) {
+			unsigned by_address = 0, by_name = 0, want = 0x1000u + 16u * (unsigned)it + 8;
+			CUdeviceptr again = 0;
+			size_t bytes = 0;
+			CHECK(cuMemcpyDtoH(&by_address, held, sizeof(by_address)));
+			CHECK(cuMemcpyDtoH(&by_name, bumped, sizeof(by_name)));
+			CHECK(cuModuleGetGlobal(&again, &bytes, module, "kernelsMagic"));
+			EXPECT(by_address == want && by_name == want, "iteration %d: kernelsMagic is %08x by its address, "
+			       "%08x by its name, not %08x", it, by_address, by_name, want);
+			EXPECT(again == held && bytes == 4, "iteration %d: kernelsMagic's address changed", it);
+			printf("iter %d variable %08x\n", it, by_address);
+		}
 		for (int i = 0; i < N; i++) {
 			volatile float sum = ha[i] + hb[i];
 			hc[i] = sum * 0.5f;

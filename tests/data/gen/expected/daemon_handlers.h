@@ -22,7 +22,8 @@ static inline size_t rm_size_of_CUlimit(int a)
 /* Typed bodies (proto/api.spec: body): the daemon's part of a call that is more than a
  * driver call. The generated handler has checked every parameter: handles are the
  * driver's, owned by the client (or NULL where opt); devices are the host's; device
- * pointers lie in the client's memory unless unchecked; outputs point at zeroed
+ * pointers lie in the client's memory unless unchecked (checked ones are given at their
+ * address here: variable_alias.h); outputs point at zeroed
  * storage. The handler records new outputs and forgets del inputs after CUDA_SUCCESS,
  * except those annotated :body, which the body records or forgets itself. */
 CUresult rm_body_cuDeviceGet(struct rm_channel *s, CUdevice *device, int ordinal);
