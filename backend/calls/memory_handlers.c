@@ -196,15 +196,19 @@ static CUresult owned_attribute(struct rm_channel *s, void *data, CUpointer_attr
 {
 	CUresult r = rm_drv_cuPointerGetAttribute(data, a, ptr);
 	struct rm_handle h;
+	int moved = rm_session_range_of(s, ptr, &h) && h.kind == RM_H_MOVED_MEMORY;
 	if (r == CUDA_SUCCESS && a == CU_POINTER_ATTRIBUTE_CONTEXT) { /* the client's value of it (migrate.h) */
 		uint64_t ctx;
 		memcpy(&ctx, data, sizeof(ctx));
-		ctx = rm_session_out_value(s, RM_H_CONTEXT, ctx);
+		struct rm_session_ctx *c = moved && h.ctx ? rm_session_ctx_at(s, (int)h.ctx - 1) : NULL;
+		/* Memory the client brought is the worker's mapping, not a context's allocation:
+		 * its context is the one the client made it in (the record's). */
+		ctx = c ? c->handle : rm_session_out_value(s, RM_H_CONTEXT, ctx);
 		memcpy(data, &ctx, sizeof(ctx));
 	}
 	/* Memory the client brought when it moved in is mapped here in spans: it is described
 	 * as the allocation the client made (migrate.h). */
-	if (r == CUDA_SUCCESS && rm_session_range_of(s, ptr, &h) && h.kind == RM_H_MOVED_MEMORY) {
+	if (r == CUDA_SUCCESS && moved) {
 		uint64_t v = a == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR ? h.value : h.size;
 		if (a == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR || a == CU_POINTER_ATTRIBUTE_RANGE_SIZE)
 			memcpy(data, &v, sizeof(v));

@@ -95,6 +95,31 @@ static void range_holder(uint64_t base, uint64_t size, char *buf, size_t len)
 		fclose(f);
 }
 
+/* An address range the client reserved, empty: reserved at the same addresses here, or
+ * refused where the driver gives others. */
+static int on_va_range(void *arg, uint64_t base, uint64_t size)
+{
+	struct restore *x = arg;
+	int err = enter(x, 0);
+	if (err)
+		return err;
+	CUdeviceptr p = 0;
+	CUresult r = rm_drv_cuMemAddressReserve(&p, size, 0, base, 0);
+	if (r == CUDA_SUCCESS && p != base) {
+		rm_drv_cuMemAddressFree(p, size);
+		r = CUDA_ERROR_ALREADY_MAPPED;
+	}
+	if (r != CUDA_SUCCESS) {
+		char holder[160] = "";
+		range_holder(base, size, holder, sizeof(holder));
+		rm_session_log(x->s, RM_LOG_WARN, "cannot reserve 0x%llx to 0x%llx here for the moving client%s",
+			       (unsigned long long)base, (unsigned long long)(base + size), holder);
+		return r == CUDA_ERROR_ALREADY_MAPPED || r == CUDA_ERROR_INVALID_VALUE ? -EADDRINUSE : err_of(r);
+	}
+	rm_session_own_memory(x->s, RM_H_VA_RANGE, base, size, 0);
+	return 0;
+}
+
 static int on_span(void *arg, uint64_t base, uint64_t size, uint32_t ctx)
 {
 	struct restore *x = arg;
@@ -337,7 +362,7 @@ void rm_handle_migrate_state(struct rm_channel *s, struct rm_request *rq)
 	}
 	static const struct rm_mig_sink sink = {read_state, on_ctx,    on_span,   on_memory,	on_module, on_function,
 						on_stream,  on_event,  on_library, on_kernel, on_kernel_function,
-						on_global};
+						on_va_range, on_global};
 	int err = (x.chunk = malloc(RM_MIG_CHUNK)) ? rm_mig_decode(&sink, &x, rq->frame.bulk_len, why, sizeof(why)) : -ENOMEM;
 	free(x.chunk);
 	if (!err && rm_session_synchronize_all(s) != CUDA_SUCCESS) /* the copies are done */

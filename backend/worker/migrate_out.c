@@ -369,6 +369,10 @@ static int move(struct rm_channel *s, struct rm_migration *m)
 	free(x.chunk);
 	free(c.h);
 	rm_session_enter(s, 0);
+	/* Its addresses free here before the admin hears the move is done, so that the client
+	 * may be moved back at once (the driver keeps a freed range while the free is queued). */
+	if (moved)
+		rm_session_release_memory_now(s);
 	return moved;
 }
 

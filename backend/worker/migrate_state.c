@@ -42,8 +42,8 @@ static int gather(const struct rm_handle *h, void *arg)
 	return 0;
 }
 
-static const enum rm_handle_kind movable[] = {RM_H_MEMORY, RM_H_MOVED_MEMORY, RM_H_MODULE, RM_H_LIBRARY,
-					      RM_H_KERNEL, RM_H_FUNCTION, RM_H_STREAM, RM_H_EVENT};
+static const enum rm_handle_kind movable[] = {RM_H_MEMORY, RM_H_MOVED_MEMORY, RM_H_VA_RANGE, RM_H_MODULE,
+					      RM_H_LIBRARY, RM_H_KERNEL, RM_H_FUNCTION, RM_H_STREAM, RM_H_EVENT};
 
 /* The image kept for a module or library (NULL: none). Used once the client's threads are
  * held (migrate_out.c): none of its calls can unload it meanwhile. */
@@ -372,6 +372,11 @@ int rm_mig_send_state(struct rm_mig_sender *x)
 		case RM_H_MEMORY:
 		case RM_H_MOVED_MEMORY:
 			err = send_memory(x, h);
+			break;
+		case RM_H_VA_RANGE: /* empty: a mapping in it (RM_H_MAPPING) does not move */
+			rm_mig_put64(f, h->value);
+			rm_mig_put64(f + 8, h->size);
+			err = emit(x, RM_MIG_VA_RANGE, f, 16, NULL, 0);
 			break;
 		case RM_H_LIBRARY:
 		case RM_H_MODULE: {

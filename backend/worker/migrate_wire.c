@@ -154,6 +154,18 @@ int rm_mig_decode(const struct rm_mig_sink *k, void *arg, uint64_t total, char *
 			if ((err = k->kernel_function(arg, get64(f), get64(f + 8), get32(f + 16))))
 				FAIL(err, "a kernel's function not made again");
 			break;
+		case RM_MIG_VA_RANGE: {
+			if ((err = fixed(k, arg, len, 16, f)))
+				FAIL(err, "malformed address range record");
+			uint64_t base = get64(f), size = get64(f + 8);
+			if (!base || !size || base + size < base)
+				FAIL(-EPROTO, "address range record: 0x%llx + %llu", (unsigned long long)base,
+				     (unsigned long long)size);
+			if ((err = k->va_range(arg, base, size)))
+				FAIL(err, "address range 0x%llx + %llu not reserved again", (unsigned long long)base,
+				     (unsigned long long)size);
+			break;
+		}
 		case RM_MIG_GLOBAL: {
 			char name[RM_MIG_MAX_NAME + 1];
 			if (len < 24 || (err = k->read(arg, f, 24)))

@@ -33,6 +33,8 @@ enum rm_mig_type {
 	RM_MIG_GLOBAL = 12,  /* u64 its module's or library's handle, u32 name length, u32 1 for a library's,
 			      * u64 the variable's address as the client holds it (0: it never asked),
 			      * the name (no NUL), then the variable's contents */
+	RM_MIG_VA_RANGE = 13, /* u64 base, u64 size: an address range the client reserved
+			       * (cuMemAddressReserve) with nothing mapped in it */
 	RM_MIG_SPAN = 8,     /* u64 base, u64 size, u32 context slot, u32 0: granules the memory records
 			      * that follow lie in, mapped as one range (before those records) */
 };
@@ -53,6 +55,7 @@ struct rm_mig_sink {
 	int (*library)(void *arg, uint64_t handle, const uint8_t *image, size_t n);
 	int (*kernel)(void *arg, uint64_t handle, uint64_t library, int32_t smem, int32_t carveout, const char *name);
 	int (*kernel_function)(void *arg, uint64_t handle, uint64_t kernel, uint32_t ctx);
+	int (*va_range)(void *arg, uint64_t base, uint64_t size);
 	/* global must itself read the size bytes of contents that follow; held: the address the
 	 * client holds for it, or 0. */
 	int (*global)(void *arg, uint64_t image, int library, const char *name, uint64_t held, uint64_t size);

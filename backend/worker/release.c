@@ -225,6 +225,54 @@ size_t rm_session_release_all(struct rm_channel *s)
 	return freed;
 }
 
+/* Collects the values of the session's handles of kind (under its lock). */
+static int collect_value(const struct rm_handle *h, void *arg)
+{
+	struct { uint64_t *v; size_t n, cap; } *x = arg;
+	if (x->n == x->cap) {
+		size_t cap = x->cap ? 2 * x->cap : 64;
+		uint64_t *g = realloc(x->v, cap * sizeof(*g));
+		if (!g)
+			return 1;
+		x->v = g, x->cap = cap;
+	}
+	x->v[x->n++] = h->value;
+	return 0;
+}
+
+size_t rm_session_release_memory_now(struct rm_channel *s)
+{
+	static const enum rm_handle_kind kinds[] = {RM_H_MEMORY, RM_H_MOVED_MEMORY, RM_H_VA_RANGE};
+	size_t freed = 0;
+	CUcontext prev = s->thread_ctx;
+	if (s->sh->nctx)
+		rm_drv_cuCtxSetCurrent(s->sh->ctxs[0].ctx);
+	for (size_t k = 0; k < sizeof(kinds) / sizeof(*kinds); k++) {
+		struct { uint64_t *v; size_t n, cap; } x = {0};
+		rm_session_each(s, kinds[k], collect_value, &x); /* out of memory: the rest go at the end */
+		for (size_t i = 0; i < x.n; i++) {
+			struct rm_handle h;
+			if (!rm_session_take(s, kinds[k], x.v[i], &h))
+				continue;
+			if (kinds[k] == RM_H_MOVED_MEMORY) {
+				rm_migrate_release_moved(s, &h);
+			} else if (kinds[k] == RM_H_VA_RANGE) { /* empty: a session with mappings does not move */
+				rm_drv_cuMemAddressFree(h.value, h.size);
+			} else {
+				CUresult r = rm_drv_cuMemFree_v2(h.value);
+				if (r != CUDA_SUCCESS)
+					rm_session_log(s, RM_LOG_WARN, "its memory at 0x%llx not freed: CUresult %d",
+						       (unsigned long long)h.value, r);
+				rm_session_uncharge(s, h.size);
+			}
+			freed++;
+		}
+		free(x.v);
+	}
+	rm_drv_cuCtxSetCurrent(prev);
+	return freed;
+}
+
 /* Whether memory the client made in a context goes with it: cuMemAlloc's, not a pool's (as
  * CUDA says) nor managed memory, whose copy the client keeps coherent (frontend/managed.c). */
 static int memory_dies_with_ctx(uint64_t p)

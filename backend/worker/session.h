@@ -191,6 +191,10 @@ void rm_session_progress(struct rm_channel *s, uint64_t seq);
 /* Frees everything the client owns, each kind in its step of proto/handle_kinds.def
  * (release.c); returns how many handles that was. */
 size_t rm_session_release_all(struct rm_channel *s);
+/* The device memory and address ranges of a session that moved away (migrate_out.c), its
+ * work done, given back now (cuMemFree, cuMemAddressFree) rather than at its end, so that
+ * its addresses are free here when the client moves back: how many were. */
+size_t rm_session_release_memory_now(struct rm_channel *s);
 /* Frees everything the client still owns, then the session. */
 void rm_session_destroy(struct rm_channel *s);
 

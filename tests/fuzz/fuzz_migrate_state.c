@@ -91,6 +91,12 @@ static int on_kernel_function(void *arg, uint64_t h, uint64_t k, uint32_t ctx)
 	return ctx >= RM_MIG_MAX_CTX ? (abort(), 0) : 0;
 }
 
+static int on_va_range(void *arg, uint64_t base, uint64_t size)
+{
+	(void)arg;
+	return !base || !size || base + size < base ? (abort(), 0) : 0;
+}
+
 static int on_global(void *arg, uint64_t h, int library, const char *name, uint64_t held, uint64_t size)
 {
 	(void)h, (void)library;
@@ -109,7 +115,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(copy, data, size);
 	struct input in = {copy, size};
 	const struct rm_mig_sink sink = {take, on_ctx, on_span, on_memory, on_module, on_function, on_stream, on_event,
-				       on_library, on_kernel, on_kernel_function, on_global};
+				       on_library, on_kernel, on_kernel_function, on_va_range, on_global};
 	char why[256] = "";
 	if (rm_mig_decode(&sink, &in, size, why, sizeof(why)) && !why[0])
 		abort(); /* a refusal always says why */

@@ -525,8 +525,9 @@ def migrate_state_seeds():
     ker = rec(10, struct.pack('<QQii', 0x7777, 0x6666, 0, -1) + b'matmul')
     kf = rec(11, struct.pack('<QQII', 0x8888, 0x7777, 0, 0))
     var = rec(12, struct.pack('<QIIQ', 0x1111, 9, 0, 0x7f0000400000) + b'constants' + bytes(range(16)))
+    va = rec(13, struct.pack('<QQ', 0x7f2000000000, 1 << 30))
     return {'full': state([ctx, span, mem, mod, fn, st, ev]), 'memory': state([ctx, span, mem]),
-            'empty': state([]), 'library': state([ctx, lib, ker, kf]), 'variable': state([ctx, mod, var])}
+            'empty': state([]), 'library': state([ctx, lib, ker, kf]), 'variable': state([ctx, mod, var]), 'va-range': state([ctx, va, span, mem])}
 
 
 def zstd(data):

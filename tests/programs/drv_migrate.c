@@ -6,7 +6,8 @@
  * the address of the module's variable kernelsMagic and each iteration writes it by a copy,
  * adds to it by name (bumpMagic), writes it through a kernel's pointer argument (fillU32),
  * adds again and reads it by a copy, asking for its address again: wherever the module is
- * loaded anew, the address the client holds must still be the variable; threads:
+ * loaded anew, the address the client holds must still be the variable; it also reserves
+ * an address range at the start and maps memory into it at the end; threads:
  * a second thread (a channel of its own) works on its own stream and buffer in step with
  * the first, so that a move finds it in its calls; magic: each iteration a kernel adds 1
  * to the module's variable kernelsMagic (kernels.cu), which a move must carry. */
@@ -63,7 +64,10 @@ int main(int argc, char **argv)
 	int global = argc > 4 && !strcmp(argv[4], "global");
 	if (magic || global)
 		CHECK(cuModuleGetFunction(&bump, module, "bumpMagic"));
-	CUdeviceptr held = 0;
+	CUdeviceptr held = 0, reserved = 0;
+	const size_t reserved_size = 64u << 20;
+	if (global)
+		CHECK(cuMemAddressReserve(&reserved, reserved_size, 0, 0, 0));
 	if (global) {
 		size_t bytes;
 		CHECK(cuModuleGetGlobal(&held, &bytes, module, "kernelsMagic"));
@@ -193,6 +197,26 @@ int main(int argc, char **argv)
 		CHECK(cuMemFree(helper.e));
 	}
 	free(he);
+	if (global) { /* the range reserved before the moves holds a mapping at its address */
+		CUdevice dev;
+		CHECK(cuCtxGetDevice(&dev));
+		CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+					    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev}};
+		size_t gran = 0;
+		CHECK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+		CUmemGenericAllocationHandle phys;
+		CHECK(cuMemCreate(&phys, gran, &prop, 0));
+		CHECK(cuMemMap(reserved + gran, gran, 0, phys, 0));
+		CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+		CHECK(cuMemSetAccess(reserved + gran, gran, &access, 1));
+		CHECK(cuMemsetD32(reserved + gran, 0x600dcafeu, gran / 4));
+		unsigned last = 0;
+		CHECK(cuMemcpyDtoH(&last, reserved + 2 * gran - 4, sizeof(last)));
+		EXPECT(last == 0x600dcafeu, "the reserved range's mapping reads %08x", last);
+		CHECK(cuMemUnmap(reserved + gran, gran));
+		CHECK(cuMemRelease(phys));
+		CHECK(cuMemAddressFree(reserved, reserved_size));
+	}
 	CHECK(cuEventDestroy(joined));
 	CHECK(cuStreamDestroy(s1));
 	CHECK(cuStreamDestroy(s2));
