@@ -117,6 +117,8 @@ static int on_va_range(void *arg, uint64_t base, uint64_t size)
 		return r == CUDA_ERROR_ALREADY_MAPPED || r == CUDA_ERROR_INVALID_VALUE ? -EADDRINUSE : err_of(r);
 	}
 	rm_session_own_memory(x->s, RM_H_VA_RANGE, base, size, 0);
+	rm_session_log(x->s, RM_LOG_DEBUG, "reserved 0x%llx to 0x%llx for the moving client", (unsigned long long)base,
+		       (unsigned long long)(base + size));
 	return 0;
 }
 

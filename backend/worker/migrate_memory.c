@@ -95,6 +95,8 @@ static CUresult block_hold(struct rm_session *sh, uint64_t a)
 	if (r != CUDA_SUCCESS)
 		return r;
 	if (got != base) {
+		rm_log(RM_LOG_DEBUG, "migration: block 0x%llx not reserved (the driver gave 0x%llx)", (unsigned long long)base,
+		       (unsigned long long)got);
 		rm_drv_cuMemAddressFree(got, RM_MOVED_BLOCK);
 		return CUDA_ERROR_ALREADY_MAPPED;
 	}

@@ -222,6 +222,7 @@ size_t rm_session_release_all(struct rm_channel *s)
 	s->sh->nranges = 0;
 	s->sh->mem_bytes = 0;
 	rm_drv_cuCtxSetCurrent(prev);
+	rm_session_log(s, RM_LOG_DEBUG, "gave back %zu allocations and address ranges of the session that moved", freed);
 	return freed;
 }
 
@@ -270,6 +271,7 @@ size_t rm_session_release_memory_now(struct rm_channel *s)
 		free(x.v);
 	}
 	rm_drv_cuCtxSetCurrent(prev);
+	rm_session_log(s, RM_LOG_DEBUG, "gave back %zu allocations and address ranges of the session that moved", freed);
 	return freed;
 }
 

@@ -113,8 +113,9 @@ def baseline(d):
 
 
 def daemons(tmp, b_config="", b_env=None):
-    a = Daemon(remorad, driver, tmp, "a", f"admin_token = {ADMIN}\n")
-    b = Daemon(remorad, driver, tmp, "b", b_config or f"admin_token = {ADMIN}\n", env=b_env)
+    level = {"REMORA_LOG": os.environ.get("MIGRATE_DAEMON_LOG", "info")}  # debug, to see each reservation
+    a = Daemon(remorad, driver, tmp, "a", f"admin_token = {ADMIN}\n", env=level)
+    b = Daemon(remorad, driver, tmp, "b", b_config or f"admin_token = {ADMIN}\n", env={**level, **(b_env or {})})
     return a, b
 
 
@@ -160,6 +161,9 @@ def logs(*ds):
     if failures:
         for d in ds:
             print(f"--- {d.log_path}\n" + "\n".join(d.text().splitlines()[-40:]))
+            if os.environ.get("MIGRATE_LOGS"):  # a directory for the whole logs
+                with open(os.path.join(os.environ["MIGRATE_LOGS"], f"{scenario}-{os.path.basename(d.log_path)}"), "w") as f:
+                    f.write(d.text())
 
 
 def refused(tmp):
