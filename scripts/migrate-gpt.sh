@@ -6,17 +6,21 @@
 # the native run's bit for bit.
 #
 # usage: scripts/migrate-gpt.sh [--build DIR] [--moves N] [--interval S] [--steps N]
-#        (default build-gpu, 5 moves, 3 s apart, 300 steps with a 40 ms pause after each)
+#                               [--daemon-set KEY=VALUE]...
+#        (default build-gpu, 5 moves, 3 s apart, 300 steps with a 40 ms pause after each;
+#        --daemon-set: a remorad setting for both, e.g. migratable_memory=yes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=build-gpu MOVES=5 INTERVAL=3 STEPS=300 PAUSE_MS=40 ADMIN=ops.migrate-gpt
+SETS=()
 while (($#)); do
 	case $1 in
 	--build) BUILD=$2; shift 2 ;;
 	--moves) MOVES=$2; shift 2 ;;
 	--interval) INTERVAL=$2; shift 2 ;;
 	--steps) STEPS=$2; shift 2 ;;
-	-h | --help) sed -n '2,9s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	--daemon-set) SETS+=(--set "$2"); shift 2 ;;
+	-h | --help) sed -n '2,11s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) echo "migrate-gpt.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
@@ -31,7 +35,7 @@ trap cleanup EXIT
 
 python3 tests/frameworks/models.py gpt "$STEPS" "$PAUSE_MS" >"$WORK/native.out"
 for d in a b; do
-	"$BUILD/backend/remorad" --listen tcp://127.0.0.1:0 --set allow_anonymous=yes --set "admin_token=$ADMIN" \
+	"$BUILD/backend/remorad" --listen tcp://127.0.0.1:0 --set allow_anonymous=yes --set "admin_token=$ADMIN" "${SETS[@]}" \
 		--ready-file "$WORK/$d.addr" 2>"$WORK/remorad-$d.log" &
 	PIDS+=($!)
 done

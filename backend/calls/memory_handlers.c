@@ -19,6 +19,7 @@
 #include "migrate.h"
 #include "registry.h"
 #include "remora.pb-c.h"
+#include "memory_window.h"
 
 /* Typed bodies of generated handlers (proto/api.spec, daemon_handlers.h). */
 
@@ -27,6 +28,8 @@ CUresult rm_body_cuMemAlloc_v2(struct rm_channel *s, CUdeviceptr *dptr, size_t b
 {
 	if (!s->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
+	if (rm_worker_config()->migratable_memory) /* at this worker's own addresses, to move (memory_window.h) */
+		return rm_window_alloc(s, bytesize, dptr);
 	CUresult r = rm_session_charge(s, bytesize);
 	if (r != CUDA_SUCCESS)
 		return r;

@@ -174,6 +174,8 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 		bad = parse_bool(v, &c->allow_anonymous);
 	else if (!strcmp(key, "compress_copies"))
 		bad = parse_bool(v, &c->compress_copies);
+	else if (!strcmp(key, "migratable_memory"))
+		bad = parse_bool(v, &c->migratable_memory);
 	else if (!strcmp(key, "admin_token"))
 		bad = copy_str(c->admin_token, sizeof(c->admin_token), v) || !*v ||
 		      (rm_credential_is_hash(v) && rm_credential_check_hash(v));

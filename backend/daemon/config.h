@@ -54,6 +54,7 @@ struct rm_daemon_config {
 	uint64_t gpu_malloc_heap;     /* bytes of device malloc heap a worker's shared context is made with; 0: the driver's */
 	int allow_anonymous;          /* serve clients presenting no credential, as tenant "anonymous" (default no) */
 	int compress_copies;          /* take and send copies' bytes compressed where clients ask (default yes) */
+	int migratable_memory;        /* cuMemAlloc from this worker's own address window (memory_window.h; default no) */
 	char admin_token[256];        /* the operator's credential: sees every tenant's clients; "": none */
 	char admin_cn[64];            /* ... or a client certificate of this common name */
 	/* TLS (docs/security.md): a tls:// listen address needs tls_cert and tls_key; with

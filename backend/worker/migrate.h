@@ -72,6 +72,9 @@ struct rm_moved_block {
 CUresult rm_migrate_map_span(struct rm_channel *s, CUdevice dev, uint64_t base, uint64_t size);
 /* Records the moved allocation [base, base + size), which must lie in one span. */
 CUresult rm_migrate_own(struct rm_channel *s, uint64_t base, uint64_t size);
+/* Both as one step (memory_window.c): span bytes mapped at base, the first size of them the
+ * client's allocation; undone where either fails. */
+CUresult rm_migrate_map_owned(struct rm_channel *s, CUdevice dev, uint64_t base, uint64_t span, uint64_t size);
 /* Unmaps the spans no allocation lies in (a state that failed part-way). */
 void rm_migrate_drop_unused(struct rm_channel *s);
 

@@ -7,6 +7,7 @@
 
 #include "driver_table.h"
 #include "handle_alias.h"
+#include "memory_window.h"
 #include "quota.h"
 #include "variable_alias.h"
 
@@ -188,9 +189,13 @@ static void leave_runs(struct rm_channel *s, uint64_t base, uint64_t size)
 	}
 }
 
+/* The runs and blocks of every session: a client's threads allocate and free moved memory
+ * (memory_window.h) beside its main thread. */
+static pthread_mutex_t runs_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* A span is mapped as one run where the driver reserves exactly its addresses, else as one
- * run per block it lies in. */
-CUresult rm_migrate_map_span(struct rm_channel *s, CUdevice dev, uint64_t base, uint64_t size)
+ * run per block it lies in. Under runs_lock. */
+static CUresult map_span(struct rm_channel *s, CUdevice dev, uint64_t base, uint64_t size)
 {
 	struct rm_session *sh = s->sh;
 	CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
@@ -239,7 +244,18 @@ CUresult rm_migrate_map_span(struct rm_channel *s, CUdevice dev, uint64_t base, 
 	return r;
 }
 
-CUresult rm_migrate_own(struct rm_channel *s, uint64_t base, uint64_t size)
+CUresult rm_migrate_map_span(struct rm_channel *s, CUdevice dev, uint64_t base, uint64_t size)
+{
+	pthread_mutex_lock(&runs_lock);
+	CUresult r = map_span(s, dev, base, size);
+	pthread_mutex_unlock(&runs_lock);
+	if (r == CUDA_SUCCESS)
+		rm_window_taken(base, size);
+	return r;
+}
+
+/* Under runs_lock. */
+static CUresult own(struct rm_channel *s, uint64_t base, uint64_t size)
 {
 	struct rm_session *sh = s->sh;
 	uint64_t covered = 0; /* inside one span, as the source sends them: its runs, end to end */
@@ -258,25 +274,51 @@ CUresult rm_migrate_own(struct rm_channel *s, uint64_t base, uint64_t size)
 	return CUDA_SUCCESS;
 }
 
+CUresult rm_migrate_own(struct rm_channel *s, uint64_t base, uint64_t size)
+{
+	pthread_mutex_lock(&runs_lock);
+	CUresult r = own(s, base, size);
+	pthread_mutex_unlock(&runs_lock);
+	return r;
+}
+
+CUresult rm_migrate_map_owned(struct rm_channel *s, CUdevice dev, uint64_t base, uint64_t span, uint64_t size)
+{
+	pthread_mutex_lock(&runs_lock);
+	size_t first = s->sh->nmoved_runs;
+	CUresult r = map_span(s, dev, base, span);
+	if (r == CUDA_SUCCESS && (r = own(s, base, size)) != CUDA_SUCCESS) {
+		while (s->sh->nmoved_runs > first) {
+			struct rm_moved_run gone = s->sh->moved_runs[--s->sh->nmoved_runs];
+			unmap_run(s, &gone);
+		}
+	}
+	pthread_mutex_unlock(&runs_lock);
+	return r;
+}
+
 void rm_migrate_drop_unused(struct rm_channel *s)
 {
 	struct rm_session *sh = s->sh;
+	pthread_mutex_lock(&runs_lock);
 	for (size_t i = 0; i < sh->nmoved_runs;) {
 		if (!sh->moved_runs[i].users) {
 			struct rm_moved_run gone = sh->moved_runs[i];
 			sh->moved_runs[i] = sh->moved_runs[--sh->nmoved_runs];
+			rm_window_released(gone.base, gone.span);
 			unmap_run(s, &gone);
 			continue;
 		}
 		i++;
 	}
+	pthread_mutex_unlock(&runs_lock);
 }
 
 CUresult rm_migrate_free_moved(struct rm_channel *s, const struct rm_handle *h)
 {
 	CUresult r = rm_session_synchronize_all(s); /* no work of the client's may still use it */
 	if (r == CUDA_SUCCESS)
-		leave_runs(s, h->value, h->size);
+		rm_migrate_release_moved(s, h);
 	else
 		rm_session_own_memory(s, RM_H_MOVED_MEMORY, h->value, h->size, 0);
 	return r;
@@ -284,7 +326,10 @@ CUresult rm_migrate_free_moved(struct rm_channel *s, const struct rm_handle *h)
 
 void rm_migrate_release_moved(struct rm_channel *s, const struct rm_handle *h)
 {
+	pthread_mutex_lock(&runs_lock);
 	leave_runs(s, h->value, h->size);
+	pthread_mutex_unlock(&runs_lock);
+	rm_window_released(h->value, h->size);
 }
 
 void rm_migrate_session_free(struct rm_session *sh)

@@ -13,6 +13,8 @@ migration"; issue 40). One scenario a run:
                the move comes: moved A -> B -> A -> B, output and the thread's results unchanged
   runtime      rt_migrate (cudart: its kernels a library, launched as CUkernels) moved
                A -> B -> A mid-run prints what it prints unmoved
+  window       drv_migrate with both remorads' migratable_memory on (cuMemAlloc at each
+               worker's own addresses) moved A -> B -> A -> B: output unchanged
   variables    drv_migrate on STATEFUL_IMAGE holding the address of its module's variable,
                written and read through that address (copies, a kernel's argument) and by
                name, moved A -> B -> A -> B: output unchanged, the address the same throughout
@@ -114,8 +116,9 @@ def baseline(d):
 
 def daemons(tmp, b_config="", b_env=None):
     level = {"REMORA_LOG": os.environ.get("MIGRATE_DAEMON_LOG", "info")}  # debug, to see each reservation
-    a = Daemon(remorad, driver, tmp, "a", f"admin_token = {ADMIN}\n", env=level)
-    b = Daemon(remorad, driver, tmp, "b", b_config or f"admin_token = {ADMIN}\n", env={**level, **(b_env or {})})
+    extra = "migratable_memory = yes\n" if scenario == "window" else ""
+    a = Daemon(remorad, driver, tmp, "a", f"admin_token = {ADMIN}\n{extra}", env=level)
+    b = Daemon(remorad, driver, tmp, "b", (b_config or f"admin_token = {ADMIN}\n") + extra, env={**level, **(b_env or {})})
     return a, b
 
 
@@ -146,6 +149,8 @@ def moves(tmp):
         for n, (mib, ms) in enumerate(figures):
             print(f"migration {n + 1}: {mib:.1f} MiB moved, pause {ms:.1f} ms")
         check("closed: released" in a.text() and "moved to" in a.text(), "the source ends the session it moved")
+        if scenario == "window":
+            check("migratable memory: device addresses from" in a.text(), "A's worker allocated in its window")
         if scenario == "variables":
             check("is at 0x" in a.text() + b.text(), "the variable lay at another address after a move (aliased)")
         if scenario == "threads":
@@ -221,6 +226,6 @@ def source_gone(tmp):
 
 with tempfile.TemporaryDirectory() as tmp:
     {"moves": moves, "refused": refused, "source-gone": source_gone, "runtime": moves, "threads": moves,
-     "variables": moves}[scenario](tmp)
+     "variables": moves, "window": moves}[scenario](tmp)
 print("FAIL" if failures else "PASS")
 sys.exit(1 if failures else 0)
