@@ -162,6 +162,12 @@ typedef enum {
 
 /* NVLink (nvmlDeviceGetNvLink*). */
 #define NVML_NVLINK_MAX_LINKS 18
+typedef enum { /* what is at a link's far end */
+	NVML_NVLINK_DEVICE_TYPE_GPU = 0x00,
+	NVML_NVLINK_DEVICE_TYPE_IBMNPU = 0x01,
+	NVML_NVLINK_DEVICE_TYPE_SWITCH = 0x02,
+	NVML_NVLINK_DEVICE_TYPE_UNKNOWN = 0xFF,
+} nvmlIntNvLinkDeviceType_t;
 typedef enum {
 	NVML_NVLINK_CAP_P2P_SUPPORTED = 0,
 	NVML_NVLINK_CAP_SYSMEM_ACCESS = 1,

@@ -73,6 +73,8 @@ static CUresult topology_of(const Remora__DeviceStateReply *rep, struct rm_nvml_
 		out->links[i].caps_valid = k->caps_valid;
 		out->links[i].caps = k->caps;
 		out->links[i].remote_valid = k->remote_valid;
+		out->links[i].remote_type_valid = k->remote_type_valid;
+		out->links[i].remote_type = k->remote_type;
 		nvmlPciInfo_t *r = &out->links[i].remote;
 		snprintf(r->busId, sizeof(r->busId), "%s", k->remote_bus_id ? k->remote_bus_id : "");
 		snprintf(r->busIdLegacy, sizeof(r->busIdLegacy), "%s", r->busId);

@@ -41,8 +41,9 @@ struct rm_nvml_topology {
 	int nlinks;
 	struct {
 		uint32_t link, active, version, caps, caps_valid;
-		int version_valid, remote_valid;
+		int version_valid, remote_valid, remote_type_valid;
 		nvmlPciInfo_t remote;
+		uint32_t remote_type; /* nvmlIntNvLinkDeviceType_t */
 	} links[NVML_NVLINK_MAX_LINKS];
 	int numa_valid;
 	uint32_t numa_node;

@@ -15,6 +15,7 @@ typedef nvmlReturn_t (*ancestor_fn)(nvmlDevice_t, nvmlDevice_t, nvmlGpuTopologyL
 typedef nvmlReturn_t (*link_fn)(nvmlDevice_t, unsigned int, unsigned int *);
 typedef nvmlReturn_t (*cap_fn)(nvmlDevice_t, unsigned int, nvmlNvLinkCapability_t, unsigned int *);
 typedef nvmlReturn_t (*remote_fn)(nvmlDevice_t, unsigned int, nvmlPciInfo_t *);
+typedef nvmlReturn_t (*remote_type_fn)(nvmlDevice_t, unsigned int, nvmlIntNvLinkDeviceType_t *);
 typedef nvmlReturn_t (*numa_fn)(nvmlDevice_t, unsigned int *);
 
 static void peers(nvmlDevice_t d, const char *const *others, const int *ordinals, int n,
@@ -55,6 +56,7 @@ static void nvlinks(nvmlDevice_t d, Remora__DeviceStateReply *rep, struct rm_hos
 	link_fn version = (link_fn)rm_host_nvml_sym("nvmlDeviceGetNvLinkVersion");
 	cap_fn cap = (cap_fn)rm_host_nvml_sym("nvmlDeviceGetNvLinkCapability");
 	remote_fn remote = (remote_fn)rm_host_nvml_sym("nvmlDeviceGetNvLinkRemotePciInfo_v2");
+	remote_type_fn remote_type = (remote_type_fn)rm_host_nvml_sym("nvmlDeviceGetNvLinkRemoteDeviceType");
 	for (unsigned l = 0; state && l < NVML_NVLINK_MAX_LINKS; l++) {
 		unsigned int active;
 		if (state(d, l, &active) != NVML_SUCCESS)
@@ -83,6 +85,11 @@ static void nvlinks(nvmlDevice_t d, Remora__DeviceStateReply *rep, struct rm_hos
 			k->remote_device = pci.device;
 			k->remote_pci_device_id = pci.pciDeviceId;
 			k->remote_pci_subsystem_id = pci.pciSubSystemId;
+		}
+		nvmlIntNvLinkDeviceType_t type;
+		if (remote_type && remote_type(d, l, &type) == NVML_SUCCESS) {
+			k->remote_type_valid = 1;
+			k->remote_type = (uint32_t)type;
 		}
 		mem->link_ptrs[rep->n_nvlinks++] = k;
 	}

@@ -29,6 +29,10 @@ static void choose(void)
 	if (getrandom(&pick, sizeof(pick), 0) != sizeof(pick))
 		pick = (uint32_t)getpid();
 	window = WINDOW_FIRST + (uint64_t)(pick % WINDOW_CHOICES) * WINDOW_SIZE;
+}
+
+static void say_window(void)
+{
 	rm_log(RM_LOG_INFO, "migratable memory: device addresses from 0x%llx to 0x%llx", (unsigned long long)window,
 	       (unsigned long long)(window + WINDOW_SIZE));
 }
@@ -96,7 +100,9 @@ void rm_window_taken(uint64_t base, uint64_t size)
 
 CUresult rm_window_alloc(struct rm_channel *s, size_t bytes, CUdeviceptr *out)
 {
+	static pthread_once_t said = PTHREAD_ONCE_INIT;
 	pthread_once(&once, choose);
+	pthread_once(&said, say_window);
 	if (!s->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (!bytes)

@@ -122,6 +122,8 @@ static int on_va_range(void *arg, uint64_t base, uint64_t size)
 	return 0;
 }
 
+#define SPAN_RETRIES 10
+
 static int on_span(void *arg, uint64_t base, uint64_t size, uint32_t ctx)
 {
 	struct restore *x = arg;
@@ -129,6 +131,14 @@ static int on_span(void *arg, uint64_t base, uint64_t size, uint32_t ctx)
 	if (err)
 		return err;
 	CUresult r = rm_migrate_map_span(x->s, x->s->cur->dev, base, size);
+	/* On an H100 a range this worker had just given back (a client moving straight back
+	 * here, 0.2 s after it left) was once refused with nothing of the process there; not
+	 * understood: a few tries over half a second before refusing the move. */
+	for (int i = 0; r == CUDA_ERROR_ALREADY_MAPPED && i < SPAN_RETRIES; i++) {
+		struct timespec pause = {0, 50 * 1000 * 1000};
+		nanosleep(&pause, NULL);
+		r = rm_migrate_map_span(x->s, x->s->cur->dev, base, size);
+	}
 	if (r != CUDA_SUCCESS) {
 		char holder[160] = "";
 		if (r == CUDA_ERROR_ALREADY_MAPPED)

@@ -215,6 +215,24 @@ RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t dev
 	return ret;
 }
 
+/* What the far end of a link is (a GPU, an NVSwitch), as the GPU host's NVML says;
+ * PyTorch's driver API asks for this entry point by name. */
+RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link,
+								 nvmlIntNvLinkDeviceType_t *type)
+{
+	struct rm_nvml_topology *t;
+	int k;
+	if (!type)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	nvmlReturn_t ret = with_link(device, link, &t, &k);
+	if (ret == NVML_SUCCESS && t->links[k].remote_type_valid)
+		*type = (nvmlIntNvLinkDeviceType_t)t->links[k].remote_type;
+	else if (ret == NVML_SUCCESS)
+		ret = NVML_ERROR_NOT_SUPPORTED;
+	free(t);
+	return ret;
+}
+
 /* The GPU's own NUMA node on the GPU host (its memory's, on a coherent system). */
 RM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node)
 {

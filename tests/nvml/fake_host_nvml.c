@@ -93,6 +93,16 @@ EXPORT nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t d, unsigned int l
 	return NVML_SUCCESS;
 }
 
+EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t d, unsigned int link, nvmlIntNvLinkDeviceType_t *t)
+{
+	if (!link_ok(d, link) || !t)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (!active(d, link))
+		return NVML_ERROR_NOT_SUPPORTED;
+	*t = NVML_NVLINK_DEVICE_TYPE_GPU; /* each active link joins the two GPUs */
+	return NVML_SUCCESS;
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t d, unsigned int link, nvmlPciInfo_t *pci)
 {
 	if (!link_ok(d, link) || !pci)

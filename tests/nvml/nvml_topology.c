@@ -22,6 +22,7 @@ FN(nvmlDeviceGetNvLinkState, nvmlDevice_t, unsigned int, nvmlEnableState_t *);
 FN(nvmlDeviceGetNvLinkVersion, nvmlDevice_t, unsigned int, unsigned int *);
 FN(nvmlDeviceGetNvLinkCapability, nvmlDevice_t, unsigned int, nvmlNvLinkCapability_t, unsigned int *);
 FN(nvmlDeviceGetNvLinkRemotePciInfo_v2, nvmlDevice_t, unsigned int, nvmlPciInfo_t *);
+FN(nvmlDeviceGetNvLinkRemoteDeviceType, nvmlDevice_t, unsigned int, nvmlIntNvLinkDeviceType_t *);
 FN(nvmlDeviceGetNumaNodeId, nvmlDevice_t, unsigned int *);
 FN(nvmlDeviceGetCpuAffinity, nvmlDevice_t, unsigned int, unsigned long *);
 FN(nvmlDeviceGetCpuAffinityWithinScope, nvmlDevice_t, unsigned int, unsigned long *, nvmlAffinityScope_t);
@@ -84,7 +85,10 @@ static void links(unsigned int i)
 		nvmlReturn_t rv = nvmlDeviceGetNvLinkVersion(dev[i], l, &v);
 		nvmlReturn_t rc = nvmlDeviceGetNvLinkCapability(dev[i], l, NVML_NVLINK_CAP_P2P_SUPPORTED, &p2p);
 		nvmlReturn_t rp = nvmlDeviceGetNvLinkRemotePciInfo_v2(dev[i], l, &pci);
+		nvmlIntNvLinkDeviceType_t type = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
+		nvmlReturn_t rt = nvmlDeviceGetNvLinkRemoteDeviceType(dev[i], l, &type);
 		printf("nvlink.%u.%u=%d,%u,%d,%u,%d,%s\n", i, l, rv, v, rc, p2p, rp, rp ? "-" : pci.busId);
+		printf("nvlink-type.%u.%u=%d,%d\n", i, l, rt, (int)type);
 	}
 	printf("nvlinks.%u=%d\n", i, active);
 }
@@ -101,6 +105,7 @@ int main(void)
 	LOAD(lib, nvmlDeviceGetTopologyNearestGpus); LOAD(lib, nvmlSystemGetTopologyGpuSet);
 	LOAD(lib, nvmlDeviceGetNvLinkState); LOAD(lib, nvmlDeviceGetNvLinkVersion);
 	LOAD(lib, nvmlDeviceGetNvLinkCapability); LOAD(lib, nvmlDeviceGetNvLinkRemotePciInfo_v2);
+	LOAD(lib, nvmlDeviceGetNvLinkRemoteDeviceType);
 	LOAD(lib, nvmlDeviceGetNumaNodeId); LOAD(lib, nvmlDeviceGetCpuAffinity);
 	LOAD(lib, nvmlDeviceGetCpuAffinityWithinScope); LOAD(lib, nvmlDeviceGetMemoryAffinity);
 	if (nvmlInit_v2() != NVML_SUCCESS || nvmlDeviceGetCount_v2(&ndev) != NVML_SUCCESS || ndev > 64)

@@ -52,6 +52,8 @@ def expect(out, host, what):
         check(out.get(f"nvlinks.{i}") == str(links), f"{what}: GPU {i} has the host GPU {h}'s {links} links")
         check(out.get(f"nvlink.{i}.0") == f"0,4,0,1,0,{BUS[1 - h]}",
               f"{what}: link 0 of GPU {i}: version 4, P2P, to the other GPU's bus ({out.get(f'nvlink.{i}.0')})")
+        check(out.get(f"nvlink-type.{i}.0") == "0,0",
+              f"{what}: link 0 of GPU {i} ends at a GPU ({out.get(f'nvlink-type.{i}.0')})")
         check(out.get(f"numa.{i}") == str(h),
               f"{what}: NUMA node of GPU {i} is the host GPU {h}'s ({out.get(f'numa.{i}')})")
         check(out.get(f"affinity.{i}") == "0,0,0,1,1",

@@ -17,6 +17,7 @@ static const char *const point_names[TD_FAIL_POINTS] = {
 static struct failure {
 	enum td_fail_point point;
 	uint64_t call;
+	int onward; /* that call and every later one */
 } failures[MAX_FAILURES];
 static int nfailures;
 static uint64_t calls[TD_FAIL_POINTS];
@@ -42,10 +43,12 @@ static void parse_entry(const char *spec, const char *e, size_t len)
 	if (point < 0)
 		refuse(spec, "a function that cannot be made to fail (cuMemAllocHost_v2, cuEventCreate, cuMemAddressReserve)");
 	uint64_t n = 0;
-	const char *d = colon + 1;
-	if (d == e + len)
+	const char *d = colon + 1, *end = e + len;
+	int onward = end > d && end[-1] == '+'; /* NAME:N+: that call and every later one */
+	end -= onward;
+	if (d == end)
 		refuse(spec, "an entry without its call number");
-	for (; d < e + len; d++) {
+	for (; d < end; d++) {
 		if (*d < '0' || *d > '9' || n > (UINT64_MAX - 9) / 10)
 			refuse(spec, "a call number that is not a positive number");
 		n = n * 10 + (uint64_t)(*d - '0');
@@ -54,7 +57,7 @@ static void parse_entry(const char *spec, const char *e, size_t len)
 		refuse(spec, "calls are counted from 1");
 	if (nfailures == MAX_FAILURES)
 		refuse(spec, "more than 16 entries");
-	failures[nfailures++] = (struct failure){.point = (enum td_fail_point)point, .call = n};
+	failures[nfailures++] = (struct failure){.point = (enum td_fail_point)point, .call = n, .onward = onward};
 }
 
 static void parse(void)
@@ -81,7 +84,7 @@ bool td_fail_now(enum td_fail_point point)
 		return false;
 	uint64_t call = __atomic_add_fetch(&calls[point], 1, __ATOMIC_RELAXED);
 	for (int i = 0; i < nfailures; i++)
-		if (failures[i].point == point && failures[i].call == call) {
+		if (failures[i].point == point && (failures[i].onward ? call >= failures[i].call : failures[i].call == call)) {
 			fprintf(stderr, "remora-testdriver: %s call %llu fails (REMORA_TESTDRIVER_FAIL)\n",
 			        point_names[point], (unsigned long long)call);
 			return true;

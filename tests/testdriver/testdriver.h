@@ -19,8 +19,9 @@
  * driver fails: REMORA_TESTDRIVER_FAIL="NAME:N[,NAME:N...]" makes the N-th
  * call of NAME in this process (counted from 1, every call counted) fail with
  * CUDA_ERROR_OUT_OF_MEMORY before it does anything, and says so on stderr;
- * every other call behaves as usual, so a caller that tries again succeeds.
- * NAME is cuMemAllocHost_v2 or cuEventCreate.  A malformed value aborts the
+ * every other call behaves as usual, so a caller that tries again succeeds;
+ * NAME:N+ fails the N-th and every later call. NAME is cuMemAllocHost_v2 or
+ * cuEventCreate (or cuMemAddressReserve, whose hint is then not taken).  A malformed value aborts the
  * process at cuInit: a test that names a call wrongly fails loudly.
  */
 #ifndef REMORA_TESTDRIVER_H
