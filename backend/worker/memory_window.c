@@ -1,5 +1,6 @@
-/* This worker's window of device addresses (memory_window.h): a bitmap of its 32 MiB blocks
- * in use, first fit from a cursor. */
+/* This worker's window of device addresses (memory_window.h): one reservation of the
+ * driver's, made at the first allocation; a bitmap of its granules in use, first fit from
+ * a cursor. */
 #include "memory_window.h"
 
 #include <pthread.h>
@@ -14,95 +15,105 @@
 #define WINDOW_FIRST (16ull << 40) /* 0x100000000000: far below where processes map */
 #define WINDOW_SIZE (1ull << 40)
 #define WINDOW_CHOICES 64
-#define NBLOCKS (WINDOW_SIZE / RM_MOVED_BLOCK)
-#define TRIES 8 /* blocks found taken (by the driver, or the process) before giving up */
+#define WINDOW_TRIES 8            /* windows tried where the driver gives another address */
+#define GRANULE (2ull << 20)      /* the bitmap's unit: a multiple of any GPU's granularity here */
+#define NGRANULES (WINDOW_SIZE / GRANULE)
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-static uint64_t window; /* its first address */
-static uint8_t used[NBLOCKS / 8];
+static uint64_t window;  /* its first address; 0: not reserved (yet, or it could not be) */
+static int tried;
+static uint8_t used[NGRANULES / 8];
 static uint64_t cursor;
 
-static void choose(void)
+/* Reserves a window at one of the choices, from a random one. Under lock. */
+static void reserve_locked(void)
 {
+	if (tried)
+		return;
+	tried = 1;
 	uint32_t pick = 0;
 	if (getrandom(&pick, sizeof(pick), 0) != sizeof(pick))
 		pick = (uint32_t)getpid();
-	window = WINDOW_FIRST + (uint64_t)(pick % WINDOW_CHOICES) * WINDOW_SIZE;
+	for (int i = 0; i < WINDOW_TRIES; i++) {
+		uint64_t want = WINDOW_FIRST + (uint64_t)((pick + (uint32_t)i) % WINDOW_CHOICES) * WINDOW_SIZE;
+		CUdeviceptr got = 0;
+		if (rm_drv_cuMemAddressReserve(&got, WINDOW_SIZE, RM_MOVED_BLOCK, want, 0) != CUDA_SUCCESS)
+			continue;
+		if (got == want) {
+			window = want;
+			rm_log(RM_LOG_INFO, "migratable memory: device addresses from 0x%llx to 0x%llx",
+			       (unsigned long long)window, (unsigned long long)(window + WINDOW_SIZE));
+			return;
+		}
+		rm_drv_cuMemAddressFree(got, WINDOW_SIZE);
+	}
+	rm_log(RM_LOG_ERROR, "migratable memory: the driver gave no window of device addresses at any of %d tried; "
+	       "cuMemAlloc fails with out of memory", WINDOW_TRIES);
 }
 
-static void say_window(void)
+int rm_window_holds(uint64_t base, uint64_t size)
 {
-	rm_log(RM_LOG_INFO, "migratable memory: device addresses from 0x%llx to 0x%llx", (unsigned long long)window,
-	       (unsigned long long)(window + WINDOW_SIZE));
+	pthread_mutex_lock(&lock);
+	uint64_t w = window;
+	pthread_mutex_unlock(&lock);
+	return w && size && base >= w && base - w <= WINDOW_SIZE && size <= WINDOW_SIZE - (base - w);
 }
 
-static int is_used(uint64_t b)
+static int is_used(uint64_t g)
 {
-	return used[b / 8] >> (b % 8) & 1;
+	return used[g / 8] >> (g % 8) & 1;
 }
 
 static void mark(uint64_t first, uint64_t n, int on)
 {
-	for (uint64_t b = first; b < first + n && b < NBLOCKS; b++)
-		used[b / 8] = (uint8_t)(on ? used[b / 8] | 1u << (b % 8) : used[b / 8] & ~(1u << (b % 8)));
+	for (uint64_t g = first; g < first + n && g < NGRANULES; g++)
+		used[g / 8] = (uint8_t)(on ? used[g / 8] | 1u << (g % 8) : used[g / 8] & ~(1u << (g % 8)));
 }
 
-/* n free blocks in a row, marked used: the first's index, or NBLOCKS. Under lock. */
-static uint64_t take_blocks(uint64_t n)
+/* n free granules in a row, marked used: the first's index, or NGRANULES. Under lock. */
+static uint64_t take(uint64_t n)
 {
-	for (uint64_t scanned = 0, b = cursor; scanned < NBLOCKS; scanned++, b = (b + 1) % NBLOCKS) {
-		if (b + n > NBLOCKS)
+	for (uint64_t scanned = 0, g = cursor; scanned < NGRANULES; scanned++, g = (g + 1) % NGRANULES) {
+		if (g + n > NGRANULES || is_used(g))
 			continue;
-		uint64_t run = 0;
-		while (run < n && !is_used(b + run))
+		uint64_t run = 1;
+		while (run < n && !is_used(g + run))
 			run++;
 		if (run == n) {
-			mark(b, n, 1);
-			cursor = (b + n) % NBLOCKS;
-			return b;
+			mark(g, n, 1);
+			cursor = (g + n) % NGRANULES;
+			return g;
 		}
+		scanned += run, g += run; /* past the run too short */
 	}
-	return NBLOCKS;
+	return NGRANULES;
 }
 
-/* The blocks of [base, base + size) that lie in the window: first index and count. */
-static int blocks_of(uint64_t base, uint64_t size, uint64_t *first, uint64_t *n)
+/* Marks [base, base + size)'s granules inside the window on or off. */
+static void set(uint64_t base, uint64_t size, int on)
 {
-	pthread_once(&once, choose);
-	if (!size || base < window || base - window >= WINDOW_SIZE)
-		return 0;
-	uint64_t end = base + size > window + WINDOW_SIZE ? window + WINDOW_SIZE : base + size;
-	*first = (base - window) / RM_MOVED_BLOCK;
-	*n = (end - window + RM_MOVED_BLOCK - 1) / RM_MOVED_BLOCK - *first;
-	return 1;
+	pthread_mutex_lock(&lock);
+	if (window && size && base < window + WINDOW_SIZE && base + size > window) {
+		uint64_t lo = base > window ? base : window;
+		uint64_t hi = base + size < window + WINDOW_SIZE ? base + size : window + WINDOW_SIZE;
+		uint64_t first = (lo - window) / GRANULE;
+		mark(first, (hi - window + GRANULE - 1) / GRANULE - first, on);
+	}
+	pthread_mutex_unlock(&lock);
 }
 
 void rm_window_released(uint64_t base, uint64_t size)
 {
-	uint64_t first, n;
-	if (!blocks_of(base, size, &first, &n))
-		return;
-	pthread_mutex_lock(&lock);
-	mark(first, n, 0);
-	pthread_mutex_unlock(&lock);
+	set(base, size, 0);
 }
 
 void rm_window_taken(uint64_t base, uint64_t size)
 {
-	uint64_t first, n;
-	if (!blocks_of(base, size, &first, &n))
-		return;
-	pthread_mutex_lock(&lock);
-	mark(first, n, 1);
-	pthread_mutex_unlock(&lock);
+	set(base, size, 1);
 }
 
 CUresult rm_window_alloc(struct rm_channel *s, size_t bytes, CUdeviceptr *out)
 {
-	static pthread_once_t said = PTHREAD_ONCE_INIT;
-	pthread_once(&once, choose);
-	pthread_once(&said, say_window);
 	if (!s->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (!bytes)
@@ -113,29 +124,21 @@ CUresult rm_window_alloc(struct rm_channel *s, size_t bytes, CUdeviceptr *out)
 	CUresult r = rm_drv_cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
 	if (r != CUDA_SUCCESS)
 		return r;
-	if (!gran || bytes > WINDOW_SIZE)
+	if (!gran || GRANULE % gran || bytes > WINDOW_SIZE)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	uint64_t span = (bytes + gran - 1) / gran * gran;
-	uint64_t nblocks = (span + RM_MOVED_BLOCK - 1) / RM_MOVED_BLOCK;
-	for (int tries = 0; tries < TRIES; tries++) {
-		pthread_mutex_lock(&lock);
-		uint64_t b = take_blocks(nblocks);
-		pthread_mutex_unlock(&lock);
-		if (b == NBLOCKS)
-			return CUDA_ERROR_OUT_OF_MEMORY;
-		uint64_t base = window + b * RM_MOVED_BLOCK;
-		r = rm_migrate_map_owned(s, s->cur->dev, base, span, bytes);
-		if (r == CUDA_ERROR_ALREADY_MAPPED) { /* the blocks stay marked: someone else's */
-			rm_log(RM_LOG_DEBUG, "migratable memory: 0x%llx is taken in this process; skipped",
-			       (unsigned long long)base);
-			continue;
-		}
-		if (r != CUDA_SUCCESS) {
-			rm_window_released(base, span);
-			return r;
-		}
-		*out = base;
-		return CUDA_SUCCESS;
+	uint64_t span = (bytes + GRANULE - 1) / GRANULE * GRANULE;
+	pthread_mutex_lock(&lock);
+	reserve_locked();
+	uint64_t g = window ? take(span / GRANULE) : NGRANULES;
+	uint64_t base = window + g * GRANULE;
+	pthread_mutex_unlock(&lock);
+	if (g == NGRANULES)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	r = rm_migrate_map_owned(s, s->cur->dev, base, span, bytes);
+	if (r != CUDA_SUCCESS) {
+		rm_window_released(base, span);
+		return r;
 	}
-	return CUDA_ERROR_OUT_OF_MEMORY;
+	*out = base;
+	return CUDA_SUCCESS;
 }

@@ -3,9 +3,8 @@
  * memory there; memory the driver placed (cuMemAlloc) lies where the target worker's own
  * driver and host mappings lie too, in the same region of every process. With
  * migratable_memory, cuMemAlloc instead maps memory (the virtual memory API) in a window of
- * 1 TiB this worker chose at random among 64 below the region processes map into, in
- * 32 MiB blocks of its own for each allocation (the driver honours a reservation's address
- * only for whole blocks at their boundary), as moved memory is (RM_H_MOVED_MEMORY,
+ * 1 TiB that this worker reserves at the first allocation, at one of 64 places below the
+ * region processes map into, chosen at random, as moved memory is (RM_H_MOVED_MEMORY,
  * migrate.h): every allocation then moves, to any remorad whose window differs. */
 #ifndef REMORA_MEMORY_WINDOW_H
 #define REMORA_MEMORY_WINDOW_H
@@ -19,6 +18,9 @@
 /* bytes of the client's, mapped at blocks of the window and owned by s as moved memory:
  * charged as its granules (CUDA_ERROR_OUT_OF_MEMORY past its quota or the window). */
 CUresult rm_window_alloc(struct rm_channel *s, size_t bytes, CUdeviceptr *out);
+/* Whether [base, base + size) lies in the window (reserved: mapped without a reservation of
+ * its own). */
+int rm_window_holds(uint64_t base, uint64_t size);
 /* Memory at [base, base + size) given back (freed, moved away, or its session ended): its
  * blocks inside the window are free again. */
 void rm_window_released(uint64_t base, uint64_t size);

@@ -55,6 +55,7 @@ struct rm_moved_run {
 	CUmemGenericAllocationHandle phys;
 	uint32_t users; /* moved allocations lying in it */
 	int reserved_alone; /* in a reservation of its own, not a block's */
+	int in_window;      /* in this worker's window of addresses (memory_window.h): no reservation */
 };
 
 /* A reservation of RM_MOVED_BLOCK bytes at a multiple of it, for the runs that lie in it,

@@ -117,6 +117,8 @@ static void block_leave(struct rm_session *sh, uint64_t a)
 /* Unreserves run r's addresses: its own reservation, or its part of its block's. */
 static void run_unreserve(struct rm_session *sh, const struct rm_moved_run *r)
 {
+	if (r->in_window)
+		return; /* the window's reservation stays */
 	if (r->reserved_alone)
 		rm_drv_cuMemAddressFree(r->base, r->span);
 	else
@@ -133,7 +135,10 @@ static CUresult map_run(struct rm_session *sh, CUdevice dev, struct rm_moved_run
 	CUmemGenericAllocationHandle *phys = &run->phys;
 	CUresult r;
 	run->reserved_alone = alone;
-	if (alone) {
+	run->in_window = rm_window_holds(base, span);
+	if (run->in_window) {
+		; /* reserved with the window */
+	} else if (alone) {
 		CUdeviceptr got = 0;
 		if ((r = rm_drv_cuMemAddressReserve(&got, span, 0, base, 0)) != CUDA_SUCCESS)
 			return r;
