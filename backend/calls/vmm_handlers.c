@@ -17,6 +17,8 @@
 #include "deferred.h"
 #include "ipc.h"
 #include "log.h"
+#include "memory_window.h"
+#include "worker.h"
 
 #define MAX_ACCESS_DESCS 64
 
@@ -158,7 +160,11 @@ CUresult rm_body_cuMemGetAllocationPropertiesFromHandle(struct rm_channel *s, CU
 CUresult rm_body_cuMemAddressReserve(struct rm_channel *s, CUdeviceptr *ptr, size_t size, size_t alignment,
 				     CUdeviceptr addr, unsigned long long flags)
 {
-	CUresult r = rm_drv_cuMemAddressReserve(ptr, size, alignment, addr, flags); /* addr is only a hint */
+	CUresult r = CUDA_SUCCESS;
+	if (rm_worker_config()->migratable_memory) /* in this worker's window, to move (memory_window.h) */
+		r = (*ptr = rm_window_reserve(size, alignment)) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+	else
+		r = rm_drv_cuMemAddressReserve(ptr, size, alignment, addr, flags); /* addr is only a hint */
 	if (r == CUDA_SUCCESS)
 		rm_session_own_memory(s, RM_H_VA_RANGE, *ptr, size, 0);
 	return r;
@@ -278,10 +284,11 @@ CUresult rm_body_cuMemAddressFree(struct rm_channel *s, CUdeviceptr ptr, size_t 
 	CUresult r = CUDA_ERROR_INVALID_VALUE;
 	if (rm_session_find(s, RM_H_VA_RANGE, ptr, &h) && h.size == size && !overlapping(s, ptr, size, 0)) {
 		r = CUDA_SUCCESS;
+		uint64_t reserved = h.parent ? h.parent : size; /* a range moved in: whole blocks */
 		if (pending_over(ptr, size))
-			rm_deferred_release_range(NULL, RM_DEFER_ADDRESS_FREE, ptr, size, NULL, NULL);
+			rm_deferred_release_range(NULL, RM_DEFER_ADDRESS_FREE, ptr, reserved, NULL, NULL);
 		else
-			r = rm_drv_cuMemAddressFree(ptr, size);
+			r = rm_window_address_free(ptr, reserved);
 		if (r == CUDA_SUCCESS)
 			rm_session_disown_value(s, RM_H_VA_RANGE, ptr);
 	}

@@ -7,6 +7,7 @@
 
 #include "driver_table.h"
 #include "log.h"
+#include "memory_window.h"
 #include "stream_pool.h"
 
 struct release {
@@ -44,7 +45,7 @@ static CUresult call(enum rm_deferred_op op, uint64_t v, uint64_t size)
 	case RM_DEFER_FREE_HOST: return rm_drv_cuMemFreeHost(p);
 	case RM_DEFER_HOST_UNREGISTER: return rm_drv_cuMemHostUnregister(p);
 	case RM_DEFER_UNMAP: return rm_drv_cuMemUnmap((CUdeviceptr)v, size);
-	case RM_DEFER_ADDRESS_FREE: return rm_drv_cuMemAddressFree((CUdeviceptr)v, size);
+	case RM_DEFER_ADDRESS_FREE: return rm_window_address_free(v, size); /* the driver's, or a window's */
 	}
 	return CUDA_ERROR_INVALID_VALUE;
 }

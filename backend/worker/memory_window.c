@@ -70,11 +70,12 @@ static void mark(uint64_t first, uint64_t n, int on)
 		used[g / 8] = (uint8_t)(on ? used[g / 8] | 1u << (g % 8) : used[g / 8] & ~(1u << (g % 8)));
 }
 
-/* n free granules in a row, marked used: the first's index, or NGRANULES. Under lock. */
-static uint64_t take(uint64_t n)
+/* n free granules in a row from an index that is a multiple of step, marked used: the
+ * first's index, or NGRANULES. Under lock. */
+static uint64_t take(uint64_t n, uint64_t step)
 {
 	for (uint64_t scanned = 0, g = cursor; scanned < NGRANULES; scanned++, g = (g + 1) % NGRANULES) {
-		if (g + n > NGRANULES || is_used(g))
+		if (g % step || g + n > NGRANULES || is_used(g))
 			continue;
 		uint64_t run = 1;
 		while (run < n && !is_used(g + run))
@@ -100,6 +101,27 @@ static void set(uint64_t base, uint64_t size, int on)
 		mark(first, (hi - window + GRANULE - 1) / GRANULE - first, on);
 	}
 	pthread_mutex_unlock(&lock);
+}
+
+uint64_t rm_window_reserve(size_t size, size_t alignment)
+{
+	if (!size || size > WINDOW_SIZE || alignment > WINDOW_SIZE || (alignment & (alignment - 1)))
+		return 0;
+	uint64_t span = (size + RM_MOVED_BLOCK - 1) / RM_MOVED_BLOCK * RM_MOVED_BLOCK;
+	uint64_t step = (alignment > RM_MOVED_BLOCK ? alignment : RM_MOVED_BLOCK) / GRANULE;
+	pthread_mutex_lock(&lock);
+	reserve_locked();
+	uint64_t g = window ? take(span / GRANULE, step) : NGRANULES;
+	pthread_mutex_unlock(&lock);
+	return g == NGRANULES ? 0 : window + g * GRANULE;
+}
+
+CUresult rm_window_address_free(uint64_t base, uint64_t size)
+{
+	if (!rm_window_holds(base, size))
+		return rm_drv_cuMemAddressFree(base, size);
+	rm_window_released(base, (size + RM_MOVED_BLOCK - 1) / RM_MOVED_BLOCK * RM_MOVED_BLOCK);
+	return CUDA_SUCCESS;
 }
 
 void rm_window_released(uint64_t base, uint64_t size)
@@ -129,7 +151,7 @@ CUresult rm_window_alloc(struct rm_channel *s, size_t bytes, CUdeviceptr *out)
 	uint64_t span = (bytes + GRANULE - 1) / GRANULE * GRANULE;
 	pthread_mutex_lock(&lock);
 	reserve_locked();
-	uint64_t g = window ? take(span / GRANULE) : NGRANULES;
+	uint64_t g = window ? take(span / GRANULE, 1) : NGRANULES;
 	uint64_t base = window + g * GRANULE;
 	pthread_mutex_unlock(&lock);
 	if (g == NGRANULES)

@@ -21,6 +21,13 @@ CUresult rm_window_alloc(struct rm_channel *s, size_t bytes, CUdeviceptr *out);
 /* Whether [base, base + size) lies in the window (reserved: mapped without a reservation of
  * its own). */
 int rm_window_holds(uint64_t base, uint64_t size);
+/* A client's address reservation (cuMemAddressReserve) of size bytes at alignment (0: the
+ * granule) in the window, in whole 32 MiB blocks at a block's start, so that a target
+ * worker can reserve the same addresses (the driver honours only such hints): its address,
+ * or 0 when the window has no room (or none could be reserved). */
+uint64_t rm_window_reserve(size_t size, size_t alignment);
+/* Gives back a reservation: granules of the window, or the driver's reservation. */
+CUresult rm_window_address_free(uint64_t base, uint64_t size);
 /* Memory at [base, base + size) given back (freed, moved away, or its session ended): its
  * blocks inside the window are free again. */
 void rm_window_released(uint64_t base, uint64_t size);

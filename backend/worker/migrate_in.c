@@ -14,6 +14,7 @@
 #include "handle_alias.h"
 #include "image_cache.h"
 #include "log.h"
+#include "memory_window.h"
 #include "migrate_state.h"
 #include "migrate_wire.h"
 #include "stream_pool.h"
@@ -96,7 +97,9 @@ static void range_holder(uint64_t base, uint64_t size, char *buf, size_t len)
 }
 
 /* An address range the client reserved, empty: reserved at the same addresses here, or
- * refused where the driver gives others. */
+ * refused where the driver gives others. One at a 32 MiB boundary (a window's:
+ * memory_window.h) is reserved in whole 32 MiB blocks, the only hints an H100's driver
+ * takes; the handle's parent field keeps the size reserved where it differs. */
 static int on_va_range(void *arg, uint64_t base, uint64_t size)
 {
 	struct restore *x = arg;
@@ -104,9 +107,14 @@ static int on_va_range(void *arg, uint64_t base, uint64_t size)
 	if (err)
 		return err;
 	CUdeviceptr p = 0;
-	CUresult r = rm_drv_cuMemAddressReserve(&p, size, 0, base, 0);
-	if (r == CUDA_SUCCESS && p != base) {
-		rm_drv_cuMemAddressFree(p, size);
+	CUresult r = CUDA_SUCCESS;
+	uint64_t whole = base % RM_MOVED_BLOCK ? size : (size + RM_MOVED_BLOCK - 1) / RM_MOVED_BLOCK * RM_MOVED_BLOCK;
+	if (whole < size)
+		return -EINVAL;
+	if (rm_window_holds(base, whole)) /* this worker's own window: its addresses are reserved */
+		rm_window_taken(base, whole);
+	else if ((r = rm_drv_cuMemAddressReserve(&p, whole, 0, base, 0)) == CUDA_SUCCESS && p != base) {
+		rm_drv_cuMemAddressFree(p, whole);
 		r = CUDA_ERROR_ALREADY_MAPPED;
 	}
 	if (r != CUDA_SUCCESS) {
@@ -116,7 +124,7 @@ static int on_va_range(void *arg, uint64_t base, uint64_t size)
 			       (unsigned long long)base, (unsigned long long)(base + size), holder);
 		return r == CUDA_ERROR_ALREADY_MAPPED || r == CUDA_ERROR_INVALID_VALUE ? -EADDRINUSE : err_of(r);
 	}
-	rm_session_own_memory(x->s, RM_H_VA_RANGE, base, size, 0);
+	rm_session_own_memory(x->s, RM_H_VA_RANGE, base, size, whole != size ? whole : 0);
 	rm_session_log(x->s, RM_LOG_DEBUG, "reserved 0x%llx to 0x%llx for the moving client", (unsigned long long)base,
 		       (unsigned long long)(base + size));
 	return 0;

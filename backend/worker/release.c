@@ -10,6 +10,7 @@
 #include "image_cache.h"
 #include "ipc.h"
 #include "migrate.h"
+#include "memory_window.h"
 #include "nccl_comms.h"
 #include "peer_access.h"
 #include "stream_pool.h"
@@ -122,7 +123,7 @@ static void release_physical(struct rm_channel *s, const struct rm_handle *h)
 /* After any unmap of it the client asked for, still pending (deferred.h: in order). */
 static void release_va_range(struct rm_channel *s, const struct rm_handle *h)
 {
-	rm_deferred_release_range(NULL, RM_DEFER_ADDRESS_FREE, h->value, h->size, NULL, NULL);
+	rm_deferred_release_range(NULL, RM_DEFER_ADDRESS_FREE, h->value, h->parent ? h->parent : h->size, NULL, NULL);
 }
 
 /* Memory the client brought when it moved in (migrate.h). */
@@ -258,7 +259,7 @@ size_t rm_session_release_memory_now(struct rm_channel *s)
 			if (kinds[k] == RM_H_MOVED_MEMORY) {
 				rm_migrate_release_moved(s, &h);
 			} else if (kinds[k] == RM_H_VA_RANGE) { /* empty: a session with mappings does not move */
-				rm_drv_cuMemAddressFree(h.value, h.size);
+				rm_window_address_free(h.value, h.parent ? h.parent : h.size);
 			} else {
 				CUresult r = rm_drv_cuMemFree_v2(h.value);
 				if (r != CUDA_SUCCESS)

@@ -13,8 +13,8 @@ migration"; issue 40). One scenario a run:
                the move comes: moved A -> B -> A -> B, output and the thread's results unchanged
   runtime      rt_migrate (cudart: its kernels a library, launched as CUkernels) moved
                A -> B -> A mid-run prints what it prints unmoved
-  window       drv_migrate with both remorads' migratable_memory on (cuMemAlloc at each
-               worker's own addresses) moved A -> B -> A -> B: output unchanged
+  window       as variables, with both remorads' migratable_memory on (cuMemAlloc and
+               cuMemAddressReserve in each worker's own window of addresses)
   variables    drv_migrate on STATEFUL_IMAGE holding the address of its module's variable,
                written and read through that address (copies, a kernel's argument) and by
                name, moved A -> B -> A -> B: output unchanged, the address the same throughout
@@ -59,7 +59,7 @@ def client_env():
 def command(iterations, pause_ms):
     if scenario == "runtime":
         return [rt_program, str(iterations), str(pause_ms)]
-    if scenario == "variables":
+    if scenario in ("variables", "window"):
         return [program, stateful_image, str(iterations), str(pause_ms), "global"]
     return [program, image, str(iterations), str(pause_ms)] + (["threads"] if scenario == "threads" else [])
 
