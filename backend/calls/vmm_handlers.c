@@ -284,11 +284,13 @@ CUresult rm_body_cuMemAddressFree(struct rm_channel *s, CUdeviceptr ptr, size_t 
 	CUresult r = CUDA_ERROR_INVALID_VALUE;
 	if (rm_session_find(s, RM_H_VA_RANGE, ptr, &h) && h.size == size && !overlapping(s, ptr, size, 0)) {
 		r = CUDA_SUCCESS;
-		uint64_t reserved = h.parent ? h.parent : size; /* a range moved in: whole blocks */
-		if (pending_over(ptr, size))
-			rm_deferred_release_range(NULL, RM_DEFER_ADDRESS_FREE, ptr, reserved, NULL, NULL);
+		if (h.parent) /* a range moved in, held in the session's blocks (an unmap of it still
+			       * pending then fails, with a line) */
+			rm_va_range_give_back(s, &h);
+		else if (pending_over(ptr, size))
+			rm_deferred_release_range(NULL, RM_DEFER_ADDRESS_FREE, ptr, size, NULL, NULL);
 		else
-			r = rm_window_address_free(ptr, reserved);
+			r = rm_window_address_free(ptr, size);
 		if (r == CUDA_SUCCESS)
 			rm_session_disown_value(s, RM_H_VA_RANGE, ptr);
 	}

@@ -98,8 +98,9 @@ static void range_holder(uint64_t base, uint64_t size, char *buf, size_t len)
 
 /* An address range the client reserved, empty: reserved at the same addresses here, or
  * refused where the driver gives others. One at a 32 MiB boundary (a window's:
- * memory_window.h) is reserved in whole 32 MiB blocks, the only hints an H100's driver
- * takes; the handle's parent field keeps the size reserved where it differs. */
+ * memory_window.h) is held in whole 32 MiB blocks of the session's, as moved memory is
+ * (the handle's parent field: the bytes of blocks; 0 for a reservation of the driver's or
+ * in this worker's window). */
 static int on_va_range(void *arg, uint64_t base, uint64_t size)
 {
 	struct restore *x = arg;
@@ -111,10 +112,14 @@ static int on_va_range(void *arg, uint64_t base, uint64_t size)
 	uint64_t whole = base % RM_MOVED_BLOCK ? size : (size + RM_MOVED_BLOCK - 1) / RM_MOVED_BLOCK * RM_MOVED_BLOCK;
 	if (whole < size)
 		return -EINVAL;
-	if (rm_window_holds(base, whole)) /* this worker's own window: its addresses are reserved */
+	uint64_t blocks = 0; /* held in the session's blocks, recorded as the handle's parent */
+	if (rm_window_holds(base, whole)) { /* this worker's own window: its addresses are reserved */
 		rm_window_taken(base, whole);
-	else if ((r = rm_drv_cuMemAddressReserve(&p, whole, 0, base, 0)) == CUDA_SUCCESS && p != base) {
-		rm_drv_cuMemAddressFree(p, whole);
+	} else if (!(base % RM_MOVED_BLOCK)) {
+		if ((r = rm_migrate_hold_blocks(x->s, base, whole)) == CUDA_SUCCESS)
+			blocks = whole;
+	} else if ((r = rm_drv_cuMemAddressReserve(&p, size, 0, base, 0)) == CUDA_SUCCESS && p != base) {
+		rm_drv_cuMemAddressFree(p, size);
 		r = CUDA_ERROR_ALREADY_MAPPED;
 	}
 	if (r != CUDA_SUCCESS) {
@@ -124,7 +129,7 @@ static int on_va_range(void *arg, uint64_t base, uint64_t size)
 			       (unsigned long long)base, (unsigned long long)(base + size), holder);
 		return r == CUDA_ERROR_ALREADY_MAPPED || r == CUDA_ERROR_INVALID_VALUE ? -EADDRINUSE : err_of(r);
 	}
-	rm_session_own_memory(x->s, RM_H_VA_RANGE, base, size, whole != size ? whole : 0);
+	rm_session_own_memory(x->s, RM_H_VA_RANGE, base, size, blocks);
 	rm_session_log(x->s, RM_LOG_DEBUG, "reserved 0x%llx to 0x%llx for the moving client", (unsigned long long)base,
 		       (unsigned long long)(base + size));
 	return 0;

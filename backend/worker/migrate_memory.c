@@ -279,6 +279,30 @@ static CUresult own(struct rm_channel *s, uint64_t base, uint64_t size)
 	return CUDA_SUCCESS;
 }
 
+CUresult rm_migrate_hold_blocks(struct rm_channel *s, uint64_t base, uint64_t size)
+{
+	if (base % RM_MOVED_BLOCK || !size || size % RM_MOVED_BLOCK || base + size < base)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = CUDA_SUCCESS;
+	uint64_t at = base;
+	pthread_mutex_lock(&runs_lock);
+	for (; at < base + size && r == CUDA_SUCCESS; at += RM_MOVED_BLOCK)
+		r = block_hold(s->sh, at);
+	if (r != CUDA_SUCCESS)
+		for (at -= RM_MOVED_BLOCK; at > base;) /* the ones held before the refusal */
+			block_leave(s->sh, at -= RM_MOVED_BLOCK);
+	pthread_mutex_unlock(&runs_lock);
+	return r;
+}
+
+void rm_migrate_leave_blocks(struct rm_channel *s, uint64_t base, uint64_t size)
+{
+	pthread_mutex_lock(&runs_lock);
+	for (uint64_t at = base; at < base + size; at += RM_MOVED_BLOCK)
+		block_leave(s->sh, at);
+	pthread_mutex_unlock(&runs_lock);
+}
+
 CUresult rm_migrate_own(struct rm_channel *s, uint64_t base, uint64_t size)
 {
 	pthread_mutex_lock(&runs_lock);

@@ -123,7 +123,11 @@ static void release_physical(struct rm_channel *s, const struct rm_handle *h)
 /* After any unmap of it the client asked for, still pending (deferred.h: in order). */
 static void release_va_range(struct rm_channel *s, const struct rm_handle *h)
 {
-	rm_deferred_release_range(NULL, RM_DEFER_ADDRESS_FREE, h->value, h->parent ? h->parent : h->size, NULL, NULL);
+	if (h->parent) { /* held in blocks (it moved in): empty, as the session's mappings are gone */
+		rm_migrate_leave_blocks(s, h->value, h->parent);
+		return;
+	}
+	rm_deferred_release_range(NULL, RM_DEFER_ADDRESS_FREE, h->value, h->size, NULL, NULL);
 }
 
 /* Memory the client brought when it moved in (migrate.h). */
@@ -242,6 +246,18 @@ static int collect_value(const struct rm_handle *h, void *arg)
 	return 0;
 }
 
+void rm_va_range_give_back(struct rm_channel *s, const struct rm_handle *h)
+{
+	if (h->parent) {
+		rm_migrate_leave_blocks(s, h->value, h->parent);
+		return;
+	}
+	CUresult r = rm_window_address_free(h->value, h->size);
+	if (r != CUDA_SUCCESS)
+		rm_session_log(s, RM_LOG_WARN, "its address range 0x%llx + %llu not given back: CUresult %d",
+			       (unsigned long long)h->value, (unsigned long long)h->size, r);
+}
+
 size_t rm_session_release_memory_now(struct rm_channel *s)
 {
 	static const enum rm_handle_kind kinds[] = {RM_H_MEMORY, RM_H_MOVED_MEMORY, RM_H_VA_RANGE};
@@ -259,7 +275,7 @@ size_t rm_session_release_memory_now(struct rm_channel *s)
 			if (kinds[k] == RM_H_MOVED_MEMORY) {
 				rm_migrate_release_moved(s, &h);
 			} else if (kinds[k] == RM_H_VA_RANGE) { /* empty: a session with mappings does not move */
-				rm_window_address_free(h.value, h.parent ? h.parent : h.size);
+				rm_va_range_give_back(s, &h);
 			} else {
 				CUresult r = rm_drv_cuMemFree_v2(h.value);
 				if (r != CUDA_SUCCESS)
