@@ -284,8 +284,7 @@ CUresult rm_body_cuMemAddressFree(struct rm_channel *s, CUdeviceptr ptr, size_t 
 	CUresult r = CUDA_ERROR_INVALID_VALUE;
 	if (rm_session_find(s, RM_H_VA_RANGE, ptr, &h) && h.size == size && !overlapping(s, ptr, size, 0)) {
 		r = CUDA_SUCCESS;
-		if (h.parent) /* a range moved in, held in the session's blocks (an unmap of it still
-			       * pending then fails, with a line) */
+		if (h.parent) /* a range moved in: parked, reserved (an unmap pending in it is harmless) */
 			rm_va_range_give_back(s, &h);
 		else if (pending_over(ptr, size))
 			rm_deferred_release_range(NULL, RM_DEFER_ADDRESS_FREE, ptr, size, NULL, NULL);

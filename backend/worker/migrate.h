@@ -76,11 +76,12 @@ CUresult rm_migrate_own(struct rm_channel *s, uint64_t base, uint64_t size);
 /* Both as one step (memory_window.c): span bytes mapped at base, the first size of them the
  * client's allocation; undone where either fails. */
 CUresult rm_migrate_map_owned(struct rm_channel *s, CUdevice dev, uint64_t base, uint64_t span, uint64_t size);
-/* Target: an address range the client reserved, at a block's start, held in whole blocks
- * (RM_MOVED_BLOCK: the hints an H100's driver takes, and takes again after they were given
- * back, which a reservation of the range itself was not), and given up. */
-CUresult rm_migrate_hold_blocks(struct rm_channel *s, uint64_t base, uint64_t size);
-void rm_migrate_leave_blocks(struct rm_channel *s, uint64_t base, uint64_t size);
+/* Target: an address range a client reserved, at a block's start and of whole blocks
+ * (RM_MOVED_BLOCK), reserved at its address; given up, it stays reserved in the worker
+ * (parked) for the client's return: an H100's driver, once such a range that was never
+ * mapped was given back, did not reserve it at that address again. */
+CUresult rm_migrate_reserve_range(uint64_t base, uint64_t size);
+void rm_migrate_park_range(uint64_t base, uint64_t size);
 /* Unmaps the spans no allocation lies in (a state that failed part-way). */
 void rm_migrate_drop_unused(struct rm_channel *s);
 

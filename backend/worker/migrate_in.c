@@ -98,9 +98,9 @@ static void range_holder(uint64_t base, uint64_t size, char *buf, size_t len)
 
 /* An address range the client reserved, empty: reserved at the same addresses here, or
  * refused where the driver gives others. One at a 32 MiB boundary (a window's:
- * memory_window.h) is held in whole 32 MiB blocks of the session's, as moved memory is
- * (the handle's parent field: the bytes of blocks; 0 for a reservation of the driver's or
- * in this worker's window). */
+ * memory_window.h) is reserved in whole 32 MiB blocks, parked when given up
+ * (rm_migrate_park_range; the handle's parent field: the bytes reserved; 0 for a
+ * reservation of the driver's or in this worker's window). */
 static int on_va_range(void *arg, uint64_t base, uint64_t size)
 {
 	struct restore *x = arg;
@@ -112,11 +112,11 @@ static int on_va_range(void *arg, uint64_t base, uint64_t size)
 	uint64_t whole = base % RM_MOVED_BLOCK ? size : (size + RM_MOVED_BLOCK - 1) / RM_MOVED_BLOCK * RM_MOVED_BLOCK;
 	if (whole < size)
 		return -EINVAL;
-	uint64_t blocks = 0; /* held in the session's blocks, recorded as the handle's parent */
+	uint64_t blocks = 0; /* reserved in whole blocks, recorded as the handle's parent */
 	if (rm_window_holds(base, whole)) { /* this worker's own window: its addresses are reserved */
 		rm_window_taken(base, whole);
 	} else if (!(base % RM_MOVED_BLOCK)) {
-		if ((r = rm_migrate_hold_blocks(x->s, base, whole)) == CUDA_SUCCESS)
+		if ((r = rm_migrate_reserve_range(base, whole)) == CUDA_SUCCESS)
 			blocks = whole;
 	} else if ((r = rm_drv_cuMemAddressReserve(&p, size, 0, base, 0)) == CUDA_SUCCESS && p != base) {
 		rm_drv_cuMemAddressFree(p, size);

@@ -279,28 +279,45 @@ static CUresult own(struct rm_channel *s, uint64_t base, uint64_t size)
 	return CUDA_SUCCESS;
 }
 
-CUresult rm_migrate_hold_blocks(struct rm_channel *s, uint64_t base, uint64_t size)
+/* Reservations of address ranges that moved in and were given up: kept, for the client's
+ * return (parked). */
+static struct parked {
+	uint64_t base, size;
+} *parked;
+static size_t nparked;
+
+CUresult rm_migrate_reserve_range(uint64_t base, uint64_t size)
 {
 	if (base % RM_MOVED_BLOCK || !size || size % RM_MOVED_BLOCK || base + size < base)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult r = CUDA_SUCCESS;
-	uint64_t at = base;
 	pthread_mutex_lock(&runs_lock);
-	for (; at < base + size && r == CUDA_SUCCESS; at += RM_MOVED_BLOCK)
-		r = block_hold(s->sh, at);
-	if (r != CUDA_SUCCESS)
-		for (at -= RM_MOVED_BLOCK; at > base;) /* the ones held before the refusal */
-			block_leave(s->sh, at -= RM_MOVED_BLOCK);
+	for (size_t i = 0; i < nparked; i++)
+		if (parked[i].base == base && parked[i].size == size) {
+			parked[i] = parked[--nparked];
+			pthread_mutex_unlock(&runs_lock);
+			return CUDA_SUCCESS;
+		}
 	pthread_mutex_unlock(&runs_lock);
+	CUdeviceptr got = 0;
+	CUresult r = rm_drv_cuMemAddressReserve(&got, size, RM_MOVED_BLOCK, base, 0);
+	if (r == CUDA_SUCCESS && got != base) {
+		rm_drv_cuMemAddressFree(got, size);
+		r = CUDA_ERROR_ALREADY_MAPPED;
+	}
 	return r;
 }
 
-void rm_migrate_leave_blocks(struct rm_channel *s, uint64_t base, uint64_t size)
+void rm_migrate_park_range(uint64_t base, uint64_t size)
 {
 	pthread_mutex_lock(&runs_lock);
-	for (uint64_t at = base; at < base + size; at += RM_MOVED_BLOCK)
-		block_leave(s->sh, at);
+	struct parked *p = realloc(parked, (nparked + 1) * sizeof(*p));
+	if (p) {
+		parked = p;
+		parked[nparked++] = (struct parked){base, size};
+	}
 	pthread_mutex_unlock(&runs_lock);
+	if (!p)
+		rm_drv_cuMemAddressFree(base, size);
 }
 
 CUresult rm_migrate_own(struct rm_channel *s, uint64_t base, uint64_t size)

@@ -123,8 +123,8 @@ static void release_physical(struct rm_channel *s, const struct rm_handle *h)
 /* After any unmap of it the client asked for, still pending (deferred.h: in order). */
 static void release_va_range(struct rm_channel *s, const struct rm_handle *h)
 {
-	if (h->parent) { /* held in blocks (it moved in): empty, as the session's mappings are gone */
-		rm_migrate_leave_blocks(s, h->value, h->parent);
+	if (h->parent) { /* moved in: parked (the session's mappings in it are gone by now) */
+		rm_migrate_park_range(h->value, h->parent);
 		return;
 	}
 	rm_deferred_release_range(NULL, RM_DEFER_ADDRESS_FREE, h->value, h->size, NULL, NULL);
@@ -249,7 +249,7 @@ static int collect_value(const struct rm_handle *h, void *arg)
 void rm_va_range_give_back(struct rm_channel *s, const struct rm_handle *h)
 {
 	if (h->parent) {
-		rm_migrate_leave_blocks(s, h->value, h->parent);
+		rm_migrate_park_range(h->value, h->parent);
 		return;
 	}
 	CUresult r = rm_window_address_free(h->value, h->size);
