@@ -29,7 +29,15 @@ struct restore {
 	int nslots;
 	uint8_t *chunk;
 	uint64_t bytes;
+	uint64_t load_us, images; /* loading modules and libraries again, and how many */
 };
+
+static uint64_t clock_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
 
 static int read_state(void *arg, void *buf, size_t len)
 {
@@ -221,7 +229,10 @@ static int on_module(void *arg, uint64_t handle, uint32_t ctx, const uint8_t *im
 {
 	struct restore *x = arg;
 	int err = enter(x, ctx);
-	return err ? err : load_image(x, RM_H_MODULE, handle, image, n);
+	uint64_t t = clock_us();
+	err = err ? err : load_image(x, RM_H_MODULE, handle, image, n);
+	x->load_us += clock_us() - t, x->images++;
+	return err;
 }
 
 static int on_function(void *arg, uint64_t handle, uint64_t module, int32_t smem, int32_t carveout, const char *name)
@@ -271,7 +282,11 @@ static int on_event(void *arg, uint64_t handle, uint32_t ctx, uint32_t flags)
 
 static int on_library(void *arg, uint64_t handle, const uint8_t *image, size_t n)
 {
-	return load_image(arg, RM_H_LIBRARY, handle, image, n);
+	struct restore *x = arg;
+	uint64_t t = clock_us();
+	int err = load_image(x, RM_H_LIBRARY, handle, image, n);
+	x->load_us += clock_us() - t, x->images++;
+	return err;
 }
 
 static int on_kernel(void *arg, uint64_t handle, uint64_t library, int32_t smem, int32_t carveout, const char *name)
@@ -373,6 +388,7 @@ static int on_global(void *arg, uint64_t image, int library, const char *name, u
 void rm_handle_migrate_state(struct rm_channel *s, struct rm_request *rq)
 {
 	struct restore x = {.s = s, .rq = rq};
+	uint64_t began = clock_us();
 	char why[256] = "";
 	int first;
 	pthread_mutex_lock(&s->sh->lock);
@@ -405,8 +421,10 @@ void rm_handle_migrate_state(struct rm_channel *s, struct rm_request *rq)
 					 : CUDA_ERROR_INVALID_VALUE, NULL);
 		return;
 	}
-	rm_session_log(s, RM_LOG_INFO, "moving client's state made again: %llu bytes; waiting for it to attach",
-		       (unsigned long long)x.bytes);
+	rm_session_log(s, RM_LOG_INFO, "moving client's state made again: %llu bytes in %llu us, %llu of them loading "
+		       "%llu modules and libraries; waiting for it to attach", (unsigned long long)x.bytes,
+		       (unsigned long long)(clock_us() - began), (unsigned long long)x.load_us,
+		       (unsigned long long)x.images);
 	rm_request_finish(s, rq, CUDA_SUCCESS, NULL);
 }
 

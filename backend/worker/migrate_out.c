@@ -261,12 +261,18 @@ static int greet_target(struct rm_channel *s, struct rm_migration *m, struct rm_
 	return err;
 }
 
+/* A move's phases, µs from its start, for its log line. */
+struct phases {
+	uint64_t t0, held, synced, greeted, sized, made;
+};
+
 /* Sends the state to the target (greeted) and waits for its answer. */
-static int send_to_target(struct rm_mig_sender *x, struct rm_link *l, char *why, size_t n)
+static int send_to_target(struct rm_mig_sender *x, struct rm_link *l, char *why, size_t n, struct phases *ph)
 {
 	struct rm_mig_sender sizing = *x;
 	sizing.count = 1;
 	rm_mig_send_state(&sizing);
+	ph->sized = now_us() - ph->t0;
 	x->records_expected = sizing.records;
 	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_MIGRATE_STATE, .seq = 2, .bulk_len = sizing.total}, rf;
 	int err = rm_link_send(l, &f, NULL, NULL, 0);
@@ -318,15 +324,17 @@ static int move(struct rm_channel *s, struct rm_migration *m)
 	struct rm_conn *conn = NULL;
 	int held = 0;
 	t0 = now_us(); /* the pause: from here (the client's call done) to the client told */
+	struct phases ph = {.t0 = t0};
 	if (no)
 		snprintf(m->error, sizeof(m->error), "the client cannot move: %s", no);
 	else if (!tp)
 		snprintf(m->error, sizeof(m->error), "%s names an unknown transport", m->target);
 	else if (!(held = 1) || hold_channels(s, m->error, sizeof(m->error)))
 		; /* said why */
-	else if (free(c.h), c = (struct rm_mig_collect){0}, (no = rm_mig_refusal(s, &c))) /* again: its threads ran meanwhile */
+	else if (free(c.h), c = (struct rm_mig_collect){0}, ph.held = now_us() - t0,
+		 (no = rm_mig_refusal(s, &c))) /* again: its threads ran meanwhile */
 		snprintf(m->error, sizeof(m->error), "the client cannot move: %s", no);
-	else if (rm_session_synchronize_all(s) != CUDA_SUCCESS)
+	else if (rm_session_synchronize_all(s) != CUDA_SUCCESS || (ph.synced = now_us() - t0, 0))
 		snprintf(m->error, sizeof(m->error), "its streams did not finish cleanly; it stays");
 	else if (!(x.chunk = malloc(RM_MIG_CHUNK)))
 		snprintf(m->error, sizeof(m->error), "out of memory");
@@ -340,9 +348,10 @@ static int move(struct rm_channel *s, struct rm_migration *m)
 		int timeout = rm_worker_config()->peer_timeout_s * 1000;
 		rm_conn_set_liveness(conn, timeout, timeout);
 		x.conn = conn;
-		if (!greet_target(s, m, &l, &id, key, m->error, sizeof(m->error)) &&
-		    !send_to_target(&x, &l, m->error, sizeof(m->error)))
+		if (!greet_target(s, m, &l, &id, key, m->error, sizeof(m->error)) && (ph.greeted = now_us() - t0, 1) &&
+		    !send_to_target(&x, &l, m->error, sizeof(m->error), &ph))
 			moved = 1;
+		ph.made = now_us() - t0;
 		rm_link_close(&l); /* the target's session now waits for the client */
 	}
 	if (moved && tell_client(s, m, id, key)) {
@@ -358,8 +367,11 @@ static int move(struct rm_channel *s, struct rm_migration *m)
 		m->session_id = id;
 		m->bytes = x.total;
 		m->pause_us = now_us() - t0;
-		rm_session_log(s, RM_LOG_INFO, "moved to %s as session %llu: %llu bytes in %llu us", m->target,
-			       (unsigned long long)id, (unsigned long long)x.total, (unsigned long long)m->pause_us);
+		rm_session_log(s, RM_LOG_INFO, "moved to %s as session %llu: %llu bytes in %llu us (from the call's end, "
+			       "in µs: threads held %llu, streams done %llu, target greeted %llu, state sized %llu, "
+			       "sent and made again %llu)", m->target, (unsigned long long)id, (unsigned long long)x.total,
+			       (unsigned long long)m->pause_us, (unsigned long long)ph.held, (unsigned long long)ph.synced,
+			       (unsigned long long)ph.greeted, (unsigned long long)ph.sized, (unsigned long long)ph.made);
 	} else {
 		m->result = no ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_NOT_READY;
 		m->session_id = 0;
