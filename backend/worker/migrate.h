@@ -41,11 +41,16 @@ struct rm_migration {
 	pthread_cond_t cond;
 };
 
-/* A module's image, kept to send it on. */
+/* A module's image, kept to send it on, and its device variables' names once read
+ * (rm_image_variables: each move reads them several times, and a library such as cuBLAS
+ * takes a while). */
 struct rm_kept_image {
 	uint64_t module;
 	uint8_t *image;
 	size_t n;
+	int vars_read, vars_result; /* vars_result: rm_image_variables's */
+	char **vars;
+	size_t nvars;
 };
 
 /* Granules mapped for moved memory, within one reservation block: allocations that share
@@ -104,6 +109,8 @@ int rm_migrate_resume(struct rm_channel *s, struct rm_conn *conn, const struct i
  * meanwhile (its connection is now s's: serve it), else 0. */
 int rm_migrate_wait_resume(struct rm_channel *s);
 
+/* Frees a kept image's record's contents. */
+void rm_migrate_kept_image_free(struct rm_kept_image *k);
 /* A module's image, now the session's (image freed with it); forgotten at its unload. */
 void rm_migrate_keep_image(struct rm_channel *s, uint64_t module, uint8_t *image, size_t n);
 void rm_migrate_forget_image(struct rm_channel *s, uint64_t module);

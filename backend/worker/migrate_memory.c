@@ -22,7 +22,7 @@ void rm_migrate_keep_image(struct rm_channel *s, uint64_t module, uint8_t *image
 			sh->images = k, sh->images_cap = cap;
 	}
 	if (sh->nimages < sh->images_cap) {
-		sh->images[sh->nimages++] = (struct rm_kept_image){module, image, n};
+		sh->images[sh->nimages++] = (struct rm_kept_image){.module = module, .image = image, .n = n};
 		image = NULL;
 	}
 	pthread_mutex_unlock(&sh->lock);
@@ -32,17 +32,26 @@ void rm_migrate_keep_image(struct rm_channel *s, uint64_t module, uint8_t *image
 void rm_migrate_forget_image(struct rm_channel *s, uint64_t module)
 {
 	struct rm_session *sh = s->sh;
-	uint8_t *gone = NULL;
+	struct rm_kept_image gone = {0};
 	pthread_mutex_lock(&sh->lock);
 	for (size_t i = 0; i < sh->nimages; i++)
 		if (sh->images[i].module == module) {
-			gone = sh->images[i].image;
+			gone = sh->images[i];
 			sh->images[i] = sh->images[--sh->nimages];
 			break;
 		}
 	pthread_mutex_unlock(&sh->lock);
-	free(gone);
+	rm_migrate_kept_image_free(&gone);
 	rm_variable_alias_drop_parent(sh, module);
+}
+
+void rm_migrate_kept_image_free(struct rm_kept_image *k)
+{
+	free(k->image);
+	for (size_t i = 0; i < k->nvars; i++)
+		free(k->vars[i]);
+	free(k->vars);
+	*k = (struct rm_kept_image){0};
 }
 
 static int run_add(struct rm_session *sh, struct rm_moved_run r)
@@ -381,7 +390,7 @@ void rm_migrate_release_moved(struct rm_channel *s, const struct rm_handle *h)
 void rm_migrate_session_free(struct rm_session *sh)
 {
 	for (size_t i = 0; i < sh->nimages; i++)
-		free(sh->images[i].image);
+		rm_migrate_kept_image_free(&sh->images[i]);
 	free(sh->images);
 	sh->images = NULL;
 	sh->nimages = sh->images_cap = 0;

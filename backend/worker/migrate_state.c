@@ -63,26 +63,6 @@ static int slot_of(const struct rm_handle *h)
 	return h->ctx ? (int)h->ctx - 1 : 0;
 }
 
-static int no_visit(const char *name, void *arg)
-{
-	(void)name, (void)arg;
-	return 0;
-}
-
-/* rm_image_variables of the image kept for a module or library (0 when none is kept: the
- * send says so); read under the lock, as another thread of the client may unload it
- * meanwhile. */
-static int kept_image_variables(struct rm_session *sh, uint64_t handle)
-{
-	int r = 0;
-	pthread_mutex_lock(&sh->lock);
-	for (size_t k = 0; k < sh->nimages; k++)
-		if (sh->images[k].module == handle)
-			r = rm_image_variables(sh->images[k].image, sh->images[k].n, no_visit, NULL);
-	pthread_mutex_unlock(&sh->lock);
-	return r;
-}
-
 /* The names of an image's device variables, each once. */
 struct names {
 	char **v;
@@ -105,12 +85,31 @@ static int add_name(const char *name, void *arg)
 	return (x->v[x->n] = strdup(name)) ? (x->n++, 0) : -ENOMEM;
 }
 
-static void free_names(struct names *x)
+/* rm_image_variables of the image kept for a module or library, and the variables' names
+ * (owned by the record), read once per image (0 and none when no image is kept: the send
+ * says so). Under the lock, as another thread of the client may unload it meanwhile;
+ * during the send the client's threads are held and the names stay. */
+static int kept_image_variables(struct rm_session *sh, uint64_t handle, char ***vars, size_t *nvars)
 {
-	for (size_t i = 0; i < x->n; i++)
-		free(x->v[i]);
-	free(x->v);
+	int r = 0;
+	*vars = NULL, *nvars = 0;
+	pthread_mutex_lock(&sh->lock);
+	for (size_t k = 0; k < sh->nimages; k++) {
+		struct rm_kept_image *i = &sh->images[k];
+		if (i->module != handle)
+			continue;
+		if (!i->vars_read) {
+			struct names names = {0};
+			i->vars_result = rm_image_variables(i->image, i->n, add_name, &names);
+			i->vars = names.v, i->nvars = names.n;
+			i->vars_read = 1;
+		}
+		r = i->vars_result, *vars = i->vars, *nvars = i->nvars;
+	}
+	pthread_mutex_unlock(&sh->lock);
+	return r;
 }
+
 
 /* The address the client holds for the device variable at p, or 0 where it never asked
  * for it (an alias's where it moved in: variable_alias.h). */
@@ -128,14 +127,14 @@ static int count_one(const struct rm_handle *h, void *arg)
 	return 0;
 }
 
-/* The device variables of module or library h (its image given), each a record with its
+/* The device variables of module or library h (the names read from its kept image), each a record with its
  * contents, read from where the module holds them, and the address the client holds for
  * it. */
-static int send_variables(struct rm_mig_sender *x, const struct rm_handle *h, uint64_t client, const uint8_t *image,
-			  size_t n)
+static int send_variables(struct rm_mig_sender *x, const struct rm_handle *h, uint64_t client)
 {
-	struct names names = {0};
-	int library = h->kind == RM_H_LIBRARY, err = rm_image_variables(image, n, add_name, &names) ? -ENOTSUP : 0;
+	struct names names = {0}; /* the record's, read once (kept_image_variables) */
+	int library = h->kind == RM_H_LIBRARY;
+	int err = kept_image_variables(x->s->sh, h->value, &names.v, &names.n) ? -ENOTSUP : 0;
 	if (err)
 		x->why = "a module's device variables could not be named";
 	if (!err && rm_session_enter(x->s, x->s->sh->ctxs[library ? 0 : slot_of(h)].handle) != CUDA_SUCCESS)
@@ -180,7 +179,6 @@ static int send_variables(struct rm_mig_sender *x, const struct rm_handle *h, ui
 			done += c;
 		}
 	}
-	free_names(&names);
 	return err;
 }
 
@@ -242,7 +240,10 @@ const char *rm_mig_refusal(struct rm_channel *s, struct rm_mig_collect *c)
 			return "it holds a function of neither a module nor a kernel of its own";
 		if (h->kind == RM_H_MODULE && h->parent)
 			return "it holds a library's module (cuLibraryGetModule), which does not move";
-		int vars = h->kind == RM_H_MODULE || h->kind == RM_H_LIBRARY ? kept_image_variables(s->sh, h->value) : 0;
+		char **names;
+		size_t nnames;
+		int vars = h->kind == RM_H_MODULE || h->kind == RM_H_LIBRARY
+				   ? kept_image_variables(s->sh, h->value, &names, &nnames) : 0;
 		if (vars == 1)
 			return "a module or library of its holds __managed__ variables, which do not move";
 		if (vars < 0)
@@ -391,7 +392,7 @@ int rm_mig_send_state(struct rm_mig_sender *x)
 				rm_mig_put64(f + 8, 0);
 				err = emit(x, RM_MIG_LIBRARY, f, 16, image, n);
 				if (!err)
-					err = send_variables(x, h, client, image, n);
+					err = send_variables(x, h, client);
 				break;
 			}
 			rm_mig_put64(f, client);
@@ -399,7 +400,7 @@ int rm_mig_send_state(struct rm_mig_sender *x)
 			rm_mig_put32(f + 12, 0);
 			err = emit(x, RM_MIG_MODULE, f, 16, image, n);
 			if (!err)
-				err = send_variables(x, h, client, image, n);
+				err = send_variables(x, h, client);
 			break;
 		}
 		case RM_H_KERNEL: {
