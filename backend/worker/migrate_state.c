@@ -127,9 +127,9 @@ static int count_one(const struct rm_handle *h, void *arg)
 	return 0;
 }
 
-/* The device variables of module or library h (the names read from its kept image), each a record with its
- * contents, read from where the module holds them, and the address the client holds for
- * it. */
+/* The device variables of module or library h (named as its kept image says), each a
+ * record with its contents, read from where the module holds them, and the address the
+ * client holds for it. */
 static int send_variables(struct rm_mig_sender *x, const struct rm_handle *h, uint64_t client)
 {
 	struct names names = {0}; /* the record's, read once (kept_image_variables) */
