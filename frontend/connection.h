@@ -82,6 +82,7 @@ struct rm_client_conn {
 	int moved;
 	char moved_to[256];
 	uint64_t moved_session;
+	uint32_t moved_heartbeat_ms; /* the target's heartbeat interval; 0: the one we have */
 	uint8_t moved_key[RM_ATTACH_KEY_BYTES];
 	int holding; /* the main connection: the thread channels are held still for a move */
 };
@@ -154,5 +155,7 @@ static inline uint64_t rm_now_ns(void)
  * looks at the batch. */
 int rm_client_flusher_start(struct rm_client_conn *c);
 void rm_client_flusher_arm(struct rm_client_conn *c);
+/* A new heartbeat interval (a move's target's), the flusher woken to wait for it. */
+void rm_client_set_heartbeat(struct rm_client_conn *c, uint32_t ms);
 
 #endif

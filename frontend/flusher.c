@@ -30,6 +30,14 @@ static void flusher_disarm(struct rm_client_conn *c)
 	pthread_mutex_unlock(&c->flusher_lock);
 }
 
+void rm_client_set_heartbeat(struct rm_client_conn *c, uint32_t ms)
+{
+	pthread_mutex_lock(&c->flusher_lock);
+	__atomic_store_n(&c->heartbeat_ms, ms, __ATOMIC_RELAXED);
+	pthread_cond_signal(&c->flusher_cond); /* its wait was for the old interval */
+	pthread_mutex_unlock(&c->flusher_lock);
+}
+
 /* Called under c->lock after an async call was queued. */
 void rm_client_flusher_arm(struct rm_client_conn *c)
 {

@@ -24,6 +24,8 @@ int rm_client_moved_note_locked(struct rm_client_conn *c, const struct rm_frame 
 	if (!err) {
 		snprintf(c->moved_to, sizeof(c->moved_to), "%s", m->target);
 		c->moved_session = m->session_id;
+		c->moved_heartbeat_ms = m->heartbeat_ms && m->heartbeat_ms < RM_MIN_HEARTBEAT_MS ? RM_MIN_HEARTBEAT_MS
+												    : m->heartbeat_ms;
 		memcpy(c->moved_key, m->key.data, sizeof(c->moved_key));
 		c->moved = 1;
 	}
@@ -65,6 +67,8 @@ int rm_client_move_locked(struct rm_client_conn *c)
 	c->link = l;
 	c->attach = to;
 	c->session_id = to.session_id;
+	if (c->moved_heartbeat_ms) /* the target's peer timeout may be shorter */
+		rm_client_set_heartbeat(c, c->moved_heartbeat_ms);
 	c->copy_links = rm_copy_links_open(&c->attach);
 	rm_log(RM_LOG_INFO, "moved to the GPU server at %s (session %llu)", c->moved_to,
 	       (unsigned long long)c->session_id);
@@ -132,6 +136,7 @@ void rm_client_channels_release_locked(struct rm_client_conn *c, int moved)
 			rm_link_close(&x->link);
 			x->link = l;
 			x->session_id = c->session_id;
+			rm_client_set_heartbeat(x, c->heartbeat_ms);
 		} else if (moved && x->connected) {
 			rm_log(RM_LOG_ERROR, "a thread's channel could not follow the client to %s (%s)", c->moved_to,
 			       rm_transport_why(err));

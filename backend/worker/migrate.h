@@ -1,11 +1,13 @@
 /* Live migration of one client to another remorad (docs/pool.md, "Live migration").
  *
- * Source: an admin's RM_OP_MIGRATE reaches the client's worker (rm_migrate_request) and
- * marks its session; the session's main thread moves it at the end of the client's next
- * synchronous call, before its reply (rm_migrate_before_reply): what the client asked
- * before has run, and it sends nothing until the reply. The thread checks that the
- * session holds nothing that cannot move, waits for its streams, greets the target as a
- * session of the same tenant (Hello.migrate_in, the admin's credential), sends its state
+ * Source: an admin's RM_OP_MIGRATE reaches the client's worker (rm_migrate_request),
+ * which marks its session and greets the target as a session of the same tenant
+ * (Hello.migrate_in, the admin's credential; the target makes its contexts before it
+ * answers), then keeps that link alive with heartbeats. The session's main thread moves
+ * it at the end of the client's next synchronous call, before its reply
+ * (rm_migrate_before_reply): what the client asked before has run, and it sends nothing
+ * until the reply. The thread checks that the session holds nothing that cannot move,
+ * waits for its streams, sends its state
  * (migrate_wire.h) and, once the target has made it again, sends the client RM_OP_MOVED
  * and the reply, and ends the session here. Any failure before RM_OP_MOVED leaves the
  * client where it was, with the admin told why.
@@ -22,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "link.h"
 #include "session.h"
 
 struct rm_handoff;
@@ -34,11 +37,26 @@ struct rm_migration {
 	uint8_t credential[256];
 	size_t credential_len;
 	struct rm_session *sh; /* whose move it is (while linked) */
+	int ready;       /* the target greeted: the client's next synchronous call moves it */
 	int done;        /* 1: under way; 2: tried, result and error say how */
 	CUresult result;
 	char error[256];
 	uint64_t session_id, bytes, pause_us; /* pause: from the call's end to the client told */
 	pthread_cond_t cond;
+	/* The greeting, copied from the session when the move is linked to it. */
+	char name[64], tenant_name[64];
+	uint32_t pid, heartbeat_ms;
+	int ndevices, devices[64];
+	/* The target, greeted when the move is asked for (its worker and contexts are made
+	 * while the client still runs): the link, the session and key it gave, and how often
+	 * it wants a heartbeat until the state comes. The request's thread owns the link until
+	 * the move takes it (link_taken, under link_lock). */
+	struct rm_link link;
+	int linked, link_taken;
+	pthread_mutex_t link_lock;
+	uint64_t target_session;
+	uint8_t target_key[16];
+	uint32_t target_heartbeat_ms;
 };
 
 /* A module's image, kept to send it on, and its device variables' names once read
@@ -102,6 +120,9 @@ void rm_migrate_abandon(struct rm_channel *s);
 /* Whether the session moved away (its thread ends it after the reply). */
 int rm_migrate_moved(const struct rm_channel *s);
 
+/* Target, before the hello's answer to a move's greeting: makes the worker's contexts on
+ * the session's GPUs, so that the state, sent at the client's call, waits for none. */
+void rm_migrate_make_contexts(struct rm_channel *s);
 /* Target: the client's attach (index 0 of a session that took a state). ok is the attach's
  * answer, sent here. 0 (conn is the session's), or -errno. */
 int rm_migrate_resume(struct rm_channel *s, struct rm_conn *conn, const struct iovec *ok);

@@ -11,6 +11,7 @@
 #include "daemon_handlers.h"
 #include "dispatch.h"
 #include "driver_table.h"
+#include "gpus.h"
 #include "handle_alias.h"
 #include "image_cache.h"
 #include "log.h"
@@ -380,6 +381,18 @@ static int on_global(void *arg, uint64_t image, int library, const char *name, u
 	}
 	x->bytes += size;
 	return held ? hold_variable(x, held, p, size, (uint64_t)(uintptr_t)h) : 0;
+}
+
+void rm_migrate_make_contexts(struct rm_channel *s)
+{
+	uint64_t began = clock_us();
+	for (int i = 0; i < s->sh->ndevices; i++) {
+		CUcontext ctx;
+		if (rm_gpu_acquire(s->sh->devices[i], &ctx) == CUDA_SUCCESS)
+			rm_gpu_release(s->sh->devices[i]);
+	}
+	rm_session_log(s, RM_LOG_INFO, "a client moving in: its GPUs' contexts ready in %llu us",
+		       (unsigned long long)(clock_us() - began));
 }
 
 /* RM_OP_MIGRATE_STATE: only once, as the first request of a session greeted with

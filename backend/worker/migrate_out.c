@@ -37,6 +37,9 @@ static uint64_t now_us(void)
 
 /* ---- the admin's request ---- */
 
+static int link_target(struct rm_migration *m);
+static void heartbeat_target(struct rm_migration *m);
+
 static int link_request(struct rm_channel *s, void *arg)
 {
 	struct rm_migration *m = arg;
@@ -47,6 +50,15 @@ static int link_request(struct rm_channel *s, void *arg)
 	else
 		m->sh = s->sh, __atomic_store_n(&s->sh->migration, m, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&mig_lock);
+	if (!err) { /* the greeting's fields, fixed for the session's life */
+		struct rm_session *sh = s->sh;
+		snprintf(m->name, sizeof(m->name), "%s", sh->name);
+		snprintf(m->tenant_name, sizeof(m->tenant_name), "%s", sh->tenant_name);
+		m->pid = sh->pid;
+		m->heartbeat_ms = sh->heartbeat_ms;
+		m->ndevices = sh->ndevices < 64 ? sh->ndevices : 64;
+		memcpy(m->devices, sh->devices, sizeof(int) * (size_t)m->ndevices);
+	}
 	return err;
 }
 
@@ -71,6 +83,18 @@ static void answer(struct rm_conn *conn, const struct rm_migration *m, uint64_t 
 	}
 }
 
+/* Whether the move, linked to its session, ended before the client's call took it (it
+ * ended, or the greeting failed), with the session told. Under mig_lock. */
+static int unlink_unless_taken(struct rm_migration *m)
+{
+	if (m->done)
+		return m->done == 2;
+	if (m->sh)
+		m->sh->migration = NULL;
+	m->done = 2;
+	return 1;
+}
+
 void rm_migrate_request(struct rm_conn *conn, const struct rm_handoff *h)
 {
 	struct rm_migration m = {.result = CUDA_ERROR_NOT_READY};
@@ -78,32 +102,73 @@ void rm_migrate_request(struct rm_conn *conn, const struct rm_handoff *h)
 	m.credential_len = h->credential_len <= sizeof(m.credential) ? h->credential_len : 0;
 	memcpy(m.credential, h->credential, m.credential_len);
 	pthread_cond_init(&m.cond, NULL);
+	pthread_mutex_init(&m.link_lock, NULL);
+	unsigned wait_s = h->wait_s ? h->wait_s : DEFAULT_WAIT_S;
 	int err = rm_served_main(h->session_id, link_request, &m);
 	if (err) {
 		m.result = err == -EBUSY ? CUDA_ERROR_NOT_READY : CUDA_ERROR_NOT_FOUND;
 		snprintf(m.error, sizeof(m.error), "%s", err == -EBUSY ? "the client is moving already"
 							 : "no such session in its worker");
 	} else {
+		uint64_t t0 = now_us();
 		struct timespec until;
 		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += h->wait_s ? h->wait_s : DEFAULT_WAIT_S;
+		until.tv_sec += wait_s;
+		int greet_err = link_target(&m);
 		pthread_mutex_lock(&mig_lock);
-		int late = 0;
-		while (m.done != 2 && !late) /* once under way, the move is waited for to its end */
-			late = (m.done == 1 ? pthread_cond_wait(&m.cond, &mig_lock)
-					    : pthread_cond_timedwait(&m.cond, &mig_lock, &until)) == ETIMEDOUT && !m.done;
-		if (m.done != 2) { /* no synchronous call came in time: the client stays */
-			m.sh->migration = NULL;
-			m.result = CUDA_ERROR_TIMEOUT;
-			snprintf(m.error, sizeof(m.error), "the client made no synchronous call within %u s; it stays",
-				 h->wait_s ? h->wait_s : DEFAULT_WAIT_S);
+		if (greet_err) {
+			if (m.done == 2) /* the client ended meanwhile: that is the answer */
+				greet_err = 0;
+			else
+				unlink_unless_taken(&m);
+		} else if (!m.done) {
+			m.ready = 1;
+			rm_log(RM_LOG_INFO, "session %llu: target %s greeted in %llu us, as its session %llu; moving at the "
+			       "client's next synchronous call", (unsigned long long)h->session_id, m.target,
+			       (unsigned long long)(now_us() - t0), (unsigned long long)m.target_session);
+		}
+		uint32_t beat_ms = m.target_heartbeat_ms ? m.target_heartbeat_ms : 1000;
+		while (m.done != 2) { /* once under way, the move is waited for to its end */
+			if (m.done == 1) {
+				pthread_cond_wait(&m.cond, &mig_lock);
+				continue;
+			}
+			struct timespec now, next;
+			clock_gettime(CLOCK_REALTIME, &now);
+			next = now;
+			next.tv_sec += beat_ms / 1000;
+			next.tv_nsec += (long)(beat_ms % 1000) * 1000000L;
+			if (next.tv_nsec >= 1000000000L)
+				next.tv_sec++, next.tv_nsec -= 1000000000L;
+			int last = next.tv_sec > until.tv_sec || (next.tv_sec == until.tv_sec && next.tv_nsec >= until.tv_nsec);
+			int late = pthread_cond_timedwait(&m.cond, &mig_lock, last ? &until : &next) == ETIMEDOUT;
+			if (!late || m.done)
+				continue;
+			if (last) { /* no synchronous call came in time: the client stays */
+				unlink_unless_taken(&m);
+				m.result = CUDA_ERROR_TIMEOUT;
+				snprintf(m.error, sizeof(m.error), "the client made no synchronous call within %u s; it stays",
+					 wait_s);
+				break;
+			}
+			pthread_mutex_unlock(&mig_lock);
+			heartbeat_target(&m);
+			pthread_mutex_lock(&mig_lock);
 		}
 		pthread_mutex_unlock(&mig_lock);
+		/* A move that never took the link leaves the target's session to end with it. */
+		pthread_mutex_lock(&m.link_lock);
+		if (m.linked && !m.link_taken)
+			rm_link_close(&m.link);
+		m.linked = 0;
+		pthread_mutex_unlock(&m.link_lock);
 	}
 	explicit_bzero(m.credential, sizeof(m.credential));
+	explicit_bzero(m.target_key, sizeof(m.target_key));
 	rm_log(m.result == CUDA_SUCCESS ? RM_LOG_INFO : RM_LOG_WARN, "session %llu: move to %s: %s",
 	       (unsigned long long)h->session_id, m.target, m.result == CUDA_SUCCESS ? "done" : m.error);
 	answer(conn, &m, 1);
+	pthread_mutex_destroy(&m.link_lock);
 	pthread_cond_destroy(&m.cond);
 }
 
@@ -216,26 +281,25 @@ static int read_answer(struct rm_link *l, struct rm_frame *f)
 	return err;
 }
 
-/* Greets the target as a session of s's tenant moving in: its id and attach key. */
-static int greet_target(struct rm_channel *s, struct rm_migration *m, struct rm_link *l, uint64_t *id,
-			uint8_t key[16], char *why, size_t n)
+/* Greets the target as a session of the client's tenant moving in: its id, attach key
+ * and heartbeat interval. */
+static int greet_target(struct rm_migration *m, struct rm_link *l, char *why, size_t n)
 {
-	struct rm_session *sh = s->sh;
 	Remora__Hello hello = REMORA__HELLO__INIT;
 	int32_t devices[64];
 	hello.protocol_version = RM_PROTOCOL_VERSION;
 	hello.cuda_version = CUDA_VERSION;
 	hello.credential.data = m->credential;
 	hello.credential.len = m->credential_len;
-	hello.client_name = sh->name;
-	hello.pid = sh->pid;
-	for (int i = 0; i < sh->ndevices && i < 64; i++)
-		devices[i] = sh->devices[i];
+	hello.client_name = m->name;
+	hello.pid = m->pid;
+	for (int i = 0; i < m->ndevices; i++)
+		devices[i] = m->devices[i];
 	hello.devices = devices;
-	hello.n_devices = (size_t)sh->ndevices;
-	hello.heartbeat_ms = sh->heartbeat_ms;
+	hello.n_devices = (size_t)m->ndevices;
+	hello.heartbeat_ms = m->heartbeat_ms;
 	hello.migrate_in = 1;
-	hello.tenant = sh->tenant_name;
+	hello.tenant = m->tenant_name;
 	uint8_t buf[1024];
 	size_t len = remora__hello__get_packed_size(&hello);
 	if (len > sizeof(buf))
@@ -252,18 +316,58 @@ static int greet_target(struct rm_channel *s, struct rm_migration *m, struct rm_
 	if (rf.op != RM_OP_HELLO || rf.msg_len > sizeof(buf) || rf.bulk_len || rm_link_read(l, buf, rf.msg_len) ||
 	    !(rep = remora__hello_reply__unpack(NULL, rf.msg_len, buf)))
 		return snprintf(why, n, "malformed hello reply from the target"), -EPROTO;
-	if (rf.result != CUDA_SUCCESS || rep->attach_key.len != 16)
+	if (rf.result != CUDA_SUCCESS || rep->attach_key.len != 16) {
 		err = -EACCES, snprintf(why, n, "the target refused the client: %s",
 					rep->error && *rep->error ? rep->error : "no attach key");
-	else
-		*id = rep->session_id, memcpy(key, rep->attach_key.data, 16);
+	} else {
+		m->target_session = rep->session_id;
+		memcpy(m->target_key, rep->attach_key.data, 16);
+		m->target_heartbeat_ms = rep->heartbeat_ms;
+	}
 	remora__hello_reply__free_unpacked(rep, NULL);
 	return err;
 }
 
+/* Dials and greets the target, before the client's call: the target's worker makes its
+ * contexts before it answers, so the pause waits for neither. 0, or -errno with m->error
+ * said. */
+static int link_target(struct rm_migration *m)
+{
+	const char *addr;
+	const struct rm_transport *tp = rm_transport_for(m->target, &addr);
+	struct rm_conn *conn = NULL;
+	if (!tp)
+		return snprintf(m->error, sizeof(m->error), "%s names an unknown transport", m->target), -EINVAL;
+	if (tp->dial(addr, DIAL_TIMEOUT_MS, &conn))
+		return snprintf(m->error, sizeof(m->error), "cannot reach the target %s", m->target), -EHOSTUNREACH;
+	if (rm_link_init(&m->link, conn))
+		return rm_conn_close(conn), snprintf(m->error, sizeof(m->error), "out of memory"), -ENOMEM;
+	int timeout = rm_worker_config()->peer_timeout_s * 1000;
+	rm_conn_set_liveness(conn, timeout, timeout);
+	int err = greet_target(m, &m->link, m->error, sizeof(m->error));
+	if (err)
+		rm_link_close(&m->link);
+	else
+		m->linked = 1;
+	return err;
+}
+
+/* While the client has not come to its call: the greeted target hears from us as from an
+ * idle client, so that it keeps the session. */
+static void heartbeat_target(struct rm_migration *m)
+{
+	pthread_mutex_lock(&m->link_lock);
+	if (m->linked && !m->link_taken) {
+		struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_HEARTBEAT, .flags = RM_F_ASYNC};
+		if (rm_link_send(&m->link, &f, NULL, NULL, 0))
+			rm_log(RM_LOG_DEBUG, "move to %s: a heartbeat to the target failed", m->target);
+	}
+	pthread_mutex_unlock(&m->link_lock);
+}
+
 /* A move's phases, µs from its start, for its log line. */
 struct phases {
-	uint64_t t0, held, synced, greeted, sized, made;
+	uint64_t t0, held, synced, sized, made;
 };
 
 /* Sends the state to the target (greeted) and waits for its answer. */
@@ -297,6 +401,7 @@ static int tell_client(struct rm_channel *s, const struct rm_migration *m, uint6
 	mv.session_id = id;
 	mv.key.data = (uint8_t *)key;
 	mv.key.len = 16;
+	mv.heartbeat_ms = m->target_heartbeat_ms;
 	uint8_t buf[256];
 	size_t len = remora__moved__get_packed_size(&mv);
 	if (len > sizeof(buf))
@@ -309,26 +414,22 @@ static int tell_client(struct rm_channel *s, const struct rm_migration *m, uint6
 	return err;
 }
 
-/* The move itself: 1 when the client was told to go, else 0 with m->error said. */
+/* The move itself, on the target greeted before: 1 when the client was told to go, else 0
+ * with m->error said. The link is closed here either way. */
 static int move(struct rm_channel *s, struct rm_migration *m)
 {
+	pthread_mutex_lock(&m->link_lock); /* the request's thread sends no more heartbeats */
+	m->link_taken = 1;
+	pthread_mutex_unlock(&m->link_lock);
 	struct rm_mig_collect c = {0};
 	const char *no = rm_mig_refusal(s, &c);
-	struct rm_link l;
-	int linked = 0, moved = 0;
-	uint64_t id = 0, t0 = 0;
-	uint8_t key[16];
-	const char *addr;
-	const struct rm_transport *tp = rm_transport_for(m->target, &addr);
-	struct rm_mig_sender x = {.s = s, .c = &c};
-	struct rm_conn *conn = NULL;
+	int moved = 0;
+	struct rm_mig_sender x = {.s = s, .c = &c, .conn = m->link.conn};
 	int held = 0;
-	t0 = now_us(); /* the pause: from here (the client's call done) to the client told */
+	uint64_t t0 = now_us(); /* the pause: from here (the client's call done) to the client told */
 	struct phases ph = {.t0 = t0};
 	if (no)
 		snprintf(m->error, sizeof(m->error), "the client cannot move: %s", no);
-	else if (!tp)
-		snprintf(m->error, sizeof(m->error), "%s names an unknown transport", m->target);
 	else if (!(held = 1) || hold_channels(s, m->error, sizeof(m->error)))
 		; /* said why */
 	else if (free(c.h), c = (struct rm_mig_collect){0}, ph.held = now_us() - t0,
@@ -338,23 +439,11 @@ static int move(struct rm_channel *s, struct rm_migration *m)
 		snprintf(m->error, sizeof(m->error), "its streams did not finish cleanly; it stays");
 	else if (!(x.chunk = malloc(RM_MIG_CHUNK)))
 		snprintf(m->error, sizeof(m->error), "out of memory");
-	else if (tp->dial(addr, DIAL_TIMEOUT_MS, &conn))
-		snprintf(m->error, sizeof(m->error), "cannot reach the target %s", m->target);
-	else if (rm_link_init(&l, conn))
-		rm_conn_close(conn), snprintf(m->error, sizeof(m->error), "out of memory");
-	else
-		linked = 1;
-	if (linked) {
-		int timeout = rm_worker_config()->peer_timeout_s * 1000;
-		rm_conn_set_liveness(conn, timeout, timeout);
-		x.conn = conn;
-		if (!greet_target(s, m, &l, &id, key, m->error, sizeof(m->error)) && (ph.greeted = now_us() - t0, 1) &&
-		    !send_to_target(&x, &l, m->error, sizeof(m->error), &ph))
-			moved = 1;
-		ph.made = now_us() - t0;
-		rm_link_close(&l); /* the target's session now waits for the client */
-	}
-	if (moved && tell_client(s, m, id, key)) {
+	else if (!send_to_target(&x, &m->link, m->error, sizeof(m->error), &ph))
+		moved = 1;
+	ph.made = now_us() - t0;
+	rm_link_close(&m->link); /* the target's session now waits for the client */
+	if (moved && tell_client(s, m, m->target_session, m->target_key)) {
 		/* The client cannot be told: it is gone, or its link broke; it gets a lost
 		 * connection either way, and the target drops the state unclaimed. */
 		snprintf(m->error, sizeof(m->error), "the client could not be told to move");
@@ -364,20 +453,19 @@ static int move(struct rm_channel *s, struct rm_migration *m)
 		release_channels(s);
 	if (moved) {
 		m->result = CUDA_SUCCESS;
-		m->session_id = id;
+		m->session_id = m->target_session;
 		m->bytes = x.total;
 		m->pause_us = now_us() - t0;
 		rm_session_log(s, RM_LOG_INFO, "moved to %s as session %llu: %llu bytes in %llu us (from the call's end, "
-			       "in µs: threads held %llu, streams done %llu, target greeted %llu, state sized %llu, "
-			       "sent and made again %llu)", m->target, (unsigned long long)id, (unsigned long long)x.total,
+			       "in µs: threads held %llu, streams done %llu, state sized %llu, sent and made again %llu)",
+			       m->target, (unsigned long long)m->session_id, (unsigned long long)x.total,
 			       (unsigned long long)m->pause_us, (unsigned long long)ph.held, (unsigned long long)ph.synced,
-			       (unsigned long long)ph.greeted, (unsigned long long)ph.sized, (unsigned long long)ph.made);
+			       (unsigned long long)ph.sized, (unsigned long long)ph.made);
 	} else {
 		m->result = no ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_NOT_READY;
 		m->session_id = 0;
 		rm_session_log(s, RM_LOG_WARN, "not moved to %s: %s; it goes on here", m->target, m->error);
 	}
-	explicit_bzero(key, sizeof(key));
 	free(x.chunk);
 	free(c.h);
 	rm_session_enter(s, 0);
@@ -392,7 +480,7 @@ int rm_migrate_before_reply(struct rm_channel *s, const struct rm_request *rq)
 {
 	pthread_mutex_lock(&mig_lock);
 	struct rm_migration *m = s->sh->migration;
-	int go = m && !m->done && s->chan == 0 && !(rq->frame.flags & RM_F_ASYNC) && rq->frame.op < RM_OP_LIMIT &&
+	int go = m && m->ready && !m->done && s->chan == 0 && !(rq->frame.flags & RM_F_ASYNC) && rq->frame.op < RM_OP_LIMIT &&
 		 rq->result == CUDA_SUCCESS && !rq->bulk_left;
 	if (go)
 		m->done = 1; /* under way: the request waits for it */

@@ -40,6 +40,8 @@ static void *client_main(void *arg)
 	/* Calls held for a shared hardware queue poll with sleeps from 10 us (stream_pool.c):
 	 * without this, Linux stretches each by its default 50 us slack. */
 	prctl(PR_SET_TIMERSLACK, 1000UL);
+	if (s->sh->migrate_in) /* a move's greeting (migrate.h) */
+		rm_migrate_make_contexts(s);
 	if (rm_serve_welcome(s, s->sh->hello_seq) == 0) {
 		rm_log(RM_LOG_INFO, "session %llu: client %s (pid %u) from %s, tenant %s", (unsigned long long)s->sh->id,
 		       s->sh->name, s->sh->pid, s->peer, s->sh->tenant_name);

@@ -8,6 +8,14 @@ migration"; issue 40). One scenario a run:
                unchanged: a target whose admin token differs (it refuses the hello), a target
                where the client's addresses are taken (the test driver's hint not taken),
                a non-admin asking
+  cold-target  drv_migrate moved A -> B where B has no worker for its tenant yet and making a
+               context takes 1.5 s (the test driver's REMORA_TESTDRIVER_CONTEXT_MS, as a GPU's
+               first context takes most of a second): B is greeted when the move is asked for
+               and makes its context then, while the client runs, so the pause stays under
+               half of that time; output unchanged
+  quiet-client drv_migrate sleeping 3 s between iterations, moved A -> B where B closes a
+               client silent for 1 s (peer_timeout = 1): the source keeps B's greeted session
+               with heartbeats until the client's next call, and the move succeeds
   source-gone  the source killed mid-run: the client ends with a clear error, not a hang
   threads      drv_migrate with a second thread on a channel of its own, in its calls when
                the move comes: moved A -> B -> A -> B, output and the thread's results unchanged
@@ -107,8 +115,8 @@ class Reader:
         return self.proc.returncode, self.lines, self.proc.stderr.read()
 
 
-def baseline(d):
-    p = subprocess.run([remora, "run", "--server", d.server, "--", *command(ITERATIONS, 0)],
+def baseline(d, iterations=ITERATIONS):
+    p = subprocess.run([remora, "run", "--server", d.server, "--", *command(iterations, 0)],
                        capture_output=True, text=True, env=client_env(), timeout=120)
     check(p.returncode == 0 and p.stdout.rstrip().endswith("PASS"), f"unmoved run passes ({p.returncode})")
     return p.stdout.splitlines()
@@ -208,6 +216,47 @@ def refused(tmp):
         logs(a, b, c, c_ok)
 
 
+def cold_target(tmp):
+    context_ms, iterations = 1500, 150
+    a, b = daemons(tmp, b_env={"REMORA_TESTDRIVER_CONTEXT_MS": str(context_ms)})
+    try:
+        want = baseline(a, iterations)
+        r = Reader(start_client(a, iterations=iterations))
+        wait_for(lambda: r.poll() >= 4, timeout=60)
+        t0 = time.monotonic()
+        m = migrate(r.proc.pid, a, b)
+        took_ms = (time.monotonic() - t0) * 1000
+        check(m.returncode == 0, f"moved into a remorad without a worker: {m.stdout.strip()} {m.stderr.strip()}")
+        f = re.search(r"paused ([\d.]+) ms", m.stdout)
+        pause = float(f.group(1)) if f else float("inf")
+        check(took_ms >= context_ms, f"the move took the target's context time at least ({took_ms:.0f} ms)")
+        check(pause < context_ms / 2, f"the client paused {pause:.1f} ms, under half of the {context_ms} ms the "
+              "target took to make its context: it made it before the client's call")
+        check("contexts ready in" in b.text() and "greeted in" in a.text(), "the logs say the target was greeted early")
+        rc, lines, err = r.finish()
+        check(rc == 0 and lines == want, f"its checksums equal the unmoved run's ({rc}) {err[-1500:]}")
+    finally:
+        a.stop(), b.stop()
+        logs(a, b)
+
+
+def quiet_client(tmp):
+    iterations, pause_ms = 3, 3000
+    a, b = daemons(tmp, b_config=f"admin_token = {ADMIN}\npeer_timeout = 1\n")
+    try:
+        want = baseline(a, iterations)
+        r = Reader(subprocess.Popen([remora, "run", "--server", a.server, "--", *command(iterations, pause_ms)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=client_env()))
+        wait_for(lambda: r.poll() >= 1, timeout=60)
+        m = migrate(r.proc.pid, a, b)
+        check(m.returncode == 0, f"moved at a call seconds after B was greeted: {m.stdout.strip()} {m.stderr.strip()}")
+        rc, lines, err = r.finish()
+        check(rc == 0 and lines == want, f"its checksums equal the unmoved run's ({rc}) {err[-1500:]}")
+    finally:
+        a.stop(), b.stop()
+        logs(a, b)
+
+
 def source_gone(tmp):
     a, b = daemons(tmp)
     try:
@@ -225,7 +274,8 @@ def source_gone(tmp):
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    {"moves": moves, "refused": refused, "source-gone": source_gone, "runtime": moves, "threads": moves,
+    {"moves": moves, "refused": refused, "source-gone": source_gone, "cold-target": cold_target,
+     "quiet-client": quiet_client, "runtime": moves, "threads": moves,
      "variables": moves, "window": moves}[scenario](tmp)
 print("FAIL" if failures else "PASS")
 sys.exit(1 if failures else 0)

@@ -116,6 +116,8 @@ TD_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 	if (!pctx)
 		return CUDA_ERROR_INVALID_VALUE;
 	struct td_context *ctx = &primary_contexts[dev];
+	if (!__atomic_load_n(&ctx->active, __ATOMIC_RELAXED))
+		td_context_delay();
 	pthread_mutex_lock(&td_lock);
 	if (!ctx->active && !td_channels_fit()) {
 		pthread_mutex_unlock(&td_lock);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_FAILURES 16
 
@@ -99,4 +100,15 @@ void td_crash_if_asked(const char *name)
 		fprintf(stderr, "remora-testdriver: %s crashes (REMORA_TESTDRIVER_CRASH)\n", name);
 		raise(SIGSEGV);
 	}
+}
+
+void td_context_delay(void)
+{
+	const char *v = getenv("REMORA_TESTDRIVER_CONTEXT_MS");
+	long ms = v ? strtol(v, NULL, 10) : 0;
+	if (ms <= 0)
+		return;
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts))
+		;
 }

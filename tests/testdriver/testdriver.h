@@ -326,6 +326,9 @@ bool td_fail_now(enum td_fail_point point);
 /* REMORA_TESTDRIVER_CRASH=NAME: NAME (cuMemAlloc_v2) raises SIGSEGV in the calling
  * thread, as a driver that faults inside a call (the tests of a worker's crash report). */
 void td_crash_if_asked(const char *name);
+/* REMORA_TESTDRIVER_CONTEXT_MS: making a primary context takes that many milliseconds, as a
+ * real GPU's first context takes most of a second. */
+void td_context_delay(void);
 
 /* ---- kernels (kernels.c, launch.c) ---- */
 struct td_kernel {
