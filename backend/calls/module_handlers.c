@@ -14,7 +14,6 @@
 #include "remora.pb-c.h"
 #include "variable_alias.h"
 
-#define IMAGE_PAD 64 /* zero bytes after a received image: an ELF header's worth */
 
 /* An image being received is host memory the daemon holds for the client: it counts
  * against the client's memory quota and the worker's host-memory bound until loaded. */
@@ -55,7 +54,7 @@ static CUresult load_image(struct rm_channel *s, struct rm_request *rq, Remora__
 	held = r == CUDA_SUCCESS;
 	/* Zeros after it: PTX ends in NUL whatever the client sent, and a driver reading a
 	 * short image's header stays inside the buffer. */
-	if (r == CUDA_SUCCESS && !(image = calloc(1, n + IMAGE_PAD)))
+	if (r == CUDA_SUCCESS && !(image = calloc(1, n + RM_IMAGE_PAD)))
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 	if (r == CUDA_SUCCESS) {
 		if (rm_request_read_bulk(s, rq, image, n)) {
@@ -78,7 +77,7 @@ static CUresult load_image(struct rm_channel *s, struct rm_request *rq, Remora__
 			rm_image_load_here(kind, h); /* shared or not: maybe not yet in this context */
 		}
 		if (r == CUDA_SUCCESS) { /* kept, to move it on (migrate.h) */
-			rm_migrate_keep_image(s, (uint64_t)(uintptr_t)h, image, n);
+			rm_migrate_keep_image(s, kind, (uint64_t)(uintptr_t)h, image, n);
 			image = NULL;
 		}
 		if (r == CUDA_SUCCESS && shared)

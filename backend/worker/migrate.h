@@ -57,6 +57,7 @@ struct rm_migration {
 	uint64_t target_session;
 	uint8_t target_key[16];
 	uint32_t target_heartbeat_ms;
+	uint64_t seq; /* the last request's on the link */
 };
 
 /* A module's image, kept to send it on, and its device variables' names once read
@@ -64,12 +65,29 @@ struct rm_migration {
  * takes a while). */
 struct rm_kept_image {
 	uint64_t module;
+	enum rm_handle_kind kind; /* RM_H_MODULE or RM_H_LIBRARY */
+	CUdevice dev;             /* a module's context's GPU; -1 for a library */
 	uint8_t *image;
 	size_t n;
 	int vars_read, vars_result; /* vars_result: rm_image_variables's */
 	char **vars;
 	size_t nvars;
 };
+
+/* Target: an image the source sent ahead of the state (RM_OP_MIGRATE_IMAGE), loaded while
+ * the client still ran; the state's module or library of the same bytes takes it. */
+struct rm_preloaded {
+	enum rm_handle_kind kind;
+	CUdevice dev; /* a module's GPU (its shared context acquired); -1 for a library */
+	uint8_t *image; /* n bytes and RM_IMAGE_PAD zeros: kept by the module that takes it */
+	size_t n;
+	void *handle;
+	struct rm_preloaded *next;
+};
+
+/* Zeros after a received image: PTX ends in NUL, and a driver reading a short image's
+ * header stays inside the buffer. */
+#define RM_IMAGE_PAD 64
 
 /* Granules mapped for moved memory, within one reservation block: allocations that share
  * a granule share its run; one that crosses a block's edge lies in two runs. */
@@ -132,8 +150,16 @@ int rm_migrate_wait_resume(struct rm_channel *s);
 
 /* Frees a kept image's record's contents. */
 void rm_migrate_kept_image_free(struct rm_kept_image *k);
-/* A module's image, now the session's (image freed with it); forgotten at its unload. */
-void rm_migrate_keep_image(struct rm_channel *s, uint64_t module, uint8_t *image, size_t n);
+/* A module's or library's image, now the session's (image freed with it); forgotten at its
+ * unload. A module is the current context's. */
+void rm_migrate_keep_image(struct rm_channel *s, enum rm_handle_kind kind, uint64_t module, uint8_t *image, size_t n);
+/* Target: the preloaded image of kind on dev (-1: a library) whose bytes are image's, taken
+ * out of the session's list (NULL: none); the caller owns it and frees the record. */
+struct rm_preloaded *rm_migrate_take_preloaded(struct rm_session *sh, enum rm_handle_kind kind, CUdevice dev,
+					       const uint8_t *image, size_t n);
+/* Target: unloads and frees what was preloaded and not taken (the state's end, the
+ * session's end). */
+void rm_migrate_drop_preloaded(struct rm_session *sh);
 void rm_migrate_forget_image(struct rm_channel *s, uint64_t module);
 /* Frees an allocation the client brought (RM_H_MOVED_MEMORY, taken from the session). */
 CUresult rm_migrate_free_moved(struct rm_channel *s, const struct rm_handle *h);

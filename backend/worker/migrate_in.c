@@ -31,6 +31,7 @@ struct restore {
 	uint8_t *chunk;
 	uint64_t bytes;
 	uint64_t load_us, images; /* loading modules and libraries again, and how many */
+	uint64_t preloaded;       /* of them, loaded ahead (RM_OP_MIGRATE_IMAGE) */
 };
 
 static uint64_t clock_us(void)
@@ -205,23 +206,34 @@ static int alias(struct restore *x, uint32_t kind, uint64_t client, uint64_t rea
 	return err;
 }
 
-/* A module's or library's image loaded again, kept to move on again, and aliased. */
+/* A module's or library's image loaded again (or taken as preloaded), kept to move on
+ * again, and aliased. */
 static int load_image(struct restore *x, enum rm_handle_kind kind, uint64_t handle, const uint8_t *image, size_t n)
 {
 	void *h = NULL;
-	int shared;
-	if (!rm_image_contained(image, n))
-		return -EPROTO;
-	CUresult r = rm_image_load(kind, image, n, &h, &shared);
-	if (r != CUDA_SUCCESS)
-		return err_of(r);
-	rm_session_own(x->s, kind, h, 0);
-	rm_image_load_here(kind, h); /* as a client's own load does (module_handlers.c) */
-	uint8_t *kept = malloc(n + 64);
-	if (kept) { /* the decoder's copy has 64 zero bytes after it */
-		memcpy(kept, image, n + 64);
-		rm_migrate_keep_image(x->s, (uint64_t)(uintptr_t)h, kept, n);
+	uint8_t *kept = NULL;
+	CUdevice dev = kind == RM_H_MODULE && x->s->cur ? x->s->cur->dev : -1;
+	struct rm_preloaded *p = rm_migrate_take_preloaded(x->s->sh, kind, dev, image, n);
+	if (p) {
+		h = p->handle, kept = p->image;
+		if (p->dev >= 0)
+			rm_gpu_release(p->dev); /* the session's context holds it now */
+		free(p);
+		x->preloaded++;
+	} else {
+		int shared;
+		if (!rm_image_contained(image, n))
+			return -EPROTO;
+		CUresult r = rm_image_load(kind, image, n, &h, &shared);
+		if (r != CUDA_SUCCESS)
+			return err_of(r);
+		rm_image_load_here(kind, h); /* as a client's own load does (module_handlers.c) */
+		if ((kept = malloc(n + RM_IMAGE_PAD))) /* the decoder's copy has the zeros after it */
+			memcpy(kept, image, n + RM_IMAGE_PAD);
 	}
+	rm_session_own(x->s, kind, h, 0);
+	if (kept)
+		rm_migrate_keep_image(x->s, kind, (uint64_t)(uintptr_t)h, kept, n);
 	x->bytes += n;
 	return alias(x, kind, handle, (uint64_t)(uintptr_t)h);
 }
@@ -395,6 +407,112 @@ void rm_migrate_make_contexts(struct rm_channel *s)
 		       (unsigned long long)(clock_us() - began));
 }
 
+struct rm_preloaded *rm_migrate_take_preloaded(struct rm_session *sh, enum rm_handle_kind kind, CUdevice dev,
+					       const uint8_t *image, size_t n)
+{
+	pthread_mutex_lock(&sh->lock);
+	struct rm_preloaded **pp = &sh->preloaded;
+	while (*pp && !((*pp)->kind == kind && (*pp)->dev == dev && (*pp)->n == n && !memcmp((*pp)->image, image, n)))
+		pp = &(*pp)->next;
+	struct rm_preloaded *p = *pp;
+	if (p)
+		*pp = p->next;
+	pthread_mutex_unlock(&sh->lock);
+	return p;
+}
+
+void rm_migrate_drop_preloaded(struct rm_session *sh)
+{
+	pthread_mutex_lock(&sh->lock);
+	struct rm_preloaded *p = sh->preloaded;
+	sh->preloaded = NULL;
+	pthread_mutex_unlock(&sh->lock);
+	while (p) {
+		struct rm_preloaded *next = p->next;
+		rm_image_unload(p->kind, p->handle);
+		if (p->dev >= 0)
+			rm_gpu_release(p->dev);
+		free(p->image);
+		free(p);
+		p = next;
+	}
+}
+
+/* Loads an image sent ahead into dev's shared context (-1: a library). */
+static CUresult preload(struct rm_channel *s, enum rm_handle_kind kind, CUdevice dev, uint8_t *image, size_t n)
+{
+	CUcontext ctx = NULL;
+	CUresult r = dev >= 0 ? rm_gpu_acquire(dev, &ctx) : CUDA_SUCCESS;
+	if (r == CUDA_SUCCESS && ctx && (r = rm_drv_cuCtxSetCurrent(ctx)) == CUDA_SUCCESS)
+		s->thread_ctx = ctx;
+	struct rm_preloaded *p = r == CUDA_SUCCESS ? calloc(1, sizeof(*p)) : NULL;
+	int shared;
+	if (r == CUDA_SUCCESS && !p)
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	if (r == CUDA_SUCCESS && (r = rm_image_load(kind, image, n, &p->handle, &shared)) == CUDA_SUCCESS) {
+		rm_image_load_here(kind, p->handle);
+		*p = (struct rm_preloaded){.kind = kind, .dev = dev, .image = image, .n = n, .handle = p->handle};
+		pthread_mutex_lock(&s->sh->lock);
+		p->next = s->sh->preloaded;
+		s->sh->preloaded = p;
+		pthread_mutex_unlock(&s->sh->lock);
+		return CUDA_SUCCESS;
+	}
+	free(p);
+	if (ctx)
+		rm_gpu_release(dev);
+	return r;
+}
+
+/* RM_OP_MIGRATE_IMAGE (migrate_wire.h's RM_MIG_IMAGE_HEAD before the image): before the
+ * state, an image of the moving client's, loaded while the client still runs at the source.
+ * Answered with the load's result; the state loads an image that failed here itself. */
+void rm_handle_migrate_image(struct rm_channel *s, struct rm_request *rq)
+{
+	uint64_t bulk = rq->frame.bulk_len, began = clock_us();
+	uint8_t head[RM_MIG_IMAGE_HEAD];
+	pthread_mutex_lock(&s->sh->lock);
+	int before_state = s->sh->migrate_in == 1 && s->chan == 0;
+	pthread_mutex_unlock(&s->sh->lock);
+	if (!before_state) {
+		rm_session_log(s, RM_LOG_WARN, "an image sent ahead outside a move's start; refused");
+		rm_request_finish(s, rq, CUDA_ERROR_NOT_PERMITTED, NULL);
+		return;
+	}
+	if (rq->frame.msg_len || bulk <= sizeof(head) || bulk - sizeof(head) > RM_MAX_IMAGE_LEN) {
+		rm_request_finish(s, rq, CUDA_ERROR_INVALID_VALUE, NULL);
+		return;
+	}
+	if (rm_request_read_bulk(s, rq, head, sizeof(head))) {
+		rm_request_finish(s, rq, CUDA_ERROR_UNKNOWN, NULL); /* the connection failed */
+		return;
+	}
+	size_t n = (size_t)(bulk - sizeof(head));
+	uint32_t kind = rm_mig_get32(head), ordinal = rm_mig_get32(head + 4);
+	CUdevice dev = -1;
+	CUresult r = kind == RM_MIG_IMAGE_LIBRARY ? CUDA_SUCCESS
+		     : kind == RM_MIG_IMAGE_MODULE ? rm_session_device(s, (int)ordinal, &dev)
+						      : CUDA_ERROR_INVALID_VALUE;
+	int held = r == CUDA_SUCCESS && !rm_host_account_take(&s->sh->host, n);
+	uint8_t *image = held ? calloc(1, n + RM_IMAGE_PAD) : NULL;
+	if (r == CUDA_SUCCESS && !image)
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	if (r == CUDA_SUCCESS && rm_request_read_bulk(s, rq, image, n))
+		r = CUDA_ERROR_UNKNOWN; /* the connection failed */
+	else if (r == CUDA_SUCCESS && !rm_image_contained(image, n))
+		r = CUDA_ERROR_INVALID_IMAGE;
+	if (r == CUDA_SUCCESS &&
+	    (r = preload(s, kind == RM_MIG_IMAGE_MODULE ? RM_H_MODULE : RM_H_LIBRARY, dev, image, n)) == CUDA_SUCCESS)
+		image = NULL; /* the preloaded record's */
+	free(image);
+	if (held)
+		rm_host_account_give(&s->sh->host, n);
+	rm_session_log(s, r == CUDA_SUCCESS ? RM_LOG_DEBUG : RM_LOG_WARN, "an image of %zu bytes sent ahead: %s in %llu us",
+		       n, r == CUDA_SUCCESS ? "loaded" : "not loaded (the state loads it)",
+		       (unsigned long long)(clock_us() - began));
+	rm_request_finish(s, rq, r, NULL);
+}
+
 /* RM_OP_MIGRATE_STATE: only once, as the first request of a session greeted with
  * migrate_in. A state that fails leaves what was made to the session's end (the source
  * then closes the connection). */
@@ -422,6 +540,7 @@ void rm_handle_migrate_state(struct rm_channel *s, struct rm_request *rq)
 	if (!err && rm_session_synchronize_all(s) != CUDA_SUCCESS) /* the copies are done */
 		err = -EIO, snprintf(why, sizeof(why), "its memory could not be written");
 	rm_session_enter(s, 0);
+	rm_migrate_drop_preloaded(s->sh); /* the images the client unloaded meanwhile */
 	if (err)
 		rm_migrate_drop_unused(s);
 	pthread_mutex_lock(&s->sh->lock);
@@ -435,9 +554,9 @@ void rm_handle_migrate_state(struct rm_channel *s, struct rm_request *rq)
 		return;
 	}
 	rm_session_log(s, RM_LOG_INFO, "moving client's state made again: %llu bytes in %llu us, %llu of them loading "
-		       "%llu modules and libraries; waiting for it to attach", (unsigned long long)x.bytes,
-		       (unsigned long long)(clock_us() - began), (unsigned long long)x.load_us,
-		       (unsigned long long)x.images);
+		       "%llu modules and libraries (%llu loaded ahead); waiting for it to attach",
+		       (unsigned long long)x.bytes, (unsigned long long)(clock_us() - began),
+		       (unsigned long long)x.load_us, (unsigned long long)x.images, (unsigned long long)x.preloaded);
 	rm_request_finish(s, rq, CUDA_SUCCESS, NULL);
 }
 

@@ -5,15 +5,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "contexts.h"
 #include "driver_table.h"
 #include "handle_alias.h"
 #include "memory_window.h"
 #include "quota.h"
 #include "variable_alias.h"
 
-void rm_migrate_keep_image(struct rm_channel *s, uint64_t module, uint8_t *image, size_t n)
+void rm_migrate_keep_image(struct rm_channel *s, enum rm_handle_kind kind, uint64_t module, uint8_t *image, size_t n)
 {
 	struct rm_session *sh = s->sh;
+	CUdevice dev = kind == RM_H_MODULE && s->cur ? s->cur->dev : -1;
 	pthread_mutex_lock(&sh->lock);
 	if (sh->nimages == sh->images_cap) {
 		size_t cap = sh->images_cap ? sh->images_cap * 2 : 16;
@@ -22,7 +24,8 @@ void rm_migrate_keep_image(struct rm_channel *s, uint64_t module, uint8_t *image
 			sh->images = k, sh->images_cap = cap;
 	}
 	if (sh->nimages < sh->images_cap) {
-		sh->images[sh->nimages++] = (struct rm_kept_image){.module = module, .image = image, .n = n};
+		sh->images[sh->nimages++] =
+			(struct rm_kept_image){.module = module, .kind = kind, .dev = dev, .image = image, .n = n};
 		image = NULL;
 	}
 	pthread_mutex_unlock(&sh->lock);

@@ -38,6 +38,7 @@ static uint64_t now_us(void)
 /* ---- the admin's request ---- */
 
 static int link_target(struct rm_migration *m);
+static int send_images_ahead(struct rm_migration *m);
 static void heartbeat_target(struct rm_migration *m);
 
 static int link_request(struct rm_channel *s, void *arg)
@@ -115,6 +116,10 @@ void rm_migrate_request(struct rm_conn *conn, const struct rm_handoff *h)
 		clock_gettime(CLOCK_REALTIME, &until);
 		until.tv_sec += wait_s;
 		int greet_err = link_target(&m);
+		uint64_t greeted = now_us() - t0;
+		int ahead = greet_err ? 0 : send_images_ahead(&m);
+		if (ahead < 0)
+			greet_err = ahead;
 		pthread_mutex_lock(&mig_lock);
 		if (greet_err) {
 			if (m.done == 2) /* the client ended meanwhile: that is the answer */
@@ -123,9 +128,10 @@ void rm_migrate_request(struct rm_conn *conn, const struct rm_handoff *h)
 				unlink_unless_taken(&m);
 		} else if (!m.done) {
 			m.ready = 1;
-			rm_log(RM_LOG_INFO, "session %llu: target %s greeted in %llu us, as its session %llu; moving at the "
-			       "client's next synchronous call", (unsigned long long)h->session_id, m.target,
-			       (unsigned long long)(now_us() - t0), (unsigned long long)m.target_session);
+			rm_log(RM_LOG_INFO, "session %llu: target %s greeted in %llu us, as its session %llu, and %d images "
+			       "loaded there ahead by %llu us; moving at the client's next synchronous call",
+			       (unsigned long long)h->session_id, m.target, (unsigned long long)greeted,
+			       (unsigned long long)m.target_session, ahead, (unsigned long long)(now_us() - t0));
 		}
 		uint32_t beat_ms = m.target_heartbeat_ms ? m.target_heartbeat_ms : 1000;
 		while (m.done != 2) { /* once under way, the move is waited for to its end */
@@ -305,7 +311,7 @@ static int greet_target(struct rm_migration *m, struct rm_link *l, char *why, si
 	if (len > sizeof(buf))
 		return snprintf(why, n, "hello too long"), -EINVAL;
 	remora__hello__pack(&hello, buf);
-	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_HELLO, .seq = 1, .msg_len = (uint32_t)len}, rf;
+	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_HELLO, .seq = m->seq = 1, .msg_len = (uint32_t)len}, rf;
 	int err = rm_link_send(l, &f, buf, NULL, 0);
 	explicit_bzero(buf, sizeof(buf));
 	if (!err)
@@ -352,6 +358,77 @@ static int link_target(struct rm_migration *m)
 	return err;
 }
 
+/* A copy of the image kept for module (its kind and device said), while the move has not
+ * ended: the session's thread may unload it meanwhile (NULL then). */
+static uint8_t *copy_kept_image(struct rm_migration *m, uint64_t module, size_t *n, enum rm_handle_kind *kind,
+				CUdevice *dev)
+{
+	uint8_t *copy = NULL;
+	pthread_mutex_lock(&mig_lock); /* the session lives while the move is linked to it */
+	if (!m->done) {
+		struct rm_session *sh = m->sh;
+		pthread_mutex_lock(&sh->lock);
+		for (size_t k = 0; k < sh->nimages; k++)
+			if (sh->images[k].module == module && (copy = malloc(sh->images[k].n))) {
+				memcpy(copy, sh->images[k].image, sh->images[k].n);
+				*n = sh->images[k].n, *kind = sh->images[k].kind, *dev = sh->images[k].dev;
+				break;
+			}
+		pthread_mutex_unlock(&sh->lock);
+	}
+	pthread_mutex_unlock(&mig_lock);
+	return copy;
+}
+
+/* Sends the session's module and library images to the greeted target before the client's
+ * call (RM_OP_MIGRATE_IMAGE), each loaded there at once; the state's of the same bytes then
+ * take them, so the pause loads only what the client loaded since. The number the target
+ * loaded, or -errno where the link failed. An image it could not load the state carries. */
+static int send_images_ahead(struct rm_migration *m)
+{
+	uint64_t *modules = NULL;
+	size_t count = 0;
+	pthread_mutex_lock(&mig_lock);
+	if (!m->done) {
+		pthread_mutex_lock(&m->sh->lock);
+		if ((modules = malloc((m->sh->nimages + 1) * sizeof(*modules))))
+			for (count = 0; count < m->sh->nimages; count++)
+				modules[count] = m->sh->images[count].module;
+		pthread_mutex_unlock(&m->sh->lock);
+	}
+	pthread_mutex_unlock(&mig_lock);
+	int loaded = 0, err = 0;
+	for (size_t i = 0; i < count && !err; i++) {
+		size_t n = 0;
+		enum rm_handle_kind kind = RM_H_MODULE;
+		CUdevice dev = -1;
+		uint8_t *image = copy_kept_image(m, modules[i], &n, &kind, &dev);
+		if (!image)
+			continue;
+		uint8_t head[RM_MIG_IMAGE_HEAD];
+		uint32_t ordinal = 0;
+		for (int d = 0; d < m->ndevices; d++)
+			if (m->devices[d] == dev)
+				ordinal = (uint32_t)d;
+		rm_mig_put32(head, kind == RM_H_LIBRARY ? RM_MIG_IMAGE_LIBRARY : RM_MIG_IMAGE_MODULE);
+		rm_mig_put32(head + 4, ordinal);
+		struct iovec bulk[2] = {{head, sizeof(head)}, {image, n}};
+		struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_MIGRATE_IMAGE, .seq = ++m->seq,
+				     .bulk_len = sizeof(head) + n}, rf;
+		err = rm_link_send(&m->link, &f, NULL, bulk, 2);
+		if (!err && !(err = read_answer(&m->link, &rf)) &&
+		    (rf.op != RM_OP_MIGRATE_IMAGE || rf.msg_len || rf.bulk_len))
+			err = -EPROTO;
+		loaded += !err && rf.result == CUDA_SUCCESS;
+		free(image);
+	}
+	free(modules);
+	if (err)
+		snprintf(m->error, sizeof(m->error), "the target failed while loading the client's images ahead: %s",
+			 strerror(-err));
+	return err ? err : loaded;
+}
+
 /* While the client has not come to its call: the greeted target hears from us as from an
  * idle client, so that it keeps the session. */
 static void heartbeat_target(struct rm_migration *m)
@@ -371,14 +448,15 @@ struct phases {
 };
 
 /* Sends the state to the target (greeted) and waits for its answer. */
-static int send_to_target(struct rm_mig_sender *x, struct rm_link *l, char *why, size_t n, struct phases *ph)
+static int send_to_target(struct rm_mig_sender *x, struct rm_link *l, uint64_t seq, char *why, size_t n,
+			  struct phases *ph)
 {
 	struct rm_mig_sender sizing = *x;
 	sizing.count = 1;
 	rm_mig_send_state(&sizing);
 	ph->sized = now_us() - ph->t0;
 	x->records_expected = sizing.records;
-	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_MIGRATE_STATE, .seq = 2, .bulk_len = sizing.total}, rf;
+	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_MIGRATE_STATE, .seq = seq, .bulk_len = sizing.total}, rf;
 	int err = rm_link_send(l, &f, NULL, NULL, 0);
 	if (!err)
 		err = rm_mig_send_state(x);
@@ -439,7 +517,7 @@ static int move(struct rm_channel *s, struct rm_migration *m)
 		snprintf(m->error, sizeof(m->error), "its streams did not finish cleanly; it stays");
 	else if (!(x.chunk = malloc(RM_MIG_CHUNK)))
 		snprintf(m->error, sizeof(m->error), "out of memory");
-	else if (!send_to_target(&x, &m->link, m->error, sizeof(m->error), &ph))
+	else if (!send_to_target(&x, &m->link, ++m->seq, m->error, sizeof(m->error), &ph))
 		moved = 1;
 	ph.made = now_us() - t0;
 	rm_link_close(&m->link); /* the target's session now waits for the client */

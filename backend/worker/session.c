@@ -83,6 +83,7 @@ static void free_session(struct rm_channel *s)
 	struct rm_session *sh = s->sh;
 	free(sh->ranges);
 	free(sh->streams);
+	rm_migrate_drop_preloaded(sh); /* a move whose state never came */
 	rm_migrate_session_free(sh);
 	pthread_cond_destroy(&sh->resumed);
 	pthread_mutex_destroy(&s->send_lock);

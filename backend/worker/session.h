@@ -117,6 +117,7 @@ struct rm_session {
 	size_t nvariable_aliases;
 	struct rm_kept_image *images;
 	size_t nimages, images_cap;
+	struct rm_preloaded *preloaded; /* a move's target: images sent ahead of the state */
 	struct rm_moved_run *moved_runs; /* the mappings its moved memory lies in */
 	size_t nmoved_runs, moved_runs_cap;
 	struct rm_moved_block *moved_blocks; /* the reservations those mappings lie in */

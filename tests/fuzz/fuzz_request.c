@@ -19,7 +19,12 @@
  * fixed64 field of the message, or an 8-byte-aligned word of a bytes field such as kernel
  * parameters) stands for the NNNN-th handle-like value (2^32 .. 2^63) the daemon's
  * replies carried, counted from 0 and modulo how many there were, plus OOOOOOOO. The
- * first bytes that are not a whole frame, and all after them, are sent as they are. */
+ * first bytes that are not a whole frame, and all after them, are sent as they are.
+ *
+ * An input whose first frame is RM_OP_MIGRATE_IMAGE is a move's source instead: its
+ * session is greeted as a move's target (migrate.h), which takes images sent ahead before
+ * the state; its RM_OP_MIGRATE_STATE frames are left out (a state made again would wait
+ * 30 s for its client), and what it preloaded must be released at its end as the rest. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -112,11 +117,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 }
 
 /* Admits a client and passes the worker its end of a new connection; returns ours. */
-static int hand_over_client(int *slot)
+static int hand_over_client(int *slot, int moving)
 {
 	char why[200];
 	uint64_t mask = 0;
-	struct rm_handoff h = {.tenant = -1, .hello_seq = 1, .pid = (uint32_t)getpid()};
+	struct rm_handoff h = {.tenant = -1, .hello_seq = 1, .pid = (uint32_t)getpid(), .migrate = moving};
 	snprintf(h.name, sizeof(h.name), "fuzz");
 	for (int g = 0; g < rm_registry()->ngpus; g++) {
 		h.devices[h.ndevices++] = g;
@@ -374,7 +379,7 @@ static void exchange(struct client *c, const uint8_t *out, size_t len, int await
 }
 
 /* Sends the input: whole frames one by one with their aliases resolved, the rest as it is. */
-static void send_input(struct client *c, const uint8_t *data, size_t size)
+static void send_input(struct client *c, const uint8_t *data, size_t size, int moving)
 {
 	uint8_t *frame = malloc(size ? size : 1);
 	if (!frame)
@@ -387,6 +392,10 @@ static void send_input(struct client *c, const uint8_t *data, size_t size)
 		    f.bulk_len > left - RM_FRAME_LEN - f.msg_len) {
 			exchange(c, data + at, left, 0, 0, 0);
 			break;
+		}
+		if (moving && f.op == RM_OP_MIGRATE_STATE) {
+			at += RM_FRAME_LEN + f.msg_len + f.bulk_len;
+			continue;
 		}
 		size_t msg_len = resolve_message(c, data + at + RM_FRAME_LEN, f.msg_len, frame + RM_FRAME_LEN);
 		memcpy(frame + RM_FRAME_LEN + msg_len, data + at + RM_FRAME_LEN + f.msg_len, f.bulk_len);
@@ -422,9 +431,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (channel < 0)
 		LLVMFuzzerInitialize(NULL, NULL);
 	int slot;
-	struct client c = {.fd = hand_over_client(&slot), .msg = reply_msg};
+	struct rm_frame first;
+	int moving = size >= RM_FRAME_LEN && !rm_frame_decode(data, &first) && first.op == RM_OP_MIGRATE_IMAGE;
+	struct client c = {.fd = hand_over_client(&slot, moving), .msg = reply_msg};
 	exchange(&c, NULL, 0, 1, 1, 0); /* the hello's reply */
-	send_input(&c, data, size);
+	send_input(&c, data, size, moving);
 	shutdown(c.fd, SHUT_WR);
 	exchange(&c, NULL, 0, 0, 0, 1);
 	close(c.fd);

@@ -20,6 +20,7 @@ FRAME = struct.Struct('<IIQIIQQii')
 MAGIC = 0x524D5231
 F_REPLY, F_ASYNC = 1, 2
 OP_HELLO, OP_STATUS, OP_ATTACH = 0, 0x10000, 0x10001
+OP_MIGRATE_STATE, OP_MIGRATE_IMAGE = 0x102BD, 0x102C1  # proto/reserved_ops.def
 # Opcodes of proto/api.spec (fixed, append-only), as the generated api_ops.h numbers them.
 OP = {'cuInit': 1, 'cuDeviceGet': 2, 'cuDeviceGetCount': 3, 'cuDeviceGetName': 4,
       'cuDevicePrimaryCtxRetain': 13, 'cuCtxSynchronize': 21, 'cuMemAlloc_v2': 27, 'cuMemFree_v2': 28,
@@ -120,6 +121,15 @@ def request_seeds():
     s.call('cuModuleLoadData', fv(1, 2), bulk=PTX_STATEFUL)
     s.call('cuMemcpyDtoH_v2', fv(1, alias(1)) + fv(2, 4096) + fv(3, alias(2)) + fv(4, 1))
     seeds['left-open'] = s.data
+
+    # A move's target (fuzz_request.c): images sent ahead (backend/worker/migrate_wire.h:
+    # u32 kind 1 module / 2 library, u32 device ordinal), one of them stateful, one refused;
+    # the session ends before any state, so what it preloaded goes with it.
+    ahead = frame(OP_MIGRATE_IMAGE, seq=2, bulk=struct.pack('<II', 1, 0) + PTX)
+    ahead += frame(OP_MIGRATE_IMAGE, seq=3, bulk=struct.pack('<II', 2, 0) + PTX_STATEFUL)
+    ahead += frame(OP_MIGRATE_IMAGE, seq=4, bulk=struct.pack('<II', 1, 7) + PTX)
+    ahead += frame(OP_MIGRATE_STATE, seq=5, bulk=b'\0' * 16)
+    seeds['images-ahead'] = ahead
 
     # A kernel that faults the shared context, and the client gone before any reply said so.
     s = context(Session()).call('cuModuleLoadData', fv(1, 2), bulk=PTX.replace(b'vecAdd', b'faultKernel'))

@@ -157,6 +157,9 @@ def moves(tmp):
         for n, (mib, ms) in enumerate(figures):
             print(f"migration {n + 1}: {mib:.1f} MiB moved, pause {ms:.1f} ms")
         check("closed: released" in a.text() and "moved to" in a.text(), "the source ends the session it moved")
+        ahead = [int(n) for n in re.findall(r"\((\d+) loaded ahead\)", a.text() + b.text())]
+        check(len(ahead) == len(route) and all(n >= 1 for n in ahead),
+              f"each target had the client's images loaded before its call (loaded ahead: {ahead})")
         if scenario == "window":
             check("migratable memory: device addresses from" in a.text(), "A's worker allocated in its window")
         if scenario == "variables":
