@@ -3,16 +3,17 @@
  * Source: an admin's RM_OP_MIGRATE reaches the client's worker (rm_migrate_request),
  * which marks its session and greets the target as a session of the same tenant
  * (Hello.migrate_in, the admin's credential; the target makes its contexts before it
- * answers), then keeps that link alive with heartbeats. The session's main thread moves
- * it at the end of the client's next synchronous call, before its reply
+ * answers), sends it the images of the session's modules and libraries to load ahead
+ * (RM_OP_MIGRATE_IMAGE), then keeps that link alive with heartbeats. The session's main
+ * thread moves it at the end of the client's next synchronous call, before its reply
  * (rm_migrate_before_reply): what the client asked before has run, and it sends nothing
  * until the reply. The thread checks that the session holds nothing that cannot move,
- * waits for its streams, sends its state
- * (migrate_wire.h) and, once the target has made it again, sends the client RM_OP_MOVED
- * and the reply, and ends the session here. Any failure before RM_OP_MOVED leaves the
+ * waits for its streams, sends its state (migrate_wire.h) and, once the target has made
+ * it again, sends the client RM_OP_MOVED and the reply, and ends the session here. Any failure before RM_OP_MOVED leaves the
  * client where it was, with the admin told why.
  *
- * Target: the session greeted with migrate_in takes the state (rm_handle_migrate_state):
+ * Target: the session greeted with migrate_in loads the images sent ahead
+ * (rm_handle_migrate_image), then takes the state (rm_handle_migrate_state):
  * contexts, memory mapped at the addresses the client holds, modules from their images,
  * functions by name, streams and events, each handle of the client mapped to the new one
  * (handle_alias.h); then it waits for the client's attach (rm_migrate_resume) and serves

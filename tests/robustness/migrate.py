@@ -14,7 +14,7 @@ migration"; issue 40). One scenario a run:
                and makes its context then, while the client runs, so the pause stays under
                half of that time; output unchanged
   quiet-client drv_migrate sleeping 3 s between iterations, moved A -> B where B closes a
-               client silent for 1 s (peer_timeout = 1): the source keeps B's greeted session
+               client silent for 2 s (peer_timeout = 2): the source keeps B's greeted session
                with heartbeats until the client's next call, and the move succeeds
   source-gone  the source killed mid-run: the client ends with a clear error, not a hang
   threads      drv_migrate with a second thread on a channel of its own, in its calls when
@@ -245,7 +245,7 @@ def cold_target(tmp):
 
 def quiet_client(tmp):
     iterations, pause_ms = 3, 3000
-    a, b = daemons(tmp, b_config=f"admin_token = {ADMIN}\npeer_timeout = 1\n")
+    a, b = daemons(tmp, b_config=f"admin_token = {ADMIN}\npeer_timeout = 2\n")
     try:
         want = baseline(a, iterations)
         r = Reader(subprocess.Popen([remora, "run", "--server", a.server, "--", *command(iterations, pause_ms)],
