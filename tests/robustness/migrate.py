@@ -15,7 +15,9 @@ migration"; issue 40). One scenario a run:
                half of that time; output unchanged
   quiet-client drv_migrate sleeping 3 s between iterations, moved A -> B where B closes a
                client silent for 2 s (peer_timeout = 2): the source keeps B's greeted session
-               with heartbeats until the client's next call, and the move succeeds
+               with heartbeats until the client's next call, and the move succeeds; then a
+               move B -> C whose target is killed once greeted fails at the client's call,
+               and the client goes on at B
   source-gone  the source killed mid-run: the client ends with a clear error, not a hang
   threads      drv_migrate with a second thread on a channel of its own, in its calls when
                the move comes: moved A -> B -> A -> B, output and the thread's results unchanged
@@ -244,8 +246,9 @@ def cold_target(tmp):
 
 
 def quiet_client(tmp):
-    iterations, pause_ms = 3, 3000
+    iterations, pause_ms = 5, 3000
     a, b = daemons(tmp, b_config=f"admin_token = {ADMIN}\npeer_timeout = 2\n")
+    c = Daemon(remorad, driver, tmp, "c", f"admin_token = {ADMIN}\n")
     try:
         want = baseline(a, iterations)
         r = Reader(subprocess.Popen([remora, "run", "--server", a.server, "--", *command(iterations, pause_ms)],
@@ -253,11 +256,22 @@ def quiet_client(tmp):
         wait_for(lambda: r.poll() >= 1, timeout=60)
         m = migrate(r.proc.pid, a, b)
         check(m.returncode == 0, f"moved at a call seconds after B was greeted: {m.stdout.strip()} {m.stderr.strip()}")
+        env = client_env()
+        env["REMORA_TOKEN"] = ADMIN
+        m = subprocess.Popen([remora, "migrate", f"pid:{r.proc.pid}", "--to", c.server, "--server", b.server],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        wait_for(lambda: "greeted in" in b.text(), timeout=30)
+        for pid in [c.proc.pid, *c.workers().values()]:  # the worker holds the greeted session
+            os.kill(pid, signal.SIGKILL)
+        out, err_m = m.communicate(timeout=60)
+        check(m.returncode != 0 and "not moved" in err_m,
+              f"a target gone after its greeting: the move fails at the client's call ({m.returncode}): {err_m.strip()}")
         rc, lines, err = r.finish()
         check(rc == 0 and lines == want, f"its checksums equal the unmoved run's ({rc}) {err[-1500:]}")
+        check(err.count("moved to the GPU server at") == 1, "it moved once, to B")
     finally:
-        a.stop(), b.stop()
-        logs(a, b)
+        a.stop(), b.stop(), c.stop()
+        logs(a, b, c)
 
 
 def source_gone(tmp):
