@@ -84,16 +84,14 @@ static void answer(struct rm_conn *conn, const struct rm_migration *m, uint64_t 
 	}
 }
 
-/* Whether the move, linked to its session, ended before the client's call took it (it
- * ended, or the greeting failed), with the session told. Under mig_lock. */
-static int unlink_unless_taken(struct rm_migration *m)
+/* Ends a move that the client's call has not taken (the greeting failed, or no call came):
+ * the session forgets it. Under mig_lock. */
+static void unlink_untaken(struct rm_migration *m)
 {
 	if (m->done)
-		return m->done == 2;
-	if (m->sh)
-		m->sh->migration = NULL;
+		return; /* taken, or the session ended */
+	m->sh->migration = NULL;
 	m->done = 2;
-	return 1;
 }
 
 void rm_migrate_request(struct rm_conn *conn, const struct rm_handoff *h)
@@ -125,7 +123,7 @@ void rm_migrate_request(struct rm_conn *conn, const struct rm_handoff *h)
 			if (m.done == 2) /* the client ended meanwhile: that is the answer */
 				greet_err = 0;
 			else
-				unlink_unless_taken(&m);
+				unlink_untaken(&m);
 		} else if (!m.done) {
 			m.ready = 1;
 			rm_log(RM_LOG_INFO, "session %llu: target %s greeted in %llu us, as its session %llu, and %d images "
@@ -151,7 +149,7 @@ void rm_migrate_request(struct rm_conn *conn, const struct rm_handoff *h)
 			if (!late || m.done)
 				continue;
 			if (last) { /* no synchronous call came in time: the client stays */
-				unlink_unless_taken(&m);
+				unlink_untaken(&m);
 				m.result = CUDA_ERROR_TIMEOUT;
 				snprintf(m.error, sizeof(m.error), "the client made no synchronous call within %u s; it stays",
 					 wait_s);
