@@ -310,6 +310,8 @@ CUresult rm_body_cuGraphKernelNodeGetParams_v2(struct rm_channel *s, struct rm_r
 	}
 	if (from)
 		memcpy(buf, from, have < want ? have : want);
+	if (r == CUDA_SUCCESS) /* a moved variable's address as the client holds it */
+		rm_session_client_params(s, buf, want);
 	struct kernel_of k = {.f = p.func, .kern = (uint64_t)(uintptr_t)p.kern};
 	int owned = r == CUDA_SUCCESS && rm_session_find(s, RM_H_FUNCTION, (uint64_t)(uintptr_t)p.func, NULL);
 	if (r == CUDA_SUCCESS && !k.kern)

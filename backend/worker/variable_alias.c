@@ -68,7 +68,7 @@ uint64_t rm_session_client_dptr(struct rm_channel *s, uint64_t real)
 	return translate(s, real, 0);
 }
 
-void rm_session_real_params(struct rm_channel *s, uint8_t *params, size_t len)
+static void translate_params(struct rm_channel *s, uint8_t *params, size_t len, int to_real)
 {
 	if (!params || len < 8 || !__atomic_load_n(&s->sh->nvariable_aliases, __ATOMIC_ACQUIRE))
 		return;
@@ -76,11 +76,21 @@ void rm_session_real_params(struct rm_channel *s, uint8_t *params, size_t len)
 	for (size_t off = 0; off + 8 <= len; off += 8) {
 		uint64_t w;
 		memcpy(&w, params + off, 8);
-		uint64_t r = translate_locked(s->sh, w, 1);
+		uint64_t r = translate_locked(s->sh, w, to_real);
 		if (r != w)
 			memcpy(params + off, &r, 8);
 	}
 	pthread_mutex_unlock(&s->sh->lock);
+}
+
+void rm_session_real_params(struct rm_channel *s, uint8_t *params, size_t len)
+{
+	translate_params(s, params, len, 1);
+}
+
+void rm_session_client_params(struct rm_channel *s, uint8_t *params, size_t len)
+{
+	translate_params(s, params, len, 0);
 }
 
 void rm_variable_alias_drop_parent(struct rm_session *sh, uint64_t parent)

@@ -33,6 +33,8 @@ uint64_t rm_session_client_dptr(struct rm_channel *s, uint64_t real);
  * inside an alias is turned into the address here (arguments are laid out at their natural
  * alignment, so a pointer argument, or a pointer field of a structure, is such a word). */
 void rm_session_real_params(struct rm_channel *s, uint8_t *params, size_t len);
+/* The other way, for arguments going back to the client (a graph kernel node's). */
+void rm_session_client_params(struct rm_channel *s, uint8_t *params, size_t len);
 /* Forgets the aliases of a module or library unloaded (its real handle). */
 void rm_variable_alias_drop_parent(struct rm_session *sh, uint64_t parent);
 void rm_variable_alias_free(struct rm_session *sh);

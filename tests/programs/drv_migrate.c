@@ -149,6 +149,25 @@ int main(int argc, char **argv)
 			EXPECT(by_address == want && by_name == want, "iteration %d: kernelsMagic is %08x by its address, "
 			       "%08x by its name, not %08x", it, by_address, by_name, want);
 			EXPECT(again == held && bytes == 4, "iteration %d: kernelsMagic's address changed", it);
+			/* A graph's kernel node given the held address reads it back as given. */
+			CUgraph graph;
+			CUgraphNode node;
+			unsigned mark = 0, count = 1;
+			void *node_args[] = {&held, &mark, &count};
+			CUDA_KERNEL_NODE_PARAMS kp = {.func = fill, .gridDimX = 1, .gridDimY = 1, .gridDimZ = 1,
+						      .blockDimX = 32, .blockDimY = 1, .blockDimZ = 1,
+						      .kernelParams = node_args};
+			CHECK(cuGraphCreate(&graph, 0));
+			CHECK(cuGraphAddKernelNode(&node, graph, NULL, 0, &kp));
+			CUDA_KERNEL_NODE_PARAMS back;
+			memset(&back, 0, sizeof(back));
+			CHECK(cuGraphKernelNodeGetParams(node, &back));
+			CUdeviceptr node_ptr = 0;
+			if (back.kernelParams && back.kernelParams[0])
+				memcpy(&node_ptr, back.kernelParams[0], sizeof(node_ptr));
+			EXPECT(node_ptr == held, "iteration %d: a graph node's pointer argument reads back as %llx", it,
+			       (unsigned long long)node_ptr);
+			CHECK(cuGraphDestroy(graph));
 			printf("iter %d variable %08x\n", it, by_address);
 		}
 		for (int i = 0; i < N; i++) {
