@@ -3,9 +3,12 @@
  * a cursor. */
 #include "memory_window.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "driver_table.h"
@@ -134,6 +137,80 @@ void rm_window_taken(uint64_t base, uint64_t size)
 	set(base, size, 1);
 }
 
+/* ---- unmapping in the background ---- */
+
+struct later {
+	uint64_t base, span;
+	CUmemGenericAllocationHandle phys;
+	struct later *next;
+};
+
+static pthread_mutex_t later_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t later_queued = PTHREAD_COND_INITIALIZER, later_done = PTHREAD_COND_INITIALIZER;
+static struct later *later_head;
+static size_t later_pending; /* queued or being unmapped */
+static int unmapper_started;
+
+static void *unmapper(void *unused)
+{
+	(void)unused;
+	pthread_mutex_lock(&later_lock);
+	for (;;) {
+		while (!later_head)
+			pthread_cond_wait(&later_queued, &later_lock);
+		struct later *l = later_head;
+		later_head = l->next;
+		pthread_mutex_unlock(&later_lock);
+		rm_drv_cuMemUnmap(l->base, l->span); /* waits for the context's work, anyone's */
+		rm_drv_cuMemRelease(l->phys);
+		rm_window_released(l->base, l->span);
+		free(l);
+		pthread_mutex_lock(&later_lock);
+		later_pending--;
+		pthread_cond_broadcast(&later_done);
+	}
+	return NULL;
+}
+
+int rm_window_unmap_later(uint64_t base, uint64_t span, CUmemGenericAllocationHandle phys)
+{
+	struct later *l = malloc(sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	*l = (struct later){.base = base, .span = span, .phys = phys};
+	pthread_mutex_lock(&later_lock);
+	pthread_t t;
+	if (!unmapper_started && !pthread_create(&t, NULL, unmapper, NULL) && !pthread_detach(t))
+		unmapper_started = 1;
+	if (unmapper_started) {
+		l->next = later_head;
+		later_head = l;
+		later_pending++;
+		pthread_cond_signal(&later_queued);
+	}
+	int started = unmapper_started;
+	pthread_mutex_unlock(&later_lock);
+	if (!started)
+		free(l);
+	return started ? 0 : -EAGAIN;
+}
+
+int rm_window_wait_unmaps(int timeout_ms)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += timeout_ms / 1000;
+	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L)
+		until.tv_sec++, until.tv_nsec -= 1000000000L;
+	pthread_mutex_lock(&later_lock);
+	int waited = later_pending > 0;
+	while (later_pending && pthread_cond_timedwait(&later_done, &later_lock, &until) != ETIMEDOUT)
+		;
+	pthread_mutex_unlock(&later_lock);
+	return waited;
+}
+
 CUresult rm_window_alloc(struct rm_channel *s, size_t bytes, CUdeviceptr *out)
 {
 	if (!s->cur)
@@ -157,6 +234,9 @@ CUresult rm_window_alloc(struct rm_channel *s, size_t bytes, CUdeviceptr *out)
 	if (g == NGRANULES)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	r = rm_migrate_map_owned(s, s->cur->dev, base, span, bytes);
+	/* Out of memory while freed memory still waits to be unmapped: once that is done. */
+	if (r == CUDA_ERROR_OUT_OF_MEMORY && rm_window_wait_unmaps(RM_WINDOW_UNMAP_WAIT_MS))
+		r = rm_migrate_map_owned(s, s->cur->dev, base, span, bytes);
 	if (r != CUDA_SUCCESS) {
 		rm_window_released(base, span);
 		return r;

@@ -153,6 +153,10 @@ static int on_span(void *arg, uint64_t base, uint64_t size, uint32_t ctx)
 	int err = enter(x, ctx);
 	if (err)
 		return err;
+	/* Memory of this worker's window that a client freed, or took away in a move, is
+	 * unmapped in the background (memory_window.h): the client coming back waits for that. */
+	if (rm_window_holds(base, size))
+		rm_window_wait_unmaps(RM_WINDOW_UNMAP_WAIT_MS);
 	CUresult r = rm_migrate_map_span(x->s, x->s->cur->dev, base, size);
 	/* On an H100 a range this worker had just given back (a client moving straight back
 	 * here, 0.2 s after it left) was once refused with nothing of the process there; not

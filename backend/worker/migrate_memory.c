@@ -176,12 +176,17 @@ static CUresult map_run(struct rm_session *sh, CUdevice dev, struct rm_moved_run
 	return r;
 }
 
-/* Undoes map_run. */
+/* Undoes map_run; a run of the window is unmapped in the background, and its granules are
+ * the window's again once it is (memory_window.h). */
 static void run_unmap(struct rm_session *sh, const struct rm_moved_run *r)
 {
+	if (r->in_window && !rm_window_unmap_later(r->base, r->span, r->phys))
+		return;
 	rm_drv_cuMemUnmap(r->base, r->span);
 	rm_drv_cuMemRelease(r->phys);
 	run_unreserve(sh, r);
+	if (r->in_window)
+		rm_window_released(r->base, r->span);
 }
 
 static void unmap_run(struct rm_channel *s, const struct rm_moved_run *r)
@@ -363,7 +368,6 @@ void rm_migrate_drop_unused(struct rm_channel *s)
 		if (!sh->moved_runs[i].users) {
 			struct rm_moved_run gone = sh->moved_runs[i];
 			sh->moved_runs[i] = sh->moved_runs[--sh->nmoved_runs];
-			rm_window_released(gone.base, gone.span);
 			unmap_run(s, &gone);
 			continue;
 		}
@@ -387,7 +391,6 @@ void rm_migrate_release_moved(struct rm_channel *s, const struct rm_handle *h)
 	pthread_mutex_lock(&runs_lock);
 	leave_runs(s, h->value, h->size);
 	pthread_mutex_unlock(&runs_lock);
-	rm_window_released(h->value, h->size);
 }
 
 void rm_migrate_session_free(struct rm_session *sh)
