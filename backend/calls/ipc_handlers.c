@@ -8,6 +8,7 @@
 
 #include "ipc.h"
 #include "log.h"
+#include "migrate.h"
 #include "peer_access.h"
 
 /* An opened allocation's parent (RM_H_IPC_MEMORY): the peer access its open holds, or 0. */
@@ -51,13 +52,16 @@ CUresult rm_body_cuIpcGetMemHandle(struct rm_channel *s, CUipcMemHandle *pHandle
 	struct rm_handle h;
 	if (!s->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	if (!rm_session_range_of(s, dptr, &h) || h.kind != RM_H_MEMORY) {
+	/* The window's memory (migratable_memory) is mapped, not the driver's allocation: the
+	 * driver would not export it, but the worker shares it as it is. */
+	int window = rm_session_range_of(s, dptr, &h) && h.kind == RM_H_MOVED_MEMORY && rm_migrate_owns_run(s, &h);
+	if (!window && (!rm_session_range_of(s, dptr, &h) || h.kind != RM_H_MEMORY)) {
 		rm_session_log(s, RM_LOG_WARN, "refused to export 0x%llx (CUDA IPC): not in an allocation of its own",
 			       (unsigned long long)dptr);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	CUipcMemHandle native;
-	CUresult r = rm_drv_cuIpcGetMemHandle(&native, dptr);
+	CUresult r = window ? CUDA_SUCCESS : rm_drv_cuIpcGetMemHandle(&native, dptr);
 	if (r != CUDA_SUCCESS)
 		return r;
 	struct rm_ipc_object o = {.value = h.value, .size = h.size, .device = device_of(h.value)};
@@ -91,7 +95,7 @@ CUresult rm_body_cuIpcOpenMemHandle_v2(struct rm_channel *s, CUdeviceptr *pdptr,
 		if (r == CUDA_SUCCESS)
 			rm_session_own_memory(s, RM_H_IPC_MEMORY, o.value, o.size, hold);
 		else if (rm_ipc_leave(s, RM_IPC_MEMORY, o.value) == RM_IPC_LAST) /* its exporter freed it meanwhile */
-			rm_drv_cuMemFree_v2(o.value);
+			rm_deferred_release(NULL, RM_DEFER_MEM_FREE, o.value, NULL, NULL);
 	}
 	if (r == CUDA_SUCCESS)
 		*pdptr = o.value;

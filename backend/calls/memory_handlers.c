@@ -51,8 +51,14 @@ CUresult rm_body_cuMemFree_v2(struct rm_channel *s, CUdeviceptr dptr)
 	 * other cannot free what the driver may meanwhile have given another client. */
 	struct rm_handle h;
 	if (!rm_session_take(s, RM_H_MEMORY, dptr, &h)) {
-		if (rm_session_take(s, RM_H_MOVED_MEMORY, dptr, &h)) /* brought when it moved in */
+		if (rm_session_take(s, RM_H_MOVED_MEMORY, dptr, &h)) { /* brought when it moved in, or the window's */
+			if (rm_ipc_leave(s, RM_IPC_MEMORY, dptr) == RM_IPC_OTHERS_HOLD && !rm_migrate_orphan_moved(s, &h)) {
+				rm_session_log(s, RM_LOG_INFO, "freed 0x%llx, which another client has open (CUDA IPC): "
+					       "the memory stays until it closes it", (unsigned long long)dptr);
+				return CUDA_SUCCESS;
+			}
 			return rm_migrate_free_moved(s, &h);
+		}
 		CUresult r = rm_graph_memory_free(s, dptr, NULL);
 		if (r == CUDA_ERROR_NOT_FOUND) /* an allocation of a pool it imported (CUDA IPC)? */
 			r = rm_ipc_free_imported(s, dptr, NULL);

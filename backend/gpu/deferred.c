@@ -8,6 +8,7 @@
 #include "driver_table.h"
 #include "log.h"
 #include "memory_window.h"
+#include "migrate.h"
 #include "stream_pool.h"
 
 struct release {
@@ -39,7 +40,8 @@ static CUresult call(enum rm_deferred_op op, uint64_t v, uint64_t size)
 	switch (op) {
 	case RM_DEFER_MODULE_UNLOAD: return rm_drv_cuModuleUnload(p);
 	case RM_DEFER_LIBRARY_UNLOAD: return rm_drv_cuLibraryUnload(p);
-	case RM_DEFER_MEM_FREE: return rm_drv_cuMemFree_v2((CUdeviceptr)v);
+	case RM_DEFER_MEM_FREE: /* the driver's allocation, or the window's mapping (CUDA IPC's last holder) */
+		return rm_window_holds(v, 1) && !rm_migrate_free_orphan(v) ? CUDA_SUCCESS : rm_drv_cuMemFree_v2((CUdeviceptr)v);
 	case RM_DEFER_ARRAY_DESTROY: return rm_drv_cuArrayDestroy(p);
 	case RM_DEFER_MIPMAP_DESTROY: return rm_drv_cuMipmappedArrayDestroy(p);
 	case RM_DEFER_FREE_HOST: return rm_drv_cuMemFreeHost(p);

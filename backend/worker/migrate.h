@@ -166,6 +166,16 @@ void rm_migrate_forget_image(struct rm_channel *s, uint64_t module);
 CUresult rm_migrate_free_moved(struct rm_channel *s, const struct rm_handle *h);
 /* Releases it at the session's end (its work drained). */
 void rm_migrate_release_moved(struct rm_channel *s, const struct rm_handle *h);
+/* Whether allocation h of s's is a mapping of the window (memory_window.h) of its own,
+ * which it may share over CUDA IPC. */
+int rm_migrate_owns_run(struct rm_channel *s, const struct rm_handle *h);
+/* An allocation of the window (memory_window.h) that s exported over CUDA IPC, let go of by
+ * s (freed, or its session's end) while another client has it open: its mapping becomes the
+ * worker's, no longer charged to s. 0, or -ENOENT where it is not such an allocation. */
+int rm_migrate_orphan_moved(struct rm_channel *s, const struct rm_handle *h);
+/* Unmaps (in the background) the worker's mapping at base that the last client holding it
+ * closed: 0, or -ENOENT where base is none. */
+int rm_migrate_free_orphan(uint64_t base);
 /* Frees the session's migration records at its end. */
 void rm_migrate_session_free(struct rm_session *sh);
 

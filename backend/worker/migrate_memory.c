@@ -2,6 +2,7 @@
  * reservations the memory it brought is mapped in. */
 #include "migrate.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -391,6 +392,68 @@ void rm_migrate_release_moved(struct rm_channel *s, const struct rm_handle *h)
 	pthread_mutex_lock(&runs_lock);
 	leave_runs(s, h->value, h->size);
 	pthread_mutex_unlock(&runs_lock);
+}
+
+/* Runs of the window's memory that a client exported (CUDA IPC) and then freed, or left at
+ * its end, while another client has it open: the worker's, until the last one closes it.
+ * Under runs_lock. */
+static struct rm_moved_run *orphans;
+static size_t norphans, orphans_cap;
+
+int rm_migrate_owns_run(struct rm_channel *s, const struct rm_handle *h)
+{
+	int owns = 0;
+	pthread_mutex_lock(&runs_lock);
+	for (size_t i = 0; i < s->sh->nmoved_runs && !owns; i++) {
+		const struct rm_moved_run *r = &s->sh->moved_runs[i];
+		owns = r->base == h->value && r->in_window && r->users == 1 && h->size <= r->span;
+	}
+	pthread_mutex_unlock(&runs_lock);
+	return owns;
+}
+
+int rm_migrate_orphan_moved(struct rm_channel *s, const struct rm_handle *h)
+{
+	struct rm_session *sh = s->sh;
+	int err = -ENOENT;
+	pthread_mutex_lock(&runs_lock);
+	for (size_t i = 0; i < sh->nmoved_runs && err == -ENOENT; i++) {
+		struct rm_moved_run *r = &sh->moved_runs[i];
+		if (r->base != h->value || !r->in_window || r->users != 1)
+			continue;
+		if (norphans == orphans_cap) {
+			size_t cap = orphans_cap ? orphans_cap * 2 : 8;
+			struct rm_moved_run *o = realloc(orphans, cap * sizeof(*o));
+			if (!o) {
+				err = -ENOMEM;
+				break;
+			}
+			orphans = o, orphans_cap = cap;
+		}
+		orphans[norphans++] = *r;
+		rm_session_uncharge(s, r->span);
+		*r = sh->moved_runs[--sh->nmoved_runs];
+		err = 0;
+	}
+	pthread_mutex_unlock(&runs_lock);
+	return err;
+}
+
+int rm_migrate_free_orphan(uint64_t base)
+{
+	struct rm_moved_run gone = {0};
+	int found = 0;
+	pthread_mutex_lock(&runs_lock);
+	for (size_t i = 0; i < norphans && !found; i++)
+		if (orphans[i].base == base) {
+			gone = orphans[i];
+			orphans[i] = orphans[--norphans];
+			found = 1;
+		}
+	pthread_mutex_unlock(&runs_lock);
+	if (found)
+		run_unmap(NULL, &gone); /* a window's run: no session's reservation */
+	return found ? 0 : -ENOENT;
 }
 
 void rm_migrate_session_free(struct rm_session *sh)

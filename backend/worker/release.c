@@ -131,8 +131,11 @@ static void release_va_range(struct rm_channel *s, const struct rm_handle *h)
 }
 
 /* Memory the client brought when it moved in (migrate.h). */
+/* Window memory another client has open (CUDA IPC) becomes the worker's until it closes it. */
 static void release_moved_memory(struct rm_channel *s, const struct rm_handle *h)
 {
+	if (rm_ipc_leave(s, RM_IPC_MEMORY, h->value) == RM_IPC_OTHERS_HOLD && !rm_migrate_orphan_moved(s, h))
+		return;
 	rm_migrate_release_moved(s, h);
 }
 

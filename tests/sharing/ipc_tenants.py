@@ -4,7 +4,8 @@ on the CPU test driver, with tests/programs/drv_ipc's export and import modes:
 
   - between two clients of one tenant a handle opens, and the memory stays for the importer
     when the exporter frees it (the driver frees it when the importer closes it); once
-    freed by its exporter it opens no more
+    freed by its exporter it opens no more; the same with migratable_memory, whose memory
+    is a mapping of the worker's window
   - a handle of another tenant (a worker of its own, or tenant_isolation = shared), of
     another remorad, or garbage or forged bytes: CUDA_ERROR_INVALID_HANDLE, and the daemon's
     log says why
@@ -75,8 +76,11 @@ def logged(d, text):
     return wait_for(lambda: text in d.text(), timeout=5)
 
 
-def one_tenant_and_process_isolation(tmp):
-    d = remorad_fixture.Daemon(remorad, driver, tmp, "ipc-process", "tenant_isolation = process\n" + TENANTS)
+def one_tenant_and_process_isolation(tmp, window=False):
+    # window: migratable_memory, whose cuMemAlloc maps memory in the worker's window: shared
+    # as it is, it becomes the worker's when its exporter lets go while it is open elsewhere.
+    d = remorad_fixture.Daemon(remorad, driver, tmp, "ipc-window" if window else "ipc-process",
+                               "tenant_isolation = process\n" + ("migratable_memory = yes\n" if window else "") + TENANTS)
     try:
         before = free_memory(d)
         exp, handle = exporter(d, "alpha-secret")
@@ -133,6 +137,8 @@ def one_tenant_and_process_isolation(tmp):
         check(logged(d, "its secret does not match"), "the log says its secret does not match")
         exp2.stdin.close()
         check(exp2.wait(timeout=30) == 0, "an exporter leaves cleanly")
+        if window:
+            check(logged(d, "migratable memory: device addresses from"), "the memory shared was the window's")
     finally:
         d.stop()
 
@@ -171,6 +177,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="remora-ipc-")
     try:
         one_tenant_and_process_isolation(tmp)
+        one_tenant_and_process_isolation(tmp, window=True)
         shared_isolation(tmp)
         two_daemons(tmp)
     finally:
