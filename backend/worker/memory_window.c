@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "deferred.h"
 #include "driver_table.h"
 #include "log.h"
 #include "migrate.h"
@@ -137,62 +138,41 @@ void rm_window_taken(uint64_t base, uint64_t size)
 	set(base, size, 1);
 }
 
-/* ---- unmapping in the background ---- */
+/* ---- unmapping off the caller's thread (deferred.h) ---- */
 
-struct later {
+struct unmapped {
 	uint64_t base, span;
 	CUmemGenericAllocationHandle phys;
-	struct later *next;
 };
 
-static pthread_mutex_t later_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t later_queued = PTHREAD_COND_INITIALIZER, later_done = PTHREAD_COND_INITIALIZER;
-static struct later *later_head;
-static size_t later_pending; /* queued or being unmapped */
-static int unmapper_started;
+static pthread_mutex_t unmaps_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t unmaps_done = PTHREAD_COND_INITIALIZER;
+static size_t unmaps_pending; /* asked, and their granules not yet the window's again */
 
-static void *unmapper(void *unused)
+/* After the deferred cuMemUnmap: the memory goes back, then its granules. */
+static void after_unmap(void *arg)
 {
-	(void)unused;
-	pthread_mutex_lock(&later_lock);
-	for (;;) {
-		while (!later_head)
-			pthread_cond_wait(&later_queued, &later_lock);
-		struct later *l = later_head;
-		later_head = l->next;
-		pthread_mutex_unlock(&later_lock);
-		rm_drv_cuMemUnmap(l->base, l->span); /* waits for the context's work, anyone's */
-		rm_drv_cuMemRelease(l->phys);
-		rm_window_released(l->base, l->span);
-		free(l);
-		pthread_mutex_lock(&later_lock);
-		later_pending--;
-		pthread_cond_broadcast(&later_done);
-	}
-	return NULL;
+	struct unmapped *u = arg;
+	rm_drv_cuMemRelease(u->phys);
+	rm_window_released(u->base, u->span);
+	free(u);
+	pthread_mutex_lock(&unmaps_lock);
+	unmaps_pending--;
+	pthread_cond_broadcast(&unmaps_done);
+	pthread_mutex_unlock(&unmaps_lock);
 }
 
 int rm_window_unmap_later(uint64_t base, uint64_t span, CUmemGenericAllocationHandle phys)
 {
-	struct later *l = malloc(sizeof(*l));
-	if (!l)
+	struct unmapped *u = malloc(sizeof(*u));
+	if (!u)
 		return -ENOMEM;
-	*l = (struct later){.base = base, .span = span, .phys = phys};
-	pthread_mutex_lock(&later_lock);
-	pthread_t t;
-	if (!unmapper_started && !pthread_create(&t, NULL, unmapper, NULL) && !pthread_detach(t))
-		unmapper_started = 1;
-	if (unmapper_started) {
-		l->next = later_head;
-		later_head = l;
-		later_pending++;
-		pthread_cond_signal(&later_queued);
-	}
-	int started = unmapper_started;
-	pthread_mutex_unlock(&later_lock);
-	if (!started)
-		free(l);
-	return started ? 0 : -EAGAIN;
+	*u = (struct unmapped){.base = base, .span = span, .phys = phys};
+	pthread_mutex_lock(&unmaps_lock);
+	unmaps_pending++;
+	pthread_mutex_unlock(&unmaps_lock);
+	rm_deferred_release_range(NULL, RM_DEFER_UNMAP, base, span, after_unmap, u);
+	return 0;
 }
 
 int rm_window_wait_unmaps(int timeout_ms)
@@ -203,11 +183,11 @@ int rm_window_wait_unmaps(int timeout_ms)
 	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
 	if (until.tv_nsec >= 1000000000L)
 		until.tv_sec++, until.tv_nsec -= 1000000000L;
-	pthread_mutex_lock(&later_lock);
-	int waited = later_pending > 0;
-	while (later_pending && pthread_cond_timedwait(&later_done, &later_lock, &until) != ETIMEDOUT)
+	pthread_mutex_lock(&unmaps_lock);
+	int waited = unmaps_pending > 0;
+	while (unmaps_pending && pthread_cond_timedwait(&unmaps_done, &unmaps_lock, &until) != ETIMEDOUT)
 		;
-	pthread_mutex_unlock(&later_lock);
+	pthread_mutex_unlock(&unmaps_lock);
 	return waited;
 }
 

@@ -34,10 +34,10 @@ void rm_window_released(uint64_t base, uint64_t size);
 /* Memory of a client moving in at [base, base + size): blocks of the window it lies in are
  * no longer handed out. */
 void rm_window_taken(uint64_t base, uint64_t size);
-/* Unmaps and releases the mapping [base, base + span) of the window on a thread of its own,
- * then gives its granules back: cuMemUnmap waits for every kernel of the shared context,
- * other clients' too, which a client's free must not (docs/sharing.md). Its caller has
- * waited for the client's own work. 0, or -errno where it must unmap itself. */
+/* Unmaps and releases the mapping [base, base + span) of the window off the caller's thread
+ * (deferred.h), then gives its granules back: cuMemUnmap waits for every kernel of the
+ * shared context, other clients' too, which a client's free must not (docs/sharing.md).
+ * Its caller has waited for the client's own work. 0, or -errno where it must unmap itself. */
 int rm_window_unmap_later(uint64_t base, uint64_t span, CUmemGenericAllocationHandle phys);
 /* Waits up to timeout_ms for the unmaps queued to be done: 1 when any was queued. An
  * allocation short of memory waits RM_WINDOW_UNMAP_WAIT_MS for them, as does a client moving
