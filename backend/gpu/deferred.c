@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "driver_table.h"
+#include "fault.h"
 #include "log.h"
 #include "memory_window.h"
 #include "migrate.h"
@@ -83,7 +84,9 @@ static int holds_driver(enum rm_deferred_op op)
 static void wait_until_idle(CUcontext ctx)
 {
 	int waited = 0;
-	while (ctx && !rm_stream_pool_idle(ctx) && waited < IDLE_WAIT_MS) {
+	/* A faulted worker's contexts answer every call with the fault (fault.h): their streams
+	 * may never read as idle, and there is nothing left to wait for. */
+	while (ctx && !rm_stream_pool_idle(ctx) && rm_fault_error() == CUDA_SUCCESS && waited < IDLE_WAIT_MS) {
 		usleep(1000);
 		waited++;
 	}

@@ -12,7 +12,8 @@
  * waits for nothing: the object is gone when the client's call returns, as natively
  * (a kernel launched between the check and the call is waited for). An array destroy and a free
  * of managed memory also hold up every other thread's driver calls while they wait, so the
- * thread makes them only once the context is idle (or after 30 s). Only the client's own objects,
+ * thread makes them only once the context is idle (or after 30 s; at once in a faulted worker,
+ * whose contexts answer everything with the fault, fault.h). Only the client's own objects,
  * already forgotten by its session, come here: no other client's work uses them.
  */
 #ifndef REMORA_DEFERRED_H
