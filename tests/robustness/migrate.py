@@ -256,6 +256,10 @@ def quiet_client(tmp):
         wait_for(lambda: r.poll() >= 1, timeout=60)
         m = migrate(r.proc.pid, a, b)
         check(m.returncode == 0, f"moved at a call seconds after B was greeted: {m.stdout.strip()} {m.stderr.strip()}")
+        # The next move is asked for once an iteration has ended, in the client's sleep: C is
+        # killed long before its next call.
+        seen = r.poll()
+        wait_for(lambda: r.poll() > seen, timeout=60)
         env = client_env()
         env["REMORA_TOKEN"] = ADMIN
         m = subprocess.Popen([remora, "migrate", f"pid:{r.proc.pid}", "--to", c.server, "--server", b.server],
