@@ -2,8 +2,8 @@
 # Live migration of a PyTorch training job (issue 40; docs/pool.md, "Live migration"), on a
 # GPU host: the GPT step of tests/frameworks/models.py runs natively, then through remorad A
 # while `remora migrate` moves it A -> B -> A ... MOVES times, one move every INTERVAL
-# seconds; prints each move's bytes and pause (or its refusal) and whether the losses equal
-# the native run's bit for bit.
+# seconds; prints each move's bytes and pause (or its refusal), the daemons' lines on each
+# move's phases, and whether the losses equal the native run's bit for bit.
 #
 # usage: scripts/migrate-gpt.sh [--build DIR] [--moves N] [--interval S] [--steps N]
 #                               [--daemon-set KEY=VALUE]...
@@ -61,6 +61,9 @@ for ((m = 1; m <= MOVES; m++)); do
 	((rc == 0)) && { t=$src; src=$dst; dst=$t; made=$((made + 1)); }
 done
 wait "$client" && rc=0 || rc=$?
+# Each move's phases, from the daemons' logs: the greeting and images loaded ahead (before
+# the client's call), the pause's parts at the source, the state made again at the target.
+grep -h "greeted in\|threads held\|state made again" "$WORK"/remorad-*.log | sort || true
 steps=$(grep -c "^gpt step" "$WORK/remote.out" || true)
 if ((rc == 0)) && diff <(grep "^gpt step" "$WORK/native.out") <(grep "^gpt step" "$WORK/remote.out") >/dev/null; then
 	echo "losses: the same as native's, bit for bit, over $steps steps; $made of $MOVES moves made"
