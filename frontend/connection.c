@@ -111,8 +111,7 @@ static CUresult greet(struct rm_client_conn *c, const char *server, Remora__Hell
 		return CUDA_ERROR_NO_DEVICE;
 	c->session_id = (*rep)->session_id;
 	c->driver_version = (*rep)->driver_version > 0 ? (*rep)->driver_version : 0;
-	c->heartbeat_ms = (*rep)->heartbeat_ms && (*rep)->heartbeat_ms < RM_MIN_HEARTBEAT_MS ? RM_MIN_HEARTBEAT_MS
-											      : (*rep)->heartbeat_ms;
+	c->heartbeat_ms = rm_client_heartbeat_of((*rep)->heartbeat_ms);
 	return CUDA_SUCCESS;
 }
 

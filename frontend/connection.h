@@ -155,6 +155,11 @@ static inline uint64_t rm_now_ns(void)
  * looks at the batch. */
 int rm_client_flusher_start(struct rm_client_conn *c);
 void rm_client_flusher_arm(struct rm_client_conn *c);
+/* The interval a daemon asked for (0: none), no shorter than RM_MIN_HEARTBEAT_MS. */
+static inline uint32_t rm_client_heartbeat_of(uint32_t asked)
+{
+	return asked && asked < RM_MIN_HEARTBEAT_MS ? RM_MIN_HEARTBEAT_MS : asked;
+}
 /* A new heartbeat interval (a move's target's), the flusher woken to wait for it. */
 void rm_client_set_heartbeat(struct rm_client_conn *c, uint32_t ms);
 

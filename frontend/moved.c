@@ -24,8 +24,7 @@ int rm_client_moved_note_locked(struct rm_client_conn *c, const struct rm_frame 
 	if (!err) {
 		snprintf(c->moved_to, sizeof(c->moved_to), "%s", m->target);
 		c->moved_session = m->session_id;
-		c->moved_heartbeat_ms = m->heartbeat_ms && m->heartbeat_ms < RM_MIN_HEARTBEAT_MS ? RM_MIN_HEARTBEAT_MS
-												    : m->heartbeat_ms;
+		c->moved_heartbeat_ms = rm_client_heartbeat_of(m->heartbeat_ms);
 		memcpy(c->moved_key, m->key.data, sizeof(c->moved_key));
 		c->moved = 1;
 	}

@@ -14,7 +14,6 @@
 #include "remora.pb-c.h"
 #include "variable_alias.h"
 
-
 /* An image being received is host memory the daemon holds for the client: it counts
  * against the client's memory quota and the worker's host-memory bound until loaded. */
 static CUresult hold_image_memory(struct rm_channel *s, uint64_t n)

@@ -492,11 +492,11 @@ void rm_handle_migrate_image(struct rm_channel *s, struct rm_request *rq)
 		return;
 	}
 	size_t n = (size_t)(bulk - sizeof(head));
-	uint32_t kind = rm_mig_get32(head), ordinal = rm_mig_get32(head + 4);
+	uint32_t kind, ordinal;
 	CUdevice dev = -1;
-	CUresult r = kind == RM_MIG_IMAGE_LIBRARY ? CUDA_SUCCESS
+	CUresult r = rm_mig_image_head_read(head, &kind, &ordinal) ? CUDA_ERROR_INVALID_VALUE
 		     : kind == RM_MIG_IMAGE_MODULE ? rm_session_device(s, (int)ordinal, &dev)
-						      : CUDA_ERROR_INVALID_VALUE;
+						    : CUDA_SUCCESS;
 	int held = r == CUDA_SUCCESS && !rm_host_account_take(&s->sh->host, n);
 	uint8_t *image = held ? calloc(1, n + RM_IMAGE_PAD) : NULL;
 	if (r == CUDA_SUCCESS && !image)

@@ -408,8 +408,7 @@ static int send_images_ahead(struct rm_migration *m)
 		for (int d = 0; d < m->ndevices; d++)
 			if (m->devices[d] == dev)
 				ordinal = (uint32_t)d;
-		rm_mig_put32(head, kind == RM_H_LIBRARY ? RM_MIG_IMAGE_LIBRARY : RM_MIG_IMAGE_MODULE);
-		rm_mig_put32(head + 4, ordinal);
+		rm_mig_image_head(head, kind == RM_H_LIBRARY ? RM_MIG_IMAGE_LIBRARY : RM_MIG_IMAGE_MODULE, ordinal);
 		struct iovec bulk[2] = {{head, sizeof(head)}, {image, n}};
 		struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_MIGRATE_IMAGE, .seq = ++m->seq,
 				     .bulk_len = sizeof(head) + n}, rf;

@@ -110,7 +110,6 @@ static int kept_image_variables(struct rm_session *sh, uint64_t handle, char ***
 	return r;
 }
 
-
 /* The address the client holds for the device variable at p, or 0 where it never asked
  * for it (an alias's where it moved in: variable_alias.h). */
 static uint64_t held_variable(struct rm_channel *s, CUdeviceptr p)

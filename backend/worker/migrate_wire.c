@@ -26,7 +26,7 @@ static uint64_t get64(const uint8_t *p)
 	return v;
 }
 
-uint32_t rm_mig_get32(const uint8_t *p)
+static uint32_t get32(const uint8_t *p)
 {
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
@@ -58,9 +58,9 @@ int rm_mig_decode(const struct rm_mig_sink *k, void *arg, uint64_t total, char *
 		if (err)
 			FAIL(err, "state unreadable at record %u", records);
 		left -= RM_MIG_HEADER_LEN;
-		uint32_t type = rm_mig_get32(h);
+		uint32_t type = get32(h);
 		uint64_t len = get64(h + 8);
-		if (rm_mig_get32(h + 4) || len > left)
+		if (get32(h + 4) || len > left)
 			FAIL(-EPROTO, "record %u: length %llu past the state's end (%llu left)", records,
 			     (unsigned long long)len, (unsigned long long)left);
 		if ((records == 0) != (type == RM_MIG_BEGIN))
@@ -79,15 +79,15 @@ int rm_mig_decode(const struct rm_mig_sink *k, void *arg, uint64_t total, char *
 		case RM_MIG_BEGIN:
 			if ((err = fixed(k, arg, len, 8, f)))
 				FAIL(err, "malformed BEGIN record");
-			if (rm_mig_get32(f) != RM_MIG_MAGIC || rm_mig_get32(f + 4) >= RM_MIG_MAX_RECORDS)
-				FAIL(-EPROTO, "not a Remora migration state (magic 0x%x, %u records)", rm_mig_get32(f), rm_mig_get32(f + 4));
-			expected = rm_mig_get32(f + 4);
+			if (get32(f) != RM_MIG_MAGIC || get32(f + 4) >= RM_MIG_MAX_RECORDS)
+				FAIL(-EPROTO, "not a Remora migration state (magic 0x%x, %u records)", get32(f), get32(f + 4));
+			expected = get32(f + 4);
 			break;
 		case RM_MIG_CTX: {
 			if ((err = fixed(k, arg, len, 16, f)))
 				FAIL(err, "malformed context record");
-			int32_t ordinal = (int32_t)rm_mig_get32(f + 8);
-			if (ordinal < 0 || ordinal >= RM_MIG_MAX_CTX || rm_mig_get32(f + 12) || !get64(f))
+			int32_t ordinal = (int32_t)get32(f + 8);
+			if (ordinal < 0 || ordinal >= RM_MIG_MAX_CTX || get32(f + 12) || !get64(f))
 				FAIL(-EPROTO, "context record: device %d", ordinal);
 			if ((err = k->ctx(arg, get64(f), ordinal)))
 				FAIL(err, "context of device %d not made", ordinal);
@@ -97,11 +97,11 @@ int rm_mig_decode(const struct rm_mig_sink *k, void *arg, uint64_t total, char *
 			if (len < 24 || (err = k->read(arg, f, 24)))
 				FAIL(err ? err : -EPROTO, "malformed memory record");
 			uint64_t base = get64(f), size = get64(f + 8);
-			if (size != len - 24 || !size || !base || base + size < base || rm_mig_get32(f + 16) >= RM_MIG_MAX_CTX ||
-			    rm_mig_get32(f + 20))
+			if (size != len - 24 || !size || !base || base + size < base || get32(f + 16) >= RM_MIG_MAX_CTX ||
+			    get32(f + 20))
 				FAIL(-EPROTO, "memory record: 0x%llx + %llu in %llu bytes", (unsigned long long)base,
 				     (unsigned long long)size, (unsigned long long)len);
-			if ((err = k->memory(arg, base, size, rm_mig_get32(f + 16))))
+			if ((err = k->memory(arg, base, size, get32(f + 16))))
 				FAIL(err, "memory at 0x%llx (%llu bytes) not made at that address", (unsigned long long)base,
 				     (unsigned long long)size);
 			break;
@@ -110,9 +110,9 @@ int rm_mig_decode(const struct rm_mig_sink *k, void *arg, uint64_t total, char *
 			if ((err = fixed(k, arg, len, 24, f)))
 				FAIL(err, "malformed span record");
 			uint64_t base = get64(f), size = get64(f + 8);
-			if (!size || !base || base + size < base || rm_mig_get32(f + 16) >= RM_MIG_MAX_CTX || rm_mig_get32(f + 20))
+			if (!size || !base || base + size < base || get32(f + 16) >= RM_MIG_MAX_CTX || get32(f + 20))
 				FAIL(-EPROTO, "span record: 0x%llx + %llu", (unsigned long long)base, (unsigned long long)size);
-			if ((err = k->span(arg, base, size, rm_mig_get32(f + 16))))
+			if ((err = k->span(arg, base, size, get32(f + 16))))
 				FAIL(err, "addresses 0x%llx to 0x%llx not mapped here", (unsigned long long)base,
 				     (unsigned long long)(base + size));
 			break;
@@ -142,16 +142,16 @@ int rm_mig_decode(const struct rm_mig_sink *k, void *arg, uint64_t total, char *
 			name[len - 24] = 0;
 			if (strlen(name) != len - 24 || !get64(f) || !get64(f + 8))
 				FAIL(-EPROTO, "kernel record: a name with a NUL, or no handle");
-			if ((err = k->kernel(arg, get64(f), get64(f + 8), (int32_t)rm_mig_get32(f + 16), (int32_t)rm_mig_get32(f + 20), name)))
+			if ((err = k->kernel(arg, get64(f), get64(f + 8), (int32_t)get32(f + 16), (int32_t)get32(f + 20), name)))
 				FAIL(err, "kernel %s not found again", name);
 			break;
 		}
 		case RM_MIG_KERNEL_FUNCTION:
 			if ((err = fixed(k, arg, len, 24, f)))
 				FAIL(err, "malformed kernel function record");
-			if (!get64(f) || !get64(f + 8) || rm_mig_get32(f + 16) >= RM_MIG_MAX_CTX || rm_mig_get32(f + 20))
-				FAIL(-EPROTO, "kernel function record: no handle, or context slot %u", rm_mig_get32(f + 16));
-			if ((err = k->kernel_function(arg, get64(f), get64(f + 8), rm_mig_get32(f + 16))))
+			if (!get64(f) || !get64(f + 8) || get32(f + 16) >= RM_MIG_MAX_CTX || get32(f + 20))
+				FAIL(-EPROTO, "kernel function record: no handle, or context slot %u", get32(f + 16));
+			if ((err = k->kernel_function(arg, get64(f), get64(f + 8), get32(f + 16))))
 				FAIL(err, "a kernel's function not made again");
 			break;
 		case RM_MIG_VA_RANGE: {
@@ -170,7 +170,7 @@ int rm_mig_decode(const struct rm_mig_sink *k, void *arg, uint64_t total, char *
 			char name[RM_MIG_MAX_NAME + 1];
 			if (len < 24 || (err = k->read(arg, f, 24)))
 				FAIL(err ? err : -EPROTO, "malformed global record");
-			uint32_t nlen = rm_mig_get32(f + 8), lib = rm_mig_get32(f + 12);
+			uint32_t nlen = get32(f + 8), lib = get32(f + 12);
 			uint64_t held = get64(f + 16);
 			if (!nlen || nlen > RM_MIG_MAX_NAME || nlen > len - 24 || lib > 1 || !get64(f) ||
 			    (held && (len - 24 - nlen == 0 || held + (len - 24 - nlen) < held)) ||
@@ -186,8 +186,8 @@ int rm_mig_decode(const struct rm_mig_sink *k, void *arg, uint64_t total, char *
 		case RM_MIG_MODULE: {
 			if (len <= 16 || len - 16 > RM_MIG_MAX_IMAGE || (err = k->read(arg, f, 16)))
 				FAIL(err ? err : -EPROTO, "malformed module record (%llu bytes)", (unsigned long long)len);
-			uint32_t ctx = rm_mig_get32(f + 8);
-			if (ctx >= RM_MIG_MAX_CTX || rm_mig_get32(f + 12) || !get64(f))
+			uint32_t ctx = get32(f + 8);
+			if (ctx >= RM_MIG_MAX_CTX || get32(f + 12) || !get64(f))
 				FAIL(-EPROTO, "module record: context slot %u", ctx);
 			size_t size = (size_t)(len - 16);
 			uint8_t *image = calloc(1, size + 64); /* zeros after it: an ELF header's worth */
@@ -209,28 +209,40 @@ int rm_mig_decode(const struct rm_mig_sink *k, void *arg, uint64_t total, char *
 			name[len - 24] = 0;
 			if (strlen(name) != len - 24 || !get64(f) || !get64(f + 8))
 				FAIL(-EPROTO, "function record: a name with a NUL, or no handle");
-			if ((err = k->function(arg, get64(f), get64(f + 8), (int32_t)rm_mig_get32(f + 16), (int32_t)rm_mig_get32(f + 20), name)))
+			if ((err = k->function(arg, get64(f), get64(f + 8), (int32_t)get32(f + 16), (int32_t)get32(f + 20), name)))
 				FAIL(err, "function %s not found again", name);
 			break;
 		}
 		case RM_MIG_STREAM:
 			if ((err = fixed(k, arg, len, 24, f)))
 				FAIL(err, "malformed stream record");
-			if (rm_mig_get32(f + 8) >= RM_MIG_MAX_CTX || rm_mig_get32(f + 20) || !get64(f))
-				FAIL(-EPROTO, "stream record: context slot %u", rm_mig_get32(f + 8));
-			if ((err = k->stream(arg, get64(f), rm_mig_get32(f + 8), rm_mig_get32(f + 12), (int32_t)rm_mig_get32(f + 16))))
+			if (get32(f + 8) >= RM_MIG_MAX_CTX || get32(f + 20) || !get64(f))
+				FAIL(-EPROTO, "stream record: context slot %u", get32(f + 8));
+			if ((err = k->stream(arg, get64(f), get32(f + 8), get32(f + 12), (int32_t)get32(f + 16))))
 				FAIL(err, "stream not made");
 			break;
 		case RM_MIG_EVENT:
 			if ((err = fixed(k, arg, len, 16, f)))
 				FAIL(err, "malformed event record");
-			if (rm_mig_get32(f + 8) >= RM_MIG_MAX_CTX || !get64(f))
-				FAIL(-EPROTO, "event record: context slot %u", rm_mig_get32(f + 8));
-			if ((err = k->event(arg, get64(f), rm_mig_get32(f + 8), rm_mig_get32(f + 12))))
+			if (get32(f + 8) >= RM_MIG_MAX_CTX || !get64(f))
+				FAIL(-EPROTO, "event record: context slot %u", get32(f + 8));
+			if ((err = k->event(arg, get64(f), get32(f + 8), get32(f + 12))))
 				FAIL(err, "event not made");
 			break;
 		default:
 			FAIL(-EPROTO, "record %u of unknown type %u", records, type);
 		}
 	}
+}
+
+void rm_mig_image_head(uint8_t out[RM_MIG_IMAGE_HEAD], uint32_t kind, uint32_t ordinal)
+{
+	rm_mig_put32(out, kind);
+	rm_mig_put32(out + 4, ordinal);
+}
+
+int rm_mig_image_head_read(const uint8_t head[RM_MIG_IMAGE_HEAD], uint32_t *kind, uint32_t *ordinal)
+{
+	*kind = get32(head), *ordinal = get32(head + 4);
+	return *kind == RM_MIG_IMAGE_MODULE || *kind == RM_MIG_IMAGE_LIBRARY ? 0 : -EPROTO;
 }

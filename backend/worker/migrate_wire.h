@@ -69,12 +69,14 @@ void rm_mig_header(uint8_t out[RM_MIG_HEADER_LEN], uint32_t type, uint64_t len);
 /* Little-endian fields of a payload. */
 void rm_mig_put64(uint8_t *p, uint64_t v);
 void rm_mig_put32(uint8_t *p, uint32_t v);
-uint32_t rm_mig_get32(const uint8_t *p);
 
 /* RM_OP_MIGRATE_IMAGE's bulk, an image sent ahead of the state while the client still runs:
  * u32 its kind, u32 the client's ordinal of a module's device (0 for a library), then the
  * image. The target loads it, and the state's module or library of the same bytes takes it. */
 #define RM_MIG_IMAGE_HEAD 8
 enum rm_mig_image_kind { RM_MIG_IMAGE_MODULE = 1, RM_MIG_IMAGE_LIBRARY = 2 };
+void rm_mig_image_head(uint8_t out[RM_MIG_IMAGE_HEAD], uint32_t kind, uint32_t ordinal);
+/* 0, or -EPROTO for a kind that is neither. */
+int rm_mig_image_head_read(const uint8_t head[RM_MIG_IMAGE_HEAD], uint32_t *kind, uint32_t *ordinal);
 
 #endif

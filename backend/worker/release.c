@@ -130,8 +130,8 @@ static void release_va_range(struct rm_channel *s, const struct rm_handle *h)
 	rm_deferred_release_range(NULL, RM_DEFER_ADDRESS_FREE, h->value, h->size, NULL, NULL);
 }
 
-/* Memory the client brought when it moved in (migrate.h). */
-/* Window memory another client has open (CUDA IPC) becomes the worker's until it closes it. */
+/* Memory the client brought when it moved in, or the window's (migrate.h); window memory
+ * another client has open (CUDA IPC) becomes the worker's until it closes it. */
 static void release_moved_memory(struct rm_channel *s, const struct rm_handle *h)
 {
 	if (rm_ipc_leave(s, RM_IPC_MEMORY, h->value) == RM_IPC_OTHERS_HOLD && !rm_migrate_orphan_moved(s, h))
