@@ -64,14 +64,6 @@ int rm_alias_is_client_locked(const struct rm_session *sh, uint32_t kind, uint64
 	return i < sh->naliases && sh->aliases[i].kind == kind && sh->aliases[i].client == v;
 }
 
-uint64_t rm_alias_any_real_locked(const struct rm_session *sh, uint64_t v)
-{
-	for (size_t i = 0; v && i < sh->naliases; i++)
-		if (sh->aliases[i].client == v)
-			return sh->aliases[i].real;
-	return v;
-}
-
 void rm_alias_drop_locked(struct rm_session *sh, uint32_t kind, uint64_t real)
 {
 	for (size_t i = 0; i < sh->naliases; i++)

@@ -18,15 +18,16 @@ struct rm_alias {
 struct rm_session;
 struct rm_channel;
 
+/* The bit of the client values given to handles whose own value the client holds for
+ * another handle since it moved (handles.c). */
+#define RM_ALIAS_FRESH (1ull << 63)
+
 /* Adds client -> real for kind (under sh->lock): 0 or -ENOMEM. */
 int rm_alias_add_locked(struct rm_session *sh, uint32_t kind, uint64_t client, uint64_t real);
 /* The real value of the client's v of kind (v itself when not an alias), under sh->lock. */
 uint64_t rm_alias_real_locked(const struct rm_session *sh, uint32_t kind, uint64_t v);
 /* Whether v of kind is a client value of an alias (another real handle behind it). */
 int rm_alias_is_client_locked(const struct rm_session *sh, uint32_t kind, uint64_t v);
-/* The real value any kind's alias of v maps to (a parent's, whose kind the caller does not
- * know), or v. */
-uint64_t rm_alias_any_real_locked(const struct rm_session *sh, uint64_t v);
 /* Forgets the alias whose real value is real, of kind. */
 void rm_alias_drop_locked(struct rm_session *sh, uint32_t kind, uint64_t real);
 /* The value the client knows for real of kind: its alias's, a context's handle, or real. */

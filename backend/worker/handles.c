@@ -176,12 +176,20 @@ static void own_locked(struct rm_channel *s, enum rm_handle_kind kind, uint64_t 
 {
 	if (find_slot(s, kind, v))
 		return; /* asked for again (cuModuleGetFunction of one function): one record */
-	if (s->sh->naliases) { /* a session that moved in: a parent the client named is its alias */
-		parent = rm_alias_any_real_locked(s->sh, parent);
-		if (rm_alias_is_client_locked(s->sh, kind, v))
-			rm_session_log(s, RM_LOG_ERROR, "the driver gave handle 0x%llx of kind %d, which the client holds "
-				       "for another one since it moved: calls naming it reach the older one",
-				       (unsigned long long)v, kind);
+	if (s->sh->naliases && kind != RM_H_CONTEXT && !range_kind(kind) && rm_alias_is_client_locked(s->sh, kind, v)) {
+		/* A session that moved in: the driver gave a handle whose value the client holds for
+		 * another one. The client gets another value for it (rm_session_out_value), one no
+		 * process's handle has: the high half of the address space is the kernel's. */
+		uint64_t fresh = v | RM_ALIAS_FRESH;
+		while (rm_alias_is_client_locked(s->sh, kind, fresh))
+			fresh += 16;
+		if (rm_alias_add_locked(s->sh, kind, fresh, v))
+			rm_session_log(s, RM_LOG_ERROR, "out of memory: handle 0x%llx of kind %d, which the client holds for "
+				       "another one since it moved, reaches the older one", (unsigned long long)v, kind);
+		else
+			rm_session_log(s, RM_LOG_DEBUG, "handle 0x%llx of kind %d, a value the client holds for another one "
+				       "since it moved, is 0x%llx to it", (unsigned long long)v, kind,
+				       (unsigned long long)fresh);
 	}
 	if ((s->sh->handles_used + 1) * 4 > s->sh->handles_cap * 3 && grow(s)) {
 		rm_session_log(s, RM_LOG_ERROR, "out of memory recording a handle");

@@ -3,7 +3,8 @@
  * Source: an admin's RM_OP_MIGRATE reaches the client's worker (rm_migrate_request),
  * which marks its session and greets the target as a session of the same tenant
  * (Hello.migrate_in, the admin's credential; the target makes its contexts before it
- * answers), sends it the images of the session's modules and libraries to load ahead
+ * answers), sends it the address ranges the session's memory lies in to reserve
+ * (RM_OP_MIGRATE_RANGES) and the images of its modules and libraries to load ahead
  * (RM_OP_MIGRATE_IMAGE), then keeps that link alive with heartbeats. The session's main
  * thread moves it at the end of the client's next synchronous call, before its reply
  * (rm_migrate_before_reply): what the client asked before has run, and it sends nothing
@@ -12,8 +13,9 @@
  * it again, sends the client RM_OP_MOVED and the reply, and ends the session here. Any failure before RM_OP_MOVED leaves the
  * client where it was, with the admin told why.
  *
- * Target: the session greeted with migrate_in loads the images sent ahead
- * (rm_handle_migrate_image), then takes the state (rm_handle_migrate_state):
+ * Target: the session greeted with migrate_in reserves the ranges and loads the images sent
+ * ahead (rm_handle_migrate_ranges, rm_handle_migrate_image), then takes the state
+ * (rm_handle_migrate_state):
  * contexts, memory mapped at the addresses the client holds, modules from their images,
  * functions by name, streams and events, each handle of the client mapped to the new one
  * (handle_alias.h); then it waits for the client's attach (rm_migrate_resume) and serves
@@ -105,6 +107,13 @@ struct rm_moved_run {
  * address only for whole 32 MiB blocks at a 32 MiB boundary (any other hint was moved
  * elsewhere, measured). */
 #define RM_MOVED_BLOCK (32ull << 20)
+/* The bytes a client's address range [base, base + size) is reserved in at a target: one at
+ * a block's start in whole blocks (a window's: memory_window.h); 0 where that overflows. */
+static inline uint64_t rm_mig_va_range_whole(uint64_t base, uint64_t size)
+{
+	uint64_t whole = base % RM_MOVED_BLOCK ? size : (size + RM_MOVED_BLOCK - 1) / RM_MOVED_BLOCK * RM_MOVED_BLOCK;
+	return whole < size ? 0 : whole;
+}
 struct rm_moved_block {
 	uint64_t base;
 	uint32_t runs;
@@ -118,12 +127,20 @@ CUresult rm_migrate_own(struct rm_channel *s, uint64_t base, uint64_t size);
 /* Both as one step (memory_window.c): span bytes mapped at base, the first size of them the
  * client's allocation; undone where either fails. */
 CUresult rm_migrate_map_owned(struct rm_channel *s, CUdevice dev, uint64_t base, uint64_t span, uint64_t size);
-/* Target: an address range a client reserved, at a block's start and of whole blocks
- * (RM_MOVED_BLOCK), reserved at its address; given up, it stays reserved in the worker
- * (parked) for the client's return: an H100's driver, once such a range that was never
- * mapped was given back, did not reserve it at that address again. */
+/* Target: an address range a client reserved, reserved at its address (one at a block's
+ * start in whole blocks: RM_MOVED_BLOCK); given up, it stays reserved in the worker
+ * (parked) for the client's return, as the spans and blocks its moved memory was mapped in
+ * do: an H100's driver laid modules loaded later into such ranges once given back. */
 CUresult rm_migrate_reserve_range(uint64_t base, uint64_t size);
 void rm_migrate_park_range(uint64_t base, uint64_t size);
+/* Target, before it loads anything for a moving client: [base, base + size) reserved and
+ * parked (RM_OP_MIGRATE_RANGES), or in this worker's window: 1; 0 where it is taken. */
+int rm_migrate_hold_range(uint64_t base, uint64_t size);
+/* Source: the addresses of memory just freed because its client moved away, reserved and
+ * parked where the driver gives exactly them (whole RM_HELD_GRANULEs from an aligned base),
+ * so that the client finds them free when it comes back. */
+#define RM_HELD_GRANULE (2ull << 20)
+void rm_migrate_hold_freed(uint64_t base, uint64_t size);
 /* Unmaps the spans no allocation lies in (a state that failed part-way). */
 void rm_migrate_drop_unused(struct rm_channel *s);
 

@@ -107,31 +107,24 @@ static void range_holder(uint64_t base, uint64_t size, char *buf, size_t len)
 }
 
 /* An address range the client reserved, empty: reserved at the same addresses here, or
- * refused where the driver gives others. One at a 32 MiB boundary (a window's:
- * memory_window.h) is reserved in whole 32 MiB blocks, parked when given up
- * (rm_migrate_park_range; the handle's parent field: the bytes reserved; 0 for a
- * reservation of the driver's or in this worker's window). */
+ * refused where the driver gives others, and parked when given up (rm_migrate_park_range;
+ * the handle's parent field: the bytes reserved; 0 in this worker's window). One at a
+ * 32 MiB boundary (a window's: memory_window.h) is reserved in whole 32 MiB blocks. */
 static int on_va_range(void *arg, uint64_t base, uint64_t size)
 {
 	struct restore *x = arg;
 	int err = enter(x, 0);
 	if (err)
 		return err;
-	CUdeviceptr p = 0;
 	CUresult r = CUDA_SUCCESS;
-	uint64_t whole = base % RM_MOVED_BLOCK ? size : (size + RM_MOVED_BLOCK - 1) / RM_MOVED_BLOCK * RM_MOVED_BLOCK;
-	if (whole < size)
+	uint64_t whole = rm_mig_va_range_whole(base, size);
+	if (!whole)
 		return -EINVAL;
-	uint64_t blocks = 0; /* reserved in whole blocks, recorded as the handle's parent */
-	if (rm_window_holds(base, whole)) { /* this worker's own window: its addresses are reserved */
+	uint64_t reserved = 0; /* recorded as the handle's parent */
+	if (rm_window_holds(base, whole)) /* this worker's own window: its addresses are reserved */
 		rm_window_taken(base, whole);
-	} else if (!(base % RM_MOVED_BLOCK)) {
-		if ((r = rm_migrate_reserve_range(base, whole)) == CUDA_SUCCESS)
-			blocks = whole;
-	} else if ((r = rm_drv_cuMemAddressReserve(&p, size, 0, base, 0)) == CUDA_SUCCESS && p != base) {
-		rm_drv_cuMemAddressFree(p, size);
-		r = CUDA_ERROR_ALREADY_MAPPED;
-	}
+	else if ((r = rm_migrate_reserve_range(base, whole)) == CUDA_SUCCESS)
+		reserved = whole;
 	if (r != CUDA_SUCCESS) {
 		char holder[160] = "";
 		range_holder(base, size, holder, sizeof(holder));
@@ -139,7 +132,7 @@ static int on_va_range(void *arg, uint64_t base, uint64_t size)
 			       (unsigned long long)base, (unsigned long long)(base + size), holder);
 		return r == CUDA_ERROR_ALREADY_MAPPED || r == CUDA_ERROR_INVALID_VALUE ? -EADDRINUSE : err_of(r);
 	}
-	rm_session_own_memory(x->s, RM_H_VA_RANGE, base, size, blocks);
+	rm_session_own_memory(x->s, RM_H_VA_RANGE, base, size, reserved);
 	rm_session_log(x->s, RM_LOG_DEBUG, "reserved 0x%llx to 0x%llx for the moving client", (unsigned long long)base,
 		       (unsigned long long)(base + size));
 	return 0;
@@ -205,6 +198,7 @@ static int on_memory(void *arg, uint64_t base, uint64_t size, uint32_t ctx)
 static int alias(struct restore *x, uint32_t kind, uint64_t client, uint64_t real)
 {
 	pthread_mutex_lock(&x->s->sh->lock);
+	rm_alias_drop_locked(x->s->sh, kind, real); /* a fresh value own gave it (handles.c): the client's is this */
 	int err = client == real ? 0 : rm_alias_add_locked(x->s->sh, kind, client, real);
 	pthread_mutex_unlock(&x->s->sh->lock);
 	return err;
@@ -322,8 +316,11 @@ static int on_kernel(void *arg, uint64_t handle, uint64_t library, int32_t smem,
 			r = rm_drv_cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, carveout, k,
 							x->slots[i]->dev);
 	}
-	if (r != CUDA_SUCCESS)
+	if (r != CUDA_SUCCESS) {
+		rm_session_log(x->s, RM_LOG_WARN, "kernel %s of library %#llx (smem %d, carveout %d): CUresult %d", name,
+			       (unsigned long long)library, smem, carveout, r);
 		return err_of(r);
+	}
 	rm_session_own(x->s, RM_H_KERNEL, k, (uint64_t)(uintptr_t)lib);
 	return alias(x, RM_H_KERNEL, handle, (uint64_t)(uintptr_t)k);
 }
@@ -514,6 +511,42 @@ void rm_handle_migrate_image(struct rm_channel *s, struct rm_request *rq)
 	rm_session_log(s, r == CUDA_SUCCESS ? RM_LOG_DEBUG : RM_LOG_WARN, "an image of %zu bytes sent ahead: %s in %llu us",
 		       n, r == CUDA_SUCCESS ? "loaded" : "not loaded (the state loads it)",
 		       (unsigned long long)(clock_us() - began));
+	rm_request_finish(s, rq, r, NULL);
+}
+
+/* RM_OP_MIGRATE_RANGES (migrate_wire.h): before the images, the address ranges the moving
+ * client's memory lies in, reserved here first (rm_migrate_hold_range). A range that cannot
+ * be is left to the state, which refuses the move if it is still taken then. */
+void rm_handle_migrate_ranges(struct rm_channel *s, struct rm_request *rq)
+{
+	uint64_t bulk = rq->frame.bulk_len;
+	pthread_mutex_lock(&s->sh->lock);
+	int before_state = s->sh->migrate_in == 1 && s->chan == 0;
+	pthread_mutex_unlock(&s->sh->lock);
+	if (!before_state) {
+		rm_session_log(s, RM_LOG_WARN, "address ranges sent ahead outside a move's start; refused");
+		rm_request_finish(s, rq, CUDA_ERROR_NOT_PERMITTED, NULL);
+		return;
+	}
+	if (rq->frame.msg_len || !bulk || bulk % RM_MIG_RANGE_LEN || bulk / RM_MIG_RANGE_LEN > RM_MIG_MAX_RANGES) {
+		rm_request_finish(s, rq, CUDA_ERROR_INVALID_VALUE, NULL);
+		return;
+	}
+	uint8_t *list = malloc((size_t)bulk);
+	CUresult r = list ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+	if (list && rm_request_read_bulk(s, rq, list, (size_t)bulk))
+		r = CUDA_ERROR_UNKNOWN; /* the connection failed */
+	size_t count = (size_t)(bulk / RM_MIG_RANGE_LEN), held = 0;
+	for (size_t i = 0; r == CUDA_SUCCESS && i < count; i++) {
+		uint64_t base, size;
+		if (rm_mig_range_read(list + i * RM_MIG_RANGE_LEN, &base, &size))
+			r = CUDA_ERROR_INVALID_VALUE;
+		else
+			held += rm_migrate_hold_range(base, size);
+	}
+	free(list);
+	if (r == CUDA_SUCCESS)
+		rm_session_log(s, RM_LOG_INFO, "%zu of %zu address ranges of the moving client reserved ahead", held, count);
 	rm_request_finish(s, rq, r, NULL);
 }
 

@@ -77,6 +77,83 @@ static int run_overlaps(const struct rm_moved_run *r, uint64_t base, uint64_t si
 	return r->base < base + size && base < r->base + r->span;
 }
 
+/* Reservations at a moved client's addresses that it gave up, by freeing or moving away:
+ * kept (parked) for its return. Given back, the driver lays what the worker loads next
+ * there (an H100's, the images a target loads ahead of a client coming back), and the
+ * client's addresses are taken when it returns. */
+static pthread_mutex_t parked_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct parked {
+	uint64_t base, size;
+} *parked;
+static size_t nparked, parked_cap;
+
+static void park(uint64_t base, uint64_t size)
+{
+	pthread_mutex_lock(&parked_lock);
+	int kept = nparked < parked_cap;
+	if (!kept) {
+		size_t cap = parked_cap ? parked_cap * 2 : 16;
+		struct parked *p = realloc(parked, cap * sizeof(*p));
+		if ((kept = p != NULL))
+			parked = p, parked_cap = cap;
+	}
+	if (kept)
+		parked[nparked++] = (struct parked){base, size};
+	pthread_mutex_unlock(&parked_lock);
+	if (!kept)
+		rm_drv_cuMemAddressFree(base, size);
+}
+
+/* Whether [base, base + size) is one parked reservation. */
+static int parked_exactly(uint64_t base, uint64_t size)
+{
+	int found = 0;
+	pthread_mutex_lock(&parked_lock);
+	for (size_t i = 0; i < nparked && !found; i++)
+		found = parked[i].base == base && parked[i].size == size;
+	pthread_mutex_unlock(&parked_lock);
+	return found;
+}
+
+/* Whether the whole blocks [base, base + size) lies in are parked as one range, other than
+ * it (rm_migrate_hold_range's second choice): the span is then mapped block by block. */
+static int parked_as_blocks(uint64_t base, uint64_t size)
+{
+	uint64_t first = base & ~(RM_MOVED_BLOCK - 1), end = (base + size + RM_MOVED_BLOCK - 1) & ~(RM_MOVED_BLOCK - 1);
+	return end > base && (first != base || end != base + size) && parked_exactly(first, end - first);
+}
+
+/* Reserves [base, base + size) at exactly that address, or fails with ALREADY_MAPPED: a
+ * parked reservation of exactly that range, else a new one, once the parked ones it
+ * overlaps are given back. */
+static CUresult reserve_at(uint64_t base, uint64_t size, uint64_t alignment)
+{
+	pthread_mutex_lock(&parked_lock);
+	for (size_t i = 0; i < nparked;) {
+		struct parked p = parked[i];
+		if (p.base >= base + size || base >= p.base + p.size) {
+			i++;
+			continue;
+		}
+		parked[i] = parked[--nparked];
+		if (p.base == base && p.size == size) {
+			pthread_mutex_unlock(&parked_lock);
+			return CUDA_SUCCESS;
+		}
+		rm_drv_cuMemAddressFree(p.base, p.size);
+	}
+	CUdeviceptr got = 0;
+	CUresult r = rm_drv_cuMemAddressReserve(&got, size, alignment, base, 0);
+	pthread_mutex_unlock(&parked_lock);
+	if (r == CUDA_SUCCESS && got != base) {
+		rm_log(RM_LOG_DEBUG, "migration: 0x%llx not reserved (the driver gave 0x%llx)", (unsigned long long)base,
+		       (unsigned long long)got);
+		rm_drv_cuMemAddressFree(got, size);
+		r = CUDA_ERROR_ALREADY_MAPPED;
+	}
+	return r;
+}
+
 /* The reserved block holding address a, or NULL. */
 static struct rm_moved_block *block_of(struct rm_session *sh, uint64_t a)
 {
@@ -104,16 +181,9 @@ static CUresult block_hold(struct rm_session *sh, uint64_t a)
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		sh->moved_blocks = b, sh->moved_blocks_cap = cap;
 	}
-	CUdeviceptr got = 0;
-	CUresult r = rm_drv_cuMemAddressReserve(&got, RM_MOVED_BLOCK, RM_MOVED_BLOCK, base, 0);
+	CUresult r = reserve_at(base, RM_MOVED_BLOCK, RM_MOVED_BLOCK);
 	if (r != CUDA_SUCCESS)
 		return r;
-	if (got != base) {
-		rm_log(RM_LOG_DEBUG, "migration: block 0x%llx not reserved (the driver gave 0x%llx)", (unsigned long long)base,
-		       (unsigned long long)got);
-		rm_drv_cuMemAddressFree(got, RM_MOVED_BLOCK);
-		return CUDA_ERROR_ALREADY_MAPPED;
-	}
 	sh->moved_blocks[sh->nmoved_blocks++] = (struct rm_moved_block){base, 1};
 	return CUDA_SUCCESS;
 }
@@ -122,7 +192,7 @@ static void block_leave(struct rm_session *sh, uint64_t a)
 {
 	struct rm_moved_block *b = block_of(sh, a);
 	if (b && !--b->runs) {
-		rm_drv_cuMemAddressFree(b->base, RM_MOVED_BLOCK);
+		park(b->base, RM_MOVED_BLOCK);
 		*b = sh->moved_blocks[--sh->nmoved_blocks];
 	}
 }
@@ -133,7 +203,7 @@ static void run_unreserve(struct rm_session *sh, const struct rm_moved_run *r)
 	if (r->in_window)
 		return; /* the window's reservation stays */
 	if (r->reserved_alone)
-		rm_drv_cuMemAddressFree(r->base, r->span);
+		park(r->base, r->span);
 	else
 		block_leave(sh, r->base);
 }
@@ -152,13 +222,8 @@ static CUresult map_run(struct rm_session *sh, CUdevice dev, struct rm_moved_run
 	if (run->in_window) {
 		; /* reserved with the window */
 	} else if (alone) {
-		CUdeviceptr got = 0;
-		if ((r = rm_drv_cuMemAddressReserve(&got, span, 0, base, 0)) != CUDA_SUCCESS)
+		if ((r = reserve_at(base, span, 0)) != CUDA_SUCCESS)
 			return r;
-		if (got != base) {
-			rm_drv_cuMemAddressFree(got, span);
-			return CUDA_ERROR_ALREADY_MAPPED;
-		}
 	} else if ((r = block_hold(sh, base)) != CUDA_SUCCESS) {
 		return r;
 	}
@@ -237,7 +302,9 @@ static CUresult map_span(struct rm_channel *s, CUdevice dev, uint64_t base, uint
 		return r;
 	size_t first = sh->nmoved_runs;
 	struct rm_moved_run whole = {.base = base, .span = size};
-	if ((r = map_run(sh, dev, &whole, 1)) == CUDA_SUCCESS) {
+	if (!rm_window_holds(base, size) && parked_as_blocks(base, size))
+		r = CUDA_ERROR_ALREADY_MAPPED; /* its blocks held ahead: mapped in them */
+	else if ((r = map_run(sh, dev, &whole, 1)) == CUDA_SUCCESS) {
 		if (!run_add(sh, whole))
 			return CUDA_SUCCESS;
 		run_unmap(sh, &whole);
@@ -297,45 +364,47 @@ static CUresult own(struct rm_channel *s, uint64_t base, uint64_t size)
 	return CUDA_SUCCESS;
 }
 
-/* Reservations of address ranges that moved in and were given up: kept, for the client's
- * return (parked). */
-static struct parked {
-	uint64_t base, size;
-} *parked;
-static size_t nparked;
-
 CUresult rm_migrate_reserve_range(uint64_t base, uint64_t size)
 {
-	if (base % RM_MOVED_BLOCK || !size || size % RM_MOVED_BLOCK || base + size < base)
+	if (!size || base + size < base)
 		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&runs_lock);
-	for (size_t i = 0; i < nparked; i++)
-		if (parked[i].base == base && parked[i].size == size) {
-			parked[i] = parked[--nparked];
-			pthread_mutex_unlock(&runs_lock);
-			return CUDA_SUCCESS;
-		}
-	pthread_mutex_unlock(&runs_lock);
+	return reserve_at(base, size, base % RM_MOVED_BLOCK ? 0 : RM_MOVED_BLOCK);
+}
+
+void rm_migrate_hold_freed(uint64_t base, uint64_t size)
+{
+	uint64_t span = (size + RM_HELD_GRANULE - 1) / RM_HELD_GRANULE * RM_HELD_GRANULE;
 	CUdeviceptr got = 0;
-	CUresult r = rm_drv_cuMemAddressReserve(&got, size, RM_MOVED_BLOCK, base, 0);
-	if (r == CUDA_SUCCESS && got != base) {
-		rm_drv_cuMemAddressFree(got, size);
-		r = CUDA_ERROR_ALREADY_MAPPED;
-	}
-	return r;
+	if (base % RM_HELD_GRANULE || span < size || rm_drv_cuMemAddressReserve(&got, span, 0, base, 0) != CUDA_SUCCESS)
+		return;
+	if (got == base)
+		park(base, span);
+	else
+		rm_drv_cuMemAddressFree(got, span);
 }
 
 void rm_migrate_park_range(uint64_t base, uint64_t size)
 {
-	pthread_mutex_lock(&runs_lock);
-	struct parked *p = realloc(parked, (nparked + 1) * sizeof(*p));
-	if (p) {
-		parked = p;
-		parked[nparked++] = (struct parked){base, size};
+	park(base, size);
+}
+
+int rm_migrate_hold_range(uint64_t base, uint64_t size)
+{
+	if (rm_window_holds(base, size)) /* this worker's window keeps its addresses */
+		return 1;
+	uint64_t first = base & ~(RM_MOVED_BLOCK - 1), end = (base + size + RM_MOVED_BLOCK - 1) & ~(RM_MOVED_BLOCK - 1);
+	if (base + size < base || end < base)
+		return 0;
+	if (reserve_at(base, size, 0) == CUDA_SUCCESS) {
+		park(base, size);
+		return 1;
 	}
-	pthread_mutex_unlock(&runs_lock);
-	if (!p)
-		rm_drv_cuMemAddressFree(base, size);
+	/* The whole blocks it lies in, which an H100's driver reserves at their address where
+	 * it moves a range's other hints elsewhere; the state then maps it block by block. */
+	if ((first == base && end == base + size) || reserve_at(first, end - first, RM_MOVED_BLOCK) != CUDA_SUCCESS)
+		return 0;
+	park(first, end - first);
+	return 1;
 }
 
 CUresult rm_migrate_own(struct rm_channel *s, uint64_t base, uint64_t size)

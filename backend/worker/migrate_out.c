@@ -38,6 +38,7 @@ static uint64_t now_us(void)
 /* ---- the admin's request ---- */
 
 static int link_target(struct rm_migration *m);
+static int send_ranges_ahead(struct rm_migration *m);
 static int send_images_ahead(struct rm_migration *m);
 static void heartbeat_target(struct rm_migration *m);
 
@@ -115,6 +116,9 @@ void rm_migrate_request(struct rm_conn *conn, const struct rm_handoff *h)
 		until.tv_sec += wait_s;
 		int greet_err = link_target(&m);
 		uint64_t greeted = now_us() - t0;
+		int ranges = greet_err ? 0 : send_ranges_ahead(&m);
+		if (ranges < 0)
+			greet_err = ranges;
 		int ahead = greet_err ? 0 : send_images_ahead(&m);
 		if (ahead < 0)
 			greet_err = ahead;
@@ -126,10 +130,10 @@ void rm_migrate_request(struct rm_conn *conn, const struct rm_handoff *h)
 				unlink_untaken(&m);
 		} else if (!m.done) {
 			m.ready = 1;
-			rm_log(RM_LOG_INFO, "session %llu: target %s greeted in %llu us, as its session %llu, and %d images "
-			       "loaded there ahead by %llu us; moving at the client's next synchronous call",
-			       (unsigned long long)h->session_id, m.target, (unsigned long long)greeted,
-			       (unsigned long long)m.target_session, ahead, (unsigned long long)(now_us() - t0));
+			rm_log(RM_LOG_INFO, "session %llu: target %s greeted in %llu us, as its session %llu; %d address "
+			       "ranges reserved and %d images loaded there ahead by %llu us; moving at the client's next "
+			       "synchronous call", (unsigned long long)h->session_id, m.target, (unsigned long long)greeted,
+			       (unsigned long long)m.target_session, ranges, ahead, (unsigned long long)(now_us() - t0));
 		}
 		uint32_t beat_ms = m.target_heartbeat_ms ? m.target_heartbeat_ms : 1000;
 		while (m.done != 2) { /* once under way, the move is waited for to its end */
@@ -376,6 +380,35 @@ static uint8_t *copy_kept_image(struct rm_migration *m, uint64_t module, size_t 
 	}
 	pthread_mutex_unlock(&mig_lock);
 	return copy;
+}
+
+/* Sends the greeted target the address ranges the session's memory and reservations lie in
+ * (RM_OP_MIGRATE_RANGES), before the images: the target reserves them first, so that what
+ * it loads ahead does not land there. How many were sent, or -errno where the link failed. */
+static int send_ranges_ahead(struct rm_migration *m)
+{
+	uint8_t *list = NULL;
+	size_t count = 0;
+	int err = 0;
+	pthread_mutex_lock(&mig_lock);
+	if (!m->done)
+		err = rm_mig_ranges(m->sh, &list, &count);
+	pthread_mutex_unlock(&mig_lock);
+	if (err || !count) { /* without the list the move goes on, as before it was sent */
+		free(list);
+		return 0;
+	}
+	struct iovec bulk = {list, count * RM_MIG_RANGE_LEN};
+	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_MIGRATE_RANGES, .seq = ++m->seq,
+			     .bulk_len = bulk.iov_len}, rf;
+	err = rm_link_send(&m->link, &f, NULL, &bulk, 1);
+	if (!err && !(err = read_answer(&m->link, &rf)) && (rf.op != RM_OP_MIGRATE_RANGES || rf.msg_len || rf.bulk_len))
+		err = -EPROTO;
+	free(list);
+	if (err)
+		snprintf(m->error, sizeof(m->error), "the target failed while reserving the client's addresses ahead: %s",
+			 strerror(-err));
+	return err ? err : (int)count;
 }
 
 /* Sends the session's module and library images to the greeted target before the client's

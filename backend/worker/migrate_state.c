@@ -300,6 +300,17 @@ static int by_base(const void *a, const void *b)
 	return x->value < y->value ? -1 : x->value > y->value;
 }
 
+/* From mem[i] (sorted by base) on, the allocations whose granules of gran bytes touch,
+ * merged into one span [*base, *end): the index after them. */
+static size_t span_at(const struct rm_handle *mem, size_t n, size_t i, uint64_t gran, uint64_t *base, uint64_t *end)
+{
+	*base = mem[i].value & ~(gran - 1), *end = mem[i].value + mem[i].size;
+	for (i++; i < n && (mem[i].value & ~(gran - 1)) <= ((*end + gran - 1) & ~(gran - 1)); i++)
+		*end = mem[i].value + mem[i].size > *end ? mem[i].value + mem[i].size : *end;
+	*end = (*end + gran - 1) & ~(gran - 1);
+	return i;
+}
+
 /* The spans the memory lies in: its allocations' granules, those that touch merged, so
  * that each allocation lies in one span the target maps as one range. */
 static int send_spans(struct rm_mig_sender *x)
@@ -325,11 +336,9 @@ static int send_spans(struct rm_mig_sender *x)
 			err = -EIO;
 			break;
 		}
-		uint64_t base = mem[i].value & ~(uint64_t)(gran - 1), end = mem[i].value + mem[i].size;
+		uint64_t base, end;
 		uint32_t slot = mem[i].ctx - 1;
-		for (i++; i < n && (mem[i].value & ~(uint64_t)(gran - 1)) <= ((end + gran - 1) & ~(uint64_t)(gran - 1)); i++)
-			end = mem[i].value + mem[i].size > end ? mem[i].value + mem[i].size : end;
-		end = (end + gran - 1) & ~(uint64_t)(gran - 1);
+		i = span_at(mem, n, i, gran, &base, &end);
 		uint8_t f[24];
 		rm_mig_put64(f, base);
 		rm_mig_put64(f + 8, end - base);
@@ -339,6 +348,50 @@ static int send_spans(struct rm_mig_sender *x)
 	}
 	free(mem);
 	return err;
+}
+
+int rm_mig_ranges(struct rm_session *sh, uint8_t **out, size_t *count)
+{
+	*out = NULL, *count = 0;
+	pthread_mutex_lock(&sh->lock);
+	size_t n = 0;
+	for (size_t i = 0; i < sh->handles_cap; i++)
+		n += sh->handles[i].kind == RM_H_MEMORY || sh->handles[i].kind == RM_H_MOVED_MEMORY ||
+		     sh->handles[i].kind == RM_H_VA_RANGE;
+	struct rm_handle *h = malloc((n + 1) * sizeof(*h));
+	size_t got = 0;
+	for (size_t i = 0; h && i < sh->handles_cap && got < n; i++)
+		if (sh->handles[i].kind == RM_H_MEMORY || sh->handles[i].kind == RM_H_MOVED_MEMORY ||
+		    sh->handles[i].kind == RM_H_VA_RANGE)
+			h[got++] = sh->handles[i];
+	pthread_mutex_unlock(&sh->lock);
+	uint8_t *list = h ? malloc((got + 1) * RM_MIG_RANGE_LEN) : NULL;
+	if (!list) {
+		free(h);
+		return -ENOMEM;
+	}
+	/* The reservations first, as the target reserves them (migrate_in.c's on_va_range),
+	 * then the memory's spans, in RM_HELD_GRANULEs: where a GPU's granules differ, the
+	 * state's spans take the ranges held ahead apart again (migrate_memory.c). */
+	size_t nmem = 0, k = 0;
+	for (size_t i = 0; i < got; i++) {
+		if (h[i].kind != RM_H_VA_RANGE) {
+			h[nmem++] = h[i];
+			continue;
+		}
+		uint64_t whole = rm_mig_va_range_whole(h[i].value, h[i].size);
+		if (whole && k < RM_MIG_MAX_RANGES)
+			rm_mig_range_put(list + RM_MIG_RANGE_LEN * k++, h[i].value, whole);
+	}
+	qsort(h, nmem, sizeof(*h), by_base);
+	for (size_t i = 0; i < nmem && k < RM_MIG_MAX_RANGES;) {
+		uint64_t base, end;
+		i = span_at(h, nmem, i, RM_HELD_GRANULE, &base, &end);
+		rm_mig_range_put(list + RM_MIG_RANGE_LEN * k++, base, end - base);
+	}
+	free(h);
+	*out = list, *count = k;
+	return 0;
 }
 
 /* The whole state, sent (or, counting, sized). */

@@ -40,5 +40,8 @@ struct rm_mig_sender {
 const char *rm_mig_refusal(struct rm_channel *s, struct rm_mig_collect *c);
 /* Sends (or sizes) the whole state: 0, or -errno (x->why may say why). */
 int rm_mig_send_state(struct rm_mig_sender *x);
+/* Source, while the client still runs: the address ranges its memory and reservations lie
+ * in (RM_OP_MIGRATE_RANGES's list, count of them): 0, or -ENOMEM. */
+int rm_mig_ranges(struct rm_session *sh, uint8_t **out, size_t *count);
 
 #endif

@@ -246,3 +246,15 @@ int rm_mig_image_head_read(const uint8_t head[RM_MIG_IMAGE_HEAD], uint32_t *kind
 	*kind = get32(head), *ordinal = get32(head + 4);
 	return *kind == RM_MIG_IMAGE_MODULE || *kind == RM_MIG_IMAGE_LIBRARY ? 0 : -EPROTO;
 }
+
+void rm_mig_range_put(uint8_t out[RM_MIG_RANGE_LEN], uint64_t base, uint64_t size)
+{
+	rm_mig_put64(out, base);
+	rm_mig_put64(out + 8, size);
+}
+
+int rm_mig_range_read(const uint8_t in[RM_MIG_RANGE_LEN], uint64_t *base, uint64_t *size)
+{
+	*base = get64(in), *size = get64(in + 8);
+	return *size && *base + *size > *base ? 0 : -EPROTO;
+}

@@ -79,4 +79,14 @@ void rm_mig_image_head(uint8_t out[RM_MIG_IMAGE_HEAD], uint32_t kind, uint32_t o
 /* 0, or -EPROTO for a kind that is neither. */
 int rm_mig_image_head_read(const uint8_t head[RM_MIG_IMAGE_HEAD], uint32_t *kind, uint32_t *ordinal);
 
+/* RM_OP_MIGRATE_RANGES's bulk, before the images: the address ranges the moving client's
+ * memory and reservations lie in, each u64 base and u64 size, at most RM_MIG_MAX_RANGES.
+ * The target reserves them before it loads anything for the client, so that nothing it
+ * loads lands where the client's memory is to go. */
+#define RM_MIG_RANGE_LEN 16
+#define RM_MIG_MAX_RANGES 65536u
+void rm_mig_range_put(uint8_t out[RM_MIG_RANGE_LEN], uint64_t base, uint64_t size);
+/* 0, or -EPROTO for an empty range or one past the end of the address space. */
+int rm_mig_range_read(const uint8_t in[RM_MIG_RANGE_LEN], uint64_t *base, uint64_t *size);
+
 #endif

@@ -251,8 +251,8 @@ static int collect_value(const struct rm_handle *h, void *arg)
 
 void rm_va_range_give_back(struct rm_channel *s, const struct rm_handle *h)
 {
-	if (h->parent) {
-		rm_migrate_park_range(h->value, h->parent);
+	if (h->parent || !rm_window_holds(h->value, h->size)) { /* kept for the client's return */
+		rm_migrate_park_range(h->value, h->parent ? h->parent : h->size);
 		return;
 	}
 	CUresult r = rm_window_address_free(h->value, h->size);
@@ -284,6 +284,8 @@ size_t rm_session_release_memory_now(struct rm_channel *s)
 				if (r != CUDA_SUCCESS)
 					rm_session_log(s, RM_LOG_WARN, "its memory at 0x%llx not freed: CUresult %d",
 						       (unsigned long long)h.value, r);
+				else
+					rm_migrate_hold_freed(h.value, h.size);
 				rm_session_uncharge(s, h.size);
 			}
 			freed++;

@@ -197,7 +197,7 @@ size_t rm_session_release_all(struct rm_channel *s);
  * its addresses are free here when the client moves back: how many were. */
 size_t rm_session_release_memory_now(struct rm_channel *s);
 /* Gives back an address range of the client's (RM_H_VA_RANGE) now, nothing mapped in it:
- * parked where it moved in (rm_migrate_park_range), else the window's or the driver's. */
+ * the window's, else parked (rm_migrate_park_range) for the client's return. */
 void rm_va_range_give_back(struct rm_channel *s, const struct rm_handle *h);
 /* Frees everything the client still owns, then the session. */
 void rm_session_destroy(struct rm_channel *s);

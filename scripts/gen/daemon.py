@@ -132,7 +132,9 @@ def gen_daemon_handler(fn, entry, fields):
         p, v = f.p, f"a_{f.p.name}"
         if f.new:
             parents = [g for g in fields if g.dir == "in" and g.kind == "handle"]
-            parent = f"req->{parents[0].field}" if parents else "0"
+            # the parent's real handle (rm_session_use's), not the client's value: a moved
+            # client's value may be another real handle's here (handle_alias.h)
+            parent = f"(uint64_t)(uintptr_t)a_{parents[0].p.name}" if parents else "0"
             o.append(f"\tif (r == CUDA_SUCCESS)\n\t\trm_session_own(s, {HANDLE_KINDS[p.base]}, {v}, {parent});")
         if f.delete:
             o.append(f"\tif (r == CUDA_SUCCESS)\n\t\trm_session_disown(s, {HANDLE_KINDS[p.base]}, {v});")

@@ -21,9 +21,9 @@
  * replies carried, counted from 0 and modulo how many there were, plus OOOOOOOO. The
  * first bytes that are not a whole frame, and all after them, are sent as they are.
  *
- * An input whose first frame is RM_OP_MIGRATE_IMAGE is a move's source instead: its
- * session is greeted as a move's target (migrate.h), which takes images sent ahead before
- * the state; its RM_OP_MIGRATE_STATE frames are left out (a state made again would wait
+ * An input whose first frame is RM_OP_MIGRATE_RANGES or RM_OP_MIGRATE_IMAGE is a move's
+ * source instead: its session is greeted as a move's target (migrate.h), which takes the
+ * address ranges and images sent ahead before the state; its RM_OP_MIGRATE_STATE frames are left out (a state made again would wait
  * 30 s for its client), and what it preloaded must be released at its end as the rest. */
 #include <dlfcn.h>
 #include <errno.h>
@@ -432,7 +432,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		LLVMFuzzerInitialize(NULL, NULL);
 	int slot;
 	struct rm_frame first;
-	int moving = size >= RM_FRAME_LEN && !rm_frame_decode(data, &first) && first.op == RM_OP_MIGRATE_IMAGE;
+	int moving = size >= RM_FRAME_LEN && !rm_frame_decode(data, &first) &&
+		     (first.op == RM_OP_MIGRATE_RANGES || first.op == RM_OP_MIGRATE_IMAGE);
 	struct client c = {.fd = hand_over_client(&slot, moving), .msg = reply_msg};
 	exchange(&c, NULL, 0, 1, 1, 0); /* the hello's reply */
 	send_input(&c, data, size, moving);

@@ -20,7 +20,7 @@ FRAME = struct.Struct('<IIQIIQQii')
 MAGIC = 0x524D5231
 F_REPLY, F_ASYNC = 1, 2
 OP_HELLO, OP_STATUS, OP_ATTACH = 0, 0x10000, 0x10001
-OP_MIGRATE_STATE, OP_MIGRATE_IMAGE = 0x102BD, 0x102C1  # proto/reserved_ops.def
+OP_MIGRATE_STATE, OP_MIGRATE_IMAGE, OP_MIGRATE_RANGES = 0x102BD, 0x102C1, 0x102C2  # proto/reserved_ops.def
 # Opcodes of proto/api.spec (fixed, append-only), as the generated api_ops.h numbers them.
 OP = {'cuInit': 1, 'cuDeviceGet': 2, 'cuDeviceGetCount': 3, 'cuDeviceGetName': 4,
       'cuDevicePrimaryCtxRetain': 13, 'cuCtxSynchronize': 21, 'cuMemAlloc_v2': 27, 'cuMemFree_v2': 28,
@@ -130,6 +130,15 @@ def request_seeds():
     ahead += frame(OP_MIGRATE_IMAGE, seq=4, bulk=struct.pack('<II', 1, 7) + PTX)
     ahead += frame(OP_MIGRATE_STATE, seq=5, bulk=b'\0' * 16)
     seeds['images-ahead'] = ahead
+
+    # Address ranges sent ahead (migrate_wire.h: u64 base, u64 size each): one at a 32 MiB
+    # block, one that ends past the address space, then one of a length that is no list.
+    ranges = frame(OP_MIGRATE_RANGES, seq=2, bulk=struct.pack('<QQ', 0x7f0000000000, 32 << 20) +
+                   struct.pack('<QQ', 0x7f1000200000, 2 << 20))
+    ranges += frame(OP_MIGRATE_RANGES, seq=3, bulk=struct.pack('<QQ', 0xffffffffffe00000, 4 << 20))
+    ranges += frame(OP_MIGRATE_RANGES, seq=4, bulk=b'\1' * 15)
+    ranges += frame(OP_MIGRATE_IMAGE, seq=5, bulk=struct.pack('<II', 1, 0) + PTX)
+    seeds['ranges-ahead'] = ranges
 
     # A kernel that faults the shared context, and the client gone before any reply said so.
     s = context(Session()).call('cuModuleLoadData', fv(1, 2), bulk=PTX.replace(b'vecAdd', b'faultKernel'))

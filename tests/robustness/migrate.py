@@ -18,6 +18,10 @@ migration"; issue 40). One scenario a run:
                with heartbeats until the client's next call, and the move succeeds; then a
                move B -> C whose target is killed once greeted fails at the client's call,
                and the client goes on at B
+  busy-target  drv_migrate moved A -> B where both test drivers hand out device addresses from
+               the same place (REMORA_TESTDRIVER_DEVICE_SLOT, as on a GPU) and two earlier runs
+               on B used and freed the addresses the client holds: B reserves them
+               (RM_OP_MIGRATE_RANGES) before the images it loads ahead could land there
   source-gone  the source killed mid-run: the client ends with a clear error, not a hang
   threads      drv_migrate with a second thread on a channel of its own, in its calls when
                the move comes: moved A -> B -> A -> B, output and the thread's results unchanged
@@ -71,6 +75,8 @@ def command(iterations, pause_ms):
         return [rt_program, str(iterations), str(pause_ms)]
     if scenario in ("variables", "window"):
         return [program, stateful_image, str(iterations), str(pause_ms), "global"]
+    if scenario == "busy-target":
+        return [program, stateful_image, str(iterations), str(pause_ms)]
     return [program, image, str(iterations), str(pause_ms)] + (["threads"] if scenario == "threads" else [])
 
 
@@ -124,10 +130,13 @@ def baseline(d, iterations=ITERATIONS):
     return p.stdout.splitlines()
 
 
-def daemons(tmp, b_config="", b_env=None):
-    level = {"REMORA_LOG": os.environ.get("MIGRATE_DAEMON_LOG", "info")}  # debug, to see each reservation
+def daemons(tmp, b_config="", b_env=None, a_env=None):
+    level = {"REMORA_LOG": os.environ.get("MIGRATE_DAEMON_LOG", "info"),  # debug, to see each reservation
+             # The test driver lays a module loaded after cuMemAddressFree at the range given
+             # back, as an H100's did with the images a target loads ahead of a client coming back.
+             "REMORA_TESTDRIVER_REUSE_FREED_VA": "1"}
     extra = "migratable_memory = yes\n" if scenario == "window" else ""
-    a = Daemon(remorad, driver, tmp, "a", f"admin_token = {ADMIN}\n{extra}", env=level)
+    a = Daemon(remorad, driver, tmp, "a", f"admin_token = {ADMIN}\n{extra}", env={**level, **(a_env or {})})
     b = Daemon(remorad, driver, tmp, "b", (b_config or f"admin_token = {ADMIN}\n") + extra, env={**level, **(b_env or {})})
     return a, b
 
@@ -159,6 +168,9 @@ def moves(tmp):
         for n, (mib, ms) in enumerate(figures):
             print(f"migration {n + 1}: {mib:.1f} MiB moved, pause {ms:.1f} ms")
         check("closed: released" in a.text() and "moved to" in a.text(), "the source ends the session it moved")
+        held = re.findall(r"(\d+) of (\d+) address ranges of the moving client reserved ahead", a.text() + b.text())
+        check(len(held) == len(route) and all(int(h) == int(n) >= 1 for h, n in held),
+              f"each target reserved the client's address ranges before it loaded anything (held of sent: {held})")
         ahead = [int(n) for n in re.findall(r"\((\d+) loaded ahead\)", a.text() + b.text())]
         check(len(ahead) == len(route) and all(n >= 1 for n in ahead),
               f"each target had the client's images loaded before its call (loaded ahead: {ahead})")
@@ -170,6 +182,37 @@ def moves(tmp):
             into_b = sum(1 for _, dst in route if dst is b)
             check(b.text().count("channel 1 attached") >= into_b and "moving client's state" in b.text(),
                   "the second thread's channel followed the client each time")
+    finally:
+        a.stop(), b.stop()
+        logs(a, b)
+
+
+def busy_target(tmp):
+    # Both test drivers hand out device addresses from the same place, as every process's
+    # driver on a GPU does, and B's earlier clients used (and freed) the addresses the moving
+    # client holds at A: B's images loaded ahead would land there unless B reserved the
+    # client's ranges first.
+    # A runs STATEFUL_IMAGE twice, the second run moving; B ran the same kernels built as a
+    # cubin twice: the same device variables, the same allocations, other bytes, so that B
+    # loads the moving client's image anew.
+    slot = {"REMORA_TESTDRIVER_DEVICE_SLOT": "77"}
+    a, b = daemons(tmp, b_env=slot, a_env=slot)
+    cubin = os.path.join(os.path.dirname(stateful_image), "kernels.cubin")
+    try:
+        want = baseline(a)
+        for _ in range(2):
+            p = subprocess.run([remora, "run", "--server", b.server, "--", program, cubin, str(ITERATIONS), "0"],
+                               capture_output=True, text=True, env=client_env(), timeout=120)
+            check(p.returncode == 0, f"an earlier client of B passes ({p.returncode}) {p.stderr[-500:]}")
+        r = Reader(start_client(a))
+        wait_for(lambda: r.poll() >= 4, timeout=60)
+        m = migrate(r.proc.pid, a, b)
+        check(m.returncode == 0, f"moved into a remorad whose earlier clients had its addresses: {m.stdout.strip()} "
+              f"{m.stderr.strip()}")
+        rc, lines, err = r.finish()
+        check(rc == 0 and lines == want, f"its checksums equal the unmoved run's bit for bit ({rc}) {err[-1500:]}")
+        held = re.findall(r"(\d+) of (\d+) address ranges of the moving client reserved ahead", b.text())
+        check(len(held) == 1 and held[0][0] == held[0][1], f"B reserved them all before loading the images ({held})")
     finally:
         a.stop(), b.stop()
         logs(a, b)
@@ -295,7 +338,7 @@ def source_gone(tmp):
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    {"moves": moves, "refused": refused, "source-gone": source_gone, "cold-target": cold_target,
+    {"moves": moves, "busy-target": busy_target, "refused": refused, "source-gone": source_gone, "cold-target": cold_target,
      "quiet-client": quiet_client, "runtime": moves, "threads": moves,
      "variables": moves, "window": moves}[scenario](tmp)
 print("FAIL" if failures else "PASS")

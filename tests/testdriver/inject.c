@@ -112,3 +112,25 @@ void td_context_delay(void)
 	while (nanosleep(&ts, &ts))
 		;
 }
+
+static uintptr_t freed_va; /* the range last given back, while REMORA_TESTDRIVER_REUSE_FREED_VA is set */
+static pthread_mutex_t freed_va_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void td_freed_va_record(uintptr_t base)
+{
+	const char *v = getenv("REMORA_TESTDRIVER_REUSE_FREED_VA");
+	if (!v || strcmp(v, "1"))
+		return;
+	pthread_mutex_lock(&freed_va_lock);
+	freed_va = base;
+	pthread_mutex_unlock(&freed_va_lock);
+}
+
+uintptr_t td_freed_va_take(void)
+{
+	pthread_mutex_lock(&freed_va_lock);
+	uintptr_t base = freed_va;
+	freed_va = 0;
+	pthread_mutex_unlock(&freed_va_lock);
+	return base;
+}

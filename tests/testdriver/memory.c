@@ -146,10 +146,15 @@ struct td_pool *td_alloc_pool(uintptr_t ptr)
 static uint64_t window_next, window_end;
 static pthread_once_t window_once = PTHREAD_ONCE_INIT;
 
+/* REMORA_TESTDRIVER_DEVICE_SLOT=N: the slot, the same in every process that sets it, as
+ * every process's device addresses on a GPU begin at the same place. */
 static void window_init(void)
 {
 	uint32_t r = 0;
-	if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
+	const char *slot = getenv("REMORA_TESTDRIVER_DEVICE_SLOT");
+	if (slot && *slot)
+		r = (uint32_t)strtoul(slot, NULL, 10);
+	else if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
 		r = (uint32_t)getpid() * 2654435761u;
 	window_next = DEVICE_WINDOW_BASE + (uint64_t)(r % DEVICE_WINDOW_SLOTS) * (1ull << 30);
 	window_end = window_next + DEVICE_WINDOW_SIZE;
@@ -301,6 +306,8 @@ TD_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 	if (a.pool)
 		td_pool_freed(a.pool, a.size);
 	td_free_device_range(a.base);
+	if (a.kind == TD_ALLOC_DEVICE)
+		td_freed_va_record(a.base);
 	return CUDA_SUCCESS;
 }
 
@@ -326,6 +333,7 @@ TD_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream handle)
 	if (a.pool)
 		td_pool_freed(a.pool, a.size);
 	td_free_device_range(a.base);
+	td_freed_va_record(a.base);
 	return CUDA_SUCCESS;
 }
 

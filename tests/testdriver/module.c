@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define FATBIN_MAGIC 0xBA55ED50u
 #define FATBIN_WRAPPER_MAGIC 0x466243b1u
@@ -32,6 +33,7 @@ struct td_module {
 	struct td_function functions[MAX_CATALOGUE];   /* those the image offers, then magic 0 */
 	CUdeviceptr globals[MAX_CATALOGUE];            /* by global index; 0 if absent */
 	struct td_texref refs[TD_MODULE_REFS];         /* magic 0 if the image does not offer it */
+	uintptr_t reused_va;                           /* td_freed_va_take's granule, or 0 */
 	struct td_module *next;
 };
 
@@ -89,8 +91,12 @@ static bool image_mentions(const struct image *image, const char *name)
 	return false;
 }
 
+#define REUSED_VA_BYTES ((size_t)2 << 20)
+
 static void module_free(struct td_module *m)
 {
+	if (m->reused_va)
+		munmap((void *)m->reused_va, REUSED_VA_BYTES);
 	for (size_t i = 0; i < MAX_CATALOGUE; i++)
 		if (m->globals[i])
 			td_free_device_range(m->globals[i]);
@@ -150,6 +156,15 @@ static CUresult module_load(struct td_context *ctx, const void *data, struct td_
 			return rc;
 		}
 		memcpy((void *)(uintptr_t)m->globals[i], g->initial, g->size);
+	}
+	uintptr_t freed = td_freed_va_take();
+	if (freed) {
+		void *h = mmap((void *)freed, REUSED_VA_BYTES, PROT_NONE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+		if (h == (void *)freed)
+			m->reused_va = freed;
+		else if (h != MAP_FAILED)
+			munmap(h, REUSED_VA_BYTES);
 	}
 	pthread_mutex_lock(&td_lock);
 	m->next = modules;

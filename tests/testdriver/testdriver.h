@@ -329,6 +329,12 @@ void td_crash_if_asked(const char *name);
 /* REMORA_TESTDRIVER_CONTEXT_MS: making a primary context takes that many milliseconds, as a
  * real GPU's first context takes most of a second. */
 void td_context_delay(void);
+/* REMORA_TESTDRIVER_REUSE_FREED_VA: as an H100's driver was seen to do, a module loaded
+ * after cuMemAddressFree (or cuMemFree, cuMemFreeAsync) lays its memory at the start of the range given
+ * back. vmm.c and memory.c record the range; a module takes it (one granule, until it
+ * unloads): its address, or 0. */
+void td_freed_va_record(uintptr_t base);
+uintptr_t td_freed_va_take(void);
 
 /* ---- kernels (kernels.c, launch.c) ---- */
 struct td_kernel {

@@ -229,8 +229,10 @@ TD_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 	if (rc == CUDA_SUCCESS)
 		r->size = 0;
 	pthread_mutex_unlock(&td_lock);
-	if (rc == CUDA_SUCCESS)
+	if (rc == CUDA_SUCCESS) {
 		munmap((void *)(uintptr_t)ptr, size);
+		td_freed_va_record(ptr);
+	}
 	return rc;
 }
 

@@ -16,6 +16,7 @@
 #include "deferred.h"
 #include "driver_table.h"
 #include "gpus.h"
+#include "handle_alias.h"
 #include "image_cache.h"
 #include "ipc.h"
 #include "log.h"
@@ -540,6 +541,38 @@ static void release_all(void)
 	session_free(s);
 }
 
+/* A session that moved in holds the source's values, aliased to this worker's handles. A
+ * handle the driver gives here with a value the client holds for another one reaches the
+ * client as another value, and the old value still names the old handle; a child's parent
+ * is the real handle it was given, never taken for a client's value. */
+static void moved_values(void)
+{
+	struct rm_channel *s = session();
+	const uint64_t held = 0xc000, behind = 0xd000, kernel = 0xe000;
+	pthread_mutex_lock(&s->sh->lock);
+	EXPECT(!rm_alias_add_locked(s->sh, RM_H_LIBRARY, held, behind)); /* the client's library, moved */
+	pthread_mutex_unlock(&s->sh->lock);
+	rm_session_own(s, RM_H_LIBRARY, ptr(behind), 0);
+	rm_session_own(s, RM_H_LIBRARY, ptr(held), 0); /* a new one: the driver reused the value */
+	uint64_t fresh = rm_session_out_value(s, RM_H_LIBRARY, held);
+	EXPECT(fresh != held && (fresh & RM_ALIAS_FRESH));
+	EXPECT(rm_session_out_value(s, RM_H_LIBRARY, behind) == held);
+	pthread_mutex_lock(&s->sh->lock);
+	EXPECT(rm_alias_real_locked(s->sh, RM_H_LIBRARY, held) == behind);
+	EXPECT(rm_alias_real_locked(s->sh, RM_H_LIBRARY, fresh) == held);
+	pthread_mutex_unlock(&s->sh->lock);
+	rm_session_own(s, RM_H_KERNEL, ptr(kernel), held); /* a kernel of the new library */
+	const struct rm_handle *k = find(s, RM_H_KERNEL, kernel);
+	EXPECT(k && k->parent == held);
+	rm_session_disown(s, RM_H_LIBRARY, ptr(held));
+	pthread_mutex_lock(&s->sh->lock);
+	EXPECT(!rm_alias_is_client_locked(s->sh, RM_H_LIBRARY, fresh));
+	EXPECT(rm_alias_real_locked(s->sh, RM_H_LIBRARY, held) == behind);
+	pthread_mutex_unlock(&s->sh->lock);
+	rm_alias_free(s->sh);
+	session_free(s);
+}
+
 int main(void)
 {
 	rm_log_init("test_session_handles", RM_LOG_ERROR); /* REMORA_LOG=warn shows each refusal */
@@ -556,6 +589,7 @@ int main(void)
 	ranges_at_edges();
 	many_ranges();
 	release_all();
+	moved_values();
 	if (!failures)
 		printf("session-handles: ok\n");
 	return failures ? 1 : 0;

@@ -333,7 +333,7 @@ static void handle_cuModuleGetFunction(struct rm_channel *s, struct rm_request *
 	if (r == CUDA_SUCCESS)
 		r = rm_drv_cuModuleGetFunction(&a_hfunc, a_hmod, req->name);
 	if (r == CUDA_SUCCESS)
-		rm_session_own(s, RM_H_FUNCTION, a_hfunc, req->hmod);
+		rm_session_own(s, RM_H_FUNCTION, a_hfunc, (uint64_t)(uintptr_t)a_hmod);
 	rep.hfunc = rm_session_out_value(s, RM_H_FUNCTION, (uint64_t)(uintptr_t)a_hfunc);
 	rm_request_finish(s, rq, r, &rep.base);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
