@@ -115,6 +115,19 @@ static int parked_exactly(uint64_t base, uint64_t size)
 	return found;
 }
 
+/* Whether a parked range shares an address with [base, base + size) and reaches past it. */
+static int parked_sticking_out(uint64_t base, uint64_t size)
+{
+	int found = 0;
+	pthread_mutex_lock(&parked_lock);
+	for (size_t i = 0; i < nparked && !found; i++) {
+		const struct parked *p = &parked[i];
+		found = p->base < base + size && base < p->base + p->size && (p->base < base || p->base + p->size > base + size);
+	}
+	pthread_mutex_unlock(&parked_lock);
+	return found;
+}
+
 /* Whether the whole blocks [base, base + size) lies in are parked as one range, other than
  * it (rm_migrate_hold_range's second choice): the span is then mapped block by block. */
 static int parked_as_blocks(uint64_t base, uint64_t size)
@@ -395,7 +408,12 @@ int rm_migrate_hold_range(uint64_t base, uint64_t size)
 	uint64_t first = base & ~(RM_MOVED_BLOCK - 1), end = (base + size + RM_MOVED_BLOCK - 1) & ~(RM_MOVED_BLOCK - 1);
 	if (base + size < base || end < base)
 		return 0;
-	if (reserve_at(base, size, 0) == CUDA_SUCCESS) {
+	if (parked_exactly(base, size) || parked_exactly(first, end - first))
+		return 1; /* kept since the client left (its span alone, or its blocks) */
+	/* Its own addresses (parked pieces of them given back first), unless that would give
+	 * back a parked range reaching past them: an H100's driver does not always reserve a
+	 * range at once at an address just given back. */
+	if (!parked_sticking_out(base, size) && reserve_at(base, size, 0) == CUDA_SUCCESS) {
 		park(base, size);
 		return 1;
 	}
