@@ -135,6 +135,10 @@ void rm_client_channels_release_locked(struct rm_client_conn *c, int moved)
 			rm_link_close(&x->link);
 			x->link = l;
 			x->session_id = c->session_id;
+			/* The source ran all it was sent; the target's channel has run nothing yet, and
+			 * a fence or the next move's hold waits only for what it is sent. */
+			__atomic_store_n(&x->last_async_seq, 0, __ATOMIC_RELEASE);
+			__atomic_store_n(&x->synced_seq, 0, __ATOMIC_RELEASE);
 			rm_client_set_heartbeat(x, c->heartbeat_ms);
 		} else if (moved && x->connected) {
 			rm_log(RM_LOG_ERROR, "a thread's channel could not follow the client to %s (%s)", c->moved_to,
