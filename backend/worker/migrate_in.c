@@ -465,6 +465,20 @@ static CUresult preload(struct rm_channel *s, enum rm_handle_kind kind, CUdevice
 	return r;
 }
 
+/* What a source sends ahead comes on a greeted move's main connection before its state;
+ * anywhere else it is refused (answered, and 1). */
+static int refused_outside_start(struct rm_channel *s, struct rm_request *rq, const char *what)
+{
+	pthread_mutex_lock(&s->sh->lock);
+	int before_state = s->sh->migrate_in == 1 && s->chan == 0;
+	pthread_mutex_unlock(&s->sh->lock);
+	if (before_state)
+		return 0;
+	rm_session_log(s, RM_LOG_WARN, "%s sent ahead outside a move's start; refused", what);
+	rm_request_finish(s, rq, CUDA_ERROR_NOT_PERMITTED, NULL);
+	return 1;
+}
+
 /* RM_OP_MIGRATE_IMAGE (migrate_wire.h's RM_MIG_IMAGE_HEAD before the image): before the
  * state, an image of the moving client's, loaded while the client still runs at the source.
  * Answered with the load's result; the state loads an image that failed here itself. */
@@ -472,14 +486,8 @@ void rm_handle_migrate_image(struct rm_channel *s, struct rm_request *rq)
 {
 	uint64_t bulk = rq->frame.bulk_len, began = clock_us();
 	uint8_t head[RM_MIG_IMAGE_HEAD];
-	pthread_mutex_lock(&s->sh->lock);
-	int before_state = s->sh->migrate_in == 1 && s->chan == 0;
-	pthread_mutex_unlock(&s->sh->lock);
-	if (!before_state) {
-		rm_session_log(s, RM_LOG_WARN, "an image sent ahead outside a move's start; refused");
-		rm_request_finish(s, rq, CUDA_ERROR_NOT_PERMITTED, NULL);
+	if (refused_outside_start(s, rq, "an image"))
 		return;
-	}
 	if (rq->frame.msg_len || bulk <= sizeof(head) || bulk - sizeof(head) > RM_MAX_IMAGE_LEN) {
 		rm_request_finish(s, rq, CUDA_ERROR_INVALID_VALUE, NULL);
 		return;
@@ -520,14 +528,8 @@ void rm_handle_migrate_image(struct rm_channel *s, struct rm_request *rq)
 void rm_handle_migrate_ranges(struct rm_channel *s, struct rm_request *rq)
 {
 	uint64_t bulk = rq->frame.bulk_len;
-	pthread_mutex_lock(&s->sh->lock);
-	int before_state = s->sh->migrate_in == 1 && s->chan == 0;
-	pthread_mutex_unlock(&s->sh->lock);
-	if (!before_state) {
-		rm_session_log(s, RM_LOG_WARN, "address ranges sent ahead outside a move's start; refused");
-		rm_request_finish(s, rq, CUDA_ERROR_NOT_PERMITTED, NULL);
+	if (refused_outside_start(s, rq, "address ranges"))
 		return;
-	}
 	if (rq->frame.msg_len || !bulk || bulk % RM_MIG_RANGE_LEN || bulk / RM_MIG_RANGE_LEN > RM_MIG_MAX_RANGES) {
 		rm_request_finish(s, rq, CUDA_ERROR_INVALID_VALUE, NULL);
 		return;
