@@ -87,9 +87,19 @@ static struct parked {
 } *parked;
 static size_t nparked, parked_cap;
 
+/* At most this many parked: past it, the first one parked is given back for the new one
+ * (a worker that many clients move through would otherwise keep every range they had). */
+#define PARKED_MAX 1024
+
 static void park(uint64_t base, uint64_t size)
 {
+	struct parked evicted = {0, 0};
 	pthread_mutex_lock(&parked_lock);
+	if (nparked == PARKED_MAX) {
+		evicted = parked[0];
+		memmove(&parked[0], &parked[1], (nparked - 1) * sizeof(*parked));
+		nparked--;
+	}
 	int kept = nparked < parked_cap;
 	if (!kept) {
 		size_t cap = parked_cap ? parked_cap * 2 : 16;
@@ -100,6 +110,8 @@ static void park(uint64_t base, uint64_t size)
 	if (kept)
 		parked[nparked++] = (struct parked){base, size};
 	pthread_mutex_unlock(&parked_lock);
+	if (evicted.size)
+		rm_drv_cuMemAddressFree(evicted.base, evicted.size);
 	if (!kept)
 		rm_drv_cuMemAddressFree(base, size);
 }
@@ -148,7 +160,7 @@ static CUresult reserve_at(uint64_t base, uint64_t size, uint64_t alignment)
 			i++;
 			continue;
 		}
-		parked[i] = parked[--nparked];
+		memmove(&parked[i], &parked[i + 1], (--nparked - i) * sizeof(*parked)); /* in the order parked */
 		if (p.base == base && p.size == size) {
 			pthread_mutex_unlock(&parked_lock);
 			return CUDA_SUCCESS;
