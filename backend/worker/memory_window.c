@@ -20,7 +20,7 @@
 #define WINDOW_SIZE (1ull << 40)
 #define WINDOW_CHOICES 64
 #define WINDOW_TRIES 8            /* windows tried where the driver gives another address */
-#define GRANULE (2ull << 20)      /* the bitmap's unit: a multiple of any GPU's granularity here */
+#define GRANULE RM_GRANULE         /* the bitmap's unit (migrate.h) */
 #define NGRANULES (WINDOW_SIZE / GRANULE)
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;

@@ -107,6 +107,9 @@ struct rm_moved_run {
  * address only for whole 32 MiB blocks at a 32 MiB boundary (any other hint was moved
  * elsewhere, measured). */
 #define RM_MOVED_BLOCK (32ull << 20)
+/* 2 MiB: a multiple of any GPU's allocation granularity here (the window's unit,
+ * memory_window.c; the ranges held for a client's return). */
+#define RM_GRANULE (2ull << 20)
 /* The bytes a client's address range [base, base + size) is reserved in at a target: one at
  * a block's start in whole blocks (a window's: memory_window.h); 0 where that overflows. */
 static inline uint64_t rm_mig_va_range_whole(uint64_t base, uint64_t size)
@@ -137,9 +140,8 @@ void rm_migrate_park_range(uint64_t base, uint64_t size);
  * parked (RM_OP_MIGRATE_RANGES), or in this worker's window: 1; 0 where it is taken. */
 int rm_migrate_hold_range(uint64_t base, uint64_t size);
 /* Source: the addresses of memory just freed because its client moved away, reserved and
- * parked where the driver gives exactly them (whole RM_HELD_GRANULEs from an aligned base),
- * so that the client finds them free when it comes back. */
-#define RM_HELD_GRANULE (2ull << 20)
+ * parked where the driver gives exactly them (whole RM_GRANULEs from an aligned base), so
+ * that the client finds them free when it comes back. */
 void rm_migrate_hold_freed(uint64_t base, uint64_t size);
 /* Unmaps the spans no allocation lies in (a state that failed part-way). */
 void rm_migrate_drop_unused(struct rm_channel *s);

@@ -398,9 +398,9 @@ CUresult rm_migrate_reserve_range(uint64_t base, uint64_t size)
 
 void rm_migrate_hold_freed(uint64_t base, uint64_t size)
 {
-	uint64_t span = (size + RM_HELD_GRANULE - 1) / RM_HELD_GRANULE * RM_HELD_GRANULE;
+	uint64_t span = (size + RM_GRANULE - 1) / RM_GRANULE * RM_GRANULE;
 	CUdeviceptr got = 0;
-	if (base % RM_HELD_GRANULE || span < size || rm_drv_cuMemAddressReserve(&got, span, 0, base, 0) != CUDA_SUCCESS)
+	if (base % RM_GRANULE || span < size || rm_drv_cuMemAddressReserve(&got, span, 0, base, 0) != CUDA_SUCCESS)
 		return;
 	if (got == base)
 		park(base, span);

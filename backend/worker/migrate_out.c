@@ -382,6 +382,21 @@ static uint8_t *copy_kept_image(struct rm_migration *m, uint64_t module, size_t 
 	return copy;
 }
 
+/* One request of op with bulk to the greeted target, answered with an empty reply: 0 with
+ * the reply's result, or -errno where the link failed or the reply was another. */
+static int ask_target(struct rm_migration *m, uint32_t op, struct iovec *bulk, int nbulk, CUresult *result)
+{
+	uint64_t len = 0;
+	for (int i = 0; i < nbulk; i++)
+		len += bulk[i].iov_len;
+	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = op, .seq = ++m->seq, .bulk_len = len}, rf;
+	int err = rm_link_send(&m->link, &f, NULL, bulk, nbulk);
+	if (!err && !(err = read_answer(&m->link, &rf)) && (rf.op != op || rf.msg_len || rf.bulk_len))
+		err = -EPROTO;
+	*result = err ? CUDA_ERROR_UNKNOWN : (CUresult)rf.result;
+	return err;
+}
+
 /* Sends the greeted target the address ranges the session's memory and reservations lie in
  * (RM_OP_MIGRATE_RANGES), before the images: the target reserves them first, so that what
  * it loads ahead does not land there. How many were sent, or -errno where the link failed. */
@@ -399,11 +414,8 @@ static int send_ranges_ahead(struct rm_migration *m)
 		return 0;
 	}
 	struct iovec bulk = {list, count * RM_MIG_RANGE_LEN};
-	struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_MIGRATE_RANGES, .seq = ++m->seq,
-			     .bulk_len = bulk.iov_len}, rf;
-	err = rm_link_send(&m->link, &f, NULL, &bulk, 1);
-	if (!err && !(err = read_answer(&m->link, &rf)) && (rf.op != RM_OP_MIGRATE_RANGES || rf.msg_len || rf.bulk_len))
-		err = -EPROTO;
+	CUresult result;
+	err = ask_target(m, RM_OP_MIGRATE_RANGES, &bulk, 1, &result);
 	free(list);
 	if (err)
 		snprintf(m->error, sizeof(m->error), "the target failed while reserving the client's addresses ahead: %s",
@@ -443,13 +455,9 @@ static int send_images_ahead(struct rm_migration *m)
 				ordinal = (uint32_t)d;
 		rm_mig_image_head(head, kind == RM_H_LIBRARY ? RM_MIG_IMAGE_LIBRARY : RM_MIG_IMAGE_MODULE, ordinal);
 		struct iovec bulk[2] = {{head, sizeof(head)}, {image, n}};
-		struct rm_frame f = {.magic = RM_WIRE_MAGIC, .op = RM_OP_MIGRATE_IMAGE, .seq = ++m->seq,
-				     .bulk_len = sizeof(head) + n}, rf;
-		err = rm_link_send(&m->link, &f, NULL, bulk, 2);
-		if (!err && !(err = read_answer(&m->link, &rf)) &&
-		    (rf.op != RM_OP_MIGRATE_IMAGE || rf.msg_len || rf.bulk_len))
-			err = -EPROTO;
-		loaded += !err && rf.result == CUDA_SUCCESS;
+		CUresult result;
+		err = ask_target(m, RM_OP_MIGRATE_IMAGE, bulk, 2, &result);
+		loaded += !err && result == CUDA_SUCCESS;
 		free(image);
 	}
 	free(modules);

@@ -371,7 +371,7 @@ int rm_mig_ranges(struct rm_session *sh, uint8_t **out, size_t *count)
 		return -ENOMEM;
 	}
 	/* The reservations first, as the target reserves them (migrate_in.c's on_va_range),
-	 * then the memory's spans, in RM_HELD_GRANULEs: where a GPU's granules differ, the
+	 * then the memory's spans, in RM_GRANULEs: where a GPU's granules differ, the
 	 * state's spans take the ranges held ahead apart again (migrate_memory.c). */
 	size_t nmem = 0, k = 0;
 	for (size_t i = 0; i < got; i++) {
@@ -386,7 +386,7 @@ int rm_mig_ranges(struct rm_session *sh, uint8_t **out, size_t *count)
 	qsort(h, nmem, sizeof(*h), by_base);
 	for (size_t i = 0; i < nmem && k < RM_MIG_MAX_RANGES;) {
 		uint64_t base, end;
-		i = span_at(h, nmem, i, RM_HELD_GRANULE, &base, &end);
+		i = span_at(h, nmem, i, RM_GRANULE, &base, &end);
 		rm_mig_range_put(list + RM_MIG_RANGE_LEN * k++, base, end - base);
 	}
 	free(h);

@@ -116,10 +116,16 @@ void td_context_delay(void)
 static uintptr_t freed_va; /* the range last given back, while REMORA_TESTDRIVER_REUSE_FREED_VA is set */
 static pthread_mutex_t freed_va_lock = PTHREAD_MUTEX_INITIALIZER;
 
+static int reuse_freed_va = -1; /* the setting, read at the first free */
+
 void td_freed_va_record(uintptr_t base)
 {
-	const char *v = getenv("REMORA_TESTDRIVER_REUSE_FREED_VA");
-	if (!v || strcmp(v, "1"))
+	int on = __atomic_load_n(&reuse_freed_va, __ATOMIC_RELAXED);
+	if (on < 0) {
+		const char *v = getenv("REMORA_TESTDRIVER_REUSE_FREED_VA");
+		__atomic_store_n(&reuse_freed_va, on = v && !strcmp(v, "1"), __ATOMIC_RELAXED);
+	}
+	if (!on)
 		return;
 	pthread_mutex_lock(&freed_va_lock);
 	freed_va = base;
