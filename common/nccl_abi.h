@@ -85,6 +85,16 @@ enum rm_nccl_coll {
 	RM_NCCL_SCATTER,
 };
 
+/* Whether NCCL runs collective what over the connections it makes at a communicator's init
+ * (NCCL_RUNTIME_CONNECT=0): the reductions, broadcasts and gathers of every rank; not sends
+ * and receives, nor all-to-all, gather and scatter, which NCCL makes of them and connects
+ * at their first use. These run on a worker's blocking twins (backend/worker/nccl_comms.h). */
+static inline int rm_nccl_on_twin(int what)
+{
+	return what == RM_NCCL_ALL_REDUCE || what == RM_NCCL_BROADCAST || what == RM_NCCL_REDUCE ||
+	       what == RM_NCCL_ALL_GATHER || what == RM_NCCL_REDUCE_SCATTER;
+}
+
 /* The queries of rmNcclCommQuery. */
 enum rm_nccl_query {
 	RM_NCCL_COUNT = 1,

@@ -33,6 +33,8 @@ static void pack_config(const rm_nccl_config *c, Remora__NcclCall *req)
 	req->comm_name = comm;
 }
 
+_Static_assert(RM_NCCL_ORDER_NO_STREAM == RM_ORDER_NO_STREAM, "the bridge's order keys are the client's");
+
 static CUresult take_reply(uint32_t op, const struct rm_nccl_args *a, const Remora__NcclReply *rep,
 			   struct rm_nccl_answer *out)
 {
@@ -81,7 +83,8 @@ static CUresult call(uint32_t op, const struct rm_nccl_args *a, struct rm_nccl_a
 	Remora__NcclReply *rep = NULL;
 	memset(out, 0, sizeof(*out));
 	if (a->async) {
-		struct rm_rpc_call c = {.op = op, .req = &req.base, .async = 1};
+		struct rm_rpc_call c = {.op = op, .req = &req.base, .async = 1, .ordered = a->ordered,
+					.order = {a->order[0], a->order[1]}};
 		return rm_rpc(&c);
 	}
 	r = rm_rpc_simple(op, &req.base, &remora__nccl_reply__descriptor, (ProtobufCMessage **)&rep);

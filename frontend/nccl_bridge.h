@@ -27,7 +27,14 @@ struct rm_nccl_args {
 	size_t scalar_len;
 	int async;                      /* sent without waiting (a collective, a group's start): its
 					 * NCCL error comes back later (docs/architecture.md, "NCCL") */
+	int ordered;                    /* async only: order[] names all the call is ordered against
+					 * (client.h's rm_rpc_call), so other threads' calls are fenced
+					 * after it only for those */
+	uint64_t order[2];
 };
+
+/* order[0] of a call ordered against order[1] alone (client.h's RM_ORDER_NO_STREAM). */
+#define RM_NCCL_ORDER_NO_STREAM UINT64_MAX
 
 /* Its answer, checked against the call's contract. */
 struct rm_nccl_answer {

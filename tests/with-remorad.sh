@@ -10,6 +10,7 @@
 # LD_LIBRARY_PATH then names (its emulated fabric in the run's directory);
 # scripts/rdma-check.sh on a real device.
 # WITH_REMORAD_SET="KEY=VALUE ...": settings given to remorad (--set each; no blanks in one).
+# WITH_REMORAD_EXPECT_LOG=REGEX: remorad's log must have a line that matches (grep -E).
 set -eu
 remorad=$1 driver=$2 remora=$3
 shift 3
@@ -55,6 +56,10 @@ status=0
 "$remora" run --server "$scheme$(cat "$dir/addr")" -- "$@" || status=$?
 if [ $status -eq 0 ] && [ -n "$scheme" ] && ! grep -q "copy link [0-9]* attached" "$dir/remorad.log"; then
 	echo "with-remorad: over $scheme, but no copy link attached" >&2
+	status=1
+fi
+if [ $status -eq 0 ] && [ -n "${WITH_REMORAD_EXPECT_LOG:-}" ] && ! grep -Eq "$WITH_REMORAD_EXPECT_LOG" "$dir/remorad.log"; then
+	echo "with-remorad: no line of remorad's log matches: $WITH_REMORAD_EXPECT_LOG" >&2
 	status=1
 fi
 if [ $status -ne 0 ]; then

@@ -14,4 +14,7 @@ struct rm_nccl_comm *rm_nccl_call_comm(struct rm_channel *s, const Remora__NcclC
 /* A split communicator's size and rank, once NCCL knows them (its split done). Under c->lock. */
 void rm_nccl_learn_ranks(const struct rm_nccl_lib *L, struct rm_nccl_comm *c);
 
+/* Issues o on comm (NCCL's call for o->what): NCCL's result. */
+ncclResult_t rm_nccl_issue(const struct rm_nccl_lib *L, const struct rm_nccl_op *o, ncclComm_t comm);
+
 #endif

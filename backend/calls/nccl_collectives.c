@@ -1,6 +1,7 @@
-/* NCCL's collectives, sends and receives, and reductions in the worker (proto/api.spec,
- * "NCCL"): the buffers a collective reads and writes must lie in the client's memory for
- * its count, datatype and ranks; its stream must be the client's. */
+/* NCCL's collectives, sends and receives, groups and reductions in the worker
+ * (proto/api.spec, "NCCL"; nccl_comms.h): the buffers a collective reads and writes must lie
+ * in the client's memory for its count, datatype and ranks; its stream must be the client's.
+ * A collective runs on its communicator's blocking twin where it can (nccl_comms.h). */
 #include <stdint.h>
 #include <string.h>
 
@@ -50,13 +51,14 @@ static ncclResult_t check_buffers(struct rm_channel *s, const Remora__NcclCall *
 	return ncclSuccess;
 }
 
-static ncclResult_t issue(const struct rm_nccl_lib *L, const Remora__NcclCall *req, ncclComm_t comm, CUstream st)
+ncclResult_t rm_nccl_issue(const struct rm_nccl_lib *L, const struct rm_nccl_op *o, ncclComm_t comm)
 {
-	const void *sb = (const void *)(uintptr_t)req->sendbuff;
-	void *rb = (void *)(uintptr_t)req->recvbuff;
-	size_t k = req->count;
-	int t = req->datatype, op = req->op, root = req->root;
-	switch (req->what) {
+	const void *sb = (const void *)(uintptr_t)o->sendbuff;
+	void *rb = (void *)(uintptr_t)o->recvbuff;
+	size_t k = o->count;
+	int t = o->datatype, op = o->op, root = o->root;
+	CUstream st = o->stream;
+	switch (o->what) {
 	case RM_NCCL_ALL_REDUCE: return L->AllReduce ? L->AllReduce(sb, rb, k, t, op, comm, st) : ncclInvalidUsage;
 	case RM_NCCL_BROADCAST: return L->Broadcast ? L->Broadcast(sb, rb, k, t, root, comm, st) : ncclInvalidUsage;
 	case RM_NCCL_REDUCE: return L->Reduce ? L->Reduce(sb, rb, k, t, op, root, comm, st) : ncclInvalidUsage;
@@ -71,9 +73,44 @@ static ncclResult_t issue(const struct rm_nccl_lib *L, const Remora__NcclCall *r
 	return ncclInvalidArgument;
 }
 
-/* Sent async by the client (frontend/nccl/nccl.c): an error goes to the group, if one is
- * open, else to the communicator's async error; a stream not the client's is such an error
- * too, not a CUresult that a later driver call would report. */
+/* Records r, the error of a call the client sent async, as c's async error (the first). */
+static void fail_async(struct rm_nccl_comm *c, ncclResult_t r)
+{
+	if (r != ncclSuccess && r != ncclInProgress)
+		__atomic_compare_exchange_n(&c->async_error, &(ncclResult_t){ncclSuccess}, r, 0, __ATOMIC_ACQ_REL,
+					    __ATOMIC_ACQUIRE);
+}
+
+/* A collective outside a group: on c's twin where it has one (made at its first collective
+ * that rm_nccl_on_twin names), else on c, settled unless the client asked for a nonblocking one. *fast:
+ * whether it ran on the twin. */
+static ncclResult_t run_alone(struct rm_channel *s, const struct rm_nccl_lib *L, struct rm_nccl_comm *c,
+			      const struct rm_nccl_op *o, int *fast)
+{
+	int twinnable = rm_nccl_on_twin(o->what);
+	if (twinnable && rm_nccl_twins() && c->twin_state == RM_NCCL_TWIN_NONE)
+		rm_nccl_make_twins(s, &c, 1);
+	ncclResult_t r = ncclRemoteError;
+	pthread_mutex_lock(&c->lock);
+	if (c->comm && !__atomic_load_n(&c->departed, __ATOMIC_ACQUIRE)) {
+		*fast = twinnable && c->twin;
+		r = rm_nccl_issue(L, o, *fast ? c->twin : c->comm);
+		if (!*fast && !c->nonblocking)
+			r = rm_nccl_settle(s, c, r, "a collective");
+		c->last_stream = o->stream;
+		if (r == ncclSuccess && c->done)
+			rm_drv_cuEventRecord(c->done, o->stream);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return r;
+}
+
+/* Sent async by the client inside a group, and outside one on a communicator whose
+ * collectives ran on its twin before (frontend/nccl/nccl.c): an error goes to the group, if
+ * one is open, else to the communicator's async error; a stream not the client's is such an
+ * error too, not a CUresult that a later driver call would report. Inside a group the call
+ * is checked and held until the group's end. The reply's value says whether it ran on the
+ * twin: the client may send the next ones async. */
 CUresult rm_body_rmNcclCollective(struct rm_channel *s, struct rm_request *rq, const Remora__NcclCall *req,
 				  Remora__NcclReply *rep)
 {
@@ -90,26 +127,171 @@ CUresult rm_body_rmNcclCollective(struct rm_channel *s, struct rm_request *rq, c
 			rep->result = ncclInvalidArgument;
 	}
 	if (c && rep->result == ncclSuccess) {
-		pthread_mutex_lock(&c->lock);
-		ncclResult_t r = ncclRemoteError;
-		if (c->comm && !__atomic_load_n(&c->departed, __ATOMIC_ACQUIRE)) {
-			r = issue(L, req, c->comm, st);
-			c->last_stream = st;
-			if (in_group)
-				rm_nccl_group_note(c);
-			else if (!c->nonblocking)
-				r = rm_nccl_settle(s, c, r, "a collective");
-			if (r == ncclSuccess && !in_group && c->done)
-				rm_drv_cuEventRecord(c->done, st);
-		}
-		pthread_mutex_unlock(&c->lock);
-		rep->result = r;
+		struct rm_nccl_op o = {.comm = req->comm, .sendbuff = req->sendbuff, .recvbuff = req->recvbuff,
+				       .count = req->count, .stream = st, .what = req->what, .datatype = req->datatype,
+				       .op = req->op, .root = req->root};
+		int fast = 0;
+		if (in_group)
+			rep->result = rm_nccl_group_hold(&o) ? ncclSystemError : ncclSuccess;
+		else
+			rep->result = run_alone(s, L, c, &o, &fast);
+		rep->value = fast;
 	}
 	if (async && in_group)
 		rm_nccl_group_fail(rep->result);
-	else if (async && c && rep->result != ncclSuccess && rep->result != ncclInProgress)
-		__atomic_compare_exchange_n(&c->async_error, &(ncclResult_t){ncclSuccess}, rep->result, 0, __ATOMIC_ACQ_REL,
-					    __ATOMIC_ACQUIRE);
+	else if (async && c)
+		fail_async(c, rep->result);
+	return CUDA_SUCCESS;
+}
+
+CUresult rm_body_rmNcclGroupStart(struct rm_channel *s, struct rm_request *rq, const Remora__NcclCall *req,
+				  Remora__NcclReply *rep)
+{
+	(void)s, (void)rq, (void)req;
+	if (rm_nccl_need(rep))
+		rm_nccl_group_depth(1); /* NCCL's own group is opened at the end, around the held calls */
+	else
+		rm_nccl_group_fail(rep->result); /* async: said at the group's end */
+	return CUDA_SUCCESS;
+}
+
+/* The distinct communicators of cs[0..n) (NULLs skipped) into out, in address order (the
+ * order their locks are taken in): how many. */
+static size_t distinct(struct rm_nccl_comm **cs, size_t n, struct rm_nccl_comm **out)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!cs[i])
+			continue;
+		size_t j = 0;
+		while (j < k && out[j] < cs[i])
+			j++;
+		if (j < k && out[j] == cs[i])
+			continue;
+		memmove(out + j + 1, out + j, (k - j) * sizeof(*out));
+		out[j] = cs[i];
+		k++;
+	}
+	return k;
+}
+
+static ncclResult_t first_error(ncclResult_t a, ncclResult_t b)
+{
+	return a == ncclSuccess || a == ncclInProgress ? (b == ncclSuccess ? a : b) : a;
+}
+
+/* A group of collectives only, every communicator with a twin: on the twins, in one blocking
+ * group on this thread, every lock held (no call of it waits for a peer). */
+static ncclResult_t run_on_twins(const struct rm_nccl_lib *L, const struct rm_nccl_op *ops, struct rm_nccl_comm **cs,
+				 size_t n, struct rm_nccl_comm **u, size_t k)
+{
+	ncclResult_t r = ncclSuccess;
+	for (size_t j = 0; j < k; j++)
+		pthread_mutex_lock(&u[j]->lock);
+	L->GroupStart();
+	for (size_t i = 0; i < n; i++) {
+		struct rm_nccl_comm *c = cs[i];
+		if (!c)
+			continue;
+		ncclResult_t e = !c->twin || __atomic_load_n(&c->departed, __ATOMIC_ACQUIRE) ? ncclRemoteError
+											  : rm_nccl_issue(L, &ops[i], c->twin);
+		c->last_stream = ops[i].stream;
+		r = first_error(r, e);
+	}
+	r = first_error(r, L->GroupEnd());
+	for (size_t j = 0; j < k; j++) {
+		if (r == ncclSuccess && u[j]->done && u[j]->last_stream)
+			rm_drv_cuEventRecord(u[j]->done, u[j]->last_stream);
+		pthread_mutex_unlock(&u[j]->lock);
+	}
+	return r;
+}
+
+/* Any other group: on the communicators themselves, each settled as a call alone would be. */
+static ncclResult_t run_on_parents(struct rm_channel *s, const struct rm_nccl_lib *L, const struct rm_nccl_op *ops,
+				   struct rm_nccl_comm **cs, size_t n)
+{
+	ncclResult_t r = ncclSuccess;
+	L->GroupStart();
+	for (size_t i = 0; i < n; i++) {
+		struct rm_nccl_comm *c = cs[i];
+		if (!c)
+			continue;
+		pthread_mutex_lock(&c->lock);
+		ncclResult_t e = ncclRemoteError;
+		if (c->comm && !__atomic_load_n(&c->departed, __ATOMIC_ACQUIRE)) {
+			e = rm_nccl_issue(L, &ops[i], c->comm);
+			c->last_stream = ops[i].stream;
+			rm_nccl_group_note(c);
+		}
+		pthread_mutex_unlock(&c->lock);
+		r = first_error(r, e);
+	}
+	ncclResult_t end = L->GroupEnd();
+	if (end == ncclSuccess || end == ncclInProgress)
+		end = rm_nccl_group_settle(s, end);
+	return first_error(r, end);
+}
+
+/* The outermost end runs the held calls: the inits and splits of the group settled first,
+ * then the twins its collectives need made, then the calls on the twins where every one is a
+ * collective of a communicator with a twin, else on the communicators. Sent async by the
+ * client only for groups of such collectives (their errors go to their communicators'
+ * async errors). The reply's value says whether it ran on the twins. */
+CUresult rm_body_rmNcclGroupEnd(struct rm_channel *s, struct rm_request *rq, const Remora__NcclCall *req,
+				Remora__NcclReply *rep)
+{
+	(void)req;
+	const struct rm_nccl_lib *L = rm_nccl_need(rep);
+	if (!L)
+		return CUDA_SUCCESS;
+	if (rm_nccl_group_depth(0) == 0) {
+		rep->result = ncclInvalidUsage;
+		return CUDA_SUCCESS;
+	}
+	if (rm_nccl_group_depth(-1) > 0)
+		return CUDA_SUCCESS; /* an inner end: the outermost runs the calls */
+	ncclResult_t r = rm_nccl_group_error(); /* a call of the group the client sent async */
+	int had_init = rm_nccl_group_had_init();
+	if (had_init)
+		r = first_error(r, rm_nccl_group_settle(s, ncclInProgress));
+	struct rm_nccl_op *ops;
+	size_t n = rm_nccl_group_take(&ops);
+	struct rm_nccl_comm **cs = n ? calloc(2 * n, sizeof(*cs)) : NULL, **u = cs ? cs + n : NULL;
+	size_t k = 0;
+	int on_twins = 0;
+	if (n && !cs) {
+		r = first_error(r, ncclSystemError);
+	} else if (n) {
+		int all_twinnable = 1;
+		for (size_t i = 0; i < n; i++) {
+			int32_t why = ncclSuccess;
+			cs[i] = rm_nccl_find(s, ops[i].comm, &why); /* destroyed within the group: that call fails */
+			r = first_error(r, why);
+			all_twinnable &= rm_nccl_on_twin(ops[i].what);
+		}
+		if (rm_nccl_twins()) { /* twins for the communicators of its collectives, as every rank makes them */
+			struct rm_nccl_comm **t = calloc(n, sizeof(*t));
+			size_t nt = 0;
+			for (size_t i = 0; t && i < n; i++)
+				t[i] = rm_nccl_on_twin(ops[i].what) ? cs[i] : NULL;
+			if (t && (nt = distinct(t, n, u)))
+				rm_nccl_make_twins(s, u, (int)nt);
+			free(t);
+		}
+		k = distinct(cs, n, u);
+		on_twins = all_twinnable && rm_nccl_twins() && !had_init;
+		for (size_t j = 0; j < k && on_twins; j++)
+			on_twins = u[j]->twin_state == RM_NCCL_TWIN_MADE;
+		r = first_error(r, on_twins ? run_on_twins(L, ops, cs, n, u, k) : run_on_parents(s, L, ops, cs, n));
+	}
+	if ((rq->frame.flags & RM_F_ASYNC) && r != ncclSuccess)
+		for (size_t j = 0; j < k; j++)
+			fail_async(u[j], r);
+	rep->result = r;
+	rep->value = on_twins;
+	free(cs);
+	free(ops);
 	return CUDA_SUCCESS;
 }
 

@@ -45,16 +45,8 @@ static void clique_of(const uint8_t *id, size_t len, uint8_t out[16])
 /* The config NCCL gets: the client's fields, nonblocking always (nccl.h). */
 static ncclResult_t config_of(const struct rm_nccl_lib *L, const Remora__NcclCall *req, rm_nccl_config *cfg)
 {
-	int version = 0;
-	memset(cfg, 0, sizeof(*cfg));
-	L->GetVersion(&version);
-	cfg->size = sizeof(*cfg);
-	cfg->magic = RM_NCCL_CONFIG_MAGIC;
-	cfg->version = (unsigned)version;
-	cfg->cgaClusterSize = cfg->minCTAs = cfg->maxCTAs = cfg->splitShare = cfg->trafficClass = RM_NCCL_CONFIG_UNDEF;
-	cfg->collnetEnable = cfg->CTAPolicy = cfg->shrinkShare = cfg->nvlsCTAs = RM_NCCL_CONFIG_UNDEF;
-	cfg->nChannelsPerNetPeer = cfg->nvlinkCentricSched = RM_NCCL_CONFIG_UNDEF;
-	cfg->blocking = 0;
+	(void)L;
+	rm_nccl_config_defaults(cfg);
 	if (!req->has_config)
 		return ncclSuccess;
 	if ((req->net_name && strlen(req->net_name) > RM_NCCL_MAX_NAME) ||
@@ -184,6 +176,8 @@ CUresult rm_body_rmNcclCommInitRank(struct rm_channel *s, struct rm_request *rq,
 		r = ncclSystemError;
 	else if (c && in_group)
 		rm_nccl_group_note(c);
+	if (in_group)
+		rm_nccl_group_mark_init();
 	if (c && pending && !nonblocking)
 		r = ncclSuccess; /* in a group: settled at its end */
 	rep->result = r;
@@ -290,6 +284,8 @@ CUresult rm_body_rmNcclCommSplit(struct rm_channel *s, struct rm_request *rq, co
 	pthread_mutex_lock(&p->lock);
 	ncclResult_t r = p->departed || !p->comm ? ncclRemoteError : L->CommSplit(p->comm, req->color, req->key, &comm, &cfg);
 	pthread_mutex_unlock(&p->lock);
+	if (rm_nccl_group_depth(0) > 0)
+		rm_nccl_group_mark_init();
 	int nonblocking = wants_nonblocking(req), pending = comm && nonblocking && r == ncclInProgress;
 	if (comm && !pending) {
 		r = rm_nccl_settle_raw(s, comm, r, "ncclCommSplit");
@@ -425,39 +421,3 @@ CUresult rm_body_rmNcclGetLastError(struct rm_channel *s, struct rm_request *rq,
 	rq->reply_mem = text;
 	return CUDA_SUCCESS;
 }
-
-CUresult rm_body_rmNcclGroupStart(struct rm_channel *s, struct rm_request *rq, const Remora__NcclCall *req,
-				  Remora__NcclReply *rep)
-{
-	(void)s, (void)rq, (void)req;
-	const struct rm_nccl_lib *L = rm_nccl_need(rep);
-	if (L && (rep->result = L->GroupStart()) == ncclSuccess)
-		rm_nccl_group_depth(1);
-	else
-		rm_nccl_group_fail(rep->result); /* async: said at the group's end */
-	return CUDA_SUCCESS;
-}
-
-CUresult rm_body_rmNcclGroupEnd(struct rm_channel *s, struct rm_request *rq, const Remora__NcclCall *req,
-				Remora__NcclReply *rep)
-{
-	(void)rq, (void)req;
-	const struct rm_nccl_lib *L = rm_nccl_need(rep);
-	if (!L)
-		return CUDA_SUCCESS;
-	if (rm_nccl_group_depth(0) == 0) {
-		rep->result = ncclInvalidUsage;
-		return CUDA_SUCCESS;
-	}
-	ncclResult_t r = L->GroupEnd();
-	if (rm_nccl_group_depth(-1) == 0 && (r == ncclSuccess || r == ncclInProgress))
-		r = rm_nccl_group_settle(s, r);
-	if (rm_nccl_group_depth(0) == 0) {
-		ncclResult_t e = rm_nccl_group_error(); /* a call of the group the client sent async */
-		if (e != ncclSuccess && (r == ncclSuccess || r == ncclInProgress))
-			r = e;
-	}
-	rep->result = r;
-	return CUDA_SUCCESS;
-}
-

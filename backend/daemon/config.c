@@ -29,6 +29,7 @@ void rm_config_defaults(struct rm_daemon_config *c)
 	snprintf(c->driver, sizeof(c->driver), "libcuda.so.1");
 	snprintf(c->nccl_library, sizeof(c->nccl_library), "libnccl.so.2");
 	c->nccl_timeout_s = 300;
+	c->nccl_twins = 1;
 	c->isolation = RM_ISOLATE_PROCESS;
 	c->workers_per_tenant = 1;
 	snprintf(c->mps_control, sizeof(c->mps_control), "nvidia-cuda-mps-control");
@@ -119,6 +120,8 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 		bad = copy_str(c->nccl_library, sizeof(c->nccl_library), v) || !*v;
 	else if (!strcmp(key, "nccl_timeout"))
 		bad = parse_int(v, 1, 86400, &c->nccl_timeout_s);
+	else if (!strcmp(key, "nccl_twins"))
+		bad = parse_bool(v, &c->nccl_twins);
 	else if (!strcmp(key, "ready_file"))
 		bad = copy_str(c->ready_file, sizeof(c->ready_file), v);
 	else if (!strcmp(key, "user"))

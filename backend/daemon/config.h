@@ -34,6 +34,7 @@ struct rm_daemon_config {
 	char driver[512];       /* the driver library dlopened */
 	char nccl_library[512]; /* the NCCL a worker dlopens at its first NCCL call (backend/worker/nccl_comms.h) */
 	int nccl_timeout_s;     /* how long an NCCL call may wait for its peers before its communicator is aborted */
+	int nccl_twins;         /* collectives on a blocking twin of each communicator (nccl_comms.h) */
 	char ready_file[512];   /* written with the bound address once listening; "" for none */
 	char user[64];          /* run as this user once listening (privileges.h); "": as started */
 

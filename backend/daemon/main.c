@@ -262,7 +262,7 @@ int main(int argc, char **argv)
 		rm_gpu_set_sync(cfg.gpu_sync);
 		rm_gpu_set_malloc_heap(cfg.gpu_malloc_heap);
 		rm_stream_wait_configure(cfg.gpu_wait_spin_us);
-		rm_nccl_configure(cfg.nccl_library, cfg.nccl_timeout_s);
+		rm_nccl_configure(cfg.nccl_library, cfg.nccl_timeout_s, cfg.nccl_twins);
 		int count;
 		if (registry_fd < 0 || rm_registry_attach(registry_fd) || load_driver(&cfg, &count) < 0)
 			return 1;

@@ -101,6 +101,7 @@ static void note_restart_only(const struct rm_daemon_config *o, const struct rm_
 	NOTE(listen, "listen");
 	NOTE(driver, "driver");
 	NOTE(nccl_library, "nccl_library");
+	NOTE(nccl_twins, "nccl_twins");
 	NOTE(isolation, "isolation");
 	NOTE(workers_per_tenant, "workers_per_tenant");
 	NOTE(mps_control, "mps_control");

@@ -23,18 +23,41 @@ static struct rm_nccl_comm *comms;
 
 static char library[512] = "libnccl.so.2";
 static int timeout_s = 300;
+static int twins_wanted = 1, twins;
 
-void rm_nccl_configure(const char *path, int timeout)
+void rm_nccl_configure(const char *path, int timeout, int want_twins)
 {
 	if (path && *path)
 		snprintf(library, sizeof(library), "%s", path);
 	if (timeout > 0)
 		timeout_s = timeout;
+	twins_wanted = want_twins;
+}
+
+int rm_nccl_twins(void)
+{
+	return twins;
+}
+
+/* Before NCCL is loaded: connections made at init, which twins need (nccl_comms.h). */
+static void choose_twins(void)
+{
+	const char *rc = getenv("NCCL_RUNTIME_CONNECT");
+	if (!twins_wanted)
+		return;
+	if (rc && *rc && strcmp(rc, "0")) {
+		rm_log(RM_LOG_INFO, "NCCL: NCCL_RUNTIME_CONNECT=%s in remorad's environment: no blocking twins, "
+		       "every collective runs on its nonblocking communicator", rc);
+		return;
+	}
+	setenv("NCCL_RUNTIME_CONNECT", "0", 1);
+	twins = 1;
 }
 
 static void load(void)
 {
 	const char *path = library;
+	choose_twins();
 	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		rm_log(RM_LOG_ERROR, "NCCL: cannot load nccl_library %s: %s; NCCL calls fail with ncclSystemError", path,
@@ -55,7 +78,9 @@ static void load(void)
 		       path);
 		return;
 	}
-	rm_log(RM_LOG_INFO, "NCCL: %s, version %d", path, version);
+	if (twins && !lib.CommSplit)
+		twins = 0;
+	rm_log(RM_LOG_INFO, "NCCL: %s, version %d%s", path, version, twins ? ", collectives on blocking twins" : "");
 	loaded = &lib;
 }
 
@@ -136,6 +161,17 @@ static void pause_a_little(uint64_t waited_ns)
 	nanosleep(&ts, NULL);
 }
 
+/* Aborts c's twin, then c itself. Under c->lock. */
+static void abort_locked(struct rm_nccl_comm *c)
+{
+	if (c->twin)
+		loaded->CommAbort(c->twin);
+	c->twin = NULL;
+	if (c->comm)
+		loaded->CommAbort(c->comm);
+	c->comm = NULL;
+}
+
 static void say_abandoned(struct rm_channel *s, const char *what, uint64_t limit)
 {
 	if (client_gone(s))
@@ -159,8 +195,7 @@ ncclResult_t rm_nccl_settle(struct rm_channel *s, struct rm_nccl_comm *c, ncclRe
 		uint64_t waited = now_ns() - start;
 		if (waited > limit || client_gone(s)) {
 			say_abandoned(s, what, limit);
-			loaded->CommAbort(c->comm);
-			c->comm = NULL;
+			abort_locked(c);
 			c->aborted = 1;
 			return ncclSystemError;
 		}
@@ -192,6 +227,79 @@ ncclResult_t rm_nccl_settle_raw(struct rm_channel *s, ncclComm_t comm, ncclResul
 	return r;
 }
 
+void rm_nccl_config_defaults(rm_nccl_config *cfg)
+{
+	int version = 0;
+	memset(cfg, 0, sizeof(*cfg));
+	if (loaded)
+		loaded->GetVersion(&version);
+	cfg->size = sizeof(*cfg);
+	cfg->magic = RM_NCCL_CONFIG_MAGIC;
+	cfg->version = (unsigned)version;
+	cfg->cgaClusterSize = cfg->minCTAs = cfg->maxCTAs = cfg->splitShare = cfg->trafficClass = RM_NCCL_CONFIG_UNDEF;
+	cfg->collnetEnable = cfg->CTAPolicy = cfg->shrinkShare = cfg->nvlsCTAs = RM_NCCL_CONFIG_UNDEF;
+	cfg->nChannelsPerNetPeer = cfg->nvlinkCentricSched = RM_NCCL_CONFIG_UNDEF;
+	cfg->blocking = 0;
+}
+
+/* Takes the twin NCCL's split made for c, once c's split settled (r). Under c->lock. */
+static void take_twin(struct rm_channel *s, struct rm_nccl_comm *c, ncclResult_t r)
+{
+	ncclComm_t t = c->twin_made;
+	ncclResult_t e = ncclInternalError;
+	c->twin_made = NULL;
+	if (r == ncclSuccess && t && loaded->CommGetAsyncError(t, &e) == ncclSuccess && e == ncclSuccess) {
+		c->twin = t;
+		c->twin_state = RM_NCCL_TWIN_MADE;
+		rm_session_log(s, RM_LOG_INFO, "NCCL: rank %d: collectives on its blocking twin", c->rank);
+		return;
+	}
+	c->twin_state = RM_NCCL_TWIN_FAILED;
+	if (t)
+		loaded->CommAbort(t);
+	rm_session_log(s, RM_LOG_WARN, "NCCL: rank %d's blocking twin could not be made (%d, then %d): its collectives "
+		       "run on its nonblocking communicator", c->rank, (int)r, (int)e);
+}
+
+void rm_nccl_make_twins(struct rm_channel *s, struct rm_nccl_comm **cs, int n)
+{
+	if (!twins || !loaded || n <= 0)
+		return;
+	rm_nccl_config cfg;
+	rm_nccl_config_defaults(&cfg);
+	cfg.blocking = 1;
+	int asked = 0;
+	loaded->GroupStart(); /* every rank of the thread splits at once, as its peers must */
+	for (int i = 0; i < n; i++) {
+		struct rm_nccl_comm *c = cs[i];
+		pthread_mutex_lock(&c->lock);
+		if (c->twin_state == RM_NCCL_TWIN_NONE && c->comm && !__atomic_load_n(&c->departed, __ATOMIC_ACQUIRE)) {
+			c->twin_made = NULL;
+			/* color 0, key 0: every rank, in the parent's order */
+			ncclResult_t r = loaded->CommSplit(c->comm, 0, 0, &c->twin_made, &cfg);
+			c->twin_state = r == ncclSuccess || r == ncclInProgress ? RM_NCCL_TWIN_ASKED : RM_NCCL_TWIN_FAILED;
+			asked += c->twin_state == RM_NCCL_TWIN_ASKED;
+		}
+		pthread_mutex_unlock(&c->lock);
+	}
+	ncclResult_t end = loaded->GroupEnd();
+	if (!asked)
+		return;
+	for (int i = 0; i < n; i++) {
+		struct rm_nccl_comm *c = cs[i];
+		pthread_mutex_lock(&c->lock);
+		if (c->twin_state == RM_NCCL_TWIN_ASKED) {
+			ncclResult_t r = end == ncclSuccess || end == ncclInProgress ? ncclInProgress : end;
+			r = c->comm ? rm_nccl_settle(s, c, r, "making a blocking twin") : ncclRemoteError;
+			if (c->comm)
+				take_twin(s, c, r);
+			else
+				c->twin_state = RM_NCCL_TWIN_FAILED; /* aborted: NCCL's abort joined the split */
+		}
+		pthread_mutex_unlock(&c->lock);
+	}
+}
+
 /* The calling thread's group: a channel's calls run on its own thread, as NCCL's groups are. */
 #define RM_NCCL_GROUP_MAX 64
 static __thread int group_depth;
@@ -199,6 +307,42 @@ static __thread struct rm_nccl_comm *group_comms[RM_NCCL_GROUP_MAX];
 static __thread int group_n;
 
 static __thread ncclResult_t group_error;
+static __thread struct rm_nccl_op *held;
+static __thread size_t nheld, held_cap;
+static __thread int group_init;
+
+int rm_nccl_group_hold(const struct rm_nccl_op *op)
+{
+	if (nheld == held_cap) {
+		size_t cap = held_cap ? 2 * held_cap : 16;
+		struct rm_nccl_op *more = cap <= RM_NCCL_GROUP_OPS ? realloc(held, cap * sizeof(*more)) : NULL;
+		if (!more)
+			return -1;
+		held = more;
+		held_cap = cap;
+	}
+	held[nheld++] = *op;
+	return 0;
+}
+
+size_t rm_nccl_group_take(struct rm_nccl_op **ops)
+{
+	size_t n = nheld;
+	*ops = held;
+	held = NULL;
+	nheld = held_cap = 0;
+	return n;
+}
+
+void rm_nccl_group_mark_init(void)
+{
+	group_init = 1;
+}
+
+int rm_nccl_group_had_init(void)
+{
+	return group_init;
+}
 
 void rm_nccl_group_fail(ncclResult_t r)
 {
@@ -218,8 +362,13 @@ int rm_nccl_group_depth(int delta)
 	group_depth += delta;
 	if (group_depth < 0)
 		group_depth = 0;
-	if (group_depth == 1 && delta > 0)
+	if (group_depth == 1 && delta > 0) { /* a new outermost group */
 		group_n = 0;
+		group_init = 0;
+		free(held);
+		held = NULL;
+		nheld = held_cap = 0;
+	}
 	return group_depth;
 }
 
@@ -254,16 +403,26 @@ ncclResult_t rm_nccl_group_settle(struct rm_channel *s, ncclResult_t in)
 	return first == ncclSuccess && pending ? ncclInProgress : first;
 }
 
-/* Ends c's communicator: destroy (finalized first, bounded) or abort. Under c->lock. */
+static int finishes(struct rm_nccl_comm *p);
+
+/* Ends c's communicator: destroy (finalized first, bounded) or abort; its twin, once its last
+ * collective is done (bounded), aborted. Under c->lock. */
 static void end_locked(struct rm_channel *s, struct rm_nccl_comm *c, int abort)
 {
 	if (!c->comm)
 		return;
 	ncclResult_t r = ncclSuccess;
-	if (!abort && !c->finalized && !__atomic_load_n(&c->departed, __ATOMIC_ACQUIRE) && loaded->CommFinalize)
+	int departed = __atomic_load_n(&c->departed, __ATOMIC_ACQUIRE);
+	if (!abort && !c->finalized && !departed && loaded->CommFinalize)
 		r = rm_nccl_settle(s, c, loaded->CommFinalize(c->comm), "ncclCommFinalize");
 	if (!c->comm)
 		return; /* aborted meanwhile */
+	if (c->twin) {
+		if (!abort && !departed)
+			(void)finishes(c);
+		loaded->CommAbort(c->twin);
+		c->twin = NULL;
+	}
 	if (abort || r != ncclSuccess || __atomic_load_n(&c->departed, __ATOMIC_ACQUIRE))
 		loaded->CommAbort(c->comm); /* a departed peer's clique cannot finalize */
 	else
@@ -332,10 +491,7 @@ void rm_nccl_session_gone(struct rm_channel *s)
 		if (c->session != s->sh->id)
 			continue;
 		pthread_mutex_lock(&c->lock);
-		if (c->comm) {
-			loaded->CommAbort(c->comm);
-			c->comm = NULL;
-		}
+		abort_locked(c);
 		pthread_mutex_unlock(&c->lock);
 		for (struct rm_nccl_comm *p = comms; p; p = p->next) {
 			if (p->session == s->sh->id || !same_clique(p, c) || __atomic_load_n(&p->departed, __ATOMIC_ACQUIRE))
@@ -360,8 +516,7 @@ void rm_nccl_session_gone(struct rm_channel *s)
 			rm_log(RM_LOG_WARN, "NCCL: session %llu went without destroying its communicator: rank %d of its "
 			       "clique (session %llu) is aborted, its last collective unfinished after %d s",
 			       (unsigned long long)s->sh->id, p->rank, (unsigned long long)p->session, RM_NCCL_GRACE_S);
-			loaded->CommAbort(p->comm);
-			p->comm = NULL;
+			abort_locked(p);
 			p->aborted = 1;
 		}
 		pthread_mutex_unlock(&p->lock);

@@ -11,6 +11,21 @@
  * within nccl_timeout, and its thread is free again. A client that asked for a nonblocking
  * one gets ncclInProgress as NCCL gives it, and polls itself.
  *
+ * Blocking twins (nccl_twins): a nonblocking group's end starts a thread of NCCL's for its
+ * launch, which costs more than a small all-reduce. So at its first collective that NCCL
+ * runs over connections made at init (rm_nccl_on_twin, nccl_abi.h: all-reduce, broadcast,
+ * reduce, all-gather, reduce-scatter) a communicator is split, with every rank, into a
+ * blocking twin of the same ranks; that split is the nonblocking parent's, so its wait is
+ * bounded as above. The worker runs NCCL with NCCL_RUNTIME_CONNECT=0, so a communicator's
+ * collective connections are made at its init: a collective on the twin then never waits
+ * on the host for a peer, only enqueues its kernels, and runs on the caller's thread.
+ * Those collectives outside a group, and groups of them only, run on the twins; sends,
+ * receives, all-to-all, gather and scatter (connected at their first use), and groups with
+ * them or with inits run on the parents as before (NCCL allows no group of blocking and
+ * nonblocking communicators). A twin is aborted, never destroyed
+ * (a blocking destroy could wait for a departed peer), once its last collective is done or
+ * RM_NCCL_GRACE_S passed.
+ *
  * Communicators made from one unique id (or split from one) are a clique. When a client
  * goes without destroying its communicator, the worker aborts it; every other communicator
  * of its clique in this worker can complete no new collective, so their calls answer
@@ -28,6 +43,9 @@
 #include "session.h"
 
 #define RM_NCCL_GRACE_S 10 /* a departed peer's clique: how long its last collective may take */
+#define RM_NCCL_GROUP_OPS 65536 /* calls of one group, held until its end */
+
+enum { RM_NCCL_TWIN_NONE, RM_NCCL_TWIN_ASKED, RM_NCCL_TWIN_MADE, RM_NCCL_TWIN_FAILED };
 
 /* The host NCCL's entry points (NULL where the library lacks one). */
 struct rm_nccl_lib {
@@ -64,6 +82,9 @@ struct rm_nccl_lib {
 struct rm_nccl_comm {
 	pthread_mutex_t lock;
 	ncclComm_t comm;           /* NULL once aborted or destroyed */
+	ncclComm_t twin;           /* its blocking twin for collectives; NULL: none (yet) */
+	ncclComm_t twin_made;      /* where NCCL's split writes the twin */
+	int twin_state;            /* RM_NCCL_TWIN_*: whether a twin was tried */
 	uint8_t clique[16];        /* the communicators made together share it */
 	int nranks, rank, dev;     /* dev: the host's GPU */
 	int aborted;               /* by the departure of a peer, or a wait past nccl_timeout */
@@ -78,8 +99,12 @@ struct rm_nccl_comm {
 	struct rm_nccl_comm *next; /* the worker's list */
 };
 
-/* The worker's settings: nccl_library (dlopened at the first NCCL call) and nccl_timeout. */
-void rm_nccl_configure(const char *library, int timeout_s);
+/* The worker's settings: nccl_library (dlopened at the first NCCL call), nccl_timeout and
+ * nccl_twins. Twins are made only where NCCL makes its connections at init: the worker sets
+ * NCCL_RUNTIME_CONNECT=0 unless its environment sets it otherwise (then no twins). */
+void rm_nccl_configure(const char *library, int timeout_s, int twins);
+/* Whether communicators get blocking twins (after rm_nccl()). */
+int rm_nccl_twins(void);
 /* The host's NCCL, loaded once (nccl_library); NULL, after one line in the log, when it
  * cannot be. */
 const struct rm_nccl_lib *rm_nccl(void);
@@ -99,10 +124,33 @@ ncclResult_t rm_nccl_settle(struct rm_channel *s, struct rm_nccl_comm *c, ncclRe
  * that does not end in ncclSuccess is aborted. */
 ncclResult_t rm_nccl_settle_raw(struct rm_channel *s, ncclComm_t comm, ncclResult_t r, const char *what);
 
+/* Makes the blocking twins of the n communicators in cs that have none and have not failed
+ * one, in one group (their splits bounded as any wait of a parent). A communicator whose
+ * twin could not be made is marked RM_NCCL_TWIN_FAILED and keeps running on its parent.
+ * Called with no record's lock held. */
+void rm_nccl_make_twins(struct rm_channel *s, struct rm_nccl_comm **cs, int n);
+
+/* NCCL's defaults for every field of cfg, nonblocking. */
+void rm_nccl_config_defaults(rm_nccl_config *cfg);
+
 /* The calling thread's group (ncclGroupStart nests): the depth, and the communicators its
  * calls named, settled at the outermost ncclGroupEnd. */
 int rm_nccl_group_depth(int delta);
 void rm_nccl_group_note(struct rm_nccl_comm *c);
+/* A call of the group, held until its end (where the communicators decide between twins and
+ * parents): what, its buffers, count, types, root and stream as checked, its communicator
+ * as the client's handle. 0, or -1 past RM_NCCL_GROUP_OPS or out of memory. */
+struct rm_nccl_op {
+	uint64_t comm, sendbuff, recvbuff, count;
+	CUstream stream;
+	int what, datatype, op, root;
+};
+int rm_nccl_group_hold(const struct rm_nccl_op *op);
+/* The held calls, taken (the caller frees them): their number. */
+size_t rm_nccl_group_take(struct rm_nccl_op **ops);
+/* An init or split was made in the calling thread's group: it runs on the parents. */
+void rm_nccl_group_mark_init(void);
+int rm_nccl_group_had_init(void);
 /* Records r, an error of a call the client sent async inside the calling thread's group
  * (the group's end answers the first); and takes it at the group's end. */
 void rm_nccl_group_fail(ncclResult_t r);

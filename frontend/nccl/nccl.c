@@ -24,6 +24,84 @@ static __thread char last_error[RM_NCCL_MAX_TEXT]; /* the client's own, said sin
 static __thread char shown_error[RM_NCCL_MAX_TEXT]; /* what ncclGetLastError returned last */
 static __thread int group_depth; /* the calling thread's ncclGroupStart nesting */
 
+/* Communicators whose collectives ran on the worker's blocking twin (nccl_comms.h): their
+ * collectives never wait in the worker for a peer, so they are sent without waiting, and so
+ * is the end of a group of only such collectives; an error comes back as the
+ * communicator's async error (ncclCommGetAsyncError). An open-addressed set of handles. */
+#define FAST_SLOTS 1024
+static uint64_t fast_comms[FAST_SLOTS];
+static pthread_mutex_t fast_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t fast_slot(uint64_t v)
+{
+	return (size_t)((v * 0x9e3779b97f4a7c15ull) >> 54) & (FAST_SLOTS - 1);
+}
+
+static int is_fast(uint64_t v)
+{
+	for (size_t i = fast_slot(v), n = 0; n < FAST_SLOTS; i = (i + 1) & (FAST_SLOTS - 1), n++) {
+		uint64_t x = __atomic_load_n(&fast_comms[i], __ATOMIC_ACQUIRE);
+		if (x == v)
+			return 1;
+		if (!x)
+			return 0;
+	}
+	return 0;
+}
+
+static void set_fast(uint64_t v, int fast)
+{
+	pthread_mutex_lock(&fast_lock);
+	size_t i = fast_slot(v), n = 0;
+	for (; n < FAST_SLOTS; i = (i + 1) & (FAST_SLOTS - 1), n++) {
+		uint64_t x = fast_comms[i];
+		if (x == v || !x || (x == UINT64_MAX && fast)) /* a removed slot is reused */
+			break;
+	}
+	if (n < FAST_SLOTS && (fast || fast_comms[i] == v))
+		__atomic_store_n(&fast_comms[i], fast ? v : UINT64_MAX, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&fast_lock);
+}
+
+/* The calling thread's outermost group: its communicators, and whether every call in it was
+ * a collective that runs on a twin (rm_nccl_on_twin), of a fast communicator (then its end
+ * is sent async). */
+#define GROUP_COMMS 64
+static __thread uint64_t group_comms[GROUP_COMMS];
+static __thread int group_ncomms, group_fast, group_calls;
+static __thread uint64_t group_streams[2]; /* an async end is ordered against these */
+static __thread int group_nstreams;
+
+/* A key of the calling thread's own, which no stream or event has: its group's start is
+ * ordered against nothing of other threads (NCCL's groups are per thread). */
+static uint64_t thread_key(void)
+{
+	static uint64_t made;
+	static __thread uint64_t key;
+	if (!key)
+		key = (0xfe12ull << 48) | __atomic_add_fetch(&made, 1, __ATOMIC_RELAXED);
+	return key;
+}
+
+static void group_call(uint64_t comm, uint64_t stream, int fast)
+{
+	int known = 0, seen = 0;
+	group_calls++;
+	group_fast &= fast;
+	for (int i = 0; i < group_nstreams; i++)
+		seen |= group_streams[i] == stream;
+	if (!seen && group_nstreams < 2)
+		group_streams[group_nstreams++] = stream;
+	else if (!seen)
+		group_fast = 0; /* an async end is ordered against two streams at most */
+	for (int i = 0; i < group_ncomms; i++)
+		known |= group_comms[i] == comm;
+	if (!known && group_ncomms < GROUP_COMMS)
+		group_comms[group_ncomms++] = comm;
+	else if (!known)
+		group_fast = 0; /* more than it can mark fast afterwards */
+}
+
 static void log_once_init(void)
 {
 	rm_log_init("remora-nccl", RM_LOG_ERROR);
@@ -60,6 +138,8 @@ static ncclResult_t fwd(uint32_t op, const struct rm_nccl_args *a, struct rm_ncc
 	pthread_once(&bridge_once, find_bridge);
 	if (!bridge)
 		return say(ncclSystemError, "Remora: the loaded libcuda.so.1 is not Remora's client library");
+	if (group_depth > 0 && op != RM_OP_rmNcclCollective && op != RM_OP_rmNcclGroupStart && op != RM_OP_rmNcclGroupEnd)
+		group_fast = 0; /* an init, a split, a destroy...: the group's end waits */
 	CUresult r = bridge->call(op, a, out);
 	if (r != CUDA_SUCCESS) {
 		const char *s = NULL;
@@ -227,11 +307,15 @@ NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm)
 
 NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm)
 {
+	if (comm)
+		set_fast(comm_of(comm), 0); /* its handle may name another communicator later */
 	return comm ? on_comm(RM_OP_rmNcclCommDestroy, comm, 0, NULL) : ncclSuccess;
 }
 
 NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm)
 {
+	if (comm)
+		set_fast(comm_of(comm), 0);
 	return comm ? on_comm(RM_OP_rmNcclCommAbort, comm, 0, NULL) : ncclSuccess;
 }
 
@@ -311,15 +395,23 @@ static ncclResult_t coll(int what, const void *sendbuff, void *recvbuff, size_t 
 	if (!rm_nccl_type_size(datatype))
 		return say(ncclInvalidArgument, "an unknown datatype");
 	/* Inside a group, async: the group's calls cost one round trip, at its end, which says
-	 * their first error. Outside one, a call waits for its answer: an async call another
-	 * thread's calls would be fenced after may wait in the worker for that very thread's
-	 * rank (several ranks of one process). */
-	struct rm_nccl_args a = {.comm = comm_of(comm), .sendbuff = (uint64_t)(uintptr_t)sendbuff,
+	 * their first error. Outside one, a call waits for its answer unless its communicator is
+	 * fast: another thread's calls fenced after an async call could wait in the worker for
+	 * that very thread's rank (several ranks of one process), where a twin's never wait. */
+	uint64_t v = comm_of(comm);
+	int fast = rm_nccl_on_twin(what) && is_fast(v);
+	struct rm_nccl_args a = {.comm = v, .sendbuff = (uint64_t)(uintptr_t)sendbuff,
 				 .recvbuff = (uint64_t)(uintptr_t)recvbuff, .count = count,
 				 .stream = (uint64_t)(uintptr_t)stream, .datatype = datatype, .op = op, .root = root,
-				 .what = what, .async = group_depth > 0};
+				 .what = what, .async = group_depth > 0 || fast, .ordered = 1,
+				 .order = {(uint64_t)(uintptr_t)stream, 0}};
 	struct rm_nccl_answer out;
-	return fwd(RM_OP_rmNcclCollective, &a, &out);
+	if (group_depth > 0)
+		group_call(v, a.stream, fast);
+	ncclResult_t r = fwd(RM_OP_rmNcclCollective, &a, &out);
+	if (!a.async && r == ncclSuccess && out.value)
+		set_fast(v, 1);
+	return r;
 }
 
 NCCL_API(ncclResult_t, ncclAllReduce, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
@@ -390,11 +482,14 @@ NCCL_API(ncclResult_t, ncclRecv, void *recvbuff, size_t count, ncclDataType_t da
 
 NCCL_API(ncclResult_t, ncclGroupStart, void)
 {
-	struct rm_nccl_args a = {.async = 1}; /* its error, if any, is the group end's */
+	/* its error, if any, is the group end's */
+	struct rm_nccl_args a = {.async = 1, .ordered = 1, .order = {RM_NCCL_ORDER_NO_STREAM, thread_key()}};
 	struct rm_nccl_answer out;
 	ncclResult_t r = fwd(RM_OP_rmNcclGroupStart, &a, &out);
-	if (r == ncclSuccess)
-		group_depth++;
+	if (r == ncclSuccess && group_depth++ == 0) {
+		group_ncomms = group_calls = group_nstreams = 0;
+		group_fast = 1;
+	}
 	return r;
 }
 
@@ -402,9 +497,18 @@ NCCL_API(ncclResult_t, ncclGroupEnd, void)
 {
 	struct rm_nccl_args a = {0};
 	struct rm_nccl_answer out;
+	int outermost = group_depth == 1;
 	if (group_depth > 0)
 		group_depth--;
-	return fwd(RM_OP_rmNcclGroupEnd, &a, &out);
+	a.async = outermost && group_fast && group_calls > 0;
+	a.ordered = a.async; /* against the streams its calls go on */
+	a.order[0] = group_streams[0];
+	a.order[1] = group_nstreams > 1 ? group_streams[1] : 0;
+	ncclResult_t r = fwd(RM_OP_rmNcclGroupEnd, &a, &out);
+	if (outermost && !a.async && r == ncclSuccess && out.value)
+		for (int i = 0; i < group_ncomms; i++)
+			set_fast(group_comms[i], 1);
+	return r;
 }
 
 NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,

@@ -90,7 +90,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	const char *driver = getenv("REMORA_FUZZ_DRIVER") ? getenv("REMORA_FUZZ_DRIVER") : FUZZ_TESTDRIVER;
 	/* NCCL's calls on the test NCCL, which the test driver serves; a wait for peers ends in 1 s. */
 	setenv("TESTNCCL_CUDA", driver, 1);
-	rm_nccl_configure(FUZZ_TESTNCCL, 1);
+	rm_nccl_configure(FUZZ_TESTNCCL, 1, 1);
 	void *lib = dlopen(driver, RTLD_NOW | RTLD_LOCAL);
 	if (!lib || rm_driver_table_load(lib) <= 0 || !rm_drv.cuInit || rm_drv.cuInit(0) != CUDA_SUCCESS ||
 	    rm_drv.cuDeviceGetCount(&ngpus) != CUDA_SUCCESS || ngpus < 1) {

@@ -10,7 +10,13 @@
  * waits for its message. Every wait ends after TESTNCCL_TIMEOUT seconds (default 30) with
  * ncclSystemError; an aborted rank's clique is broken and its waiters get ncclRemoteError.
  * A communicator made nonblocking (config.blocking = 0) returns from its init at once and
- * answers ncclInProgress from ncclCommGetAsyncError until every rank has joined. */
+ * answers ncclInProgress from ncclCommGetAsyncError until every rank has joined.
+ * A blocking communicator's calls (NCCL's default) run in stream order instead: a host
+ * function of the call's stream does it there, as NCCL's kernels wait on the GPU, and the
+ * call returns at once; an error becomes the communicator's async error.
+ * ncclCommSplit is a meeting of every rank of the communicator: the last to come makes the
+ * new cliques (ranks ordered by key, then by their old rank); a nonblocking parent answers
+ * ncclInProgress from ncclCommGetAsyncError until then. */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -33,6 +39,7 @@ static uint64_t ids_made;
 
 static CUresult (*drv_sync)(CUstream);
 static CUresult (*drv_ctx_device)(CUdevice *);
+static CUresult (*drv_host_fn)(CUstream, CUhostFn, void *);
 
 static void find_driver(void)
 {
@@ -41,6 +48,7 @@ static void find_driver(void)
 	if (h) {
 		*(void **)&drv_sync = dlsym(h, "cuStreamSynchronize");
 		*(void **)&drv_ctx_device = dlsym(h, "cuCtxGetDevice");
+		*(void **)&drv_host_fn = dlsym(h, "cuLaunchHostFunc");
 	}
 }
 
@@ -126,6 +134,7 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, const ncclUniqueId *i
 	m->dev = dev;
 	m->rank = rank;
 	m->nranks = nranks;
+	m->blocking = blocking;
 	pthread_mutex_lock(&lock);
 	struct clique *c = clique_find_locked(id);
 	if (!c && (c = calloc(1, sizeof(*c)))) {
@@ -188,9 +197,11 @@ API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist
 	ncclUniqueId id;
 	ncclResult_t r = ncclGetUniqueId(&id);
 	for (int i = 0; i < ndev && r == ncclSuccess; i++) {
-		r = init_rank(&comms[i], ndev, &id, i, 0);
-		if (r == ncclInProgress)
+		r = init_rank(&comms[i], ndev, &id, i, 0); /* every rank joins before any waits */
+		if (r == ncclInProgress) {
+			comms[i]->blocking = 1; /* as NCCL's are */
 			r = ncclSuccess;
+		}
 	}
 	return r;
 }
@@ -201,7 +212,8 @@ API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *e)
 		return ncclInvalidArgument;
 	pthread_mutex_lock(&lock);
 	struct clique *c = comm->clique;
-	*e = c->broken ? ncclRemoteError : c->joined < c->nranks ? ncclInProgress : ncclSuccess;
+	*e = c->broken ? ncclRemoteError : comm->async_error ? comm->async_error
+		: c->joined < c->nranks || comm->splitting ? ncclInProgress : ncclSuccess;
 	pthread_mutex_unlock(&lock);
 	return ncclSuccess;
 }
@@ -245,9 +257,12 @@ static ncclResult_t leave(ncclComm_t comm, int abort)
 		c->broken = 1;
 	c->ranks[comm->rank] = NULL;
 	pthread_cond_broadcast(&changed);
-	clique_unref_locked(c);
+	comm->left = 1;
+	if (!comm->in_streams) { /* else the last of its calls in stream order frees it */
+		clique_unref_locked(c);
+		free(comm);
+	}
 	pthread_mutex_unlock(&lock);
-	free(comm);
 	return ncclSuccess;
 }
 
@@ -336,11 +351,87 @@ API ncclResult_t ncclRecv(void *r, size_t n, int t, int peer, ncclComm_t c, CUst
 	return op(RM_NCCL_RECV, NULL, r, n, t, 0, peer, c, st);
 }
 
-/* The rest of the API: not in the test NCCL. */
-API ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t *n, rm_nccl_config *cfg)
+/* The last rank of a split came: each color's new clique, its communicators given out. */
+static void split_locked(struct clique *p)
 {
-	(void)c, (void)color, (void)key, (void)n, (void)cfg;
-	return ncclInvalidUsage;
+	int n = p->nranks;
+	for (int i = 0; i < n; i++) {
+		struct split_part *a = &p->split[i];
+		if (!a->arrived || a->color < 0 || (a->out && *a->out))
+			continue;
+		int members[TESTNCCL_MAX_RANKS], k = 0;
+		for (int j = 0; j < n; j++) /* this color's ranks, by key then old rank */
+			if (p->split[j].arrived && p->split[j].color == a->color) {
+				int at = k++;
+				while (at > 0 && p->split[members[at - 1]].key > p->split[j].key) {
+					members[at] = members[at - 1];
+					at--;
+				}
+				members[at] = j;
+			}
+		struct clique *c = calloc(1, sizeof(*c));
+		if (!c)
+			continue;
+		uint64_t words[4] = {TESTNCCL_ID_MAGIC ^ 1, 0, p->splits, (uint64_t)(uint32_t)a->color};
+		memcpy(&words[1], p->id.internal + 8, 8);
+		memcpy(c->id.internal, words, sizeof(words));
+		c->nranks = k;
+		c->next = cliques;
+		cliques = c;
+		for (int r = 0; r < k; r++) {
+			struct split_part *m = &p->split[members[r]];
+			struct ncclComm *x = calloc(1, sizeof(*x));
+			if (!x)
+				continue;
+			x->clique = c;
+			x->rank = r;
+			x->nranks = k;
+			x->blocking = m->blocking;
+			x->dev = p->ranks[members[r]] ? p->ranks[members[r]]->dev : 0;
+			c->ranks[r] = x;
+			c->joined++;
+			c->refs++;
+			*m->out = x;
+		}
+	}
+	for (int i = 0; i < n; i++) {
+		if (p->ranks[i])
+			p->ranks[i]->splitting = 0;
+		memset(&p->split[i], 0, sizeof(p->split[i]));
+	}
+	p->split_arrived = 0;
+	p->splits++;
+}
+
+API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *out, rm_nccl_config *cfg)
+{
+	if (!comm || !out || (cfg && cfg->magic != RM_NCCL_CONFIG_MAGIC))
+		return ncclInvalidArgument;
+	int blocking = !cfg || !RM_NCCL_CONFIG_HAS(cfg->size, blocking) || cfg->blocking != 0;
+	*out = NULL;
+	pthread_mutex_lock(&lock);
+	struct clique *p = comm->clique;
+	struct split_part *a = &p->split[comm->rank];
+	if (p->broken || a->arrived) {
+		pthread_mutex_unlock(&lock);
+		return p->broken ? ncclRemoteError : ncclInvalidUsage;
+	}
+	*a = (struct split_part){1, color, key, blocking, out};
+	comm->splitting = 1;
+	if (++p->split_arrived == p->nranks)
+		split_locked(p);
+	pthread_cond_broadcast(&changed);
+	ncclResult_t r = ncclSuccess;
+	struct timespec end;
+	deadline(&end);
+	/* The split waits as its parent does (NCCL); the child's blocking setting is its own. */
+	while (comm->blocking && comm->splitting && !p->broken && r == ncclSuccess)
+		if (wait_until(&end))
+			r = ncclSystemError;
+	if (p->broken)
+		r = ncclRemoteError;
+	pthread_mutex_unlock(&lock);
+	return r != ncclSuccess ? r : comm->blocking ? ncclSuccess : ncclInProgress;
 }
 
 API ncclResult_t ncclRedOpCreatePreMulSum(int *o, void *s, int t, int res, ncclComm_t c)
@@ -356,6 +447,11 @@ API ncclResult_t ncclRedOpDestroy(int o, ncclComm_t c)
 }
 
 /* For testnccl_ops.c: the state's lock, condition and driver. */
+void testnccl_clique_unref(struct clique *c)
+{
+	clique_unref_locked(c);
+}
+
 pthread_mutex_t *testnccl_lock(void)
 {
 	return &lock;
@@ -374,6 +470,12 @@ void testnccl_wake(void)
 void testnccl_deadline(struct timespec *ts)
 {
 	deadline(ts);
+}
+
+int testnccl_host_fn(CUstream st, CUhostFn fn, void *arg)
+{
+	pthread_once(&driver_once, find_driver);
+	return drv_host_fn && drv_host_fn(st, fn, arg) == CUDA_SUCCESS ? 0 : -1;
 }
 
 int testnccl_sync(CUstream st)

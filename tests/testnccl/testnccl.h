@@ -21,7 +21,18 @@ struct clique;
 struct ncclComm {
 	struct clique *clique;
 	int rank, nranks, dev;
+	int blocking;                     /* config.blocking */
+	int splitting;                    /* its split waits for the clique's other ranks */
+	int in_streams;                   /* its calls queued in stream order, not yet done */
+	int left;                         /* destroyed or aborted: the last of those frees it */
+	ncclResult_t async_error;         /* the first error of a call in stream order */
 	uint64_t seq;                     /* its collectives so far */
+};
+
+/* A rank's part of a split under way (ncclCommSplit). */
+struct split_part {
+	int arrived, color, key, blocking;
+	ncclComm_t *out;                  /* where its new communicator goes, once every rank came */
 };
 
 /* One call: a collective, a send or a receive. */
@@ -56,6 +67,9 @@ struct clique {
 	struct ncclComm *ranks[TESTNCCL_MAX_RANKS];
 	struct slot slots[TESTNCCL_SLOTS];
 	struct message *mail;
+	struct split_part split[TESTNCCL_MAX_RANKS];
+	int split_arrived;
+	uint64_t splits;                  /* splits done, which name their cliques */
 	struct clique *next;
 };
 
@@ -65,6 +79,8 @@ int testnccl_wait(const struct timespec *end); /* under the lock: 0, or ETIMEDOU
 void testnccl_wake(void);
 void testnccl_deadline(struct timespec *ts);
 int testnccl_sync(CUstream st);                /* 0, or -1 when the stream's work failed */
+int testnccl_host_fn(CUstream st, CUhostFn fn, void *arg); /* cuLaunchHostFunc: 0, or -1 */
+void testnccl_clique_unref(struct clique *c);  /* under the lock */
 
 /* testnccl_ops.c */
 ncclResult_t testnccl_submit(const struct testnccl_op *o);

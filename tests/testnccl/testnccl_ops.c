@@ -202,14 +202,15 @@ static ncclResult_t take(const struct testnccl_op *o, const struct timespec *end
 	}
 }
 
-/* Runs n calls: their streams' work done first, then sends, arrivals, receives and waits. */
-static ncclResult_t run(const struct testnccl_op *ops, size_t n)
+/* Runs n calls: their streams' work done first (unless they run in stream order), then
+ * sends, arrivals, receives and waits. */
+static ncclResult_t run(const struct testnccl_op *ops, size_t n, int in_stream)
 {
 	ncclResult_t r = ncclSuccess, q;
 	struct slot **slots = calloc(n ? n : 1, sizeof(*slots));
 	if (!slots)
 		return ncclSystemError;
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n && !in_stream; i++)
 		if (testnccl_sync(ops[i].stream))
 			r = ncclUnhandledCudaError;
 	struct timespec end;
@@ -234,10 +235,45 @@ static ncclResult_t run(const struct testnccl_op *ops, size_t n)
 	return r;
 }
 
+/* A blocking communicator's call, in its stream's order (testnccl.c). */
+static void CUDA_CB run_in_stream(void *arg)
+{
+	struct testnccl_op *o = arg;
+	ncclResult_t r = o->comm->left ? ncclRemoteError : run(o, 1, 1);
+	pthread_mutex_lock(testnccl_lock());
+	struct ncclComm *m = o->comm;
+	if (r != ncclSuccess && !m->async_error)
+		m->async_error = r;
+	if (!--m->in_streams && m->left) {
+		testnccl_clique_unref(m->clique);
+		free(m);
+	}
+	pthread_mutex_unlock(testnccl_lock());
+	free(o);
+}
+
+static ncclResult_t in_stream(const struct testnccl_op *o)
+{
+	struct testnccl_op *copy = malloc(sizeof(*copy));
+	if (!copy)
+		return ncclSystemError;
+	*copy = *o;
+	pthread_mutex_lock(testnccl_lock());
+	o->comm->in_streams++;
+	pthread_mutex_unlock(testnccl_lock());
+	if (testnccl_host_fn(o->stream, run_in_stream, copy) == 0)
+		return ncclSuccess;
+	pthread_mutex_lock(testnccl_lock());
+	o->comm->in_streams--;
+	pthread_mutex_unlock(testnccl_lock());
+	free(copy);
+	return ncclUnhandledCudaError;
+}
+
 ncclResult_t testnccl_submit(const struct testnccl_op *o)
 {
 	if (!group_depth)
-		return run(o, 1);
+		return o->comm->blocking ? in_stream(o) : run(o, 1, 0);
 	if (nqueued == queued_cap) {
 		size_t cap = queued_cap ? 2 * queued_cap : 16;
 		struct testnccl_op *q = realloc(queued, cap * sizeof(*q));
@@ -264,7 +300,15 @@ ncclResult_t testnccl_group_end(void)
 		return ncclInvalidUsage;
 	if (--group_depth)
 		return ncclSuccess;
-	ncclResult_t r = run(queued, nqueued);
+	ncclResult_t r = ncclSuccess;
+	for (size_t i = 1; i < nqueued; i++) /* as NCCL: no group of blocking and nonblocking communicators */
+		if (queued[i].comm->blocking != queued[0].comm->blocking)
+			r = ncclInvalidArgument;
+	if (r == ncclSuccess && nqueued && queued[0].comm->blocking)
+		for (size_t i = 0; i < nqueued && r == ncclSuccess; i++)
+			r = in_stream(&queued[i]);
+	else if (r == ncclSuccess)
+		r = run(queued, nqueued, 0);
 	nqueued = 0;
 	return r;
 }
