@@ -49,17 +49,26 @@ static int is_fast(uint64_t v)
 	return 0;
 }
 
+/* Marks v fast, or no longer (its handle may name another communicator later): a removed
+ * slot keeps a tombstone (UINT64_MAX) so that later ones stay found. */
 static void set_fast(uint64_t v, int fast)
 {
 	pthread_mutex_lock(&fast_lock);
-	size_t i = fast_slot(v), n = 0;
-	for (; n < FAST_SLOTS; i = (i + 1) & (FAST_SLOTS - 1), n++) {
+	size_t free_slot = FAST_SLOTS;
+	for (size_t i = fast_slot(v), n = 0; n < FAST_SLOTS; i = (i + 1) & (FAST_SLOTS - 1), n++) {
 		uint64_t x = fast_comms[i];
-		if (x == v || !x || (x == UINT64_MAX && fast)) /* a removed slot is reused */
+		if (x == v && fast)
+			break; /* already */
+		if (x == v)
+			__atomic_store_n(&fast_comms[i], UINT64_MAX, __ATOMIC_RELEASE);
+		if (x == UINT64_MAX && free_slot == FAST_SLOTS)
+			free_slot = i;
+		if (!x) {
+			if (fast)
+				__atomic_store_n(&fast_comms[free_slot < FAST_SLOTS ? free_slot : i], v, __ATOMIC_RELEASE);
 			break;
+		}
 	}
-	if (n < FAST_SLOTS && (fast || fast_comms[i] == v))
-		__atomic_store_n(&fast_comms[i], fast ? v : UINT64_MAX, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&fast_lock);
 }
 
