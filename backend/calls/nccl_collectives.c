@@ -263,14 +263,15 @@ CUresult rm_body_rmNcclGroupEnd(struct rm_channel *s, struct rm_request *rq, con
 	if (n && !cs) {
 		r = first_error(r, ncclSystemError);
 	} else if (n) {
-		int all_twinnable = 1;
+		int all_twinnable = 1, untwinned = 0;
 		for (size_t i = 0; i < n; i++) {
 			int32_t why = ncclSuccess;
 			cs[i] = rm_nccl_find(s, ops[i].comm, &why); /* destroyed within the group: that call fails */
 			r = first_error(r, why);
 			all_twinnable &= rm_nccl_on_twin(ops[i].what);
+			untwinned |= cs[i] && rm_nccl_on_twin(ops[i].what) && cs[i]->twin_state == RM_NCCL_TWIN_NONE;
 		}
-		if (rm_nccl_twins()) { /* twins for the communicators of its collectives, as every rank makes them */
+		if (rm_nccl_twins() && untwinned) { /* twins for the communicators of its collectives, as every rank makes them */
 			struct rm_nccl_comm **t = calloc(n, sizeof(*t));
 			size_t nt = 0;
 			for (size_t i = 0; t && i < n; i++)

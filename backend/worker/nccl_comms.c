@@ -25,6 +25,8 @@ static char library[512] = "libnccl.so.2";
 static int timeout_s = 300;
 static int twins_wanted = 1, twins;
 
+static void choose_twins(void);
+
 void rm_nccl_configure(const char *path, int timeout, int want_twins)
 {
 	if (path && *path)
@@ -32,6 +34,7 @@ void rm_nccl_configure(const char *path, int timeout, int want_twins)
 	if (timeout > 0)
 		timeout_s = timeout;
 	twins_wanted = want_twins;
+	choose_twins(); /* the worker's environment, set before its threads start */
 }
 
 int rm_nccl_twins(void)
@@ -43,6 +46,7 @@ int rm_nccl_twins(void)
 static void choose_twins(void)
 {
 	const char *rc = getenv("NCCL_RUNTIME_CONNECT");
+	twins = 0;
 	if (!twins_wanted)
 		return;
 	if (rc && *rc && strcmp(rc, "0")) {
@@ -57,7 +61,6 @@ static void choose_twins(void)
 static void load(void)
 {
 	const char *path = library;
-	choose_twins();
 	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		rm_log(RM_LOG_ERROR, "NCCL: cannot load nccl_library %s: %s; NCCL calls fail with ncclSystemError", path,
@@ -311,6 +314,15 @@ static __thread struct rm_nccl_op *held;
 static __thread size_t nheld, held_cap;
 static __thread int group_init;
 
+/* A channel's thread that ends within a group frees what it held (the key's destructor). */
+static pthread_key_t held_key;
+static pthread_once_t held_once = PTHREAD_ONCE_INIT;
+
+static void make_held_key(void)
+{
+	pthread_key_create(&held_key, free);
+}
+
 int rm_nccl_group_hold(const struct rm_nccl_op *op)
 {
 	if (nheld == held_cap) {
@@ -320,6 +332,8 @@ int rm_nccl_group_hold(const struct rm_nccl_op *op)
 			return -1;
 		held = more;
 		held_cap = cap;
+		pthread_once(&held_once, make_held_key);
+		pthread_setspecific(held_key, held);
 	}
 	held[nheld++] = *op;
 	return 0;
@@ -331,6 +345,8 @@ size_t rm_nccl_group_take(struct rm_nccl_op **ops)
 	*ops = held;
 	held = NULL;
 	nheld = held_cap = 0;
+	if (*ops)
+		pthread_setspecific(held_key, NULL);
 	return n;
 }
 
@@ -365,9 +381,9 @@ int rm_nccl_group_depth(int delta)
 	if (group_depth == 1 && delta > 0) { /* a new outermost group */
 		group_n = 0;
 		group_init = 0;
-		free(held);
-		held = NULL;
-		nheld = held_cap = 0;
+		struct rm_nccl_op *old;
+		rm_nccl_group_take(&old);
+		free(old);
 	}
 	return group_depth;
 }

@@ -100,8 +100,9 @@ struct rm_nccl_comm {
 };
 
 /* The worker's settings: nccl_library (dlopened at the first NCCL call), nccl_timeout and
- * nccl_twins. Twins are made only where NCCL makes its connections at init: the worker sets
- * NCCL_RUNTIME_CONNECT=0 unless its environment sets it otherwise (then no twins). */
+ * nccl_twins, at the worker's start (before its threads). Twins are made only where NCCL
+ * makes its connections at init: the worker sets NCCL_RUNTIME_CONNECT=0 unless its
+ * environment sets it otherwise (then no twins). */
 void rm_nccl_configure(const char *library, int timeout_s, int twins);
 /* Whether communicators get blocking twins (after rm_nccl()). */
 int rm_nccl_twins(void);

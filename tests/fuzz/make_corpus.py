@@ -226,6 +226,16 @@ def request_seeds():
     s.call('rmNcclCommDestroy', fv(1, alias(2)))
     seeds['nccl-one-rank'] = s.data
     seeds['nccl-left-open'] = nccl_comm(context(Session())).data
+    # A group left open: its held calls go with the channel's thread; then one of a send
+    # (on the communicator) beside a collective (on its blocking twin), which runs on the parent.
+    s = nccl_comm(context(Session()))
+    s.call('rmNcclGroupStart').call('rmNcclCollective', coll + fv(9, 1)).call('rmNcclCollective', coll + fv(9, 1))
+    seeds['nccl-group-left-open'] = s.data
+    s = nccl_comm(context(Session()))
+    s.call('rmNcclCollective', coll + fv(9, 1))
+    s.call('rmNcclGroupStart').call('rmNcclCollective', coll + fv(9, 6)).call('rmNcclCollective', coll + fv(9, 1))
+    s.call('rmNcclGroupEnd')
+    seeds['nccl-group-mixed'] = s.data
     # Counts whose bytes overflow, a buffer past the allocation, a datatype NCCL has not.
     s = nccl_comm(context(Session()))
     s.call('rmNcclCollective', fv(1, alias(2)) + fv(2, alias(1)) + fv(3, alias(1)) + fv(4, 1 << 62) + fv(5, 8) + fv(9, 4))

@@ -304,6 +304,8 @@ int main(int argc, char **argv)
 		}
 	printf("%s: %zu files and %ld mutations run in %.1f s%s\n", self, nfiles, ran, seconds_since(&t0),
 	       cut ? " (stopped at the time budget)" : "");
+	current.in = NULL; /* a leak found at exit is reported without them */
+	current.file = "(every input run; found at exit)";
 	for (size_t f = 0; f < nfiles; f++) {
 		free(seeds[f].data);
 		free(files[f]);
