@@ -141,7 +141,8 @@ NCCL_LIB=${REMORA_SUITE_NCCL:-$(python3 -c 'import nvidia.nccl as n, os; print(o
 mkdir -p "$OUTDIR/nccl-lib"
 ln -sf "$NCCL_LIB" "$OUTDIR/nccl-lib/libnccl.so.2"
 export LD_LIBRARY_PATH=$OUTDIR/nccl-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-((${#FRAMEWORKS[@]})) && FRAMEWORKS+=("fw_dist_single|python3 tests/frameworks/distributed.py single")
+((${#FRAMEWORKS[@]})) && FRAMEWORKS+=("fw_dist_single|python3 tests/frameworks/distributed.py single"
+	"fw_mp_share|python3 tests/frameworks/distributed.py share")
 # The 2-GPU section: NCCL between two GPUs, natively and through one remorad.
 if ((NGPUS >= 2)); then
 	PROGRAMS+=("drv_nccl|tests/programs/drv_nccl all" "drv_nccl_nopeer|tests/programs/drv_nccl nopeer-nonblocking")

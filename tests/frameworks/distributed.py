@@ -10,6 +10,9 @@ usage: distributed.py single          init_process_group("nccl", world_size=1): 
                                       (torch.multiprocessing, one GPU each)
        distributed.py ddp             under torchrun --nproc_per_node=2: a small DDP training run,
                                       its losses and final weights
+       distributed.py share           one GPU: a CUDA tensor sent to a torch.multiprocessing child
+                                      (CUDA IPC: memory and event handles), which reads it and adds
+                                      to it in place; the parent then reads the child's writes
 """
 import hashlib
 import os
@@ -146,9 +149,41 @@ def ddp():
     return same
 
 
+def share_child(tensors, answers):
+    t = tensors.get(timeout=120)  # opened by CUDA IPC in this process
+    answers.put(("child read", digest(t), float(t.double().sum().item())))
+    t.mul_(3).add_(1)  # seen by the parent, whose memory it is
+    torch.cuda.synchronize()
+    answers.put(("child wrote", digest(t), 0.0))
+    tensors.get(timeout=120)  # the parent's word that it has read: its tensor goes with it
+
+
+def share():
+    ctx = mp.get_context("spawn")
+    tensors, answers = ctx.Queue(), ctx.Queue()
+    child = ctx.Process(target=share_child, args=(tensors, answers))
+    child.start()
+    n = 1 << 20
+    t = (torch.arange(n, dtype=torch.float32, device="cuda") % 977) * 0.5
+    t.add_(1)  # queued on the parent's stream before the send: the child must see it
+    tensors.put(t)
+    ok = True
+    for _ in range(2):
+        what, dig, total = answers.get(timeout=120)
+        print("share", what, dig, float(total).hex())
+    want = ((torch.arange(n, dtype=torch.float32, device="cuda") % 977) * 0.5 + 1) * 3 + 1
+    torch.cuda.synchronize()
+    ok &= torch.equal(t, want)
+    print("share parent reads", digest(t), "as expected" if ok else "NOT as expected")
+    tensors.put(None)
+    child.join(120)
+    ok &= child.exitcode == 0
+    return ok
+
+
 def main():
     part = sys.argv[1] if len(sys.argv) > 1 else ""
-    parts = {"single": single, "ops": ops, "ddp": ddp}
+    parts = {"single": single, "ops": ops, "ddp": ddp, "share": share}
     if part not in parts:
         sys.exit(__doc__)
     ok = parts[part]()
