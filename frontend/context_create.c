@@ -57,13 +57,16 @@ RM_EXPORT CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *
 	return cuCtxCreate_v4(pctx, NULL, flags, dev);
 }
 
-/* What cuModuleUnload forgets (proto/api.spec, the group module_functions). */
-static void forget_module_answers(void)
+/* What cuModuleUnload forgets (proto/api.spec, the group module_functions), and what the
+ * context's own answers are (context_answers, and its priority range): its handle may come
+ * again for another context. */
+static void forget_context_answers(void)
 {
 	static const uint32_t ops[] = {
 		RM_OP_cuFuncGetAttribute, RM_OP_cuKernelGetAttribute, RM_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor,
 		RM_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, RM_OP_cuOccupancyAvailableDynamicSMemPerBlock,
 		RM_OP_cuFuncSetAttribute, RM_OP_cuFuncSetCacheConfig, RM_OP_cuFuncGetParamInfo,
+		RM_OP_cuCtxGetLimit, RM_OP_cuStreamGetPriority, RM_OP_cuCtxGetStreamPriorityRange,
 	};
 	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
 		rm_query_cache_forget(ops[i]);
@@ -83,7 +86,7 @@ RM_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
 	CUresult r = rm_rpc_simple(RM_OP_cuCtxDestroy_v2, &req.base, NULL, NULL);
 	if (r == CUDA_SUCCESS) {
 		rm_ctx_forget(ctx);
-		forget_module_answers();
+		forget_context_answers();
 	}
 	return r;
 }

@@ -63,13 +63,26 @@ int main(int argc, char **argv)
 	printf("kernel dynamic shared memory after set: %d\n", smem);
 
 	CUfunction kf = NULL;
-	CUstream st;
+	CUstream st, urgent;
+	int least = 0, greatest = 0;
+	CHECK(cuCtxGetStreamPriorityRange(&least, &greatest));
 	CHECK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+	CHECK(cuStreamCreateWithPriority(&urgent, CU_STREAM_NON_BLOCKING, greatest));
+	size_t stack0 = 0;
+	CHECK(cuCtxGetLimit(&stack0, CU_LIMIT_STACK_SIZE));
 	unsigned long long ctx_id = 0, id;
 	for (int i = 0; i < repeat; i++) {
 		CUfunction g;
-		int blocks = 0;
+		int blocks = 0, prio = 1, g_prio = 1;
+		size_t stack = 0;
 		CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+		/* What cuDNN's RNNs ask at every call: kept by the client. */
+		CHECK(cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE));
+		CHECK(cuCtxGetStreamPriorityRange(NULL, &g_prio));
+		CHECK(cuStreamGetPriority(urgent, &prio));
+		EXPECT(stack == stack0 && g_prio == greatest && prio == greatest,
+		       "round %d: stack %zu (%zu), greatest priority %d, the stream's %d (%d)", i, stack, stack0, g_prio, prio,
+		       greatest);
 		CHECK(cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 4096, k, dev));
 		CHECK(cuKernelGetAttribute(&smem, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k, dev));
 		CHECK(cuKernelGetFunction(&g, k));
@@ -84,6 +97,23 @@ int main(int argc, char **argv)
 		ctx_id = id;
 	}
 	printf("kernel attribute set %d times to what it holds: %d\n", repeat, smem);
+	printf("stream priorities %d to %d, asked %d times\n", least, greatest, repeat);
+	/* A limit set, and a stream made again with another priority: read back as they are now. */
+	size_t stack = 0;
+	CHECK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack0 + 1024));
+	CHECK(cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE));
+	EXPECT(stack >= stack0 + 1024, "stack size after cuCtxSetLimit(%zu): %zu", stack0 + 1024, stack);
+	CHECK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack0));
+	CHECK(cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE));
+	EXPECT(stack == stack0, "stack size after cuCtxSetLimit(%zu) back: %zu", stack0, stack);
+	for (int i = 0; i < 4; i++) { /* the handle may come again for a stream of another priority */
+		int prio = 1, want = i % 2 ? least : greatest;
+		CHECK(cuStreamDestroy(urgent));
+		CHECK(cuStreamCreateWithPriority(&urgent, CU_STREAM_NON_BLOCKING, want));
+		CHECK(cuStreamGetPriority(urgent, &prio));
+		EXPECT(prio == want, "a stream made with priority %d: %d", want, prio);
+	}
+	printf("limit set and read back, streams made again with their priorities: checked\n");
 	CHECK(cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 8192, k, dev));
 	CHECK(cuKernelGetAttribute(&smem, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k, dev));
 	EXPECT(smem == 8192, "after cuKernelSetAttribute(8192): %d", smem);
@@ -105,6 +135,7 @@ int main(int argc, char **argv)
 	EXPECT(cs == CU_STREAM_CAPTURE_STATUS_NONE, "capture status after the capture: %d", (int)cs);
 	printf("capture status during and after a capture: checked\n");
 	CHECK(cuGraphDestroy(graph));
+	CHECK(cuStreamDestroy(urgent));
 	CHECK(cuStreamDestroy(st));
 	CHECK(cuLibraryUnload(lib));
 	CHECK(cuModuleUnload(mod));
