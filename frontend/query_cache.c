@@ -110,6 +110,55 @@ void rm_query_cache_forget(uint32_t op)
 	pthread_mutex_unlock(&lock);
 }
 
+/* The wire bytes of varint v into out: how many. */
+static size_t put_varint(uint8_t *out, uint64_t v)
+{
+	size_t n = 0;
+	do {
+		out[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+		v >>= 7;
+	} while (v);
+	return n;
+}
+
+/* The pattern forget_naming matches (a varint field's tag and value, as packed). */
+static struct {
+	uint8_t bytes[20];
+	size_t len;
+} naming;
+
+static int names(const struct entry *e, uint32_t op)
+{
+	if (e->op != op || e->key_len < sizeof(uint64_t) + naming.len)
+		return 0;
+	const uint8_t *req = e->key + sizeof(uint64_t);
+	size_t len = e->key_len - sizeof(uint64_t);
+	for (size_t i = 0; i + naming.len <= len; i++) /* a match inside another field forgets one more */
+		if (req[i] == naming.bytes[0] && !memcmp(req + i, naming.bytes, naming.len))
+			return 1;
+	return 0;
+}
+
+void rm_query_cache_forget_naming(uint32_t op, uint32_t field, uint64_t value)
+{
+	if (!value || !field || field > (1u << 28)) { /* a field of value 0 is not packed at all */
+		rm_query_cache_forget(op);
+		return;
+	}
+	pthread_mutex_lock(&lock);
+	naming.len = put_varint(naming.bytes, (uint64_t)field << 3); /* wire type 0: a varint */
+	naming.len += put_varint(naming.bytes + naming.len, value);
+	if (entries)
+		forget_where(names, op);
+	pthread_rwlock_wrlock(&objects_lock);
+	if (op < RM_OP_LIMIT) { /* objects made of op's answers are few: all made again */
+		__atomic_add_fetch(&epochs[op], 1, __ATOMIC_RELEASE);
+		forget_objects(op);
+	}
+	pthread_rwlock_unlock(&objects_lock);
+	pthread_mutex_unlock(&lock);
+}
+
 void rm_query_cache_clear(void)
 {
 	pthread_mutex_lock(&lock);

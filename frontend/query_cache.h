@@ -7,6 +7,9 @@
  * those calls once it has been sent. Only successful answers are kept. Answers are kept per
  * current context: a kernel's function, for one, is the context's.
  *
+ * With narrows=H, a call forgets, of each call with a handle parameter H, only the answers
+ * whose request names the same handle (a kernel's attribute set forgets that kernel's).
+ *
  * A call annotated `sets=P` sets the value P for the target its other parameters name (a
  * kernel's attribute, say). The client keeps, per target and context, the request that last
  * set it successfully; setting the same value again succeeds here, unsent, and forgets
@@ -34,6 +37,10 @@ CUresult rm_rpc_setting(uint32_t op, ProtobufCMessage *req, void *value, size_t 
 
 /* Forgets every answer or setting kept for op. */
 void rm_query_cache_forget(uint32_t op);
+/* Forgets the answers and settings kept for op whose request names value in its varint
+ * field number field (a handle: proto/api.spec's narrows=); every one of op's where value
+ * is 0, which a request does not carry. */
+void rm_query_cache_forget_naming(uint32_t op, uint32_t field, uint64_t value);
 /* Forgets every answer and setting kept (a connection given up for a new one). */
 void rm_query_cache_clear(void);
 /* How many times op's answers were forgotten: an object made of answers asked for before

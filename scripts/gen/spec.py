@@ -45,6 +45,7 @@ class SpecEntry:
         self.cached = "cached" in notes
         self.forgets = []      # forgets=NAME,...: cached calls whose answers this call makes stale
         self.sets = None       # sets=PARAM: the setting's value; a repeat of a set that holds is not sent
+        self.narrows = None    # narrows=PARAM: forgets only the answers naming this PARAM's value
         self.body = None       # the body its handler calls: its own name (body), or another call's
         self.body_args = None  # body=NAME(ARG, ...): the arguments it passes to NAME's body
         self.via = None        # via=NAME: the stream-ordered call that does its work
@@ -75,6 +76,10 @@ class SpecEntry:
                 if not re.fullmatch(r"\w+", v):
                     self.fail(f"{n}: expected sets=PARAM")
                 self.sets = v
+            elif k == "narrows":
+                if not re.fullmatch(r"\w+", v):
+                    self.fail(f"{n}: expected narrows=PARAM")
+                self.narrows = v
             elif k == "via":
                 if not re.fullmatch(r"\w+", v):
                     self.fail(f"{n}: expected via=NAME")
@@ -182,6 +187,10 @@ def check_entry(e, fn, by_name, funcs, exports):
         t = by_name.get(f)
         if t is None or not (t.cached or t.sets):
             e.fail(f"forgets={f}: no entry named {f} is annotated cached or sets=...")
+    if e.narrows:
+        p = params.get(e.narrows)
+        if not e.forgets or p is None or p.stars or p.base not in HANDLE_KINDS:
+            e.fail(f"narrows={e.narrows}: expected a handle parameter passed by value, of a call that forgets=...")
     for k, notes in e.ann.items():
         if k not in params:
             e.fail(f"{k}={','.join(notes)}: {e.name} has no parameter {k} "

@@ -114,6 +114,19 @@ int main(int argc, char **argv)
 		EXPECT(prio == want, "a stream made with priority %d: %d", want, prio);
 	}
 	printf("limit set and read back, streams made again with their priorities: checked\n");
+	/* Another kernel's attribute set again and again, to values in turn: this kernel's answer
+	 * stays kept (cuKernelSetAttribute forgets the answers naming its own kernel only). */
+	CUkernel other;
+	CHECK(cuLibraryGetKernel(&other, lib, "fillU32"));
+	for (int i = 0; i < 100; i++) {
+		int mine = 0;
+		CHECK(cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, i % 2 ? 1024 : 2048, other, dev));
+		CHECK(cuKernelGetAttribute(&mine, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k, dev));
+		EXPECT(mine == 4096, "round %d: this kernel's attribute %d after another's was set", i, mine);
+	}
+	CHECK(cuKernelGetAttribute(&smem, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, other, dev));
+	EXPECT(smem == 1024, "the other kernel's attribute after its last set (1024): %d", smem);
+	printf("another kernel's attribute set 100 times: checked\n");
 	CHECK(cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 8192, k, dev));
 	CHECK(cuKernelGetAttribute(&smem, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k, dev));
 	EXPECT(smem == 8192, "after cuKernelSetAttribute(8192): %d", smem);

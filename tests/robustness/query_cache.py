@@ -33,13 +33,15 @@ check(calls.get("cuDeviceGetAttribute", 0) >= 1, "cuDeviceGetAttribute is traced
 for name, most in [("cuDeviceGetAttribute", 10), ("cuFuncGetAttribute", 6), ("cuKernelGetAttribute", 8),
                    ("cuDevicePrimaryCtxGetState", 3), ("cuKernelGetFunction", 2), ("cuCtxGetId", 2),
                    ("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 2), ("cuStreamIsCapturing", 2),
-                   ("cuKernelSetAttribute", 4), ("cuCtxGetLimit", 4), ("cuCtxGetStreamPriorityRange", 2),
+                   ("cuKernelSetAttribute", 104), ("cuCtxGetLimit", 4), ("cuCtxGetStreamPriorityRange", 2),
                    ("cuStreamGetPriority", 6)]:
     check(calls.get(name, 0) <= most, f"{name} reached the daemon {calls.get(name, 0)} times, at most {most}")
 check(calls.get("cuFuncGetAttribute", 0) >= 2, "cuFuncGetAttribute was asked again after cuFuncSetAttribute")
 check(calls.get("cuKernelGetAttribute", 0) >= 2, "cuKernelGetAttribute was asked again after cuKernelSetAttribute")
-# Set to what it held 1000 times: sent once; then 8192, 4096 and 4096 after cuFuncSetAttribute.
-check(calls.get("cuKernelSetAttribute", 0) == 4, "cuKernelSetAttribute was sent for each change, and only then")
+# Set to what it held 1000 times: sent once; then 8192, 4096 and 4096 after cuFuncSetAttribute;
+# then another kernel's, to 2048 and 1024 in turns, 100 times, each sent, and each forgetting
+# only that kernel's answers (cuKernelGetAttribute stays within its bound above).
+check(calls.get("cuKernelSetAttribute", 0) == 104, "cuKernelSetAttribute was sent for each change, and only then")
 check(calls.get("cuStreamIsCapturing", 0) >= 1, "cuStreamIsCapturing was asked while a capture was open")
 check(calls.get("cuCtxGetLimit", 0) >= 3, "cuCtxGetLimit was asked again after each cuCtxSetLimit")
 check(calls.get("cuStreamGetPriority", 0) >= 5, "cuStreamGetPriority was asked again for each stream made again")
