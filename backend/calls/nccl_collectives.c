@@ -82,8 +82,8 @@ static void fail_async(struct rm_nccl_comm *c, ncclResult_t r)
 }
 
 /* A collective outside a group: on c's twin where it has one (made at its first collective
- * that rm_nccl_on_twin names), else on c, settled unless the client asked for a nonblocking one. *fast:
- * whether it ran on the twin. */
+ * that rm_nccl_on_twin names), else on c, settled unless the client asked for a nonblocking
+ * one. *fast: whether it ran on the twin. */
 static ncclResult_t run_alone(struct rm_channel *s, const struct rm_nccl_lib *L, struct rm_nccl_comm *c,
 			      const struct rm_nccl_op *o, int *fast)
 {
