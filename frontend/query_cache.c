@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "varint.h"
 
 #define BUCKETS 4096
 #define OBJECT_BUCKETS 1024
@@ -110,17 +111,6 @@ void rm_query_cache_forget(uint32_t op)
 	pthread_mutex_unlock(&lock);
 }
 
-/* The wire bytes of varint v into out: how many. */
-static size_t put_varint(uint8_t *out, uint64_t v)
-{
-	size_t n = 0;
-	do {
-		out[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
-		v >>= 7;
-	} while (v);
-	return n;
-}
-
 /* The pattern forget_naming matches (a varint field's tag and value, as packed). */
 static struct {
 	uint8_t bytes[20];
@@ -146,8 +136,8 @@ void rm_query_cache_forget_naming(uint32_t op, uint32_t field, uint64_t value)
 		return;
 	}
 	pthread_mutex_lock(&lock);
-	naming.len = put_varint(naming.bytes, (uint64_t)field << 3); /* wire type 0: a varint */
-	naming.len += put_varint(naming.bytes + naming.len, value);
+	naming.len = rm_varint_put(naming.bytes, (uint64_t)field << 3); /* wire type 0: a varint */
+	naming.len += rm_varint_put(naming.bytes + naming.len, value);
 	if (entries)
 		forget_where(names, op);
 	pthread_rwlock_wrlock(&objects_lock);

@@ -48,6 +48,7 @@
 #include "stream_pool.h"
 #include "worker.h"
 #include "wire.h"
+#include "varint.h"
 
 #define ALIAS_TAG 0xA11Au
 #define MAX_HANDLES 256
@@ -177,15 +178,6 @@ static int read_varint(const uint8_t *p, size_t len, size_t *at, uint64_t *v)
 	return -1;
 }
 
-static size_t write_varint(uint8_t *p, uint64_t v)
-{
-	size_t n = 0;
-	do {
-		p[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
-		v >>= 7;
-	} while (v);
-	return n;
-}
 
 static uint64_t get64(const uint8_t *p)
 {
@@ -229,7 +221,7 @@ static size_t resolve_message(const struct client *c, const uint8_t *in, size_t 
 			if (read_varint(in, len, &i, &v))
 				goto verbatim;
 			if (is_alias(v) && c->nhandles) {
-				o += write_varint(out + o, resolve(c, v));
+				o += rm_varint_put(out + o, resolve(c, v));
 			} else {
 				memcpy(out + o, in + start, i - start);
 				o += i - start;
