@@ -55,13 +55,21 @@ static uint32_t hash(uint32_t op, const uint8_t *key, size_t len)
 	return h % BUCKETS;
 }
 
-static void forget_where(int (*match)(const struct entry *, uint32_t), uint32_t op)
+/* The pattern a narrowed forget matches: a varint field's tag and value, as packed. */
+struct naming {
+	uint8_t bytes[20];
+	size_t len;
+};
+
+/* Forgets every entry match(entry, op, naming) accepts. Under lock. */
+static void forget_where(int (*match)(const struct entry *, uint32_t, const struct naming *), uint32_t op,
+			 const struct naming *naming)
 {
 	for (size_t b = 0; b < BUCKETS; b++) {
 		struct entry **link = &buckets[b];
 		while (*link) {
 			struct entry *e = *link;
-			if (match(e, op)) {
+			if (match(e, op, naming)) {
 				*link = e->next;
 				free(e->value);
 				free(e);
@@ -73,8 +81,8 @@ static void forget_where(int (*match)(const struct entry *, uint32_t), uint32_t 
 	}
 }
 
-static int of_op(const struct entry *e, uint32_t op) { return e->op == op; }
-static int any(const struct entry *e, uint32_t op) { return (void)e, (void)op, 1; }
+static int of_op(const struct entry *e, uint32_t op, const struct naming *n) { return (void)n, e->op == op; }
+static int any(const struct entry *e, uint32_t op, const struct naming *n) { return (void)e, (void)op, (void)n, 1; }
 
 static size_t object_bucket(uint32_t op, uint64_t key)
 {
@@ -101,7 +109,7 @@ void rm_query_cache_forget(uint32_t op)
 {
 	pthread_mutex_lock(&lock);
 	if (entries)
-		forget_where(of_op, op);
+		forget_where(of_op, op, NULL);
 	pthread_rwlock_wrlock(&objects_lock);
 	if (op < RM_OP_LIMIT) {
 		__atomic_add_fetch(&epochs[op], 1, __ATOMIC_RELEASE);
@@ -111,20 +119,14 @@ void rm_query_cache_forget(uint32_t op)
 	pthread_mutex_unlock(&lock);
 }
 
-/* The pattern forget_naming matches (a varint field's tag and value, as packed). */
-static struct {
-	uint8_t bytes[20];
-	size_t len;
-} naming;
-
-static int names(const struct entry *e, uint32_t op)
+static int names(const struct entry *e, uint32_t op, const struct naming *naming)
 {
-	if (e->op != op || e->key_len < sizeof(uint64_t) + naming.len)
+	if (e->op != op || e->key_len < sizeof(uint64_t) + naming->len)
 		return 0;
 	const uint8_t *req = e->key + sizeof(uint64_t);
 	size_t len = e->key_len - sizeof(uint64_t);
-	for (size_t i = 0; i + naming.len <= len; i++) /* a match inside another field forgets one more */
-		if (req[i] == naming.bytes[0] && !memcmp(req + i, naming.bytes, naming.len))
+	for (size_t i = 0; i + naming->len <= len; i++) /* a match inside another field forgets one more */
+		if (req[i] == naming->bytes[0] && !memcmp(req + i, naming->bytes, naming->len))
 			return 1;
 	return 0;
 }
@@ -135,11 +137,12 @@ void rm_query_cache_forget_naming(uint32_t op, uint32_t field, uint64_t value)
 		rm_query_cache_forget(op);
 		return;
 	}
-	pthread_mutex_lock(&lock);
+	struct naming naming;
 	naming.len = rm_varint_put(naming.bytes, (uint64_t)field << 3); /* wire type 0: a varint */
 	naming.len += rm_varint_put(naming.bytes + naming.len, value);
+	pthread_mutex_lock(&lock);
 	if (entries)
-		forget_where(names, op);
+		forget_where(names, op, &naming);
 	pthread_rwlock_wrlock(&objects_lock);
 	if (op < RM_OP_LIMIT) { /* objects made of op's answers are few: all made again */
 		__atomic_add_fetch(&epochs[op], 1, __ATOMIC_RELEASE);
@@ -152,7 +155,7 @@ void rm_query_cache_forget_naming(uint32_t op, uint32_t field, uint64_t value)
 void rm_query_cache_clear(void)
 {
 	pthread_mutex_lock(&lock);
-	forget_where(any, 0);
+	forget_where(any, 0, NULL);
 	pthread_rwlock_wrlock(&objects_lock);
 	for (uint32_t op = 0; op < RM_OP_LIMIT; op++)
 		__atomic_add_fetch(&epochs[op], 1, __ATOMIC_RELEASE);
@@ -242,7 +245,7 @@ static void keep(uint32_t op, const uint8_t *key, size_t len, const uint8_t *val
 	e->value = copy;
 	pthread_mutex_lock(&lock);
 	if (entries >= MAX_ENTRIES)
-		forget_where(any, 0);
+		forget_where(any, 0, NULL);
 	uint32_t b = hash(op, key, len);
 	for (struct entry **link = &buckets[b]; *link; link = &(*link)->next) {
 		struct entry *old = *link;

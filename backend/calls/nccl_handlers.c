@@ -43,9 +43,8 @@ static void clique_of(const uint8_t *id, size_t len, uint8_t out[16])
 }
 
 /* The config NCCL gets: the client's fields, nonblocking always (nccl.h). */
-static ncclResult_t config_of(const struct rm_nccl_lib *L, const Remora__NcclCall *req, rm_nccl_config *cfg)
+static ncclResult_t config_of(const Remora__NcclCall *req, rm_nccl_config *cfg)
 {
-	(void)L;
 	rm_nccl_config_defaults(cfg);
 	if (!req->has_config)
 		return ncclSuccess;
@@ -153,7 +152,7 @@ CUresult rm_body_rmNcclCommInitRank(struct rm_channel *s, struct rm_request *rq,
 	}
 	rm_nccl_config cfg;
 	int dev = 0;
-	if ((rep->result = config_of(L, req, &cfg)) != ncclSuccess)
+	if ((rep->result = config_of(req, &cfg)) != ncclSuccess)
 		return CUDA_SUCCESS;
 	CUresult cr = current_device(s, &dev);
 	if (cr != CUDA_SUCCESS)
@@ -212,7 +211,7 @@ CUresult rm_body_rmNcclCommInitAll(struct rm_channel *s, struct rm_request *rq, 
 	rm_nccl_config cfg;
 	ncclUniqueId id;
 	uint8_t clique[16];
-	ncclResult_t r = config_of(L, req, &cfg);
+	ncclResult_t r = config_of(req, &cfg);
 	if (r == ncclSuccess)
 		r = L->GetUniqueId(&id);
 	if (r == ncclSuccess) {
@@ -278,7 +277,7 @@ CUresult rm_body_rmNcclCommSplit(struct rm_channel *s, struct rm_request *rq, co
 		rep->result = ncclInvalidUsage;
 		return CUDA_SUCCESS;
 	}
-	if ((rep->result = config_of(L, req, &cfg)) != ncclSuccess)
+	if ((rep->result = config_of(req, &cfg)) != ncclSuccess)
 		return CUDA_SUCCESS;
 	ncclComm_t comm = NULL;
 	pthread_mutex_lock(&p->lock);

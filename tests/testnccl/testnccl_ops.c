@@ -239,7 +239,10 @@ static ncclResult_t run(const struct testnccl_op *ops, size_t n, int in_stream)
 static void CUDA_CB run_in_stream(void *arg)
 {
 	struct testnccl_op *o = arg;
-	ncclResult_t r = o->comm->left ? ncclRemoteError : run(o, 1, 1);
+	pthread_mutex_lock(testnccl_lock());
+	int left = o->comm->left;
+	pthread_mutex_unlock(testnccl_lock());
+	ncclResult_t r = left ? ncclRemoteError : run(o, 1, 1);
 	pthread_mutex_lock(testnccl_lock());
 	struct ncclComm *m = o->comm;
 	if (r != ncclSuccess && !m->async_error)
