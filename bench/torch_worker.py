@@ -14,8 +14,8 @@ images_per_s.
 With REMORA_STEP_MARKS set, writes "remora-steps begin N" and "remora-steps end" on stderr
 around the timed steps, after warm-up (scripts/roundtrips.sh counts calls between them).
 With REMORA_STATS a file's path (frontend/stats.h), prints what the client counted over the
-timed steps, per step: round_trips_per_step, calls_per_step, bytes_sent_per_step and
-bytes_received_per_step (nothing natively, where no such file is written).
+timed steps, per step: round_trips_per_step, calls_per_step, bytes_sent_per_step,
+bytes_received_per_step and sends_per_step (nothing natively, where no such file is written).
 """
 import os
 import struct
@@ -104,17 +104,17 @@ PARTS = {"cnn_train": cnn_train, "cnn_train_loss": cnn_train_loss, "resnet50_b1"
 
 
 def client_counters():
-    """The client library's counters (pid, calls, round trips, bytes sent, bytes received)
-    from REMORA_STATS's file, or None."""
+    """The client library's counters (pid, calls, round trips, bytes sent, bytes received,
+    sends) from REMORA_STATS's file, or None."""
     path = os.environ.get("REMORA_STATS", "")
     if not path or path == "1":
         return None
     try:
         with open(path.replace("%p", str(os.getpid())), "rb") as f:
-            raw = f.read(48)
+            raw = f.read(56)
     except OSError:
         return None
-    return struct.unpack("<5Q", raw[8:48]) if len(raw) == 48 and raw[:8] == b"RMSTATS1" else None
+    return struct.unpack("<6Q", raw[8:56]) if len(raw) == 56 and raw[:8] == b"RMSTATS2" else None
 
 
 def resnet50_share(iters):
@@ -161,7 +161,7 @@ def main():
     print(f"ms_per_step={ms:.4f}")
     print(f"result_hex={float(loss.detach()).hex()}")
     if before and after:  # the final synchronize's round trip is shared out over the steps
-        for i, name in ((1, "calls"), (2, "round_trips"), (3, "bytes_sent"), (4, "bytes_received")):
+        for i, name in ((1, "calls"), (2, "round_trips"), (3, "bytes_sent"), (4, "bytes_received"), (5, "sends")):
             print(f"{name}_per_step={(after[i] - before[i]) / steps:.2f}")
 
 

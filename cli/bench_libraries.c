@@ -45,7 +45,7 @@ int bench_section_cublas(struct bench_run *run)
 static void budget_facts(struct bench_run *run, const char *part, const struct bench_output *rem)
 {
 	static const char *const keys[] = { "round_trips_per_step", "calls_per_step", "bytes_sent_per_step",
-					    "bytes_received_per_step" };
+					    "bytes_received_per_step", "sends_per_step" };
 	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
 		char name[96];
 		const char *v = bench_output_get(rem, keys[i]);

@@ -19,7 +19,15 @@
 
 #define RM_CLIENT_BATCH_CAP (1u << 20) /* bytes of async calls a connection queues at most */
 #define RM_BATCH_FLUSH_AT (64u << 10)  /* flush async calls once this much is queued */
-#define RM_FLUSH_DELAY_NS 50000         /* async calls wait at most this long for company */
+/* How long queued async calls wait for company: RM_FLUSH_DELAY_NS for the first batch of a
+ * run of them, doubled at each batch the program's own next call finds overdue, up to
+ * rm_flush_delay_max_ns() (REMORA_FLUSH_DELAY_MAX_US); back to the first at a call that
+ * waits and at a batch the flusher sends (docs/hotpath.md, "Round trips"). */
+#define RM_FLUSH_DELAY_NS 50000
+#define RM_FLUSH_DELAY_MAX_NS 400000
+uint64_t rm_flush_delay_max_ns(void);
+/* Parses REMORA_FLUSH_DELAY_MAX_US (whole µs, RM_FLUSH_DELAY_NS to 10 ms) into *ns: 0, or -EINVAL. */
+int rm_flush_delay_parse(const char *v, uint64_t *ns);
 
 struct rm_copy_links;
 
@@ -69,6 +77,7 @@ struct rm_client_conn {
 	 * (atomics); armed is set under flusher_lock. */
 	uint64_t batch_since_ns;  /* when the oldest queued call was queued; 0: none queued */
 	uint64_t last_async_ns;   /* when the last async call was queued */
+	uint64_t flush_delay_ns;  /* how long the batch may wait now (RM_FLUSH_DELAY_NS when 0) */
 	int flusher_armed;
 	int reader;               /* another thread reads the link (the callback channel,
 				   * host_functions.c): the flusher only sends heartbeats */

@@ -9,6 +9,7 @@
 
 #include "address.h"
 #include "client.h"
+#include "connection.h"
 #include "copy_links.h"
 #include "copy_profile.h"
 #include "etcd.h"
@@ -126,6 +127,16 @@ static int check_stripe_min(const char *v, char *why, size_t whylen)
 	return 0;
 }
 
+static int check_flush_delay_max(const char *v, char *why, size_t whylen)
+{
+	uint64_t ns;
+	if (rm_flush_delay_parse(v, &ns)) {
+		snprintf(why, whylen, "not whole microseconds from %u to 10000", RM_FLUSH_DELAY_NS / 1000);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int check_compress(const char *v, char *why, size_t whylen)
 {
 	enum rm_compress_mode m;
@@ -223,6 +234,7 @@ static const struct setting {
 	{.name = "REMORA_COPY_LINKS", .check = check_copy_links},
 	{.name = "REMORA_STRIPE_MIN", .check = check_stripe_min},
 	{.name = "REMORA_COMPRESS", .check = check_compress},
+	{.name = "REMORA_FLUSH_DELAY_MAX_US", .check = check_flush_delay_max},
 	{.name = "REMORA_PROFILE", .check = check_profile},
 	{.name = "REMORA_HOST_ALIAS", .check = check_host_alias},
 	{.name = "REMORA_TLS_CA", .check = check_tls_file},

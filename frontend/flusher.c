@@ -4,14 +4,16 @@
 #include "connection.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <pthread.h>
 #include <time.h>
 
 #define FLUSHER_LINGER_NS 2000000 /* the flusher stays armed this long after the last async call */
 
 /* Async calls queued in the batch go out with the next call that sends, at
- * RM_BATCH_FLUSH_AT, or once the oldest has waited RM_FLUSH_DELAY_NS: checked by the
- * next call, and by the flusher thread for a program that makes none. Waking a
+ * RM_BATCH_FLUSH_AT, or once the oldest has waited the connection's flush delay
+ * (connection.h): checked by the next call, and by the flusher thread for a program that
+ * makes none. Waking a
  * thread costs a futex call and a context switch, and a flusher that takes the
  * connection's lock while a synchronous call holds it costs two more (together 8 us
  * of a 20 us launch plus synchronize here, docs/hotpath.md). So the flusher is woken
@@ -102,6 +104,36 @@ static void flusher_wait(struct rm_client_conn *c)
 	pthread_mutex_unlock(&c->flusher_lock);
 }
 
+int rm_flush_delay_parse(const char *v, uint64_t *ns)
+{
+	char *end;
+	errno = 0;
+	unsigned long long us = strtoull(v, &end, 10);
+	if (errno || end == v || *end || *v == '-' || us * 1000u < RM_FLUSH_DELAY_NS || us > 10000)
+		return -EINVAL;
+	*ns = us * 1000u;
+	return 0;
+}
+
+uint64_t rm_flush_delay_max_ns(void)
+{
+	static uint64_t max; /* read once; 0: not yet */
+	uint64_t m = __atomic_load_n(&max, __ATOMIC_RELAXED);
+	if (!m) {
+		const char *v = getenv("REMORA_FLUSH_DELAY_MAX_US");
+		if (!v || !*v || rm_flush_delay_parse(v, &m)) /* a bad value is reported at start */
+			m = RM_FLUSH_DELAY_MAX_NS;
+		__atomic_store_n(&max, m, __ATOMIC_RELAXED);
+	}
+	return m;
+}
+
+static uint64_t delay_now(struct rm_client_conn *c)
+{
+	uint64_t d = __atomic_load_n(&c->flush_delay_ns, __ATOMIC_RELAXED);
+	return d ? d : RM_FLUSH_DELAY_NS;
+}
+
 static void *flusher_main(void *arg)
 {
 	struct rm_client_conn *c = arg;
@@ -114,10 +146,13 @@ static void *flusher_main(void *arg)
 			continue;
 		uint64_t since = __atomic_load_n(&c->batch_since_ns, __ATOMIC_SEQ_CST);
 		uint64_t now = rm_now_ns();
-		if (since && now - since >= RM_FLUSH_DELAY_NS) {
+		if (since && now - since >= delay_now(c)) {
 			pthread_mutex_lock(&c->lock);
 			since = c->batch_since_ns;
-			if (c->connected && since && rm_now_ns() - since >= RM_FLUSH_DELAY_NS) {
+			if (c->connected && since && rm_now_ns() - since >= delay_now(c)) {
+				/* the program made no call meanwhile: its run of calls has paused, and
+				 * the next run's first batch goes at the first delay */
+				__atomic_store_n(&c->flush_delay_ns, RM_FLUSH_DELAY_NS, __ATOMIC_RELAXED);
 				int err = rm_client_flush_locked(c, NULL, 0);
 				if (err)
 					rm_client_lost_locked(c, "send", err);
@@ -129,7 +164,7 @@ static void *flusher_main(void *arg)
 			flusher_disarm(c);
 			continue;
 		}
-		uint64_t due = (since ? since : now) + RM_FLUSH_DELAY_NS;
+		uint64_t due = (since ? since : now) + delay_now(c);
 		struct timespec ts = {(time_t)(due / 1000000000u), (long)(due % 1000000000u)};
 		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
 	}

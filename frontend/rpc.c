@@ -63,6 +63,8 @@ int rm_client_flush_locked(struct rm_client_conn *c, const struct iovec *extra, 
 	c->batch_len = 0;
 	__atomic_store_n(&c->batch_since_ns, 0, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&c->last_send_ns, rm_now_ns(), __ATOMIC_RELAXED);
+	if (n)
+		rm_stats_send();
 	int err = n ? rm_conn_sendv(c->link.conn, iov, n) : 0;
 	if (!err && i < nextra) /* a striped copy's share: many pieces */
 		err = rm_conn_sendv(c->link.conn, extra + i, nextra - i);
@@ -373,9 +375,19 @@ CUresult rm_client_call(struct rm_client_conn *c, struct rm_rpc_call *call)
 		if (!c->batch_since_ns)
 			__atomic_store_n(&c->batch_since_ns, now, __ATOMIC_SEQ_CST);
 	}
-	if (!err && (!(flags & RM_F_ASYNC) || !inline_bulk || c->batch_len >= RM_BATCH_FLUSH_AT ||
-		     now - c->batch_since_ns >= RM_FLUSH_DELAY_NS))
+	uint64_t delay = c->flush_delay_ns ? c->flush_delay_ns : RM_FLUSH_DELAY_NS;
+	int overdue = (flags & RM_F_ASYNC) && now - c->batch_since_ns >= delay;
+	if (!err && (!(flags & RM_F_ASYNC) || !inline_bulk || c->batch_len >= RM_BATCH_FLUSH_AT || overdue)) {
 		err = rm_client_flush_locked(c, inline_bulk ? NULL : call->bulk_out, inline_bulk ? 0 : call->nbulk_out);
+		/* A run of async calls that outlasts the delay feeds the GPU steadily: longer
+		 * batches cost it nothing but their first's wait, and save a send and the
+		 * daemon's wake-up each. A call that waits ends the run. */
+		if (!(flags & RM_F_ASYNC))
+			delay = RM_FLUSH_DELAY_NS;
+		else if (overdue)
+			delay = delay * 2 < rm_flush_delay_max_ns() ? delay * 2 : rm_flush_delay_max_ns();
+		__atomic_store_n(&c->flush_delay_ns, delay, __ATOMIC_RELAXED);
+	}
 	if (err) {
 		result = rm_client_lost_locked(c, "send", err);
 		goto out;

@@ -52,7 +52,7 @@ void rm_stats_init(void)
 		s = map;
 	}
 	s->pid = (uint64_t)getpid();
-	memcpy(s->magic, "RMSTATS1", 8);
+	memcpy(s->magic, "RMSTATS2", 8);
 	rm_transport_bytes = &s->bytes;
 	__atomic_store_n(&rm_stats, s, __ATOMIC_RELEASE);
 }
@@ -62,9 +62,10 @@ __attribute__((destructor)) static void stats_at_exit(void)
 	struct rm_stats *s = rm_stats;
 	if (!s || !at_exit_line)
 		return;
-	fprintf(stderr, "remora-stats pid=%llu calls=%llu round_trips=%llu bytes_sent=%llu bytes_received=%llu\n",
+	fprintf(stderr, "remora-stats pid=%llu calls=%llu round_trips=%llu bytes_sent=%llu bytes_received=%llu sends=%llu\n",
 		(unsigned long long)s->pid, (unsigned long long)__atomic_load_n(&s->calls, __ATOMIC_RELAXED),
 		(unsigned long long)__atomic_load_n(&s->round_trips, __ATOMIC_RELAXED),
 		(unsigned long long)__atomic_load_n(&s->bytes.sent, __ATOMIC_RELAXED),
-		(unsigned long long)__atomic_load_n(&s->bytes.received, __ATOMIC_RELAXED));
+		(unsigned long long)__atomic_load_n(&s->bytes.received, __ATOMIC_RELAXED),
+		(unsigned long long)__atomic_load_n(&s->sends, __ATOMIC_RELAXED));
 }

@@ -3,7 +3,7 @@
 # fp16 inference at batch 1, started together, natively without MPS, natively under NVIDIA
 # MPS, and through one remorad; prints each configuration's aggregate images per second.
 #
-# usage: scripts/bench-resnet-sharing.sh [--build DIR] [--iters N] [--port N] [--only LIST]
+# usage: scripts/bench-resnet-sharing.sh [--build DIR] [--iters N] [--port N | --unix] [--only LIST]
 #                                        [--daemon-set KEY=VALUE]... [--tenant-each] [N ...]
 #        (default: build-gpu, 300 inferences per process, every configuration of
 #        native,mps,remora, N = 1 2 4 8; --daemon-set passes remorad a setting; remorad's log
@@ -11,16 +11,17 @@
 #        remorad is a tenant of its own, as with tenant_isolation = mps, say; --client-cpus
 #        and --daemon-cpus, taskset lists: every configuration's processes on the first, remorad
 #        and its workers on the second, as clients on other machines leave the GPU host's cores
-#        to the workers)
+#        to the workers; --unix: clients connect over a unix socket, with shared memory)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=build-gpu ITERS=300 PORT=47321 COUNTS=() ONLY=native,mps,remora DAEMON_SETS=() TENANT_EACH=0
-CLIENT_PIN=() DAEMON_PIN=()
+CLIENT_PIN=() DAEMON_PIN=() UNIX=0
 while (($#)); do
 	case $1 in
 	--build) BUILD=$2; shift 2 ;;
 	--iters) ITERS=$2; shift 2 ;;
 	--port) PORT=$2; shift 2 ;;
+	--unix) UNIX=1; shift ;;
 	--only) ONLY=$2; shift 2 ;;
 	--daemon-set) DAEMON_SETS+=(--set "$2"); shift 2 ;;
 	--tenant-each) TENANT_EACH=1; shift ;;
@@ -72,15 +73,22 @@ run_group() {
 		echo "-"
 		return
 	fi
+	# with RESNET_SHARING_CPU set: the processes' mean CPU share, and remorad's tree's CPU seconds so far
+	[[ -n ${RESNET_SHARING_CPU:-} ]] && {
+		awk -v l="$label N=$n" '/^cpu_share/ { s += $2; k++ } END { if (k) printf "%s: client mean CPU share %.2f\n", l, s / k }' "$WORK"/out.* >&2
+		[[ -n $DAEMON_PID ]] && ps -o pid=,time=,comm= --ppid "$DAEMON_PID" >&2
+	}
 	awk '/^images_per_s/ { s += $2 } END { printf "%.0f", s }' "$WORK"/out.*
 }
 
+ADDR=127.0.0.1:$PORT
+((UNIX)) && ADDR=unix:$WORK/remorad.sock
 CONF=()
 if ((TENANT_EACH)); then
 	for ((i = 0; i < 62; i++)); do printf '[tenant t%d]\ntoken = tok%d\n' $i $i; done >"$WORK/tenants.conf"
 	CONF=(--config "$WORK/tenants.conf")
 fi
-"${DAEMON_PIN[@]}" "$BUILD/backend/remorad" "${CONF[@]}" --listen "127.0.0.1:$PORT" --set allow_anonymous=yes "${DAEMON_SETS[@]}" >"$WORK/remorad.log" 2>&1 &
+"${DAEMON_PIN[@]}" "$BUILD/backend/remorad" "${CONF[@]}" --listen "$ADDR" --set allow_anonymous=yes "${DAEMON_SETS[@]}" >"$WORK/remorad.log" 2>&1 &
 DAEMON_PID=$!
 sleep 1
 printf '%-10s %10s %10s %10s\n' processes native mps remora
@@ -94,6 +102,6 @@ for n in "${COUNTS[@]}"; do
 		echo quit | CUDA_MPS_PIPE_DIRECTORY=$WORK/mps nvidia-cuda-mps-control
 		sleep 1
 	fi
-	[[ ,$ONLY, == *,remora,* ]] && remora=$(run_group remora "$n" "$BUILD/cli/remora" run --server "127.0.0.1:$PORT" --)
+	[[ ,$ONLY, == *,remora,* ]] && remora=$(run_group remora "$n" "$BUILD/cli/remora" run --server "$ADDR" --)
 	printf '%-10s %10s %10s %10s\n' "$n" "$native" "$mps" "$remora"
 done

@@ -127,8 +127,8 @@ def child():
 
 def stats_of(path):
     raw = open(path, "rb").read()
-    magic, pid, calls, rts, sent, received = struct.unpack("<8s5Q", raw[:48])
-    return {"magic": magic, "calls": calls, "round_trips": rts, "sent": sent, "received": received}
+    magic, pid, calls, rts, sent, received, sends = struct.unpack("<8s6Q", raw[:56])
+    return {"magic": magic, "calls": calls, "round_trips": rts, "sent": sent, "received": received, "sends": sends}
 
 
 def main():
@@ -164,7 +164,7 @@ def main():
             check(kv.get("best4m.same") == "1", "the 4 MiB copies come back bit for bit")
             st = stats_of(stats_path)
             each = int(kv.get("copied_each_way", "0"))
-            check(st["magic"] == b"RMSTATS1" and st["sent"] >= each and st["received"] >= each and
+            check(st["magic"] == b"RMSTATS2" and st["sends"] >= st["round_trips"] and st["sent"] >= each and st["received"] >= each and
                   st["round_trips"] >= 20 and st["calls"] >= st["round_trips"],
                   f"REMORA_STATS counted the copies and round trips ({st})")
         finally:
