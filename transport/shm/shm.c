@@ -154,6 +154,8 @@ static int make_rings(struct shm_conn *c)
 	c->map_len = total;
 	c->memfd = memfd;
 	shm_attach_rings(c, len, off);
+	c->tx_mapped = c->tx_len < SHM_RING_DEFAULT ? c->tx_len : SHM_RING_DEFAULT;
+	c->rx_mapped = c->rx_len < SHM_RING_DEFAULT ? c->rx_len : SHM_RING_DEFAULT;
 	return 0;
 }
 

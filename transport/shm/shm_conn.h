@@ -42,6 +42,7 @@
 #define SHM_SETUP_TIMEOUT_MS 10000
 #define SHM_FDQ_MAX 8 /* descriptors passed and not yet taken; more are closed */
 #define SHM_FUTEX_WAIT_NS 10000000ull /* a sleep on the futex longer than this goes on in poll() */
+#define SHM_MAP_STEP (256u << 10) /* a ring's first lap is mapped in ahead of use in steps of this */
 
 /* A ring's waiting flag: 0 awake; else how the waiting side sleeps, so that its peer
  * wakes it the one way it listens (shm_rings.c): on the flag itself (futex: a wait of a
@@ -95,6 +96,9 @@ struct shm_conn {
 	uint8_t *tx, *rx;
 	uint64_t tx_len, rx_len; /* private copies, checked */
 	uint64_t tx_head, rx_tail; /* this end's indices: trusted, published to the peer */
+	/* Bytes of each ring, from its start, this end has mapped in (shm_map_ahead): the
+	 * first lap's page faults, one per 4 KiB on each side, taken SHM_MAP_STEP at a time. */
+	uint64_t tx_mapped, rx_mapped;
 	int recv_ms, send_ms;
 	struct rm_spin_budget spin; /* what the next wait spins */
 	atomic_int shut;

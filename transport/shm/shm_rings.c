@@ -239,6 +239,25 @@ static int await(struct shm_conn *c, int tx, uint64_t *n)
 	return r < 0 ? r : 0;
 }
 
+/* Maps in a ring's pages up to offset upto (whole steps, past it) before they are used: a
+ * ring's first lap otherwise faults every 4 KiB, on the writing side and again on the
+ * reading side, whose mapping is its own (shm_map_peer_memfd populates nothing). On the H100
+ * a 64 KiB copy through the daemon's first lap of the calls' ring spent 18 us in the kernel
+ * against 9 over TCP. Pages a step ahead of the writer are allocated a little early: the
+ * writer fills them next. Where the kernel has no MADV_POPULATE_WRITE (before 5.14) the
+ * pages fault as before. */
+static void map_ahead(uint8_t *ring, uint64_t len, uint64_t *mapped, uint64_t upto)
+{
+	if (upto <= *mapped)
+		return;
+	uint64_t end = (upto + SHM_MAP_STEP - 1) / SHM_MAP_STEP * SHM_MAP_STEP;
+	if (end > len)
+		end = len;
+	if (madvise(ring + *mapped, (size_t)(end - *mapped), MADV_POPULATE_WRITE))
+		end = len; /* not offered (or refused): leave the rest to faults */
+	*mapped = end;
+}
+
 int shm_sendv(struct rm_conn *conn, const struct iovec *iov, int iovcnt)
 {
 	struct shm_conn *c = shm(conn);
@@ -263,6 +282,7 @@ int shm_sendv(struct rm_conn *conn, const struct iovec *iov, int iovcnt)
 				n = (size_t)(room - put);
 			uint64_t at = (c->tx_head + put) & (c->tx_len - 1);
 			size_t first = n < c->tx_len - at ? n : (size_t)(c->tx_len - at);
+			map_ahead(c->tx, c->tx_len, &c->tx_mapped, at + first); /* a wrap's rest: mapped last lap */
 			memcpy(c->tx + at, (const uint8_t *)iov[i].iov_base + off, first);
 			memcpy(c->tx, (const uint8_t *)iov[i].iov_base + off + first, n - first);
 			put += n;
@@ -297,6 +317,7 @@ ssize_t shm_recv_some(struct rm_conn *conn, void *buf, size_t len)
 	size_t n = avail < len ? (size_t)avail : len;
 	uint64_t at = c->rx_tail & (c->rx_len - 1);
 	size_t first = n < c->rx_len - at ? n : (size_t)(c->rx_len - at);
+	map_ahead(c->rx, c->rx_len, &c->rx_mapped, at + first);
 	memcpy(buf, c->rx + at, first);
 	memcpy((uint8_t *)buf + first, c->rx, n - first);
 	c->rx_tail += n;

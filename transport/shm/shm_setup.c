@@ -91,8 +91,9 @@ void rm_shm_set_ring_max(uint64_t bytes)
 
 /* Maps a memfd the peer made: sealed against shrinking (so no access can fault), no larger
  * than two rings of peer_ring_max, with a header whose geometry is read once, checked and
- * kept. Not populated: this end faults in only the pages it uses, so a peer's rings cost
- * this process no more than what goes through them (and the bound). */
+ * kept. Not populated at once: this end maps pages in a step ahead of its use
+ * (shm_rings.c), so a peer's rings cost this process little more than what goes through
+ * them (and the bound). */
 int shm_map_peer_memfd(struct shm_conn *c, int memfd)
 {
 	int seals = fcntl(memfd, F_GET_SEALS);
