@@ -111,12 +111,18 @@ planned:
 
 int rm_copy_plan_sample(struct rm_copy_plan_state *st, int to_host, uint64_t n, struct rm_copy_plan plan)
 {
-	int d = !!to_host, k = rm_copy_plan_class(n), striped = plan.links > 1;
+	int d = !!to_host, k = rm_copy_plan_class(n), striped = plan.links > 1, wait;
 	if (n < RM_COPY_PLAN_MIN_SHARE)
-		return 0;
-	if (st->copies[d][k][striped] < RM_COPY_PLAN_WARM || !st->rtt_ns)
-		return 1;
-	return ++st->unwaited[d][striped] % RM_COPY_PLAN_SAMPLE_EVERY == 0;
+		wait = 0;
+	else if (st->copies[d][k][striped] < RM_COPY_PLAN_WARM || !st->rtt_ns || st->resample)
+		wait = 1;
+	else
+		wait = ++st->unwaited[d][striped] % RM_COPY_PLAN_SAMPLE_EVERY == 0;
+	if (wait)
+		st->resample = 0;
+	else
+		st->pipe_busy = 1;
+	return wait;
 }
 
 /* A running mean, not a maximum: striped and whole copies are sampled 15 to 1, and the
@@ -129,9 +135,20 @@ static void rate_sample(double *rate, double sample, unsigned i)
 	*rate += (sample - *rate) * w;
 }
 
+void rm_copy_plan_unwaited(struct rm_copy_plan_state *st)
+{
+	st->pipe_busy = 1;
+}
+
 void rm_copy_plan_done(struct rm_copy_plan_state *st, int to_host, uint64_t n, struct rm_copy_plan plan, uint64_t ns)
 {
 	int d = !!to_host, k = rm_copy_plan_class(n), striped = plan.links > 1;
+	if (st->pipe_busy) { /* its time was theirs too (on the H100 a 1 MiB copy to the device
+			      * waiting behind seven flapped striping on and off) */
+		st->pipe_busy = 0;
+		st->resample = 1;
+		return;
+	}
 	if (n < RM_COPY_PLAN_MIN_SHARE || ns <= st->rtt_ns)
 		return;
 	uint8_t *done = &st->copies[d][k][striped];

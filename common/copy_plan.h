@@ -55,6 +55,8 @@ struct rm_copy_plan_state {
 	int changed[2];                              /* class + 1 whose striping changed (the caller logs and clears) */
 	uint32_t unwaited[2][2];                     /* copies that need not wait, per direction and striped */
 	uint64_t fixed_min;                          /* before R and S: stripe from this size (0: never) */
+	int pipe_busy;                               /* a copy went unwaited since the last waited copy */
+	int resample;                                /* the next copy that need not wait waits, a sample */
 };
 
 struct rm_copy_plan {
@@ -77,9 +79,14 @@ struct rm_copy_plan rm_copy_plan_choose(struct rm_copy_plan_state *st, int to_ho
  * copy from pageable memory, frontend/memory.c): 1 when it should wait all the same so that
  * the link stays measured: while its kind's rate (one stream or striped, that direction)
  * is not known, and then one such copy in RM_COPY_PLAN_SAMPLE_EVERY; 0 for copies too small
- * to measure (below RM_COPY_PLAN_MIN_SHARE). */
+ * to measure (below RM_COPY_PLAN_MIN_SHARE). A waited copy behind unwaited ones waits for
+ * theirs too, so it is no sample: the next copy that need not wait waits instead, behind
+ * nothing (rm_copy_plan_done). */
 int rm_copy_plan_sample(struct rm_copy_plan_state *st, int to_host, uint64_t n, struct rm_copy_plan plan);
-/* A copy of n bytes went as plan said and took ns, its reply waited for. */
+/* A copy went unwaited without asking rm_copy_plan_sample (one compressed). */
+void rm_copy_plan_unwaited(struct rm_copy_plan_state *st);
+/* A copy of n bytes went as plan said and took ns, its reply waited for: a sample of its
+ * way's rate unless copies went unwaited since the last waited one. */
 void rm_copy_plan_done(struct rm_copy_plan_state *st, int to_host, uint64_t n, struct rm_copy_plan plan, uint64_t ns);
 
 #endif

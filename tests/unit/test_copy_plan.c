@@ -133,7 +133,6 @@ int main(void)
 	struct rm_copy_plan whole = {1, 0}, four = {4, 256 * KIB};
 	EXPECT(rm_copy_plan_sample(&st, 0, 1 * MIB, whole) == 1); /* no round trip yet */
 	rm_copy_plan_rtt(&st, 50000);
-	EXPECT(rm_copy_plan_sample(&st, 0, 64 * KIB, whole) == 0);
 	for (int i = 0; i < RM_COPY_PLAN_WARM; i++) {
 		EXPECT(rm_copy_plan_sample(&st, 0, 1 * MIB, whole) == 1);
 		rm_copy_plan_done(&st, 0, 1 * MIB, whole, i ? 450000 : 5000000); /* the first: staging set up */
@@ -142,10 +141,24 @@ int main(void)
 	EXPECT(rm_copy_plan_rate(&st, 0, 64 * MIB) == st.stream_bps[0][1]); /* the nearest class measured */
 	EXPECT(rm_copy_plan_sample(&st, 0, 1 * MIB, four) == 1);  /* striped: not measured yet */
 	EXPECT(rm_copy_plan_sample(&st, 1, 1 * MIB, whole) == 1); /* the other direction either */
+	EXPECT(rm_copy_plan_sample(&st, 0, 64 * KIB, whole) == 0);
 	int waits = 0;
 	for (int i = 0; i < 4 * RM_COPY_PLAN_SAMPLE_EVERY; i++)
 		waits += rm_copy_plan_sample(&st, 0, 1 * MIB, whole);
 	EXPECT(waits == 4);
+
+	/* A waited copy behind unwaited ones took their time too: no sample; the next copy that
+	 * need not wait waits instead, behind nothing, and is one. */
+	double before = st.stream_bps[0][1];
+	rm_copy_plan_done(&st, 0, 1 * MIB, whole, 8 * 450000); /* seven queued before it */
+	EXPECT(st.stream_bps[0][1] == before);
+	EXPECT(rm_copy_plan_sample(&st, 0, 1 * MIB, whole) == 1);
+	rm_copy_plan_done(&st, 0, 1 * MIB, whole, 350000);
+	EXPECT(st.stream_bps[0][1] > before);
+	EXPECT(rm_copy_plan_sample(&st, 0, 1 * MIB, whole) == 0); /* and then one in eight again */
+	rm_copy_plan_unwaited(&st); /* a compressed copy went unwaited: the next waited is none */
+	rm_copy_plan_done(&st, 1, 1 * MIB, whole, 9000000);
+	EXPECT(st.copies[1][1][0] == 0 && st.resample); /* not even counted as its way's first */
 
 	/* A class warms with whole and striped copies in turns, the first of each way not a
 	 * sample: one slow first striped copy does not turn striping off (the TLS model). */
