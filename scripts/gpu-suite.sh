@@ -73,6 +73,7 @@ PROGRAMS=(
 	"drv_pool_ipc|tests/programs/drv_pool_ipc tests/programs/kernels.fatbin" # streamOrderedAllocationIPC's, shared pools
 	"drv_copy_sizes|tests/programs/drv_copy_sizes tests/programs/kernels.fatbin 12"
 	"drv_copy_deferred|tests/programs/drv_copy_deferred tests/programs/kernels.fatbin"
+	"drv_async_run|tests/programs/drv_async_run tests/programs/kernels.fatbin 20000 5"
 	"drv_migrate|tests/programs/drv_migrate tests/programs/kernels.fatbin 20"
 	"rt_migrate|tests/rtprograms/rt_migrate 20"
 )
