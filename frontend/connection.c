@@ -142,6 +142,7 @@ static int batch_alloc(struct rm_client_conn *c)
 		return -ENOMEM;
 	}
 	c->batch_len = 0;
+	c->flush_delay_ns = RM_FLUSH_DELAY_NS;
 	return 0;
 }
 

@@ -77,7 +77,7 @@ struct rm_client_conn {
 	 * (atomics); armed is set under flusher_lock. */
 	uint64_t batch_since_ns;  /* when the oldest queued call was queued; 0: none queued */
 	uint64_t last_async_ns;   /* when the last async call was queued */
-	uint64_t flush_delay_ns;  /* how long the batch may wait now (RM_FLUSH_DELAY_NS when 0) */
+	uint64_t flush_delay_ns;  /* how long the batch may wait now (written under lock) */
 	int flusher_armed;
 	int reader;               /* another thread reads the link (the callback channel,
 				   * host_functions.c): the flusher only sends heartbeats */

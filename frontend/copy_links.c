@@ -292,14 +292,13 @@ int rm_copy_links_sample(struct rm_copy_links *cl, int to_host, uint64_t n, stru
 	return sample;
 }
 
-int rm_copy_links_unwaited(struct rm_copy_links *cl)
+void rm_copy_links_unwaited(struct rm_copy_links *cl)
 {
-	if (cl && !cl->fixed) {
-		pthread_mutex_lock(&plan_lock);
-		rm_copy_plan_unwaited(&plan_state);
-		pthread_mutex_unlock(&plan_lock);
-	}
-	return 1;
+	if (!cl || cl->fixed)
+		return;
+	pthread_mutex_lock(&plan_lock);
+	rm_copy_plan_unwaited(&plan_state);
+	pthread_mutex_unlock(&plan_lock);
 }
 
 void rm_copy_links_done(int to_host, uint64_t n, struct rm_copy_plan plan, uint64_t ns)

@@ -48,8 +48,8 @@ double rm_copy_links_plain_bps(int to_host, uint64_t n);
  * (rm_copy_plan_sample); 0 without links (nothing to measure for). */
 int rm_copy_links_sample(struct rm_copy_links *cl, int to_host, uint64_t n, struct rm_copy_plan plan);
 /* A copy goes unwaited that was never to be a sample (compressed): the next waited copy
- * is no sample either (rm_copy_plan_unwaited). Returns 1. */
-int rm_copy_links_unwaited(struct rm_copy_links *cl);
+ * is no sample either (rm_copy_plan_unwaited). */
+void rm_copy_links_unwaited(struct rm_copy_links *cl);
 /* A copy of n bytes went as plan said and took ns, its reply waited for. */
 void rm_copy_links_done(int to_host, uint64_t n, struct rm_copy_plan plan, uint64_t ns);
 /* The iovecs of link 0's share of an n-byte copy at host as plan says; the count, or -1

@@ -4,8 +4,8 @@
 #include "connection.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <time.h>
 
 #define FLUSHER_LINGER_NS 2000000 /* the flusher stays armed this long after the last async call */
@@ -128,12 +128,6 @@ uint64_t rm_flush_delay_max_ns(void)
 	return m;
 }
 
-static uint64_t delay_now(struct rm_client_conn *c)
-{
-	uint64_t d = __atomic_load_n(&c->flush_delay_ns, __ATOMIC_RELAXED);
-	return d ? d : RM_FLUSH_DELAY_NS;
-}
-
 static void *flusher_main(void *arg)
 {
 	struct rm_client_conn *c = arg;
@@ -146,10 +140,10 @@ static void *flusher_main(void *arg)
 			continue;
 		uint64_t since = __atomic_load_n(&c->batch_since_ns, __ATOMIC_SEQ_CST);
 		uint64_t now = rm_now_ns();
-		if (since && now - since >= delay_now(c)) {
+		if (since && now - since >= __atomic_load_n(&c->flush_delay_ns, __ATOMIC_RELAXED)) {
 			pthread_mutex_lock(&c->lock);
 			since = c->batch_since_ns;
-			if (c->connected && since && rm_now_ns() - since >= delay_now(c)) {
+			if (c->connected && since && rm_now_ns() - since >= c->flush_delay_ns) {
 				/* the program made no call meanwhile: its run of calls has paused, and
 				 * the next run's first batch goes at the first delay */
 				__atomic_store_n(&c->flush_delay_ns, RM_FLUSH_DELAY_NS, __ATOMIC_RELAXED);
@@ -164,7 +158,7 @@ static void *flusher_main(void *arg)
 			flusher_disarm(c);
 			continue;
 		}
-		uint64_t due = (since ? since : now) + delay_now(c);
+		uint64_t due = (since ? since : now) + __atomic_load_n(&c->flush_delay_ns, __ATOMIC_RELAXED);
 		struct timespec ts = {(time_t)(due / 1000000000u), (long)(due % 1000000000u)};
 		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
 	}

@@ -273,7 +273,9 @@ static CUresult copy_to_device(uint32_t op, CUdeviceptr dst, const void *src, si
 		}
 	}
 	struct rm_copy_plan plan = packed ? (struct rm_copy_plan){1, 0} : rm_copy_links_take(cl, 0, n);
-	c.async = defer && (packed ? rm_copy_links_unwaited(cl) : !rm_copy_links_sample(cl, 0, n, plan));
+	c.async = defer && (packed || !rm_copy_links_sample(cl, 0, n, plan));
+	if (c.async && packed)
+		rm_copy_links_unwaited(cl); /* never a sample, but the next waited copy waits for it */
 	if (plan.links > 1) { /* this frame carries link 0's share; the links send theirs meanwhile */
 		req.links = plan.links;
 		req.chunk = plan.chunk;

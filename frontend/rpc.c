@@ -375,7 +375,7 @@ CUresult rm_client_call(struct rm_client_conn *c, struct rm_rpc_call *call)
 		if (!c->batch_since_ns)
 			__atomic_store_n(&c->batch_since_ns, now, __ATOMIC_SEQ_CST);
 	}
-	uint64_t delay = c->flush_delay_ns ? c->flush_delay_ns : RM_FLUSH_DELAY_NS;
+	uint64_t delay = c->flush_delay_ns;
 	int overdue = (flags & RM_F_ASYNC) && now - c->batch_since_ns >= delay;
 	if (!err && (!(flags & RM_F_ASYNC) || !inline_bulk || c->batch_len >= RM_BATCH_FLUSH_AT || overdue)) {
 		err = rm_client_flush_locked(c, inline_bulk ? NULL : call->bulk_out, inline_bulk ? 0 : call->nbulk_out);
