@@ -12,7 +12,9 @@
 /* Many connections at once, bytes of every size around the transports' own units (a
  * page, an RDMA buffer, a ring's publishing step) both ways at the same time: each
  * accepted end echoes what it reads while its dialled end writes and reads back on two
- * threads, and every byte must come back in order. */
+ * threads, and every byte must come back in order. Every dialled end reads from the
+ * start, as a client waiting for its replies does: an rdma:// connection upgrades only
+ * once its client reads, and the acceptor hands the connections over one by one. */
 
 static const size_t many_sizes[] = {1, 7, 4095, 4096, 65527, 65528, 65529, 65536, 262145, 1048576, 3145733};
 #define MANY_TOTAL (1 + 7 + 4095 + 4096 + 65527 + 65528 + 65529 + 65536 + 262145 + 1048576 + 3145733)
@@ -22,9 +24,9 @@ struct many_pair {
 	struct rm_listener *l;
 	int adopt;
 	struct rm_conn *dialled, *accepted;
-	pthread_t echo;
+	pthread_t echo, reader;
 	int index, echoing;
-	int accept_err, echo_err, write_err; /* each thread's own */
+	int accept_err, echo_err, write_err, read_err; /* each thread's own */
 };
 
 static uint8_t many_byte(int index, size_t i)
@@ -69,6 +71,31 @@ static void *many_write(void *arg)
 	return NULL;
 }
 
+/* Reads the echo back and compares it. */
+static void *many_read(void *arg)
+{
+	struct many_pair *m = arg;
+	uint8_t *in = malloc(MANY_TOTAL);
+	if (!in) {
+		m->read_err = -ENOMEM;
+		return NULL;
+	}
+	for (size_t got = 0; got < MANY_TOTAL && !m->read_err;) {
+		ssize_t n = rm_conn_recv_some(m->dialled, in + got, MANY_TOTAL - got);
+		if (n < 0)
+			m->read_err = (int)n;
+		else
+			got += (size_t)n;
+	}
+	for (size_t k = 0; k < MANY_TOTAL && !m->read_err; k++)
+		if (in[k] != many_byte(m->index, k)) {
+			fprintf(stderr, "transport-probe: connection %d: byte %zu of the echo differs\n", m->index, k);
+			m->read_err = -EPROTO;
+		}
+	free(in);
+	return NULL;
+}
+
 static void *many_accept(void *arg)
 {
 	struct many_pair *pairs = arg;
@@ -80,6 +107,19 @@ static void *many_accept(void *arg)
 		m->echoing = pthread_create(&m->echo, NULL, many_echo, m) == 0;
 	}
 	return NULL;
+}
+
+/* After an error, ends every thread still blocked on a connection. Not otherwise: an
+ * echo's last send may still be waiting for its peer's word that it was read (rdma's
+ * reads). */
+static void many_stop(struct many_pair *pairs)
+{
+	for (int i = 0; i < MANY_CONNS; i++) {
+		if (pairs[i].dialled)
+			rm_conn_shutdown(pairs[i].dialled);
+		if (pairs[i].accepted)
+			rm_conn_shutdown(pairs[i].accepted);
+	}
 }
 
 int probe_check_many(const struct rm_transport *tp, struct rm_listener *l, int adopt, const char *addr)
@@ -100,34 +140,24 @@ int probe_check_many(const struct rm_transport *tp, struct rm_listener *l, int a
 				rm_conn_close(pairs[i].dialled);
 		return err;
 	}
-	for (int i = 0; i < MANY_CONNS && !err; i++)
-		if (pthread_create(&writers[i], NULL, many_write, &pairs[i]) == 0)
-			nwriters++;
-	uint8_t *in = err ? NULL : malloc(MANY_TOTAL);
-	for (int i = 0; i < MANY_CONNS && in && !err; i++) { /* the echoes, connection by connection */
-		for (size_t got = 0; got < MANY_TOTAL && !err;) {
-			ssize_t n = rm_conn_recv_some(pairs[i].dialled, in + got, MANY_TOTAL - got);
-			if (n < 0)
-				err = (int)n;
-			else
-				got += (size_t)n;
-		}
-		for (size_t k = 0; k < MANY_TOTAL && !err; k++)
-			if (in[k] != many_byte(i, k)) {
-				fprintf(stderr, "transport-probe: connection %d: byte %zu of the echo differs\n", i, k);
-				err = -EPROTO;
-			}
+	int nreaders = 0;
+	pthread_t readers[MANY_CONNS];
+	for (int i = 0; i < MANY_CONNS; i++) {
+		if (pthread_create(&readers[i], NULL, many_read, &pairs[i]))
+			break;
+		nreaders++;
+		if (pthread_create(&writers[i], NULL, many_write, &pairs[i]))
+			break;
+		nwriters++;
 	}
-	if (!in && !err)
-		err = -ENOMEM;
-	free(in);
-	/* After an error, ends any thread still blocked. Not otherwise: an echo's last send
-	 * may still be waiting for its peer's word that it was read (rdma's reads). */
-	for (int i = 0; i < MANY_CONNS && err; i++) {
-		if (pairs[i].dialled)
-			rm_conn_shutdown(pairs[i].dialled);
-		if (pairs[i].accepted)
-			rm_conn_shutdown(pairs[i].accepted);
+	if (nreaders < MANY_CONNS || nwriters < MANY_CONNS) {
+		err = -EAGAIN;
+		many_stop(pairs);
+	}
+	for (int i = 0; i < nreaders; i++) { /* the echoes, each on its own thread */
+		pthread_join(readers[i], NULL);
+		if (!err && (err = pairs[i].read_err))
+			many_stop(pairs);
 	}
 	for (int i = 0; i < nwriters; i++)
 		pthread_join(writers[i], NULL);

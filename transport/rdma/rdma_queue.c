@@ -318,11 +318,11 @@ int rconn_wait(struct rdma_conn *c, int side, uint64_t deadline)
 			      {.fd = c->wake[0], .events = POLLIN}};
 	pthread_mutex_unlock(&c->lock);
 	int r = poll(p, 5, poll_ms(deadline));
-	int poll_errno = errno;
+	int poll_errno = errno, took_event = 0;
 	if (r > 0 && p[0].revents) {
 		struct ibv_cq *cq;
 		void *ctx;
-		if (!c->v->get_cq_event(c->cc, &cq, &ctx))
+		if ((took_event = !c->v->get_cq_event(c->cc, &cq, &ctx)))
 			c->v->ack_cq_events(cq, 1);
 	}
 	if (r > 0 && p[1].revents) {
@@ -332,6 +332,11 @@ int rconn_wait(struct rdma_conn *c, int side, uint64_t deadline)
 	}
 	pthread_mutex_lock(&c->lock);
 	c->asleep[side] = 0;
+	/* Both sides sleep on the one channel, and the event this side took may announce the
+	 * other's completions: taking them in here kicks the other side, which would otherwise
+	 * sleep on with its completion queued and no event left. */
+	if (took_event && (n = rconn_pump(c)) < 0)
+		return n;
 	if (r < 0 && poll_errno != EINTR)
 		return rconn_fail(c, -poll_errno, "poll failed");
 	if (r == 0)
