@@ -86,7 +86,8 @@ int rm_copy_plan_sample(struct rm_copy_plan_state *st, int to_host, uint64_t n, 
 /* A copy went unwaited without asking rm_copy_plan_sample (one compressed). */
 void rm_copy_plan_unwaited(struct rm_copy_plan_state *st);
 /* A copy of n bytes went as plan said and took ns, its reply waited for: a sample of its
- * way's rate unless copies went unwaited since the last waited one. */
+ * way's rate unless copies went unwaited since the last waited one. ns 0: waited for, but
+ * no sample (its links were cold); it still ends the copies unwaited before it. */
 void rm_copy_plan_done(struct rm_copy_plan_state *st, int to_host, uint64_t n, struct rm_copy_plan plan, uint64_t ns);
 
 #endif

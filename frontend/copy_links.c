@@ -311,8 +311,7 @@ void rm_copy_links_done(int to_host, uint64_t n, struct rm_copy_plan plan, uint6
 		cold = !striped_last_ns || (start > striped_last_ns && start - striped_last_ns > STRIPED_COLD_NS);
 		striped_last_ns = end;
 	}
-	if (!cold)
-		rm_copy_plan_done(&plan_state, to_host, n, plan, ns);
+	rm_copy_plan_done(&plan_state, to_host, n, plan, cold ? 0 : ns);
 	pthread_mutex_unlock(&plan_lock);
 }
 

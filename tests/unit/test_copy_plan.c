@@ -159,6 +159,16 @@ int main(void)
 	rm_copy_plan_unwaited(&st); /* a compressed copy went unwaited: the next waited is none */
 	rm_copy_plan_done(&st, 1, 1 * MIB, whole, 9000000);
 	EXPECT(st.copies[1][1][0] == 0 && st.resample); /* not even counted as its way's first */
+	EXPECT(rm_copy_plan_sample(&st, 0, 1 * MIB, whole) == 1);
+	rm_copy_plan_done(&st, 0, 1 * MIB, whole, 350000);
+	/* A waited copy that is no sample (ns 0: cold links) still ends the unwaited mark: the
+	 * next waited copy is one. */
+	before = st.stream_bps[0][1];
+	EXPECT(rm_copy_plan_sample(&st, 0, 1 * MIB, whole) == 0);
+	rm_copy_plan_done(&st, 0, 1 * MIB, four, 0);
+	EXPECT(!st.pipe_busy && st.copies[0][1][1] == 0);
+	rm_copy_plan_done(&st, 0, 1 * MIB, whole, 300000);
+	EXPECT(st.stream_bps[0][1] > before);
 
 	/* A class warms with whole and striped copies in turns, the first of each way not a
 	 * sample: one slow first striped copy does not turn striping off (the TLS model). */
