@@ -6,7 +6,9 @@
  * the transport's own ops, what every remote call is compared with:
  *   rtt   N round trips of one 48-byte frame header each way (as a synchronous call),
  *   bulk  N MiB one way, sent in 8 MiB sendv calls and received with recv_some
- *         into one reused 8 MiB buffer (as a copy's payload reaches the staging buffers).
+ *         into one reused 8 MiB buffer (as a copy's payload reaches the staging buffers),
+ *   copy  with --copy-kib N: round trips of N KiB out, all of it received, and one
+ *         frame header back (as a copy that waits for its reply), --copies of them.
  * --check makes it a test: iovec splitting, bytes arriving exact, shutdown
  * unblocking a reader, a closed peer reported as -ECONNRESET, a connection handed over
  * (export_fd, adopt_fd) carrying on, 16 connections at once carrying sizes from 1 byte to
@@ -15,7 +17,7 @@
  * before it serves, as remorad's accepting process does (rdma:// upgrades only then), and
  * the 16 connections too. --hostile adds strangers at the listener (probe_hostile.c).
  * --tls gives both ends of tls:// their files.
- * Prints "rtt_us=", "bulk_mib_per_s=" lines; exits 0 when every check passed.
+ * Prints "rtt_us=", "copy_us=", "bulk_mib_per_s=" lines; exits 0 when every check passed.
  */
 #include "probe.h"
 
@@ -38,6 +40,8 @@ struct peer {
 	struct rm_listener *listener;
 	struct rm_conn *conn; /* the accepted side */
 	long rtt_rounds;
+	long copy_rounds;
+	size_t copy_bytes;
 	uint64_t bulk_bytes;
 	int check;
 	int adopt;
@@ -104,10 +108,18 @@ static void *serve(void *arg)
 			return NULL;
 		}
 	}
-	uint8_t *buf = malloc(BULK_CHUNK);
+	uint8_t *buf = malloc(BULK_CHUNK > p->copy_bytes ? BULK_CHUNK : p->copy_bytes);
 	if (!buf) {
 		p->failed = 1;
 		return NULL;
+	}
+	for (long i = 0; i < p->copy_rounds; i++) {
+		struct iovec v = {hdr, sizeof(hdr)};
+		if (recv_all(p->conn, buf, p->copy_bytes) || rm_conn_sendv(p->conn, &v, 1)) {
+			p->failed = 1;
+			free(buf);
+			return NULL;
+		}
 	}
 	for (uint64_t got = 0; got < p->bulk_bytes;) {
 		uint64_t left = p->bulk_bytes - got;
@@ -134,8 +146,9 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* Round trips: reports the median and the mean. */
-static int measure_rtt(struct rm_conn *c, long rounds)
+/* Round trips of out_len bytes out (out: NULL for a frame header) and a frame header
+ * back: reports the median and the mean as NAME_us= and NAME_mean_us=. */
+static int measure_round_trips(struct rm_conn *c, long rounds, const uint8_t *out, size_t out_len, const char *name)
 {
 	double *t = malloc(sizeof(double) * (size_t)(rounds ? rounds : 1));
 	uint8_t hdr[HEADER_LEN] = {0};
@@ -143,7 +156,7 @@ static int measure_rtt(struct rm_conn *c, long rounds)
 		return -ENOMEM;
 	double total = 0;
 	for (long i = 0; i < rounds; i++) {
-		struct iovec v = {hdr, sizeof(hdr)};
+		struct iovec v = {out ? (void *)out : hdr, out ? out_len : sizeof(hdr)};
 		double t0 = now_s();
 		int err = rm_conn_sendv(c, &v, 1);
 		if (!err)
@@ -157,10 +170,22 @@ static int measure_rtt(struct rm_conn *c, long rounds)
 	}
 	if (rounds) {
 		qsort(t, (size_t)rounds, sizeof(double), cmp_double);
-		printf("rtt_us=%.2f\nrtt_mean_us=%.2f\n", t[rounds / 2] * 1e6, total / (double)rounds * 1e6);
+		printf("%s_us=%.2f\n%s_mean_us=%.2f\n", name, t[rounds / 2] * 1e6, name, total / (double)rounds * 1e6);
 	}
 	free(t);
 	return 0;
+}
+
+static int measure_copies(struct rm_conn *c, long rounds, size_t bytes)
+{
+	uint8_t *buf = malloc(bytes ? bytes : 1);
+	if (!buf)
+		return -ENOMEM;
+	for (size_t i = 0; i < bytes; i++)
+		buf[i] = pattern(i);
+	int err = measure_round_trips(c, rounds, buf, bytes, "copy");
+	free(buf);
+	return err;
 }
 
 static int measure_bulk(struct rm_conn *c, uint64_t bytes)
@@ -187,7 +212,7 @@ static int measure_bulk(struct rm_conn *c, uint64_t bytes)
 
 int main(int argc, char **argv)
 {
-	struct peer p = {.rtt_rounds = 20000, .bulk_bytes = 4096ull << 20};
+	struct peer p = {.rtt_rounds = 20000, .bulk_bytes = 4096ull << 20, .copy_rounds = 1000};
 	const char *url = "tcp://127.0.0.1:0";
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--check"))
@@ -200,6 +225,10 @@ int main(int argc, char **argv)
 			p.rtt_rounds = strtol(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--mib") && i + 1 < argc)
 			p.bulk_bytes = strtoull(argv[++i], NULL, 10) << 20;
+		else if (!strcmp(argv[i], "--copy-kib") && i + 1 < argc)
+			p.copy_bytes = strtoull(argv[++i], NULL, 10) << 10;
+		else if (!strcmp(argv[i], "--copies") && i + 1 < argc)
+			p.copy_rounds = strtol(argv[++i], NULL, 10);
 #ifdef RM_HAVE_TLS
 		else if (!strcmp(argv[i], "--tls") && i + 3 < argc) { /* CERT KEY CA: both ends */
 			char why[300];
@@ -214,10 +243,12 @@ int main(int argc, char **argv)
 		else if (argv[i][0] != '-')
 			url = argv[i];
 		else {
-			fprintf(stderr, "usage: %s [--check] [--adopt] [--hostile] [--rtt N] [--mib N] [--tls CERT KEY CA] [URL]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--check] [--adopt] [--hostile] [--rtt N] [--copy-kib N [--copies N]] [--mib N] [--tls CERT KEY CA] [URL]\n", argv[0]);
 			return 2;
 		}
 	}
+	if (!p.copy_bytes)
+		p.copy_rounds = 0; /* no copies asked for */
 	const char *addr;
 	p.tp = rm_transport_for(url, &addr);
 	if (!p.tp) {
@@ -237,7 +268,9 @@ int main(int argc, char **argv)
 	struct rm_conn *c = NULL;
 	err = p.tp->dial(bound, 2000, &c);
 	if (!err)
-		err = measure_rtt(c, p.rtt_rounds);
+		err = measure_round_trips(c, p.rtt_rounds, NULL, 0, "rtt");
+	if (!err)
+		err = measure_copies(c, p.copy_rounds, p.copy_bytes);
 	if (!err)
 		err = measure_bulk(c, p.bulk_bytes);
 	pthread_join(server, NULL);
