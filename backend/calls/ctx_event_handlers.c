@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "capture_state.h"
+#include "kernel_timing.h"
 #include "stream_pool.h"
 
 #define MAX_CTX_STREAMS 4096
@@ -81,6 +82,8 @@ CUresult rm_body_cuCtxRecordEvent(struct rm_channel *s, CUcontext hCtx, CUevent 
 	CUresult r = prepare(s, &c, &st, &n);
 	if (r == CUDA_SUCCESS)
 		r = record_stream(c, &rs);
+	if (r == CUDA_SUCCESS)
+		rm_kernel_timing_close_context(s, c); /* remorad's span ends before the marks */
 	for (size_t i = 0; r == CUDA_SUCCESS && i < n; i++) {
 		CUevent mark;
 		if ((r = rm_drv_cuEventCreate(&mark, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS)

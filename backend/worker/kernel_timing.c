@@ -197,6 +197,12 @@ void rm_kernel_timing_close_stream(struct rm_channel *s, CUstream st)
 		close_spans(s, s->cur, s->chan, 0, st);
 }
 
+void rm_kernel_timing_close_context(struct rm_channel *s, struct rm_session_ctx *c)
+{
+	if (__atomic_load_n(&s->sh->open_spans, __ATOMIC_RELAXED))
+		close_spans(s, c, -1, 0, NULL);
+}
+
 int rm_kernel_timing_open(struct rm_channel *s)
 {
 	return __atomic_load_n(&s->sh->open_spans, __ATOMIC_RELAXED) > 0;

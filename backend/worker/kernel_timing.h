@@ -48,6 +48,11 @@ void rm_kernel_timing_close(struct rm_channel *s, uint64_t min_age_ns);
  * client's event leaves nothing of remorad's behind on st (a query after it finds st idle,
  * as in CUDA). It replaces the close at the batch's end or after the reply. */
 void rm_kernel_timing_close_stream(struct rm_channel *s, CUstream st);
+/* The client records an event for context c's work as a whole (cuCtxRecordEvent): every
+ * open span in c, of every channel and stream, is closed first, so that no end record of
+ * remorad's lands behind the record's marks (a query after a wait for the event finds each
+ * stream idle). */
+void rm_kernel_timing_close_context(struct rm_channel *s, struct rm_session_ctx *c);
 /* A synchronize of stream st by the calling channel has returned: its open spans there
  * have ended, and are counted from their start to now, host time (an upper bound, as a
  * span is), with no end event recorded and nothing to read later; the time waits in
