@@ -102,15 +102,24 @@ void td_crash_if_asked(const char *name)
 	}
 }
 
-void td_context_delay(void)
+/* Sleeps for the milliseconds the environment variable name gives (none: not at all). */
+static void delay_from(const char *name)
 {
-	const char *v = getenv("REMORA_TESTDRIVER_CONTEXT_MS");
+	const char *v = getenv(name);
 	long ms = v ? strtol(v, NULL, 10) : 0;
 	if (ms <= 0)
 		return;
 	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
 	while (nanosleep(&ts, &ts))
 		;
+}
+
+void td_context_delay(void) { delay_from("REMORA_TESTDRIVER_CONTEXT_MS"); }
+
+void td_timed_record_delay(const struct td_event *e)
+{
+	if (!(e->flags & CU_EVENT_DISABLE_TIMING))
+		delay_from("REMORA_TESTDRIVER_TIMED_RECORD_MS");
 }
 
 static uintptr_t freed_va; /* the range last given back, while REMORA_TESTDRIVER_REUSE_FREED_VA is set */

@@ -115,6 +115,7 @@ static void run_op(struct td_stream *s, struct td_op *op)
 		break;
 	case TD_OP_RECORD: {
 		struct td_event *e = op->u.record.event;
+		td_timed_record_delay(e);
 		pthread_mutex_lock(&e->lock);
 		if (e->record_id == op->u.record.record_id) {
 			e->timestamp_ns = now_ns();

@@ -329,6 +329,11 @@ void td_crash_if_asked(const char *name);
 /* REMORA_TESTDRIVER_CONTEXT_MS: making a primary context takes that many milliseconds, as a
  * real GPU's first context takes most of a second. */
 void td_context_delay(void);
+/* REMORA_TESTDRIVER_TIMED_RECORD_MS: a stream runs a record of a timed event (one without
+ * CU_EVENT_DISABLE_TIMING) that many milliseconds late, as a stream behind other work
+ * reaches it late: a record of remorad's that lands behind a client's is then still
+ * unfinished when the client's is done (drv_ctxevents). */
+void td_timed_record_delay(const struct td_event *e);
 /* REMORA_TESTDRIVER_REUSE_FREED_VA: as an H100's driver was seen to do, a module loaded
  * after cuMemAddressFree (or cuMemFree, cuMemFreeAsync) lays its memory at the start of the range given
  * back. vmm.c and memory.c record the range; a module takes it (one granule, until it
