@@ -149,7 +149,7 @@ void rm_copy_plan_done(struct rm_copy_plan_state *st, int to_host, uint64_t n, s
 		st->resample = 1;
 		return;
 	}
-	if (n < RM_COPY_PLAN_MIN_SHARE || !ns || ns <= st->rtt_ns)
+	if (n < RM_COPY_PLAN_MIN_SHARE || ns <= st->rtt_ns) /* ns 0 among them */
 		return;
 	uint8_t *done = &st->copies[d][k][striped];
 	if (*done < UINT8_MAX)

@@ -24,7 +24,7 @@ struct many_pair {
 	struct rm_listener *l;
 	int adopt;
 	struct rm_conn *dialled, *accepted;
-	pthread_t echo, reader;
+	pthread_t echo;
 	int index, echoing;
 	int accept_err, echo_err, write_err, read_err; /* each thread's own */
 };
