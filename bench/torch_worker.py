@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch steps for `remora bench --only torch` and scripts/roundtrips.sh: a launch-bound
 training step of a small CNN, ResNet-50 inference and a GPT-style training step. Prints
-key=value lines (bench/workers.h): ms_per_step, and result_hex of the last step (native and
+key=value lines (bench/workers.h): ms_per_step, cpu_ms_per_step (the process's CPU time per
+step, all its threads), and result_hex of the last step (native and
 remote must agree bit for bit: deterministic settings). Exits 3 with unsupported=WHY where
 PyTorch or a CUDA device is missing (the bench then skips its section).
 
@@ -150,15 +151,18 @@ def main():
     if marks:
         os.write(2, f"remora-steps begin {steps}\n".encode())
     before = client_counters()
+    cpu0 = time.process_time()
     t0 = time.perf_counter()
     for _ in range(steps):
         loss = step()
     torch.cuda.synchronize()
     ms = (time.perf_counter() - t0) / steps * 1e3
+    cpu_ms = (time.process_time() - cpu0) / steps * 1e3
     after = client_counters()
     if marks:
         os.write(2, b"remora-steps end\n")
     print(f"ms_per_step={ms:.4f}")
+    print(f"cpu_ms_per_step={cpu_ms:.4f}")  # this process's CPU (all threads): near ms_per_step when CPU-bound
     print(f"result_hex={float(loss.detach()).hex()}")
     if before and after:  # the final synchronize's round trip is shared out over the steps
         for i, name in ((1, "calls"), (2, "round_trips"), (3, "bytes_sent"), (4, "bytes_received"), (5, "sends")):

@@ -60,6 +60,47 @@ int bench_output_copy(struct bench_output *to, const struct bench_output *from)
 	return 0;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* A figure: a decimal number (a hex float such as a result's bits is text, never averaged). */
+static bool decimal_figure(const struct bench_output *out, const char *key, double *v)
+{
+	const char *s = bench_output_get(out, key);
+	return s && s[strspn(s, "0123456789+-.eE")] == 0 && bench_output_number(out, key, v);
+}
+
+int bench_output_median(struct bench_output *to, const struct bench_output *outs, int n)
+{
+	if (bench_output_copy(to, &outs[0]))
+		return -1;
+	for (int i = 1; i < n && !to->exit_status; i++)
+		if (outs[i].exit_status) {
+			to->exit_status = outs[i].exit_status;
+			memcpy(to->reason, outs[i].reason, sizeof to->reason);
+		}
+	for (int k = 0; k < to->count; k++) {
+		struct bench_kv *kv = &to->kv[k];
+		double v[BENCH_MAX_REPEAT];
+		int numbers = 0, same = 1;
+		for (int i = 0; i < n; i++) {
+			const char *s = bench_output_get(&outs[i], kv->key);
+			same &= s && !strcmp(s, kv->value);
+			numbers += decimal_figure(&outs[i], kv->key, &v[numbers]);
+		}
+		if (!same && numbers == n) {
+			qsort(v, (size_t)n, sizeof v[0], cmp_double);
+			snprintf(kv->value, sizeof kv->value, "%.17g", n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2);
+		} else if (!same) {
+			snprintf(kv->value, sizeof kv->value, "differs");
+		}
+	}
+	return 0;
+}
+
 void bench_output_free(struct bench_output *out)
 {
 	free(out->kv);

@@ -36,6 +36,13 @@ bool bench_output_number(const struct bench_output *out, const char *key, double
 void bench_output_free(struct bench_output *out);
 /* to = a copy of from (its own key=value array); 0, or -1 when out of memory. */
 int bench_output_copy(struct bench_output *to, const struct bench_output *from);
+/* to = n outputs of one worker (repeats) in one: each key of the first, as its text where all
+ * n agree, else the median where every one has it as a decimal number, else "differs" (so
+ * results that must match, hex floats included, never match by accident); the exit status
+ * and reason of the first that failed. 0, or -1 when out of memory. n is 1 to
+ * BENCH_MAX_REPEAT. */
+#define BENCH_MAX_REPEAT 9
+int bench_output_median(struct bench_output *to, const struct bench_output *outs, int n);
 
 /* Runs n copies of argv on one side at once and waits for them all, at most
  * timeout_s seconds (then kills them).  With gate, each worker gets a pipe on

@@ -43,8 +43,10 @@ static const char usage_text[] =
 	"usage: remora bench [--json] [--quick] [--only SECTION[,SECTION...]] [--concurrency N,N,...]\n"
 	"                    [--spin-iters N] [--remorad PATH] [--driver PATH] [--native-lib DIR]\n"
 	"                    [--client-lib DIR] [--workers DIR] [--transport T[,T...]] [--rdma-host ADDR]\n"
-	"                    [--link rtt=TIME,rate=RATE]\n"
+	"                    [--link rtt=TIME,rate=RATE] [--repeat N]\n"
 	"--json prints one JSON document on stdout and the table on stderr.\n"
+	"--repeat N runs each native and remote program of the launch, memcpy, memset, event, graph,\n"
+	"cublas, torch and nccl sections N times in turns (1 to 9) and reports the medians.\n"
 	"Sections: launch, memcpy, memset, event, graph, concurrency, tenants, latency, cublas, torch, nccl,\n"
 	"sharing\n"
 	"(loopback TCP is always measured); tenants runs the concurrency clients each in a tenant of its\n"
@@ -133,14 +135,14 @@ static bool beside_self(char *path, size_t len, const char *rel)
 
 /* The options that take a value, and where each goes (NULL: parsed below). */
 static const char **value_slot(struct bench_config *cfg, const char *opt, const char **clients,
-			       const char **transports, const char **spin)
+			       const char **transports, const char **spin, const char **repeat)
 {
 	const struct { const char *name; const char **slot; } opts[] = {
 		{ "--only", &cfg->only },         { "--concurrency", clients },    { "--transport", transports },
 		{ "--spin-iters", spin },         { "--remorad", &cfg->remorad },   { "--driver", &cfg->driver },
 		{ "--native-lib", &cfg->native_lib }, { "--client-lib", &cfg->client_lib },
 		{ "--workers", &cfg->workers },   { "--rdma-host", &cfg->rdma_host },
-		{ "--link", &cfg->link },
+		{ "--link", &cfg->link },         { "--repeat", repeat },
 	};
 	for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
 		if (!strcmp(opt, opts[i].name))
@@ -151,10 +153,10 @@ static const char **value_slot(struct bench_config *cfg, const char *opt, const 
 /* 0: run; 1: --help; -1: a usage error, said in one line. */
 static int parse_args(struct bench_config *cfg, int argc, char **argv)
 {
-	const char *clients = NULL, *transports = NULL, *spin = NULL;
+	const char *clients = NULL, *transports = NULL, *spin = NULL, *repeat = NULL;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
-		const char **slot = value_slot(cfg, a, &clients, &transports, &spin);
+		const char **slot = value_slot(cfg, a, &clients, &transports, &spin, &repeat);
 		if (!strcmp(a, "--json"))
 			cfg->json = true;
 		else if (!strcmp(a, "--quick"))
@@ -184,6 +186,12 @@ static int parse_args(struct bench_config *cfg, int argc, char **argv)
 		fprintf(stderr, "remora bench: --spin-iters wants a count above 0: %s\n", spin);
 		return -1;
 	}
+	long times = repeat ? strtol(repeat, &end, 10) : 1;
+	if (repeat && (times < 1 || times > BENCH_MAX_REPEAT || *end)) {
+		fprintf(stderr, "remora bench: --repeat wants a count from 1 to %d: %s\n", BENCH_MAX_REPEAT, repeat);
+		return -1;
+	}
+	cfg->repeat = (int)times;
 	if (!cfg->ntransports)
 		cfg->transports[cfg->ntransports++] = BENCH_TCP;
 #ifndef RM_HAVE_TLS

@@ -28,6 +28,7 @@ struct bench_config {
 	const char *only;
 	int clients[32], nclients;
 	long long spin_iters;
+	int repeat; /* --repeat: runs of each side of a pair, in turns (medians reported) */
 };
 
 /* A native run's output, kept for the next transport's pass (one native run a key). */
@@ -67,8 +68,9 @@ void bench_size_name(char *out, size_t len, size_t bytes);
  * copies kept for the passes of the other transports. Returns the number that failed. */
 int bench_run_native(struct bench_run *run, const char *key, char *const argv[], int n, bool gate,
 		     struct bench_output *outs);
-/* Runs argv natively (once, for the first transport; section is its key) and then remotely;
- * 0 when both succeeded, else -1 with the reasons in reason. */
+/* Runs argv natively (once, for the first transport; section is its key) and then remotely,
+ * --repeat times in turns, each side's figures the median of its runs; 0 when both
+ * succeeded, else -1 with the reasons in reason. */
 int bench_run_both(struct bench_run *run, const char *section, char *const argv[], struct bench_output *nat,
 		   struct bench_output *rem, char *reason, size_t len);
 double bench_number_or_nan(const struct bench_output *out, const char *key);

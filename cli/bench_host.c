@@ -88,6 +88,7 @@ void bench_record_facts(struct bench_run *run)
 		bench_output_free(&out);
 	}
 	bench_add_fact(&run->results, "quick", true, "%s", run->cfg->quick ? "true" : "false");
+	bench_add_fact(&run->results, "repeat", true, "%d", run->cfg->repeat);
 	bench_add_fact(&run->results, "native_lib", false, "%s", run->cfg->native_lib ? run->cfg->native_lib : "system");
 	bench_add_fact(&run->results, "remorad_driver", false, "%s", run->cfg->driver ? run->cfg->driver : "system");
 }

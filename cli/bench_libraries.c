@@ -81,6 +81,11 @@ static int torch_part(struct bench_run *run, const char *part, const char *fact,
 			row->goal = BENCH_AT_MOST;
 			row->limit = limit;
 		}
+		/* The program's own CPU a step: where it is near the step's time, the program is
+		 * CPU-bound, and the host's CPU speed (docs/performance.md, noise) sets the step. */
+		char cpu_metric[160];
+		snprintf(cpu_metric, sizeof cpu_metric, "%s, the program's CPU", metric);
+		bench_pair_row(run, "torch", &nat, &rem, "cpu_ms_per_step", "ms", cpu_metric);
 		const char *a = bench_output_get(&nat, "result_hex"), *b = bench_output_get(&rem, "result_hex");
 		bench_add_fact(&run->results, fact, false, "%s", a && b && !strcmp(a, b) ? "yes" : "no");
 		if (rc)

@@ -4,7 +4,7 @@
 #
 # usage: scripts/cuda-samples.sh SAMPLES_DIR [--mode sequence|alone] [--only NAME]...
 #                               [--set multigpu] [--jobs N] [--timeout SECONDS] [--build BUILD]
-#                               [--no-build] [--phase native|remote|both]
+#                               [--no-build] [--phase build|native|remote|both]
 #
 # SAMPLES_DIR holds the checkout's Common/ and Samples/ (the samples are not part of
 # Remora and are never fetched here). Each sample is built with one nvcc line (sm_90, the
@@ -12,7 +12,8 @@
 # as such. `sequence` (the default) runs every sample through one remorad, one after
 # another, as users would; `alone` starts a fresh remorad for each. A sample passes when it
 # exits 0; natively failing ones are not run through Remora. --phase native builds and runs
-# natively only; --phase remote then uses those native results (both: one after the other). Writes table.txt and each
+# natively only; --phase remote then uses those native results (both: one after the other);
+# --phase build only builds (on a GPU host, beside other work that needs the GPU). Writes table.txt and each
 # run's output under $OUT (default cuda-samples-out/). Needs a GPU host and BUILD
 # (default build-gpu) built. --set multigpu selects the samples that use several GPUs of
 # the host (MULTIGPU_SAMPLES below; most need two), beside any --only.
@@ -40,7 +41,7 @@ while (($#)); do
 	--build) BUILD=${2:?}; shift 2 ;;
 	--no-build) DO_BUILD=0; shift ;;
 	--phase) PHASE=${2:?}; shift 2 ;;
-	-h | --help) sed -n '2,18s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,19s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) die "unknown argument '$1' (try --help)" ;;
 	esac
 done
@@ -102,6 +103,10 @@ export SRC OUTDIR CUDA
 [[ $PHASE == remote ]] && DO_BUILD=0
 if ((DO_BUILD)); then
 	printf '%s\n' "${selected[@]}" | xargs -P "$JOBS" -I{} bash -c 'build_one "$1"' _ {}
+fi
+if [[ $PHASE == build ]]; then
+	echo "built $(find "$OUTDIR/bin" -maxdepth 1 -type f -executable | wc -l) of ${#selected[@]} samples into $OUTDIR/bin"
+	exit 0
 fi
 
 DAEMON_PID=

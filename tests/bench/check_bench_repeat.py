@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""`remora bench --repeat N` (issue 36: one run's figure on the GPU host moves by 1.6x between
+runs, natively too): each native and remote program of a section runs N times in turns and
+the rows give the medians. Checks, on the CPU test driver with --quick: the native side runs N
+times on the first transport's pass only, the remote side N times on each; run.repeat says N;
+every figure is a positive number; 0, 10 and a non-number are refused.
+usage: check_bench_repeat.py REMORA HAVE_SHM [BENCH OPTIONS...]"""
+import json
+import math
+import re
+import subprocess
+import sys
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+remora, have_shm, options = sys.argv[1], sys.argv[2] == "true", sys.argv[3:]
+for bad in ("0", "10", "3x", "-1"):
+    p = subprocess.run([remora, "bench", "--repeat", bad] + options, capture_output=True, text=True)
+    check(p.returncode == 2 and "--repeat" in p.stderr, f"--repeat {bad} refused: rc {p.returncode}")
+
+transports = ["tcp", "shm"] if have_shm else ["tcp"]
+proc = subprocess.run([remora, "bench", "--quick", "--json", "--only", "launch", "--repeat", "3",
+                       "--transport", ",".join(transports)] + options, capture_output=True, text=True, timeout=150)
+sys.stderr.write(proc.stderr[-2000:])
+check(proc.returncode == 0, f"remora bench --repeat 3 exited {proc.returncode}")
+runs = re.findall(r"remora bench: launch (\S+) \((\d) of 3\)", proc.stderr)
+check(runs.count(("native", "1")) == 1 and [n for s, n in runs if s == "native"] == ["1", "2", "3"],
+      f"native ran 3 times, once per turn, on the first pass only: {runs}")
+for t in transports:
+    check([n for s, n in runs if s == "remote-" + t] == ["1", "2", "3"], f"remote over {t} ran 3 times")
+first_tcp = runs.index(("remote-tcp", "1")) if ("remote-tcp", "1") in runs else -1
+check(first_tcp == 1 and runs[2] == ("native", "2"), f"native and remote in turns: {runs[:4]}")
+doc = json.loads(proc.stdout) if proc.stdout.strip() else {"run": {}, "figures": []}
+check(doc["run"].get("repeat") == 3, f"run.repeat = {doc['run'].get('repeat')!r}")
+rows = doc["figures"]
+check(len(rows) == 3 * len(transports) and all(
+    isinstance(f[k], (int, float)) and math.isfinite(f[k]) and f[k] > 0 for f in rows for k in ("native", "remote")),
+    f"every figure a positive median: {[(f['transport'], f['native'], f['remote']) for f in rows]}")
+sys.exit(1 if failures else 0)
