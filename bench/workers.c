@@ -60,9 +60,15 @@ int bench_output_copy(struct bench_output *to, const struct bench_output *from)
 	return 0;
 }
 
-static int cmp_double(const void *a, const void *b)
+/* One run's figure of a key: its value and its text. */
+struct figure_run {
+	double v;
+	const char *text;
+};
+
+static int by_value(const void *a, const void *b)
 {
-	double x = *(const double *)a, y = *(const double *)b;
+	double x = ((const struct figure_run *)a)->v, y = ((const struct figure_run *)b)->v;
 	return x < y ? -1 : x > y;
 }
 
@@ -84,19 +90,25 @@ int bench_output_median(struct bench_output *to, const struct bench_output *outs
 		}
 	for (int k = 0; k < to->count; k++) {
 		struct bench_kv *kv = &to->kv[k];
-		double v[BENCH_MAX_REPEAT];
+		struct figure_run runs[BENCH_MAX_REPEAT];
 		int numbers = 0, same = 1;
 		for (int i = 0; i < n; i++) {
 			const char *s = bench_output_get(&outs[i], kv->key);
 			same &= s && !strcmp(s, kv->value);
-			numbers += decimal_figure(&outs[i], kv->key, &v[numbers]);
+			if (decimal_figure(&outs[i], kv->key, &runs[numbers].v))
+				runs[numbers++].text = s;
 		}
-		if (!same && numbers == n) {
-			qsort(v, (size_t)n, sizeof v[0], cmp_double);
-			snprintf(kv->value, sizeof kv->value, "%.17g", n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2);
-		} else if (!same) {
+		if (same)
+			continue;
+		if (numbers < n) {
 			snprintf(kv->value, sizeof kv->value, "differs");
+			continue;
 		}
+		qsort(runs, (size_t)n, sizeof runs[0], by_value);
+		if (n % 2) /* the middle run's own text: no digits added */
+			snprintf(kv->value, sizeof kv->value, "%s", runs[n / 2].text);
+		else
+			snprintf(kv->value, sizeof kv->value, "%.9g", (runs[n / 2 - 1].v + runs[n / 2].v) / 2);
 	}
 	return 0;
 }

@@ -42,6 +42,15 @@ int main(void)
 	EXPECT(!strcmp(bench_output_get(&m, "seed"), "differs"));
 	bench_output_free(&m);
 
+	/* The middle run's own text, no digits added. */
+	const char *const f[][2] = {{"sends", "9.15"}}, *const g[][2] = {{"sends", "9.1"}}, *const h[][2] = {{"sends", "12"}};
+	struct bench_output texts[3] = {output(1, f, 0), output(1, g, 0), output(1, h, 0)};
+	EXPECT(!bench_output_median(&m, texts, 3));
+	EXPECT(!strcmp(bench_output_get(&m, "sends"), "9.15"));
+	bench_output_free(&m);
+	for (int i = 0; i < 3; i++)
+		bench_output_free(&texts[i]);
+
 	/* One run: itself. */
 	EXPECT(!bench_output_median(&m, &outs[2], 1));
 	EXPECT(!strcmp(bench_output_get(&m, "ms_per_step"), "6") && !strcmp(bench_output_get(&m, "result_hex"), "0x1.9p+1"));
