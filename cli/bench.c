@@ -321,33 +321,52 @@ static int prepare_transport(enum bench_transport t, const char *dir)
 	return 0;
 }
 
-/* Every selected section over one transport: remorad started for it, stopped after.
- * Returns the number of sections that failed (the daemon not starting counts one). */
-static int run_pass(struct bench_run *run, enum bench_transport t, bool first)
+/* The remorads of every transport (i in --transport's order), started before the first pass
+ * and up until the last, so that a pass can run another transport's programs in turns with
+ * its own (bench_run_both); their remote sides into run->sides (server NULL where the daemon
+ * did not start). Returns the number that did not start. */
+static int start_daemons(struct bench_run *run, struct bench_daemon *daemons)
 {
 	const struct bench_config *cfg = run->cfg;
-	const char *name = bench_transport_names[t];
-	static char remote_name[MAX_TRANSPORTS][16];
-	char dir[PATH_MAX], ca[PATH_MAX + 16];
-	struct bench_daemon daemon = { 0 };
+	static char remote_name[MAX_TRANSPORTS][16], ca[MAX_TRANSPORTS][PATH_MAX + 16];
 	int failed = 0;
-	snprintf(dir, sizeof dir, "%s/%s", run->tmpdir, name);
-	snprintf(ca, sizeof ca, "%s/cert.pem", dir);
-	if (prepare_transport(t, dir) || bench_daemon_start(&daemon, cfg->remorad, cfg->driver, dir, t, cfg->rdma_host))
+	for (int i = 0; i < cfg->ntransports; i++) {
+		enum bench_transport t = cfg->transports[i];
+		const char *name = bench_transport_names[t];
+		char dir[PATH_MAX];
+		snprintf(dir, sizeof dir, "%s/%s", run->tmpdir, name);
+		snprintf(ca[i], sizeof ca[i], "%s/cert.pem", dir);
+		snprintf(remote_name[i], sizeof remote_name[i], cfg->ntransports > 1 ? "remote-%s" : "remote", name);
+		bool up = !prepare_transport(t, dir) &&
+			  !bench_daemon_start(&daemons[i], cfg->remorad, cfg->driver, dir, t, cfg->rdma_host);
+		failed += !up;
+		run->sides[i] = (struct bench_side){ remote_name[i], cfg->client_lib, up ? daemons[i].addr : NULL,
+						     t == BENCH_TLS ? ca[i] : NULL, NULL, NULL };
+	}
+	return failed;
+}
+
+/* Every selected section over the i-th transport, through its remorad. Returns the number of
+ * sections that failed (a daemon that did not start counts one). */
+static int run_pass(struct bench_run *run, int i)
+{
+	const struct bench_config *cfg = run->cfg;
+	enum bench_transport t = cfg->transports[i];
+	int failed = 0;
+	if (!run->sides[i].server)
 		return 1;
-	snprintf(remote_name[t], sizeof remote_name[t], cfg->ntransports > 1 ? "remote-%s" : "remote", name);
-	run->remote = (struct bench_side){ remote_name[t], cfg->client_lib, daemon.addr, t == BENCH_TLS ? ca : NULL, NULL, NULL };
+	run->remote = run->sides[i];
 	run->results.transport = NULL; /* facts and the loopback figures belong to no transport */
-	if (first) {
+	if (i == 0) {
 		bench_record_facts(run);
 		bench_link_facts(run);
 		failed += bench_measure_tcp(run) != 0;
 	}
 #ifdef RM_HAVE_TLS
 	if (t == BENCH_TLS)
-		bench_record_ktls(run, daemon.addr, ca);
+		bench_record_ktls(run, run->remote.server, run->remote.tls_ca);
 #endif
-	run->results.transport = name;
+	run->results.transport = bench_transport_names[t];
 	run->transport = t;
 	for (size_t s = 0; s < NSECTIONS; s++) {
 		if (!selected(cfg, sections[s].name))
@@ -355,7 +374,6 @@ static int run_pass(struct bench_run *run, enum bench_transport t, bool first)
 		else
 			failed += sections[s].run(run) != 0;
 	}
-	bench_daemon_stop(&daemon);
 	run->remote.server = NULL;
 	return failed;
 }
@@ -391,12 +409,19 @@ int cmd_bench(int argc, char **argv)
 	for (int i = 0; i < cfg.nclients; i++)
 		snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", i ? "," : "", cfg.clients[i]);
 	bench_add_fact(&run.results, "concurrency", false, "%s", list);
+	struct bench_daemon daemons[MAX_TRANSPORTS] = { 0 };
+	start_daemons(&run, daemons); /* a daemon that did not start fails its pass */
 	for (int t = 0; t < cfg.ntransports; t++)
-		failed += run_pass(&run, cfg.transports[t], t == 0);
+		failed += run_pass(&run, t);
+	for (int t = 0; t < cfg.ntransports; t++)
+		if (run.sides[t].server)
+			bench_daemon_stop(&daemons[t]);
 	if (cfg.ntransports > 1)
 		bench_compare_transports(&run.results, bench_transport_names[cfg.transports[0]]);
 	for (int i = 0; i < run.ncached; i++)
 		bench_output_free(&run.cached[i].out);
+	for (int i = 0; i < run.nremote_cached; i++)
+		bench_output_free(&run.remote_cached[i].out);
 
 	/* With --json the table goes to stderr, so one run gives both. */
 	bench_print_table(&run.results, cfg.json ? stderr : stdout);

@@ -46,6 +46,11 @@ struct bench_run {
 	double tcp_gbps, tcp_rtt_us;
 	struct native_result cached[MAX_CACHED];
 	int ncached;
+	/* Every transport's remote side, in --transport's order, their daemons up for the whole
+	 * run; and the remote outputs the first pass took for the later ones (bench_run_both). */
+	struct bench_side sides[MAX_TRANSPORTS];
+	struct native_result remote_cached[MAX_CACHED];
+	int nremote_cached;
 };
 
 /* Sections: each returns 0 when it ran (ok or skipped) and -1 when it failed. */
@@ -69,8 +74,10 @@ void bench_size_name(char *out, size_t len, size_t bytes);
 int bench_run_native(struct bench_run *run, const char *key, char *const argv[], int n, bool gate,
 		     struct bench_output *outs);
 /* Runs argv natively (once, for the first transport; section is its key) and then remotely,
- * --repeat times in turns, each side's figures the median of its runs; 0 when both
- * succeeded, else -1 with the reasons in reason. */
+ * --repeat times in turns, each side's figures the median of its runs; with several
+ * transports and --repeat, the first pass takes every transport's runs in each turn (native,
+ * then each transport) and the later passes use them, so that the transports are compared
+ * on runs made at the same times. 0 when both succeeded, else -1 with the reasons in reason. */
 int bench_run_both(struct bench_run *run, const char *section, char *const argv[], struct bench_output *nat,
 		   struct bench_output *rem, char *reason, size_t len);
 double bench_number_or_nan(const struct bench_output *out, const char *key);

@@ -16,33 +16,27 @@ void bench_size_name(char *out, size_t len, size_t bytes)
 		snprintf(out, len, "%zu KiB", bytes >> 10);
 }
 
-/* The cached native outputs of key (n of them) copied into outs: true, or false when not
- * cached (a failed copy is an output that failed). */
-static bool native_cached(struct bench_run *run, const char *key, int n, struct bench_output *outs)
+/* The output kept under key in cache (n entries) copied into out: true, or false when none
+ * (a failed copy is an output that failed). */
+static bool kept(const struct native_result *cache, int n, const char *key, struct bench_output *out)
 {
-	int first = -1;
-	for (int i = 0; i < run->ncached && first < 0; i++)
-		if (!strcmp(run->cached[i].key, key))
-			first = i;
-	if (first < 0 || first + n > run->ncached)
-		return false;
 	for (int i = 0; i < n; i++)
-		if (bench_output_copy(&outs[i], &run->cached[first + i].out))
-			outs[i].exit_status = -1, snprintf(outs[i].reason, sizeof outs[i].reason, "out of memory");
-	return true;
+		if (!strcmp(cache[i].key, key)) {
+			if (bench_output_copy(out, &cache[i].out))
+				out->exit_status = -1, snprintf(out->reason, sizeof out->reason, "out of memory");
+			return true;
+		}
+	return false;
 }
 
-/* Keeps n native outputs under key for the passes of the other transports. */
-static void native_keep(struct bench_run *run, const char *key, int n, const struct bench_output *outs)
+/* Keeps a copy of out under key in cache (at most MAX_CACHED). */
+static void keep(struct native_result *cache, int *n, const char *key, const struct bench_output *out)
 {
-	if (run->cfg->ntransports < 2 || run->ncached + n > MAX_CACHED)
+	if (*n == MAX_CACHED)
 		return;
-	for (int i = 0; i < n; i++) {
-		struct native_result *c = &run->cached[run->ncached];
-		snprintf(c->key, sizeof c->key, "%s", key);
-		if (!bench_output_copy(&c->out, &outs[i]))
-			run->ncached++;
-	}
+	snprintf(cache[*n].key, sizeof cache[*n].key, "%s", key);
+	if (!bench_output_copy(&cache[*n].out, out))
+		(*n)++;
 }
 
 /* The native side's outputs of n copies of argv under key: run on the first pass, the
@@ -50,44 +44,75 @@ static void native_keep(struct bench_run *run, const char *key, int n, const str
 int bench_run_native(struct bench_run *run, const char *key, char *const argv[], int n, bool gate,
 		     struct bench_output *outs)
 {
-	int failed = 0;
-	if (native_cached(run, key, n, outs)) {
-		for (int i = 0; i < n; i++)
+	int first = -1, failed = 0;
+	for (int i = 0; i < run->ncached && first < 0; i++)
+		if (!strcmp(run->cached[i].key, key))
+			first = i;
+	if (first >= 0 && first + n <= run->ncached) {
+		for (int i = 0; i < n; i++) {
+			if (bench_output_copy(&outs[i], &run->cached[first + i].out))
+				outs[i].exit_status = -1, snprintf(outs[i].reason, sizeof outs[i].reason, "out of memory");
 			failed += outs[i].exit_status != 0;
+		}
 		return failed;
 	}
 	failed = bench_run_workers(&run->native, argv, n, gate, WORKER_TIMEOUT_S, run->tmpdir, outs);
-	native_keep(run, key, n, outs);
+	if (run->cfg->ntransports > 1 && run->ncached + n <= MAX_CACHED)
+		for (int i = 0; i < n; i++)
+			keep(run->cached, &run->ncached, key, &outs[i]);
 	return failed;
 }
 
-/* Runs argv natively (once, for the first transport; section is its key) and then remotely,
- * --repeat times in turns, each side's figures the median of its runs; 0 when both
- * succeeded, else -1 with the reasons in reason. */
+/* The median of n runs into out (an output that failed when out of memory). */
+static void median_into(struct bench_output *out, const struct bench_output *runs, int n)
+{
+	if (bench_output_median(out, runs, n))
+		*out = (struct bench_output){.exit_status = -1, .reason = "out of memory"};
+}
+
 int bench_run_both(struct bench_run *run, const char *section, char *const argv[], struct bench_output *nat,
 		   struct bench_output *rem, char *reason, size_t len)
 {
-	int n = run->cfg->repeat > 1 ? run->cfg->repeat : 1;
-	struct bench_output nats[BENCH_MAX_REPEAT] = {0}, rems[BENCH_MAX_REPEAT] = {0};
-	bool cached = native_cached(run, section, 1, nat);
-	for (int i = 0; i < n; i++) {
-		if (!cached) {
-			fprintf(stderr, "remora bench: %s native (%d of %d)\n", section, i + 1, n);
-			bench_run_workers(&run->native, argv, 1, false, WORKER_TIMEOUT_S, run->tmpdir, &nats[i]);
+	const struct bench_config *cfg = run->cfg;
+	int n = cfg->repeat > 1 ? cfg->repeat : 1;
+	char key[48];
+	snprintf(key, sizeof key, "%s/%s", section, bench_transport_names[run->transport]);
+	bool have_native = kept(run->cached, run->ncached, section, nat);
+	bool have_remote = have_native && kept(run->remote_cached, run->nremote_cached, key, rem);
+	if (!have_remote) {
+		/* In turns: native (unless kept), then this transport, then (on the first pass, with
+		 * --repeat) every later one, whose medians are kept for their passes. */
+		int sides = !have_native && n > 1 ? cfg->ntransports : 1;
+		struct bench_output nats[BENCH_MAX_REPEAT] = {0}, rems[MAX_TRANSPORTS][BENCH_MAX_REPEAT] = {0};
+		for (int i = 0; i < n; i++) {
+			if (!have_native) {
+				fprintf(stderr, "remora bench: %s native (%d of %d)\n", section, i + 1, n);
+				bench_run_workers(&run->native, argv, 1, false, WORKER_TIMEOUT_S, run->tmpdir, &nats[i]);
+			}
+			for (int t = 0; t < sides; t++) {
+				const struct bench_side *side = sides > 1 ? &run->sides[t] : &run->remote;
+				fprintf(stderr, "remora bench: %s %s (%d of %d)\n", section, side->name, i + 1, n);
+				bench_run_workers(side, argv, 1, false, WORKER_TIMEOUT_S, run->tmpdir, &rems[t][i]);
+			}
 		}
-		fprintf(stderr, "remora bench: %s %s (%d of %d)\n", section, run->remote.name, i + 1, n);
-		bench_run_workers(&run->remote, argv, 1, false, WORKER_TIMEOUT_S, run->tmpdir, &rems[i]);
-	}
-	if (!cached) {
-		if (bench_output_median(nat, nats, n))
-			*nat = (struct bench_output){.exit_status = -1, .reason = "out of memory"};
-		native_keep(run, section, 1, nat);
-	}
-	if (bench_output_median(rem, rems, n))
-		*rem = (struct bench_output){.exit_status = -1, .reason = "out of memory"};
-	for (int i = 0; i < n; i++) {
-		bench_output_free(&nats[i]);
-		bench_output_free(&rems[i]);
+		if (!have_native) {
+			median_into(nat, nats, n);
+			if (cfg->ntransports > 1)
+				keep(run->cached, &run->ncached, section, nat);
+		}
+		median_into(rem, rems[0], n);
+		for (int t = 1; t < sides; t++) {
+			struct bench_output later;
+			median_into(&later, rems[t], n);
+			snprintf(key, sizeof key, "%s/%s", section, bench_transport_names[cfg->transports[t]]);
+			keep(run->remote_cached, &run->nremote_cached, key, &later);
+			bench_output_free(&later);
+		}
+		for (int i = 0; i < n; i++) {
+			bench_output_free(&nats[i]);
+			for (int t = 0; t < sides; t++)
+				bench_output_free(&rems[t][i]);
+		}
 	}
 	reason[0] = 0;
 	if (nat->exit_status)
