@@ -91,6 +91,10 @@ int bench_run_both(struct bench_run *run, const char *section, char *const argv[
 			}
 			for (int t = 0; t < sides; t++) {
 				const struct bench_side *side = sides > 1 ? &run->sides[t] : &run->remote;
+				if (!side->server) { /* its remorad did not start: its pass fails */
+					rems[t][i] = (struct bench_output){.exit_status = -1, .reason = "remorad did not start"};
+					continue;
+				}
 				fprintf(stderr, "remora bench: %s %s (%d of %d)\n", section, side->name, i + 1, n);
 				bench_run_workers(side, argv, 1, false, WORKER_TIMEOUT_S, run->tmpdir, &rems[t][i]);
 			}
