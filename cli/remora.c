@@ -40,7 +40,7 @@ static const struct subcommand subcommands[] = {
 	{"bench", "[--json] [--quick] [--only SECTIONS] [--driver PATH] [--native-lib DIR] ... (--help)",
 	 "on a GPU host: measure natively and through a private remorad, side by side", cmd_bench, 1,
 	 "--json --quick --only --transport --concurrency --spin-iters --remorad --driver --native-lib --client-lib "
-	 "--workers --rdma-host --link"},
+	 "--workers --rdma-host --link --repeat"},
 	{"pool", "list [--json] | show HOST | drain HOST [--migrate HOST] | undrain HOST | remove HOST [--pool URL] [--pool-ca FILE] "
 	 "[--pool-cert FILE --pool-key FILE] [--pool-user NAME --pool-password-file FILE]",
 	 "the GPU pool in etcd (docs/pool.md); URL defaults to REMORA_POOL", cmd_pool, 0,
