@@ -134,7 +134,7 @@ int rm_copy_links_parse_stripe_min(const char *text, uint64_t *bytes)
 	return 0;
 }
 
-struct rm_copy_links *rm_copy_links_open(const struct rm_attach_to *to)
+struct rm_copy_links *rm_copy_links_open(const struct rm_attach_to *to, uint64_t budget_ms)
 {
 	const struct rm_transport *tp = to->tp;
 	uint32_t want;
@@ -162,7 +162,14 @@ struct rm_copy_links *rm_copy_links_open(const struct rm_attach_to *to)
 	plan_state.fixed_min = stripe_min;
 	plan_memory = cl->min_share != 0;
 	pthread_mutex_unlock(&plan_lock);
+	uint64_t start_ns = rm_now_ns();
 	for (long i = 1; i < (long)want; i++) {
+		uint64_t spent_ms = (rm_now_ns() - start_ns) / 1000000u;
+		if (i > 1 && budget_ms && spent_ms >= budget_ms) {
+			rm_log(RM_LOG_WARN, "copy links to %s: %ld attached in %llu ms (the server slow to greet); "
+			       "large copies use %ld connection(s)", to->addr, i - 1, (unsigned long long)spent_ms, i);
+			break;
+		}
 		int err = attach(&cl->tab[i], to, (uint32_t)i);
 		if (err) {
 			rm_log(RM_LOG_ERROR, "copy link %ld to %s not attached (%s); large copies use %ld connection(s)",
