@@ -16,17 +16,19 @@ void bench_size_name(char *out, size_t len, size_t bytes)
 		snprintf(out, len, "%zu KiB", bytes >> 10);
 }
 
-/* The output kept under key in cache (n entries) copied into out: true, or false when none
- * (a failed copy is an output that failed). */
-static bool kept(const struct native_result *cache, int n, const char *key, struct bench_output *out)
+/* The want outputs kept in a row under key in cache (ncache entries) copied into outs: true,
+ * or false when not kept (a failed copy is an output that failed). */
+static bool kept(const struct native_result *cache, int ncache, const char *key, int want, struct bench_output *outs)
 {
-	for (int i = 0; i < n; i++)
-		if (!strcmp(cache[i].key, key)) {
-			if (bench_output_copy(out, &cache[i].out))
-				out->exit_status = -1, snprintf(out->reason, sizeof out->reason, "out of memory");
-			return true;
-		}
-	return false;
+	int first = 0;
+	while (first < ncache && strcmp(cache[first].key, key))
+		first++;
+	if (first + want > ncache)
+		return false;
+	for (int i = 0; i < want; i++)
+		if (bench_output_copy(&outs[i], &cache[first + i].out))
+			outs[i].exit_status = -1, snprintf(outs[i].reason, sizeof outs[i].reason, "out of memory");
+	return true;
 }
 
 /* Keeps a copy of out under key in cache (at most MAX_CACHED). */
@@ -44,16 +46,10 @@ static void keep(struct native_result *cache, int *n, const char *key, const str
 int bench_run_native(struct bench_run *run, const char *key, char *const argv[], int n, bool gate,
 		     struct bench_output *outs)
 {
-	int first = -1, failed = 0;
-	for (int i = 0; i < run->ncached && first < 0; i++)
-		if (!strcmp(run->cached[i].key, key))
-			first = i;
-	if (first >= 0 && first + n <= run->ncached) {
-		for (int i = 0; i < n; i++) {
-			if (bench_output_copy(&outs[i], &run->cached[first + i].out))
-				outs[i].exit_status = -1, snprintf(outs[i].reason, sizeof outs[i].reason, "out of memory");
+	int failed = 0;
+	if (kept(run->cached, run->ncached, key, n, outs)) {
+		for (int i = 0; i < n; i++)
 			failed += outs[i].exit_status != 0;
-		}
 		return failed;
 	}
 	failed = bench_run_workers(&run->native, argv, n, gate, WORKER_TIMEOUT_S, run->tmpdir, outs);
@@ -77,8 +73,8 @@ int bench_run_both(struct bench_run *run, const char *section, char *const argv[
 	int n = cfg->repeat > 1 ? cfg->repeat : 1;
 	char key[48];
 	snprintf(key, sizeof key, "%s/%s", section, bench_transport_names[run->transport]);
-	bool have_native = kept(run->cached, run->ncached, section, nat);
-	bool have_remote = have_native && kept(run->remote_cached, run->nremote_cached, key, rem);
+	bool have_native = kept(run->cached, run->ncached, section, 1, nat);
+	bool have_remote = have_native && kept(run->remote_cached, run->nremote_cached, key, 1, rem);
 	if (!have_remote) {
 		/* In turns: native (unless kept), then this transport, then (on the first pass, with
 		 * --repeat) every later one, whose medians are kept for their passes. */
