@@ -279,8 +279,7 @@ CUresult rm_client_conn_open(struct rm_client_conn *c, const char *server)
 		       : "sealed in this process (no kernel TLS: modprobe tls)");
 	}
 #endif
-	/* Links begun within two heartbeats: the daemon takes a session silent for six for gone. */
-	c->copy_links = rm_copy_links_open(&c->attach, 2 * (uint64_t)c->heartbeat_ms);
+	c->copy_links = rm_copy_links_open(&c->attach, c->heartbeat_ms);
 	int err = rm_client_flusher_start(c);
 	if (err)
 		rm_log(RM_LOG_WARN, "no flusher thread (%s): async calls go out at the next synchronizing call",

@@ -134,7 +134,7 @@ int rm_copy_links_parse_stripe_min(const char *text, uint64_t *bytes)
 	return 0;
 }
 
-struct rm_copy_links *rm_copy_links_open(const struct rm_attach_to *to, uint64_t budget_ms)
+struct rm_copy_links *rm_copy_links_open(const struct rm_attach_to *to, uint32_t heartbeat_ms)
 {
 	const struct rm_transport *tp = to->tp;
 	uint32_t want;
@@ -162,7 +162,7 @@ struct rm_copy_links *rm_copy_links_open(const struct rm_attach_to *to, uint64_t
 	plan_state.fixed_min = stripe_min;
 	plan_memory = cl->min_share != 0;
 	pthread_mutex_unlock(&plan_lock);
-	uint64_t start_ns = rm_now_ns();
+	uint64_t start_ns = rm_now_ns(), budget_ms = 2 * (uint64_t)heartbeat_ms;
 	for (long i = 1; i < (long)want; i++) {
 		uint64_t spent_ms = (rm_now_ns() - start_ns) / 1000000u;
 		if (i > 1 && budget_ms && spent_ms >= budget_ms) {

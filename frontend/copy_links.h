@@ -25,10 +25,11 @@ int rm_copy_links_parse_stripe_min(const char *text, uint64_t *bytes);
 /* Opens the copy links of a session just greeted (REMORA_COPY_LINKS connections in all,
  * REMORA_STRIPE_MIN the smallest copy striped), each with its thread, attached as to says
  * (connection.h). Links that cannot be attached are done without, a line says so; so are
- * those not begun within budget_ms of the first (0: no limit): the session's connection says
- * nothing while they are greeted, and a daemon busy with handshakes (an attack's, say) can
- * take seconds for each, past its peer_timeout. NULL: none. */
-struct rm_copy_links *rm_copy_links_open(const struct rm_attach_to *to, uint64_t budget_ms);
+ * those not begun within two of the daemon's heartbeat intervals (heartbeat_ms, 0: none) of
+ * the first: the session's connection says nothing while they are greeted, the daemon takes
+ * six intervals of silence for gone, and a daemon busy with handshakes (an attack's, say) can
+ * take seconds for each. NULL: none. */
+struct rm_copy_links *rm_copy_links_open(const struct rm_attach_to *to, uint32_t heartbeat_ms);
 /* Ends the links' threads (a share in progress fails) and closes their connections, after
  * a striped copy under way; cl stays, striping nothing, for threads that may still hold it.
  * NULL: nothing. */

@@ -68,7 +68,7 @@ int rm_client_move_locked(struct rm_client_conn *c)
 	c->session_id = to.session_id;
 	if (c->moved_heartbeat_ms) /* the target's peer timeout may be shorter */
 		rm_client_set_heartbeat(c, c->moved_heartbeat_ms);
-	c->copy_links = rm_copy_links_open(&c->attach, 2 * (uint64_t)__atomic_load_n(&c->heartbeat_ms, __ATOMIC_RELAXED));
+	c->copy_links = rm_copy_links_open(&c->attach, __atomic_load_n(&c->heartbeat_ms, __ATOMIC_RELAXED));
 	rm_log(RM_LOG_INFO, "moved to the GPU server at %s (session %llu)", c->moved_to,
 	       (unsigned long long)c->session_id);
 	return 0;
