@@ -10,7 +10,8 @@
 # LD_LIBRARY_PATH then names (its emulated fabric in the run's directory);
 # scripts/rdma-check.sh on a real device.
 # WITH_REMORAD_SET="KEY=VALUE ...": settings given to remorad (--set each; no blanks in one).
-# WITH_REMORAD_EXPECT_LOG=REGEX: remorad's log must have a line that matches (grep -E).
+# WITH_REMORAD_EXPECT_LOG=REGEX: remorad's log must have a line that matches (grep -E), within 10 s
+# of the program's end.
 set -eu
 remorad=$1 driver=$2 remora=$3
 shift 3
@@ -58,9 +59,18 @@ if [ $status -eq 0 ] && [ -n "$scheme" ] && ! grep -q "copy link [0-9]* attached
 	echo "with-remorad: over $scheme, but no copy link attached" >&2
 	status=1
 fi
-if [ $status -eq 0 ] && [ -n "${WITH_REMORAD_EXPECT_LOG:-}" ] && ! grep -Eq "$WITH_REMORAD_EXPECT_LOG" "$dir/remorad.log"; then
-	echo "with-remorad: no line of remorad's log matches: $WITH_REMORAD_EXPECT_LOG" >&2
-	status=1
+if [ $status -eq 0 ] && [ -n "${WITH_REMORAD_EXPECT_LOG:-}" ]; then
+	# A session's last lines come once its worker has seen the client go: up to 10 s.
+	i=0
+	until grep -Eq "$WITH_REMORAD_EXPECT_LOG" "$dir/remorad.log"; do
+		i=$((i + 1))
+		if [ $i -gt 100 ]; then
+			echo "with-remorad: no line of remorad's log matches: $WITH_REMORAD_EXPECT_LOG" >&2
+			status=1
+			break
+		fi
+		sleep 0.1
+	done
 fi
 if [ $status -ne 0 ]; then
 	echo "--- remorad log" >&2

@@ -37,6 +37,9 @@ ProtobufCMessage *rm_request_unpack(struct rm_request *rq, const ProtobufCMessag
 /* Ends a request with result r and reply message rep (NULL for none). For an
  * async request nothing is sent; a failure is kept for the next syncpoint. */
 void rm_request_finish(struct rm_channel *s, struct rm_request *rq, CUresult r, const ProtobufCMessage *rep);
+/* An async call of op ended with r, made after its request was finished (a launch of a run,
+ * launch_replay.h): a failure is kept for the next syncpoint, as rm_request_finish keeps one. */
+void rm_request_async_error(struct rm_channel *s, uint32_t op, CUresult r);
 
 /* Sends a successful reply whose bulk (bulk_len bytes) the handler then sends with rm_request_send_bulk. */
 int rm_request_reply_bulk(struct rm_channel *s, struct rm_request *rq, uint64_t bulk_len);

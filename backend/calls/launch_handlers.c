@@ -6,6 +6,7 @@
 #include "call_profile.h"
 #include "kernel_timing.h"
 #include "kernel_watch.h"
+#include "launch_replay.h"
 #include "remora.pb-c.h"
 #include "variable_alias.h"
 
@@ -41,6 +42,12 @@ enum launch_kind { PLAIN, EX, COOPERATIVE };
 static CUresult launch(struct rm_channel *s, struct rm_request *rq, const Remora__LaunchKernel *req,
 		       enum launch_kind kind)
 {
+	/* A plain launch joins the channel's run (launch_replay.h); any other makes the run first. */
+	int replay = kind != COOPERATIVE && !req->attrs.len && rm_launch_replay_wanted(s, &rq->frame);
+	if (replay)
+		rm_launch_replay_before(s, &rq->frame, req->stream);
+	else
+		rm_launch_replay_flush(s);
 	void *func;
 	CUlaunchConfig cfg;
 	CUresult r = launch_config(s, rq, req, &cfg, &func);
@@ -62,16 +69,21 @@ static CUresult launch(struct rm_channel *s, struct rm_request *rq, const Remora
 		rm_kernel_timing_before_launch(s, cfg.hStream, &rq->frame, req->stream);
 		rm_call_part_end(RM_PART_KERNEL_TIMING, part);
 		part = rm_call_part_begin();
-		if (kind != PLAIN)
+		if (replay)
+			r = rm_launch_replay_add(s, &rq->frame, req->stream, cfg.hStream, func, &cfg, req->params.data, size,
+						 kind == EX);
+		else if (kind != PLAIN)
 			r = rm_drv_cuLaunchKernelEx(&cfg, func, NULL, size ? extra : NULL);
 		else
 			r = rm_drv_cuLaunchKernel(func, cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX,
 						  cfg.blockDimY, cfg.blockDimZ, cfg.sharedMemBytes, cfg.hStream, NULL,
 						  size ? extra : NULL);
 		rm_call_part_end(RM_PART_DRIVER_LAUNCH, part);
-		if (r == CUDA_SUCCESS)
+		if (r == CUDA_SUCCESS && !replay)
 			rm_kernel_watch_launched(s, cfg.hStream);
 	}
+	if (r != CUDA_SUCCESS) /* its error after those of the launches before it */
+		rm_launch_replay_flush(s);
 	return r;
 }
 

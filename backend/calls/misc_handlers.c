@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "launch_replay.h"
 #include "log.h"
 #include "remora.pb-c.h"
 #include "stream_attrs.h"
@@ -44,12 +45,16 @@ CUresult rm_body_cuStreamSetAttribute(struct rm_channel *s, CUstream hStream, CU
 			return r;
 	}
 	CUresult r = rm_stream_attrs_save(hStream, attr);
+	/* Graphs captured elsewhere would not carry it (a graph launch takes its stream's
+	 * priority, as a launch does). */
+	if (r == CUDA_SUCCESS && attr != CU_LAUNCH_ATTRIBUTE_PRIORITY)
+		rm_launch_replay_stream_attrs_set(s);
 	return r == CUDA_SUCCESS ? rm_drv_cuStreamSetAttribute(hStream, attr, param) : r;
 }
 
 CUresult rm_body_cuStreamCopyAttributes(struct rm_channel *s, CUstream dstStream, CUstream srcStream)
 {
-	(void)s;
+	rm_launch_replay_stream_attrs_set(s);
 	static const CUstreamAttrID all[] = {
 		CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY,
 		CU_LAUNCH_ATTRIBUTE_PRIORITY,             CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP,

@@ -64,20 +64,25 @@ static int send_reply(struct rm_channel *s, struct rm_request *rq, CUresult r, c
 	return err;
 }
 
+void rm_request_async_error(struct rm_channel *s, uint32_t op, CUresult r)
+{
+	rm_fault_note(s, r);
+	if (r == CUDA_SUCCESS)
+		return;
+	rm_session_log(s, RM_LOG_DEBUG, "async %s failed with %d", op < RM_OP_LIMIT ? rm_op_names[op] : "?", r);
+	if (s->async_error == CUDA_SUCCESS)
+		s->async_error = r;
+}
+
 void rm_request_finish(struct rm_channel *s, struct rm_request *rq, CUresult r, const ProtobufCMessage *rep)
 {
 	rq->result = r;
-	rm_fault_note(s, r);
 	if (rq->frame.flags & RM_F_ASYNC) {
-		if (r != CUDA_SUCCESS) {
-			rm_session_log(s, RM_LOG_DEBUG, "async %s failed with %d",
-			               rq->frame.op < RM_OP_LIMIT ? rm_op_names[rq->frame.op] : "?", r);
-			if (s->async_error == CUDA_SUCCESS)
-				s->async_error = r;
-		}
+		rm_request_async_error(s, rq->frame.op, r);
 		rq->replied = 1;
 		return;
 	}
+	rm_fault_note(s, r);
 	uint64_t part = rm_call_part_begin();
 	if (__atomic_load_n(&s->sh->migration, __ATOMIC_ACQUIRE)) /* a move asked for (migrate.h): at a synchronous call's end */
 		rm_migrate_before_reply(s, rq);

@@ -26,6 +26,7 @@ void rm_config_defaults(struct rm_daemon_config *c)
 	snprintf(c->listen, sizeof(c->listen), "tcp://0.0.0.0:7700");
 	snprintf(c->host_nvml, sizeof(c->host_nvml), "libnvidia-ml.so.1");
 	c->kernel_timing = 1;
+	c->launch_replay = 1;
 	snprintf(c->driver, sizeof(c->driver), "libcuda.so.1");
 	snprintf(c->nccl_library, sizeof(c->nccl_library), "libnccl.so.2");
 	c->nccl_timeout_s = 300;
@@ -111,6 +112,8 @@ int rm_config_set(struct rm_daemon_config *c, const char *key, const char *v, ch
 		bad = copy_str(c->host_nvml, sizeof(c->host_nvml), v);
 	else if (!strcmp(key, "kernel_timing"))
 		bad = parse_bool(v, &c->kernel_timing);
+	else if (!strcmp(key, "launch_replay"))
+		bad = parse_bool(v, &c->launch_replay);
 	else if (!strcmp(key, "metrics_listen"))
 		bad = (*v && rm_address_check(v, 1, detail, sizeof(detail))) ||
 		      copy_str(c->metrics_listen, sizeof(c->metrics_listen), v);

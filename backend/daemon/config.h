@@ -94,6 +94,7 @@ struct rm_daemon_config {
 	char host_nvml[512];      /* the host's NVML library, for utilization, temperature, power; "": none */
 	char metrics_listen[256]; /* where Prometheus scrapes /metrics, "host:port"; "": no metrics */
 	int kernel_timing;        /* bracket each launch with events for its client's GPU time */
+	int launch_replay;        /* make repeated runs of launches as graphs (launch_replay.h) */
 };
 
 /* Fills c with the built-in defaults. */

@@ -14,6 +14,7 @@
 #include "fault.h"
 #include "host_functions.h"
 #include "kernel_timing.h"
+#include "launch_replay.h"
 #include "liveness.h"
 #include "log.h"
 #include "migrate.h"
@@ -82,6 +83,13 @@ void rm_serve(struct rm_channel *s)
 	struct rm_call_profile *profile = rm_call_profile_begin();
 	for (;;) {
 		memset(&rq, 0, sizeof(rq));
+		/* A run left pending by a frame that was no call (a heartbeat) is made before waiting,
+		 * and its spans closed before its progress counts (below). */
+		if (rm_launch_replay_pending(s) && !rm_link_buffered(&s->link) && !rm_conn_readable(s->link.conn)) {
+			uint64_t seq = rm_launch_replay_make(s);
+			rm_kernel_timing_close(s, 0);
+			rm_session_progress(s, seq);
+		}
 		uint64_t read_ns = profile ? rm_call_profile_now_ns() : 0;
 		int err = rm_link_read_frame(&s->link, &rq.frame);
 		rm_call_profile_read(profile, read_ns);
@@ -135,6 +143,7 @@ void rm_serve(struct rm_channel *s)
 			break;
 		}
 		if (rq.frame.op == RM_OP_FENCE && !(rq.frame.flags & RM_F_REPLY) && !rq.frame.bulk_len) {
+			rm_launch_replay_flush(s);
 			if (fence(s, &rq.frame))
 				break;
 			continue;
@@ -158,6 +167,10 @@ void rm_serve(struct rm_channel *s)
 			break;
 		}
 		rq.bulk_left = rq.frame.bulk_len;
+		/* The run of launches is made before anything but a launch that may continue it,
+		 * in the run's context (launch_replay.h). */
+		if (rm_launch_replay_pending(s) && !rm_launch_replay_continues(s, &rq.frame))
+			rm_launch_replay_flush(s);
 		uint64_t call_ns = profile ? rm_call_profile_now_ns() : 0;
 		int waits = rq.frame.op >= RM_OP_LIMIT || !(rm_op_flags[rq.frame.op] & RM_OPF_ASYNC);
 		if (waits)
@@ -189,12 +202,18 @@ void rm_serve(struct rm_channel *s)
 		 * the end records queued: its wait for the stream then covers them, and a query
 		 * after it does not see them pending. Never on the callback channel, which
 		 * launches nothing: the timers' lock may be held by a thread whose driver call
-		 * waits behind the host function whose answer this thread is to read. */
-		else if (!s->callbacks && rm_kernel_timing_open(s) && !rm_link_buffered(&s->link) &&
-			 !rm_conn_readable(s->link.conn))
+		 * waits behind the host function whose answer this thread is to read. The run of
+		 * launches is made first (launch_replay.h): the spans' ends follow its launches. */
+		else if (!s->callbacks && (rm_kernel_timing_open(s) || rm_launch_replay_pending(s)) &&
+			 !rm_link_buffered(&s->link) && !rm_conn_readable(s->link.conn)) {
+			rm_launch_replay_make(s); /* its progress: this call's, below */
 			rm_kernel_timing_close(s, 0);
+		}
+		if (rq.frame.op < RM_OP_LIMIT && (rm_op_flags[rq.frame.op] & RM_OPF_DROPS_REPLAYS))
+			rm_launch_replay_drop_all(s);
 		account(s, &rq);
-		rm_session_progress(s, rq.frame.seq);
+		if (!rm_launch_replay_pending(s)) /* else its run's flush records it */
+			rm_session_progress(s, rq.frame.seq);
 		rm_call_part_end(RM_PART_AFTER_HANDLER, after_ns);
 		rm_call_profile_call(profile, rq.frame.op, call_ns);
 		if (rq.fatal) {
@@ -211,6 +230,7 @@ void rm_serve(struct rm_channel *s)
 			break;
 		}
 	}
+	rm_launch_replay_free(s); /* a run left is the gone client's */
 	rm_kernel_timing_post(s, 1); /* before the channel or session leaves the registry */
 	rm_call_profile_end(profile, s->sh->id);
 	free(msgbuf);

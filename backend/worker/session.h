@@ -34,6 +34,7 @@ struct rm_migration;
 struct rm_conn;
 
 struct rm_wait_word;
+struct rm_launch_replay;
 
 /* A client's session (docs/protocol.md, "Channels"): who the client is, and what its
  * channels share: what it owns, its contexts and its copy links. Each channel's calls run
@@ -90,6 +91,8 @@ struct rm_session {
 	struct rm_hostfn_hub *hostfn; /* host functions' callback channel (host_functions.h); NULL: none */
 	int fault_told; /* the client was told why its calls fail after a fault (fault.h; atomic) */
 	struct rm_kernel_watch *kernel_watch; /* its launches against kernel_time_limit; NULL: none */
+	uint32_t replay_generation; /* bumped by a call that drops launch replays (launch_replay.h; atomic) */
+	int replay_off;             /* it set a stream attribute: no launch replay (atomic) */
 
 	pthread_mutex_t copy_lock; /* attaching copy links; held by a striped copy throughout */
 	struct rm_copy_link *copy_links[RM_MAX_COPY_LINKS]; /* [1 .. ncopy_links] */
@@ -151,6 +154,7 @@ struct rm_channel {
 	CUcontext thread_ctx;       /* the context current on this session's thread */
 
 	CUresult async_error; /* first error of an async call not reported yet */
+	struct rm_launch_replay *replay; /* its run of launches and their graphs (launch_replay.h) */
 
 	/* Liveness (liveness.h): while the session's thread runs a call, a heartbeat goes to
 	 * the client every sh->heartbeat_ms until the call's reply begins. */

@@ -19,6 +19,7 @@
 #include "driver_table.h"
 #include "gpus.h"
 #include "kernel_timing.h"
+#include "launch_replay.h"
 #include "liveness.h"
 #include "log.h"
 #include "migrate.h"
@@ -230,6 +231,7 @@ int rm_worker_run(const struct rm_daemon_config *cfg, int channel)
 	config = cfg;
 	rm_crash_report_install();
 	rm_kernel_timing_enable(cfg->kernel_timing);
+	rm_launch_replay_enable(cfg->launch_replay);
 	rm_host_memory_set_limit(cfg->worker_host_memory_limit);
 	rm_transport_limit_peer_buffers(cfg->shm_ring_max);
 	const char *addr;

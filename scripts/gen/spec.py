@@ -40,6 +40,7 @@ class SpecEntry:
         self.where, self.opcode, self.name, self.cls = where, opcode, name, cls
         self.async_ = "async" in notes
         self.striped = "striped" in notes  # its bulk may travel over the copy links too
+        self.drops_replays = "drops_replays" in notes  # the daemon's replay graphs may no longer hold
         self.msg = None        # msg=REQ[,REP]: a hand call's messages of proto/remora.proto
         self.syncpoint = "syncpoint" in notes
         self.cached = "cached" in notes
@@ -53,7 +54,7 @@ class SpecEntry:
         for n in notes:
             if notes.count(n) > 1:
                 self.fail(f"{n} given twice")
-            if n in ("async", "syncpoint", "cached", "striped"):
+            if n in ("async", "syncpoint", "cached", "striped", "drops_replays"):
                 continue
             if n == "body":
                 self.body = name

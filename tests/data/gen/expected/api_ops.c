@@ -7,6 +7,7 @@ const uint32_t rm_op_flags[RM_OP_LIMIT] = {
 	[RM_OP_cuCtxSynchronize_v2] = RM_OPF_SYNCPOINT,
 	[RM_OP_cuMemsetD32Async] = RM_OPF_ASYNC,
 	[RM_OP_cuMemcpyHtoD] = RM_OPF_SYNCPOINT | RM_OPF_STRIPED,
+	[RM_OP_cuModuleUnload] = RM_OPF_DROPS_REPLAYS,
 	[RM_OP_cuStreamSynchronize] = RM_OPF_SYNCPOINT,
 	[RM_OP_cuEventRecord] = RM_OPF_ASYNC,
 	[RM_OP_cuEventElapsedTime] = RM_OPF_SYNCPOINT,

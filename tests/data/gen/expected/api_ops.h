@@ -46,8 +46,11 @@ enum rm_op {
 
 /* Per-op flags: RM_OPF_ASYNC for calls sent without waiting for a reply (it is the frame
  * flag RM_F_ASYNC), RM_OPF_SYNCPOINT for calls whose reply reports earlier async errors,
- * RM_OPF_STRIPED for calls whose bulk may travel over the session's copy links too. */
-enum { RM_OPF_ASYNC = RM_F_ASYNC, RM_OPF_SYNCPOINT = 1u << 8, RM_OPF_STRIPED = 1u << 9 };
+ * RM_OPF_STRIPED for calls whose bulk may travel over the session's copy links too,
+ * RM_OPF_DROPS_REPLAYS for calls after which the session's launch replays may not hold
+ * (backend/worker/launch_replay.h). */
+enum { RM_OPF_ASYNC = RM_F_ASYNC, RM_OPF_SYNCPOINT = 1u << 8, RM_OPF_STRIPED = 1u << 9,
+       RM_OPF_DROPS_REPLAYS = 1u << 10 };
 extern const uint32_t rm_op_flags[RM_OP_LIMIT];
 extern const char *const rm_op_names[RM_OP_LIMIT];
 

@@ -1,0 +1,429 @@
+/* A channel's runs of launches, made as graphs where they repeat (launch_replay.h). */
+#include "launch_replay.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "api_ops.h"
+#include "dispatch.h"
+#include "driver_table.h"
+#include "session.h"
+
+#define RUN_MAX 64             /* launches a run holds */
+#define ARENA_BYTES (64 << 10) /* their parameters */
+#define SLOTS 1024             /* chunks a channel remembers, graphs among them */
+#define WINDOW 16              /* slots a chunk may take, from its hash's */
+
+struct queued {
+	void *func;
+	uint32_t dims[6]; /* grid x y z, block x y z */
+	uint32_t smem;
+	uint32_t off, len; /* its parameters in the arena */
+	int ex;
+	uint64_t hash;
+};
+
+/* A chunk remembered: seen once (no exec), held as a graph, or one the driver would not
+ * make a graph of (failed). */
+struct slot {
+	uint64_t hash; /* 0: free */
+	CUstream st;
+	CUgraphExec exec;
+	uint8_t *content; /* its launches as chunk_content writes them, to compare */
+	size_t content_len;
+	uint64_t used;
+	int failed;
+};
+
+struct rm_launch_replay {
+	/* The run: launches on stream st (the client's value v, per_thread flag) of the
+	 * context the frames name (ctx). */
+	uint64_t ctx, v;
+	uint32_t per_thread;
+	CUstream st;
+	struct queued q[RUN_MAX];
+	int n;
+	size_t arena_used;
+	uint64_t last_seq;
+	uint8_t arena[ARENA_BYTES];
+
+	struct slot slots[SLOTS];
+	uint32_t generation; /* the session's replay_generation its graphs were made under */
+	uint64_t tick;
+	CUstream capture; /* where chunks are captured, in capture_ctx */
+	CUcontext capture_ctx;
+	int off; /* chunks did not repeat: no more replay */
+	uint64_t queued_launches, replayed_launches, graph_launches, graphs_made, refused;
+};
+
+static int enabled = 1;
+
+void rm_launch_replay_enable(int on)
+{
+	enabled = on;
+}
+
+static uint64_t mix(uint64_t h, uint64_t w)
+{
+	h ^= w * 0x9e3779b97f4a7c15ull;
+	h = (h << 27 | h >> 37) * 0xbf58476d1ce4e5b9ull;
+	return h;
+}
+
+static uint64_t finish(uint64_t h)
+{
+	h ^= h >> 31;
+	h *= 0x94d049bb133111ebull;
+	h ^= h >> 29;
+	return h ? h : 1;
+}
+
+static uint64_t launch_hash(const struct queued *l, const uint8_t *params)
+{
+	uint64_t h = mix(0x5eed, (uint64_t)(uintptr_t)l->func);
+	for (int i = 0; i < 6; i += 2)
+		h = mix(h, (uint64_t)l->dims[i] << 32 | l->dims[i + 1]);
+	h = mix(h, (uint64_t)l->smem << 32 | (uint64_t)l->len << 1 | (uint64_t)l->ex);
+	size_t i = 0;
+	for (; i + 8 <= l->len; i += 8) {
+		uint64_t w;
+		memcpy(&w, params + i, 8);
+		h = mix(h, w);
+	}
+	if (i < l->len) {
+		uint64_t w = 0;
+		memcpy(&w, params + i, l->len - i);
+		h = mix(h, w);
+	}
+	return finish(h);
+}
+
+/* A chunk ends after a launch whose hash has these bits clear: 4 launches on average. */
+static int ends_chunk(const struct queued *l)
+{
+	return (l->hash >> 60 & 3) == 0;
+}
+
+/* A launch's record in a chunk's content: what it is, then its parameters. */
+struct record {
+	void *func;
+	uint32_t dims[6];
+	uint32_t smem, len;
+	int32_t ex;
+};
+
+static size_t chunk_content_len(const struct queued *c, int n)
+{
+	size_t len = 0;
+	for (int i = 0; i < n; i++)
+		len += sizeof(struct record) + c[i].len;
+	return len;
+}
+
+static void record_of(const struct queued *l, struct record *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->func = l->func;
+	memcpy(out->dims, l->dims, sizeof(out->dims));
+	out->smem = l->smem;
+	out->len = l->len;
+	out->ex = l->ex;
+}
+
+static void chunk_content(const struct rm_launch_replay *rp, const struct queued *c, int n, uint8_t *out)
+{
+	for (int i = 0; i < n; i++) {
+		struct record r;
+		record_of(&c[i], &r);
+		memcpy(out, &r, sizeof(r));
+		memcpy(out + sizeof(r), rp->arena + c[i].off, c[i].len);
+		out += sizeof(r) + c[i].len;
+	}
+}
+
+static int chunk_equal(const struct rm_launch_replay *rp, const struct queued *c, int n, const struct slot *sl)
+{
+	if (chunk_content_len(c, n) != sl->content_len)
+		return 0;
+	const uint8_t *p = sl->content;
+	for (int i = 0; i < n; i++) {
+		struct record r;
+		record_of(&c[i], &r);
+		if (memcmp(p, &r, sizeof(r)) || memcmp(p + sizeof(r), rp->arena + c[i].off, c[i].len))
+			return 0;
+		p += sizeof(r) + c[i].len;
+	}
+	return 1;
+}
+
+static void slot_clear(struct slot *sl)
+{
+	if (sl->exec)
+		rm_drv_cuGraphExecDestroy(sl->exec);
+	free(sl->content);
+	memset(sl, 0, sizeof(*sl));
+}
+
+static void drop_graphs(struct rm_launch_replay *rp)
+{
+	for (int i = 0; i < SLOTS; i++)
+		if (rp->slots[i].hash)
+			slot_clear(&rp->slots[i]);
+}
+
+/* The slot of chunk h on st: found (*found 1), or the one it may take (free, else the
+ * least recently used of its window, cleared). */
+static struct slot *slot_for(struct rm_launch_replay *rp, CUstream st, uint64_t h, int *found)
+{
+	size_t base = (size_t)(h ^ (uint64_t)(uintptr_t)st * 0x9e3779b97f4a7c15ull) & (SLOTS - 1);
+	struct slot *take = NULL;
+	for (int i = 0; i < WINDOW; i++) {
+		struct slot *sl = &rp->slots[(base + i) & (SLOTS - 1)];
+		if (sl->hash == h && sl->st == st) {
+			*found = 1;
+			return sl;
+		}
+		if (!take || (take->hash && (!sl->hash || sl->used < take->used)))
+			take = sl;
+	}
+	*found = 0;
+	if (take->hash)
+		slot_clear(take);
+	return take;
+}
+
+static CUresult launch_raw(void *func, const uint32_t dims[6], uint32_t smem, int ex, CUstream st, void *params,
+			   size_t len)
+{
+	void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, params, CU_LAUNCH_PARAM_BUFFER_SIZE, &len, CU_LAUNCH_PARAM_END};
+	if (ex) {
+		CUlaunchConfig cfg = {.gridDimX = dims[0], .gridDimY = dims[1], .gridDimZ = dims[2], .blockDimX = dims[3],
+				      .blockDimY = dims[4], .blockDimZ = dims[5], .sharedMemBytes = smem, .hStream = st};
+		return rm_drv_cuLaunchKernelEx(&cfg, func, NULL, len ? extra : NULL);
+	}
+	return rm_drv_cuLaunchKernel(func, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], smem, st, NULL,
+				     len ? extra : NULL);
+}
+
+static CUresult launch_one(struct rm_launch_replay *rp, const struct queued *l, CUstream st)
+{
+	return launch_raw(l->func, l->dims, l->smem, l->ex, st, rp->arena + l->off, l->len);
+}
+
+/* Captures the chunk into a graph and instantiates it, on the channel's capture stream
+ * of ctx (the current context). */
+static CUresult make_graph(struct rm_launch_replay *rp, CUcontext ctx, const struct queued *c, int n,
+			   CUgraphExec *out)
+{
+	CUresult r = CUDA_SUCCESS;
+	if (rp->capture && rp->capture_ctx != ctx) {
+		rm_drv_cuStreamDestroy_v2(rp->capture);
+		rp->capture = NULL;
+	}
+	if (!rp->capture && (r = rm_drv_cuStreamCreate(&rp->capture, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
+		rp->capture = NULL;
+		return r;
+	}
+	rp->capture_ctx = ctx;
+	if ((r = rm_drv_cuStreamBeginCapture_v2(rp->capture, CU_STREAM_CAPTURE_MODE_RELAXED)) != CUDA_SUCCESS)
+		return r;
+	for (int i = 0; i < n && r == CUDA_SUCCESS; i++)
+		r = launch_one(rp, &c[i], rp->capture);
+	CUgraph g = NULL;
+	CUresult ended = rm_drv_cuStreamEndCapture(rp->capture, &g);
+	if (r == CUDA_SUCCESS)
+		r = ended;
+	if (r == CUDA_SUCCESS)
+		r = rm_drv_cuGraphInstantiateWithFlags(out, g, 0);
+	if (g)
+		rm_drv_cuGraphDestroy(g);
+	return r;
+}
+
+static void launch_each(struct rm_channel *s, struct rm_launch_replay *rp, const struct queued *c, int n)
+{
+	for (int i = 0; i < n; i++) {
+		CUresult r = launch_one(rp, &c[i], rp->st);
+		if (r != CUDA_SUCCESS)
+			rm_request_async_error(s, c[i].ex ? RM_OP_cuLaunchKernelEx : RM_OP_cuLaunchKernel, r);
+	}
+}
+
+static void give_up_if_useless(struct rm_channel *s, struct rm_launch_replay *rp)
+{
+	if (rp->graphs_made < RM_REPLAY_GIVE_UP_AFTER || rp->graph_launches >= rp->graphs_made)
+		return;
+	rp->off = 1;
+	drop_graphs(rp);
+	rm_session_log(s, RM_LOG_INFO,
+	               "channel %d: launch replay off: %llu graphs made, launched %llu times (its launches do "
+	               "not repeat)",
+	               s->chan, (unsigned long long)rp->graphs_made, (unsigned long long)rp->graph_launches);
+}
+
+static void make_chunk(struct rm_channel *s, struct rm_launch_replay *rp, const struct queued *c, int n)
+{
+	if (rp->off) {
+		launch_each(s, rp, c, n);
+		return;
+	}
+	uint64_t h = 0x7e57;
+	for (int i = 0; i < n; i++)
+		h = mix(h, c[i].hash);
+	h = finish(h);
+	int found;
+	struct slot *sl = slot_for(rp, rp->st, h, &found);
+	sl->used = ++rp->tick;
+	if (!found) { /* first seen */
+		sl->hash = h;
+		sl->st = rp->st;
+	} else if (!sl->exec && !sl->failed) { /* seen once before: made a graph of */
+		size_t len = chunk_content_len(c, n);
+		CUresult r = (sl->content = malloc(len)) ? make_graph(rp, s->cur->ctx, c, n, &sl->exec)
+							: CUDA_ERROR_OUT_OF_MEMORY;
+		if (r == CUDA_SUCCESS) {
+			chunk_content(rp, c, n, sl->content);
+			sl->content_len = len;
+			rp->graphs_made++;
+		} else {
+			free(sl->content);
+			sl->content = NULL;
+			sl->exec = NULL;
+			sl->failed = 1;
+			rp->refused++;
+		}
+	}
+	if (sl->exec && chunk_equal(rp, c, n, sl)) {
+		if (rm_drv_cuGraphLaunch(sl->exec, rp->st) == CUDA_SUCCESS) {
+			rp->graph_launches++;
+			rp->replayed_launches += (uint64_t)n;
+			give_up_if_useless(s, rp);
+			return;
+		}
+		slot_clear(sl); /* its launches, one by one, tell why */
+	}
+	launch_each(s, rp, c, n);
+	give_up_if_useless(s, rp);
+}
+
+int rm_launch_replay_wanted(struct rm_channel *s, const struct rm_frame *f)
+{
+	struct rm_session *sh = s->sh;
+	return enabled && (f->flags & RM_F_ASYNC) && s->cur && !sh->kernel_watch &&
+	       !__atomic_load_n(&sh->replay_off, __ATOMIC_ACQUIRE) &&
+	       !__atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) && !(s->replay && s->replay->off);
+}
+
+int rm_launch_replay_pending(const struct rm_channel *s)
+{
+	return s->replay && s->replay->n;
+}
+
+int rm_launch_replay_continues(const struct rm_channel *s, const struct rm_frame *f)
+{
+	return (f->op == RM_OP_cuLaunchKernel || f->op == RM_OP_cuLaunchKernelEx) && (f->flags & RM_F_ASYNC) &&
+	       f->ctx == s->replay->ctx;
+}
+
+void rm_launch_replay_before(struct rm_channel *s, const struct rm_frame *f, uint64_t v)
+{
+	struct rm_launch_replay *rp = s->replay;
+	if (rp && rp->n && (f->ctx != rp->ctx || v != rp->v || (f->flags & RM_F_PER_THREAD) != rp->per_thread))
+		rm_launch_replay_flush(s);
+}
+
+CUresult rm_launch_replay_add(struct rm_channel *s, const struct rm_frame *f, uint64_t v, CUstream st, void *func,
+			      const CUlaunchConfig *cfg, const void *params, size_t params_len, int ex)
+{
+	struct rm_launch_replay *rp = s->replay;
+	if (!rp && !rm_host_account_take(&s->sh->host, sizeof(*rp)) && !(rp = s->replay = calloc(1, sizeof(*rp))))
+		rm_host_account_give(&s->sh->host, sizeof(*rp));
+	if (rp && rp->n && (rp->n == RUN_MAX || params_len > ARENA_BYTES - rp->arena_used || rp->st != st))
+		rm_launch_replay_flush(s);
+	struct queued l = {.func = func,
+			   .dims = {cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY,
+				    cfg->blockDimZ},
+			   .smem = cfg->sharedMemBytes,
+			   .len = (uint32_t)params_len,
+			   .ex = ex};
+	if (!rp || params_len > ARENA_BYTES) /* made at once: no memory for a run, or too long for one */
+		return launch_raw(func, l.dims, l.smem, ex, st, (void *)params, params_len);
+	if (!rp->n) {
+		if (rp->generation != __atomic_load_n(&s->sh->replay_generation, __ATOMIC_ACQUIRE)) {
+			drop_graphs(rp);
+			rp->generation = __atomic_load_n(&s->sh->replay_generation, __ATOMIC_ACQUIRE);
+		}
+		rp->ctx = f->ctx;
+		rp->v = v;
+		rp->per_thread = f->flags & RM_F_PER_THREAD;
+		rp->st = st;
+	}
+	l.off = (uint32_t)rp->arena_used;
+	memcpy(rp->arena + rp->arena_used, params, params_len);
+	rp->arena_used += (params_len + 7) & ~(size_t)7;
+	if (rp->arena_used > ARENA_BYTES)
+		rp->arena_used = ARENA_BYTES;
+	l.hash = launch_hash(&l, rp->arena + l.off);
+	rp->q[rp->n++] = l;
+	rp->last_seq = f->seq;
+	rp->queued_launches++;
+	return CUDA_SUCCESS;
+}
+
+uint64_t rm_launch_replay_make(struct rm_channel *s)
+{
+	struct rm_launch_replay *rp = s->replay;
+	if (!rp || !rp->n)
+		return 0;
+	uint32_t gen = __atomic_load_n(&s->sh->replay_generation, __ATOMIC_ACQUIRE);
+	if (rp->generation != gen) {
+		drop_graphs(rp);
+		rp->generation = gen;
+	}
+	int start = 0;
+	for (int i = 0; i < rp->n; i++)
+		if (i + 1 == rp->n || ends_chunk(&rp->q[i]) || i + 1 - start == RM_REPLAY_CHUNK_MAX) {
+			make_chunk(s, rp, &rp->q[start], i + 1 - start);
+			start = i + 1;
+		}
+	rp->n = 0;
+	rp->arena_used = 0;
+	return rp->last_seq;
+}
+
+void rm_launch_replay_flush(struct rm_channel *s)
+{
+	uint64_t seq = rm_launch_replay_make(s);
+	if (seq)
+		rm_session_progress(s, seq);
+}
+
+void rm_launch_replay_drop_all(struct rm_channel *s)
+{
+	__atomic_add_fetch(&s->sh->replay_generation, 1, __ATOMIC_ACQ_REL);
+}
+
+void rm_launch_replay_stream_attrs_set(struct rm_channel *s)
+{
+	__atomic_store_n(&s->sh->replay_off, 1, __ATOMIC_RELEASE);
+}
+
+void rm_launch_replay_free(struct rm_channel *s)
+{
+	struct rm_launch_replay *rp = s->replay;
+	if (!rp)
+		return;
+	if (rp->queued_launches)
+		rm_session_log(s, RM_LOG_INFO,
+		               "channel %d: launch replay: %llu of %llu launches made as %llu graph launches; %llu "
+		               "graphs made, %llu refused",
+		               s->chan, (unsigned long long)rp->replayed_launches, (unsigned long long)rp->queued_launches,
+		               (unsigned long long)rp->graph_launches, (unsigned long long)rp->graphs_made,
+		               (unsigned long long)rp->refused);
+	drop_graphs(rp);
+	if (rp->capture)
+		rm_drv_cuStreamDestroy_v2(rp->capture);
+	free(rp);
+	s->replay = NULL;
+	rm_host_account_give(&s->sh->host, sizeof(*rp));
+}

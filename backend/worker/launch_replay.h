@@ -1,0 +1,83 @@
+/* Launch replay (docs/hotpath.md, "Launch replay"): a channel's runs of kernel launches
+ * made as CUDA graphs where they repeat, so that a program's steady loop of launches costs
+ * the worker one driver call per chunk of launches instead of one per launch.
+ *
+ * A launch the client sent async (cuLaunchKernel, or cuLaunchKernelEx without attributes)
+ * is queued in its channel's run instead of being made at once; the run holds launches of
+ * one stream of one context, in order. The run is made before the channel handles anything
+ * else (another call, a launch on another stream, a fence), once the client's batch has
+ * been read (nothing buffered or readable), and when it is full. So the run adds no wait:
+ * it ends where the batch does, and a call that could see its work comes after it. Until
+ * then the channel's progress (rm_session_progress) stays before the run's first launch,
+ * so that a fence of another channel waits for the run to be made.
+ *
+ * Making a run: it is cut into chunks after each launch whose content hash has its two
+ * low bits clear, or at RM_REPLAY_CHUNK_MAX launches, so that the same launches are cut
+ * the same way whatever the batches were. A chunk seen before on that stream and held as a
+ * graph, equal byte for byte (function, dimensions, shared memory, parameters), is
+ * launched as that graph; a chunk seen once before is captured into a graph (on a stream
+ * of the channel's own, relaxed capture mode), instantiated and launched; any other chunk
+ * is launched launch by launch, and remembered. A graph launch costs the driver about what
+ * one cuLaunchKernel does whatever the chunk's length, and runs its kernels in order on
+ * the stream, as the launches would have. Where the driver refuses to capture, instantiate
+ * or launch a graph, the chunk's launches are made one by one, so that each error is the
+ * launch's own; an error comes back at the client's next syncpoint, as an async launch's
+ * does.
+ *
+ * Not replayed: launches while any stream of the context captures, cooperative launches,
+ * launches with attributes, sessions under a kernel_time_limit (its watch times launches)
+ * and streams of a session that has set a stream attribute. A call annotated
+ * drops_replays in proto/api.spec (unloading code, a kernel's or context's settings, a
+ * stream's attributes or destruction) drops every replay of the session's channels. A
+ * channel whose chunks do not repeat (graphs made outnumber graph launches after
+ * RM_REPLAY_GIVE_UP_AFTER graphs) stops replaying. The configuration's launch_replay
+ * turns it off. */
+#ifndef REMORA_LAUNCH_REPLAY_H
+#define REMORA_LAUNCH_REPLAY_H
+
+#include <cuda.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define RM_REPLAY_CHUNK_MAX 32
+#define RM_REPLAY_GIVE_UP_AFTER 256
+
+struct rm_channel;
+struct rm_frame;
+
+/* Whether replay is on (the configuration's launch_replay; default on). */
+void rm_launch_replay_enable(int on);
+
+/* Whether a launch of frame f on the client's stream value v could join a run (f async,
+ * replay on for the session, no capture in its context). */
+int rm_launch_replay_wanted(struct rm_channel *s, const struct rm_frame *f);
+/* Before the launch of f on v is resolved: makes the pending run where the launch does not
+ * continue it (another context or stream). */
+void rm_launch_replay_before(struct rm_channel *s, const struct rm_frame *f, uint64_t v);
+/* Queues a launch of func on st (resolved, v's), cfg's dimensions and shared memory,
+ * params_len bytes of packed parameters (copied), ex: it came as cuLaunchKernelEx. Where it
+ * cannot be queued, makes the run and then the launch. CUDA_SUCCESS, or the launch's
+ * error where it was made at once. */
+CUresult rm_launch_replay_add(struct rm_channel *s, const struct rm_frame *f, uint64_t v, CUstream st, void *func,
+			      const CUlaunchConfig *cfg, const void *params, size_t params_len, int ex);
+/* Whether a run is pending on s. */
+int rm_launch_replay_pending(const struct rm_channel *s);
+/* Whether frame f could continue s's pending run (a launch in its context): the run is
+ * then made by the launch's handler where its stream differs. */
+int rm_launch_replay_continues(const struct rm_channel *s, const struct rm_frame *f);
+/* Makes s's pending run (its context current): the seq of its last launch, for the caller
+ * to record as the channel's progress (rm_session_progress) once what must precede that is
+ * done (kernel_timing.h: the spans' ends); 0 where none was pending. */
+uint64_t rm_launch_replay_make(struct rm_channel *s);
+/* rm_launch_replay_make, then the channel's progress recorded. */
+void rm_launch_replay_flush(struct rm_channel *s);
+/* A call annotated drops_replays ran on a channel of s's session: every channel drops its
+ * graphs before it next makes a run. */
+void rm_launch_replay_drop_all(struct rm_channel *s);
+/* The session set a stream attribute: its launches are no longer replayed. */
+void rm_launch_replay_stream_attrs_set(struct rm_channel *s);
+/* The channel ends: drops its pending run (the client has gone) and frees its graphs,
+ * logging what replay did for it (info, once there was any). */
+void rm_launch_replay_free(struct rm_channel *s);
+
+#endif
