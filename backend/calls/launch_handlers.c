@@ -42,12 +42,14 @@ enum launch_kind { PLAIN, EX, COOPERATIVE };
 static CUresult launch(struct rm_channel *s, struct rm_request *rq, const Remora__LaunchKernel *req,
 		       enum launch_kind kind)
 {
-	/* A plain launch joins the channel's run (launch_replay.h); any other makes the run first. */
-	int replay = kind != COOPERATIVE && !req->attrs.len && rm_launch_replay_wanted(s, &rq->frame);
+	/* A launch joins the channel's run (launch_replay.h); one that may not makes the run first. */
+	int replay = kind != COOPERATIVE && !(req->attrs.len % sizeof(CUlaunchAttribute)) &&
+		     rm_launch_replay_wanted(s, &rq->frame, (const CUlaunchAttribute *)req->attrs.data,
+					     (unsigned)(req->attrs.len / sizeof(CUlaunchAttribute)));
 	if (replay)
 		rm_launch_replay_before(s, &rq->frame, req->stream);
 	else
-		rm_launch_replay_flush(s);
+		rm_launch_replay_flush(s, RM_REPLAY_END_UNREPLAYED);
 	void *func;
 	CUlaunchConfig cfg;
 	CUresult r = launch_config(s, rq, req, &cfg, &func);
@@ -83,7 +85,7 @@ static CUresult launch(struct rm_channel *s, struct rm_request *rq, const Remora
 			rm_kernel_watch_launched(s, cfg.hStream);
 	}
 	if (r != CUDA_SUCCESS) /* its error after those of the launches before it */
-		rm_launch_replay_flush(s);
+		rm_launch_replay_flush(s, RM_REPLAY_END_UNREPLAYED);
 	return r;
 }
 

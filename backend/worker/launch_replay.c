@@ -1,6 +1,7 @@
 /* A channel's runs of launches, made as graphs where they repeat (launch_replay.h). */
 #include "launch_replay.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +19,8 @@ struct queued {
 	void *func;
 	uint32_t dims[6]; /* grid x y z, block x y z */
 	uint32_t smem;
-	uint32_t off, len; /* its parameters in the arena */
+	uint32_t off, len;  /* its parameters in the arena */
+	uint32_t nattrs;    /* its attributes, in the arena after the parameters */
 	int ex;
 	uint64_t hash;
 };
@@ -54,6 +56,7 @@ struct rm_launch_replay {
 	CUcontext capture_ctx;
 	int off; /* chunks did not repeat: no more replay */
 	uint64_t queued_launches, replayed_launches, graph_launches, graphs_made, refused;
+	uint64_t runs, ended_by[RM_REPLAY_END_LIMIT]; /* runs made, by why they ended */
 };
 
 static int enabled = 1;
@@ -78,21 +81,34 @@ static uint64_t finish(uint64_t h)
 	return h ? h : 1;
 }
 
-static uint64_t launch_hash(const struct queued *l, const uint8_t *params)
+/* The bytes a launch keeps in the arena: its parameters, then its attributes at the next
+ * multiple of 8. */
+static size_t attrs_at(const struct queued *l)
+{
+	return (l->len + 7) & ~(size_t)7;
+}
+
+static size_t kept_len(const struct queued *l)
+{
+	return attrs_at(l) + l->nattrs * sizeof(CUlaunchAttribute);
+}
+
+static uint64_t launch_hash(const struct queued *l, const uint8_t *kept)
 {
 	uint64_t h = mix(0x5eed, (uint64_t)(uintptr_t)l->func);
 	for (int i = 0; i < 6; i += 2)
 		h = mix(h, (uint64_t)l->dims[i] << 32 | l->dims[i + 1]);
 	h = mix(h, (uint64_t)l->smem << 32 | (uint64_t)l->len << 1 | (uint64_t)l->ex);
-	size_t i = 0;
-	for (; i + 8 <= l->len; i += 8) {
+	h = mix(h, l->nattrs);
+	size_t n = kept_len(l), i = 0;
+	for (; i + 8 <= n; i += 8) {
 		uint64_t w;
-		memcpy(&w, params + i, 8);
+		memcpy(&w, kept + i, 8);
 		h = mix(h, w);
 	}
-	if (i < l->len) {
+	if (i < n) {
 		uint64_t w = 0;
-		memcpy(&w, params + i, l->len - i);
+		memcpy(&w, kept + i, n - i);
 		h = mix(h, w);
 	}
 	return finish(h);
@@ -108,7 +124,7 @@ static int ends_chunk(const struct queued *l)
 struct record {
 	void *func;
 	uint32_t dims[6];
-	uint32_t smem, len;
+	uint32_t smem, len, nattrs;
 	int32_t ex;
 };
 
@@ -116,7 +132,7 @@ static size_t chunk_content_len(const struct queued *c, int n)
 {
 	size_t len = 0;
 	for (int i = 0; i < n; i++)
-		len += sizeof(struct record) + c[i].len;
+		len += sizeof(struct record) + kept_len(&c[i]);
 	return len;
 }
 
@@ -127,6 +143,7 @@ static void record_of(const struct queued *l, struct record *out)
 	memcpy(out->dims, l->dims, sizeof(out->dims));
 	out->smem = l->smem;
 	out->len = l->len;
+	out->nattrs = l->nattrs;
 	out->ex = l->ex;
 }
 
@@ -136,8 +153,8 @@ static void chunk_content(const struct rm_launch_replay *rp, const struct queued
 		struct record r;
 		record_of(&c[i], &r);
 		memcpy(out, &r, sizeof(r));
-		memcpy(out + sizeof(r), rp->arena + c[i].off, c[i].len);
-		out += sizeof(r) + c[i].len;
+		memcpy(out + sizeof(r), rp->arena + c[i].off, kept_len(&c[i]));
+		out += sizeof(r) + kept_len(&c[i]);
 	}
 }
 
@@ -149,9 +166,9 @@ static int chunk_equal(const struct rm_launch_replay *rp, const struct queued *c
 	for (int i = 0; i < n; i++) {
 		struct record r;
 		record_of(&c[i], &r);
-		if (memcmp(p, &r, sizeof(r)) || memcmp(p + sizeof(r), rp->arena + c[i].off, c[i].len))
+		if (memcmp(p, &r, sizeof(r)) || memcmp(p + sizeof(r), rp->arena + c[i].off, kept_len(&c[i])))
 			return 0;
-		p += sizeof(r) + c[i].len;
+		p += sizeof(r) + kept_len(&c[i]);
 	}
 	return 1;
 }
@@ -193,12 +210,13 @@ static struct slot *slot_for(struct rm_launch_replay *rp, CUstream st, uint64_t 
 }
 
 static CUresult launch_raw(void *func, const uint32_t dims[6], uint32_t smem, int ex, CUstream st, void *params,
-			   size_t len)
+			   size_t len, CUlaunchAttribute *attrs, unsigned nattrs)
 {
 	void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, params, CU_LAUNCH_PARAM_BUFFER_SIZE, &len, CU_LAUNCH_PARAM_END};
 	if (ex) {
 		CUlaunchConfig cfg = {.gridDimX = dims[0], .gridDimY = dims[1], .gridDimZ = dims[2], .blockDimX = dims[3],
-				      .blockDimY = dims[4], .blockDimZ = dims[5], .sharedMemBytes = smem, .hStream = st};
+				      .blockDimY = dims[4], .blockDimZ = dims[5], .sharedMemBytes = smem, .hStream = st,
+				      .attrs = attrs, .numAttrs = nattrs};
 		return rm_drv_cuLaunchKernelEx(&cfg, func, NULL, len ? extra : NULL);
 	}
 	return rm_drv_cuLaunchKernel(func, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], smem, st, NULL,
@@ -207,7 +225,8 @@ static CUresult launch_raw(void *func, const uint32_t dims[6], uint32_t smem, in
 
 static CUresult launch_one(struct rm_launch_replay *rp, const struct queued *l, CUstream st)
 {
-	return launch_raw(l->func, l->dims, l->smem, l->ex, st, rp->arena + l->off, l->len);
+	return launch_raw(l->func, l->dims, l->smem, l->ex, st, rp->arena + l->off, l->len,
+			  (CUlaunchAttribute *)(rp->arena + l->off + attrs_at(l)), l->nattrs);
 }
 
 /* Captures the chunk into a graph and instantiates it, on the channel's capture stream
@@ -306,12 +325,18 @@ static void make_chunk(struct rm_channel *s, struct rm_launch_replay *rp, const 
 	give_up_if_useless(s, rp);
 }
 
-int rm_launch_replay_wanted(struct rm_channel *s, const struct rm_frame *f)
+int rm_launch_replay_wanted(struct rm_channel *s, const struct rm_frame *f, const CUlaunchAttribute *attrs,
+			    unsigned nattrs)
 {
 	struct rm_session *sh = s->sh;
-	return enabled && (f->flags & RM_F_ASYNC) && s->cur && !sh->kernel_watch &&
-	       !__atomic_load_n(&sh->replay_off, __ATOMIC_ACQUIRE) &&
-	       !__atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) && !(s->replay && s->replay->off);
+	if (!enabled || !(f->flags & RM_F_ASYNC) || !s->cur || sh->kernel_watch ||
+	    __atomic_load_n(&sh->replay_off, __ATOMIC_ACQUIRE) || __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) ||
+	    (s->replay && s->replay->off))
+		return 0;
+	for (unsigned i = 0; i < nattrs; i++)
+		if (attrs[i].id == CU_LAUNCH_ATTRIBUTE_PRIORITY)
+			return 0;
+	return 1;
 }
 
 int rm_launch_replay_pending(const struct rm_channel *s)
@@ -329,7 +354,7 @@ void rm_launch_replay_before(struct rm_channel *s, const struct rm_frame *f, uin
 {
 	struct rm_launch_replay *rp = s->replay;
 	if (rp && rp->n && (f->ctx != rp->ctx || v != rp->v || (f->flags & RM_F_PER_THREAD) != rp->per_thread))
-		rm_launch_replay_flush(s);
+		rm_launch_replay_flush(s, RM_REPLAY_END_STREAM);
 }
 
 CUresult rm_launch_replay_add(struct rm_channel *s, const struct rm_frame *f, uint64_t v, CUstream st, void *func,
@@ -338,20 +363,25 @@ CUresult rm_launch_replay_add(struct rm_channel *s, const struct rm_frame *f, ui
 	struct rm_launch_replay *rp = s->replay;
 	if (!rp && !rm_host_account_take(&s->sh->host, sizeof(*rp)) && !(rp = s->replay = calloc(1, sizeof(*rp))))
 		rm_host_account_give(&s->sh->host, sizeof(*rp));
-	if (rp && rp->n && (rp->n == RUN_MAX || params_len > ARENA_BYTES - rp->arena_used || rp->st != st))
-		rm_launch_replay_flush(s);
 	struct queued l = {.func = func,
 			   .dims = {cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY,
 				    cfg->blockDimZ},
 			   .smem = cfg->sharedMemBytes,
 			   .len = (uint32_t)params_len,
+			   .nattrs = cfg->numAttrs,
 			   .ex = ex};
-	if (!rp || params_len > ARENA_BYTES) /* made at once: no memory for a run, or too long for one */
-		return launch_raw(func, l.dims, l.smem, ex, st, (void *)params, params_len);
+	size_t kept = kept_len(&l);
+	if (rp && rp->n && rp->st != st)
+		rm_launch_replay_flush(s, RM_REPLAY_END_STREAM);
+	else if (rp && rp->n && (rp->n == RUN_MAX || kept > ARENA_BYTES - rp->arena_used))
+		rm_launch_replay_flush(s, RM_REPLAY_END_FULL);
+	if (!rp || kept > ARENA_BYTES) /* made at once: no memory for a run, or too long for one */
+		return launch_raw(func, l.dims, l.smem, ex, st, (void *)params, params_len, cfg->attrs, cfg->numAttrs);
 	if (!rp->n) {
-		if (rp->generation != __atomic_load_n(&s->sh->replay_generation, __ATOMIC_ACQUIRE)) {
+		uint32_t gen = __atomic_load_n(&s->sh->replay_generation, __ATOMIC_ACQUIRE);
+		if (rp->generation != gen) {
 			drop_graphs(rp);
-			rp->generation = __atomic_load_n(&s->sh->replay_generation, __ATOMIC_ACQUIRE);
+			rp->generation = gen;
 		}
 		rp->ctx = f->ctx;
 		rp->v = v;
@@ -359,8 +389,10 @@ CUresult rm_launch_replay_add(struct rm_channel *s, const struct rm_frame *f, ui
 		rp->st = st;
 	}
 	l.off = (uint32_t)rp->arena_used;
-	memcpy(rp->arena + rp->arena_used, params, params_len);
-	rp->arena_used += (params_len + 7) & ~(size_t)7;
+	memcpy(rp->arena + l.off, params, params_len);
+	if (l.nattrs)
+		memcpy(rp->arena + l.off + attrs_at(&l), cfg->attrs, l.nattrs * sizeof(CUlaunchAttribute));
+	rp->arena_used += (kept + 7) & ~(size_t)7;
 	if (rp->arena_used > ARENA_BYTES)
 		rp->arena_used = ARENA_BYTES;
 	l.hash = launch_hash(&l, rp->arena + l.off);
@@ -370,7 +402,7 @@ CUresult rm_launch_replay_add(struct rm_channel *s, const struct rm_frame *f, ui
 	return CUDA_SUCCESS;
 }
 
-uint64_t rm_launch_replay_make(struct rm_channel *s)
+uint64_t rm_launch_replay_make(struct rm_channel *s, uint32_t why)
 {
 	struct rm_launch_replay *rp = s->replay;
 	if (!rp || !rp->n)
@@ -388,12 +420,14 @@ uint64_t rm_launch_replay_make(struct rm_channel *s)
 		}
 	rp->n = 0;
 	rp->arena_used = 0;
+	rp->runs++;
+	rp->ended_by[why < RM_REPLAY_END_LIMIT ? why : RM_REPLAY_END_STREAM]++;
 	return rp->last_seq;
 }
 
-void rm_launch_replay_flush(struct rm_channel *s)
+void rm_launch_replay_flush(struct rm_channel *s, uint32_t why)
 {
-	uint64_t seq = rm_launch_replay_make(s);
+	uint64_t seq = rm_launch_replay_make(s, why);
 	if (seq)
 		rm_session_progress(s, seq);
 }
@@ -408,18 +442,40 @@ void rm_launch_replay_stream_attrs_set(struct rm_channel *s)
 	__atomic_store_n(&s->sh->replay_off, 1, __ATOMIC_RELEASE);
 }
 
+static const char *end_name(uint32_t why)
+{
+	static const char *const names[] = {"batch end", "full run", "another stream", "a launch not replayed",
+					    "a fence"};
+	return why >= RM_REPLAY_END_BATCH ? names[why - RM_REPLAY_END_BATCH] : rm_op_names[why] ? rm_op_names[why] : "?";
+}
+
 void rm_launch_replay_free(struct rm_channel *s)
 {
 	struct rm_launch_replay *rp = s->replay;
 	if (!rp)
 		return;
-	if (rp->queued_launches)
+	if (rp->queued_launches) {
+		char ends[256] = "";
+		size_t at = 0;
+		for (int k = 0; k < 4; k++) { /* the four commonest reasons a run ended */
+			uint32_t top = 0;
+			for (uint32_t w = 1; w < RM_REPLAY_END_LIMIT; w++)
+				if (rp->ended_by[w] > rp->ended_by[top])
+					top = w;
+			if (!rp->ended_by[top])
+				break;
+			int n = snprintf(ends + at, sizeof(ends) - at, "%s%s %llu", k ? ", " : "", end_name(top),
+					 (unsigned long long)rp->ended_by[top]);
+			at = n > 0 && (size_t)n < sizeof(ends) - at ? at + (size_t)n : sizeof(ends) - 1;
+			rp->ended_by[top] = 0;
+		}
 		rm_session_log(s, RM_LOG_INFO,
 		               "channel %d: launch replay: %llu of %llu launches made as %llu graph launches; %llu "
-		               "graphs made, %llu refused",
+		               "graphs made, %llu refused; %llu runs, ended by %s",
 		               s->chan, (unsigned long long)rp->replayed_launches, (unsigned long long)rp->queued_launches,
 		               (unsigned long long)rp->graph_launches, (unsigned long long)rp->graphs_made,
-		               (unsigned long long)rp->refused);
+		               (unsigned long long)rp->refused, (unsigned long long)rp->runs, ends);
+	}
 	drop_graphs(rp);
 	if (rp->capture)
 		rm_drv_cuStreamDestroy_v2(rp->capture);

@@ -25,7 +25,7 @@
  * does.
  *
  * Not replayed: launches while any stream of the context captures, cooperative launches,
- * launches with attributes, sessions under a kernel_time_limit (its watch times launches)
+ * launches with a priority attribute, sessions under a kernel_time_limit (its watch times launches)
  * and streams of a session that has set a stream attribute. A call annotated
  * drops_replays in proto/api.spec (unloading code, a kernel's or context's settings, a
  * stream's attributes or destruction) drops every replay of the session's channels. A
@@ -39,8 +39,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "api_ops.h"
+
 #define RM_REPLAY_CHUNK_MAX 32
 #define RM_REPLAY_GIVE_UP_AFTER 256
+
+/* Why a run ends: the op of the call that ends it, or one of these. Counted per channel and
+ * logged with what replay did (rm_launch_replay_free), to tell what keeps runs short. */
+enum rm_replay_end {
+	RM_REPLAY_END_BATCH = RM_OP_LIMIT, /* the client's batch was read */
+	RM_REPLAY_END_FULL,                /* the run was full */
+	RM_REPLAY_END_STREAM,              /* a launch on another stream or context */
+	RM_REPLAY_END_UNREPLAYED,          /* a launch that is not replayed */
+	RM_REPLAY_END_FENCE,               /* a fence */
+	RM_REPLAY_END_LIMIT
+};
 
 struct rm_channel;
 struct rm_frame;
@@ -48,16 +61,18 @@ struct rm_frame;
 /* Whether replay is on (the configuration's launch_replay; default on). */
 void rm_launch_replay_enable(int on);
 
-/* Whether a launch of frame f on the client's stream value v could join a run (f async,
- * replay on for the session, no capture in its context). */
-int rm_launch_replay_wanted(struct rm_channel *s, const struct rm_frame *f);
+/* Whether a launch of frame f on the client's stream value v with nattrs launch attributes
+ * attrs could join a run (f async, replay on for the session, no capture in its context, no
+ * priority among its attributes: a graph's kernels take its stream's). */
+int rm_launch_replay_wanted(struct rm_channel *s, const struct rm_frame *f, const CUlaunchAttribute *attrs,
+			    unsigned nattrs);
 /* Before the launch of f on v is resolved: makes the pending run where the launch does not
  * continue it (another context or stream). */
 void rm_launch_replay_before(struct rm_channel *s, const struct rm_frame *f, uint64_t v);
-/* Queues a launch of func on st (resolved, v's), cfg's dimensions and shared memory,
- * params_len bytes of packed parameters (copied), ex: it came as cuLaunchKernelEx. Where it
- * cannot be queued, makes the run and then the launch. CUDA_SUCCESS, or the launch's
- * error where it was made at once. */
+/* Queues a launch of func on st (resolved, v's), cfg's dimensions, shared memory and
+ * attributes, params_len bytes of packed parameters (copied), ex: it came as
+ * cuLaunchKernelEx. Where it cannot be queued, makes the run and then the launch.
+ * CUDA_SUCCESS, or the launch's error where it was made at once. */
 CUresult rm_launch_replay_add(struct rm_channel *s, const struct rm_frame *f, uint64_t v, CUstream st, void *func,
 			      const CUlaunchConfig *cfg, const void *params, size_t params_len, int ex);
 /* Whether a run is pending on s. */
@@ -65,12 +80,13 @@ int rm_launch_replay_pending(const struct rm_channel *s);
 /* Whether frame f could continue s's pending run (a launch in its context): the run is
  * then made by the launch's handler where its stream differs. */
 int rm_launch_replay_continues(const struct rm_channel *s, const struct rm_frame *f);
-/* Makes s's pending run (its context current): the seq of its last launch, for the caller
+/* Makes s's pending run (its context current), why: as for rm_launch_replay_flush. The seq of its last launch, for the caller
  * to record as the channel's progress (rm_session_progress) once what must precede that is
  * done (kernel_timing.h: the spans' ends); 0 where none was pending. */
-uint64_t rm_launch_replay_make(struct rm_channel *s);
-/* rm_launch_replay_make, then the channel's progress recorded. */
-void rm_launch_replay_flush(struct rm_channel *s);
+uint64_t rm_launch_replay_make(struct rm_channel *s, uint32_t why);
+/* rm_launch_replay_make, then the channel's progress recorded. why: the op of the call that
+ * ends the run, or an rm_replay_end. */
+void rm_launch_replay_flush(struct rm_channel *s, uint32_t why);
 /* A call annotated drops_replays ran on a channel of s's session: every channel drops its
  * graphs before it next makes a run. */
 void rm_launch_replay_drop_all(struct rm_channel *s);

@@ -86,7 +86,7 @@ void rm_serve(struct rm_channel *s)
 		/* A run left pending by a frame that was no call (a heartbeat) is made before waiting,
 		 * and its spans closed before its progress counts (below). */
 		if (rm_launch_replay_pending(s) && !rm_link_buffered(&s->link) && !rm_conn_readable(s->link.conn)) {
-			uint64_t seq = rm_launch_replay_make(s);
+			uint64_t seq = rm_launch_replay_make(s, RM_REPLAY_END_BATCH);
 			rm_kernel_timing_close(s, 0);
 			rm_session_progress(s, seq);
 		}
@@ -143,7 +143,7 @@ void rm_serve(struct rm_channel *s)
 			break;
 		}
 		if (rq.frame.op == RM_OP_FENCE && !(rq.frame.flags & RM_F_REPLY) && !rq.frame.bulk_len) {
-			rm_launch_replay_flush(s);
+			rm_launch_replay_flush(s, RM_REPLAY_END_FENCE);
 			if (fence(s, &rq.frame))
 				break;
 			continue;
@@ -170,7 +170,7 @@ void rm_serve(struct rm_channel *s)
 		/* The run of launches is made before anything but a launch that may continue it,
 		 * in the run's context (launch_replay.h). */
 		if (rm_launch_replay_pending(s) && !rm_launch_replay_continues(s, &rq.frame))
-			rm_launch_replay_flush(s);
+			rm_launch_replay_flush(s, rq.frame.op);
 		uint64_t call_ns = profile ? rm_call_profile_now_ns() : 0;
 		int waits = rq.frame.op >= RM_OP_LIMIT || !(rm_op_flags[rq.frame.op] & RM_OPF_ASYNC);
 		if (waits)
@@ -206,7 +206,7 @@ void rm_serve(struct rm_channel *s)
 		 * launches is made first (launch_replay.h): the spans' ends follow its launches. */
 		else if (!s->callbacks && (rm_kernel_timing_open(s) || rm_launch_replay_pending(s)) &&
 			 !rm_link_buffered(&s->link) && !rm_conn_readable(s->link.conn)) {
-			rm_launch_replay_make(s); /* its progress: this call's, below */
+			rm_launch_replay_make(s, RM_REPLAY_END_BATCH); /* its progress: this call's, below */
 			rm_kernel_timing_close(s, 0);
 		}
 		if (rq.frame.op < RM_OP_LIMIT && (rm_op_flags[rq.frame.op] & RM_OPF_DROPS_REPLAYS))
