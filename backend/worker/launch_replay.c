@@ -25,13 +25,17 @@ struct queued {
 	uint64_t hash;
 };
 
-/* A chunk remembered: seen once (no exec), held as a graph, or one the driver would not
- * make a graph of (failed). */
+/* A chunk's shape remembered: seen once (no exec), held as a graph, or one the driver
+ * would not make a graph of (failed). */
 struct slot {
 	uint64_t hash; /* 0: free */
 	CUstream st;
 	CUgraphExec exec;
-	uint8_t *content; /* its launches as chunk_content writes them, to compare */
+	CUgraph graph;                  /* exec's source: its nodes are what cuGraphExecKernelNodeSetParams names */
+	CUgraphNode *nodes;             /* the chunk's launches' nodes, in order */
+	CUDA_KERNEL_NODE_PARAMS *kinds; /* each node's function as the driver keeps it (func, kern, ctx) */
+	int n;
+	uint8_t *content; /* its launches as chunk_content writes them: their parameters are exec's */
 	size_t content_len;
 	uint64_t used;
 	int failed;
@@ -55,7 +59,7 @@ struct rm_launch_replay {
 	CUstream capture; /* where chunks are captured, in capture_ctx */
 	CUcontext capture_ctx;
 	int off; /* chunks did not repeat: no more replay */
-	uint64_t queued_launches, replayed_launches, graph_launches, graphs_made, refused;
+	uint64_t queued_launches, replayed_launches, graph_launches, graphs_made, refused, params_set;
 	uint64_t runs, ended_by[RM_REPLAY_END_LIMIT]; /* runs made, by why they ended */
 };
 
@@ -93,6 +97,8 @@ static size_t kept_len(const struct queued *l)
 	return attrs_at(l) + l->nattrs * sizeof(CUlaunchAttribute);
 }
 
+/* A launch's shape: all but its parameters' bytes (their length is in it). A chunk of
+ * launches of one shape is one graph, whose kernels' parameters are set to each run's. */
 static uint64_t launch_hash(const struct queued *l, const uint8_t *kept)
 {
 	uint64_t h = mix(0x5eed, (uint64_t)(uintptr_t)l->func);
@@ -100,15 +106,11 @@ static uint64_t launch_hash(const struct queued *l, const uint8_t *kept)
 		h = mix(h, (uint64_t)l->dims[i] << 32 | l->dims[i + 1]);
 	h = mix(h, (uint64_t)l->smem << 32 | (uint64_t)l->len << 1 | (uint64_t)l->ex);
 	h = mix(h, l->nattrs);
-	size_t n = kept_len(l), i = 0;
-	for (; i + 8 <= n; i += 8) {
+	const uint8_t *attrs = kept + attrs_at(l);
+	size_t n = l->nattrs * sizeof(CUlaunchAttribute);
+	for (size_t i = 0; i + 8 <= n; i += 8) { /* CUlaunchAttribute is a multiple of 8 */
 		uint64_t w;
-		memcpy(&w, kept + i, 8);
-		h = mix(h, w);
-	}
-	if (i < n) {
-		uint64_t w = 0;
-		memcpy(&w, kept + i, n - i);
+		memcpy(&w, attrs + i, 8);
 		h = mix(h, w);
 	}
 	return finish(h);
@@ -158,25 +160,57 @@ static void chunk_content(const struct rm_launch_replay *rp, const struct queued
 	}
 }
 
-static int chunk_equal(const struct rm_launch_replay *rp, const struct queued *c, int n, const struct slot *sl)
+/* Whether the chunk has sl's shape: its launches' records and attributes. */
+static int chunk_shape_equal(const struct rm_launch_replay *rp, const struct queued *c, int n, const struct slot *sl)
 {
-	if (chunk_content_len(c, n) != sl->content_len)
+	if (n != sl->n || chunk_content_len(c, n) != sl->content_len)
 		return 0;
 	const uint8_t *p = sl->content;
 	for (int i = 0; i < n; i++) {
 		struct record r;
 		record_of(&c[i], &r);
-		if (memcmp(p, &r, sizeof(r)) || memcmp(p + sizeof(r), rp->arena + c[i].off, kept_len(&c[i])))
+		size_t at = attrs_at(&c[i]);
+		if (memcmp(p, &r, sizeof(r)) || memcmp(p + sizeof(r) + at, rp->arena + c[i].off + at,
+						       c[i].nattrs * sizeof(CUlaunchAttribute)))
 			return 0;
 		p += sizeof(r) + kept_len(&c[i]);
 	}
 	return 1;
 }
 
+/* Gives sl's graph the chunk's parameters where they differ from those it holds. */
+static CUresult set_params(struct rm_launch_replay *rp, struct slot *sl, const struct queued *c, int n)
+{
+	uint8_t *p = sl->content;
+	for (int i = 0; i < n; i++) {
+		uint8_t *held = p + sizeof(struct record);
+		const uint8_t *now = rp->arena + c[i].off;
+		if (memcmp(held, now, c[i].len)) {
+			size_t len = c[i].len;
+			void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, (void *)now, CU_LAUNCH_PARAM_BUFFER_SIZE, &len,
+					 CU_LAUNCH_PARAM_END};
+			CUDA_KERNEL_NODE_PARAMS kp = sl->kinds[i];
+			kp.kernelParams = NULL;
+			kp.extra = extra;
+			CUresult r = rm_drv_cuGraphExecKernelNodeSetParams_v2(sl->exec, sl->nodes[i], &kp);
+			if (r != CUDA_SUCCESS)
+				return r;
+			memcpy(held, now, c[i].len);
+			rp->params_set++;
+		}
+		p += sizeof(struct record) + kept_len(&c[i]);
+	}
+	return CUDA_SUCCESS;
+}
+
 static void slot_clear(struct slot *sl)
 {
 	if (sl->exec)
 		rm_drv_cuGraphExecDestroy(sl->exec);
+	if (sl->graph)
+		rm_drv_cuGraphDestroy(sl->graph);
+	free(sl->nodes);
+	free(sl->kinds);
 	free(sl->content);
 	memset(sl, 0, sizeof(*sl));
 }
@@ -229,10 +263,9 @@ static CUresult launch_one(struct rm_launch_replay *rp, const struct queued *l, 
 			  (CUlaunchAttribute *)(rp->arena + l->off + attrs_at(l)), l->nattrs);
 }
 
-/* Captures the chunk into a graph and instantiates it, on the channel's capture stream
- * of ctx (the current context). */
-static CUresult make_graph(struct rm_launch_replay *rp, CUcontext ctx, const struct queued *c, int n,
-			   CUgraphExec *out)
+/* Captures the chunk into sl's graph, with each launch's node, and instantiates it, on the
+ * channel's capture stream of ctx (the current context). */
+static CUresult make_graph(struct rm_launch_replay *rp, CUcontext ctx, const struct queued *c, int n, struct slot *sl)
 {
 	CUresult r = CUDA_SUCCESS;
 	if (rp->capture && rp->capture_ctx != ctx) {
@@ -244,18 +277,33 @@ static CUresult make_graph(struct rm_launch_replay *rp, CUcontext ctx, const str
 		return r;
 	}
 	rp->capture_ctx = ctx;
+	sl->nodes = calloc((size_t)n, sizeof(*sl->nodes));
+	sl->kinds = calloc((size_t)n, sizeof(*sl->kinds));
+	if (!sl->nodes || !sl->kinds)
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	if ((r = rm_drv_cuStreamBeginCapture_v2(rp->capture, CU_STREAM_CAPTURE_MODE_RELAXED)) != CUDA_SUCCESS)
 		return r;
-	for (int i = 0; i < n && r == CUDA_SUCCESS; i++)
+	for (int i = 0; i < n && r == CUDA_SUCCESS; i++) {
+		const CUgraphNode *deps = NULL;
+		size_t ndeps = 0;
+		CUstreamCaptureStatus status;
 		r = launch_one(rp, &c[i], rp->capture);
-	CUgraph g = NULL;
-	CUresult ended = rm_drv_cuStreamEndCapture(rp->capture, &g);
+		if (r == CUDA_SUCCESS)
+			r = rm_drv_cuStreamGetCaptureInfo_v3(rp->capture, &status, NULL, NULL, &deps, NULL, &ndeps);
+		if (r == CUDA_SUCCESS && (ndeps != 1 || !deps))
+			r = CUDA_ERROR_NOT_SUPPORTED; /* not one chain: its nodes are not known */
+		if (r == CUDA_SUCCESS)
+			sl->nodes[i] = deps[0];
+	}
+	CUresult ended = rm_drv_cuStreamEndCapture(rp->capture, &sl->graph);
 	if (r == CUDA_SUCCESS)
 		r = ended;
+	for (int i = 0; i < n && r == CUDA_SUCCESS; i++)
+		r = rm_drv_cuGraphKernelNodeGetParams_v2(sl->nodes[i], &sl->kinds[i]);
 	if (r == CUDA_SUCCESS)
-		r = rm_drv_cuGraphInstantiateWithFlags(out, g, 0);
-	if (g)
-		rm_drv_cuGraphDestroy(g);
+		r = rm_drv_cuGraphInstantiateWithFlags(&sl->exec, sl->graph, 0);
+	if (r == CUDA_SUCCESS)
+		sl->n = n;
 	return r;
 }
 
@@ -298,22 +346,22 @@ static void make_chunk(struct rm_channel *s, struct rm_launch_replay *rp, const 
 		sl->st = rp->st;
 	} else if (!sl->exec && !sl->failed) { /* seen once before: made a graph of */
 		size_t len = chunk_content_len(c, n);
-		CUresult r = (sl->content = malloc(len)) ? make_graph(rp, s->cur->ctx, c, n, &sl->exec)
-							: CUDA_ERROR_OUT_OF_MEMORY;
+		CUresult r = (sl->content = malloc(len)) ? make_graph(rp, s->cur->ctx, c, n, sl) : CUDA_ERROR_OUT_OF_MEMORY;
 		if (r == CUDA_SUCCESS) {
 			chunk_content(rp, c, n, sl->content);
 			sl->content_len = len;
 			rp->graphs_made++;
 		} else {
-			free(sl->content);
-			sl->content = NULL;
-			sl->exec = NULL;
+			slot_clear(sl);
+			sl->hash = h;
+			sl->st = rp->st;
+			sl->used = rp->tick;
 			sl->failed = 1;
 			rp->refused++;
 		}
 	}
-	if (sl->exec && chunk_equal(rp, c, n, sl)) {
-		if (rm_drv_cuGraphLaunch(sl->exec, rp->st) == CUDA_SUCCESS) {
+	if (sl->exec && chunk_shape_equal(rp, c, n, sl)) {
+		if (set_params(rp, sl, c, n) == CUDA_SUCCESS && rm_drv_cuGraphLaunch(sl->exec, rp->st) == CUDA_SUCCESS) {
 			rp->graph_launches++;
 			rp->replayed_launches += (uint64_t)n;
 			give_up_if_useless(s, rp);
@@ -470,11 +518,12 @@ void rm_launch_replay_free(struct rm_channel *s)
 			rp->ended_by[top] = 0;
 		}
 		rm_session_log(s, RM_LOG_INFO,
-		               "channel %d: launch replay: %llu of %llu launches made as %llu graph launches; %llu "
-		               "graphs made, %llu refused; %llu runs, ended by %s",
+		               "channel %d: launch replay: %llu of %llu launches made as %llu graph launches, %llu "
+		               "kernels' parameters set; %llu graphs made, %llu refused; %llu runs, ended by %s",
 		               s->chan, (unsigned long long)rp->replayed_launches, (unsigned long long)rp->queued_launches,
-		               (unsigned long long)rp->graph_launches, (unsigned long long)rp->graphs_made,
-		               (unsigned long long)rp->refused, (unsigned long long)rp->runs, ends);
+		               (unsigned long long)rp->graph_launches, (unsigned long long)rp->params_set,
+		               (unsigned long long)rp->graphs_made, (unsigned long long)rp->refused,
+		               (unsigned long long)rp->runs, ends);
 	}
 	drop_graphs(rp);
 	if (rp->capture)

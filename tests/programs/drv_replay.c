@@ -5,8 +5,9 @@
  * Each round runs a chain of 24 dependent launches (scaleArray and vecAdd over two
  * buffers) on a stream of its own, then another on the legacy stream over two other
  * buffers, synchronizes and checks both against the host's arithmetic (exact: one
- * rounding per operation, as on the GPU). One factor of the chain changes every 8th round,
- * so its launches differ from the rounds before. In round ROUNDS/2 one launch of the first
+ * rounding per operation, as on the GPU). One factor of the first chain changes every 8th
+ * round, and of the second every round: the launches keep their shape, and a graph made of
+ * them must take each round's parameters. In round ROUNDS/2 one launch of the first
  * chain asks for 2048 threads a block: its error comes at the launch or at the synchronize,
  * and the rest of the chain runs. In round 3*ROUNDS/4 the module is unloaded and loaded
  * again, and the chain goes on with the new functions. */
@@ -24,9 +25,10 @@ static void load(const char *image, CUmodule *mod)
 	CHECK(cuModuleGetFunction(&add, *mod, "vecAdd"));
 }
 
-/* Queues the chain on st over x and y, and applies it to the host's *hx, *hy; bad: the
- * launch that asks for too many threads (-1: none). The first error, or CUDA_SUCCESS. */
-static CUresult chain(CUstream st, CUdeviceptr x, CUdeviceptr y, float *hx, float *hy, int round, int bad)
+/* Queues the chain on st over x and y, and applies it to the host's *hx, *hy; vary: its
+ * factor is the other one; bad: the launch that asks for too many threads (-1: none). The
+ * first error, or CUDA_SUCCESS. */
+static CUresult chain(CUstream st, CUdeviceptr x, CUdeviceptr y, float *hx, float *hy, int round, int vary, int bad)
 {
 	CUresult first = CUDA_SUCCESS;
 	int n = N;
@@ -34,7 +36,7 @@ static CUresult chain(CUstream st, CUdeviceptr x, CUdeviceptr y, float *hx, floa
 		CUresult r;
 		unsigned threads = j == bad ? 2048 : 256;
 		if (j % 3 == 0) {
-			float s = j == 9 && (round / 8) % 2 ? 0.5f : 2.0f;
+			float s = j == 9 && vary ? 0.5f : 2.0f;
 			void *args[] = {&x, &s, &n};
 			r = cuLaunchKernel(scale, N / 256, 1, 1, threads, 1, 1, 0, st, args, NULL);
 			if (r == CUDA_SUCCESS && j != bad)
@@ -100,8 +102,8 @@ int main(int argc, char **argv)
 			CHECK(cuMemsetD32(d[i], bits, N));
 		}
 		int bad = round == rounds / 2 ? 13 : -1;
-		CUresult launched = chain(own, d[0], d[1], &h[0], &h[1], round, bad);
-		CHECK(chain(NULL, d[2], d[3], &h[2], &h[3], round, -1));
+		CUresult launched = chain(own, d[0], d[1], &h[0], &h[1], round, (round / 8) % 2, bad);
+		CHECK(chain(NULL, d[2], d[3], &h[2], &h[3], round, round % 2, -1));
 		CUresult synced = cuStreamSynchronize(own);
 		if (bad >= 0)
 			EXPECT((launched == CUDA_ERROR_INVALID_VALUE) != (synced == CUDA_ERROR_INVALID_VALUE),

@@ -270,6 +270,7 @@ static CUresult launch(CUfunction hfunc, const unsigned grid[3], const unsigned 
 		return rc;
 	}
 	op->u.launch.kernel = f->kernel;
+	op->u.launch.handle = (void *)hfunc; /* what a captured node's parameters name (cuGraphKernelNodeGetParams) */
 	memcpy(op->u.launch.shape.grid, grid, sizeof op->u.launch.shape.grid);
 	memcpy(op->u.launch.shape.block, block, sizeof op->u.launch.shape.block);
 	op->u.launch.shape.shared_bytes = shared_bytes;
