@@ -10,7 +10,7 @@
 #include "driver_table.h"
 #include "session.h"
 
-#define RUN_MAX 64             /* launches a run holds */
+#define RUN_MAX RM_REPLAY_CHUNK_MAX /* launches a run holds: a chunk's, at most */
 #define ARENA_BYTES (64 << 10) /* their parameters */
 #define SLOTS 1024             /* chunks a channel remembers, graphs among them */
 #define WINDOW 16              /* slots a chunk may take, from its hash's */
@@ -60,7 +60,7 @@ struct rm_launch_replay {
 	CUcontext capture_ctx;
 	int off; /* chunks did not repeat: no more replay */
 	uint64_t queued_launches, replayed_launches, graph_launches, graphs_made, refused, params_set;
-	uint64_t runs, ended_by[RM_REPLAY_END_LIMIT]; /* runs made, by why they ended */
+	uint64_t cut_short, cut_by[RM_REPLAY_END_LIMIT]; /* chunks made before their end, and why */
 };
 
 static int enabled = 1;
@@ -373,6 +373,19 @@ static void make_chunk(struct rm_channel *s, struct rm_launch_replay *rp, const 
 	give_up_if_useless(s, rp);
 }
 
+/* Makes the pending chunk. */
+static void make_pending(struct rm_channel *s, struct rm_launch_replay *rp)
+{
+	uint32_t gen = __atomic_load_n(&s->sh->replay_generation, __ATOMIC_ACQUIRE);
+	if (rp->generation != gen) {
+		drop_graphs(rp);
+		rp->generation = gen;
+	}
+	make_chunk(s, rp, rp->q, rp->n);
+	rp->n = 0;
+	rp->arena_used = 0;
+}
+
 int rm_launch_replay_wanted(struct rm_channel *s, const struct rm_frame *f, const CUlaunchAttribute *attrs,
 			    unsigned nattrs)
 {
@@ -447,6 +460,8 @@ CUresult rm_launch_replay_add(struct rm_channel *s, const struct rm_frame *f, ui
 	rp->q[rp->n++] = l;
 	rp->last_seq = f->seq;
 	rp->queued_launches++;
+	if (ends_chunk(&l) || rp->n == RM_REPLAY_CHUNK_MAX) /* the GPU has it as soon as it is whole */
+		make_pending(s, rp);
 	return CUDA_SUCCESS;
 }
 
@@ -455,21 +470,9 @@ uint64_t rm_launch_replay_make(struct rm_channel *s, uint32_t why)
 	struct rm_launch_replay *rp = s->replay;
 	if (!rp || !rp->n)
 		return 0;
-	uint32_t gen = __atomic_load_n(&s->sh->replay_generation, __ATOMIC_ACQUIRE);
-	if (rp->generation != gen) {
-		drop_graphs(rp);
-		rp->generation = gen;
-	}
-	int start = 0;
-	for (int i = 0; i < rp->n; i++)
-		if (i + 1 == rp->n || ends_chunk(&rp->q[i]) || i + 1 - start == RM_REPLAY_CHUNK_MAX) {
-			make_chunk(s, rp, &rp->q[start], i + 1 - start);
-			start = i + 1;
-		}
-	rp->n = 0;
-	rp->arena_used = 0;
-	rp->runs++;
-	rp->ended_by[why < RM_REPLAY_END_LIMIT ? why : RM_REPLAY_END_STREAM]++;
+	make_pending(s, rp);
+	rp->cut_short++;
+	rp->cut_by[why < RM_REPLAY_END_LIMIT ? why : RM_REPLAY_END_PROTOCOL]++;
 	return rp->last_seq;
 }
 
@@ -492,8 +495,8 @@ void rm_launch_replay_stream_attrs_set(struct rm_channel *s)
 
 static const char *end_name(uint32_t why)
 {
-	static const char *const names[] = {"batch end", "full run", "another stream", "a launch not replayed",
-					    "a fence"};
+	static const char *const names[] = {"batch end", "full run",  "another stream", "a launch not replayed",
+					    "a fence",   "a protocol call"};
 	return why >= RM_REPLAY_END_BATCH ? names[why - RM_REPLAY_END_BATCH] : rm_op_names[why] ? rm_op_names[why] : "?";
 }
 
@@ -505,25 +508,25 @@ void rm_launch_replay_free(struct rm_channel *s)
 	if (rp->queued_launches) {
 		char ends[256] = "";
 		size_t at = 0;
-		for (int k = 0; k < 4; k++) { /* the four commonest reasons a run ended */
+		for (int k = 0; k < 4; k++) { /* the four commonest reasons a chunk was cut short */
 			uint32_t top = 0;
 			for (uint32_t w = 1; w < RM_REPLAY_END_LIMIT; w++)
-				if (rp->ended_by[w] > rp->ended_by[top])
+				if (rp->cut_by[w] > rp->cut_by[top])
 					top = w;
-			if (!rp->ended_by[top])
+			if (!rp->cut_by[top])
 				break;
 			int n = snprintf(ends + at, sizeof(ends) - at, "%s%s %llu", k ? ", " : "", end_name(top),
-					 (unsigned long long)rp->ended_by[top]);
+					 (unsigned long long)rp->cut_by[top]);
 			at = n > 0 && (size_t)n < sizeof(ends) - at ? at + (size_t)n : sizeof(ends) - 1;
-			rp->ended_by[top] = 0;
+			rp->cut_by[top] = 0;
 		}
 		rm_session_log(s, RM_LOG_INFO,
 		               "channel %d: launch replay: %llu of %llu launches made as %llu graph launches, %llu "
-		               "kernels' parameters set; %llu graphs made, %llu refused; %llu runs, ended by %s",
+		               "kernels' parameters set; %llu graphs made, %llu refused; %llu chunks cut short, by %s",
 		               s->chan, (unsigned long long)rp->replayed_launches, (unsigned long long)rp->queued_launches,
 		               (unsigned long long)rp->graph_launches, (unsigned long long)rp->params_set,
 		               (unsigned long long)rp->graphs_made, (unsigned long long)rp->refused,
-		               (unsigned long long)rp->runs, ends);
+		               (unsigned long long)rp->cut_short, ends);
 	}
 	drop_graphs(rp);
 	if (rp->capture)
