@@ -1,6 +1,6 @@
-/* Launch replay (docs/hotpath.md, "Launch replay"): a channel's runs of kernel launches
- * made as CUDA graphs where they repeat, so that a program's steady loop of launches costs
- * the worker one driver call per chunk of launches instead of one per launch.
+/* Launch replay (docs/hotpath.md, "The daemon's per-call work"): a channel's runs of kernel
+ * launches made as CUDA graphs where they repeat, so that a program's steady loop of
+ * launches costs the worker one driver call per chunk of launches instead of one per launch.
  *
  * A launch the client sent async (cuLaunchKernel, cuLaunchKernelEx) is queued in its
  * channel's run instead of being made at once; the run holds launches of one stream of
