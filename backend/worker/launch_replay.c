@@ -37,6 +37,7 @@ struct slot {
 	int n;
 	uint8_t *content; /* its launches as chunk_content writes them: their parameters are exec's */
 	size_t content_len;
+	size_t held; /* host memory charged to the session for it */
 	uint64_t used;
 	int failed;
 };
@@ -54,6 +55,7 @@ struct rm_launch_replay {
 	uint8_t arena[ARENA_BYTES];
 
 	struct slot slots[SLOTS];
+	struct rm_host_account *host; /* the session's, charged for the slots' memory */
 	uint32_t generation; /* the session's replay_generation its graphs were made under */
 	uint64_t tick;
 	CUstream capture; /* where chunks are captured, in capture_ctx */
@@ -116,13 +118,13 @@ static uint64_t launch_hash(const struct queued *l, const uint8_t *kept)
 	return finish(h);
 }
 
-/* A chunk ends after a launch whose hash has these bits clear: 4 launches on average. */
+/* A chunk ends after a launch whose shape hash has these bits clear: 4 launches on average. */
 static int ends_chunk(const struct queued *l)
 {
 	return (l->hash >> 60 & 3) == 0;
 }
 
-/* A launch's record in a chunk's content: what it is, then its parameters. */
+/* A launch's record in a chunk's content: what it is, then its parameters and attributes. */
 struct record {
 	void *func;
 	uint32_t dims[6];
@@ -203,8 +205,10 @@ static CUresult set_params(struct rm_launch_replay *rp, struct slot *sl, const s
 	return CUDA_SUCCESS;
 }
 
-static void slot_clear(struct slot *sl)
+static void slot_clear(struct rm_launch_replay *rp, struct slot *sl)
 {
+	if (sl->held)
+		rm_host_account_give(rp->host, sl->held);
 	if (sl->exec)
 		rm_drv_cuGraphExecDestroy(sl->exec);
 	if (sl->graph)
@@ -219,7 +223,7 @@ static void drop_graphs(struct rm_launch_replay *rp)
 {
 	for (int i = 0; i < SLOTS; i++)
 		if (rp->slots[i].hash)
-			slot_clear(&rp->slots[i]);
+			slot_clear(rp, &rp->slots[i]);
 }
 
 /* The slot of chunk h on st: found (*found 1), or the one it may take (free, else the
@@ -239,7 +243,7 @@ static struct slot *slot_for(struct rm_launch_replay *rp, CUstream st, uint64_t 
 	}
 	*found = 0;
 	if (take->hash)
-		slot_clear(take);
+		slot_clear(rp, take);
 	return take;
 }
 
@@ -346,13 +350,19 @@ static void make_chunk(struct rm_channel *s, struct rm_launch_replay *rp, const 
 		sl->st = rp->st;
 	} else if (!sl->exec && !sl->failed) { /* seen once before: made a graph of */
 		size_t len = chunk_content_len(c, n);
-		CUresult r = (sl->content = malloc(len)) ? make_graph(rp, s->cur->ctx, c, n, sl) : CUDA_ERROR_OUT_OF_MEMORY;
+		size_t held = len + (size_t)n * (sizeof(*sl->nodes) + sizeof(*sl->kinds));
+		CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+		if (!rm_host_account_take(rp->host, held)) {
+			sl->held = held;
+			if ((sl->content = malloc(len)))
+				r = make_graph(rp, s->cur->ctx, c, n, sl);
+		}
 		if (r == CUDA_SUCCESS) {
 			chunk_content(rp, c, n, sl->content);
 			sl->content_len = len;
 			rp->graphs_made++;
 		} else {
-			slot_clear(sl);
+			slot_clear(rp, sl);
 			sl->hash = h;
 			sl->st = rp->st;
 			sl->used = rp->tick;
@@ -367,7 +377,7 @@ static void make_chunk(struct rm_channel *s, struct rm_launch_replay *rp, const 
 			give_up_if_useless(s, rp);
 			return;
 		}
-		slot_clear(sl); /* its launches, one by one, tell why */
+		slot_clear(rp, sl); /* its launches, one by one, tell why */
 	}
 	launch_each(s, rp, c, n);
 	give_up_if_useless(s, rp);
@@ -422,8 +432,12 @@ CUresult rm_launch_replay_add(struct rm_channel *s, const struct rm_frame *f, ui
 			      const CUlaunchConfig *cfg, const void *params, size_t params_len, int ex)
 {
 	struct rm_launch_replay *rp = s->replay;
-	if (!rp && !rm_host_account_take(&s->sh->host, sizeof(*rp)) && !(rp = s->replay = calloc(1, sizeof(*rp))))
-		rm_host_account_give(&s->sh->host, sizeof(*rp));
+	if (!rp && !rm_host_account_take(&s->sh->host, sizeof(*rp))) {
+		if ((rp = s->replay = calloc(1, sizeof(*rp))))
+			rp->host = &s->sh->host;
+		else
+			rm_host_account_give(&s->sh->host, sizeof(*rp));
+	}
 	struct queued l = {.func = func,
 			   .dims = {cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY,
 				    cfg->blockDimZ},
