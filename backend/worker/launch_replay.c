@@ -1,6 +1,7 @@
 /* A channel's runs of launches, made as graphs where they repeat (launch_replay.h). */
 #include "launch_replay.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -404,9 +405,12 @@ int rm_launch_replay_wanted(struct rm_channel *s, const struct rm_frame *f, cons
 	    __atomic_load_n(&sh->replay_off, __ATOMIC_ACQUIRE) || __atomic_load_n(&s->cur->captures, __ATOMIC_ACQUIRE) ||
 	    (s->replay && s->replay->off))
 		return 0;
-	for (unsigned i = 0; i < nattrs; i++)
-		if (attrs[i].id == CU_LAUNCH_ATTRIBUTE_PRIORITY)
+	for (unsigned i = 0; i < nattrs; i++) { /* the message's bytes: not aligned */
+		CUlaunchAttributeID id;
+		memcpy(&id, (const uint8_t *)attrs + i * sizeof(*attrs) + offsetof(CUlaunchAttribute, id), sizeof(id));
+		if (id == CU_LAUNCH_ATTRIBUTE_PRIORITY)
 			return 0;
+	}
 	return 1;
 }
 
