@@ -66,6 +66,26 @@ static void median_into(struct bench_output *out, const struct bench_output *run
 		*out = (struct bench_output){.exit_status = -1, .reason = "out of memory"};
 }
 
+/* Prints run i's numbers on stderr as it ends, so that a bench cut short keeps what it
+ * measured. */
+static void print_run(const char *section, const char *side, int i, const struct bench_output *out)
+{
+	char line[512] = "";
+	size_t at = 0;
+	for (int k = 0; k < out->count && !out->exit_status; k++) {
+		double v;
+		if (!bench_output_number(out, out->kv[k].key, &v))
+			continue;
+		int w = snprintf(line + at, sizeof(line) - at, " %s=%s", out->kv[k].key, out->kv[k].value);
+		if (w < 0 || (size_t)w >= sizeof(line) - at) {
+			line[at] = 0;
+			break;
+		}
+		at += (size_t)w;
+	}
+	fprintf(stderr, "remora bench: %s %s, run %d:%s\n", section, side, i + 1, out->exit_status ? " failed" : line);
+}
+
 int bench_run_both(struct bench_run *run, const char *section, char *const argv[], struct bench_output *nat,
 		   struct bench_output *rem, char *reason, size_t len)
 {
@@ -84,6 +104,7 @@ int bench_run_both(struct bench_run *run, const char *section, char *const argv[
 			if (!have_native) {
 				fprintf(stderr, "remora bench: %s native (%d of %d)\n", section, i + 1, n);
 				bench_run_workers(&run->native, argv, 1, false, WORKER_TIMEOUT_S, run->tmpdir, &nats[i]);
+				print_run(section, "native", i, &nats[i]);
 			}
 			for (int t = 0; t < sides; t++) {
 				const struct bench_side *side = sides > 1 ? &run->sides[t] : &run->remote;
@@ -93,6 +114,7 @@ int bench_run_both(struct bench_run *run, const char *section, char *const argv[
 				}
 				fprintf(stderr, "remora bench: %s %s (%d of %d)\n", section, side->name, i + 1, n);
 				bench_run_workers(side, argv, 1, false, WORKER_TIMEOUT_S, run->tmpdir, &rems[t][i]);
+				print_run(section, side->name, i, &rems[t][i]);
 			}
 		}
 		if (!have_native) {

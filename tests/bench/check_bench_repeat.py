@@ -35,6 +35,9 @@ runs = re.findall(r"remora bench: launch (\S+) \((\d) of 3\)", proc.stderr)
 sides = ["remote-" + t for t in transports] if len(transports) > 1 else ["remote"]
 expected = [(side, str(i)) for i in range(1, 4) for side in ["native"] + sides]
 check(runs == expected, f"in turns, every transport in each turn, on the first pass only: {runs}")
+ended = re.findall(r"remora bench: launch (\S+), run (\d):((?: \S+=\S+)+)", proc.stderr)
+check([(side, i) for side, i, _ in ended] == expected and all("=" in f for _, _, f in ended),
+      f"each run's numbers printed as it ends: {[(side, i) for side, i, _ in ended]}")
 doc = json.loads(proc.stdout) if proc.stdout.strip() else {"run": {}, "figures": []}
 check(doc["run"].get("repeat") == 3, f"run.repeat = {doc['run'].get('repeat')!r}")
 rows = doc["figures"]
