@@ -468,7 +468,8 @@ CUresult rm_launch_replay_add(struct rm_channel *s, const struct rm_frame *f, ui
 		rp->st = st;
 	}
 	l.off = (uint32_t)rp->arena_used;
-	memcpy(rp->arena + l.off, params, params_len);
+	if (params_len) /* a kernel without parameters comes with none (NULL) */
+		memcpy(rp->arena + l.off, params, params_len);
 	if (l.nattrs)
 		memcpy(rp->arena + l.off + attrs_at(&l), cfg->attrs, l.nattrs * sizeof(CUlaunchAttribute));
 	rp->arena_used += (kept + 7) & ~(size_t)7;
