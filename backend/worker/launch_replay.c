@@ -457,11 +457,6 @@ CUresult rm_launch_replay_add(struct rm_channel *s, const struct rm_frame *f, ui
 	if (!rp || kept > ARENA_BYTES) /* made at once: no memory for a run, or too long for one */
 		return launch_raw(func, l.dims, l.smem, ex, st, (void *)params, params_len, cfg->attrs, cfg->numAttrs);
 	if (!rp->n) {
-		uint32_t gen = __atomic_load_n(&s->sh->replay_generation, __ATOMIC_ACQUIRE);
-		if (rp->generation != gen) {
-			drop_graphs(rp);
-			rp->generation = gen;
-		}
 		rp->ctx = f->ctx;
 		rp->v = v;
 		rp->per_thread = f->flags & RM_F_PER_THREAD;
@@ -514,8 +509,14 @@ void rm_launch_replay_stream_attrs_set(struct rm_channel *s)
 
 static const char *end_name(uint32_t why)
 {
-	static const char *const names[] = {"batch end", "full run",  "another stream", "a launch not replayed",
-					    "a fence",   "a protocol call"};
+	static const char *const names[RM_REPLAY_END_LIMIT - RM_REPLAY_END_BATCH] = {
+		[RM_REPLAY_END_BATCH - RM_REPLAY_END_BATCH] = "batch end",
+		[RM_REPLAY_END_FULL - RM_REPLAY_END_BATCH] = "full run",
+		[RM_REPLAY_END_STREAM - RM_REPLAY_END_BATCH] = "another stream",
+		[RM_REPLAY_END_UNREPLAYED - RM_REPLAY_END_BATCH] = "a launch not replayed",
+		[RM_REPLAY_END_FENCE - RM_REPLAY_END_BATCH] = "a fence",
+		[RM_REPLAY_END_PROTOCOL - RM_REPLAY_END_BATCH] = "a protocol call",
+	};
 	return why >= RM_REPLAY_END_BATCH ? names[why - RM_REPLAY_END_BATCH] : rm_op_names[why] ? rm_op_names[why] : "?";
 }
 

@@ -85,8 +85,8 @@ CUresult rm_launch_replay_add(struct rm_channel *s, const struct rm_frame *f, ui
 			      const CUlaunchConfig *cfg, const void *params, size_t params_len, int ex);
 /* Whether a run is pending on s. */
 int rm_launch_replay_pending(const struct rm_channel *s);
-/* Whether frame f could continue s's pending run (a launch in its context): the run is
- * then made by the launch's handler where its stream differs. */
+/* Whether frame f could continue s's pending run (one is pending; f a launch in its
+ * context): the run is then made by the launch's handler where its stream differs. */
 int rm_launch_replay_continues(const struct rm_channel *s, const struct rm_frame *f);
 /* Makes s's pending run (its context current), why: as for rm_launch_replay_flush. The seq of its last launch, for the caller
  * to record as the channel's progress (rm_session_progress) once what must precede that is
