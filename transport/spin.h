@@ -18,6 +18,36 @@ uint64_t rm_transport_spin_ns(const char *env, long default_us, long max_us);
  * woken onto it, needs to answer; yielding halved the 16-client median (hotpath.md). */
 int rm_transport_spin_yields(void);
 
+/* CPU pressure: whether the host's CPUs are oversubscribed, so that a spin would take a CPU
+ * another thread is waiting for. Linux's pressure stall information (/proc/pressure/cpu,
+ * its "some" line: time during which some runnable thread waited for a CPU) is sampled
+ * at most every RM_SPIN_PRESSURE_WINDOW_NS; the host is busy once that share of a window
+ * exceeds REMORA_SPIN_PRESSURE percent (default 10; 0: spin whatever the pressure) and
+ * stays busy until a window's share falls below a third of it. While busy, rm_spin looks
+ * once and returns: the waiter sleeps at once. Sixteen ResNet-50 clients on a 16-CPU host
+ * with their sixteen workers waited 22% of their time for a CPU, and the workers' spinning
+ * cost a fifth of the throughput (docs/hotpath.md). Where the file is absent (no PSI),
+ * the host is never taken as busy. */
+#define RM_SPIN_PRESSURE_WINDOW_NS 50000000ull
+
+struct rm_cpu_pressure {
+	uint64_t at_ns;	  /* the last sample's time (0: none yet) */
+	uint64_t some_us; /* its cumulative stall ("total=") */
+	int busy;
+};
+
+/* The stall total of the "some" line of a /proc/pressure/cpu text: 0, or -1 if absent. */
+int rm_cpu_pressure_parse(const char *text, uint64_t *some_us);
+
+/* A new sample (now_ns, its stall total) against the previous; percent as
+ * REMORA_SPIN_PRESSURE. The new busy verdict (unchanged on the first sample, on a window
+ * shorter than a millisecond, or on a total that went backwards). */
+int rm_cpu_pressure_update(struct rm_cpu_pressure *p, uint64_t now_ns, uint64_t some_us, unsigned percent);
+
+/* Whether this host's CPUs are busy now (above), sampled by whichever caller finds the
+ * window over. */
+int rm_spin_host_busy(void);
+
 /* One pause of the CPU between two looks at memory another CPU writes. */
 static inline void rm_cpu_relax(void)
 {
@@ -28,7 +58,8 @@ static inline void rm_cpu_relax(void)
 #endif
 }
 
-/* Looks (look(arg)) until it answers nonzero or spin_ns have passed: the CPU paused between
+/* Looks (look(arg)) until it answers nonzero or spin_ns have passed (once only while
+ * rm_spin_host_busy): the CPU paused between
  * two looks, the clock read every looks_per_clock looks, and there, where
  * rm_transport_spin_yields, the CPU given up if yield_gap_ns have passed since it last was
  * (0: at every read; a look that costs a system call or a lock reads the clock at each look

@@ -331,13 +331,40 @@ def mps_worker(batch, iters):
             open(f"{barrier}.ready.{os.getpid()}", "w").close()
             while not os.path.exists(barrier):
                 time.sleep(0.005)
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0, c0, q0, v0 = time.perf_counter(), time.process_time(), _run_queue_ns(), _switches()
         for _ in range(iters):
             m(x)
         torch.cuda.synchronize()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        queued, switches = _run_queue_ns() - q0, [b - a for a, b in zip(v0, _switches())]
     print(f"images_per_s {batch * iters / wall:.1f}")
     print(f"cpu_share {cpu / wall:.2f}")  # the process's CPU time over the timed loop's wall time
+    # the main thread's time runnable but not running (Linux's schedstat), over the wall time,
+    # and its context switches an image: voluntary (it slept) and not (it was preempted)
+    print(f"run_queue_share {queued / 1e9 / wall:.2f}")
+    print(f"switches_per_image {switches[0] / (batch * iters):.2f} {switches[1] / (batch * iters):.2f}")
+
+
+def _run_queue_ns():
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1])
+    except OSError:
+        return 0
+
+
+def _switches():
+    v = [0, 0]
+    try:
+        with open("/proc/thread-self/status") as f:
+            for line in f:
+                if line.startswith("voluntary_ctxt_switches"):
+                    v[0] = int(line.split()[1])
+                elif line.startswith("nonvoluntary_ctxt_switches"):
+                    v[1] = int(line.split()[1])
+    except OSError:
+        pass
+    return v
 
 
 PARTS = {"fft": fft, "conv": conv, "linalg": linalg, "rnn": rnn, "resnet50": resnet50, "resnet18_amp": resnet18_amp, "gpt": gpt,
