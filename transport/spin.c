@@ -117,10 +117,21 @@ int rm_spin_host_busy(void)
 	return __atomic_load_n(&pressure.busy, __ATOMIC_RELAXED);
 }
 
+static unsigned long long spins_spun, spins_gated;
+
+void rm_spin_counts(unsigned long long *spun, unsigned long long *gated)
+{
+	*spun = __atomic_load_n(&spins_spun, __ATOMIC_RELAXED);
+	*gated = __atomic_load_n(&spins_gated, __ATOMIC_RELAXED);
+}
+
 int rm_spin(uint64_t spin_ns, unsigned looks_per_clock, uint64_t yield_gap_ns, int (*look)(void *arg), void *arg)
 {
-	if (rm_spin_host_busy())
+	if (rm_spin_host_busy()) {
+		__atomic_add_fetch(&spins_gated, 1, __ATOMIC_RELAXED);
 		return look(arg);
+	}
+	__atomic_add_fetch(&spins_spun, 1, __ATOMIC_RELAXED);
 	uint64_t t0 = rm_transport_now_ns(), yielded = t0;
 	int yields = rm_transport_spin_yields();
 	for (unsigned looks = 1;; looks++) {

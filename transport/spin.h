@@ -48,6 +48,9 @@ int rm_cpu_pressure_update(struct rm_cpu_pressure *p, uint64_t now_ns, uint64_t 
  * window over. */
 int rm_spin_host_busy(void);
 
+/* This process's waits so far that spun, and that looked once because the host was busy. */
+void rm_spin_counts(unsigned long long *spun, unsigned long long *gated);
+
 /* One pause of the CPU between two looks at memory another CPU writes. */
 static inline void rm_cpu_relax(void)
 {

@@ -27,6 +27,7 @@
 #include "registry.h"
 #include "server.h"
 #include "shared_host.h"
+#include "spin.h"
 #include "stream_pool.h"
 #include "stream_wait.h"
 
@@ -181,10 +182,13 @@ void rm_session_destroy(struct rm_channel *s)
 	s->sh->kernel_watch = NULL;
 	rm_staging_close(&s->staging); /* 4 */
 	release_contexts(s);
+	unsigned long long spun, gated;
+	rm_spin_counts(&spun, &gated);
 	rm_log(RM_LOG_INFO, "session %llu (%s, %s) closed: released %zu handles, %zu bytes of device memory, "
-	       "%d shared pinned regions (%llu bytes); stream waits: %llu idle, %llu by word, %llu by the driver",
+	       "%d shared pinned regions (%llu bytes); stream waits: %llu idle, %llu by word, %llu by the driver; "
+	       "this worker's waits so far: %llu spun, %llu kept from spinning by CPU pressure",
 	       (unsigned long long)s->sh->id, s->sh->name, s->peer, freed, bytes, shared, (unsigned long long)shared_bytes,
-	       s->sh->waits_idle, s->sh->waits_word, s->sh->waits_driver);
+	       s->sh->waits_idle, s->sh->waits_word, s->sh->waits_driver, spun, gated);
 	rm_host_account_give(&s->sh->host, s->ring_bytes); /* 3 */
 	rm_link_close(&s->link);                            /* 2 */
 	free_session(s);                                    /* 1 */
