@@ -62,7 +62,8 @@ def sleeps_ending_by_word(d, tries=8):
 
 def main():
     tmp = tempfile.mkdtemp(prefix="stream-words-")
-    d = Daemon(remorad, driver, tmp, "words", "gpu_wait_spin_us = 1000\n")
+    # spinning whatever the loaded machine's CPU pressure (transport/spin.h)
+    d = Daemon(remorad, driver, tmp, "words", "gpu_wait_spin_us = 1000\n", env={"REMORA_SPIN_PRESSURE": "0"})
     try:
         # Any one wait may find its work done (a query answers) or outlast the spin on a
         # loaded machine; of the hundreds these programs make, some end by word.
