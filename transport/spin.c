@@ -90,9 +90,9 @@ static struct {
 	struct rm_cpu_pressure state; /* the sampler's */
 } pressure = {.fd = -1};
 
-int rm_spin_host_busy(void)
+/* rm_spin_host_busy at now. */
+static int host_busy_at(uint64_t now)
 {
-	uint64_t now = rm_transport_now_ns();
 	int idle = 0;
 	if (now < __atomic_load_n(&pressure.next_ns, __ATOMIC_RELAXED) ||
 	    !__atomic_compare_exchange_n(&pressure.sampling, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
@@ -117,6 +117,11 @@ int rm_spin_host_busy(void)
 	return __atomic_load_n(&pressure.busy, __ATOMIC_RELAXED);
 }
 
+int rm_spin_host_busy(void)
+{
+	return host_busy_at(rm_transport_now_ns());
+}
+
 static unsigned long long spins_spun, spins_gated;
 
 void rm_spin_counts(unsigned long long *spun, unsigned long long *gated)
@@ -127,12 +132,12 @@ void rm_spin_counts(unsigned long long *spun, unsigned long long *gated)
 
 int rm_spin(uint64_t spin_ns, unsigned looks_per_clock, uint64_t yield_gap_ns, int (*look)(void *arg), void *arg)
 {
-	if (rm_spin_host_busy()) {
+	uint64_t t0 = rm_transport_now_ns(), yielded = t0;
+	if (host_busy_at(t0)) {
 		__atomic_add_fetch(&spins_gated, 1, __ATOMIC_RELAXED);
 		return look(arg);
 	}
 	__atomic_add_fetch(&spins_spun, 1, __ATOMIC_RELAXED);
-	uint64_t t0 = rm_transport_now_ns(), yielded = t0;
 	int yields = rm_transport_spin_yields();
 	for (unsigned looks = 1;; looks++) {
 		int r = look(arg);
