@@ -3,7 +3,9 @@
 bench/link-emu.sh, starts remorad in the server's namespace and times back-to-back
 synchronous copies of 64 KiB to 64 MiB each way (Gbit/s), with the plan from the measured link, striping
 from 1 MiB and one link (COPY_RATES_VARIANTS="label:VAR=V,VAR=V;..." names others). A measuring
-tool, not a test (no bounds).
+tool, not a test (no bounds). COPY_RATES_PROFILE=copies:SIZE: both sides profile each copy of at
+least SIZE (REMORA_PROFILE, common/copy_profile.h), and each variant's profile lines follow
+its rates, the client's then remorad's, to say where a copy's time goes.
 
 usage: link-emu.sh SPEC -- python3 copy_rates.py REMORAD DRIVER|system CLIENT_LIB_DIR
 """
@@ -38,18 +40,31 @@ if os.environ.get("CHILD"):
     print(json.dumps(res)); sys.exit(0)
 tmp = tempfile.mkdtemp()
 ready = tmp + "/addr"
+profile = os.environ.get("COPY_RATES_PROFILE")
+profile_env = {"REMORA_PROFILE": profile} if profile else {}
+daemon_log = open(tmp + "/remorad.log", "w+")
 p = subprocess.Popen([os.environ["REMORA_LINK_TOOL"], "exec", os.environ["REMORA_LINK_SERVER_NS"], remorad, "--listen",
                       "tcp://" + os.environ["REMORA_LINK_SERVER_IP"] + ":0", "--set", "allow_anonymous=yes", "--ready-file", ready] + driver_args,
-                     stderr=subprocess.DEVNULL)
+                     stderr=daemon_log, env=dict(os.environ, **profile_env))
 while not (os.path.exists(ready) and open(ready).read().strip()): time.sleep(0.05)
 addr = open(ready).read().strip()
 variants = [("default", {}), ("stripe_min=1M", {"REMORA_STRIPE_MIN": "1M"}), ("links=1", {"REMORA_COPY_LINKS": "1"})]
 if os.environ.get("COPY_RATES_VARIANTS"):
     variants = [(v.split(":", 1)[0], dict(kv.split("=", 1) for kv in v.split(":", 1)[1].split(",") if kv))
                 for v in os.environ["COPY_RATES_VARIANTS"].split(";")]
+
+def profile_lines(text):
+    return [line for line in text.splitlines() if line.startswith("remora-profile side=")]
+
+
 for label, extra in variants:
-    env = dict(os.environ, CHILD="1", REMORA_SERVER=addr, **extra)
+    env = dict(os.environ, CHILD="1", REMORA_SERVER=addr, **profile_env, **extra)
     env["LD_LIBRARY_PATH"] = ":".join(p for p in (client_dir, os.environ.get("LD_LIBRARY_PATH")) if p)
     r = subprocess.run([sys.executable, __file__] + sys.argv[1:], env=env, capture_output=True, text=True)
     print(os.environ["REMORA_LINK"], label, r.stdout.strip() or r.stderr[-300:], flush=True)
+    if profile:
+        time.sleep(0.2)  # remorad's line comes as the copy ends, on its side
+        daemon_log.seek(0)
+        print("\n".join(profile_lines(r.stderr) + profile_lines(daemon_log.read())), flush=True)
+        daemon_log.seek(0); daemon_log.truncate()
 p.terminate(); p.wait()
