@@ -42,7 +42,8 @@ tmp = tempfile.mkdtemp()
 ready = tmp + "/addr"
 profile = os.environ.get("COPY_RATES_PROFILE")
 profile_env = {"REMORA_PROFILE": profile} if profile else {}
-daemon_log = open(tmp + "/remorad.log", "w+")
+daemon_log = open(tmp + "/remorad.log", "w+")  # each variant's profile lines read from daemon_seen on
+daemon_seen = 0
 p = subprocess.Popen([os.environ["REMORA_LINK_TOOL"], "exec", os.environ["REMORA_LINK_SERVER_NS"], remorad, "--listen",
                       "tcp://" + os.environ["REMORA_LINK_SERVER_IP"] + ":0", "--set", "allow_anonymous=yes", "--ready-file", ready] + driver_args,
                      stderr=daemon_log, env=dict(os.environ, **profile_env))
@@ -64,7 +65,8 @@ for label, extra in variants:
     print(os.environ["REMORA_LINK"], label, r.stdout.strip() or r.stderr[-300:], flush=True)
     if profile:
         time.sleep(0.2)  # remorad's line comes as the copy ends, on its side
-        daemon_log.seek(0)
-        print("\n".join(profile_lines(r.stderr) + profile_lines(daemon_log.read())), flush=True)
-        daemon_log.seek(0); daemon_log.truncate()
+        daemon_log.seek(daemon_seen)
+        daemon_text = daemon_log.read()
+        daemon_seen += len(daemon_text)
+        print("\n".join(profile_lines(r.stderr) + profile_lines(daemon_text)), flush=True)
 p.terminate(); p.wait()
