@@ -387,9 +387,10 @@ RM_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraph, CUstream hStream)
 	CUresult r = rm_mapped_before_launch(hStream);
 	if (r == CUDA_SUCCESS)
 		r = rm_graph_host_before_launch(hGraph, hStream);
-	if (r == CUDA_SUCCESS)
-		r = rm_rpc_ordered(RM_OP_cuGraphLaunch, &req.base, req.hstream, 0);
-	return r == CUDA_SUCCESS ? rm_graph_host_after_launch(hGraph, hStream) : r;
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = rm_rpc_ordered(RM_OP_cuGraphLaunch, &req.base, req.hstream, 0);
+	return rm_graph_host_after_launch(hGraph, hStream, r);
 }
 
 /* The arrays cuGraphKernelNodeGetParams_v2 gave, one a node (CUDA keeps its own for the

@@ -11,7 +11,8 @@
  *  - a host source's bytes go up into its buffer, on the launch's stream before the graph:
  *    the graph reads them as they are at the launch;
  *  - a host destination's bytes go up too, kept as its snapshot, and it is marked pending
- *    with an event recorded after the graph. What the graph wrote comes down into the host
+ *    before the launch is sent (a host node of the graph may run before cuGraphLaunch
+ *    returns here), with an event recorded after the graph. What the graph wrote comes down into the host
  *    range (each byte of the buffer that differs from the snapshot) before a host node of
  *    a graph runs here, which may read it (the graph waits at the node meanwhile), and at
  *    the first synchronizing call that finds the event complete (a synchronize of the
@@ -43,6 +44,7 @@ struct stage {
 	CUstream drain;  /* to_host: where it comes down, waiting for no other stream */
 	unsigned char *snap; /* to_host: the host range as last sent up or brought down */
 	int pending;     /* to_host: a launch wrote it and it has not come down */
+	int launching;   /* to_host: launches sent whose event is not recorded yet */
 	int busy;        /* drains reading it outside lock: not freed meanwhile */
 	struct stage *next;
 };
@@ -322,32 +324,42 @@ CUresult rm_graph_host_before_launch(CUgraphExec exec, CUstream stream)
 	for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++)
 		r = rm_copy_to_device(steps[i].st->dev, steps[i].bytes ? (const void *)steps[i].bytes : steps[i].st->host,
 				      steps[i].st->n, stream, 0);
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
+		struct stage *st = steps[i].st;
+		if (!st->to_host)
+			continue;
+		st->launching++;
+		if (!st->pending) {
+			st->pending = 1;
+			__atomic_add_fetch(&npending, 1, __ATOMIC_ACQ_REL);
+		}
+	}
+	pthread_mutex_unlock(&lock);
 	for (size_t i = 0; i < n; i++)
 		free(steps[i].bytes);
 	free(steps);
 	return r;
 }
 
-CUresult rm_graph_host_after_launch(CUgraphExec exec, CUstream stream)
+CUresult rm_graph_host_after_launch(CUgraphExec exec, CUstream stream, CUresult launched)
 {
 	if (!__atomic_load_n(&nstages, __ATOMIC_ACQUIRE))
-		return CUDA_SUCCESS;
+		return launched;
 	struct launch_step *steps;
 	size_t n;
 	pthread_mutex_lock(&lock);
 	int err = steps_of((uint64_t)(uintptr_t)exec, 1, &steps, &n);
 	pthread_mutex_unlock(&lock);
 	if (err)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	CUresult r = CUDA_SUCCESS;
+		return launched != CUDA_SUCCESS ? launched : CUDA_ERROR_OUT_OF_MEMORY;
+	CUresult r = launched;
 	for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++)
 		r = cuEventRecord(steps[i].st->done, stream);
 	pthread_mutex_lock(&lock);
-	for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++)
-		if (!steps[i].st->pending) {
-			steps[i].st->pending = 1;
-			__atomic_add_fetch(&npending, 1, __ATOMIC_ACQ_REL);
-		}
+	for (size_t i = 0; i < n; i++)
+		if (steps[i].st->launching)
+			steps[i].st->launching--;
 	pthread_mutex_unlock(&lock);
 	free(steps);
 	return r;
@@ -387,8 +399,9 @@ static CUresult drain_pending(int done_only)
 		cap += st->pending;
 	if (cap && !(pend = calloc(cap, sizeof(*pend))))
 		r = CUDA_ERROR_OUT_OF_MEMORY;
+	/* A stage whose launch is still being sent has no event of that launch to ask yet. */
 	for (struct stage *st = stages; st && pend; st = st->next)
-		if (st->pending) {
+		if (st->pending && !(done_only && st->launching)) {
 			st->busy++;
 			pend[n++] = st;
 		}
@@ -502,7 +515,7 @@ void rm_graph_host_forget(uint64_t owner)
 		for (size_t i = 0; i < st->nowners; i++)
 			if (st->owners[i] == owner)
 				st->owners[i--] = st->owners[--st->nowners];
-		if (st->nowners || st->pending || st->busy) {
+		if (st->nowners || st->pending || st->launching || st->busy) {
 			at = &st->next;
 			continue;
 		}

@@ -16,9 +16,12 @@ CUresult rm_graph_host_inherit(uint64_t from, uint64_t to);
 /* A copy between device memory and host memory on a capturing stream: 1 with *r set, the
  * copy captured through the range's staging buffer; 0 if stream does not capture. */
 int rm_graph_host_capture(int to_host, CUdeviceptr dev, void *host, size_t n, CUstream stream, CUresult *r);
-/* Around cuGraphLaunch: host sources go up before, host destinations are marked after. */
+/* Around cuGraphLaunch: host sources go up before, and host destinations are marked
+ * pending, so that a host node of the graph that runs before the launch call returns
+ * brings them down; after the launch was sent (launched: how that went, returned unless
+ * it went well) each destination's event is recorded. */
 CUresult rm_graph_host_before_launch(CUgraphExec exec, CUstream stream);
-CUresult rm_graph_host_after_launch(CUgraphExec exec, CUstream stream);
+CUresult rm_graph_host_after_launch(CUgraphExec exec, CUstream stream, CUresult launched);
 /* After a synchronizing call: host destinations whose launch is complete come down. */
 CUresult rm_graph_host_after_sync(void);
 
