@@ -621,7 +621,8 @@ TD_EXPORT CUresult cuStreamQuery(CUstream handle)
 	pthread_mutex_lock(&s->lock);
 	bool idle = s->completed == s->enqueued;
 	pthread_mutex_unlock(&s->lock);
-	return idle ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+	/* As CUDA: a stream whose work is done answers the context's fault, if any. */
+	return idle ? td_sticky_error() : CUDA_ERROR_NOT_READY;
 }
 
 TD_EXPORT CUresult cuStreamGetFlags(CUstream handle, unsigned int *flags)
