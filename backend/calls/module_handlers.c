@@ -9,6 +9,7 @@
 #include "host_memory.h"
 #include "handle_alias.h"
 #include "image_cache.h"
+#include "image_charge.h"
 #include "migrate.h"
 #include "log.h"
 #include "remora.pb-c.h"
@@ -35,6 +36,40 @@ static CUresult hold_image_memory(struct rm_channel *s, uint64_t n)
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	return r;
+}
+
+/* Gives back what hold_image_memory took. */
+static void give_image_memory(struct rm_channel *s, uint64_t n)
+{
+	rm_host_account_give(&s->sh->host, n);
+	rm_session_uncharge(s, n);
+}
+
+/* Loads image as a module or a library the session owns, charged to its quota. A shared
+ * copy the session already holds is loaded again for it: each load is a module of its
+ * own, as in CUDA, whose unload leaves the other usable. */
+static CUresult load_owned(struct rm_channel *s, enum rm_handle_kind kind, const uint8_t *image, size_t n, void **h)
+{
+	int shared;
+	CUresult r = rm_image_load(kind, image, n, h, &shared);
+	if (r == CUDA_SUCCESS && shared && rm_session_find(s, kind, (uint64_t)(uintptr_t)*h, NULL)) {
+		rm_image_unload(kind, *h);
+		shared = 0;
+		r = rm_image_load_unshared(kind, image, h);
+	}
+	if (r != CUDA_SUCCESS)
+		return r;
+	rm_session_own(s, kind, *h, 0);
+	r = rm_image_charge(s, kind, *h, image, n, shared);
+	if (r != CUDA_SUCCESS) {
+		rm_session_disown(s, kind, *h);
+		rm_image_unload(kind, *h);
+		return r;
+	}
+	if (shared)
+		rm_session_log(s, RM_LOG_DEBUG, "%s of %llu bytes shared with other clients",
+			       kind == RM_H_MODULE ? "module" : "library", (unsigned long long)n);
+	return CUDA_SUCCESS;
 }
 
 /* Reads an image sent as bulk and loads it as a module or a library owned by the session. */
@@ -67,29 +102,23 @@ static CUresult load_image(struct rm_channel *s, struct rm_request *rq, Remora__
 			               (unsigned long long)n);
 			r = CUDA_ERROR_INVALID_IMAGE;
 		}
+		/* Loaded, the image is charged as the module it became (image_charge.h). */
+		give_image_memory(s, n);
+		held = 0;
 		void *h = NULL;
-		int shared;
 		if (r == CUDA_SUCCESS)
-			r = rm_image_load(kind, image, n, &h, &shared);
+			r = load_owned(s, kind, image, n, &h);
 		if (r == CUDA_SUCCESS) {
-			rm_session_own(s, kind, h, 0);
 			rm_image_load_here(kind, h); /* shared or not: maybe not yet in this context */
-		}
-		if (r == CUDA_SUCCESS) { /* kept, to move it on (migrate.h) */
-			rm_migrate_keep_image(s, kind, (uint64_t)(uintptr_t)h, image, n);
+			rm_migrate_keep_image(s, kind, (uint64_t)(uintptr_t)h, image, n); /* to move it on (migrate.h) */
 			image = NULL;
+			rep->module = rm_session_out_value(s, kind, (uint64_t)(uintptr_t)h);
 		}
-		if (r == CUDA_SUCCESS && shared)
-			rm_session_log(s, RM_LOG_DEBUG, "%s of %llu bytes shared with other clients",
-			               kind == RM_H_MODULE ? "module" : "library", (unsigned long long)n);
-		rep->module = rm_session_out_value(s, kind, (uint64_t)(uintptr_t)h);
 	}
 out:
 	free(image);
-	if (held) {
-		rm_host_account_give(&s->sh->host, n);
-		rm_session_uncharge(s, n);
-	}
+	if (held)
+		give_image_memory(s, n);
 	return r;
 }
 
@@ -107,24 +136,32 @@ CUresult rm_body_cuLibraryLoadData(struct rm_channel *s, struct rm_request *rq, 
 	return load_image(s, rq, rep, RM_H_LIBRARY);
 }
 
-/* Typed bodies of generated handlers (proto/api.spec, daemon_handlers.h): the handler
- * forgets an unloaded module or library, and what was its (hmod=del, library=del).
- * Like CUDA's unload, the call returns once the client's work is done; the driver's
- * unload, which waits for every client's, is made off its thread (deferred.h). */
+/* Typed bodies of generated handlers (proto/api.spec, daemon_handlers.h): the record of
+ * an unloaded module or library, and what was its, is taken first, so that of two unloads
+ * of one module at once one unloads it (the handler's forgetting, hmod=del and
+ * library=del, then finds none), and its charge goes back. Like CUDA's unload, the call
+ * returns once the client's work is done; the driver's unload, which waits for every
+ * client's, is made off its thread (deferred.h). */
+static CUresult unload(struct rm_channel *s, enum rm_handle_kind kind, void *h)
+{
+	struct rm_handle rec;
+	if (!rm_session_take(s, kind, (uint64_t)(uintptr_t)h, &rec))
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUresult r = rm_session_synchronize_all(s);
+	CUresult u = rm_image_unload(kind, h);
+	rm_image_uncharge(s, &rec);
+	rm_migrate_forget_image(s, (uint64_t)(uintptr_t)h);
+	return r != CUDA_SUCCESS ? r : u;
+}
+
 CUresult rm_body_cuModuleUnload(struct rm_channel *s, CUmodule hmod)
 {
-	CUresult r = rm_session_synchronize_all(s);
-	CUresult u = rm_image_unload(RM_H_MODULE, hmod);
-	rm_migrate_forget_image(s, (uint64_t)(uintptr_t)hmod);
-	return r != CUDA_SUCCESS ? r : u;
+	return unload(s, RM_H_MODULE, hmod);
 }
 
 CUresult rm_body_cuLibraryUnload(struct rm_channel *s, CUlibrary library)
 {
-	CUresult r = rm_session_synchronize_all(s);
-	CUresult u = rm_image_unload(RM_H_LIBRARY, library);
-	rm_migrate_forget_image(s, (uint64_t)(uintptr_t)library);
-	return r != CUDA_SUCCESS ? r : u;
+	return unload(s, RM_H_LIBRARY, library);
 }
 
 /* A global is usable memory of the client's, owned with its module or library, so

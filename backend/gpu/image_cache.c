@@ -76,6 +76,11 @@ static void trim_idle(void)
 	free(im);
 }
 
+CUresult rm_image_load_unshared(enum rm_handle_kind kind, const uint8_t *image, void **out)
+{
+	return driver_load(kind, image, out);
+}
+
 CUresult rm_image_load(enum rm_handle_kind kind, const uint8_t *image, size_t n, void **out, int *shared)
 {
 	*shared = 0;

@@ -21,6 +21,8 @@
  * context (kind RM_H_MODULE) or as a library (RM_H_LIBRARY), sharing a loaded
  * copy when the image allows; *shared says whether it did. */
 CUresult rm_image_load(enum rm_handle_kind kind, const uint8_t *image, size_t n, void **out, int *shared);
+/* Loads image as rm_image_load does, a copy of its own whether or not it could be shared. */
+CUresult rm_image_load_unshared(enum rm_handle_kind kind, const uint8_t *image, void **out);
 /* Loads every function of a module or library (kind) into the current context, under the
  * driver's lazy loading (module_loading = context): where an eager load would go into
  * every context of the worker. Best effort: a function left unloaded loads at its first
@@ -50,5 +52,11 @@ int rm_image_contained(const uint8_t *image, size_t n);
  * repeat), calling visit(name, arg). 0; 1 when it also holds __managed__ variables; -1
  * when it cannot be read that far (its variables unknown); else visit's nonzero. */
 int rm_image_variables(const uint8_t *image, size_t n, int (*visit)(const char *name, void *arg), void *arg);
+/* The bytes of code and data a GPU of compute capability sm (major * 10 + minor) loads
+ * from image: of a fatbin, the entry the driver picks (the highest cubin of sm's major not
+ * above it, else the highest PTX not above it, else the largest entry), as uncompressed;
+ * of a cubin or PTX, its n bytes. An upper bound of what the module holds on the device
+ * besides its variables (the driver's lazy loading may hold less). */
+uint64_t rm_image_code_bytes(const uint8_t *image, size_t n, unsigned sm);
 
 #endif

@@ -413,3 +413,37 @@ int rm_image_variables(const uint8_t *image, size_t n, int (*visit)(const char *
 		r = ptx_variables(image, n, &x);
 	return r ? r : x.managed;
 }
+
+/* The entry the driver runs on a GPU of compute capability sm (major * 10 + minor): the
+ * cubin of the highest arch it can run (same major, not above sm), else the PTX of the
+ * highest arch not above sm (JIT-compiled); bytes as uncompressed. */
+struct code_pick {
+	unsigned sm;
+	uint32_t cubin_arch, ptx_arch;
+	uint64_t cubin, ptx, largest;
+};
+
+static int entry_code(const uint8_t *e, void *arg)
+{
+	struct code_pick *c = arg;
+	uint32_t compressed = rd32(e + 16), arch = rd32(e + 28);
+	uint64_t bytes = compressed && rd32(e + 4) >= 64 ? rd64(e + 56) : rd64(e + 8);
+	uint16_t kind = rd16(e);
+	if (bytes > c->largest)
+		c->largest = bytes;
+	if (kind == 2 && arch <= c->sm && arch / 10 == c->sm / 10 && (!c->cubin || arch > c->cubin_arch))
+		c->cubin = bytes, c->cubin_arch = arch;
+	if (kind == 1 && arch <= c->sm && (!c->ptx || arch > c->ptx_arch))
+		c->ptx = bytes, c->ptx_arch = arch;
+	return 1;
+}
+
+uint64_t rm_image_code_bytes(const uint8_t *image, size_t n, unsigned sm)
+{
+	if (n < 4 || rd32(image) != FATBIN_MAGIC)
+		return n;
+	struct code_pick c = {.sm = sm};
+	if (fatbin_walk(image, n, entry_code, &c) <= 0)
+		return n;
+	return c.cubin ? c.cubin : c.ptx ? c.ptx : c.largest ? c.largest : n;
+}

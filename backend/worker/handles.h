@@ -15,7 +15,7 @@ enum rm_handle_kind {
 
 struct rm_handle {
 	uint64_t value;
-	uint64_t size;   /* memory: its length; an event: its creation flags */
+	uint64_t size;   /* memory: its length; a module or library: its charge (image_charge.h); an event: its creation flags */
 	uint64_t parent; /* the module of a function or global, else 0 */
 	uint32_t kind;
 	uint32_t ctx;    /* 1 + the slot of the session's context current when it was made; 0: none */
@@ -46,7 +46,8 @@ int rm_session_find_locked(struct rm_channel *s, enum rm_handle_kind kind, uint6
 /* Counts n references more (add) or fewer in an owned handle's size field, forgetting it
  * at none: 1, or 0 when not owned, or (fewer) it holds fewer than n. */
 int rm_session_take_refs(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, uint64_t n, int add);
-/* Sets an owned handle's size field, of a kind whose size is no charge: 1, or 0 when not owned. */
+/* Sets an owned handle's size field, of a kind other than memory (whose size the range checks
+ * and memory counts use): 1, or 0 when not owned. */
 int rm_session_set_size(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, uint64_t size);
 /* A graph's parent: 0 for the client's own graph (its to destroy); RM_GRAPH_OF_CAPTURE for
  * the graph of a capture under way (the driver's until the capture ends); else the node

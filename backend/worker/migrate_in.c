@@ -14,6 +14,7 @@
 #include "gpus.h"
 #include "handle_alias.h"
 #include "image_cache.h"
+#include "image_charge.h"
 #include "log.h"
 #include "memory_window.h"
 #include "migrate_state.h"
@@ -210,6 +211,7 @@ static int load_image(struct restore *x, enum rm_handle_kind kind, uint64_t hand
 {
 	void *h = NULL;
 	uint8_t *kept = NULL;
+	int shared = 0;
 	CUdevice dev = kind == RM_H_MODULE && x->s->cur ? x->s->cur->dev : -1;
 	struct rm_preloaded *p = rm_migrate_take_preloaded(x->s->sh, kind, dev, image, n);
 	if (p) {
@@ -219,7 +221,6 @@ static int load_image(struct restore *x, enum rm_handle_kind kind, uint64_t hand
 		free(p);
 		x->preloaded++;
 	} else {
-		int shared;
 		if (!rm_image_contained(image, n))
 			return -EPROTO;
 		CUresult r = rm_image_load(kind, image, n, &h, &shared);
@@ -230,6 +231,13 @@ static int load_image(struct restore *x, enum rm_handle_kind kind, uint64_t hand
 			memcpy(kept, image, n + RM_IMAGE_PAD);
 	}
 	rm_session_own(x->s, kind, h, 0);
+	CUresult charged = rm_image_charge(x->s, kind, h, image, n, shared); /* as a client's own load is */
+	if (charged != CUDA_SUCCESS) {
+		rm_session_disown(x->s, kind, h);
+		rm_image_unload(kind, h);
+		free(kept);
+		return err_of(charged);
+	}
 	if (kept)
 		rm_migrate_keep_image(x->s, kind, (uint64_t)(uintptr_t)h, kept, n);
 	x->bytes += n;

@@ -8,6 +8,7 @@
 #include "driver_table.h"
 #include "fault.h"
 #include "image_cache.h"
+#include "image_charge.h"
 #include "ipc.h"
 #include "migrate.h"
 #include "memory_window.h"
@@ -54,15 +55,19 @@ static void release_stream(struct rm_channel *s, const struct rm_handle *h)
 	rm_stream_pool_give(handle_of(h));
 }
 
+/* The quota is released with the image (image_charge.h). */
 static void release_module(struct rm_channel *s, const struct rm_handle *h)
 {
-	if (!h->parent) /* else a library's own */
+	if (!h->parent) { /* else a library's own */
 		rm_image_unload(RM_H_MODULE, handle_of(h));
+		rm_image_uncharge(s, h);
+	}
 }
 
 static void release_library(struct rm_channel *s, const struct rm_handle *h)
 {
 	rm_image_unload(RM_H_LIBRARY, handle_of(h));
+	rm_image_uncharge(s, h);
 }
 
 /* Aborted already, before the drain (rm_nccl_session_gone): the record goes. */

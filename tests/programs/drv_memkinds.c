@@ -366,11 +366,18 @@ static void quota(unsigned limit_mb, CUdevice dev)
 	CUstream st;
 	CHECK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
 	CUdeviceptr held[64];
-	unsigned pieces = limit_mb / 16;
-	if (pieces > 64)
-		pieces = 64;
-	for (unsigned i = 0; i < pieces; i++)
-		CHECK(cuMemAllocAsync(&held[i], 16 * MIB, st));
+	/* What is left of the quota (cuMemGetInfo's free, which it narrows; the module loaded
+	 * is charged too), in pieces charged as asked: 16 MiB, multiples of 2 MiB, of 512 bytes. */
+	unsigned pieces = 0;
+	size_t left, total;
+	while (pieces < 64 && cuMemGetInfo(&left, &total) == CUDA_SUCCESS && left >= 512) {
+		size_t piece = left >= 16 * MIB ? 16 * MIB : left >= 2 * MIB ? left / (2 * MIB) * (2 * MIB) : left / 512 * 512;
+		CHECK(cuMemAllocAsync(&held[pieces++], piece, st));
+	}
+	if (pieces < limit_mb / 16) {
+		fprintf(stderr, "quota: %u pieces filled a %u MiB quota\n", pieces, limit_mb);
+		exit(1);
+	}
 	CUdeviceptr extra;
 	EXPECT_RESULT(cuMemAllocAsync(&extra, 16 * MIB, st), CUDA_ERROR_OUT_OF_MEMORY);
 	CUmemoryPool pool;

@@ -12,6 +12,11 @@ and 7), on the CPU test driver. One scenario a run:
                   the default rings works
   granularity     one-byte allocations are charged 512 bytes each: a 1 MiB quota takes
                   2048 of them, not 4096 (before: charged 1 byte each)
+  module-state    a module's variables and code are charged while it is loaded: under a
+                  10 MiB quota, modules of a 3 MiB variable (charged 4 MiB each) load
+                  twice, the third refused, as libraries loaded with no context current;
+                  cuMemGetInfo's free falls by their charge and comes back when they are
+                  unloaded (before: a module's variables were not charged, any number loaded)
   metrics-idle    24 idle connections to the metrics endpoint keep no scrape out (before:
                   0 of 20 served)
   attach-index    a copy link's Attach with an index out of order is answered with an
@@ -119,6 +124,24 @@ def granularity(d):
               f"one-byte allocations are charged 512 bytes: a 1 MiB quota takes {k} of them (at most 2048), "
               f"then CUDA_ERROR_OUT_OF_MEMORY ({r})")
         check(k >= 1024, f"... and no more than the rule says ({k} taken)")
+
+
+def module_state(d):
+    rc, out, err = run_probe(d, "modules", "6")
+    m = re.match(r"modules (\d+) (\d+) libraries (\d+) (\d+)\s+free (\d+) (\d+) (\d+)", out)
+    check(rc == 0 and m is not None, f"the probe ran ({out!r} {err})")
+    if not m:
+        return
+    km, rm, kl, rl, free0, free1, free2 = map(int, m.groups())
+    check(km == 2 and rm == CUDA_ERROR_OUT_OF_MEMORY,
+          f"modules of a 3 MiB variable: 2 load within a 10 MiB quota, then CUDA_ERROR_OUT_OF_MEMORY "
+          f"({km} loaded, then {rm})")
+    check(kl == 2 and rl == CUDA_ERROR_OUT_OF_MEMORY,
+          f"the same as libraries with no context current ({kl} loaded, then {rl})")
+    check(free0 - free1 == 8 * MIB, f"cuMemGetInfo's free falls by the two modules' charge, 8 MiB "
+          f"({free0} then {free1})")
+    check(free2 == free0, f"... and comes back once they are unloaded ({free2}, was {free0})")
+    check("could not be named" not in d.text(), "every module's variables were named")
 
 
 def metrics_idle(d):
@@ -230,6 +253,7 @@ SCENARIOS = {
     "host-memory": (host_memory, "worker_host_memory_limit = 160M\nclient_host_memory_limit = 64M\n", {}),
     "shm-ring": (shm_ring, "", {"listen": "unix"}),
     "granularity": (granularity, "client_memory_limit = 1M\n", {}),
+    "module-state": (module_state, "client_memory_limit = 10M\n", {}),
     "metrics-idle": (metrics_idle, "metrics_listen = 127.0.0.1:0\n", {}),
     "attach-index": (attach_index, "", {}),
 }

@@ -23,6 +23,11 @@
  *                     for SECS seconds
  *   probe tiny N      makes up to N one-byte allocations, stopping at the first refusal;
  *                     prints "allocated K" and the refusal's error (0: none)
+ *   probe modules N   loads up to N modules of a PTX image holding a 3 MiB variable
+ *                     (stateBlock), stopping at the first refusal, then unloads them; then
+ *                     the same as libraries loaded with no context current; prints "modules K R
+ *                     libraries K R" (R the refusal's error, 0: none) and "free F1 F2 F3":
+ *                     cuMemGetInfo's free before, with the modules loaded, and after
  *   probe exit [busy] a forked child exits (its library's destructor runs), then the parent
  *                     makes a call and prints "after a child's exit: RESULT"; an atexit handler
  *                     makes one more and prints "at exit: RESULT" (busy: a thread that holds a
@@ -75,6 +80,36 @@ static void *copy_thread(void *arg)
 	pthread_mutex_unlock(&threads_lock);
 	free(host);
 	return NULL;
+}
+
+/* probe modules: PTX of one 3 MiB variable (valid for NVIDIA's JIT as for the test driver). */
+static const char state_ptx[] = ".version 8.0\n.target sm_80\n.address_size 64\n"
+				".visible .global .align 4 .b8 stateBlock[3145728];\n";
+
+static int probe_modules(CUcontext ctx, int n)
+{
+	CUmodule mods[64];
+	CUlibrary libs[64];
+	size_t free0, free1, free2, total;
+	int km = 0, kl = 0;
+	CUresult rm = CUDA_SUCCESS, rl = CUDA_SUCCESS;
+	n = n < 64 ? n : 64;
+	CHECK(cuMemGetInfo(&free0, &total));
+	while (km < n && (rm = cuModuleLoadData(&mods[km], state_ptx)) == CUDA_SUCCESS)
+		km++;
+	CHECK(cuMemGetInfo(&free1, &total));
+	for (int i = 0; i < km; i++)
+		CHECK(cuModuleUnload(mods[i]));
+	CUcontext popped;
+	CHECK(cuCtxPopCurrent(&popped));
+	while (kl < n && (rl = cuLibraryLoadData(&libs[kl], state_ptx, NULL, NULL, 0, NULL, NULL, 0)) == CUDA_SUCCESS)
+		kl++;
+	CHECK(cuCtxPushCurrent(ctx));
+	for (int i = 0; i < kl; i++)
+		CHECK(cuLibraryUnload(libs[i]));
+	CHECK(cuMemGetInfo(&free2, &total));
+	printf("modules %d %d libraries %d %d\nfree %zu %zu %zu\n", km, (int)rm, kl, (int)rl, free0, free1, free2);
+	return 0;
 }
 
 static int probe_threads(CUcontext ctx, int n, double secs)
@@ -178,6 +213,8 @@ int main(int argc, char **argv)
 		return probe_exit(ctx, argc > 2 && !strcmp(argv[2], "busy"));
 	if (!strcmp(argv[1], "threads") && argc > 3)
 		return probe_threads(ctx, atoi(argv[2]), atof(argv[3]));
+	if (!strcmp(argv[1], "modules") && argc > 2)
+		return probe_modules(ctx, atoi(argv[2]));
 	if (!strcmp(argv[1], "tiny") && argc > 2) {
 		int n = atoi(argv[2]), k = 0;
 		CUresult r = CUDA_SUCCESS;

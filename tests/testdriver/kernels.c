@@ -383,7 +383,9 @@ static const struct td_kernel catalogue[] = {
 
 static const unsigned kernels_magic = 0x52454d4fu;
 static const struct td_global globals[] = {
-	{ "kernelsMagic", sizeof kernels_magic, &kernels_magic },
+	{ "kernelsMagic", sizeof kernels_magic, &kernels_magic, false },
+	/* Module state larger than its image (a NOBITS section), as a quota must count it. */
+	{ "stateBlock", 3u << 20, NULL, true },
 };
 
 const struct td_kernel *td_kernel_at(size_t index)

@@ -148,14 +148,15 @@ static CUresult module_load(struct td_context *ctx, const void *data, struct td_
 	}
 	const struct td_global *g;
 	for (size_t i = 0; (g = td_global_at(i)) && i < MAX_CATALOGUE; i++) {
-		if (!image_mentions(&image, g->name))
+		if (!image_mentions(&image, g->name) || (g->named_only && !image.names_visible))
 			continue;
 		CUresult rc = td_device_alloc(ctx, ctx ? ctx->device : 0, g->size, &m->globals[i]);
 		if (rc != CUDA_SUCCESS) {
 			module_free(m);
 			return rc;
 		}
-		memcpy((void *)(uintptr_t)m->globals[i], g->initial, g->size);
+		if (g->initial)
+			memcpy((void *)(uintptr_t)m->globals[i], g->initial, g->size);
 	}
 	uintptr_t freed = td_freed_va_take();
 	if (freed) {

@@ -361,7 +361,8 @@ size_t td_args_size(const struct td_kernel *k);
 struct td_global {
 	const char *name;
 	size_t size;
-	const void *initial;
+	const void *initial; /* NULL: zeros */
+	bool named_only;     /* offered only by an image that names it (not a fatbin's) */
 };
 const struct td_global *td_global_at(size_t index);
 /* Module m's variable of that name (module.c); 0: none. */

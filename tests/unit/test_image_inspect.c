@@ -1,5 +1,8 @@
-/* rm_image_shareable on images nvcc built: test_image_inspect (shared|private FILE)...; and
- * rm_image_variables: none in a shared image, stateful.cu's three in a private one. */
+/* rm_image_shareable on images nvcc built: test_image_inspect (shared|private|code FILE)...;
+ * rm_image_variables: none in a shared image, stateful.cu's three in a private one; and
+ * rm_image_code_bytes: a cubin's or PTX's whole length, some of other fatbins; of the code fatbin (an sm_80 cubin
+ * and compute_90 PTX) the cubin on sm_86, the PTX on sm_90, the larger entry on sm_75. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +39,20 @@ int main(int argc, char **argv)
 			return 1;
 		buf[n] = 0;
 		fclose(f);
+		uint64_t on86 = rm_image_code_bytes(buf, n, 86), on90 = rm_image_code_bytes(buf, n, 90),
+			 on75 = rm_image_code_bytes(buf, n, 75);
+		int code_ok = !strcmp(argv[i], "code")
+				      ? on86 && on90 && on86 != on90 && on75 == (on86 > on90 ? on86 : on90) && on86 < (uint64_t)n
+				      : n >= 4 && buf[0] == 0x50 && buf[1] == 0xED && buf[2] == 0x55 && buf[3] == 0xBA
+				      ? on86 && on90 && on75 /* nvcc's default entries */
+				      : on86 == (uint64_t)n && on90 == (uint64_t)n && on75 == (uint64_t)n;
+		printf("%-8s %s: code bytes on sm_86 %llu, sm_90 %llu, sm_75 %llu of %ld\n", code_ok ? "ok" : "WRONG",
+		       argv[i + 1], (unsigned long long)on86, (unsigned long long)on90, (unsigned long long)on75, n);
+		failed |= !code_ok;
+		if (!strcmp(argv[i], "code")) {
+			free(buf);
+			continue;
+		}
 		int want = !strcmp(argv[i], "shared"), got = rm_image_shareable(buf, n);
 		printf("%-8s %s: %s\n", got == want ? "ok" : "WRONG", argv[i + 1], got ? "shared" : "private");
 		failed |= got != want;
@@ -51,6 +68,7 @@ int main(int argc, char **argv)
 			t[cut] = 0;
 			rm_image_shareable(t, cut);
 			rm_image_variables(t, cut, none, NULL);
+			rm_image_code_bytes(t, cut, 90);
 			free(t);
 		}
 		free(buf);
