@@ -116,14 +116,54 @@ CUresult rm_body_cuCtxDestroy_v2(struct rm_channel *s, struct rm_request *rq, co
 	return c ? rm_session_destroy_ctx(s, c) : r;
 }
 
+/* What a limit set to value holds on the device for the client, above a fresh context's
+ * value: the malloc heap and the printf FIFO their bytes; the stack its bytes for every
+ * thread the GPU holds at once, for which the driver reserves local memory. Other limits
+ * hold none of the client's memory. */
+static uint64_t limit_bytes(CUdevice dev, CUlimit limit, size_t value)
+{
+	size_t fresh = 0;
+	if (limit != CU_LIMIT_STACK_SIZE && limit != CU_LIMIT_PRINTF_FIFO_SIZE && limit != CU_LIMIT_MALLOC_HEAP_SIZE)
+		return 0;
+	rm_gpu_default_limit(dev, limit, &fresh); /* unknown: 0, the whole value charged */
+	uint64_t above = value > fresh ? value - fresh : 0;
+	int sms = 0, per_sm = 0;
+	if (limit != CU_LIMIT_STACK_SIZE || !above ||
+	    rm_drv_cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) != CUDA_SUCCESS ||
+	    rm_drv_cuDeviceGetAttribute(&per_sm, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev) != CUDA_SUCCESS ||
+	    sms <= 0 || per_sm <= 0)
+		return above;
+	uint64_t threads = (uint64_t)sms * (uint64_t)per_sm;
+	return above > UINT64_MAX / threads ? UINT64_MAX : above * threads;
+}
+
+/* Moves the charge of the current context's limit to bytes: under the session's lock, so
+ * that two threads setting one limit leave one charge. */
+static CUresult charge_limit(struct rm_channel *s, CUlimit limit, uint64_t bytes)
+{
+	pthread_mutex_lock(&s->sh->lock);
+	CUresult r = rm_session_recharge(s, s->cur->limit_charge[limit], bytes);
+	if (r == CUDA_SUCCESS)
+		s->cur->limit_charge[limit] = bytes;
+	pthread_mutex_unlock(&s->sh->lock);
+	return r;
+}
+
 /* Limits are each context's, as the client set them; the shared context gets the highest
- * any client set, so that a client may raise one, never lower it under others. */
+ * any client set, so that a client may raise one, never lower it under others. What the
+ * client's value holds on the device is charged to its quota first (docs/sharing.md,
+ * "Quotas"): past it, CUDA_ERROR_OUT_OF_MEMORY and nothing set. */
 CUresult rm_body_cuCtxSetLimit(struct rm_channel *s, CUlimit limit, size_t value)
 {
 	size_t cur = 0;
 	if (!s->cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	CUresult r = rm_drv_cuCtxGetLimit(&cur, limit);
+	int recorded = (unsigned)limit < RM_CTX_LIMITS; /* the others are the driver's to refuse */
+	uint64_t had = recorded ? s->cur->limit_charge[limit] : 0;
+	CUresult r = recorded ? charge_limit(s, limit, limit_bytes(s->cur->dev, limit, value)) : CUDA_SUCCESS;
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = rm_drv_cuCtxGetLimit(&cur, limit);
 	if (r == CUDA_SUCCESS && (value > cur || limit == CU_LIMIT_SHMEM_SIZE || limit == CU_LIMIT_CIG_ENABLED)) {
 		if ((r = rm_drv_cuCtxSetLimit(limit, value)) == CUDA_SUCCESS)
 			r = rm_drv_cuCtxGetLimit(&value, limit); /* as the driver rounded it */
@@ -132,11 +172,14 @@ CUresult rm_body_cuCtxSetLimit(struct rm_channel *s, CUlimit limit, size_t value
 				       "has %zu, which cannot grow once a kernel of any client used it (gpu_malloc_heap in "
 				       "remorad.conf sizes it)", value, cur);
 	}
-	if (r == CUDA_SUCCESS && (unsigned)limit < RM_CTX_LIMITS) {
+	if (r == CUDA_SUCCESS && recorded) {
 		pthread_mutex_lock(&s->sh->lock);
 		s->cur->limits[limit] = value;
 		s->cur->limits_set |= 1u << limit;
 		pthread_mutex_unlock(&s->sh->lock);
+	} else if (recorded && charge_limit(s, limit, had) != CUDA_SUCCESS) { /* the earlier value's charge again */
+		rm_session_log(s, RM_LOG_WARN, "limit %d's earlier charge of %llu bytes could not be taken again",
+			       (int)limit, (unsigned long long)had);
 	}
 	return r;
 }

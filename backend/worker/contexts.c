@@ -316,6 +316,10 @@ CUresult rm_session_destroy_ctx(struct rm_channel *s, struct rm_session_ctx *c)
 	pthread_mutex_unlock(&c->order_lock);
 	rm_stream_order_release(c);
 	pthread_mutex_lock(&s->sh->lock);
+	for (int i = 0; i < RM_CTX_LIMITS; i++) { /* the limits it set hold nothing now */
+		rm_session_uncharge(s, c->limit_charge[i]);
+		c->limit_charge[i] = 0;
+	}
 	CUstream st = c->default_stream;
 	c->default_stream = NULL;
 	__atomic_store_n(&c->destroyed, 1, __ATOMIC_RELEASE);

@@ -44,6 +44,9 @@ struct rm_session_ctx {
 	 * cuCtxGetLimit answers, while the shared context keeps the highest any client set. */
 	size_t limits[RM_CTX_LIMITS];
 	uint32_t limits_set;
+	/* What each limit the client set holds on the device, charged to its quota (bytes
+	 * before rm_charged_bytes; context_handlers.c): given back when the context goes. */
+	uint64_t limit_charge[RM_CTX_LIMITS];
 	CUstream default_stream; /* the client's legacy NULL stream: a stream of its own */
 	/* The fields below are guarded by order_lock: held while a call is ordered on the
 	 * legacy stream semantics (stream_order.c), which may wait for a shared hardware

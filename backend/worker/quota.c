@@ -24,6 +24,19 @@ void rm_session_uncharge(struct rm_channel *s, uint64_t bytes)
 	rm_registry_uncharge(s->sh->slot, s->sh->id, rm_charged_bytes(bytes));
 }
 
+CUresult rm_session_recharge(struct rm_channel *s, uint64_t from, uint64_t to)
+{
+	uint64_t had = rm_charged_bytes(from), want = rm_charged_bytes(to), client_limit, tenant_limit;
+	if (want < had)
+		rm_registry_uncharge(s->sh->slot, s->sh->id, had - want);
+	if (want <= had || !rm_registry_charge(s->sh->slot, s->sh->id, want - had, &client_limit, &tenant_limit))
+		return CUDA_SUCCESS;
+	rm_session_log(s, RM_LOG_WARN, "growth of %llu bytes (charged) refused: over its quota (client %llu, tenant %s "
+		       "%llu bytes; 0 is none)", (unsigned long long)(want - had), (unsigned long long)client_limit,
+		       s->sh->tenant_name, (unsigned long long)tenant_limit);
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
 uint64_t rm_session_client_limit(struct rm_channel *s)
 {
 	uint64_t client_limit, tenant_limit, mine, tenant;

@@ -25,6 +25,10 @@ static inline uint64_t rm_charged_bytes(uint64_t bytes)
  * rm_session_uncharge gives back what charging the same bytes took. */
 CUresult rm_session_charge(struct rm_channel *s, uint64_t bytes);
 void rm_session_uncharge(struct rm_channel *s, uint64_t bytes);
+/* Moves a charge of from bytes to to bytes (each as rm_charged_bytes rounds it): charges
+ * the growth (CUDA_ERROR_OUT_OF_MEMORY and a log line past a quota, from still charged)
+ * or gives back the shrink. */
+CUresult rm_session_recharge(struct rm_channel *s, uint64_t from, uint64_t to);
 /* Host-located physical allocations (cuMemCreate of a host location: the GPU host's
  * memory) are charged to the client's host memory (client_host_memory_limit, host_memory.h)
  * instead: CUDA_ERROR_OUT_OF_MEMORY (and a log line) past it. Once made, the allocation is

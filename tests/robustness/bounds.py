@@ -17,6 +17,12 @@ and 7), on the CPU test driver. One scenario a run:
                   twice, the third refused, as libraries loaded with no context current;
                   cuMemGetInfo's free falls by their charge and comes back when they are
                   unloaded (before: a module's variables were not charged, any number loaded)
+  limits          what a context limit holds on the device is charged: under a 64 MiB
+                  quota a printf FIFO 32 MiB larger is charged 32 MiB, a heap 48 MiB larger
+                  beside it is refused, and taken once the FIFO is back; a stack 64 bytes a
+                  thread larger (64 x 132 SMs x 2048 threads, 18 MiB charged) is refused
+                  beside that heap and taken without it; a created context's FIFO is charged
+                  until it is destroyed (before: no limit was charged)
   metrics-idle    24 idle connections to the metrics endpoint keep no scrape out (before:
                   0 of 20 served)
   attach-index    a copy link's Attach with an index out of order is answered with an
@@ -144,6 +150,23 @@ def module_state(d):
     check("could not be named" not in d.text(), "every module's variables were named")
 
 
+def limits(d):
+    rc, out, err = run_probe(d, "limits")
+    m = re.match(r"limits ((?:-?\d+ ?){8})\s+free (\d+) (\d+) (\d+) (\d+) (\d+)", out)
+    check(rc == 0 and m is not None, f"the probe ran ({out!r} {err})")
+    if not m:
+        return
+    r = list(map(int, m.group(1).split()))
+    f = list(map(int, m.groups()[1:]))
+    want = [0, CUDA_ERROR_OUT_OF_MEMORY, 0, 0, CUDA_ERROR_OUT_OF_MEMORY, 0, 0, 0]
+    check(r == want, f"FIFO +32M taken, heap +48M refused beside it and taken after, stack +64 refused beside "
+          f"the heap and taken without it, a created context's FIFO taken ({r}, want {want})")
+    check(f[0] - f[1] == 32 * MIB, f"the FIFO's growth is charged: 32 MiB ({f[0]} then {f[1]})")
+    check(f[0] - f[2] == 18 * MIB, f"the stack's: 64 x 132 x 2048 bytes, charged 18 MiB ({f[0]} then {f[2]})")
+    check(f[2] - f[3] == 32 * MIB and f[4] == f[2],
+          f"a created context's FIFO is charged until it is destroyed ({f[2]}, {f[3]}, {f[4]})")
+
+
 def metrics_idle(d):
     m = wait_for(lambda: re.search(r"serving metrics on http://127\.0\.0\.1:(\d+)/metrics", d.text()))
     check(m is not None, "remorad says where it serves metrics")
@@ -254,6 +277,7 @@ SCENARIOS = {
     "shm-ring": (shm_ring, "", {"listen": "unix"}),
     "granularity": (granularity, "client_memory_limit = 1M\n", {}),
     "module-state": (module_state, "client_memory_limit = 10M\n", {}),
+    "limits": (limits, "client_memory_limit = 64M\n", {}),
     "metrics-idle": (metrics_idle, "metrics_listen = 127.0.0.1:0\n", {}),
     "attach-index": (attach_index, "", {}),
 }

@@ -28,6 +28,10 @@
  *                     the same as libraries loaded with no context current; prints "modules K R
  *                     libraries K R" (R the refusal's error, 0: none) and "free F1 F2 F3":
  *                     cuMemGetInfo's free before, with the modules loaded, and after
+ *   probe limits      raises and lowers the printf FIFO, the malloc heap and the stack limit,
+ *                     and the FIFO in a context it creates and destroys; prints "limits R..."
+ *                     (each cuCtxSetLimit's result, in the order of probe_limits) and "free
+ *                     F..." (cuMemGetInfo's free before, and after steps 1, 7, 8 and the destroy)
  *   probe exit [busy] a forked child exits (its library's destructor runs), then the parent
  *                     makes a call and prints "after a child's exit: RESULT"; an atexit handler
  *                     makes one more and prints "at exit: RESULT" (busy: a thread that holds a
@@ -109,6 +113,41 @@ static int probe_modules(CUcontext ctx, int n)
 		CHECK(cuLibraryUnload(libs[i]));
 	CHECK(cuMemGetInfo(&free2, &total));
 	printf("modules %d %d libraries %d %d\nfree %zu %zu %zu\n", km, (int)rm, kl, (int)rl, free0, free1, free2);
+	return 0;
+}
+
+/* probe limits: 1 FIFO +32 MiB, 2 heap +48 MiB, 3 FIFO back, 4 heap +48 MiB, 5 stack +64
+ * bytes a thread, 6 heap back, 7 stack +64, 8 FIFO +32 MiB in a created context. */
+static int probe_limits(CUcontext ctx)
+{
+	size_t stack, fifo, heap, f[5], total;
+	CUresult r[8];
+	CHECK(cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE));
+	CHECK(cuCtxGetLimit(&fifo, CU_LIMIT_PRINTF_FIFO_SIZE));
+	CHECK(cuCtxGetLimit(&heap, CU_LIMIT_MALLOC_HEAP_SIZE));
+	CHECK(cuMemGetInfo(&f[0], &total));
+	r[0] = cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE, fifo + (32u << 20));
+	CHECK(cuMemGetInfo(&f[1], &total));
+	r[1] = cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, heap + (48u << 20));
+	r[2] = cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE, fifo);
+	r[3] = cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, heap + (48u << 20));
+	r[4] = cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack + 64);
+	r[5] = cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, heap);
+	r[6] = cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack + 64);
+	CHECK(cuMemGetInfo(&f[2], &total));
+	CUdevice dev;
+	CUcontext mine;
+	CHECK(cuCtxGetDevice(&dev));
+	CHECK(cuCtxCreate(&mine, NULL, 0, dev));
+	r[7] = cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE, fifo + (32u << 20));
+	CHECK(cuMemGetInfo(&f[3], &total));
+	CHECK(cuCtxDestroy(mine));
+	CHECK(cuCtxSetCurrent(ctx));
+	CHECK(cuMemGetInfo(&f[4], &total));
+	printf("limits");
+	for (int i = 0; i < 8; i++)
+		printf(" %d", (int)r[i]);
+	printf("\nfree %zu %zu %zu %zu %zu\n", f[0], f[1], f[2], f[3], f[4]);
 	return 0;
 }
 
@@ -213,6 +252,8 @@ int main(int argc, char **argv)
 		return probe_exit(ctx, argc > 2 && !strcmp(argv[2], "busy"));
 	if (!strcmp(argv[1], "threads") && argc > 3)
 		return probe_threads(ctx, atoi(argv[2]), atof(argv[3]));
+	if (!strcmp(argv[1], "limits"))
+		return probe_limits(ctx);
 	if (!strcmp(argv[1], "modules") && argc > 2)
 		return probe_modules(ctx, atoi(argv[2]));
 	if (!strcmp(argv[1], "tiny") && argc > 2) {
