@@ -761,10 +761,11 @@ TD_EXPORT CUresult cuEventQuery(CUevent handle)
 	struct td_stream *s;
 	uint64_t ticket;
 	if (!last_record(e, &s, &ticket))
-		return CUDA_SUCCESS;
+		return td_sticky_error();
 	bool done = reached(s, ticket);
 	td_stream_unref(s);
-	return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+	/* As CUDA: an event whose work is done answers the context's fault, if any. */
+	return done ? td_sticky_error() : CUDA_ERROR_NOT_READY;
 }
 
 TD_EXPORT CUresult cuEventSynchronize(CUevent handle)
