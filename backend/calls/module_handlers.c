@@ -38,13 +38,6 @@ static CUresult hold_image_memory(struct rm_channel *s, uint64_t n)
 	return r;
 }
 
-/* Gives back what hold_image_memory took. */
-static void give_image_memory(struct rm_channel *s, uint64_t n)
-{
-	rm_host_account_give(&s->sh->host, n);
-	rm_session_uncharge(s, n);
-}
-
 /* Loads image as a module or a library the session owns, charged to its quota. A shared
  * copy the session already holds is loaded again for it: each load is a module of its
  * own, as in CUDA, whose unload leaves the other usable. */
@@ -52,14 +45,14 @@ static CUresult load_owned(struct rm_channel *s, enum rm_handle_kind kind, const
 {
 	int shared;
 	CUresult r = rm_image_load(kind, image, n, h, &shared);
-	if (r == CUDA_SUCCESS && shared && rm_session_find(s, kind, (uint64_t)(uintptr_t)*h, NULL)) {
+	if (r == CUDA_SUCCESS && !rm_session_own_fresh(s, kind, *h)) { /* a shared copy it holds */
 		rm_image_unload(kind, *h);
 		shared = 0;
-		r = rm_image_load_unshared(kind, image, h);
+		if ((r = rm_image_load_unshared(kind, image, h)) == CUDA_SUCCESS)
+			rm_session_own(s, kind, *h, 0);
 	}
 	if (r != CUDA_SUCCESS)
 		return r;
-	rm_session_own(s, kind, *h, 0);
 	r = rm_image_charge(s, kind, *h, image, n, shared);
 	if (r != CUDA_SUCCESS) {
 		rm_session_disown(s, kind, *h);
@@ -80,12 +73,12 @@ static CUresult load_image(struct rm_channel *s, struct rm_request *rq, Remora__
 	/* A module belongs to the current context; a library to none. */
 	CUresult r = s->cur || kind == RM_H_LIBRARY ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 	uint8_t *image = NULL;
-	int held = 0;
+	int held = 0, charged = 0; /* the host-memory bound's hold, and the quota's */
 	if (r == CUDA_SUCCESS && (n == 0 || n > RM_MAX_IMAGE_LEN))
 		r = CUDA_ERROR_INVALID_IMAGE;
 	if (r == CUDA_SUCCESS)
 		r = hold_image_memory(s, n);
-	held = r == CUDA_SUCCESS;
+	held = charged = r == CUDA_SUCCESS;
 	/* Zeros after it: PTX ends in NUL whatever the client sent, and a driver reading a
 	 * short image's header stays inside the buffer. */
 	if (r == CUDA_SUCCESS && !(image = calloc(1, n + RM_IMAGE_PAD)))
@@ -102,9 +95,10 @@ static CUresult load_image(struct rm_channel *s, struct rm_request *rq, Remora__
 			               (unsigned long long)n);
 			r = CUDA_ERROR_INVALID_IMAGE;
 		}
-		/* Loaded, the image is charged as the module it became (image_charge.h). */
-		give_image_memory(s, n);
-		held = 0;
+		/* The quota charges the module it becomes instead (image_charge.h); the buffer stays
+		 * within the host-memory bound until freed. */
+		rm_session_uncharge(s, n);
+		charged = 0;
 		void *h = NULL;
 		if (r == CUDA_SUCCESS)
 			r = load_owned(s, kind, image, n, &h);
@@ -118,7 +112,9 @@ static CUresult load_image(struct rm_channel *s, struct rm_request *rq, Remora__
 out:
 	free(image);
 	if (held)
-		give_image_memory(s, n);
+		rm_host_account_give(&s->sh->host, n);
+	if (charged)
+		rm_session_uncharge(s, n);
 	return r;
 }
 

@@ -233,6 +233,16 @@ void rm_session_own(struct rm_channel *s, enum rm_handle_kind kind, const void *
 	rm_session_own_memory(s, kind, (uint64_t)(uintptr_t)h, 0, parent);
 }
 
+int rm_session_own_fresh(struct rm_channel *s, enum rm_handle_kind kind, const void *h)
+{
+	pthread_mutex_lock(&s->sh->lock);
+	int fresh = !find_slot(s, kind, (uint64_t)(uintptr_t)h);
+	if (fresh)
+		own_locked(s, kind, (uint64_t)(uintptr_t)h, 0, 0);
+	pthread_mutex_unlock(&s->sh->lock);
+	return fresh;
+}
+
 /* Forgets v and its dependents: 1, or 0 when v was not owned. */
 static int disown_locked(struct rm_channel *s, enum rm_handle_kind kind, uint64_t v, struct rm_handle *out)
 {

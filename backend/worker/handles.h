@@ -25,6 +25,9 @@ struct rm_channel;
 
 /* Records that the client now owns h (size: bytes of memory; parent: owning module). */
 void rm_session_own(struct rm_channel *s, enum rm_handle_kind kind, const void *h, uint64_t parent);
+/* rm_session_own of a handle with no parent as one step with the check that the client
+ * does not own it yet: 1, or 0 (nothing done) when it does. */
+int rm_session_own_fresh(struct rm_channel *s, enum rm_handle_kind kind, const void *h);
 void rm_session_own_memory(struct rm_channel *s, enum rm_handle_kind kind, uint64_t base, uint64_t size,
 			   uint64_t parent);
 /* Forgets h, and what h is the parent of. */

@@ -16,7 +16,9 @@ and 7), on the CPU test driver. One scenario a run:
                   10 MiB quota, modules of a 3 MiB variable (charged 4 MiB each) load
                   twice, the third refused, as libraries loaded with no context current;
                   cuMemGetInfo's free falls by their charge and comes back when they are
-                  unloaded (before: a module's variables were not charged, any number loaded)
+                  unloaded (before: a module's variables were not charged, any number loaded);
+                  a kernel's image loaded twice is two modules, the second usable once the
+                  first is unloaded (before: one shared handle, gone with the first)
   limits          what a context limit holds on the device is charged: under a 64 MiB
                   quota a printf FIFO 32 MiB larger is charged 32 MiB, a heap 48 MiB larger
                   beside it is refused, and taken once the FIFO is back; a stack 64 bytes a
@@ -134,11 +136,12 @@ def granularity(d):
 
 def module_state(d):
     rc, out, err = run_probe(d, "modules", "6")
-    m = re.match(r"modules (\d+) (\d+) libraries (\d+) (\d+)\s+free (\d+) (\d+) (\d+)", out)
+    m = re.match(r"modules (\d+) (\d+) libraries (\d+) (\d+) twice (\d+)\s+free (\d+) (\d+) (\d+)", out)
     check(rc == 0 and m is not None, f"the probe ran ({out!r} {err})")
     if not m:
         return
-    km, rm, kl, rl, free0, free1, free2 = map(int, m.groups())
+    km, rm, kl, rl, twice, free0, free1, free2 = map(int, m.groups())
+    check(twice == 0, f"an image loaded twice is two modules: the second works once the first is unloaded ({twice})")
     check(km == 2 and rm == CUDA_ERROR_OUT_OF_MEMORY,
           f"modules of a 3 MiB variable: 2 load within a 10 MiB quota, then CUDA_ERROR_OUT_OF_MEMORY "
           f"({km} loaded, then {rm})")

@@ -25,8 +25,10 @@
  *                     prints "allocated K" and the refusal's error (0: none)
  *   probe modules N   loads up to N modules of a PTX image holding a 3 MiB variable
  *                     (stateBlock), stopping at the first refusal, then unloads them; then
- *                     the same as libraries loaded with no context current; prints "modules K R
- *                     libraries K R" (R the refusal's error, 0: none) and "free F1 F2 F3":
+ *                     the same as libraries loaded with no context current; then loads a
+ *                     kernel's PTX twice, unloads the first and asks the second for its
+ *                     kernel; prints "modules K R libraries K R twice R" (R the refusal's
+ *                     or the question's error, 0: none) and "free F1 F2 F3":
  *                     cuMemGetInfo's free before, with the modules loaded, and after
  *   probe limits      raises and lowers the printf FIFO, the malloc heap and the stack limit,
  *                     and the FIFO in a context it creates and destroys; prints "limits R..."
@@ -90,6 +92,10 @@ static void *copy_thread(void *arg)
 static const char state_ptx[] = ".version 8.0\n.target sm_80\n.address_size 64\n"
 				".visible .global .align 4 .b8 stateBlock[3145728];\n";
 
+/* A kernel and no state: an image the worker may share between clients. */
+static const char kernel_ptx[] = ".version 8.0\n.target sm_80\n.address_size 64\n"
+				 ".visible .entry bumpMagic(.param .u64 p)\n{\n\tret;\n}\n";
+
 static int probe_modules(CUcontext ctx, int n)
 {
 	CUmodule mods[64];
@@ -112,7 +118,15 @@ static int probe_modules(CUcontext ctx, int n)
 	for (int i = 0; i < kl; i++)
 		CHECK(cuLibraryUnload(libs[i]));
 	CHECK(cuMemGetInfo(&free2, &total));
-	printf("modules %d %d libraries %d %d\nfree %zu %zu %zu\n", km, (int)rm, kl, (int)rl, free0, free1, free2);
+	CUmodule first, second;
+	CUfunction f;
+	CHECK(cuModuleLoadData(&first, kernel_ptx));
+	CHECK(cuModuleLoadData(&second, kernel_ptx));
+	CHECK(cuModuleUnload(first));
+	CUresult twice = cuModuleGetFunction(&f, second, "bumpMagic"), unload = cuModuleUnload(second);
+	twice = twice != CUDA_SUCCESS ? twice : unload;
+	printf("modules %d %d libraries %d %d twice %d\nfree %zu %zu %zu\n", km, (int)rm, kl, (int)rl, (int)twice,
+	       free0, free1, free2);
 	return 0;
 }
 
