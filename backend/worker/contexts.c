@@ -340,7 +340,22 @@ CUresult rm_session_synchronize(struct rm_channel *s)
 
 CUresult rm_session_synchronize_all(struct rm_channel *s)
 {
-	return sync_streams(s, NULL);
+	if (s->thread_ctx)
+		return sync_streams(s, NULL);
+	/* No context current (a library unloaded after the client popped its context): each
+	 * context's streams are waited for with it current, as a driver may want. */
+	CUresult first = CUDA_SUCCESS;
+	struct rm_session_ctx *c;
+	for (int i = 0; (c = rm_session_ctx_at(s, i)); i++) {
+		CUcontext popped;
+		if (__atomic_load_n(&c->destroyed, __ATOMIC_ACQUIRE) || rm_drv_cuCtxPushCurrent_v2(c->ctx) != CUDA_SUCCESS)
+			continue;
+		CUresult r = sync_streams(s, c);
+		rm_drv_cuCtxPopCurrent_v2(&popped);
+		if (first == CUDA_SUCCESS)
+			first = r;
+	}
+	return first;
 }
 
 CUresult rm_session_free_memory(struct rm_channel *s, uint64_t ptr)

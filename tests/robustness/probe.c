@@ -25,7 +25,7 @@
  *                     prints "allocated K" and the refusal's error (0: none)
  *   probe modules N   loads up to N modules of a PTX image holding a 3 MiB variable
  *                     (stateBlock), stopping at the first refusal, then unloads them; then
- *                     the same as libraries loaded with no context current; then loads a
+ *                     the same as libraries with no context current; then loads a
  *                     kernel's PTX twice, unloads the first and asks the second for its
  *                     kernel; prints "modules K R libraries K R twice R" (R the refusal's
  *                     or the question's error, 0: none) and "free F1 F2 F3":
@@ -114,9 +114,9 @@ static int probe_modules(CUcontext ctx, int n)
 	CHECK(cuCtxPopCurrent(&popped));
 	while (kl < n && (rl = cuLibraryLoadData(&libs[kl], state_ptx, NULL, NULL, 0, NULL, NULL, 0)) == CUDA_SUCCESS)
 		kl++;
-	CHECK(cuCtxPushCurrent(ctx));
 	for (int i = 0; i < kl; i++)
 		CHECK(cuLibraryUnload(libs[i]));
+	CHECK(cuCtxPushCurrent(ctx));
 	CHECK(cuMemGetInfo(&free2, &total));
 	CUmodule first, second;
 	CUfunction f;
