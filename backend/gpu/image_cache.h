@@ -7,7 +7,8 @@
  * client that loads the same bytes gets the loaded handle, as long as sharing
  * cannot be observed: the image holds no device state a client could write
  * (no __device__ or __managed__ variables, no user __constant__ banks). Other
- * images are loaded for each client, as before. */
+ * images are loaded for each client, as is a client's second load of an image it holds
+ * (rm_image_load_unshared: two loads are two modules). */
 #ifndef REMORA_IMAGE_CACHE_H
 #define REMORA_IMAGE_CACHE_H
 
