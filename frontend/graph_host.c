@@ -351,15 +351,14 @@ CUresult rm_graph_host_after_launch(CUgraphExec exec, CUstream stream, CUresult 
 	pthread_mutex_lock(&lock);
 	int err = steps_of((uint64_t)(uintptr_t)exec, 1, &steps, &n);
 	pthread_mutex_unlock(&lock);
-	if (err)
-		return launched != CUDA_SUCCESS ? launched : CUDA_ERROR_OUT_OF_MEMORY;
-	CUresult r = launched;
+	CUresult r = launched == CUDA_SUCCESS && err ? CUDA_ERROR_OUT_OF_MEMORY : launched;
 	for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++)
 		r = cuEventRecord(steps[i].st->done, stream);
+	/* Whatever happened, the launch is no longer being sent (else its stages stay held). */
 	pthread_mutex_lock(&lock);
-	for (size_t i = 0; i < n; i++)
-		if (steps[i].st->launching)
-			steps[i].st->launching--;
+	for (struct stage *st = stages; st; st = st->next)
+		if (st->to_host && st->launching && owned_by(st, (uint64_t)(uintptr_t)exec))
+			st->launching--;
 	pthread_mutex_unlock(&lock);
 	free(steps);
 	return r;

@@ -38,33 +38,6 @@ static CUresult hold_image_memory(struct rm_channel *s, uint64_t n)
 	return r;
 }
 
-/* Loads image as a module or a library the session owns, charged to its quota. A shared
- * copy the session already holds is loaded again for it: each load is a module of its
- * own, as in CUDA, whose unload leaves the other usable. */
-static CUresult load_owned(struct rm_channel *s, enum rm_handle_kind kind, const uint8_t *image, size_t n, void **h)
-{
-	int shared;
-	CUresult r = rm_image_load(kind, image, n, h, &shared);
-	if (r == CUDA_SUCCESS && !rm_session_own_fresh(s, kind, *h)) { /* a shared copy it holds */
-		rm_image_unload(kind, *h);
-		shared = 0;
-		if ((r = rm_image_load_unshared(kind, image, h)) == CUDA_SUCCESS)
-			rm_session_own(s, kind, *h, 0);
-	}
-	if (r != CUDA_SUCCESS)
-		return r;
-	r = rm_image_charge(s, kind, *h, image, n, shared);
-	if (r != CUDA_SUCCESS) {
-		rm_session_disown(s, kind, *h);
-		rm_image_unload(kind, *h);
-		return r;
-	}
-	if (shared)
-		rm_session_log(s, RM_LOG_DEBUG, "%s of %llu bytes shared with other clients",
-			       kind == RM_H_MODULE ? "module" : "library", (unsigned long long)n);
-	return CUDA_SUCCESS;
-}
-
 /* Reads an image sent as bulk and loads it as a module or a library owned by the session. */
 static CUresult load_image(struct rm_channel *s, struct rm_request *rq, Remora__ModuleLoadReply *rep,
 			   enum rm_handle_kind kind)
@@ -101,7 +74,7 @@ static CUresult load_image(struct rm_channel *s, struct rm_request *rq, Remora__
 		charged = 0;
 		void *h = NULL;
 		if (r == CUDA_SUCCESS)
-			r = load_owned(s, kind, image, n, &h);
+			r = rm_image_load_owned(s, kind, image, n, &h);
 		if (r == CUDA_SUCCESS) {
 			rm_image_load_here(kind, h); /* shared or not: maybe not yet in this context */
 			rm_migrate_keep_image(s, kind, (uint64_t)(uintptr_t)h, image, n); /* to move it on (migrate.h) */

@@ -128,3 +128,32 @@ CUresult rm_image_charge(struct rm_channel *s, enum rm_handle_kind kind, void *h
 			       (unsigned long long)code, (long long)vars);
 	return r;
 }
+
+CUresult rm_image_own_charged(struct rm_channel *s, enum rm_handle_kind kind, void *h, const uint8_t *image, size_t n,
+			      int shared)
+{
+	rm_session_own(s, kind, h, 0);
+	CUresult r = rm_image_charge(s, kind, h, image, n, shared);
+	if (r != CUDA_SUCCESS) {
+		rm_session_disown(s, kind, h);
+		rm_image_unload(kind, h);
+	}
+	return r;
+}
+
+CUresult rm_image_load_owned(struct rm_channel *s, enum rm_handle_kind kind, const uint8_t *image, size_t n, void **h)
+{
+	int shared;
+	CUresult r = rm_image_load(kind, image, n, h, &shared);
+	if (r == CUDA_SUCCESS && !rm_session_own_fresh(s, kind, *h)) { /* a shared copy it holds */
+		rm_image_unload(kind, *h);
+		shared = 0;
+		r = rm_image_load_unshared(kind, image, h);
+	}
+	if (r == CUDA_SUCCESS)
+		r = rm_image_own_charged(s, kind, *h, image, n, shared);
+	if (r == CUDA_SUCCESS && shared)
+		rm_session_log(s, RM_LOG_DEBUG, "%s of %zu bytes shared with other clients",
+			       kind == RM_H_MODULE ? "module" : "library", n);
+	return r;
+}

@@ -22,6 +22,13 @@ struct rm_channel;
  * quota (nothing charged). */
 CUresult rm_image_charge(struct rm_channel *s, enum rm_handle_kind kind, void *h, const uint8_t *image, size_t n,
 			 int shared);
+/* rm_image_charge of h, owned first if it is not yet; on failure h is forgotten and unloaded. */
+CUresult rm_image_own_charged(struct rm_channel *s, enum rm_handle_kind kind, void *h, const uint8_t *image, size_t n,
+			      int shared);
+/* Loads image (rm_image_load) as a module or library the session owns, charged as above. A
+ * shared copy the session already holds is loaded again for it: two loads are two modules,
+ * as in CUDA, and unloading one leaves the other. */
+CUresult rm_image_load_owned(struct rm_channel *s, enum rm_handle_kind kind, const uint8_t *image, size_t n, void **h);
 /* Gives back what rm_image_charge charged for the record h (a module's or library's). */
 static inline void rm_image_uncharge(struct rm_channel *s, const struct rm_handle *h)
 {

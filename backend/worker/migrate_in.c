@@ -211,7 +211,6 @@ static int load_image(struct restore *x, enum rm_handle_kind kind, uint64_t hand
 {
 	void *h = NULL;
 	uint8_t *kept = NULL;
-	int shared = 0;
 	CUdevice dev = kind == RM_H_MODULE && x->s->cur ? x->s->cur->dev : -1;
 	struct rm_preloaded *p = rm_migrate_take_preloaded(x->s->sh, kind, dev, image, n);
 	if (p) {
@@ -220,23 +219,20 @@ static int load_image(struct restore *x, enum rm_handle_kind kind, uint64_t hand
 			rm_gpu_release(p->dev); /* the session's context holds it now */
 		free(p);
 		x->preloaded++;
+		CUresult r = rm_image_own_charged(x->s, kind, h, image, n, 0); /* loaded ahead: owned and charged now */
+		if (r != CUDA_SUCCESS) {
+			free(kept);
+			return err_of(r);
+		}
 	} else {
 		if (!rm_image_contained(image, n))
 			return -EPROTO;
-		CUresult r = rm_image_load(kind, image, n, &h, &shared);
+		CUresult r = rm_image_load_owned(x->s, kind, image, n, &h); /* as a client's own load */
 		if (r != CUDA_SUCCESS)
 			return err_of(r);
 		rm_image_load_here(kind, h); /* as a client's own load does (module_handlers.c) */
 		if ((kept = malloc(n + RM_IMAGE_PAD))) /* the decoder's copy has the zeros after it */
 			memcpy(kept, image, n + RM_IMAGE_PAD);
-	}
-	rm_session_own(x->s, kind, h, 0);
-	CUresult charged = rm_image_charge(x->s, kind, h, image, n, shared); /* as a client's own load is */
-	if (charged != CUDA_SUCCESS) {
-		rm_session_disown(x->s, kind, h);
-		rm_image_unload(kind, h);
-		free(kept);
-		return err_of(charged);
 	}
 	if (kept)
 		rm_migrate_keep_image(x->s, kind, (uint64_t)(uintptr_t)h, kept, n);

@@ -7,16 +7,23 @@
 #include "log.h"
 #include "registry.h"
 
-CUresult rm_session_charge(struct rm_channel *s, uint64_t bytes)
+/* Charges charged bytes (rounded already) for what asks for them: CUDA_ERROR_OUT_OF_MEMORY
+ * and a line past a quota. */
+static CUresult charge(struct rm_channel *s, const char *what, uint64_t asked, uint64_t charged)
 {
 	uint64_t client_limit, tenant_limit;
-	if (!rm_registry_charge(s->sh->slot, s->sh->id, rm_charged_bytes(bytes), &client_limit, &tenant_limit))
+	if (!rm_registry_charge(s->sh->slot, s->sh->id, charged, &client_limit, &tenant_limit))
 		return CUDA_SUCCESS;
-	rm_session_log(s, RM_LOG_WARN, "allocation of %llu bytes (charged %llu) refused: over its quota "
+	rm_session_log(s, RM_LOG_WARN, "%s of %llu bytes (charged %llu) refused: over its quota "
 		       "(client %llu, tenant %s %llu bytes; 0 is none)",
-		       (unsigned long long)bytes, (unsigned long long)rm_charged_bytes(bytes), (unsigned long long)client_limit,
+		       what, (unsigned long long)asked, (unsigned long long)charged, (unsigned long long)client_limit,
 		       s->sh->tenant_name, (unsigned long long)tenant_limit);
 	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult rm_session_charge(struct rm_channel *s, uint64_t bytes)
+{
+	return charge(s, "allocation", bytes, rm_charged_bytes(bytes));
 }
 
 void rm_session_uncharge(struct rm_channel *s, uint64_t bytes)
@@ -26,15 +33,10 @@ void rm_session_uncharge(struct rm_channel *s, uint64_t bytes)
 
 CUresult rm_session_recharge(struct rm_channel *s, uint64_t from, uint64_t to)
 {
-	uint64_t had = rm_charged_bytes(from), want = rm_charged_bytes(to), client_limit, tenant_limit;
+	uint64_t had = rm_charged_bytes(from), want = rm_charged_bytes(to);
 	if (want < had)
 		rm_registry_uncharge(s->sh->slot, s->sh->id, had - want);
-	if (want <= had || !rm_registry_charge(s->sh->slot, s->sh->id, want - had, &client_limit, &tenant_limit))
-		return CUDA_SUCCESS;
-	rm_session_log(s, RM_LOG_WARN, "growth of %llu bytes (charged) refused: over its quota (client %llu, tenant %s "
-		       "%llu bytes; 0 is none)", (unsigned long long)(want - had), (unsigned long long)client_limit,
-		       s->sh->tenant_name, (unsigned long long)tenant_limit);
-	return CUDA_ERROR_OUT_OF_MEMORY;
+	return want > had ? charge(s, "growth", to - from, want - had) : CUDA_SUCCESS;
 }
 
 uint64_t rm_session_client_limit(struct rm_channel *s)
